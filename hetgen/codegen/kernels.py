@@ -1,0 +1,19 @@
+"""Render one lowered kernel into a self-contained C translation unit."""
+
+from __future__ import annotations
+
+from hetgen.codegen.render import render
+from hetgen.ops.base import Kernel
+
+
+def kernel_source(kernel: Kernel, fn: str, label: str, extra_dirs: tuple[str, ...] = ()) -> str:
+    """The C text of `kernel` as function `fn`; `label` says which model node(s) it computes."""
+    return render(
+        "kernels/_kernel_file.c.j2",
+        extra_dirs,
+        kernel_template=kernel.template,
+        fn=fn,
+        label=label,
+        scratch_bytes=kernel.scratch_bytes,
+        **kernel.params,
+    )

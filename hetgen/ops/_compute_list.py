@@ -1,0 +1,3 @@
+"""Registered compute operator modules (convolution, GEMM, pooling, normalisation)."""
+
+MODULES: tuple = ()

@@ -1,0 +1,90 @@
+"""The contract between an operator lowering and the rest of hetgen.
+
+Each operator has one small module in `hetgen/ops/` with a `lower(op: OpInstance) -> Kernel`
+function, registered in `hetgen/ops/registry.py`. The lowering decides everything (loop bounds,
+strides, which template variant); its Jinja template under `templates/kernels/` only lays it out.
+
+Every generated kernel is a C function `void <fn>(void *const *args)`. `args` holds, in order, one
+pointer per node input (NULL for an omitted optional input), one per node output, and, when
+`Kernel.scratch_bytes > 0`, a scratch buffer last. The uniform signature lets the `graph` and `vm`
+runtimes call any kernel from a table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from hetgen.ir import Node, TensorType
+
+# Activations that may be fused into the kernel that produces their input (Conv, Gemm, MatMul, Add).
+FUSABLE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """A fused activation applied to each output element before it is stored.
+
+    `kind` is an ONNX op name from FUSABLE_ACTIVATIONS; `alpha`/`beta` carry its parameters
+    (LeakyRelu alpha, Clip min/max, HardSigmoid alpha/beta). Rendered by
+    `templates/kernels/_epilogue.j2`.
+    """
+
+    kind: str
+    alpha: float = 0.0
+    beta: float = 0.0
+
+
+@dataclass(frozen=True)
+class OpInstance:
+    """What a lowering sees: the node, its static types, compile-time constants, fused epilogue."""
+
+    node: Node
+    input_types: tuple[TensorType | None, ...]  # None for an omitted optional input
+    output_types: tuple[TensorType, ...]
+    constants: tuple[np.ndarray | None, ...]  # the value of each input known at compile time
+    epilogue: tuple[Epilogue, ...] = ()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.node.attr(key, default)
+
+    def constant(self, index: int) -> np.ndarray | None:
+        return self.constants[index] if index < len(self.constants) else None
+
+    def has_input(self, index: int) -> bool:
+        return index < len(self.node.inputs) and bool(self.node.inputs[index])
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A lowered operator: which template renders it and the view-model the template needs."""
+
+    template: str  # path under templates/, e.g. "kernels/conv.c.j2"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    scratch_bytes: int = 0  # workspace the kernel needs (im2col, transposes); passed last in args
+    flops: int = 0  # arithmetic operations, for the cost model
+    bytes_accessed: int = 0  # bytes read + written, for the cost model
+    helpers: tuple[str, ...] = ()  # shared C sources under templates/runtime/ the kernel calls
+
+
+class Unsupported(Exception):
+    """Raised by a lowering when this particular instance (dtype, attribute) is not supported.
+
+    The message says what is unsupported and, where there is one, what would be accepted.
+    """
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One operator's entry in the registry."""
+
+    op: str
+    lower: Callable[[OpInstance], Kernel]
+    # Output types for cases onnx shape inference leaves unknown; None = trust onnx.
+    infer: Callable[[OpInstance], tuple[TensorType, ...]] | None = None
+    fusable_epilogue: bool = False  # may absorb a following activation (see FUSABLE_ACTIVATIONS)
+    # Inputs that must be known at compile time (Reshape's shape, Slice's starts, ...). The
+    # frontend reports a clear error when one is not; the conformance backend freezes them.
+    const_inputs: tuple[int, ...] = ()

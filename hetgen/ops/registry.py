@@ -1,0 +1,26 @@
+"""The explicit list of operators hetgen supports.
+
+One module per operator (or per small family of operators that share one template), each exposing
+`DEFS: tuple[OpDef, ...]`. Adding an operator is adding a module and one line below.
+"""
+
+from __future__ import annotations
+
+from hetgen.ops.base import OpDef
+
+# fmt: off
+# -- compute operators (convolution, GEMM, pooling, normalisation) --
+from hetgen.ops import _compute_list  # noqa: E402
+# -- elementwise, reduction and data-movement operators --
+from hetgen.ops import _tensor_list  # noqa: E402
+# fmt: on
+
+OPS: dict[str, OpDef] = {d.op: d for module in (*_compute_list.MODULES, *_tensor_list.MODULES) for d in module.DEFS}
+
+
+def supported_ops() -> frozenset[str]:
+    return frozenset(OPS)
+
+
+def op_def(op: str) -> OpDef | None:
+    return OPS.get(op)

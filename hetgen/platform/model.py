@@ -1,0 +1,159 @@
+"""The validated platform tree: the value the platform stage hands to every later stage.
+
+No raw YAML travels past `hetgen.platform`; everything here is resolved (kinds refined, defaults
+applied, figures computed from attributes) and immutable.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+
+class Role(enum.Enum):
+    """What a target does, which decides what it may contain and what code it gets."""
+
+    CONTROLLER = "controller"  # a CPU: runs a runtime (vm/graph/aot), may drive devices
+    ACCELERATOR = "accelerator"  # driven by a controller; runs only what its patterns claim
+    COMPOSITE = "composite"  # accelerator-with-coprocessor: a `host` controller plus devices
+
+
+class Runtime(enum.Enum):
+    VM = "vm"  # bytecode program run by a small C interpreter
+    GRAPH = "graph"  # static node table walked in order
+    AOT = "aot"  # straight-line C calls
+
+
+@dataclass(frozen=True)
+class SourcePos:
+    file: str
+    line: int = 0
+    column: int = 0
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """One attribute of a kind's schema."""
+
+    name: str
+    type: str  # "int" | "float" | "str" | "bool" | "list[str]"
+    default: Any = None  # None with required=True means the user must give it
+    required: bool = False
+    doc: str = ""
+    choices: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class PatternStep:
+    ops: tuple[str, ...]  # alternatives; ("*",) matches any operator hetgen supports
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """An entry of a kind's pattern table: what the device *could* run.
+
+    `chain` is a producer→consumer chain of steps (each step a single-consumer successor of the
+    previous one). `where` holds declarative predicates evaluated by `hetgen.partition.predicates`
+    (dtypes, kernel sizes, attribute values, memory fit).
+    """
+
+    label: str
+    chain: tuple[PatternStep, ...]
+    where: Mapping[str, Any] = field(default_factory=dict)
+    efficiency: float = 1.0  # fraction of peak throughput this pattern reaches on the device
+
+
+@dataclass(frozen=True)
+class CostFigures:
+    peak_gflops: float  # arithmetic throughput
+    bandwidth_gbps: float  # local memory bandwidth, GB/s
+    launch_us: float  # fixed overhead per kernel launch / command
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cc: str = "cc"
+    cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    ar: str = "ar"
+    launcher: tuple[str, ...] = ()  # e.g. ("ccache",)
+    triple: str = ""  # "" = native; e.g. "aarch64-linux-gnu" for a cross build
+    emulator: tuple[str, ...] = ()  # e.g. ("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu")
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    role: Role
+    parent: str | None = None  # the kind this one refines
+    doc: str = ""
+    attributes: tuple[AttrSpec, ...] = ()
+    figures: Mapping[str, Any] = field(default_factory=dict)  # numbers or expressions of attributes
+    memory: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"local_bytes": "sram_kib * 1024"}
+    patterns: tuple[Pattern, ...] = ()
+    toolchain: Toolchain = Toolchain()
+    templates: str = ""  # folder of kernel templates overriding the defaults ("" = none)
+    source: SourcePos = SourcePos("<builtin>")
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth_gbps: float
+    latency_us: float
+
+
+@dataclass(frozen=True)
+class Target:
+    """A node of the platform tree. `path` names it, e.g. ("soc", "vdevice0", "npu0")."""
+
+    name: str
+    path: tuple[str, ...]
+    kind: Kind
+    attrs: Mapping[str, Any]  # the kind's attributes with defaults applied
+    figures: CostFigures
+    toolchain: Toolchain
+    runtime: Runtime | None = None  # controllers only
+    host: "Target | None" = None  # COMPOSITE only: the co-processor that drives `devices`
+    devices: tuple["Target", ...] = ()
+    link: Link | None = None  # the link from the controlling parent to this target
+    memory_bytes: int | None = None  # local memory capacity; None = unbounded (host DRAM)
+    source: SourcePos = SourcePos("<builtin>")
+
+    @property
+    def path_str(self) -> str:
+        return "/".join(self.path)
+
+    @property
+    def role(self) -> Role:
+        return self.kind.role
+
+    def walk(self) -> Iterator["Target"]:
+        """This target and everything below it, parents before children, in declaration order."""
+        yield self
+        if self.host is not None:
+            yield from self.host.walk()
+        for device in self.devices:
+            yield from device.walk()
+
+    def controller(self) -> "Target":
+        """The target whose runtime drives this one's children (self, or a composite's host)."""
+        return self.host if self.host is not None else self
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str  # a valid C identifier and folder name
+    file: str  # where it was loaded from ("<string>" for text)
+    root: Target
+    options: Mapping[str, Any] = field(default_factory=dict)  # e.g. pins, weights placement
+
+    def targets(self) -> tuple[Target, ...]:
+        return tuple(self.root.walk())
+
+    def target(self, path: str) -> Target:
+        for target in self.root.walk():
+            if target.path_str == path:
+                return target
+        raise KeyError(path)

@@ -1,0 +1,101 @@
+"""Op-level test harness: compile every node's kernel into one shared library and run the nodes
+one by one on numpy buffers. It bypasses the memory planner and runtimes on purpose, so a kernel
+can be tested alone; whole-model tests go through `hetgen.compile` instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from hetgen.codegen.kernels import kernel_source
+from hetgen.frontend.onnx_import import import_onnx
+from hetgen.ir import Graph
+from hetgen.ops.base import OpInstance
+from hetgen.ops.registry import op_def
+from hetgen.templates_dir import templates_dir
+
+CFLAGS = ["-O1", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
+
+
+def freeze_inputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray], names) -> onnx.ModelProto:
+    """Turn the named graph inputs into initializers holding the given values."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    keep = [vi for vi in model.graph.input if vi.name not in names]
+    for name in names:
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(feeds[name]), name))
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    return model
+
+
+def op_instances(graph: Graph):
+    for node in graph.nodes:
+        yield node, OpInstance(
+            node=node,
+            input_types=tuple(graph.types.get(n) if n else None for n in node.inputs),
+            output_types=tuple(graph.types[n] for n in node.outputs),
+            constants=tuple(graph.constants.get(n) if n else None for n in node.inputs),
+        )
+
+
+def build_library(graph: Graph, workdir: Path):
+    sources, kernels = [], []
+    helpers: set[str] = set()
+    for node, instance in op_instances(graph):
+        definition = op_def(node.op)
+        assert definition is not None, f"{node.op} is not registered"
+        kernel = definition.lower(instance)
+        fn = f"hg_{node.name}"
+        sources.append(kernel_source(kernel, fn, node.label))
+        helpers.update(kernel.helpers)
+        kernels.append((node, fn, kernel))
+    text = "\n".join(sources)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+    c_files = []
+    for i, source in enumerate(sources):
+        path = workdir / f"k{i}.c"
+        path.write_text(source)
+        c_files.append(str(path))
+    runtime = templates_dir() / "runtime"
+    c_files += [str(runtime / h) for h in sorted(helpers)]
+    lib = workdir / f"lib{digest}.so"
+    cmd = ["cc", *CFLAGS, "-I", str(runtime), "-o", str(lib), *c_files, "-lm"]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError("compile failed:\n" + result.stderr[-6000:])
+    return ctypes.CDLL(str(lib)), kernels
+
+
+def run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    with tempfile.TemporaryDirectory(prefix="hg_harness_") as tmp:
+        lib, kernels = build_library(graph, Path(tmp))
+        values = {name: np.ascontiguousarray(array) for name, array in graph.constants.items()}
+        for name in graph.inputs:
+            values[name] = np.ascontiguousarray(feeds[name], dtype=graph.types[name].dtype.numpy)
+        for node, fn, kernel in kernels:
+            for out in node.outputs:
+                t = graph.types[out]
+                values[out] = np.zeros(t.shape, dtype=t.dtype.numpy)
+            pointers = [values[n].ctypes.data if n else None for n in node.inputs]
+            pointers += [values[n].ctypes.data for n in node.outputs]
+            scratch = None
+            if kernel.scratch_bytes:
+                scratch = np.zeros(kernel.scratch_bytes + 64, dtype=np.uint8)
+                pointers.append(scratch.ctypes.data)
+            args = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
+            getattr(lib, fn)(args)
+        return {name: values[name].copy() for name in graph.outputs}
+
+
+def run_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], frozen=()) -> dict[str, np.ndarray]:
+    """Run an ONNX model through the harness, freezing `frozen` inputs into constants."""
+    model = freeze_inputs(model, feeds, frozen)
+    graph = import_onnx(model).verify()
+    return run_graph(graph, {k: v for k, v in feeds.items() if k not in frozen})
