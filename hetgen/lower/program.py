@@ -1,0 +1,139 @@
+"""The lower stage's output: per-target programs of kernel calls over planned buffers."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hetgen.ir import TensorType
+from hetgen.lower.memory import MemoryPlan
+from hetgen.ops.base import Kernel
+from hetgen.platform.model import Runtime, Target
+
+
+class Region(enum.Enum):
+    """Where a buffer lives, as the runtimes see it. Values are the C enum's."""
+
+    NONE = 0  # an omitted optional input: NULL
+    ARENA = 1  # offset into the target's workspace
+    WEIGHTS = 2  # offset into the weights blob
+    INPUT = 3  # index of a caller-provided input buffer
+    OUTPUT = 4  # index of a caller-provided output buffer
+    DEVICE = 5  # offset into a child device's local memory (device programs only)
+
+
+@dataclass(frozen=True)
+class BufferRef:
+    region: Region
+    position: int  # byte offset (ARENA, WEIGHTS, DEVICE) or index (INPUT, OUTPUT)
+    tensor: str = ""  # the IR tensor, for comments and debugging
+
+
+@dataclass(frozen=True)
+class KernelUnit:
+    """One generated C function: an operator and the activations fused into it."""
+
+    fn: str  # C function name, unique within the platform
+    nodes: tuple[str, ...]  # IR node names it computes
+    label: str  # human-readable, for comments
+    kernel: Kernel
+
+
+@dataclass(frozen=True)
+class Call:
+    unit: KernelUnit
+    args: tuple[BufferRef, ...]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Copy `nbytes` between two buffers of the same target (outputs that alias inputs/constants)."""
+
+    src: BufferRef
+    dst: BufferRef
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class DeviceCopyIn:
+    device: int  # index into Program.devices
+    src: BufferRef
+    dst_offset: int
+    nbytes: int
+    tensor: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceCopyOut:
+    device: int
+    src_offset: int
+    dst: BufferRef
+    nbytes: int
+    tensor: str = ""
+
+
+@dataclass(frozen=True)
+class Invoke:
+    """Run sub-program `program` on child device `device` (asynchronously; see Wait)."""
+
+    device: int
+    program: int
+
+
+@dataclass(frozen=True)
+class Wait:
+    device: int
+
+
+Step = Call | Copy | DeviceCopyIn | DeviceCopyOut | Invoke | Wait
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str  # the model's tensor name
+    c_name: str  # a C identifier derived from it
+    type: TensorType
+
+
+@dataclass(frozen=True)
+class WeightEntry:
+    tensor: str
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Weights:
+    entries: tuple[WeightEntry, ...]
+    blob: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.blob)
+
+
+@dataclass(frozen=True)
+class Program:
+    """What one target runs. A controller's `steps` are walked by its runtime."""
+
+    target: Target
+    runtime: Runtime
+    units: tuple[KernelUnit, ...]
+    steps: tuple[Step, ...]
+    memory: MemoryPlan
+    weights: Weights
+    inputs: tuple[TensorSpec, ...]  # the buffers a caller hands in (model inputs for the root)
+    outputs: tuple[TensorSpec, ...]
+    devices: tuple[str, ...] = ()  # child target paths, indexed by DeviceCopyIn.device etc.
+    scratch_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Lowered:
+    name: str  # platform name: the API prefix and output folder
+    model_name: str
+    programs: tuple[Program, ...]  # the root controller first
+
+    @property
+    def root(self) -> Program:
+        return self.programs[0]

@@ -1,0 +1,109 @@
+/* hetgen runtime: buffer references, the graph executor and the VM interpreter.
+ *
+ * Every generated kernel has the signature `void kernel(void *const *args)`; a runtime resolves
+ * each argument from a (region, position) pair against the memory of the current invocation.
+ */
+#ifndef HG_RUNTIME_H
+#define HG_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HG_RUNTIME_VERSION 1
+
+/* Error codes returned by every runtime entry point. */
+#define HG_OK 0
+#define HG_ERR_ARGUMENT (-1)  /* a NULL or misaligned buffer was passed */
+#define HG_ERR_BYTECODE (-2)  /* a corrupt VM program: a hetgen bug */
+#define HG_ERR_DEVICE (-3)    /* a child device reported a failure */
+#define HG_ERR_CAPACITY (-4)  /* a device allocation exceeded its memory */
+
+/* The most arguments one kernel takes (inputs + outputs + scratch). */
+#define HG_MAX_ARGS 64
+
+typedef void (*hg_kernel_fn)(void *const *args);
+
+enum hg_region {
+    HG_REGION_NONE = 0,
+    HG_REGION_ARENA = 1,
+    HG_REGION_WEIGHTS = 2,
+    HG_REGION_INPUT = 3,
+    HG_REGION_OUTPUT = 4,
+    HG_REGION_DEVICE = 5
+};
+
+typedef struct {
+    uint32_t region;
+    uint32_t index;   /* INPUT/OUTPUT: buffer index; otherwise 0 */
+    uint64_t offset;  /* ARENA/WEIGHTS/DEVICE: byte offset */
+} hg_buffer_ref;
+
+/* The memory one invocation of a program sees. */
+typedef struct {
+    unsigned char *arena;
+    const unsigned char *weights;
+    const void *const *inputs;
+    void *const *outputs;
+} hg_memory;
+
+struct hg_device;
+
+/* Describes one model input or output; dtype is the ONNX TensorProto code (1 = float32). */
+#define HG_MAX_RANK 8
+typedef struct {
+    const char *name;
+    int32_t dtype;
+    uint32_t rank;
+    int64_t shape[HG_MAX_RANK];
+    uint64_t nbytes;
+} hg_tensor_info;
+
+static inline void *hg_resolve(const hg_memory *memory, hg_buffer_ref ref)
+{
+    switch (ref.region) {
+    case HG_REGION_ARENA:
+        return memory->arena + ref.offset;
+    case HG_REGION_WEIGHTS:
+        return (void *)(uintptr_t)(memory->weights + ref.offset);
+    case HG_REGION_INPUT:
+        return (void *)(uintptr_t)memory->inputs[ref.index];
+    case HG_REGION_OUTPUT:
+        return memory->outputs[ref.index];
+    default:
+        return NULL;
+    }
+}
+
+/* graph runtime: a static node table walked in order. */
+typedef struct {
+    hg_kernel_fn fn;
+    uint32_t first_arg;  /* index into the argument table */
+    uint32_t num_args;
+} hg_graph_node;
+
+int hg_graph_run(const hg_graph_node *nodes, size_t num_nodes, const hg_buffer_ref *args,
+                 const hg_memory *memory);
+
+/* vm runtime: a bytecode program of 32-bit words run by a small interpreter.
+ *   CALL k n (region index offset_lo offset_hi)*n   call kernel k
+ *   COPY src(4 words) dst(4 words) bytes_lo bytes_hi copy between buffers
+ *   COPY_IN d src(4 words) dst_lo dst_hi bytes_lo bytes_hi     host buffer -> device d memory
+ *   COPY_OUT d src_lo src_hi dst(4 words) bytes_lo bytes_hi    device d memory -> host buffer
+ *   INVOKE d p                                 start sub-program p on device d
+ *   WAIT d                                     wait for device d
+ *   END
+ */
+enum hg_opcode {
+    HG_OP_END = 0,
+    HG_OP_CALL = 1,
+    HG_OP_COPY = 2,
+    HG_OP_COPY_IN = 3,
+    HG_OP_COPY_OUT = 4,
+    HG_OP_INVOKE = 5,
+    HG_OP_WAIT = 6
+};
+
+int hg_vm_run(const uint32_t *code, size_t code_words, const hg_kernel_fn *kernels, size_t num_kernels,
+              const hg_memory *memory, struct hg_device *const *devices, size_t num_devices);
+
+#endif /* HG_RUNTIME_H */
