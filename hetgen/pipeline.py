@@ -21,6 +21,7 @@ from hetgen.ir import Graph
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
 from hetgen.platform.model import Platform
+from hetgen.runtime.verify import MODEL_COPY
 from hetgen.templates_dir import templates_dir
 
 
@@ -70,7 +71,14 @@ def generate_files(platform: Platform, graph: Graph, options: CompileOptions, mo
     regenerate = regenerate_rule(platform, model, out_dir, options)
     build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve())
     manifest = GeneratedFile("hetgen.json", manifest_bytes(sources.manifest))
-    return placement, lowered, (*sources.files, *build, manifest)
+    model_copy = GeneratedFile(MODEL_COPY, _model_bytes(model))  # what verify and bench compare against
+    return placement, lowered, (*sources.files, *build, manifest, model_copy)
+
+
+def _model_bytes(model) -> bytes:
+    if isinstance(model, onnx.ModelProto):
+        return model.SerializeToString()
+    return Path(model).read_bytes()
 
 
 def compile_model(platform: "str | Path | Platform", model: "str | Path | onnx.ModelProto", options: CompileOptions = CompileOptions()) -> Compiled:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hetgen.codegen.kernels import kernel_source
 from hetgen.codegen.render import render
 from hetgen.codegen.viewmodel import program_view
-from hetgen.lower.program import Lowered, Program
+from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.templates_dir import templates_dir
 
 # Runtime sources every generated project carries, so a board project needs no Python.
@@ -34,6 +34,8 @@ class TargetSources:
     weights_blob: str  # weights.bin
     example: str  # main.c ("" = none)
     helpers: tuple[str, ...]  # runtime/*.c the kernels need
+    children: tuple[str, ...] = ()  # target folders of the devices this target drives
+    is_controller: bool = True
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ class Sources:
     manifest: dict
 
 
-def _program_files(program: Program, model_name: str, folder: str, prefix: str, is_root: bool):
+def _program_files(program: Program, model_name: str, prefix: str, children: list[dict]):
+    folder = program.target.path_str
     files: list[GeneratedFile] = []
     kernel_paths = []
     helpers: set[str] = set()
@@ -55,9 +58,14 @@ def _program_files(program: Program, model_name: str, folder: str, prefix: str, 
         files.append(GeneratedFile(path, text.encode()))
         kernel_paths.append(path)
         helpers.update(unit.kernel.helpers)
-    view = program_view(program, model_name, prefix, RUNTIME_VERSION)
-    files.append(GeneratedFile(f"{folder}/{prefix}.h", render("model/model.h.j2", **view).encode()))
-    files.append(GeneratedFile(f"{folder}/model.c", render("model/model.c.j2", **view).encode()))
+    view = program_view(program, model_name, prefix, RUNTIME_VERSION, children)
+    is_root = program.role is ProgramRole.ROOT
+    if is_root:
+        files.append(GeneratedFile(f"{folder}/{prefix}.h", render("model/model.h.j2", **view).encode()))
+    else:
+        files.append(GeneratedFile(f"{folder}/{prefix}_device.h", render("model/device.h.j2", **view).encode()))
+    template = "model/accelerator.c.j2" if program.role is ProgramRole.ACCELERATOR else "model/model.c.j2"
+    files.append(GeneratedFile(f"{folder}/model.c", render(template, **view).encode()))
     blob = f"{folder}/weights.bin"
     files.append(GeneratedFile(blob, program.weights.blob))
     asm = render(
@@ -82,8 +90,10 @@ def _program_files(program: Program, model_name: str, folder: str, prefix: str, 
         weights_blob=blob,
         example=example,
         helpers=tuple(sorted(helpers)),
+        children=tuple(child["path"] for child in children),
+        is_controller=program.role is not ProgramRole.ACCELERATOR,
     )
-    return files, sources, view
+    return files, sources
 
 
 def generate(lowered: Lowered) -> Sources:
@@ -91,28 +101,46 @@ def generate(lowered: Lowered) -> Sources:
     targets = []
     helpers: set[str] = set()
     manifest_targets = []
-    for index, program in enumerate(lowered.programs):
-        folder = program.target.path_str
-        prefix = f"hg_{lowered.name}" if index == 0 else "hg_" + "_".join(program.target.path)
-        program_files, sources, view = _program_files(program, lowered.model_name, folder, prefix, index == 0)
+    prefixes = {program.target.path_str: _prefix(lowered, program) for program in lowered.programs}
+    arenas = {program.target.path_str: program.memory.arena_size for program in lowered.programs}
+    for program in lowered.programs:
+        children = []
+        for path in program.devices:
+            memory_path = path if path in prefixes else f"{path}/host"
+            children.append(
+                {
+                    "path": memory_path,
+                    "header": f"{prefixes[memory_path]}_device.h",
+                    "device": f"{prefixes[memory_path]}_device",
+                    "arena_size": arenas[memory_path],
+                }
+            )
+        program_files, sources = _program_files(program, lowered.model_name, prefixes[program.target.path_str], children)
         files.extend(program_files)
         targets.append(sources)
         helpers.update(sources.helpers)
         manifest_targets.append(
             {
-                "path": folder,
-                "prefix": prefix,
+                "path": program.target.path_str,
+                "prefix": sources.prefix,
+                "role": program.role.value,
                 "runtime": program.runtime.value,
                 "arena_size": program.memory.arena_size,
                 "intermediate_bytes": program.memory.total_bytes,
                 "liveness_lower_bound": program.memory.lower_bound,
                 "weights_bytes": program.weights.size,
                 "kernels": len(program.units),
+                "estimated_us": round(program.estimated_us, 3),
+                "clock_mhz": program.device_model.clock_mhz if program.device_model else None,
+                "capacity_bytes": program.device_model.capacity if program.device_model else None,
             }
         )
     runtime_dir = templates_dir() / "runtime"
+    needed = set(RUNTIME_FILES) | helpers
+    if any(program.role is ProgramRole.ACCELERATOR for program in lowered.programs):
+        needed |= {"hg_sim.c", "hg_sim.h"}
     runtime_c = []
-    for name in sorted(set(RUNTIME_FILES) | helpers):
+    for name in sorted(needed):
         files.append(GeneratedFile(f"runtime/{name}", (runtime_dir / name).read_bytes()))
         if name.endswith(".c"):
             runtime_c.append(f"runtime/{name}")
@@ -127,6 +155,10 @@ def generate(lowered: Lowered) -> Sources:
         "targets": manifest_targets,
     }
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
+
+
+def _prefix(lowered: Lowered, program: Program) -> str:
+    return "hg_" + "_".join((lowered.name, *program.target.path[1:]))
 
 
 def _tensor_json(spec) -> dict:

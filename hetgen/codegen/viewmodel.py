@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hetgen.lower.program import BufferRef, Call, Copy, DeviceCopyIn, DeviceCopyOut, Invoke, Program, Region, Wait
+from hetgen.lower.program import BufferRef, Call, Copy, DeviceCopyIn, DeviceCopyOut, Invoke, Program, ProgramRole, Region, Wait
 
 REGION_C = {
     Region.NONE: "HG_REGION_NONE",
@@ -35,13 +35,13 @@ def comment_text(text: str) -> str:
 def c_expression(ref: BufferRef) -> str:
     """The C expression of a buffer inside `<prefix>_run`, where `memory` is in scope."""
     if ref.region is Region.ARENA:
-        return f"memory.arena + {ref.position}u"
+        return f"memory->arena + {ref.position}u"
     if ref.region is Region.WEIGHTS:
-        return f"(void *)(uintptr_t)(memory.weights + {ref.position}u)"
+        return f"(void *)(uintptr_t)(memory->weights + {ref.position}u)"
     if ref.region is Region.INPUT:
-        return f"(void *)(uintptr_t)memory.inputs[{ref.position}]"
+        return f"(void *)(uintptr_t)memory->inputs[{ref.position}]"
     if ref.region is Region.OUTPUT:
-        return f"memory.outputs[{ref.position}]"
+        return f"memory->outputs[{ref.position}]"
     return "NULL"
 
 
@@ -56,10 +56,10 @@ def u64_words(value: int) -> list[int]:
     return [value & 0xFFFFFFFF, value >> 32]
 
 
-def vm_code(program: Program, kernel_index: dict[str, int]) -> list[tuple[list[int], str]]:
+def vm_code(steps, kernel_index: dict[str, int]) -> list[tuple[list[int], str]]:
     """The VM program: one (words, comment) per instruction."""
     code = []
-    for step in program.steps:
+    for step in steps:
         if isinstance(step, Call):
             words = [OPCODES["CALL"], kernel_index[step.unit.fn], len(step.args)]
             for ref in step.args:
@@ -97,49 +97,79 @@ def tensor_view(spec) -> dict:
     }
 
 
-def program_view(program: Program, model_name: str, prefix: str, runtime_version: int) -> dict:
+def _graph_arg(ref: BufferRef) -> dict:
+    indexed = ref.region in (Region.INPUT, Region.OUTPUT)
+    return {
+        "region": REGION_C[ref.region],
+        "index": ref.position if indexed else 0,
+        "offset": 0 if indexed else ref.position,
+        "comment": comment_text(ref.tensor or "-"),
+    }
+
+
+def _device_ref(offset: int, tensor: str) -> BufferRef:
+    return BufferRef(Region.DEVICE, offset, tensor)
+
+
+def graph_tables(steps) -> tuple[list[dict], list[dict]]:
+    """The graph runtime's node and argument tables for one step list."""
+    nodes, args = [], []
+
+    def node(op, device=0, fn="NULL", refs=(), nbytes=0, cycles=0, first_arg=None, comment=""):
+        entry = {"op": f"HG_OP_{op}", "device": device, "fn": fn, "first_arg": len(args) if first_arg is None else first_arg,
+                 "num_args": len(refs), "bytes": nbytes, "cycles": cycles, "comment": comment_text(comment)}
+        nodes.append(entry)
+        args.extend(_graph_arg(ref) for ref in refs)
+
+    for step in steps:
+        if isinstance(step, Call):
+            node("CALL", fn=step.unit.fn, refs=step.args, cycles=step.cycles, comment=step.unit.label)
+        elif isinstance(step, Copy):
+            node("COPY", refs=(step.src, step.dst), nbytes=step.nbytes, cycles=step.cycles, comment=f"copy {step.dst.tensor}")
+        elif isinstance(step, DeviceCopyIn):
+            node("COPY_IN", step.device, refs=(step.src, _device_ref(step.dst_offset, step.tensor)), nbytes=step.nbytes, comment=f"{step.tensor} to device {step.device}")
+        elif isinstance(step, DeviceCopyOut):
+            node("COPY_OUT", step.device, refs=(_device_ref(step.src_offset, step.tensor), step.dst), nbytes=step.nbytes, comment=f"{step.tensor} from device {step.device}")
+        elif isinstance(step, Invoke):
+            node("INVOKE", step.device, first_arg=step.program, comment=f"run program {step.program} on device {step.device}")
+        elif isinstance(step, Wait):
+            node("WAIT", step.device, first_arg=0, comment=f"wait for device {step.device}")
+    return nodes, args
+
+
+def aot_steps(steps) -> list[dict]:
+    out = []
+    for step in steps:
+        if isinstance(step, Call):
+            out.append({"kind": "call", "fn": step.unit.fn, "args": [c_expression(r) for r in step.args] or ["NULL"], "comment": comment_text(step.unit.label)})
+        elif isinstance(step, Copy):
+            out.append({"kind": "copy", "src": c_expression(step.src), "dst": c_expression(step.dst), "nbytes": step.nbytes, "comment": comment_text(f"copy {step.dst.tensor}")})
+        elif isinstance(step, DeviceCopyIn):
+            out.append({"kind": "copy_in", "device": step.device, "offset": step.dst_offset, "src": c_expression(step.src), "nbytes": step.nbytes, "comment": comment_text(step.tensor)})
+        elif isinstance(step, DeviceCopyOut):
+            out.append({"kind": "copy_out", "device": step.device, "offset": step.src_offset, "dst": c_expression(step.dst), "nbytes": step.nbytes, "comment": comment_text(step.tensor)})
+        elif isinstance(step, Invoke):
+            out.append({"kind": "invoke", "device": step.device, "program": step.program})
+        elif isinstance(step, Wait):
+            out.append({"kind": "wait", "device": step.device})
+    return out
+
+
+def program_view(program: Program, model_name: str, prefix: str, runtime_version: int, children: list[dict]) -> dict:
     kernel_fns = [unit.fn for unit in program.units]
     kernel_index = {fn: index for index, fn in enumerate(kernel_fns)}
-    steps, graph_nodes, graph_args = [], [], []
-    for step in program.steps:
-        if isinstance(step, Call):
-            steps.append(
-                {
-                    "kind": "call",
-                    "fn": step.unit.fn,
-                    "args": [c_expression(ref) for ref in step.args] or ["NULL"],
-                    "comment": comment_text(step.unit.label),
-                }
-            )
-            graph_nodes.append({"fn": step.unit.fn, "first_arg": len(graph_args), "num_args": len(step.args)})
-            for ref in step.args:
-                indexed = ref.region in (Region.INPUT, Region.OUTPUT)
-                graph_args.append(
-                    {
-                        "region": REGION_C[ref.region],
-                        "index": ref.position if indexed else 0,
-                        "offset": 0 if indexed else ref.position,
-                        "comment": comment_text(ref.tensor or "-"),
-                    }
-                )
-        elif isinstance(step, Copy):
-            steps.append(
-                {
-                    "kind": "copy",
-                    "src": c_expression(step.src),
-                    "dst": c_expression(step.dst),
-                    "nbytes": step.nbytes,
-                    "comment": comment_text(f"output {step.dst.tensor}"),
-                }
-            )
-    vm_lines = [", ".join(f"{w}u" for w in words) + f", /* {comment_text(c)} */" for words, c in vm_code(program, kernel_index)]
-    arena_buffers = [
-        {"name": c_string(name), "offset": offset, "nbytes": nbytes}
-        for name, offset, nbytes in program.memory.buffers
-    ]
+    entries = []
+    for index, steps in enumerate(program.entries):
+        nodes, args = graph_tables(steps)
+        vm_lines = [", ".join(f"{w}u" for w in words) + f", /* {comment_text(c)} */" for words, c in vm_code(steps, kernel_index)]
+        entries.append({"index": index, "steps": aot_steps(steps), "graph_nodes": nodes, "graph_args": args, "vm_code_lines": vm_lines})
+    arena_buffers = [{"name": c_string(name), "offset": offset, "nbytes": nbytes} for name, offset, nbytes in program.memory.buffers]
+    model = program.device_model
     return {
         "prefix": prefix,
         "PREFIX": prefix.upper(),
+        "header": f"{prefix}.h" if program.role is ProgramRole.ROOT else f"{prefix}_device.h",
+        "is_root": program.role is ProgramRole.ROOT,
         "model_name": comment_text(model_name),
         "target_path": program.target.path_str,
         "runtime": program.runtime.value,
@@ -147,13 +177,16 @@ def program_view(program: Program, model_name: str, prefix: str, runtime_version
         "inputs": [tensor_view(t) for t in program.inputs],
         "outputs": [tensor_view(t) for t in program.outputs],
         "workspace_size": program.memory.arena_size,
+        "total_bytes": program.memory.total_bytes,
+        "lower_bound": program.memory.lower_bound,
         "arena_storage": max(program.memory.arena_size, 64),
         "weights_size": program.weights.size,
         "kernel_fns": kernel_fns,
-        "steps": steps,
-        "graph_nodes": graph_nodes,
-        "graph_args": graph_args,
-        "vm_code_lines": vm_lines,
+        "entries": entries,
         "arena_buffers": arena_buffers,
-        "num_devices": len(program.devices),
+        "children": children,
+        "simulated": program.role is ProgramRole.ACCELERATOR,
+        "capacity": model.capacity if model else 0,
+        "clock_mhz": model.clock_mhz if model else 0,
+        "dma_bytes_per_cycle": repr(float(model.dma_bytes_per_cycle)) if model else "0.0",
     }

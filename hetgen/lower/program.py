@@ -43,6 +43,7 @@ class KernelUnit:
 class Call:
     unit: KernelUnit
     args: tuple[BufferRef, ...]
+    cycles: int = 0  # simulated device cycles (accelerators only)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Copy:
     src: BufferRef
     dst: BufferRef
     nbytes: int
+    cycles: int = 0  # simulated DMA cycles (accelerators loading weights)
 
 
 @dataclass(frozen=True)
@@ -112,20 +114,42 @@ class Weights:
         return len(self.blob)
 
 
+class ProgramRole(enum.Enum):
+    ROOT = "root"  # the root controller: entry 0 is the model's run function
+    COPROCESSOR = "coprocessor"  # a composite's host: entries are sub-programs its parent invokes
+    ACCELERATOR = "accelerator"  # a simulated device: entries are command lists
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """The figures a simulated accelerator's C model needs."""
+
+    clock_mhz: float
+    dma_bytes_per_cycle: float
+    capacity: int  # local memory bytes
+
+
 @dataclass(frozen=True)
 class Program:
-    """What one target runs. A controller's `steps` are walked by its runtime."""
+    """What one target runs. Each entry is a step list: the root has one (its run function); a
+    device has one per sub-program its controller invokes."""
 
     target: Target
+    role: ProgramRole
     runtime: Runtime
     units: tuple[KernelUnit, ...]
-    steps: tuple[Step, ...]
+    entries: tuple[tuple[Step, ...], ...]
     memory: MemoryPlan
     weights: Weights
-    inputs: tuple[TensorSpec, ...]  # the buffers a caller hands in (model inputs for the root)
-    outputs: tuple[TensorSpec, ...]
+    inputs: tuple[TensorSpec, ...] = ()  # the root's model inputs
+    outputs: tuple[TensorSpec, ...] = ()
     devices: tuple[str, ...] = ()  # child target paths, indexed by DeviceCopyIn.device etc.
-    scratch_bytes: int = 0
+    device_model: DeviceModel | None = None  # accelerators only
+    estimated_us: float = 0.0  # the cost model's estimate of this target's work per run
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(step for entry in self.entries for step in entry)
 
 
 @dataclass(frozen=True)

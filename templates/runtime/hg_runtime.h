@@ -74,15 +74,21 @@ static inline void *hg_resolve(const hg_memory *memory, hg_buffer_ref ref)
     }
 }
 
-/* graph runtime: a static node table walked in order. */
+/* graph runtime: a static node table walked in order. A node calls a kernel, copies between
+ * buffers, or drives a child device (copy in/out, invoke, wait), so the same table format serves
+ * controllers and the simulated accelerators' command lists. */
 typedef struct {
-    hg_kernel_fn fn;
-    uint32_t first_arg;  /* index into the argument table */
+    uint32_t op;         /* enum hg_opcode */
+    uint32_t device;     /* COPY_IN/COPY_OUT/INVOKE/WAIT: child device index; INVOKE: program in first_arg */
+    hg_kernel_fn fn;     /* CALL */
+    uint32_t first_arg;  /* index into the argument table: CALL args; COPY*: source then destination */
     uint32_t num_args;
+    uint64_t bytes;      /* COPY, COPY_IN, COPY_OUT */
+    uint64_t cycles;     /* simulated device cycles of this node (0 on controllers) */
 } hg_graph_node;
 
-int hg_graph_run(const hg_graph_node *nodes, size_t num_nodes, const hg_buffer_ref *args,
-                 const hg_memory *memory);
+int hg_graph_run(const hg_graph_node *nodes, size_t num_nodes, const hg_buffer_ref *args, const hg_memory *memory,
+                 struct hg_device *const *devices, size_t num_devices, uint64_t *cycles);
 
 /* vm runtime: a bytecode program of 32-bit words run by a small interpreter.
  *   CALL k n (region index offset_lo offset_hi)*n   call kernel k

@@ -1,0 +1,38 @@
+"""hetgen: a platform YAML and an ONNX model become a buildable, cross-compilable C project.
+
+    import hetgen
+    out = hetgen.compile("platforms/host.yaml", "model.onnx", out="generated/host")
+    model = hetgen.load(out)
+    outputs = model.run({"input": array})
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hetgen.errors import HetgenError, InternalError
+
+__version__ = "0.1.0"
+__all__ = ["compile", "load", "HetgenError", "InternalError"]
+
+
+def compile(platform, model, out=None, *, build: bool = True, placement: str = "cost", pins=None, **build_options) -> Path:  # noqa: A001
+    """Generate the project for `model` on `platform` (a path, a tag or a Platform) and build it."""
+    from hetgen.build import BuildOptions
+    from hetgen.pipeline import CompileOptions, compile_model
+
+    options = CompileOptions(
+        out=Path(out) if out is not None else None,
+        build=build,
+        placement=placement,
+        pins=dict(pins or {}),
+        build_options=BuildOptions(**build_options),
+    )
+    return compile_model(platform, model, options).out_dir
+
+
+def load(out_dir):
+    """Load a built project: `.run({name: ndarray}) -> {name: ndarray}`, `.inputs`, `.outputs`."""
+    from hetgen.runtime.loader import load as load_model
+
+    return load_model(out_dir)

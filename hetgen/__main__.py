@@ -1,0 +1,3 @@
+from hetgen.cli import main
+
+raise SystemExit(main())

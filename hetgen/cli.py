@@ -1,0 +1,204 @@
+"""hetgen's command line. It parses arguments, reads the environment, calls the pipeline, prints.
+
+    hetgen PLATFORM MODEL [-o DIR]      generate and build (the default command)
+    hetgen generate PLATFORM MODEL      generate only (what build.ninja's regenerate rule runs)
+    hetgen explain PLATFORM MODEL       where each part of the model goes, and why
+    hetgen verify DIR                   run the built model against onnxruntime
+    hetgen bench DIR                    latency beside onnxruntime (and simulated device time)
+    hetgen targets                      the target kinds and their attributes
+    hetgen check PLATFORM               validate a platform file; print its canonical tree
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from hetgen.errors import HetgenError, InternalError
+
+COMMANDS = ("build", "generate", "explain", "verify", "bench", "targets", "check", "schema")
+
+
+def _search_path() -> tuple[str, ...]:
+    from hetgen.platform.loader import default_search_path
+
+    return default_search_path(os.environ)
+
+
+def _pins(values: list[str]) -> dict[str, str]:
+    pins = {}
+    for value in values or ():
+        node, sep, target = value.partition("=")
+        if not sep or not node or not target:
+            raise HetgenError(f"--pin {value!r}: expected NODE=TARGET/PATH, e.g. --pin conv1=soc/vdevice0/npu0")
+        pins[node] = target
+    return pins
+
+
+def _compile_options(args, build: bool):
+    from hetgen.build import BuildOptions
+    from hetgen.pipeline import CompileOptions
+
+    sanitize = tuple(s for s in (args.sanitize or "").split(",") if s)
+    launcher = tuple(os.environ.get("HETGEN_LAUNCHER", "").split())
+    return CompileOptions(
+        out=Path(args.output) if args.output else None,
+        build=build,
+        placement=args.placement,
+        pins=_pins(args.pin),
+        search_path=_search_path(),
+        build_options=BuildOptions(sanitize=sanitize, launcher=launcher),
+    )
+
+
+def cmd_build(args, build: bool = True) -> int:
+    from hetgen.pipeline import compile_model
+
+    compiled = compile_model(args.platform, args.model, _compile_options(args, build))
+    manifest = json.loads((compiled.out_dir / "hetgen.json").read_text())
+    for target in manifest["targets"]:
+        print(
+            f"{target['path']}: {target['kernels']} kernels, {target['runtime']} runtime, arena {target['arena_size']} B "
+            f"(all intermediates {target['intermediate_bytes']} B, liveness bound {target['liveness_lower_bound']} B), "
+            f"weights {target['weights_bytes']} B"
+        )
+    verb = "built" if build else "generated"
+    print(f"{verb} {compiled.out_dir} ({len(compiled.changed)} files changed)")
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from hetgen.partition.explain import explain_dot, explain_json, explain_text
+    from hetgen.partition.search import place
+    from hetgen.pipeline import import_graph, resolve_platform
+
+    platform = resolve_platform(args.platform, _search_path())
+    graph = import_graph(args.model, {})
+    placement = place(graph, platform, mode=args.placement, pins=_pins(args.pin) or dict(platform.options.get("pins", {})))
+    if args.format == "json":
+        print(json.dumps(explain_json(placement, graph), indent=2))
+    elif args.format == "dot":
+        print(explain_dot(placement, graph))
+    else:
+        print(explain_text(placement, graph))
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from hetgen.runtime.verify import verify
+
+    errors = verify(Path(args.dir), seed=args.seed, rtol=args.rtol, atol=args.atol)
+    failed = 0
+    for error in errors:
+        status = "ok" if error.ok else "MISMATCH"
+        print(f"{error.name}: max abs error {error.max_abs:.3g}, max rel error {error.max_rel:.3g}  {status}")
+        failed += not error.ok
+    print(f"{len(errors) - failed} of {len(errors)} outputs match onnxruntime (rtol {args.rtol}, atol {args.atol})")
+    return 1 if failed else 0
+
+
+def cmd_bench(args) -> int:
+    from hetgen.runtime.bench import bench
+
+    result = bench(Path(args.dir), runs=args.runs)
+    print(f"hetgen      {result.hetgen_ms:9.3f} ms (median of {result.runs})")
+    print(f"onnxruntime {result.ort_ms:9.3f} ms (median of {result.runs}, 1 thread, optimisations off)")
+    print(f"ratio       {result.ratio:9.2f} x (hetgen / onnxruntime)")
+    try:
+        from hetgen.runtime.devices import device_report
+    except ImportError:
+        return 0
+    for line in device_report(Path(args.dir)):
+        print(line)
+    return 0
+
+
+def cmd_targets(args) -> int:
+    from hetgen.platform.loader import kinds_table
+
+    print(kinds_table(), end="")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from hetgen.platform.loader import canonical_yaml, load_platform
+
+    platform = load_platform(args.platform, _search_path())
+    print(canonical_yaml(platform), end="")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from hetgen.platform.loader import json_schema
+
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
+def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("platform", help="platform YAML file or tag (e.g. soc)")
+    parser.add_argument("model", help="ONNX model file")
+    parser.add_argument("--placement", choices=("cost", "greedy"), default="cost", help="placement search (default: cost)")
+    parser.add_argument("--pin", action="append", metavar="NODE=TARGET", help="force a node or pattern onto a target path")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="hetgen", description="Generate and build C for an ONNX model on a heterogeneous platform.")
+    sub = top.add_subparsers(dest="command", required=True)
+    for name, help_text in (("build", "generate and build (default)"), ("generate", "generate only")):
+        command = sub.add_parser(name, help=help_text)
+        _add_compile_arguments(command)
+        command.add_argument("-o", "--output", help="output folder (default: generated/<platform name>)")
+        command.add_argument("--sanitize", help="build with sanitizers, e.g. address,undefined")
+        command.add_argument("--no-build", action="store_true", help="generate only")
+    explain = sub.add_parser("explain", help="show where each part of the model goes and why")
+    _add_compile_arguments(explain)
+    explain.add_argument("--format", choices=("text", "json", "dot"), default="text")
+    verify = sub.add_parser("verify", help="compare a built project with onnxruntime")
+    verify.add_argument("dir")
+    verify.add_argument("--seed", type=int, default=0)
+    verify.add_argument("--rtol", type=float, default=1e-4)
+    verify.add_argument("--atol", type=float, default=1e-5)
+    bench = sub.add_parser("bench", help="latency beside onnxruntime")
+    bench.add_argument("dir")
+    bench.add_argument("--runs", type=int, default=20)
+    sub.add_parser("targets", help="list target kinds and their attributes")
+    check = sub.add_parser("check", help="validate a platform; print its canonical tree")
+    check.add_argument("platform")
+    sub.add_parser("schema", help="print the JSON Schema of platform files")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        argv.insert(0, "build")  # `hetgen PLATFORM MODEL` is `hetgen build PLATFORM MODEL`
+    args = parser().parse_args(argv)
+    handlers = {
+        "build": lambda a: cmd_build(a, build=not a.no_build),
+        "generate": lambda a: cmd_build(a, build=False),
+        "explain": cmd_explain,
+        "verify": cmd_verify,
+        "bench": cmd_bench,
+        "targets": cmd_targets,
+        "check": cmd_check,
+        "schema": cmd_schema,
+    }
+    try:
+        return handlers[args.command](args)
+    except HetgenError as error:
+        print(f"hetgen: error: {error}", file=sys.stderr)
+        return 1
+    except InternalError as error:
+        print(f"hetgen: {error}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # anything else is a bug; say so without a traceback unless asked
+        if os.environ.get("HETGEN_DEBUG"):
+            raise
+        print(f"hetgen: internal error (this is a hetgen bug; set HETGEN_DEBUG=1 for a traceback): {error.__class__.__name__}: {error}", file=sys.stderr)
+        return 3

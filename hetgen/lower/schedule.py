@@ -1,0 +1,218 @@
+"""Split a placed, ordered list of kernel units into per-controller step lists.
+
+Each controller sees its units as either local or belonging to one of its child devices.
+Consecutive units of one child form a *segment*: one sub-program of that child, preceded by
+copies of the tensors it needs that are not already there and followed by copies of the tensors
+it produced that something outside the child reads. Composite children (a co-processor with its
+own accelerators) are split again from their host's point of view, recursively.
+
+Steps here are symbolic (tensors named, not yet placed in memory); every write and read of a tensor
+on a target is recorded with its time (the unit index) so memory can be planned per target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hetgen.platform.model import Role, Target
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A tensor as held by one target's memory."""
+
+    target: str
+    tensor: str
+
+
+@dataclass(frozen=True)
+class SCall:
+    unit: int
+    args: tuple[Sym | None, ...]
+
+
+@dataclass(frozen=True)
+class SLoadWeight:  # accelerator: DMA one constant from its weight store into local memory
+    target: str
+    tensor: str
+
+
+@dataclass(frozen=True)
+class SCopyIn:
+    device: int
+    src: Sym
+    dst: Sym
+
+
+@dataclass(frozen=True)
+class SCopyOut:
+    device: int
+    src: Sym
+    dst: Sym
+
+
+@dataclass(frozen=True)
+class SInvoke:
+    device: int
+    program: int
+
+
+@dataclass(frozen=True)
+class SWait:
+    device: int
+
+
+@dataclass
+class Schedule:
+    """Mutable while being built; read by lowering once complete."""
+
+    entries: dict[str, list[list]] = field(default_factory=dict)  # target path -> entries of steps
+    devices: dict[str, list[str]] = field(default_factory=dict)  # controller path -> child paths
+    events: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # target -> tensor -> times
+    present: dict[str, set[str]] = field(default_factory=dict)  # target -> tensors held now
+
+    def touch(self, target: str, tensor: str, time: int) -> None:
+        self.events.setdefault(target, {}).setdefault(tensor, []).append(time)
+        self.present.setdefault(target, set()).add(tensor)
+
+
+@dataclass(frozen=True)
+class UnitInfo:
+    target: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def subtree_paths(target: Target) -> set[str]:
+    return {t.path_str for t in target.walk()}
+
+
+def child_devices(controller: Target, platform_root: Target) -> tuple[Target, ...]:
+    """The devices a controller drives: the root's devices, or its composite's devices."""
+    if controller.path == platform_root.path:
+        return platform_root.devices
+    for target in platform_root.walk():
+        if target.host is not None and target.host.path == controller.path:
+            return target.devices
+    return ()
+
+
+class Scheduler:
+    def __init__(self, units: list[UnitInfo], root: Target, constants: set[str], graph_outputs: set[str], graph_inputs: set[str]):
+        self.units = units
+        self.root = root
+        self.constants = constants
+        self.graph_outputs = graph_outputs
+        self.graph_inputs = graph_inputs
+        self.schedule = Schedule()
+        self.readers: dict[str, list[int]] = {}
+        for index, unit in enumerate(units):
+            for name in unit.inputs:
+                if name:
+                    self.readers.setdefault(name, []).append(index)
+
+    def run(self) -> Schedule:
+        root_path = self.root.path_str
+        for name in self.graph_inputs:
+            self.schedule.present.setdefault(root_path, set()).add(name)
+        entry = self.controller_entry(self.root, list(range(len(self.units))))
+        self.schedule.entries.setdefault(root_path, []).insert(0, entry)
+        return self.schedule
+
+    def _slot(self, unit_target: str, controller: Target, devices: tuple[Target, ...]) -> int:
+        if unit_target == controller.path_str:
+            return -1
+        for index, device in enumerate(devices):
+            if unit_target in subtree_paths(device):
+                return index
+        raise ValueError(f"{unit_target} is not reachable from {controller.path_str}")
+
+    def controller_entry(self, controller: Target, unit_indices: list[int]) -> list:
+        """The steps of `controller` running `unit_indices` (in order)."""
+        ctl = controller.path_str
+        devices = child_devices(controller, self.root)
+        self.schedule.devices[ctl] = [d.path_str for d in devices]
+        steps: list = []
+        segments: list[tuple[int, list[int]]] = []
+        for index in unit_indices:
+            slot = self._slot(self.units[index].target, controller, devices)
+            if segments and segments[-1][0] == slot:
+                segments[-1][1].append(index)
+            else:
+                segments.append((slot, [index]))
+        for slot, members in segments:
+            if slot < 0:
+                for index in members:
+                    steps.append(self.local_call(ctl, index))
+            else:
+                steps.extend(self.device_segment(controller, slot, devices[slot], members))
+        return steps
+
+    def local_call(self, target: str, index: int) -> SCall:
+        unit = self.units[index]
+        args = []
+        for name in unit.inputs:
+            if not name:
+                args.append(None)
+                continue
+            if name not in self.constants:
+                self.schedule.touch(target, name, index)
+            args.append(Sym(target, name))
+        for name in unit.outputs:
+            if name:
+                self.schedule.touch(target, name, index)
+            args.append(Sym(target, name) if name else None)
+        return SCall(index, tuple(args))
+
+    def device_segment(self, controller: Target, slot: int, device: Target, members: list[int]) -> list:
+        ctl = controller.path_str
+        start, end = members[0], members[-1]
+        inside = subtree_paths(device)
+        memory_target = device.host.path_str if device.role is Role.COMPOSITE else device.path_str
+        produced_here = {name for index in members for name in self.units[index].outputs if name}
+        needed = []
+        for index in members:
+            for name in self.units[index].inputs:
+                if name and name not in self.constants and name not in produced_here and name not in needed:
+                    if not any(name in self.schedule.present.get(path, set()) for path in inside):
+                        needed.append(name)
+        steps: list = []
+        for name in needed:
+            self.schedule.touch(ctl, name, start)
+            self.schedule.touch(memory_target, name, start)
+            steps.append(SCopyIn(slot, Sym(ctl, name), Sym(memory_target, name)))
+        if device.role is Role.COMPOSITE:
+            entry = self.controller_entry(device.host, members)
+        else:
+            entry = self.accelerator_entry(device, members)
+        programs = self.schedule.entries.setdefault(memory_target, [])
+        programs.append(entry)
+        steps += [SInvoke(slot, len(programs) - 1), SWait(slot)]
+        leaving = []
+        for name in sorted(produced_here, key=lambda n: (min(self.readers.get(n, [end + 1])), n)):
+            outside = any(self.units[r].target not in inside for r in self.readers.get(name, []) if r > end)
+            if name in self.graph_outputs or outside:
+                leaving.append(name)
+        for name in leaving:
+            self.schedule.touch(memory_target, name, end)
+            self.schedule.touch(ctl, name, end)
+            steps.append(SCopyOut(slot, Sym(memory_target, name), Sym(ctl, name)))
+        return steps
+
+    def accelerator_entry(self, device: Target, members: list[int]) -> list:
+        target = device.path_str
+        steps: list = []
+        loaded: set[str] = set()
+        for index in members:
+            for name in self.units[index].inputs:
+                if name in self.constants and name not in loaded:
+                    loaded.add(name)
+                    self.schedule.touch(target, name, members[0])
+                    steps.append(SLoadWeight(target, name))
+        for index in members:
+            call = self.local_call(target, index)
+            for name in self.units[index].inputs:
+                if name in self.constants:
+                    self.schedule.touch(target, name, index)
+            steps.append(call)
+        return steps

@@ -1,0 +1,52 @@
+"""`hetgen verify`: run seeded random inputs through the built library and through onnxruntime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hetgen.runtime.loader import load
+from hetgen.runtime.reference import ort_session, random_inputs
+
+MODEL_COPY = "model.onnx"
+
+
+@dataclass(frozen=True)
+class OutputError:
+    name: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+
+def compare(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> OutputError:
+    if got.shape != expected.shape:
+        return OutputError(name, float("inf"), float("inf"), False)
+    if got.dtype == np.bool_ or not np.issubdtype(got.dtype, np.number):
+        equal = bool(np.array_equal(got, expected))
+        return OutputError(name, 0.0 if equal else 1.0, 0.0 if equal else 1.0, equal)
+    a, b = got.astype(np.float64), expected.astype(np.float64)
+    both_nan = np.isnan(a) & np.isnan(b)
+    same_inf = np.isinf(a) & (a == b)
+    diff = np.where(both_nan | same_inf, 0.0, np.abs(a - b))
+    rel = diff / np.maximum(np.abs(b), 1e-30)
+    ok = bool(np.all(diff <= atol + rtol * np.abs(np.nan_to_num(b))))
+    return OutputError(name, float(diff.max(initial=0.0)), float(rel.max(initial=0.0)), ok)
+
+
+def verify(out_dir: Path, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, runs: int = 2) -> list[OutputError]:
+    model = load(out_dir)
+    session = ort_session((Path(out_dir) / MODEL_COPY).read_bytes())
+    errors: dict[str, OutputError] = {}
+    for run in range(runs):
+        feeds = random_inputs(model.inputs, seed + run)
+        got = model.run(feeds)
+        expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        for info in model.outputs:
+            error = compare(info.name, got[info.name], np.asarray(expected[info.name]), rtol, atol)
+            worst = errors.get(info.name)
+            if worst is None or error.max_abs > worst.max_abs or not error.ok:
+                errors[info.name] = error if (worst is None or worst.ok) else worst
+    return [errors[info.name] for info in model.outputs]
