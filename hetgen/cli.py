@@ -23,7 +23,7 @@ COMMANDS = ("build", "generate", "explain", "verify", "bench", "targets", "check
 
 
 def _search_path() -> tuple[str, ...]:
-    from hetgen.platform.loader import default_search_path
+    from hetgen.platform.search_path import default_search_path
 
     return default_search_path(os.environ)
 
@@ -117,14 +117,15 @@ def cmd_bench(args) -> int:
 
 
 def cmd_targets(args) -> int:
-    from hetgen.platform.loader import kinds_table
+    from hetgen.platform.describe import kinds_table
 
     print(kinds_table(), end="")
     return 0
 
 
 def cmd_check(args) -> int:
-    from hetgen.platform.loader import canonical_yaml, load_platform
+    from hetgen.platform.canonical import canonical_yaml
+    from hetgen.platform.loader import load_platform
 
     platform = load_platform(args.platform, _search_path())
     print(canonical_yaml(platform), end="")
@@ -132,7 +133,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from hetgen.platform.loader import json_schema
+    from hetgen.platform.json_schema import json_schema
 
     print(json.dumps(json_schema(), indent=2, sort_keys=True))
     return 0

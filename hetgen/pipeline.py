@@ -6,6 +6,7 @@ decides where files go. The CLI and `hetgen.compile` call it.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,8 @@ def import_graph(model: "str | Path | onnx.ModelProto", shapes: Mapping[str, tup
 def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOptions) -> Regenerate | None:
     if not isinstance(model, (str, Path)) or platform.file.startswith("<"):
         return None  # in-memory inputs cannot be re-read by ninja
-    command = [sys.executable, "-m", "hetgen", "generate", str(Path(platform.file).resolve()), str(Path(model).resolve()), "-o", str(out_dir.resolve())]
+    package_root = str(Path(__file__).resolve().parent.parent)
+    command = ["env", f"PYTHONPATH={package_root}", sys.executable, "-m", "hetgen", "generate", str(Path(platform.file).resolve()), str(Path(model).resolve()), "-o", str(out_dir.resolve())]
     command += ["--placement", options.placement]
     for node, target in sorted(options.pins.items()):
         command += ["--pin", f"{node}={target}"]
@@ -88,6 +90,9 @@ def compile_model(platform: "str | Path | Platform", model: "str | Path | onnx.M
     out_dir = Path(options.out) if options.out is not None else Path("generated") / resolved.name
     _, _, files = generate_files(resolved, graph, options, model, out_dir)
     changed = write_project(out_dir, files)
+    # build.ninja is always touched: ninja re-runs its regenerate rule until build.ninja is newer
+    # than the platform, model and templates, even when their change did not alter it.
+    os.utime(out_dir / "build.ninja")
     if options.build:
         run_ninja(out_dir)
     return Compiled(out_dir, resolved, graph, changed)

@@ -48,7 +48,8 @@ class Model:
             f"int {self.prefix}_init(void);"
             f"int {self.prefix}_run(const void *const *inputs, void *const *outputs, void *workspace);"
         )
-        self._lib = self._ffi.dlopen(str(_private_copy(library)))
+        self.library_copy = _private_copy(library)
+        self._lib = self._ffi.dlopen(str(self.library_copy))
         self._run = getattr(self._lib, f"{self.prefix}_run")
         status = getattr(self._lib, f"{self.prefix}_init")()
         if status != 0:

@@ -1,0 +1,46 @@
+"""Simulated device counters of a built project, beside the cost model's estimates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cffi
+
+from hetgen.runtime.loader import load
+
+
+def device_report(out_dir: Path, runs: int = 1) -> list[str]:
+    """Run the model `runs` times and report each simulated device's cycles and time per run."""
+    manifest = json.loads((out_dir / "hetgen.json").read_text())
+    simulated = [t for t in manifest["targets"] if t["role"] == "accelerator"]
+    if not simulated:
+        return []
+    model = load(out_dir)
+    ffi = cffi.FFI()
+    for target in simulated:
+        prefix = target["prefix"]
+        ffi.cdef(
+            f"uint64_t {prefix}_compute_cycles(void); uint64_t {prefix}_dma_cycles(void);"
+            f"uint64_t {prefix}_invocations(void); void {prefix}_reset_counters(void);"
+        )
+    library = ffi.dlopen(str(model.library_copy))
+    for target in simulated:
+        getattr(library, f"{target['prefix']}_reset_counters")()
+    from hetgen.runtime.reference import random_inputs
+
+    feeds = random_inputs(model.inputs, 0)
+    for _ in range(runs):
+        model.run(feeds)
+    lines = ["simulated devices (per run):"]
+    for target in simulated:
+        prefix = target["prefix"]
+        compute = getattr(library, f"{prefix}_compute_cycles")() / runs
+        dma = getattr(library, f"{prefix}_dma_cycles")() / runs
+        calls = getattr(library, f"{prefix}_invocations")() / runs
+        clock = target["clock_mhz"] or 1000.0
+        lines.append(
+            f"  {target['path']}: {compute:.0f} compute + {dma:.0f} DMA cycles = {(compute + dma) / clock:.1f} us "
+            f"at {clock:g} MHz over {calls:.0f} invocations; cost model estimate {target['estimated_us']:.1f} us"
+        )
+    return lines
