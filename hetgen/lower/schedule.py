@@ -131,7 +131,7 @@ class Scheduler:
         """The steps of `controller` running `unit_indices` (in order)."""
         ctl = controller.path_str
         devices = child_devices(controller, self.root)
-        self.schedule.devices[ctl] = [d.path_str for d in devices]
+        used = self.schedule.devices.setdefault(ctl, [])  # only devices that get work, in first-use order
         steps: list = []
         segments: list[tuple[int, list[int]]] = []
         for index in unit_indices:
@@ -145,7 +145,10 @@ class Scheduler:
                 for index in members:
                     steps.append(self.local_call(ctl, index))
             else:
-                steps.extend(self.device_segment(controller, slot, devices[slot], members))
+                device = devices[slot]
+                if device.path_str not in used:
+                    used.append(device.path_str)
+                steps.extend(self.device_segment(controller, used.index(device.path_str), device, members))
         return steps
 
     def local_call(self, target: str, index: int) -> SCall:

@@ -1,0 +1,198 @@
+"""End-to-end: platform + model → generated project → ninja → library, against onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import hetgen
+from hetgen.platform.loader import load_platform_text
+from hetgen.runtime.reference import ort_session
+from hetgen.runtime.verify import verify
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def residual_model(channels: int = 8, size: int = 16, kernel: int = 3, final: str = "LeakyRelu") -> onnx.ModelProto:
+    """Conv→Relu→Conv→Add(residual)→LeakyRelu: the heart of a ResNet block."""
+    rng = np.random.default_rng(1)
+    pad = kernel // 2
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((channels, 3, kernel, kernel)) * 0.3).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "b1"),
+        numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[pad] * 4, name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Add", ["c2", "r1"], ["a"], name="add"),
+        helper.make_node("LeakyRelu", ["a"], ["y"], alpha=0.1, name="leaky")
+        if final == "LeakyRelu"
+        else helper.make_node(final, ["a"], ["y"], name="final"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, size, size])],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "residual.onnx"
+    onnx.save(residual_model(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def big_model_file(tmp_path_factory) -> Path:
+    """Large enough that offloading the convolutions to the npu pays for the link."""
+    path = tmp_path_factory.mktemp("models") / "residual_big.onnx"
+    onnx.save(residual_model(channels=16, size=16, final="Relu"), path)
+    return path
+
+
+def reference(model_path: Path, feeds):
+    session = ort_session(model_path.read_bytes())
+    return session.run(None, feeds)
+
+
+def host_platform(runtime: str) -> str:
+    return f"name: host_{runtime}\ntarget: {{kind: native, runtime: {runtime}}}\n"
+
+
+@pytest.mark.parametrize("runtime", ["aot", "graph", "vm"])
+def test_every_runtime_matches_onnxruntime(tmp_path, model_file, runtime):
+    platform = load_platform_text(host_platform(runtime))
+    out = hetgen.compile(platform, model_file, out=tmp_path / "out")
+    model = hetgen.load(out)
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    got = model.run({"x": x})["y"]
+    np.testing.assert_allclose(got, reference(model_file, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    assert [t.name for t in model.inputs] == ["x"] and model.outputs[0].shape == (1, 8, 16, 16)
+
+
+def test_soc_runs_heterogeneous_program_in_one_process(tmp_path, big_model_file):
+    out = hetgen.compile("soc", big_model_file, out=tmp_path / "soc")
+    manifest = json.loads((out / "hetgen.json").read_text())
+    roles = {t["path"]: t["role"] for t in manifest["targets"]}
+    assert roles["soc"] == "root"
+    assert roles.get("soc/vdevice0/npu0") == "accelerator", "the npu should take the convolutions"
+    assert (out / "soc/vdevice0/npu0/model.c").is_file() and (out / "soc/model.c").is_file()
+    assert all(error.ok for error in verify(out))
+
+
+def test_second_run_leaves_ninja_nothing_to_do_and_edits_rebuild_one_kernel(tmp_path, model_file):
+    out = tmp_path / "inc"
+    platform = tmp_path / "host.yaml"
+    platform.write_text(host_platform("graph"))
+    hetgen.compile(platform, model_file, out=out)
+    ninja = [sys.executable, "-c", "import ninja, sys; sys.exit(ninja._program('ninja', sys.argv[1:]))", "-C", str(out), "-n", "-d", "explain"]
+    hetgen.compile(platform, model_file, out=out, build=False)
+    dry = subprocess.run(ninja, capture_output=True, text=True)
+    assert "no work to do" in dry.stdout, dry.stdout + dry.stderr
+    # Change one node's attribute: only its kernel (and the links) rebuild.
+    edited = onnx.load(model_file)
+    for node in edited.graph.node:
+        if node.name == "leaky":
+            node.attribute[0].f = 0.2
+    edited_path = tmp_path / "edited.onnx"
+    onnx.save(edited, edited_path)
+    hetgen.compile(platform, edited_path, out=out, build=False)
+    plan = subprocess.run(ninja[:-2], capture_output=True, text=True).stdout
+    compiled = " ".join(line for line in plan.splitlines() if "] CC " in line)
+    assert "add_add" in compiled, plan  # the Add kernel that absorbed the LeakyRelu
+    assert "conv" not in compiled and "weights" not in compiled, plan
+
+
+def test_generation_is_deterministic(tmp_path, model_file):
+    platform = load_platform_text(host_platform("vm"))
+    first = hetgen.compile(platform, model_file, out=tmp_path / "a", build=False)
+    second = hetgen.compile(platform, model_file, out=tmp_path / "b", build=False)
+    files_a = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(second) for p in second.rglob("*") if p.is_file())
+    assert files_a == files_b
+    for relative in files_a:
+        if relative.name in ("build.ninja", "compile_commands.json"):
+            continue  # they name the output folder
+        assert (first / relative).read_bytes() == (second / relative).read_bytes(), relative
+
+
+def test_sanitized_example_runs_clean(tmp_path, big_model_file):
+    out = tmp_path / "asan"
+    result = subprocess.run(
+        [sys.executable, "-m", "hetgen", "soc", str(big_model_file), "-o", str(out), "--sanitize", "address,undefined"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    run = subprocess.run([str(out / "bin/hg_soc_main")], capture_output=True, text=True)
+    assert run.returncode == 0 and "runtime error" not in run.stderr, run.stderr
+    assert "y: 16384 bytes" in run.stdout
+
+
+def test_example_main_reads_inputs_and_writes_outputs(tmp_path, model_file):
+    out = hetgen.compile(load_platform_text(host_platform("aot")), model_file, out=tmp_path / "c")
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    (tmp_path / "io").mkdir()
+    x.tofile(tmp_path / "io/input0.bin")
+    subprocess.run([str(out / "bin/hg_host_aot_main"), str(tmp_path / "io"), str(tmp_path / "io")], check=True)
+    y = np.fromfile(tmp_path / "io/output0.bin", dtype=np.float32).reshape(1, 8, 16, 16)
+    np.testing.assert_allclose(y, reference(model_file, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def run_cli(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "hetgen", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_unsupported_operator_is_one_message_and_writes_nothing(tmp_path):
+    nodes = [
+        helper.make_node("Det", ["x"], ["d"], name="det"),
+        helper.make_node("Frobnicate", ["d"], ["y"], name="frob", domain="com.example"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])]
+    )
+    path = tmp_path / "bad.onnx"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    onnx.save(model, path)
+    result = run_cli("host", str(path), "-o", str(tmp_path / "out"))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "Det" in result.stderr and "Frobnicate" in result.stderr  # both, in one message
+    assert not (tmp_path / "out").exists()
+
+
+def test_broken_model_file(tmp_path):
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"\x08\x07garbage")
+    result = run_cli("host", str(path), "-o", str(tmp_path / "out"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert str(path) in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_platform_names_what_exists(tmp_path, model_file):
+    result = run_cli("no_such_platform", str(model_file), "-o", str(tmp_path / "out"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "no_such_platform" in result.stderr
+
+
+def test_verify_cli_reports_errors_per_output(tmp_path, model_file):
+    out = tmp_path / "v"
+    assert run_cli("host", str(model_file), "-o", str(out)).returncode == 0
+    result = run_cli("verify", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "y: max abs error" in result.stdout and "1 of 1 outputs match" in result.stdout
