@@ -1,0 +1,62 @@
+"""The frontend stage: an ONNX model → the Graph IR (typed tensors, static shapes, folded constants).
+
+`import_model` is the entry point. Its passes, one module each, in order:
+
+- `load`: read and check the file (protobuf, onnx checker, opset 7..21, outputs, input types and
+  static input shapes, with `shapes=` to fix dynamic ones);
+- `convert`: onnx's whole-model shape inference, then the frontend's working graph;
+- `resolve` (with `normalize`, `evaluate`): node by node, rewrite old-opset forms into the newest
+  one (see `normalize` for the `_opset` convention lowerings follow), fold constant nodes, and type
+  what onnx left untyped;
+- `cleanup`: Identity/Dropout removal, dead nodes, unused training outputs;
+- `rewrite`: decomposed LayerNormalization and Gelu become the single operators;
+- `check`: every unsupported operator, untypable tensor, non-constant shape input and unsupported
+  element type, each kind reported in one message;
+- `work.to_graph`: unique C-identifier node names (`n{index}_{op}[_{onnx name}]`), the frozen Graph.
+
+`export_onnx` turns a Graph back into an ONNX model (tests compare both in onnxruntime).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from hetgen.frontend import check, cleanup, convert, load, resolve, rewrite
+from hetgen.frontend.export import export_onnx
+from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
+from hetgen.frontend.work import c_identifier, to_graph
+from hetgen.ir import Graph
+
+__all__ = ["MAX_OPSET", "MIN_OPSET", "export_onnx", "import_model", "import_onnx"]
+
+
+def import_model(
+    model: str | Path | onnx.ModelProto,
+    *,
+    name: str | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+) -> Graph:
+    """The Graph IR of an ONNX model (a path or a loaded ModelProto).
+
+    `name` names the graph (default: the model's graph name as a C identifier); `shapes` fixes the
+    dimensions of inputs, by input name, for models exported with dynamic ones. Raises ModelError
+    with one clear message for anything hetgen cannot compile.
+    """
+    proto, source = load.read_model(model)
+    load.check_model(proto, source)
+    prepared = load.prepare(proto, source, shapes)
+    work = convert.to_work(convert.infer_onnx_shapes(prepared), source, c_identifier(name, "model") if name else None)
+    resolve.resolve(work)
+    cleanup.remove_identities(work)
+    cleanup.remove_dead(work)
+    rewrite.rewrite_patterns(work)
+    cleanup.unfold_large_constants(work)
+    cleanup.trim_optional_outputs(work)
+    cleanup.remove_dead(work)
+    check.check(work)
+    return to_graph(work, work.name).verify()
+
+
+import_onnx = import_model

@@ -1,3 +1,16 @@
 """Registered compute operator modules (convolution, GEMM, pooling, normalisation)."""
 
-MODULES: tuple = ()
+from hetgen.ops import (
+    batchnorm,
+    conv,
+    conv_transpose,
+    gemm,
+    instancenorm,
+    layernorm,
+    lrn,
+    matmul,
+    pool,
+    softmax,
+)
+
+MODULES: tuple = (batchnorm, conv, conv_transpose, gemm, instancenorm, layernorm, lrn, matmul, pool, softmax)

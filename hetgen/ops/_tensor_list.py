@@ -1,5 +1,45 @@
 """Registered elementwise, reduction and data-movement operator modules."""
 
-from hetgen.ops import unary
+from hetgen.ops import (
+    argmax,
+    binary,
+    cast,
+    clip,
+    concat,
+    depth_to_space,
+    expand,
+    gather,
+    pad,
+    range,
+    reduce,
+    resize,
+    reshape,
+    shape,
+    slice,
+    split,
+    transpose,
+    unary,
+    where,
+)
 
-MODULES: tuple = (unary,)
+MODULES: tuple = (
+    unary,
+    binary,
+    where,
+    clip,
+    cast,
+    reduce,
+    argmax,
+    reshape,
+    transpose,
+    concat,
+    split,
+    slice,
+    expand,
+    depth_to_space,
+    gather,
+    pad,
+    resize,
+    shape,
+    range,
+)

@@ -1,27 +1,153 @@
-"""Elementwise unary operators: one template, the C expression chosen per operator."""
+"""Elementwise unary operators: one template, the C expression chosen per operator and dtype."""
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
 from hetgen.ir import DType
+from hetgen.ops._cexpr import INTEGER_DTYPES, UNSIGNED, libm, literal
+from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
-# op -> C expression of `x` (float32)
-FLOAT_EXPRESSIONS = {
-    "Relu": "x > 0.0f ? x : 0.0f",
+# Each builder returns the C expression of the result from the element variable `x`, the float
+# dtype `t` (float32 or float64) and the node (for attributes).
+FloatBuilder = Callable[[str, DType, OpInstance], str]
+
+
+def _f(t: DType, value: float) -> str:
+    return literal(value, t)
+
+
+def _softplus(x: str, t: DType) -> str:
+    # log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)
+    return f"({libm('fmax', t)}({x}, {_f(t, 0)}) + {libm('log1p', t)}({libm('exp', t)}(-{libm('fabs', t)}({x}))))"
+
+
+def _sigmoid(x: str, t: DType) -> str:
+    return f"({_f(t, 1)} / ({_f(t, 1)} + {libm('exp', t)}(-({x}))))"
+
+
+def _gelu(x: str, t: DType, op: OpInstance) -> str:
+    approximate = op.attr("approximate", "none")
+    if approximate == "tanh":
+        inner = f"{_f(t, math.sqrt(2 / math.pi))} * ({x} + {_f(t, 0.044715)} * {x} * {x} * {x})"
+        return f"{_f(t, 0.5)} * {x} * ({_f(t, 1)} + {libm('tanh', t)}({inner}))"
+    if approximate != "none":
+        raise Unsupported(f"Gelu approximate={approximate!r}; accepted: 'none', 'tanh'")
+    return f"{_f(t, 0.5)} * {x} * ({_f(t, 1)} + {libm('erf', t)}({x} * {_f(t, math.sqrt(0.5))}))"
+
+
+def _alpha(op: OpInstance, default: float) -> float:
+    return float(op.attr("alpha", default))
+
+
+def _libm_call(name: str) -> FloatBuilder:
+    return lambda x, t, op: f"{libm(name, t)}({x})"
+
+
+FLOAT_BUILDERS: dict[str, FloatBuilder] = {
+    "Relu": lambda x, t, op: f"{x} > {_f(t, 0)} ? {x} : {_f(t, 0)}",
+    "LeakyRelu": lambda x, t, op: f"{x} >= {_f(t, 0)} ? {x} : {x} * {_f(t, _alpha(op, 0.01))}",
+    "Elu": lambda x, t, op: f"{x} > {_f(t, 0)} ? {x} : {_f(t, _alpha(op, 1.0))} * {libm('expm1', t)}({x})",
+    "Selu": lambda x, t, op: (
+        f"{_f(t, float(op.attr('gamma', 1.05070102214813232421875)))} * ({x} > {_f(t, 0)} ? {x} : "
+        f"{_f(t, _alpha(op, 1.67326319217681884765625))} * {libm('expm1', t)}({x}))"
+    ),
+    "Celu": lambda x, t, op: (
+        f"{libm('fmax', t)}({_f(t, 0)}, {x}) + {libm('fmin', t)}({_f(t, 0)}, "
+        f"{_f(t, _alpha(op, 1.0))} * {libm('expm1', t)}({x} / {_f(t, _alpha(op, 1.0))}))"
+    ),
+    "Sigmoid": lambda x, t, op: _sigmoid(x, t),
+    "HardSigmoid": lambda x, t, op: (
+        f"{libm('fmax', t)}({_f(t, 0)}, {libm('fmin', t)}({_f(t, 1)}, "
+        f"{_f(t, _alpha(op, 0.2))} * {x} + {_f(t, float(op.attr('beta', 0.5)))}))"
+    ),
+    "HardSwish": lambda x, t, op: (
+        f"{x} * {libm('fmax', t)}({_f(t, 0)}, {libm('fmin', t)}({_f(t, 1)}, "
+        f"{_f(t, 1 / 6)} * {x} + {_f(t, 0.5)}))"
+    ),
+    "Tanh": _libm_call("tanh"),
+    "Softplus": lambda x, t, op: _softplus(x, t),
+    "Softsign": lambda x, t, op: f"{x} / ({_f(t, 1)} + {libm('fabs', t)}({x}))",
+    "Exp": _libm_call("exp"),
+    "Log": _libm_call("log"),
+    "Sqrt": _libm_call("sqrt"),
+    "Reciprocal": lambda x, t, op: f"{_f(t, 1)} / {x}",
+    "Neg": lambda x, t, op: f"-{x}",
+    "Abs": _libm_call("fabs"),
+    "Floor": _libm_call("floor"),
+    "Ceil": _libm_call("ceil"),
+    "Round": _libm_call("rint"),  # ties to even, as ONNX asks (default rounding mode)
+    "Erf": _libm_call("erf"),
+    "Sin": _libm_call("sin"),
+    "Cos": _libm_call("cos"),
+    "Tan": _libm_call("tan"),
+    "Asin": _libm_call("asin"),
+    "Acos": _libm_call("acos"),
+    "Atan": _libm_call("atan"),
+    "Sinh": _libm_call("sinh"),
+    "Cosh": _libm_call("cosh"),
+    "Asinh": _libm_call("asinh"),
+    "Acosh": _libm_call("acosh"),
+    "Atanh": _libm_call("atanh"),
+    "Sign": lambda x, t, op: f"{x} > {_f(t, 0)} ? {_f(t, 1)} : ({x} < {_f(t, 0)} ? {_f(t, -1)} : {x})",
+    "Gelu": _gelu,
+    "Mish": lambda x, t, op: f"{x} * {libm('tanh', t)}({_softplus(x, t)})",
+    "ThresholdedRelu": lambda x, t, op: f"{x} > {_f(t, _alpha(op, 1.0))} ? {x} : {_f(t, 0)}",
+    "Swish": lambda x, t, op: f"{x} * {_sigmoid(f'{_f(t, _alpha(op, 1.0))} * {x}', t)}",
+    "Shrink": lambda x, t, op: (
+        f"{x} < {_f(t, -float(op.attr('lambd', 0.5)))} ? {x} + {_f(t, float(op.attr('bias', 0.0)))} : "
+        f"({x} > {_f(t, float(op.attr('lambd', 0.5)))} ? {x} - {_f(t, float(op.attr('bias', 0.0)))} : {_f(t, 0)})"
+    ),
+    "IsNaN": lambda x, t, op: f"{x} != {x}",
+    "IsInf": lambda x, t, op: " || ".join(
+        [f"{x} == {_f(t, math.inf)}"] * bool(op.attr("detect_positive", 1))
+        + [f"{x} == {_f(t, -math.inf)}"] * bool(op.attr("detect_negative", 1))
+    )
+    or "0",
 }
 
 
+def _int_expression(name: str, x: str, t: DType) -> str | None:
+    unsigned = t is DType.UINT8
+    wrap_neg = f"({t.c_type})(0u - ({UNSIGNED[t]}){x})"  # -x modulo 2^n, as numpy
+    if name == "Neg":
+        return wrap_neg
+    if name == "Abs":
+        return x if unsigned else f"{x} < 0 ? {wrap_neg} : {x}"
+    if name == "Sign":
+        return f"({t.c_type})({x} > 0)" if unsigned else f"({t.c_type})(({x} > 0) - ({x} < 0))"
+    if name == "Relu":
+        return f"{x} > 0 ? {x} : 0"
+    if name == "BitwiseNot":
+        return f"({t.c_type})~{x}"
+    return None
+
+
 def lower(op: OpInstance) -> Kernel:
-    (x_type,) = op.input_types[:1]
-    if x_type.dtype is not DType.FLOAT32:
-        raise Unsupported(f"{op.node.op} on {x_type.dtype.label}; accepted: float32")
-    size = x_type.size
-    return Kernel(
-        template="kernels/unary.c.j2",
-        params={"expression": FLOAT_EXPRESSIONS[op.node.op], "size": size, "ctype": "float"},
-        flops=size,
-        bytes_accessed=2 * x_type.nbytes,
+    name = op.node.op
+    x_type = op.input_types[0]
+    out_type = op.output_types[0]
+    dtype = x_type.dtype
+    if name == "Not":
+        if dtype is not DType.BOOL:
+            raise Unsupported(f"Not on {dtype.label}; accepted: bool")
+        expression = "!x"
+    elif dtype.is_float and name in FLOAT_BUILDERS:
+        expression = FLOAT_BUILDERS[name]("x", dtype, op)
+    elif dtype in INTEGER_DTYPES and _int_expression(name, "x", dtype) is not None:
+        expression = _int_expression(name, "x", dtype)
+    else:
+        raise Unsupported(f"{name} on {dtype.label}; accepted: float32, float64")
+    return elementwise_kernel(
+        [Operand("x", 0, x_type)],
+        out_type,
+        expression,
+        out_arg=len(op.node.inputs),
+        flops_per_element=1,
     )
 
 
-DEFS = tuple(OpDef(op, lower) for op in sorted(FLOAT_EXPRESSIONS))
+_OPS = (*FLOAT_BUILDERS, "Not", "BitwiseNot")
+DEFS = tuple(OpDef(op, lower) for op in sorted(_OPS))

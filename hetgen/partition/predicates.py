@@ -9,8 +9,9 @@ is caught with a file position before any model is seen.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -209,7 +210,9 @@ def where_problems(pattern: Pattern) -> list[str]:
         message = entry[0](value)
         if message:
             problems.append(f"pattern '{pattern.label}': {message}")
-    if not (isinstance(pattern.efficiency, (int, float)) and 0 < pattern.efficiency and math.isfinite(pattern.efficiency)):
+    if not (
+        isinstance(pattern.efficiency, (int, float)) and 0 < pattern.efficiency and math.isfinite(pattern.efficiency)
+    ):
         problems.append(f"pattern '{pattern.label}': efficiency must be a positive number, not {pattern.efficiency!r}")
     return problems
 

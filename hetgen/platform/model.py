@@ -7,8 +7,43 @@ applied, figures computed from attributes) and immutable.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
+
+
+class FrozenMap(Mapping):
+    """A read-only, hashable mapping that keeps insertion order.
+
+    Frozen dataclasses holding plain dicts cannot be hashed, so a `Target` could not key a dict;
+    this keeps the tree a value. It compares equal to any mapping with the same items.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any] | Iterator[tuple[str, Any]] = ()):
+        object.__setattr__(self, "_items", dict(items))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self._items) == dict(other.items())
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._items!r})"
+
+    def __reduce__(self):
+        return (FrozenMap, (self._items,))
 
 
 class Role(enum.Enum):
@@ -42,6 +77,7 @@ class AttrSpec:
     required: bool = False
     doc: str = ""
     choices: tuple[Any, ...] = ()
+    minimum: float | None = None  # smallest accepted value for "int"/"float" attributes
 
 
 @dataclass(frozen=True)
@@ -94,8 +130,12 @@ class Kind:
     memory: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"local_bytes": "sram_kib * 1024"}
     patterns: tuple[Pattern, ...] = ()
     toolchain: Toolchain = Toolchain()
-    templates: str = ""  # folder of kernel templates overriding the defaults ("" = none)
-    source: SourcePos = SourcePos("<builtin>")
+    templates: str = ""  # absolute folder of kernel templates overriding the defaults ("" = none)
+    # Where a value was written is not part of what it is: a canonical re-load compares equal.
+    source: SourcePos = field(default=SourcePos("<builtin>"), compare=False)
+
+    def attribute(self, name: str) -> AttrSpec | None:
+        return next((spec for spec in self.attributes if spec.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -115,11 +155,11 @@ class Target:
     figures: CostFigures
     toolchain: Toolchain
     runtime: Runtime | None = None  # controllers only
-    host: "Target | None" = None  # COMPOSITE only: the co-processor that drives `devices`
-    devices: tuple["Target", ...] = ()
+    host: Target | None = None  # COMPOSITE only: the co-processor that drives `devices`
+    devices: tuple[Target, ...] = ()
     link: Link | None = None  # the link from the controlling parent to this target
     memory_bytes: int | None = None  # local memory capacity; None = unbounded (host DRAM)
-    source: SourcePos = SourcePos("<builtin>")
+    source: SourcePos = field(default=SourcePos("<builtin>"), compare=False)
 
     @property
     def path_str(self) -> str:
@@ -129,7 +169,7 @@ class Target:
     def role(self) -> Role:
         return self.kind.role
 
-    def walk(self) -> Iterator["Target"]:
+    def walk(self) -> Iterator[Target]:
         """This target and everything below it, parents before children, in declaration order."""
         yield self
         if self.host is not None:
@@ -137,7 +177,7 @@ class Target:
         for device in self.devices:
             yield from device.walk()
 
-    def controller(self) -> "Target":
+    def controller(self) -> Target:
         """The target whose runtime drives this one's children (self, or a composite's host)."""
         return self.host if self.host is not None else self
 
@@ -145,9 +185,10 @@ class Target:
 @dataclass(frozen=True)
 class Platform:
     name: str  # a valid C identifier and folder name
-    file: str  # where it was loaded from ("<string>" for text)
+    file: str = field(compare=False)  # where it was loaded from ("<string>" for text)
     root: Target
     options: Mapping[str, Any] = field(default_factory=dict)  # e.g. pins, weights placement
+    declared_kinds: tuple[Kind, ...] = ()  # kinds the platform file itself declares, resolved, in file order
 
     def targets(self) -> tuple[Target, ...]:
         return tuple(self.root.walk())
@@ -157,3 +198,29 @@ class Platform:
             if target.path_str == path:
                 return target
         raise KeyError(path)
+
+    def parent(self, target: Target) -> Target | None:
+        """The node whose `devices` (or, for a composite's co-processor, `host`) holds `target`."""
+        if len(target.path) < 2:
+            return None
+        return self.target("/".join(target.path[:-1]))
+
+    def driver(self, target: Target) -> Target | None:
+        """The controller whose runtime launches work on `target` (None for the root).
+
+        A device is driven by its parent's controller (the parent itself, or a composite's host);
+        a composite's host is driven by whoever drives the composite.
+        """
+        parent = self.parent(target)
+        if parent is None:
+            return None
+        if parent.host is not None and target.path == parent.host.path:
+            return self.driver(parent)
+        return parent.controller()
+
+    def kinds(self) -> tuple[Kind, ...]:
+        """The kinds the tree uses, each once, in walk order."""
+        seen: dict[str, Kind] = {}
+        for target in self.root.walk():
+            seen.setdefault(target.kind.name, target.kind)
+        return tuple(seen.values())

@@ -68,6 +68,8 @@ class Model:
         arrays = []
         for info in self.inputs:
             array = np.ascontiguousarray(feeds[info.name], dtype=info.dtype)
+            if array.shape != info.shape and array.size == int(np.prod(info.shape)):
+                array = array.reshape(info.shape)  # e.g. a (1,) array for a scalar input
             if array.shape != info.shape:
                 raise HetgenError(f"input {info.name!r} has shape {array.shape}; the model was built for {info.shape}")
             arrays.append(array)

@@ -9,4 +9,147 @@
 
 #define HG_UNUSED(x) ((void)(x))
 
+/* ---- hg_gemm.c: single-precision GEMM ------------------------------------------------------
+
+   C[m x n] (row-major, row stride ldc) = A[m x k] * B[k x n]   (or += when `accumulate`).
+   A and B are read through element strides (row stride, column stride), so transposed operands
+   need no copy: A[i][p] = a[i * a_rs + p * a_cs], B[p][j] = b[p * b_rs + j * b_cs].
+   `epilogue`, when not NULL, is called once for every finished block of C (all k summed), while
+   the block is still in cache: it applies bias and fused activations in place. `pack` is a
+   workspace of at least HG_SGEMM_PACK_BYTES(m, n, k) bytes. */
+
+/* Cache blocking: mirrored by hetgen/ops/_gemm_plan.py, which sizes the workspace. */
+#define HG_SGEMM_MC 144
+#define HG_SGEMM_KC 256
+#define HG_SGEMM_NC 2048
+#define HG_SGEMM_MAX_MR 16
+#define HG_SGEMM_MAX_NR 32
+
+#define HG_SGEMM_MIN_(x, y) ((x) < (y) ? (x) : (y))
+#define HG_SGEMM_PACK_BYTES(m, n, k)                                                               \
+    (4u * ((HG_SGEMM_MIN_((size_t)(m), (size_t)HG_SGEMM_MC) + HG_SGEMM_MAX_MR) *                   \
+               HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC) +                                   \
+           (HG_SGEMM_MIN_((size_t)(n), (size_t)HG_SGEMM_NC) + HG_SGEMM_MAX_NR) *                   \
+               HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC)) +                                  \
+     128u)
+
+typedef void (*hg_gemm_epilogue_fn)(float *c, size_t ldc, size_t row0, size_t col0, size_t rows,
+                                    size_t cols, const void *ctx);
+
+void hg_sgemm(size_t m, size_t n, size_t k, const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+              const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs, float *c, size_t ldc, int accumulate,
+              hg_gemm_epilogue_fn epilogue, const void *ctx, void *pack);
+
+/* ---- sliding-window geometry ------------------------------------------------------------- */
+
+/* The outputs o in [*lo, *hi) of [0, out) whose input position o * stride + offset lies in
+   [0, in): the part of a row that needs no padding check. */
+static inline void hg_valid_range(ptrdiff_t offset, ptrdiff_t stride, ptrdiff_t in, size_t out,
+                                  size_t *lo, size_t *hi)
+{
+    ptrdiff_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+    ptrdiff_t end = in - offset <= 0 ? 0 : (in - offset + stride - 1) / stride;
+    if (end > (ptrdiff_t)out)
+        end = (ptrdiff_t)out;
+    if (first > end)
+        first = end;
+    *lo = (size_t)first;
+    *hi = (size_t)end;
+}
+
+/* ---- vectorisable elementary functions ----------------------------------------------------
+   Plain C that gcc/clang auto-vectorise (no libm call per element). */
+
+static inline uint32_t hg_f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline float hg_f32_from_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* exp(x) within ~2 ulp for x in [-87.3, 88.7]; smaller x give ~1e-38 (not 0), larger x give
+   ~1.7e38 (not inf). Range reduction x = k ln2 + r with the round-to-nearest "magic number"
+   trick, so no float-to-int conversion (well defined for NaN too). */
+static inline float hg_expf(float x)
+{
+    x = x < -87.3f ? -87.3f : x;
+    x = x > 88.3f ? 88.3f : x;
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    const float kf = x * 1.44269504088896341f + magic;
+    const uint32_t ki = hg_f32_bits(kf) - hg_f32_bits(magic); /* k mod 2^32 */
+    const float k = kf - magic;
+    float r = x - k * 0.693145751953125f;
+    r = r - k * 1.42860682030941723212e-6f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * hg_f32_from_bits((ki + 127u) << 23);
+}
+
+/* ---- row reductions ------------------------------------------------------------------------
+   16 independent partial results let the compiler vectorise without reassociating floats. */
+
+static inline float hg_row_sum(const float *restrict x, size_t n)
+{
+    float part[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t q = 0; q < 16; ++q)
+            part[q] += x[i + q];
+    float sum = 0.0f;
+    for (size_t q = 0; q < 16; ++q)
+        sum += part[q];
+    for (; i < n; ++i)
+        sum += x[i];
+    return sum;
+}
+
+/* sum of (x[i] - mean)^2 */
+static inline float hg_row_sq_dev(const float *restrict x, size_t n, float mean)
+{
+    float part[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t q = 0; q < 16; ++q) {
+            const float d = x[i + q] - mean;
+            part[q] += d * d;
+        }
+    float sum = 0.0f;
+    for (size_t q = 0; q < 16; ++q)
+        sum += part[q];
+    for (; i < n; ++i) {
+        const float d = x[i] - mean;
+        sum += d * d;
+    }
+    return sum;
+}
+
+static inline float hg_row_max(const float *restrict x, size_t n)
+{
+    float part[16];
+    for (size_t q = 0; q < 16; ++q)
+        part[q] = -INFINITY;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t q = 0; q < 16; ++q)
+            part[q] = x[i + q] > part[q] ? x[i + q] : part[q];
+    float best = -INFINITY;
+    for (size_t q = 0; q < 16; ++q)
+        best = part[q] > best ? part[q] : best;
+    for (; i < n; ++i)
+        best = x[i] > best ? x[i] : best;
+    return best;
+}
+
 #endif /* HG_KERNELS_H */

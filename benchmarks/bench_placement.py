@@ -1,0 +1,59 @@
+"""How long placement takes on 5,000-node graphs.
+
+    python benchmarks/bench_placement.py            # residual CNN and transformer, two platforms
+    python benchmarks/bench_placement.py --nodes 20000
+
+Graphs and platforms come from tests/partition_fixtures.py (built directly, no ONNX or YAML), so
+this measures the partition stage alone: pattern matching, costing, the exact search, assembly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from partition_fixtures import flat, residual_net, soc, transformer  # noqa: E402
+
+from hetgen.partition import place  # noqa: E402
+from hetgen.platform.model import Link  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000, help="graph size (default 5000)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case; the best is reported")
+    args = parser.parse_args()
+    graphs = {
+        "resnet": residual_net(max(1, args.nodes // 5)),  # 5 nodes a block
+        "transformer": transformer(max(1, args.nodes // 21)),  # 21 nodes a layer
+    }
+    platforms = {
+        "soc (composite, 4 GB/s)": soc(),
+        "soc (composite, 40 GB/s)": soc(link_gbps=40.0, latency_us=1.0),
+        "flat (cpu+npu+dsp)": flat(npu_link=Link(8.0, 10.0)),
+    }
+    print(
+        f"{'graph':<12} {'nodes':>6}  {'platform':<26} {'mode':<6} {'seconds':>8} {'groups':>7} {'total us':>12} exact"
+    )
+    for graph_name, graph in graphs.items():
+        for platform_name, platform in platforms.items():
+            for mode in ("cost", "greedy"):
+                best = float("inf")
+                for _ in range(args.repeat):
+                    start = time.perf_counter()
+                    placement = place(graph, platform, mode=mode)
+                    best = min(best, time.perf_counter() - start)
+                print(
+                    f"{graph_name:<12} {len(graph.nodes):>6}  {platform_name:<26} {mode:<6} {best:>8.2f} "
+                    f"{len(placement.groups):>7} {placement.total_us:>12.1f} {placement.exact}"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""Read an ONNX model and check what hetgen needs before anything else looks at it.
+
+Every problem is a `ModelError` that names the file: a missing file, bytes that are not an ONNX
+protobuf, a model the onnx checker rejects, an opset outside 7..21, no outputs, inputs of an
+unsupported element type, inputs with dynamic dimensions (unless `shapes` fixes them).
+
+Initializers that are also listed as graph inputs (required before IR version 4, still allowed
+after) are treated as constants: hetgen compiles a model with its weights frozen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from onnx import helper
+
+from hetgen.errors import ModelError
+from hetgen.frontend.work import DEFAULT_DOMAINS
+from hetgen.ir import DType
+
+MIN_OPSET = 7
+# Opsets 7..21 are the tested range; newer opsets of the installed onnx are accepted too (the
+# operators hetgen supports changed only by gaining element types since 21).
+MAX_OPSET = max(21, onnx.defs.onnx_opset_version())
+
+Shapes = dict  # input name -> tuple of ints
+
+
+def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """The model proto and how messages name it (its path, or "model 'graph name'")."""
+    if isinstance(model, onnx.ModelProto):
+        return model, f"model '{model.graph.name or 'unnamed'}'"
+    path = Path(model)
+    if not path.exists():
+        raise ModelError(f"{path}: no such model file; give the path of an .onnx file")
+    if not path.is_file():
+        raise ModelError(f"{path}: is not a file; give the path of an .onnx file")
+    data = path.read_bytes()
+    try:
+        proto = onnx.ModelProto.FromString(data)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise ModelError(f"{path}: not an ONNX model (the protobuf does not parse: {exc})") from None
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise ModelError(f"{path}: not an ONNX model (no graph or no opset_import); was the file truncated?")
+    if any(
+        t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer
+    ):
+        onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+    return proto, str(path)
+
+
+def check_model(proto: onnx.ModelProto, source: str) -> None:
+    opset = next((o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS), None)
+    if opset is None:
+        raise ModelError(f"{source}: the model imports no default ('ai.onnx') opset")
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ModelError(
+            f"{source}: opset {opset} is not supported; hetgen accepts opsets {MIN_OPSET} to {MAX_OPSET} "
+            f"(convert with onnx.version_converter.convert_version(model, {MAX_OPSET}))"
+        )
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as exc:
+        message = str(exc).strip().replace("\n\n", "\n")
+        raise ModelError(f"{source}: the onnx checker rejects the model: {message}") from None
+    if not proto.graph.output:
+        raise ModelError(f"{source}: the graph has no outputs; there is nothing to compute")
+
+
+def prepare(proto: onnx.ModelProto, source: str, shapes: Shapes | None) -> onnx.ModelProto:
+    """A copy of the model with initializers removed from the inputs and static input shapes."""
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    graph = proto.graph
+    initializers = {t.name for t in graph.initializer}
+    real_inputs = [vi for vi in graph.input if vi.name not in initializers]
+    del graph.input[:]
+    graph.input.extend(real_inputs)
+    proto.ir_version = max(proto.ir_version, 4)  # initializers are constants from here on
+    if shapes:
+        _override_shapes(graph, source, dict(shapes), initializers)
+    _check_inputs(graph, source)
+    return proto
+
+
+def _override_shapes(graph: onnx.GraphProto, source: str, shapes: Shapes, initializers: set[str]) -> None:
+    inputs = {vi.name: vi for vi in graph.input}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            what = "a constant (initializer)" if name in initializers else "not a graph input"
+            accepted = ", ".join(repr(n) for n in inputs) or "none"
+            raise ModelError(f"{source}: shapes names {name!r}, which is {what}; graph inputs: {accepted}")
+        tensor = inputs[name].type.tensor_type
+        dims = tuple(int(d) for d in dims)
+        if tensor.HasField("shape") and len(tensor.shape.dim) != len(dims):
+            raise ModelError(
+                f"{source}: shapes gives input {name!r} rank {len(dims)} {dims}, but the model declares rank "
+                f"{len(tensor.shape.dim)}"
+            )
+        if any(d < 0 for d in dims):
+            raise ModelError(f"{source}: shapes gives input {name!r} a negative dimension {dims}")
+        tensor.shape.Clear()
+        tensor.shape.dim.extend(onnx.TensorShapeProto.Dimension(dim_value=d) for d in dims)
+    # Shapes recorded for the old input shapes would now contradict the new ones.
+    del graph.value_info[:]
+    for vi in graph.output:
+        vi.type.tensor_type.ClearField("shape")
+
+
+def _check_inputs(graph: onnx.GraphProto, source: str) -> None:
+    problems = []
+    for vi in graph.input:
+        if not vi.type.HasField("tensor_type"):
+            problems.append(f"input {vi.name!r} is not a tensor; hetgen accepts tensor inputs only")
+            continue
+        tensor = vi.type.tensor_type
+        if DType.from_onnx(tensor.elem_type) is None:
+            accepted = ", ".join(d.label for d in DType)
+            kind = helper.tensor_dtype_to_string(tensor.elem_type).removeprefix("TensorProto.").lower()
+            problems.append(f"input {vi.name!r} has element type {kind}; hetgen accepts {accepted}")
+        if not tensor.HasField("shape"):
+            problems.append(f"input {vi.name!r} has no shape; hetgen needs static shapes")
+            continue
+        for axis, dim in enumerate(tensor.shape.dim):
+            if dim.HasField("dim_value"):
+                continue
+            what = f"dynamic ({dim.dim_param!r})" if dim.dim_param else "unknown"
+            problems.append(f"input {vi.name!r} dimension {axis} is {what}; hetgen needs static shapes")
+    if not problems:
+        return
+    hint = ""
+    if any("static shapes" in p for p in problems):
+        example = ", ".join(f"{vi.name!r}: (...)" for vi in graph.input)
+        hint = f"\n  fix them with import_model(model, shapes={{{example}}})"
+    body = problems[0] if len(problems) == 1 else "\n  " + "\n  ".join(problems)
+    raise ModelError(f"{source}: {body}{hint}")

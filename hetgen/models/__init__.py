@@ -1,0 +1,41 @@
+"""Small ONNX models with seeded random weights, for tests, examples and benchmarks.
+
+Every builder takes `opset` (7..21; the transformer needs 9+) and `seed`, returns a checked
+`onnx.ModelProto`, and produces the same bytes for the same arguments. `BUILDERS` lists them by name.
+"""
+
+from __future__ import annotations
+
+from hetgen.models.cnn import alexnet, densenet, googlenet, inception, mobilenet_v2, resnet, shufflenet, squeezenet, vgg
+from hetgen.models.tiny import mlp, tiny_cnn
+from hetgen.models.transformer import transformer_encoder
+
+BUILDERS = {
+    "mlp": mlp,
+    "tiny_cnn": tiny_cnn,
+    "resnet": resnet,
+    "mobilenet_v2": mobilenet_v2,
+    "squeezenet": squeezenet,
+    "googlenet": googlenet,
+    "densenet": densenet,
+    "vgg": vgg,
+    "alexnet": alexnet,
+    "shufflenet": shufflenet,
+    "transformer_encoder": transformer_encoder,
+}
+
+__all__ = [
+    "BUILDERS",
+    "alexnet",
+    "densenet",
+    "googlenet",
+    "inception",
+    "mlp",
+    "mobilenet_v2",
+    "resnet",
+    "shufflenet",
+    "squeezenet",
+    "tiny_cnn",
+    "transformer_encoder",
+    "vgg",
+]

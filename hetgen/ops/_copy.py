@@ -1,0 +1,164 @@
+"""Strided copies, fills and constant data: the kernel behind every data-movement operator whose output is a fixed
+rearrangement of its inputs (Transpose, Concat, Split, Slice, Expand, Tile, DepthToSpace, Pad,
+Reshape and friends).
+
+A lowering describes each output region as a numpy *view* of an `element_view` of the source (so
+numpy's own slicing, transposing and broadcasting compute the strides); `copy_kernel` collapses
+each copy's dimensions, turns unit-stride rows into `memcpy` and fills into `memset` where it can,
+and fills the view-model of `copy.c.j2`. Elements move as unsigned integers of their size, so one
+kernel serves every dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from hetgen.ir import DType
+from hetgen.ops._cexpr import BITS_TYPE, literal
+from hetgen.ops._layout import collapse, contiguous_strides, index_expr, loops_for, view_strides
+from hetgen.ops.base import Kernel
+
+TEMPLATE = "kernels/copy.c.j2"
+
+
+@dataclass(frozen=True)
+class Copy:
+    """dst[dst_offset + i . dst_strides] = src[src_offset + i . src_strides] for i over extents."""
+
+    src_arg: int
+    dst_arg: int
+    extents: tuple[int, ...]
+    src_strides: tuple[int, ...]
+    dst_strides: tuple[int, ...]
+    src_offset: int = 0
+    dst_offset: int = 0
+
+
+@dataclass(frozen=True)
+class Fill:
+    """dst[dst_offset + i . dst_strides] = value for i over extents."""
+
+    dst_arg: int
+    extents: tuple[int, ...]
+    dst_strides: tuple[int, ...]
+    value: float | int
+    dtype: DType
+    dst_offset: int = 0
+
+
+@dataclass(frozen=True)
+class Data:
+    """dst[0:len(values)] = values, known at compile time (Shape, Size)."""
+
+    dst_arg: int
+    values: tuple
+    dtype: DType
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        return (len(self.values),)
+
+
+def copy_from_view(src_arg: int, dst_arg: int, view: np.ndarray, root: np.ndarray) -> Copy:
+    """Copy the `view` (of the source's `root` element view) into a contiguous destination."""
+    strides, offset = view_strides(view, root)
+    return Copy(src_arg, dst_arg, view.shape, strides, contiguous_strides(view.shape), src_offset=offset)
+
+
+def copy_into_view(src_arg: int, dst_arg: int, view: np.ndarray, root: np.ndarray) -> Copy:
+    """Copy a contiguous source into the `view` (of the destination's `root` element view)."""
+    strides, offset = view_strides(view, root)
+    return Copy(src_arg, dst_arg, view.shape, contiguous_strides(view.shape), strides, dst_offset=offset)
+
+
+def whole_copy(src_arg: int, dst_arg: int, size: int) -> Copy:
+    return Copy(src_arg, dst_arg, (size,), (1,), (1,))
+
+
+def _copy_block(copy: Copy, itemsize: int) -> dict | None:
+    if 0 in copy.extents:
+        return None
+    extents, (src, dst) = collapse(copy.extents, [copy.src_strides, copy.dst_strides])
+    block = {
+        "kind": "elements",
+        "src_arg": copy.src_arg,
+        "dst_arg": copy.dst_arg,
+        "src_offset": copy.src_offset,
+        "dst_offset": copy.dst_offset,
+        "ctype": BITS_TYPE[itemsize],
+    }
+    if extents and src[-1] == 1 and dst[-1] == 1:
+        loops = loops_for(extents[:-1])
+        block.update(
+            kind="rows",
+            loops=loops,
+            row_bytes=extents[-1] * itemsize,
+            src_index=index_expr(loops, src[:-1]),
+            dst_index=index_expr(loops, dst[:-1]),
+        )
+        return block
+    loops = loops_for(extents)
+    block.update(loops=loops, src_index=index_expr(loops, src), dst_index=index_expr(loops, dst))
+    return block
+
+
+def _fill_block(fill: Fill) -> dict | None:
+    if 0 in fill.extents:
+        return None
+    extents, (dst,) = collapse(fill.extents, [fill.dst_strides])
+    zero_bytes = not np.asarray(fill.value, dtype=fill.dtype.numpy).tobytes().strip(b"\0")
+    block = {"dst_arg": fill.dst_arg, "dst_offset": fill.dst_offset, "ctype": fill.dtype.c_type}
+    if zero_bytes and extents and dst[-1] == 1:
+        loops = loops_for(extents[:-1])
+        block.update(
+            kind="zero_rows",
+            loops=loops,
+            row_bytes=extents[-1] * fill.dtype.itemsize,
+            dst_index=index_expr(loops, dst[:-1]),
+        )
+        return block
+    loops = loops_for(extents)
+    block.update(kind="fill", loops=loops, dst_index=index_expr(loops, dst), value=literal(fill.value, fill.dtype))
+    return block
+
+
+def _data_block(data: Data) -> dict | None:
+    if not data.values:
+        return None
+    return {
+        "kind": "data",
+        "dst_arg": data.dst_arg,
+        "dst_offset": 0,
+        "ctype": data.dtype.c_type,
+        "loops": (),
+        "values": [literal(v, data.dtype) for v in data.values],
+    }
+
+
+def copy_kernel(
+    steps: Sequence[Copy | Fill | Data], itemsize: int, *, flops: int = 0, scratch_bytes: int = 0
+) -> Kernel:
+    """A kernel that runs `steps` (copies and fills, in order) over elements of `itemsize` bytes."""
+    blocks = []
+    moved = 0
+    for step in steps:
+        if isinstance(step, Data):
+            block = _data_block(step)
+        elif isinstance(step, Fill):
+            block = _fill_block(step)
+        else:
+            block = _copy_block(step, itemsize)
+        if block is not None:
+            blocks.append(block)
+            count = int(np.prod(step.extents))
+            moved += count * itemsize * (1 if isinstance(step, (Fill, Data)) else 2)
+    return Kernel(
+        template=TEMPLATE,
+        params={"blocks": blocks},
+        flops=flops,
+        bytes_accessed=moved,
+        scratch_bytes=scratch_bytes,
+    )

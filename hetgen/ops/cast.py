@@ -1,0 +1,36 @@
+"""Cast and CastLike between float32/float64/int64/int32/int8/uint8/bool.
+
+Float to integer truncates toward zero; NaN and out-of-range values give what numpy gives on x86
+(see hg_f2i32 in hg_tensor.h) instead of C's undefined behaviour. Anything to bool is `x != 0`.
+"""
+
+from __future__ import annotations
+
+from hetgen.ir import DType
+from hetgen.ops._elementwise import Operand, elementwise_kernel
+from hetgen.ops.base import Kernel, OpDef, OpInstance
+
+
+def cast_expression(x: str, src: DType, dst: DType) -> tuple[str, bool]:
+    """(C expression converting `x` from `src` to `dst`, uses hg_tensor.h)."""
+    if src is dst:
+        return x, False
+    if dst is DType.BOOL:
+        return f"({x} != 0)", False
+    if src.is_float and not dst.is_float:
+        if dst is DType.INT64:
+            return f"hg_f2i64({x})", True
+        return f"({dst.c_type})hg_f2i32({x})", True
+    return f"({dst.c_type}){x}", False
+
+
+def lower(op: OpInstance) -> Kernel:
+    x_type = op.input_types[0]
+    out_type = op.output_types[0]
+    expression, helpers = cast_expression("x", x_type.dtype, out_type.dtype)
+    return elementwise_kernel(
+        [Operand("x", 0, x_type)], out_type, expression, out_arg=len(op.node.inputs), helpers=helpers
+    )
+
+
+DEFS = (OpDef("Cast", lower), OpDef("CastLike", lower))

@@ -1,0 +1,85 @@
+"""Conv: 1-D, 2-D and 3-D convolution (NCHW), grouped and depthwise, with optional bias.
+
+Three strategies, chosen here so the template only lays out loops:
+- `direct` when each group has one input channel (depthwise): a direct loop, vectorised along the
+  output row, bias and activation applied while the row is in cache;
+- `pointwise` for 1x1 kernels with unit strides and no padding: the input already is the GEMM's
+  B matrix;
+- `im2col` otherwise: output rows are unfolded chunk by chunk into the scratch buffer (bounded, so
+  it stays in cache) and multiplied with the weights by `hg_sgemm`.
+Bias and fused activations run in the GEMM epilogue, on each finished block of the output.
+"""
+
+from __future__ import annotations
+
+from hetgen.ops import _gemm_plan
+from hetgen.ops._common import input_arg_count, require_float32, total_bytes
+from hetgen.ops._spatial import window
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+
+# Floats of unfolded input per chunk: big enough to amortise packing, small enough for L2.
+IM2COL_CHUNK_FLOATS = 256 * 1024
+
+
+def strategy(groups: int, cin_group: int, win) -> str:
+    if cin_group == 1 and groups > 1:
+        return "direct"
+    unit = win.kernel_size == 1 and set(win.strides) == {1} and not any(win.pads_begin + win.pads_end)
+    return "pointwise" if unit else "im2col"
+
+
+def lower(op: OpInstance) -> Kernel:
+    require_float32(op)
+    x_type, w_type = op.input_types[0], op.input_types[1]
+    y_type = op.output_types[0]
+    if x_type.rank < 3:
+        raise Unsupported(f"Conv on a rank-{x_type.rank} input; accepted: N x C x spatial (rank 3 to 5)")
+    batch, channels = x_type.shape[:2]
+    out_channels = w_type.shape[0]
+    groups = int(op.attr("group", 1))
+    if channels % groups or out_channels % groups or w_type.shape[1] * groups != channels:
+        raise Unsupported(f"Conv group={groups} does not divide {channels} input / {out_channels} output channels")
+    kernel = tuple(op.attr("kernel_shape") or w_type.shape[2:])
+    if kernel != tuple(w_type.shape[2:]):
+        raise Unsupported(f"Conv kernel_shape {kernel} differs from the weights' {w_type.shape[2:]}")
+    win = window(op, x_type.shape[2:], y_type.shape[2:], kernel)
+    cin_group, cout_group = channels // groups, out_channels // groups
+    variant = strategy(groups, cin_group, win)
+    k_dim = cin_group * win.kernel_size
+    out_rows = win.out_shape[0] * win.out_shape[1]
+    chunk_rows = max(1, min(out_rows, IM2COL_CHUNK_FLOATS // max(1, k_dim * win.out_shape[2])))
+    chunk_cols = chunk_rows * win.out_shape[2]
+    col_bytes = _gemm_plan.align(4 * k_dim * chunk_cols) if variant == "im2col" else 0
+    gemm_cols = chunk_cols if variant == "im2col" else win.out_size
+    pack = _gemm_plan.pack_bytes(cout_group, gemm_cols, k_dim) if variant != "direct" else 0
+    has_bias = op.has_input(2)
+    params = {
+        **win.view(),
+        "variant": variant,
+        "batch": batch,
+        "groups": groups,
+        "in_channels": channels,
+        "out_channels": out_channels,
+        "cin_group": cin_group,
+        "cout_group": cout_group,
+        "k_dim": k_dim,
+        "out_rows": out_rows,
+        "chunk_rows": chunk_rows,
+        "col_offset": 0,
+        "pack_offset": col_bytes,
+        "pack_bytes": pack,
+        "has_bias": has_bias,
+        "out_index": input_arg_count(op),
+        "epilogue": op.epilogue,
+    }
+    return Kernel(
+        template="kernels/conv.c.j2",
+        params=params,
+        scratch_bytes=col_bytes + pack,
+        flops=2 * batch * out_channels * win.out_size * k_dim,
+        bytes_accessed=total_bytes(*op.input_types, y_type),
+        helpers=() if variant == "direct" else (_gemm_plan.HELPER,),
+    )
+
+
+DEFS = (OpDef("Conv", lower, fusable_epilogue=True),)

@@ -1,0 +1,70 @@
+"""MatMul with numpy semantics: 1-D operands, broadcast batch dimensions.
+
+When B has no batch (the common activations x weights case), A's batch is folded into the rows
+of one large GEMM. Otherwise each output batch is one `hg_sgemm` call whose operand offsets come
+from per-dimension strides (0 along broadcast dimensions).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hetgen.ops import _gemm_plan
+from hetgen.ops._common import input_arg_count, require_float32, total_bytes
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+
+
+def batch_strides(batch: tuple[int, ...], out_batch: tuple[int, ...], matrix: int) -> tuple[int, ...]:
+    """Element strides of an operand's batch dimensions, aligned to `out_batch`; 0 where broadcast."""
+    padded = (1,) * (len(out_batch) - len(batch)) + batch
+    strides, step = [], matrix
+    for size in reversed(padded):
+        strides.append(step if size > 1 else 0)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def lower(op: OpInstance) -> Kernel:
+    require_float32(op)
+    a_shape, b_shape = op.input_types[0].shape, op.input_types[1].shape
+    if not a_shape or not b_shape:
+        raise Unsupported("MatMul on a scalar; accepted: operands of rank >= 1")
+    a_mat = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
+    b_mat = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
+    (m, k), (k_b, n) = a_mat, b_mat
+    if k != k_b:
+        raise Unsupported(f"MatMul inner dimensions differ: {a_shape} x {b_shape}")
+    a_batch, b_batch = tuple(a_shape[:-2]), tuple(b_shape[:-2])
+    try:
+        out_batch = tuple(np.broadcast_shapes(a_batch, b_batch))
+    except ValueError:
+        raise Unsupported(f"MatMul batch dimensions of {a_shape} and {b_shape} do not broadcast") from None
+    batches = math.prod(out_batch)
+    fold = math.prod(b_batch) == 1 and math.prod(a_batch) == batches
+    rows = m * batches if fold else m
+    params = {
+        "m": rows,
+        "n": n,
+        "k": k,
+        "batches": 1 if fold else batches,
+        "batch_dims": out_batch,
+        "a_strides": batch_strides(a_batch, out_batch, m * k),
+        "b_strides": batch_strides(b_batch, out_batch, k * n),
+        "c_stride": m * n,
+        "pack_bytes": _gemm_plan.pack_bytes(rows, n, k),
+        "out_index": input_arg_count(op),
+        "epilogue": op.epilogue,
+    }
+    return Kernel(
+        template="kernels/matmul.c.j2",
+        params=params,
+        scratch_bytes=params["pack_bytes"],
+        flops=2 * batches * m * n * k,
+        bytes_accessed=total_bytes(*op.input_types, *op.output_types),
+        helpers=(_gemm_plan.HELPER,),
+    )
+
+
+DEFS = (OpDef("MatMul", lower, fusable_epilogue=True),)

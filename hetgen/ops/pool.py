@@ -1,0 +1,96 @@
+"""MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool (1-D to 3-D, NCHW).
+
+The lowering tabulates, for every output index along each spatial dimension, where its window
+starts, which kernel taps fall inside the input, and how many taps count towards an average
+(count_include_pad, ceil_mode). The template's loops then need no bounds checks.
+"""
+
+from __future__ import annotations
+
+from hetgen.ir import DType
+from hetgen.ops._common import input_arg_count, present_outputs, require_float32, total_bytes
+from hetgen.ops._spatial import Window, window
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+
+# MaxPool also runs on bytes; the value a window starts from is the type's minimum.
+MAX_TYPES = {DType.FLOAT32: "-INFINITY", DType.INT8: "INT8_MIN", DType.UINT8: "0"}
+
+
+def axis_tables(win: Window, i: int, include_pad: bool) -> dict:
+    """Per-output-index window tables along spatial axis i (0: depth, 1: height, 2: width)."""
+    size, stride, dil, kernel = win.in_shape[i], win.strides[i], win.dilations[i], win.kernel[i]
+    low, high = (-win.pads_begin[i], size + win.pads_end[i]) if include_pad else (0, size)
+    starts, firsts, ends, counts = [], [], [], []
+    for o in range(win.out_shape[i]):
+        start = o * stride - win.pads_begin[i]
+        taps = [t for t in range(kernel) if 0 <= start + t * dil < size]
+        starts.append(start)
+        firsts.append(taps[0] if taps else 0)
+        ends.append(taps[-1] + 1 if taps else 0)
+        counts.append(sum(1 for t in range(kernel) if low <= start + t * dil < high))
+    return {"name": "dhw"[i], "start": starts, "first": firsts, "end": ends, "count": counts}
+
+
+def lower_window_pool(op: OpInstance) -> Kernel:
+    x_type, y_type = op.input_types[0], op.output_types[0]
+    is_max = op.node.op == "MaxPool"
+    if is_max and x_type.dtype not in MAX_TYPES:
+        raise Unsupported(f"MaxPool on {x_type.dtype.label}; accepted: float32, int8, uint8")
+    if not is_max:
+        require_float32(op)
+    if x_type.rank < 3:
+        raise Unsupported(f"{op.node.op} on a rank-{x_type.rank} input; accepted: N x C x spatial")
+    kernel = op.attr("kernel_shape")
+    if kernel is None:
+        raise Unsupported(f"{op.node.op} without kernel_shape")
+    win = window(op, x_type.shape[2:], y_type.shape[2:], tuple(kernel))
+    include_pad = bool(op.attr("count_include_pad", 0))
+    outputs = present_outputs(op)
+    with_indices = is_max and len(outputs) > 1 and outputs[1]
+    storage_order = int(op.attr("storage_order", 0))
+    params = {
+        **win.view(),
+        "axes": [axis_tables(win, i, include_pad) for i in range(3)],
+        "variant": "max" if is_max else "avg",
+        "planes": x_type.shape[0] * x_type.shape[1],
+        "ctype": x_type.dtype.c_type,
+        "init": MAX_TYPES.get(x_type.dtype, "0.0f"),
+        "with_indices": bool(with_indices),
+        "column_major": storage_order == 1,
+        "out_index": input_arg_count(op),
+    }
+    return Kernel(
+        template="kernels/pool.c.j2",
+        params=params,
+        flops=y_type.size * win.kernel_size,
+        bytes_accessed=total_bytes(x_type, *op.output_types),
+    )
+
+
+def lower_global_pool(op: OpInstance) -> Kernel:
+    require_float32(op)
+    x_type = op.input_types[0]
+    if x_type.rank < 2:
+        raise Unsupported(f"{op.node.op} on a rank-{x_type.rank} input; accepted: N x C x spatial")
+    planes = x_type.shape[0] * x_type.shape[1]
+    size = x_type.size // planes if planes else 0
+    params = {
+        "variant": "global_max" if op.node.op == "GlobalMaxPool" else "global_avg",
+        "planes": planes,
+        "plane_size": size,
+        "out_index": input_arg_count(op),
+    }
+    return Kernel(
+        template="kernels/pool.c.j2",
+        params=params,
+        flops=x_type.size,
+        bytes_accessed=total_bytes(x_type, *op.output_types),
+    )
+
+
+DEFS = (
+    OpDef("AveragePool", lower_window_pool),
+    OpDef("GlobalAveragePool", lower_global_pool),
+    OpDef("GlobalMaxPool", lower_global_pool),
+    OpDef("MaxPool", lower_window_pool),
+)

@@ -1,0 +1,47 @@
+"""Softmax and LogSoftmax.
+
+Opset >= 13: along one axis. Opset < 13: the input is coerced to 2-D at `axis` and normalised
+along the flattened trailing dimensions. The node does not carry the model's opset; the frontend
+attaches `_opset` to nodes whose semantics changed with it, and opset-13 semantics apply without.
+The view is (outer, length, inner): rows of `length` values `inner` apart.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hetgen.ops._common import input_arg_count, normalized_axis, require_float32, total_bytes
+from hetgen.ops.base import Kernel, OpDef, OpInstance
+
+AXIS_SEMANTICS_OPSET = 13
+
+
+def lower(op: OpInstance) -> Kernel:
+    require_float32(op)
+    shape = op.input_types[0].shape
+    opset = op.attr("_opset")
+    coerce_2d = opset is not None and int(opset) < AXIS_SEMANTICS_OPSET
+    rank = max(len(shape), 1)
+    axis = normalized_axis(op, int(op.attr("axis", 1 if coerce_2d else -1)), rank)
+    if coerce_2d:
+        outer, length, inner = math.prod(shape[:axis]), math.prod(shape[axis:]), 1
+    else:
+        outer, length, inner = math.prod(shape[:axis]), (shape[axis] if shape else 1), math.prod(shape[axis + 1 :])
+    size = outer * length * inner
+    params = {
+        "log": op.node.op == "LogSoftmax",
+        "outer": outer,
+        "length": length,
+        "inner": inner,
+        "out_index": input_arg_count(op),
+    }
+    return Kernel(
+        template="kernels/softmax.c.j2",
+        params=params,
+        scratch_bytes=0 if inner == 1 else 8 * inner,
+        flops=5 * size,
+        bytes_accessed=total_bytes(*op.input_types, *op.output_types),
+    )
+
+
+DEFS = (OpDef("LogSoftmax", lower), OpDef("Softmax", lower))

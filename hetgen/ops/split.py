@@ -1,0 +1,33 @@
+"""Split: each output is a slab of the input along `axis`.
+
+The slab sizes are read from the output types (static shapes), which the `split` input or
+attribute, or `num_outputs`, determined during shape inference.
+"""
+
+from __future__ import annotations
+
+from hetgen.ops._copy import copy_from_view, copy_kernel
+from hetgen.ops._layout import element_view, normalize_axis
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+
+
+def lower(op: OpInstance) -> Kernel:
+    x_type = op.input_types[0]
+    axis = normalize_axis(int(op.attr("axis", 0)), x_type.rank)
+    root = element_view(x_type.shape)
+    first_out = len(op.node.inputs)
+    copies = []
+    start = 0
+    for k, out_type in enumerate(op.output_types):
+        length = out_type.shape[axis]
+        view = root[(slice(None),) * axis + (slice(start, start + length),)]
+        if view.shape != out_type.shape:
+            raise Unsupported(f"Split output {k} of shape {out_type.shape} does not fit input {x_type.shape}")
+        copies.append(copy_from_view(0, first_out + k, view, root))
+        start += length
+    if start != x_type.shape[axis]:
+        raise Unsupported(f"Split outputs cover {start} of {x_type.shape[axis]} elements along axis {axis}")
+    return copy_kernel(copies, x_type.dtype.itemsize)
+
+
+DEFS = (OpDef("Split", lower, const_inputs=(1,)),)

@@ -1,0 +1,156 @@
+"""Turn the search's chosen candidates into a Placement: groups with their alternatives and reasons,
+the transfers the assignment implies, and the operators no accelerator could take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hetgen.partition.cost import format_bytes
+from hetgen.partition.pins import Pin
+from hetgen.partition.placement import Alternative, Group, Placement, Transfer
+from hetgen.partition.space import Candidate, SearchSpace
+
+EPSILON_US = 1e-9
+
+
+def assemble(
+    space: SearchSpace,
+    candidates: tuple[Candidate, ...],
+    chosen: Sequence[int],
+    *,
+    mode: str,
+    exact: bool,
+    pins: Mapping[int, Pin],
+) -> Placement:
+    by_id = {c.id: c for c in candidates}
+    picked = sorted((by_id[cid] for cid in chosen), key=lambda c: c.last)
+    loc_of_node = [0] * len(space.graph.nodes)
+    for c in picked:
+        for n in c.nodes:
+            loc_of_node[n] = c.loc
+    starts: dict[int, list[Candidate]] = {}
+    for c in candidates:
+        starts.setdefault(c.nodes[0], []).append(c)
+    unclaimed = unclaimed_nodes(space)
+    unclaimed_reason = dict(unclaimed)
+    groups = []
+    for k, c in enumerate(picked):
+        alternatives = _alternatives(space, c, starts, loc_of_node)
+        names = tuple(space.graph.nodes[n].name for n in c.nodes)
+        reason = _reason(space, c, mode, alternatives, pins, [unclaimed_reason.get(name) for name in names])
+        groups.append(Group(f"g{k}", space.paths[c.loc], names, c.label, c.compute_us, alternatives, reason))
+    transfers = tuple(
+        Transfer(space.tensor_names[t], space.paths[src], space.paths[dst], space.tensor_bytes[t], us)
+        for t in range(len(space.tensor_names))
+        for src, dst, us in space.tensor_transfers(t, loc_of_node)
+    )
+    total = float(sum(g.cost_us for g in groups) + sum(t.cost_us for t in transfers))
+    return Placement(tuple(groups), transfers, total, mode, unclaimed, exact)
+
+
+def _tilings(space: SearchSpace, c: Candidate, starts) -> dict[int, tuple[float, list[Candidate]]]:
+    """Per place, the cheapest way to run exactly `c`'s nodes there with other candidates."""
+    nodes = c.nodes
+    best: dict[int, tuple[float, list[Candidate]]] = {}
+    for loc in range(len(space.paths)):
+        table: list[tuple[float, list[Candidate]] | None] = [None] * (len(nodes) + 1)
+        table[0] = (0.0, [])
+        for k in range(len(nodes)):
+            if table[k] is None:
+                continue
+            for option in starts.get(nodes[k], ()):
+                end = k + len(option.nodes)
+                if option.loc != loc or option.id == c.id or option.nodes != nodes[k:end]:
+                    continue
+                cost = table[k][0] + option.compute_us
+                if table[end] is None or cost < table[end][0]:
+                    table[end] = (cost, [*table[k][1], option])
+        if table[-1] is not None:
+            best[loc] = table[-1]
+    return best
+
+
+def _local_transfers(space: SearchSpace, c: Candidate, loc_of_node) -> list[tuple[int, int, int, float]]:
+    return [
+        (t, src, dst, us)
+        for t in sorted({*c.inputs, *c.outputs})
+        for src, dst, us in space.tensor_transfers(t, loc_of_node)
+    ]
+
+
+def _alternatives(space: SearchSpace, c: Candidate, starts, loc_of_node: list[int]) -> tuple[Alternative, ...]:
+    old = _local_transfers(space, c, loc_of_node)
+    old_us = c.compute_us + sum(item[3] for item in old)
+    alternatives = []
+    for loc, (compute, tiles) in _tilings(space, c, starts).items():
+        for n in c.nodes:  # try it in place, then put it back: copying the map per option is quadratic
+            loc_of_node[n] = loc
+        new = _local_transfers(space, c, loc_of_node)
+        for n in c.nodes:
+            loc_of_node[n] = c.loc
+        new_us = compute + sum(item[3] for item in new)
+        why = _why(space, new_us - old_us, compute, c.compute_us, new, old)
+        label = "+".join(tile.label for tile in tiles)
+        alternatives.append(Alternative(space.paths[loc], label, new_us, new_us - old_us, why))
+    alternatives.sort(key=lambda a: (a.cost_us, a.target, a.label))
+    return tuple(alternatives)
+
+
+def _why(space: SearchSpace, delta: float, compute: float, chosen_compute: float, new, old) -> str:
+    """E.g. "+12.3 us: 0.8 MB over a 4 GB/s link; compute 3.1 us vs 5.0 us"."""
+    parts = []
+    extra = [item for item in new if item[:3] not in {o[:3] for o in old} and item[3] > 0]
+    saved = [item for item in old if item[:3] not in {n[:3] for n in new} and item[3] > 0]
+    if extra:
+        moved = sum(space.tensor_bytes[t] for t, _, _, _ in extra)
+        links = [link for _, src, dst, _ in extra for link in space.topology.route(space.paths[src], space.paths[dst])]
+        slowest = min(links, key=lambda link: link.bandwidth_gbps)
+        parts.append(f"{format_bytes(moved)} over a {slowest.bandwidth_gbps:g} GB/s link")
+    if saved:
+        parts.append(f"saves copying {format_bytes(sum(space.tensor_bytes[t] for t, _, _, _ in saved))}")
+    if abs(compute - chosen_compute) > EPSILON_US:
+        parts.append(f"compute {compute:.1f} us vs {chosen_compute:.1f} us")
+    return f"{delta:+.1f} us: {'; '.join(parts) or 'same cost'}"
+
+
+def _reason(space, c: Candidate, mode: str, alternatives, pins: Mapping[int, Pin], unclaimed) -> str:
+    pinned = sorted({pins[n].key for n in c.nodes if n in pins})
+    parts = []
+    if pinned:
+        parts.append(f"pinned by {', '.join(repr(key) for key in pinned)}")
+    if mode == "greedy":
+        if c.loc in space.accelerators:
+            parts.append("greedy: the largest match of the first accelerator claiming it")
+        else:
+            parts.append("greedy: no accelerator took it, so it falls back to a controller")
+    elif alternatives:
+        parts.append(f"least total latency of {len(alternatives) + 1} options")
+    else:
+        parts.append("the only target that can run it")
+    reasons = [r for r in dict.fromkeys(unclaimed) if r]
+    if reasons:
+        parts.append(f"no accelerator could take it: {'; '.join(reasons)}")
+    return "; ".join(parts)
+
+
+def unclaimed_nodes(space: SearchSpace) -> tuple[tuple[str, str], ...]:
+    """Operators no accelerator's pattern table claims, with each accelerator's reason."""
+    if not space.accelerators:
+        return ()
+    accelerator_paths = [space.paths[loc] for loc in space.accelerators]
+    claimed = {n for m in space.matches.matches if m.target in accelerator_paths for n in m.nodes}
+    refused: dict[tuple[int, str], list[str]] = {}
+    for r in space.matches.rejections:
+        for n in r.nodes:
+            refused.setdefault((n, r.target), []).append(f"[{r.label}] {r.reason}")
+    result = []
+    for n, node in enumerate(space.graph.nodes):
+        if n in claimed:
+            continue
+        reasons = []
+        for path in accelerator_paths:
+            why = refused.get((n, path)) or [f"no pattern matches {node.op} here"]
+            reasons.extend(f"{path}: {text}" for text in dict.fromkeys(why))
+        result.append((node.name, "; ".join(reasons)))
+    return tuple(result)

@@ -1,0 +1,168 @@
+"""The value the partition stage hands to lowering: which group of operators runs where, and why.
+
+Everything here is frozen and printable. `Placement.verify(graph)` is the cheap invariant check run
+between stages: a failure is a hetgen bug (InternalError), never the user's problem.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hetgen.errors import InternalError
+from hetgen.ir import Graph
+
+MODES = ("cost", "greedy")
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another way to run exactly a group's operators, everything else left as placed.
+
+    `cost_us` is the group's time on that target plus the transfers of the group's inputs and
+    outputs that this choice causes, so it compares directly with the chosen option's local cost;
+    `delta_us` is how much the whole placement's total would grow with it; `why` says what it costs.
+    """
+
+    target: str
+    label: str
+    cost_us: float
+    delta_us: float = 0.0
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Group:
+    """Operators that run together as one launch on one target (a matched pattern)."""
+
+    name: str
+    target: str  # target path, e.g. "soc/vdevice0/npu0"
+    nodes: tuple[str, ...]  # node names, in graph order
+    label: str  # the pattern label ("*" for a controller's any-operator fallback)
+    cost_us: float  # estimated time of the launch on its target
+    alternatives: tuple[Alternative, ...] = ()  # sorted by cost_us
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One copy of a tensor over the platform's links (a tensor moves once per destination)."""
+
+    tensor: str
+    src: str
+    dst: str
+    bytes: int
+    cost_us: float
+
+
+@dataclass(frozen=True)
+class Placement:
+    groups: tuple[Group, ...]  # in a valid execution order (each after everything it reads)
+    transfers: tuple[Transfer, ...]
+    total_us: float  # sum of group times and transfer times (one thing runs at a time)
+    mode: str  # "cost" or "greedy"
+    unclaimed: tuple[tuple[str, str], ...] = ()  # (node name, why no accelerator could take it)
+    exact: bool = True  # least total_us under the cost model: cost mode with no beam cut (greedy: False)
+    _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_node: dict[str, Group] = {}
+        for group in self.groups:
+            for node in group.nodes:
+                by_node.setdefault(node, group)
+        object.__setattr__(self, "_group_by_node", by_node)
+
+    def group_of(self, node_name: str) -> Group:
+        try:
+            return self._group_by_node[node_name]
+        except KeyError:
+            raise KeyError(f"node {node_name!r} is not in this placement") from None
+
+    def target_of(self, node_name: str) -> str:
+        return self.group_of(node_name).target
+
+    def targets(self) -> tuple[str, ...]:
+        """The target paths that run at least one group, in first-use order."""
+        return tuple(dict.fromkeys(group.target for group in self.groups))
+
+    def verify(self, graph: Graph) -> Placement:
+        """Check the invariants lowering relies on; raise InternalError (a hetgen bug) otherwise."""
+        if self.mode not in MODES:
+            raise InternalError(f"placement mode {self.mode!r} is not one of {MODES}")
+        order = {node.name: index for index, node in enumerate(graph.nodes)}
+        seen: dict[str, str] = {}
+        for group in self.groups:
+            if not group.nodes:
+                raise InternalError(f"group {group.name} is empty")
+            for name in group.nodes:
+                if name not in order:
+                    raise InternalError(f"group {group.name} places unknown node {name!r}")
+                if name in seen:
+                    raise InternalError(f"node {name!r} is placed twice ({seen[name]} and {group.name})")
+                seen[name] = group.name
+            if [order[name] for name in group.nodes] != sorted(order[name] for name in group.nodes):
+                raise InternalError(f"group {group.name} lists its nodes out of graph order")
+        missing = [node.name for node in graph.nodes if node.name not in seen]
+        if missing:
+            raise InternalError(f"nodes left unplaced: {', '.join(missing[:10])}")
+        _check_acyclic(self.groups, graph)
+        expected = sum(g.cost_us for g in self.groups) + sum(t.cost_us for t in self.transfers)
+        if not math.isclose(expected, self.total_us, rel_tol=1e-9, abs_tol=1e-6):
+            raise InternalError(f"placement total {self.total_us} us is not the sum of its parts ({expected} us)")
+        return self
+
+
+def _check_acyclic(groups: tuple[Group, ...], graph: Graph) -> None:
+    """Groups must form a DAG, and must run in the listed order.
+
+    An acyclic group graph implies every group is convex: a path that leaves a group and re-enters
+    it would be a cycle through the groups it passes.
+    """
+    group_of = {name: index for index, group in enumerate(groups) for name in group.nodes}
+    producer = {out: group_of[node.name] for node in graph.nodes for out in node.outputs if out}
+    for node in graph.nodes:
+        reader = group_of[node.name]
+        for tensor in node.inputs:
+            writer = producer.get(tensor)
+            if writer is None or writer == reader:
+                continue
+            if writer > reader:
+                cycle = _find_cycle(groups, graph, group_of, producer)
+                if cycle:
+                    path = " -> ".join(groups[i].name for i in cycle)
+                    raise InternalError(f"groups are not convex: a path leaves and re-enters a group ({path})")
+                raise InternalError(
+                    f"group {groups[reader].name} is listed before group {groups[writer].name}, which it reads"
+                )
+
+
+def _find_cycle(groups, graph, group_of, producer) -> list[int]:
+    edges: dict[int, set[int]] = {index: set() for index in range(len(groups))}
+    for node in graph.nodes:
+        reader = group_of[node.name]
+        for tensor in node.inputs:
+            writer = producer.get(tensor)
+            if writer is not None and writer != reader:
+                edges[writer].add(reader)
+    state = dict.fromkeys(edges, 0)  # 0 new, 1 on the stack, 2 done
+    for root in edges:
+        if state[root]:
+            continue
+        stack = [(root, iter(sorted(edges[root])))]
+        path = [root]
+        state[root] = 1
+        while stack:
+            current, successors = stack[-1]
+            step = next(successors, None)
+            if step is None:
+                state[current] = 2
+                stack.pop()
+                path.pop()
+            elif state[step] == 1:
+                return path[path.index(step) :] + [step]
+            elif state[step] == 0:
+                state[step] = 1
+                stack.append((step, iter(sorted(edges[step]))))
+                path.append(step)
+    return []

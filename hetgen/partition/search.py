@@ -1,0 +1,87 @@
+"""The placement search: `place(graph, platform) -> Placement`.
+
+cost mode (Collage-style) finds the placement of least estimated total latency, exactly under the
+cost model, by dynamic programming over the graph's topological order (`hetgen.partition.exact`);
+a beam (`max_states`) bounds pathological widths and is reported as `Placement.exact = False`.
+
+greedy mode is BYOC-style: in topological order, the largest match on the first accelerator that
+claims a node wins; everything else falls back to the root controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from hetgen.errors import PlacementError
+from hetgen.ir import Graph
+from hetgen.partition.assemble import assemble
+from hetgen.partition.cost import Calibration, calibrate
+from hetgen.partition.exact import ExactSearch
+from hetgen.partition.pins import resolve_pins, restrict
+from hetgen.partition.placement import MODES, Placement
+from hetgen.partition.space import Candidate, SearchSpace
+from hetgen.platform.model import Platform
+
+DEFAULT_MAX_STATES = 2048
+
+
+def place(
+    graph: Graph,
+    platform: Platform,
+    *,
+    mode: str = "cost",
+    pins: Mapping[str, str] = MappingProxyType({}),
+    calibration: Calibration | Mapping[str, float] | None = None,
+    max_states: int = DEFAULT_MAX_STATES,
+) -> Placement:
+    """Place every operator of `graph` on a target of `platform`.
+
+    `pins` maps a node name, an ONNX node name or a pattern label to a target path; the platform's
+    own `options["pins"]` apply first. `calibration` scales group times per kind or target path.
+    """
+    if mode not in MODES:
+        raise PlacementError(f"unknown placement mode {mode!r}; accepted: {', '.join(MODES)}")
+    if not isinstance(calibration, Calibration):
+        calibration = calibrate(calibration or {})
+    space = SearchSpace(graph, platform, calibration)
+    platform_pins = platform.options.get("pins") if isinstance(platform.options, Mapping) else None
+    pinned = resolve_pins(space, {**(platform_pins or {}), **pins})
+    candidates = restrict(space, pinned)
+    if mode == "cost":
+        chosen, exact = ExactSearch(space, candidates).run(max_states)
+    else:
+        chosen, exact = search_greedy(space, candidates), False
+    return assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned).verify(graph)
+
+
+def search_greedy(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[int]:
+    starts = _starts(space, candidates)
+    accelerators = set(space.accelerators)
+    taken = [False] * len(space.graph.nodes)
+    chosen = []
+    for i in range(len(taken)):
+        if taken[i]:
+            continue
+        free = [c for c in starts[i] if not any(taken[n] for n in c.nodes)]
+        options = (
+            [c for c in free if c.loc in accelerators]
+            or [c for c in free if c.loc == space.root]
+            or [c for c in free if c.loc in space.controllers]
+            or free
+        )
+        if not options:
+            node = space.graph.nodes[i]
+            raise PlacementError(f"greedy placement cannot place {node.label}: its pins leave no free group")
+        best = max(options, key=lambda c: len(c.nodes))  # ties: the first target in platform order
+        for n in best.nodes:
+            taken[n] = True
+        chosen.append(best.id)
+    return chosen
+
+
+def _starts(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[list[Candidate]]:
+    starts: list[list[Candidate]] = [[] for _ in space.graph.nodes]
+    for candidate in candidates:
+        starts[candidate.nodes[0]].append(candidate)
+    return starts

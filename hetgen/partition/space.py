@@ -1,0 +1,126 @@
+"""The search space: the graph, the platform's places and links, and every candidate group, indexed
+by integers so the search's inner loop touches only lists and tuples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetgen.ir import Graph
+from hetgen.partition.cost import Calibration, Topology, WorkEstimator, group_work, kernel_us
+from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
+from hetgen.platform.model import Platform, Role, Target
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A match with its cost and its boundary, in search-space indices."""
+
+    id: int
+    loc: int  # index into SearchSpace.targets
+    label: str
+    nodes: tuple[int, ...]  # node indices, graph order; the group executes at the last one
+    compute_us: float
+    inputs: tuple[int, ...]  # tensor ids read from outside the group (constants excluded)
+    outputs: tuple[int, ...]  # tensor ids the group writes that are read later or are graph outputs
+
+    @property
+    def last(self) -> int:
+        return self.nodes[-1]
+
+
+class SearchSpace:
+    def __init__(self, graph: Graph, platform: Platform, calibration: Calibration):
+        self.graph = graph
+        self.platform = platform
+        self.topology = Topology(platform)
+        self.targets: tuple[Target, ...] = runnable_targets(platform)
+        self.paths = tuple(target.path_str for target in self.targets)
+        self.loc_of_path = {path: loc for loc, path in enumerate(self.paths)}
+        self.root = self.loc_of_path[self.topology.root.path_str]
+        self.controllers = tuple(i for i, t in enumerate(self.targets) if t.role is Role.CONTROLLER)
+        self.accelerators = tuple(i for i, t in enumerate(self.targets) if t.role is Role.ACCELERATOR)
+        self.node_index = {node.name: i for i, node in enumerate(graph.nodes)}
+        self._index_tensors()
+        self._index_links()
+        self.matches: Matches = match_patterns(graph, platform)
+        self.candidates = self._candidates(calibration)
+
+    def _index_tensors(self) -> None:
+        graph = self.graph
+        names = [n for n in graph.inputs if not graph.is_constant(n)]
+        names += [out for node in graph.nodes for out in node.outputs if out]
+        self.tensor_id = {name: tid for tid, name in enumerate(dict.fromkeys(names))}
+        self.tensor_names = tuple(self.tensor_id)
+        self.tensor_bytes = tuple(graph.types[name].nbytes for name in self.tensor_names)
+        self.producer = [-1] * len(self.tensor_names)
+        readers: list[set[int]] = [set() for _ in self.tensor_names]
+        for index, node in enumerate(graph.nodes):
+            for name in node.outputs:
+                if name:
+                    self.producer[self.tensor_id[name]] = index
+            for name in node.inputs:
+                tid = self.tensor_id.get(name) if name else None
+                if tid is not None:
+                    readers[tid].add(index)
+        self.consumers = tuple(tuple(sorted(r)) for r in readers)
+        self.graph_outputs = frozenset(self.tensor_id[n] for n in graph.outputs if n in self.tensor_id)
+        self.graph_inputs = tuple(
+            self.tensor_id[n] for n in graph.inputs if n in self.tensor_id and self.producer[self.tensor_id[n]] < 0
+        )
+
+    def _index_links(self) -> None:
+        count = len(self.paths)
+        self.latency = [[0.0] * count for _ in range(count)]
+        self.us_per_byte = [[0.0] * count for _ in range(count)]  # summed over the links
+        for a in range(count):
+            for b in range(count):
+                route = self.topology.route(self.paths[a], self.paths[b])
+                self.latency[a][b] = sum(link.latency_us for link in route)
+                self.us_per_byte[a][b] = sum(1.0 / (link.bandwidth_gbps * 1e3) for link in route)
+
+    def transfer_us(self, src: int, dst: int, tid: int) -> float:
+        if src == dst:
+            return 0.0
+        return self.latency[src][dst] + self.tensor_bytes[tid] * self.us_per_byte[src][dst]
+
+    def _candidates(self, calibration: Calibration) -> tuple[Candidate, ...]:
+        estimator = WorkEstimator(self.graph)
+        nodes = self.graph.nodes
+        candidates = []
+        for match in self.matches.matches:
+            loc = self.loc_of_path[match.target]
+            target = self.targets[loc]
+            work = group_work(estimator, (nodes[i] for i in match.nodes))
+            compute = kernel_us(target.figures, work, match.efficiency, calibration.scale_for(target))
+            inputs, outputs = self._boundary(match.nodes)
+            candidates.append(Candidate(len(candidates), loc, match.label, match.nodes, compute, inputs, outputs))
+        return tuple(candidates)
+
+    def _boundary(self, members: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        nodes = self.graph.nodes
+        inside = set(members)
+        inputs: set[int] = set()
+        for i in members:
+            for name in nodes[i].inputs:
+                tid = self.tensor_id.get(name) if name else None
+                if tid is not None and self.producer[tid] not in inside:
+                    inputs.add(tid)
+        outputs = {
+            self.tensor_id[name]
+            for name in nodes[members[-1]].outputs
+            if name and (self.consumers[self.tensor_id[name]] or self.tensor_id[name] in self.graph_outputs)
+        }
+        return tuple(sorted(inputs)), tuple(sorted(outputs))
+
+    def tensor_home(self, tid: int, loc_of_node) -> int:
+        producer = self.producer[tid]
+        return self.root if producer < 0 else loc_of_node[producer]
+
+    def tensor_transfers(self, tid: int, loc_of_node) -> list[tuple[int, int, float]]:
+        """(src, dst, us) for each copy of a tensor a complete assignment of nodes implies."""
+        src = self.tensor_home(tid, loc_of_node)
+        destinations = {loc_of_node[c] for c in self.consumers[tid]}
+        if tid in self.graph_outputs:
+            destinations.add(self.root)
+        return [(src, dst, self.transfer_us(src, dst, tid)) for dst in sorted(destinations) if dst != src]

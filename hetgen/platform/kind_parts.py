@@ -1,0 +1,326 @@
+"""Reading one `kinds:` block (a built-in kind file or a platform file's) into unmerged drafts.
+
+A draft holds exactly what its YAML said; `kinds.py` merges it onto the kind it refines. Keeping
+the two apart lets a child override one field of an inherited attribute (`sram_kib: {default: 1024}`)
+without repeating the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetgen.platform.model import FrozenMap, Pattern, PatternStep, Role, SourcePos
+from hetgen.platform.schema import (
+    ATTRIBUTE_TYPES,
+    Problems,
+    check_keys,
+    close_match,
+    expect_map,
+    expect_seq,
+    listing,
+    read_bool,
+    read_number,
+    read_str,
+    read_str_list,
+)
+from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
+
+KIND_KEYS = ("role", "refines", "doc", "attributes", "figures", "memory", "toolchain", "templates", "patterns")
+LEGACY_KIND_KEYS = {"extends": "refines"}  # one spelling for one idea; `extends` gets pointed here
+ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
+FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
+MEMORY_KEYS = ("local_bytes",)
+TOOLCHAIN_KEYS = ("cc", "cflags", "ldflags", "ar", "launcher", "triple", "emulator")
+TOOLCHAIN_LISTS = ("cflags", "ldflags", "launcher", "emulator")
+PATTERN_KEYS = ("label", "chain", "where", "efficiency")
+# The keys a target node gives itself; attributes sit beside them, so no attribute may use one.
+NODE_KEYS = ("kind", "runtime", "devices", "host", "link", "toolchain", "figures")
+ROLES = tuple(role.value for role in Role)
+
+_KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
+_OP_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+@dataclass
+class AttrDraft:
+    """The fields one kind file gives for one attribute; `type` may be inherited."""
+
+    pos: SourcePos
+    fields: dict[str, Any] = field(default_factory=dict)  # `default` and `choices` stay YAML nodes
+    positions: dict[str, SourcePos] = field(default_factory=dict)
+
+
+@dataclass
+class KindDraft:
+    name: str
+    pos: SourcePos
+    builtin: bool
+    role: Role | None = None
+    parent: str | None = None
+    doc: str | None = None
+    attributes: dict[str, AttrDraft] = field(default_factory=dict)
+    figures: dict[str, float | str] = field(default_factory=dict)
+    memory: dict[str, float | str | None] = field(default_factory=dict)
+    toolchain: dict[str, Any] = field(default_factory=dict)
+    templates: str | None = None
+    patterns: list[Pattern] = field(default_factory=list)
+    key_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each key was written
+    formula_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each figure/memory value was
+
+
+def parse_kind_block(node: YNode, problems: Problems, templates_base: Path, builtin: bool) -> dict[str, KindDraft]:
+    """Drafts for every kind in a `kinds:` mapping, in file order."""
+    block = expect_map(node, "'kinds'", problems, node.pos)
+    drafts: dict[str, KindDraft] = {}
+    for key, value in block.entries if block else ():
+        if not _KIND_NAME.match(key.value):
+            problems.add(key.pos, f"kind name '{key.value}' must start with a letter and use letters, digits, '_', '-'")
+            continue
+        draft = _parse_kind(key, value, problems, templates_base, builtin)
+        if draft is not None:
+            drafts[key.value] = draft
+    return drafts
+
+
+def _parse_kind(key: YScalar, node: YNode, problems: Problems, base: Path, builtin: bool) -> KindDraft | None:
+    what = f"kind '{key.value}'"
+    body = expect_map(node, what, problems, key.pos)
+    if body is None:
+        return None
+    check_keys(body, KIND_KEYS, what, problems, LEGACY_KIND_KEYS)
+    draft = KindDraft(key.value, key.pos, builtin)
+    for name, value in body.entries:
+        draft.key_pos[name.value] = name.pos
+        field_what = f"'{name.value}' of {what}"
+        if name.value == "role":
+            role = read_str(value, field_what, problems, ROLES)
+            draft.role = Role(role) if role else None
+        elif name.value in ("refines", "extends"):  # parse a legacy key too, so later checks still run
+            if draft.parent is None:
+                draft.parent = read_str(value, field_what, problems)
+                draft.key_pos["refines"] = value.pos
+        elif name.value == "doc":
+            draft.doc = read_str(value, field_what, problems)
+        elif name.value == "attributes":
+            draft.attributes = _parse_attributes(value, what, problems)
+        elif name.value == "figures":
+            draft.figures = _parse_formulas(value, FIGURE_KEYS, field_what, problems, draft.formula_pos)
+        elif name.value == "memory":
+            draft.memory = _parse_formulas(value, MEMORY_KEYS, field_what, problems, draft.formula_pos)
+        elif name.value == "toolchain":
+            draft.toolchain = parse_toolchain(value, field_what, problems)
+        elif name.value == "templates":
+            folder = read_str(value, field_what, problems)
+            draft.templates = str((base / folder).resolve()) if folder else None
+        elif name.value == "patterns":
+            draft.patterns = _parse_patterns(value, what, problems)
+    return draft
+
+
+def _parse_attributes(node: YNode, what: str, problems: Problems) -> dict[str, AttrDraft]:
+    body = expect_map(node, f"'attributes' of {what}", problems, node.pos)
+    drafts: dict[str, AttrDraft] = {}
+    for key, value in body.entries if body else ():
+        spec_what = f"attribute '{key.value}' of {what}"
+        spec = expect_map(value, spec_what, problems, key.pos)
+        if spec is None:
+            continue
+        check_keys(spec, ATTRIBUTE_KEYS, spec_what, problems)
+        draft = AttrDraft(key.pos)
+        for name, item in spec.entries:
+            field_what = f"'{name.value}' of {spec_what}"
+            if name.value == "type":
+                parsed = read_str(item, field_what, problems, ATTRIBUTE_TYPES)
+            elif name.value == "required":
+                parsed = read_bool(item, field_what, problems)
+            elif name.value == "doc":
+                parsed = read_str(item, field_what, problems)
+            elif name.value == "minimum":
+                parsed = read_number(item, field_what, problems)
+            elif name.value == "choices":
+                parsed = expect_seq(item, field_what, problems)  # typed when merged
+            elif name.value == "default":
+                parsed = item  # checked against the (possibly inherited) type when merged
+            else:
+                continue
+            if parsed is not None:
+                draft.fields[name.value] = parsed
+                draft.positions[name.value] = item.pos
+        drafts[key.value] = draft
+    return drafts
+
+
+def _parse_formulas(
+    node: YNode, keys: tuple[str, ...], what: str, problems: Problems, positions: dict[str, SourcePos]
+) -> dict[str, float | str | None]:
+    """Figures and memory sizes: each a number or an expression string (checked when merged)."""
+    body = expect_map(node, what, problems, node.pos)
+    if body is None:
+        return {}
+    check_keys(body, keys, what, problems)
+    formulas: dict[str, float | str | None] = {}
+    for key, value in body.entries:
+        if key.value not in keys:
+            continue
+        nullable = keys == MEMORY_KEYS  # a memory size may be null: unbounded, like host DRAM
+        ok = isinstance(value, YScalar) and (
+            isinstance(value.value, (int, float, str)) or (nullable and value.value is None)
+        )
+        if not ok or isinstance(value.value, bool):
+            accepted = "a number, an expression over attributes" + (" or null (unbounded)" if nullable else "")
+            problems.add(value.pos, f"'{key.value}' of {what} must be {accepted}, not {describe(value)}")
+            continue
+        formulas[key.value] = value.value
+        positions[key.value] = value.pos
+    return formulas
+
+
+def parse_toolchain(node: YNode, what: str, problems: Problems) -> dict[str, Any]:
+    """The toolchain fields given (each replaces the inherited one); lists may be written as strings."""
+    body = expect_map(node, what, problems, node.pos)
+    if body is None:
+        return {}
+    check_keys(body, TOOLCHAIN_KEYS, what, problems)
+    fields: dict[str, Any] = {}
+    for key, value in body.entries:
+        if key.value in TOOLCHAIN_LISTS:
+            parsed = read_str_list(value, f"'{key.value}' of {what}", problems)
+        elif key.value in TOOLCHAIN_KEYS:
+            is_empty = isinstance(value, YScalar) and value.value is None and key.value == "triple"
+            parsed = "" if is_empty else read_str(value, f"'{key.value}' of {what}", problems)
+        else:
+            continue
+        if parsed is not None:
+            fields[key.value] = parsed
+    return fields
+
+
+def _parse_patterns(node: YNode, what: str, problems: Problems) -> list[Pattern]:
+    seq = expect_seq(node, f"'patterns' of {what}", problems)
+    patterns: list[Pattern] = []
+    labels: dict[str, SourcePos] = {}
+    for item in seq.items if seq else ():
+        pattern = _parse_pattern(item, what, problems)
+        if pattern is None:
+            continue
+        if pattern.label in labels:
+            problems.add(item.pos, f"pattern label '{pattern.label}' is used twice in {what}; labels name patterns")
+            continue
+        labels[pattern.label] = item.pos
+        patterns.append(pattern)
+    return patterns
+
+
+def _parse_pattern(node: YNode, what: str, problems: Problems) -> Pattern | None:
+    entry_what = f"a pattern of {what}"
+    body = expect_map(node, entry_what, problems, node.pos)
+    if body is None:
+        return None
+    check_keys(body, PATTERN_KEYS, entry_what, problems)
+    label_node, chain_node = body.get("label"), body.get("chain")
+    if label_node is None or chain_node is None:
+        missing = " and ".join(k for k, v in (("label", label_node), ("chain", chain_node)) if v is None)
+        problems.add(body.pos, f"{entry_what} needs {missing}; accepted keys: {', '.join(PATTERN_KEYS)}")
+        return None
+    label = read_str(label_node, f"the label of {entry_what}", problems)
+    chain = _parse_chain(chain_node, f"the chain of pattern '{label}' of {what}", problems)
+    where = _parse_where(body.get("where"), f"'where' of pattern '{label}' of {what}", problems)
+    efficiency = 1.0
+    if body.get("efficiency") is not None:
+        efficiency = read_number(body.get("efficiency"), f"'efficiency' of pattern '{label}'", problems, minimum=0)
+        if efficiency is not None and not 0 < efficiency <= 1:
+            problems.add(body.get("efficiency").pos, f"'efficiency' of pattern '{label}' must be in (0, 1]")
+            efficiency = None
+    if label is None or chain is None or where is None or efficiency is None:
+        return None
+    return Pattern(label, chain, where, efficiency)
+
+
+def _parse_chain(node: YNode, what: str, problems: Problems) -> tuple[PatternStep, ...] | None:
+    seq = expect_seq(node, what, problems)
+    if seq is None:
+        return None
+    if not seq.items:
+        problems.add(seq.pos, f"{what} is empty; list at least one operator")
+        return None
+    steps = [_parse_step(item, what, problems) for item in seq.items]
+    if None in steps:
+        return None
+    if all(step.optional for step in steps):
+        problems.add(seq.pos, f"{what} has only optional steps; at least one step must be required")
+        return None
+    return tuple(steps)
+
+
+def _parse_step(node: YNode, what: str, problems: Problems) -> PatternStep | None:
+    text = read_str(node, f"a step of {what}", problems)
+    if text is None:
+        return None
+    optional = text.endswith("?")
+    ops = tuple(op.strip() for op in text.removesuffix("?").split("|"))
+    if ops == ("*",) or all(_OP_NAME.match(op) for op in ops):
+        return PatternStep(ops, optional)
+    problems.add(
+        node.pos,
+        f"step '{text}' of {what} is not accepted; write an operator name ('Conv'), alternatives "
+        "('Relu|Clip'), either with a trailing '?' if optional, or '*' for any supported operator",
+    )
+    return None
+
+
+def _parse_where(node: YNode | None, what: str, problems: Problems) -> FrozenMap | None:
+    """Predicates stay declarative data here; `hetgen.partition.predicates` gives them meaning.
+
+    Their names and values are still checked now, against the partition stage's own validators,
+    so a typo in a kind file gets a file position before any model is seen.
+    """
+    if node is None:
+        return FrozenMap()
+    body = expect_map(node, what, problems, node.pos)
+    if body is None:
+        return None
+    validators = _predicate_validators()
+    predicates = {}
+    for key, value in body.entries:
+        data = _predicate_value(value)
+        if data is None:
+            problems.add(
+                value.pos,
+                f"predicate '{key.value}' in {what} must be a scalar, a list of scalars or a mapping of them",
+            )
+            continue
+        if key.value not in validators:
+            hint = close_match(key.value, validators)
+            problems.add(key.pos, f"unknown predicate '{key.value}' in {what}{hint}; accepted: {listing(validators)}")
+            continue
+        message = validators[key.value](data)
+        if message:
+            problems.add(value.pos, f"{what}: {message}")
+            continue
+        predicates[key.value] = data
+    return FrozenMap(predicates) if len(predicates) == len(body.entries) else None
+
+
+def _predicate_value(node: YNode):
+    """A scalar, a tuple of scalars, or a FrozenMap of those (hashable, like the rest of a Kind)."""
+    if isinstance(node, YScalar):
+        return node.value
+    if isinstance(node, YSeq):
+        items = [_predicate_value(item) if isinstance(item, YScalar) else None for item in node.items]
+        return tuple(items) if items and None not in items else None
+    values = {key.value: _predicate_value(value) for key, value in node.entries if not isinstance(value, YMap)}
+    return FrozenMap(values) if len(values) == len(node.entries) and None not in values.values() else None
+
+
+def _predicate_validators() -> dict:
+    """name -> validator(value) -> problem or None, owned by the partition stage.
+
+    Imported when first needed: the partition stage imports this package's model, so a
+    module-level import would be circular.
+    """
+    from hetgen.partition.predicates import PREDICATES
+
+    return {name: entry[0] for name, entry in PREDICATES.items()}

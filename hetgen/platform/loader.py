@@ -1,0 +1,131 @@
+"""The platform stage's entry points: a platform file (or tag) becomes a validated `Platform`.
+
+One pass collects every problem in the file, then raises them together as one `PlatformError`.
+A platform file has `name:`, `target:`, and optionally `kinds:` (new kinds, written exactly like
+the built-in kind files, so a new accelerator needs no Python) and `options:`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from hetgen.errors import Diagnostic, PlatformError
+from hetgen.platform.kind_parts import parse_kind_block
+from hetgen.platform.kinds import builtin_kinds, resolve_kinds
+from hetgen.platform.model import FrozenMap, Platform, Role, SourcePos, Target
+from hetgen.platform.schema import Problems, check_keys, close_match, expect_map, read_identifier, read_str
+from hetgen.platform.search_path import find_platform
+from hetgen.platform.targets import build_tree
+from hetgen.platform.yaml_positions import YMap, YNode, parse_yaml
+
+PLATFORM_KEYS = ("name", "target", "kinds", "options")
+OPTION_KEYS = ("placement", "pins")
+PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
+DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap()})
+
+
+def load_platform(spec: str | os.PathLike, search_path: Sequence[str | os.PathLike] = ()) -> Platform:
+    """The platform a path or a tag names. Tags are looked up in `search_path`, then in hetgen's
+    shipped platforms; the CLI passes `default_search_path(os.environ)` (./platforms and
+    HETGEN_PLATFORM_PATH) here. Raises `PlatformError` listing every problem in the file."""
+    path = find_platform(spec, search_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlatformError("", (Diagnostic(str(path), 0, 0, f"cannot read platform file: {exc}"),)) from None
+    return load_platform_text(text, file=str(path))
+
+
+def load_platform_text(text: str, file: str = "<string>", base_dir: str | os.PathLike | None = None) -> Platform:
+    """The platform a YAML text describes. `file` names it in messages; `base_dir` (default: the
+    folder of `file`) anchors relative `templates:` folders of kinds declared in it."""
+    syntax: list[Diagnostic] = []
+    tree = parse_yaml(text, file, syntax)
+    problems = Problems()
+    problems.extend(syntax)
+    if not isinstance(tree, YMap):
+        what = "empty" if tree is None else "not a mapping"
+        problems.add(
+            SourcePos(file, 1, 1), f"a platform file must be a mapping with {_keys_text()}; this one is {what}"
+        )
+        problems.raise_if_any()
+    check_keys(tree, PLATFORM_KEYS, "a platform file", problems)
+    name = _name(tree, problems)
+    known = builtin_kinds()
+    drafts: dict = {}
+    if tree.get("kinds") is not None:
+        base = Path(base_dir) if base_dir is not None else Path(file).parent
+        drafts = parse_kind_block(tree.get("kinds"), problems, base.resolve(), builtin=False)
+    resolved, broken = resolve_kinds(drafts, known, problems)
+    root = None
+    if tree.get("target") is None:
+        if not _misspelt(tree, "target"):  # else the unknown-key message already says "did you mean"
+            problems.add(tree.pos, "a platform file needs 'target:' (the controller that drives the rest)")
+    elif name is not None:
+        root = build_tree(tree.get("target"), name, {**known, **resolved}, broken, problems)
+    options = _options(tree.get("options"), root, problems)
+    problems.raise_if_any()
+    declared = tuple(resolved[kind] for kind in drafts if kind in resolved)
+    return Platform(name=name, file=file, root=root, options=options, declared_kinds=declared)
+
+
+def _keys_text() -> str:
+    return ", ".join(f"'{key}'" for key in PLATFORM_KEYS)
+
+
+def _name(tree: YMap, problems: Problems) -> str | None:
+    node = tree.get("name")
+    if node is None:
+        if not _misspelt(tree, "name"):
+            problems.add(tree.pos, "a platform file needs 'name:' (a C identifier; it names the output folder)")
+        return None
+    return read_identifier(node, "the platform name", problems)
+
+
+def _misspelt(tree: YMap, key: str) -> bool:
+    """Whether an unknown top-level key is a near miss of `key`."""
+    unknown = [name for name in tree.keys() if name not in PLATFORM_KEYS]
+    return bool(difflib.get_close_matches(key, unknown, n=1, cutoff=0.6))
+
+
+def _options(node: YNode | None, root: Target | None, problems: Problems) -> FrozenMap:
+    if node is None:
+        return DEFAULT_OPTIONS
+    body = expect_map(node, "'options'", problems, node.pos)
+    if body is None:
+        return DEFAULT_OPTIONS
+    check_keys(body, OPTION_KEYS, "'options'", problems)
+    placement = DEFAULT_OPTIONS["placement"]
+    if body.get("placement") is not None:
+        placement = read_str(body.get("placement"), "'placement' of options", problems, PLACEMENTS)
+    pins = _pins(body.get("pins"), root, problems) if body.get("pins") is not None else FrozenMap()
+    return FrozenMap({"placement": placement, "pins": pins})
+
+
+def _pins(node: YNode, root: Target | None, problems: Problems) -> FrozenMap:
+    """`pins: {node name or pattern label: target path}`; paths may omit the root's name."""
+    body = expect_map(node, "'pins' of options", problems, node.pos)
+    if body is None:
+        return FrozenMap()
+    targets = {target.path_str: target for target in root.walk()} if root is not None else {}
+    pins = {}
+    for key, value in body.entries:
+        path = read_str(value, f"the target of pin '{key.value}'", problems)
+        if path is None or root is None:
+            continue
+        full = path if path in targets else f"{root.name}/{path}"
+        target = targets.get(full)
+        if target is None:
+            problems.add(
+                value.pos,
+                f"pin '{key.value}' names unknown target '{path}'{close_match(full, targets)}; "
+                f"targets: {', '.join(targets)}",
+            )
+        elif target.role is Role.COMPOSITE:
+            problems.add(value.pos, f"pin '{key.value}' names composite '{path}', which runs nothing; pin to its host")
+        else:
+            pins[key.value] = full
+    return FrozenMap(pins)

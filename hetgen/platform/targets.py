@@ -1,0 +1,302 @@
+"""The `target:` tree of a platform file, checked against each node's kind.
+
+Rules that follow from roles, in one place:
+- a controller may have a `runtime` and `devices`; without a runtime it gets `vm` when it drives
+  devices (a bytecode program can sequence copies and device calls) and `aot` when it is alone
+  (straight-line C is smallest and fastest for a lone CPU);
+- an accelerator has neither; its toolchain is the one of the controller that drives it, unless
+  its kind declares one (a DSP with its own compiler);
+- a composite has a `host` (a controller, path `<composite>/host`) that drives its `devices`; its
+  figures and toolchain are its host's, since it runs nothing itself;
+- every node but the root and a composite's host may have a `link` from its parent. A device
+  without one shares its parent's memory (no transfer cost).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from hetgen.platform.expressions import ExpressionError, evaluate
+from hetgen.platform.kind_parts import FIGURE_KEYS, NODE_KEYS, parse_toolchain
+from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
+from hetgen.platform.schema import (
+    Problems,
+    check_keys,
+    close_match,
+    expect_map,
+    is_c_identifier,
+    listing,
+    read_number,
+    read_str,
+    read_typed,
+)
+from hetgen.platform.yaml_positions import YMap, YNode, YScalar, describe
+
+RUNTIMES = tuple(runtime.value for runtime in Runtime)
+_ROLE_KEYS = {  # the node keys each role may use (besides `link`, on devices)
+    Role.CONTROLLER: ("kind", "runtime", "devices", "toolchain", "figures"),
+    Role.ACCELERATOR: ("kind", "toolchain", "figures"),
+    Role.COMPOSITE: ("kind", "host", "devices"),
+}
+LINK_KEYS = ("bandwidth_gbps", "latency_us")
+HOST_NAME = "host"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Place:
+    """Where a node sits: decides which of `link`, `host`, role are allowed."""
+
+    path: tuple[str, ...]
+    context: str  # "root" | "device" | "host"
+    driver: Toolchain | None  # toolchain of the controller that drives this node
+
+
+def build_tree(
+    node: YNode, name: str, kinds: Mapping[str, Kind], broken: set[str], problems: Problems
+) -> Target | None:
+    """The root target (path `(name,)`), or None when the tree has problems (all recorded)."""
+    return _target(node, _Place((name,), "root", None), kinds, broken, problems)
+
+
+def kind_figures(kind: Kind, attrs: Mapping[str, Any]) -> dict[str, float]:
+    """A kind's figures for these attribute values; raises ExpressionError."""
+    return {key: evaluate(kind.figures[key], attrs) for key in FIGURE_KEYS if key in kind.figures}
+
+
+def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Target | None:
+    what = f"target '{'/'.join(place.path)}'"
+    body = _node_body(node, what, problems)
+    if body is None:
+        return None
+    kind = _kind_of(body, what, kinds, broken, problems)
+    if kind is None:
+        _scan_children(body, place, kinds, broken, problems)  # still report problems further down
+        return None
+    what = f"{what} (kind {kind.name}, {kind.role.value})"
+    attribute_names = tuple(spec.name for spec in kind.attributes)
+    listed = _ROLE_KEYS[kind.role] + (() if place.context != "device" else ("link",)) + attribute_names
+    check_keys(body, NODE_KEYS + attribute_names, what, problems, listed=listed)
+    before = len(problems)
+    _check_role(body, kind, place, what, problems)
+    attrs = _attributes(body, kind, what, problems)
+    link = _link(body.get("link"), what, problems) if body.get("link") is not None else None
+
+    host = toolchain = None
+    if kind.role is Role.COMPOSITE and body.get("host") is not None:
+        host_place = _Place((*place.path, HOST_NAME), "host", None)
+        host = _target(body.get("host"), host_place, kinds, broken, problems)
+        toolchain = host.toolchain if host is not None else None
+    elif kind.role is Role.CONTROLLER:
+        toolchain = _toolchain(body, kind.toolchain, what, problems)
+    else:  # an accelerator's code is built by its driving controller unless its kind says otherwise
+        inherit = kind.toolchain == Toolchain() and place.driver is not None
+        toolchain = _toolchain(body, place.driver if inherit else kind.toolchain, what, problems)
+    devices = _devices(body, kind, place, toolchain, kinds, broken, problems)
+    runtime = _runtime(body, kind, bool(devices) or place.context == "host", what, problems)
+    if len(problems) != before or attrs is None or toolchain is None:
+        return None
+    if kind.role is Role.COMPOSITE:
+        figures, memory_bytes = host.figures, None
+    else:
+        figures = _figures(body, kind, attrs, what, problems)
+        memory_bytes = _memory(kind, attrs, body, what, problems)
+    if len(problems) != before:
+        return None
+    return Target(
+        name=place.path[-1],
+        path=place.path,
+        kind=kind,
+        attrs=FrozenMap(attrs),
+        figures=figures,
+        toolchain=toolchain,
+        runtime=runtime,
+        host=host,
+        devices=devices,
+        link=link,
+        memory_bytes=memory_bytes,
+        source=body.pos,
+    )
+
+
+def _node_body(node: YNode, what: str, problems: Problems) -> YMap | None:
+    if isinstance(node, YScalar) and isinstance(node.value, str):  # `npu0: npu` means `{kind: npu}`
+        return YMap(((YScalar("kind", node.pos), node),), node.pos)
+    if isinstance(node, YMap):
+        return node
+    problems.add(node.pos, f"{what} must be a kind name or a mapping with 'kind', not {describe(node)}")
+    return None
+
+
+def _kind_of(body: YMap, what: str, kinds: Mapping[str, Kind], broken: set[str], problems: Problems) -> Kind | None:
+    known = sorted(set(kinds) | broken)
+    kind_node = body.get("kind")
+    if kind_node is None:
+        problems.add(body.pos, f"{what} needs 'kind'; known kinds: {listing(known)}")
+        return None
+    name = read_str(kind_node, f"the kind of {what}", problems)
+    if name is None or name in broken:
+        return None  # a broken kind's problems are already reported
+    if name not in kinds:
+        hint = close_match(name, known)
+        problems.add(kind_node.pos, f"unknown kind '{name}' for {what}{hint}; known kinds: {listing(known)}")
+        return None
+    return kinds[name]
+
+
+def _scan_children(body: YMap, place: _Place, kinds, broken, problems: Problems) -> None:
+    host = body.get("host")
+    if host is not None:
+        _target(host, _Place((*place.path, HOST_NAME), "host", None), kinds, broken, problems)
+    devices = body.get("devices")
+    if isinstance(devices, YMap):
+        for key, child in devices.entries:
+            _target(child, _Place((*place.path, key.value), "device", None), kinds, broken, problems)
+
+
+def _check_role(body: YMap, kind: Kind, place: _Place, what: str, problems: Problems) -> None:
+    role = kind.role
+    key = body.key_node
+    if place.context == "root" and role is not Role.CONTROLLER:
+        problems.add(body.pos, f"{what} is the root, which drives the whole computation; use a controller kind")
+    if place.context == "host" and role is not Role.CONTROLLER:
+        problems.add(body.pos, f"{what} is a composite's host, which runs a runtime; use a controller kind")
+    if key("runtime") and role is not Role.CONTROLLER:
+        extra = "; give its host a runtime instead" if role is Role.COMPOSITE else ""
+        problems.add(key("runtime").pos, f"runtime is only valid on a controller (a CPU kind); {what} is not{extra}")
+    if key("devices") and role is Role.ACCELERATOR:
+        problems.add(key("devices").pos, f"devices are only valid on a controller or a composite; {what} is not")
+    if key("devices") and place.context == "host":
+        problems.add(key("devices").pos, f"{what} is a composite's host; declare the devices on the composite")
+    if key("host") and role is not Role.COMPOSITE:
+        problems.add(key("host").pos, f"host is only valid on a composite kind; {what} is not")
+    if role is Role.COMPOSITE:
+        for needed in ("host", "devices"):
+            if not key(needed):
+                problems.add(body.pos, f"{what} needs '{needed}' (its controller and the devices it drives)")
+        for refused in ("toolchain", "figures"):
+            if key(refused):
+                problems.add(key(refused).pos, f"{refused} is not accepted on {what}; set it on its host or devices")
+    if key("link") and place.context != "device":
+        reason = "has no parent" if place.context == "root" else "shares its composite's link"
+        problems.add(key("link").pos, f"link is not accepted on {what}: it {reason}")
+
+
+def _attributes(body: YMap, kind: Kind, what: str, problems: Problems) -> dict[str, Any] | None:
+    attrs: dict[str, Any] = {}
+    ok = True
+    for spec in kind.attributes:
+        node = body.get(spec.name)
+        if node is None:
+            if spec.required:
+                about = f"{spec.type}: {spec.doc}" if spec.doc else spec.type
+                problems.add(body.pos, f"{what} needs attribute '{spec.name}' ({about})")
+                ok = False
+            attrs[spec.name] = spec.default
+            continue
+        value = read_typed(node, spec.type, f"'{spec.name}' of {what}", problems, spec.minimum)
+        if value is not None and spec.choices and value not in spec.choices:
+            problems.add(node.pos, f"'{spec.name}' of {what} must be one of: {', '.join(map(str, spec.choices))}")
+            value = None
+        ok = ok and value is not None
+        attrs[spec.name] = value
+    return attrs if ok else None
+
+
+def _link(node: YNode, what: str, problems: Problems) -> Link | None:
+    body = expect_map(node, f"the link of {what}", problems, node.pos)
+    if body is None:
+        return None
+    check_keys(body, LINK_KEYS, f"the link of {what}", problems)
+    values = {}
+    for key in LINK_KEYS:
+        if body.get(key) is None:
+            problems.add(body.pos, f"the link of {what} needs '{key}'; a link gives {' and '.join(LINK_KEYS)}")
+            continue
+        minimum = 1e-9 if key == "bandwidth_gbps" else 0
+        values[key] = read_number(body.get(key), f"'{key}' of the link of {what}", problems, minimum=minimum)
+    if len(values) != len(LINK_KEYS) or None in values.values():
+        return None
+    return Link(**values)
+
+
+def _devices(body: YMap, kind: Kind, place: _Place, driver: Toolchain | None, kinds, broken, problems) -> tuple:
+    """The children, each driven by this node's controller (itself, or a composite's host)."""
+    node = body.get("devices")
+    if node is None or kind.role is Role.ACCELERATOR:
+        return ()
+    devices_map = expect_map(node, f"the devices of target '{'/'.join(place.path)}'", problems, node.pos)
+    if devices_map is None:
+        return ()
+    devices = []
+    for key, child in devices_map.entries:
+        if not is_c_identifier(key.value):
+            problems.add(
+                key.pos,
+                f"device name '{key.value}' is not a valid C identifier; use letters, digits and '_', "
+                "not starting with a digit, and not a C keyword",
+            )
+            continue
+        if kind.role is Role.COMPOSITE and key.value == HOST_NAME:
+            problems.add(key.pos, f"a composite's device cannot be named '{HOST_NAME}'; that path is its host's")
+            continue
+        target = _target(child, _Place((*place.path, key.value), "device", driver), kinds, broken, problems)
+        if target is not None:
+            devices.append(target)
+    return tuple(devices)
+
+
+def _toolchain(body: YMap, base: Toolchain, what: str, problems: Problems) -> Toolchain:
+    node = body.get("toolchain")
+    if node is None:
+        return base
+    return dataclasses.replace(base, **parse_toolchain(node, f"the toolchain of {what}", problems))
+
+
+def _figures(body: YMap, kind: Kind, attrs: Mapping[str, Any], what: str, problems: Problems) -> CostFigures | None:
+    try:
+        figures = kind_figures(kind, attrs)
+    except ExpressionError as exc:
+        problems.add(body.pos, f"the figures of kind '{kind.name}' cannot be computed for {what}: {exc}")
+        return None
+    node = body.get("figures")
+    overrides = expect_map(node, f"the figures of {what}", problems, node.pos) if node is not None else None
+    if overrides is not None:
+        check_keys(overrides, FIGURE_KEYS, f"the figures of {what}", problems)
+        for key, value in overrides.entries:
+            if key.value in FIGURE_KEYS:
+                figures[key.value] = read_number(value, f"figure '{key.value}' of {what}", problems, minimum=0)
+    for key in ("peak_gflops", "bandwidth_gbps"):
+        if figures.get(key) is not None and figures[key] <= 0:
+            problems.add(body.pos, f"figure '{key}' of {what} is {figures[key]:g}; it must be positive")
+            return None
+    if figures.get("launch_us") is not None and figures["launch_us"] < 0:
+        problems.add(body.pos, f"figure 'launch_us' of {what} is negative")
+        return None
+    return None if None in figures.values() else CostFigures(**figures)
+
+
+def _memory(kind: Kind, attrs: Mapping[str, Any], body: YMap, what: str, problems: Problems) -> int | None:
+    formula = kind.memory.get("local_bytes")
+    if formula is None:
+        return None
+    try:
+        size = evaluate(formula, attrs)
+    except ExpressionError as exc:
+        problems.add(body.pos, f"the memory size of kind '{kind.name}' cannot be computed for {what}: {exc}")
+        return None
+    if size <= 0:
+        problems.add(body.pos, f"the memory size of {what} is {size:g} bytes; it must be positive")
+        return None
+    return int(size)
+
+
+def _runtime(body: YMap, kind: Kind, drives_devices: bool, what: str, problems: Problems) -> Runtime | None:
+    if kind.role is not Role.CONTROLLER:
+        return None
+    node = body.get("runtime")
+    if node is None:
+        return Runtime.VM if drives_devices else Runtime.AOT
+    name = read_str(node, f"the runtime of {what}", problems, RUNTIMES)
+    return Runtime(name) if name else None

@@ -1,0 +1,434 @@
+"""Compute operators (Conv, Gemm, MatMul, pooling, normalisation, Softmax) against two references:
+the ONNX backend node test cases, and onnxruntime on random shapes (fused activations included).
+
+Every kernel is compiled for real with the harness's flags (-Wall -Wextra -Werror) and run on
+numpy buffers. Compiling dominates the run time, so each test merges its cases into one model
+(independent nodes side by side): one compiler run per test, and a failure names its case.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import harness
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from hetgen.codegen.kernels import kernel_source
+from hetgen.frontend import MAX_OPSET
+from hetgen.ops.base import Epilogue, OpInstance, Unsupported
+from hetgen.ops.registry import op_def
+from hetgen.templates_dir import templates_dir
+
+COMPUTE_OPS = (
+    "AveragePool",
+    "BatchNormalization",
+    "Conv",
+    "ConvTranspose",
+    "Gemm",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "InstanceNormalization",
+    "LayerNormalization",
+    "LogSoftmax",
+    "LRN",
+    "MatMul",
+    "MaxPool",
+    "Softmax",
+)
+
+# Conformance cases hetgen deliberately does not run; any other Unsupported is a failure.
+NOT_SUPPORTED = {
+    "test_batchnorm_example_training_mode": "training mode is not an inference operator",
+    "test_batchnorm_epsilon_training_mode": "training mode is not an inference operator",
+}
+
+
+# --- merging single-node models -----------------------------------------------------------------
+
+
+def merged_model(models: list[onnx.ModelProto], prefixes: list[str]) -> onnx.ModelProto:
+    """One model running the given models' graphs side by side, their names prefixed.
+
+    The opset is the newest among them, capped at the frontend's newest: the ONNX cases are
+    stamped with their operator's latest schema, and opset 22 only added bfloat16/float16 types to
+    these operators, so the float semantics are those of opset 21.
+    """
+    nodes, inputs, outputs, initializers = [], [], [], []
+    for model, prefix in zip(models, prefixes):
+        graph = model.graph
+        for node in graph.node:
+            node = onnx.NodeProto.FromString(node.SerializeToString())
+            node.name = prefix + (node.name or node.op_type.lower())
+            node.input[:] = [prefix + n if n else "" for n in node.input]
+            node.output[:] = [prefix + n if n else "" for n in node.output]
+            nodes.append(node)
+        for source, target in ((graph.input, inputs), (graph.output, outputs), (graph.initializer, initializers)):
+            for item in source:
+                item = type(item).FromString(item.SerializeToString())  # a copy
+                item.name = prefix + item.name
+                target.append(item)
+    opset = min(MAX_OPSET, max(o.version for m in models for o in m.opset_import if o.domain in ("", "ai.onnx")))
+    graph = helper.make_graph(nodes, "merged", inputs, outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def check_outputs(results: dict, expected: dict, tolerances: dict) -> list[str]:
+    """Messages for every output that differs; tolerances maps output name -> (rtol, atol)."""
+    failures = []
+    for name, want in expected.items():
+        got = results[name]
+        rtol, atol = tolerances[name]
+        try:
+            assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+        except AssertionError as exc:
+            failures.append(f"{name}: {str(exc).strip()[:600]}")
+    return failures
+
+
+# --- the ONNX backend node test cases -----------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def conformance_cases() -> tuple:
+    """The single-node ONNX backend test cases of the compute operators."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    # "" collects every operator: onnx caches the collection globally, so a filtered call here
+    # would hide other operators' cases from tests that run later in the session.
+    with warnings.catch_warnings():  # generating some other operators' data warns
+        warnings.simplefilter("ignore")
+        cases = collect_testcases("")
+    return tuple(
+        case
+        for case in cases
+        if len(case.model.graph.node) == 1 and case.model.graph.node[0].op_type in COMPUTE_OPS
+    )
+
+
+def _array(value) -> np.ndarray:
+    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
+
+
+@pytest.mark.parametrize("op", COMPUTE_OPS)
+def test_conformance(op):
+    cases = [c for c in conformance_cases() if c.model.graph.node[0].op_type == op and c.name not in NOT_SUPPORTED]
+    assert cases, f"no ONNX backend test case for {op}"
+    feeds, expected, tolerances = {}, {}, {}
+    for case in cases:
+        graph = case.model.graph
+        initializers = {init.name for init in graph.initializer}
+        inputs, outputs = case.data_sets[0]
+        names = [vi.name for vi in graph.input if vi.name not in initializers]
+        feeds.update({f"{case.name}/{n}": _array(v) for n, v in zip(names, inputs)})
+        for vi, value in zip(graph.output, outputs):
+            expected[f"{case.name}/{vi.name}"] = _array(value)
+            tolerances[f"{case.name}/{vi.name}"] = (max(case.rtol, 1e-4), max(case.atol, 1e-5))
+    model = merged_model([c.model for c in cases], [f"{c.name}/" for c in cases])
+    results = harness.run_model(model, feeds)
+    failures = check_outputs(results, expected, tolerances)
+    assert not failures, "\n".join(failures)
+
+
+# --- onnxruntime on random shapes -------------------------------------------------------------
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict) -> dict:
+    ort = pytest.importorskip("onnxruntime")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, feeds)))
+
+
+def make_model(nodes, inputs: dict, opset: int = 17) -> onnx.ModelProto:
+    """A model over float32 `inputs` (name -> shape); its outputs, typed by onnx, are the last node's."""
+    graph = helper.make_graph(
+        nodes,
+        "compute_test",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs.items()],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in nodes[-1].output],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    del model.graph.output[:]
+    model.graph.output.extend(inferred.graph.output)
+    return model
+
+
+def random_feeds(model: onnx.ModelProto, positive=(), seed: int = 0) -> dict:
+    """Standard normal inputs; those named in `positive` (variances) are made positive."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for vi in model.graph.input:
+        value = rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32)
+        feeds[vi.name] = np.abs(value) + 0.1 if vi.name in positive else value
+    return feeds
+
+
+def compare_all(models: list[onnx.ModelProto], frozen=(), positive=(), rtol: float = 1e-4, atol: float = 1e-4):
+    """Run every model through onnxruntime and, merged into one library, through hetgen."""
+    prefixes = [f"m{i}_" for i in range(len(models))]
+    feeds, expected = {}, {}
+    for model, prefix in zip(models, prefixes):
+        model_feeds = random_feeds(model, positive)
+        expected.update({prefix + k: v for k, v in ort_run(model, model_feeds).items()})
+        feeds.update({prefix + k: v for k, v in model_feeds.items()})
+    merged = merged_model(models, prefixes)
+    frozen_names = tuple(p + n for p in prefixes for n in frozen if p + n in feeds)
+    results = harness.run_model(merged, feeds, frozen=frozen_names)
+    failures = check_outputs(results, expected, dict.fromkeys(expected, (rtol, atol)))
+    assert not failures, "\n".join(failures)
+
+
+CONV_CASES = [
+    # x shape, w shape, bias, attributes
+    ((1, 3, 9, 9), (4, 3, 3, 3), True, {}),
+    ((2, 4, 10, 7), (6, 2, 3, 2), True, {"group": 2, "pads": [1, 0, 2, 1], "strides": [2, 1]}),
+    ((1, 8, 12, 12), (8, 1, 3, 3), True, {"group": 8, "pads": [1, 1, 1, 1]}),
+    ((1, 8, 12, 11), (16, 1, 3, 3), False, {"group": 8, "strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+    ((1, 6, 11, 13), (6, 1, 5, 3), True, {"group": 6, "dilations": [2, 1], "pads": [4, 1, 4, 1]}),
+    ((1, 16, 7, 7), (32, 16, 1, 1), True, {}),
+    ((2, 16, 8, 8), (24, 16, 1, 1), False, {"strides": [2, 2]}),
+    ((1, 5, 20), (3, 5, 4), True, {"dilations": [2], "pads": [3, 1]}),
+    ((1, 2, 5, 6, 7), (3, 2, 2, 3, 3), True, {"pads": [1, 0, 1, 1, 1, 0]}),
+    ((1, 32, 30, 30), (40, 32, 3, 3), True, {"pads": [1, 1, 1, 1], "strides": [1, 2]}),
+    ((1, 3, 33, 33), (8, 3, 7, 7), True, {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ((1, 4, 9, 9), (6, 4, 3, 3), True, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+]
+
+
+def conv_model(x_shape, w_shape, bias, attrs) -> onnx.ModelProto:
+    inputs = {"x": x_shape, "w": w_shape}
+    if bias:
+        inputs["b"] = (w_shape[0],)
+    return make_model([helper.make_node("Conv", list(inputs), ["y"], name="conv", **attrs)], inputs)
+
+
+def test_conv_matches_onnxruntime():
+    compare_all([conv_model(*case) for case in CONV_CASES], frozen=("w", "b"))
+
+
+def test_conv_transpose_matches_onnxruntime():
+    cases = [
+        ({"x": (1, 4, 5, 6), "w": (4, 3, 3, 3), "b": (6,)}, {"group": 2, "strides": [2, 1], "pads": [1, 0, 0, 1]}),
+        ({"x": (2, 3, 4, 4), "w": (3, 5, 2, 2)}, {"strides": [2, 2], "output_padding": [1, 0]}),
+        ({"x": (1, 2, 7), "w": (2, 3, 3)}, {"dilations": [2], "auto_pad": "SAME_UPPER", "strides": [2]}),
+    ]
+    models = [
+        make_model([helper.make_node("ConvTranspose", list(inputs), ["y"], name="ct", **attrs)], inputs)
+        for inputs, attrs in cases
+    ]
+    compare_all(models)
+
+
+GEMM_CASES = [
+    ((7, 5), (5, 9), (9,), {}),
+    ((5, 7), (5, 9), (7, 1), {"transA": 1, "alpha": 0.5, "beta": 2.0}),
+    ((7, 5), (9, 5), (7, 9), {"transB": 1}),
+    ((40, 300), (300, 70), (1, 70), {}),
+    ((1, 256), (100, 256), (100,), {"transB": 1}),
+    ((3, 300), (300, 2), None, {"transA": 0, "transB": 0}),
+    ((300, 2), (1, 300), None, {"transA": 1, "transB": 1}),
+]
+
+MATMUL_CASES = [
+    ((3, 4), (4, 5)),
+    ((2, 3, 33, 17), (17, 20)),
+    ((2, 1, 6, 7), (3, 7, 5)),
+    ((7,), (2, 7, 3)),
+    ((4, 6, 7), (7,)),
+    ((7,), (7,)),
+    ((150, 260), (260, 70)),
+]
+
+
+def test_gemm_and_matmul_match_onnxruntime():
+    models = []
+    for a_shape, b_shape, c_shape, attrs in GEMM_CASES:
+        inputs = {"a": a_shape, "b": b_shape} | ({"c": c_shape} if c_shape else {})
+        models.append(make_model([helper.make_node("Gemm", list(inputs), ["y"], name="gemm", **attrs)], inputs))
+    for a_shape, b_shape in MATMUL_CASES:
+        inputs = {"a": a_shape, "b": b_shape}
+        models.append(make_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")], inputs))
+    compare_all(models)
+
+
+POOL_CASES = [
+    ("MaxPool", (1, 3, 11, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (2, 2, 9, 10), {"kernel_shape": [2, 3], "ceil_mode": 1, "strides": [2, 2]}),
+    ("MaxPool", (1, 2, 12), {"kernel_shape": [3], "dilations": [2], "pads": [2, 1]}),
+    ("AveragePool", (1, 3, 11, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    (
+        "AveragePool",
+        (1, 3, 10, 9),
+        {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "count_include_pad": 1},
+    ),
+    ("AveragePool", (1, 2, 9, 9), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("AveragePool", (1, 2, 4, 5, 6), {"kernel_shape": [2, 2, 3], "auto_pad": "SAME_LOWER"}),
+    ("GlobalAveragePool", (2, 5, 7, 9), {}),
+    ("GlobalMaxPool", (2, 5, 7, 9), {}),
+]
+
+
+def test_pools_match_onnxruntime():
+    compare_all([make_model([helper.make_node(op, ["x"], ["y"], name="pool", **attrs)], {"x": x_shape}) for op, x_shape, attrs in POOL_CASES])
+
+
+def test_normalisations_and_softmax_match_onnxruntime():
+    inputs = {"x": (2, 6, 5, 7), "s": (6,), "b": (6,), "m": (6,), "v": (6,)}
+    models = []
+    bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", epsilon=1e-3)
+    models.append(make_model([bn], inputs))
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], name="inorm")
+    models.append(make_model([node], {"x": (2, 6, 5, 7), "s": (6,), "b": (6,)}))
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], name="ln", axis=-2)
+    models.append(make_model([node], {"x": (3, 4, 40), "s": (4, 40), "b": (4, 40)}))
+    node = helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln", epsilon=1e-3)
+    models.append(make_model([node], {"x": (5, 70), "s": (70,)}))
+    node = helper.make_node("LRN", ["x"], ["y"], name="lrn", size=3, alpha=0.01, beta=0.6, bias=1.5)
+    models.append(make_model([node], {"x": (1, 7, 4, 5)}))
+    for op in ("Softmax", "LogSoftmax"):
+        for axis in (-1, 1, 0):
+            models.append(make_model([helper.make_node(op, ["x"], ["y"], name="sm", axis=axis)], {"x": (3, 37, 5)}))
+    compare_all(models, positive=("v",))
+
+
+# --- fused activations ------------------------------------------------------------------------
+
+FUSED_CASES = [
+    ("Conv", {"x": (1, 8, 10, 10), "w": (12, 8, 3, 3), "b": (12,)}, {"pads": [1, 1, 1, 1]}),
+    ("Conv", {"x": (1, 8, 10, 10), "w": (8, 1, 3, 3), "b": (8,)}, {"group": 8}),
+    ("Conv", {"x": (1, 8, 6, 6), "w": (12, 8, 1, 1)}, {}),
+    ("Gemm", {"a": (13, 20), "b": (20, 17), "c": (17,)}, {"alpha": 0.5}),
+    ("MatMul", {"a": (2, 9, 20), "b": (20, 11)}, {}),
+]
+
+ACTIVATIONS = [
+    ("Relu", {}, Epilogue("Relu")),
+    ("LeakyRelu", {"alpha": 0.2}, Epilogue("LeakyRelu", 0.2)),
+    ("Clip", {}, Epilogue("Clip", -0.5, 0.75)),
+    ("Sigmoid", {}, Epilogue("Sigmoid")),
+    ("Tanh", {}, Epilogue("Tanh")),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, Epilogue("HardSigmoid", 0.3, 0.4)),
+    ("HardSwish", {}, Epilogue("HardSwish")),
+]
+
+
+def activation_nodes(activation: str, attrs: dict) -> list:
+    if activation != "Clip":
+        return [helper.make_node(activation, ["t"], ["y"], name="act", **attrs)]
+    bounds = [
+        helper.make_node("Constant", [], ["lo"], name="lo", value=numpy_helper.from_array(np.float32(-0.5))),
+        helper.make_node("Constant", [], ["hi"], name="hi", value=numpy_helper.from_array(np.float32(0.75))),
+    ]
+    return [*bounds, helper.make_node("Clip", ["t", "lo", "hi"], ["y"], name="act")]
+
+
+def test_fused_epilogues_match_onnxruntime():
+    """An activation fused into Conv/Gemm/MatMul gives what onnxruntime computes with two nodes."""
+    runs = []
+    rng = np.random.default_rng(1)
+    for op, inputs, attrs in FUSED_CASES:
+        for activation, act_attrs, epilogue in ACTIVATIONS:
+            main = helper.make_node(op, list(inputs), ["t"], name="main", **attrs)
+            model = make_model([main, *activation_nodes(activation, act_attrs)], inputs)
+            feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in inputs.items()}
+            runs.append((model, feeds, epilogue, ort_run(model, feeds)["y"]))
+    results = run_fused([(model, feeds, epilogue) for model, feeds, epilogue, _ in runs])
+    failures = []
+    for index, ((model, _, epilogue, expected), got) in enumerate(zip(runs, results)):
+        try:
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+        except AssertionError as exc:
+            failures.append(f"case {index} {model.graph.node[0].op_type} + {epilogue.kind}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+def run_fused(runs: list) -> list[np.ndarray]:
+    """Lower each model's first node with the epilogue, compile all into one library, run each."""
+    kernels = []
+    for index, (model, _, epilogue) in enumerate(runs):
+        single = onnx.ModelProto.FromString(model.SerializeToString())
+        del single.graph.node[1:]
+        single.graph.node[0].output[0] = "y"
+        graph = harness.import_onnx(single).verify()
+        ((node, instance),) = harness.op_instances(graph)
+        instance = dataclasses.replace(instance, epilogue=(epilogue,))
+        kernels.append((graph, node, op_def(node.op).lower(instance), f"hg_fused{index}"))
+    with tempfile.TemporaryDirectory(prefix="hg_fused_") as tmp:
+        sources, helpers = [], set()
+        for graph, node, kernel, fn in kernels:
+            source = Path(tmp) / f"{fn}.c"
+            source.write_text(kernel_source(kernel, fn, node.label))
+            sources.append(str(source))
+            helpers.update(kernel.helpers)
+        runtime = templates_dir() / "runtime"
+        lib = Path(tmp) / "libfused.so"
+        cmd = ["cc", *harness.CFLAGS, "-I", str(runtime), "-o", str(lib), *sources]
+        cmd += [str(runtime / h) for h in sorted(helpers)] + ["-lm"]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr[-4000:]
+        library = ctypes.CDLL(str(lib))
+        outputs = []
+        for (graph, node, kernel, fn), (_, feeds, _) in zip(kernels, runs):
+            arrays = [np.ascontiguousarray(feeds[n], dtype=np.float32) for n in node.inputs]
+            out = np.zeros(graph.types[node.outputs[0]].shape, dtype=np.float32)
+            scratch = np.zeros(kernel.scratch_bytes + 64, dtype=np.uint8)
+            pointers = [a.ctypes.data for a in arrays] + [out.ctypes.data, scratch.ctypes.data]
+            getattr(library, fn)((ctypes.c_void_p * len(pointers))(*pointers))
+            outputs.append(out)
+        return outputs
+
+
+# --- lowering decisions, no compiler ----------------------------------------------------------
+
+
+def lowered(op: str, attrs: dict, shapes: list, out_shapes: list):
+    from hetgen.ir import DType, Node, TensorType
+
+    names = tuple(f"i{k}" for k in range(len(shapes)))
+    node = Node("n0", op, names, tuple(f"o{k}" for k in range(len(out_shapes))), tuple(sorted(attrs.items())))
+    types = tuple(TensorType(DType.FLOAT32, tuple(s)) for s in shapes)
+    outs = tuple(TensorType(DType.FLOAT32, tuple(s)) for s in out_shapes)
+    return op_def(op).lower(OpInstance(node, types, outs, (None,) * len(shapes)))
+
+
+def test_softmax_before_opset_13_coerces_to_2d():
+    """Before opset 13, Softmax normalises over all dimensions from `axis` on."""
+    old = lowered("Softmax", {"_opset": 11, "axis": 1}, [(2, 3, 4)], [(2, 3, 4)])
+    assert (old.params["outer"], old.params["length"], old.params["inner"]) == (2, 12, 1)
+    new = lowered("Softmax", {"axis": 1}, [(2, 3, 4)], [(2, 3, 4)])
+    assert (new.params["outer"], new.params["length"], new.params["inner"]) == (2, 3, 4)
+    default_old = lowered("LogSoftmax", {"_opset": 12}, [(2, 3, 4)], [(2, 3, 4)])
+    assert default_old.params["length"] == 12
+
+
+def test_conv_strategies_and_cost():
+    depthwise = lowered("Conv", {"group": 8}, [(1, 8, 10, 10), (8, 1, 3, 3)], [(1, 8, 8, 8)])
+    assert depthwise.params["variant"] == "direct" and not depthwise.helpers
+    pointwise = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 1, 1)], [(1, 16, 10, 10)])
+    assert pointwise.params["variant"] == "pointwise"
+    assert pointwise.flops == 2 * 16 * 100 * 8
+    im2col = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 3, 3)], [(1, 16, 8, 8)])
+    assert im2col.params["variant"] == "im2col" and im2col.scratch_bytes > 0
+
+
+def test_unsupported_dtype_is_reported():
+    from hetgen.ir import DType, Node, TensorType
+
+    node = Node("n0_gemm", "Gemm", ("a", "b"), ("y",))
+    int_type = TensorType(DType.INT32, (2, 2))
+    with pytest.raises(Unsupported, match="float32"):
+        op_def("Gemm").lower(OpInstance(node, (int_type, int_type), (int_type,), (None, None)))
