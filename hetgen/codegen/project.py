@@ -136,7 +136,8 @@ def generate(lowered: Lowered) -> Sources:
             }
         )
     runtime_dir = templates_dir() / "runtime"
-    needed = set(RUNTIME_FILES) | helpers
+    # Every shared header travels (kernels may include any); C sources only when something needs them.
+    needed = set(RUNTIME_FILES) | helpers | {path.name for path in runtime_dir.glob("*.h")}
     if any(program.role is ProgramRole.ACCELERATOR for program in lowered.programs):
         needed |= {"hg_sim.c", "hg_sim.h"}
     runtime_c = []
