@@ -1,7 +1,7 @@
 """Read an ONNX model and check what hetgen needs before anything else looks at it.
 
 Every problem is a `ModelError` that names the file: a missing file, bytes that are not an ONNX
-protobuf, a model the onnx checker rejects, an opset outside 7..21, no outputs, inputs of an
+protobuf, a model the onnx checker rejects, an opset outside MIN_OPSET..MAX_OPSET, no outputs, inputs of an
 unsupported element type, inputs with dynamic dimensions (unless `shapes` fixes them).
 
 Initializers that are also listed as graph inputs (required before IR version 4, still allowed

@@ -54,7 +54,7 @@ def lower_window_pool(op: OpInstance) -> Kernel:
         "variant": "max" if is_max else "avg",
         "planes": x_type.shape[0] * x_type.shape[1],
         "ctype": x_type.dtype.c_type,
-        "init": MAX_TYPES.get(x_type.dtype, "0.0f"),
+        "init": MAX_TYPES[x_type.dtype] if is_max else "0.0f",
         "with_indices": bool(with_indices),
         "column_major": storage_order == 1,
         "out_index": input_arg_count(op),

@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
+
+import numpy as np
 
 from hetgen.errors import PlacementError
 from hetgen.partition.space import Candidate, SearchSpace
 
 DONE = (-1, -1)  # a tensor entry every remaining reader already has: nothing left to pay for it
 DOMINANCE_WINDOW = 8  # how many cheaper states each state is checked against
+PRE_CUT = 4  # states beyond PRE_CUT * max_states are dropped before the dominance pass
 
 
 class ExactSearch:
@@ -57,6 +61,7 @@ class ExactSearch:
         self.step = -1
         self._after: dict[int, int] = {}
         self._pending: dict[tuple[int, ...], dict[int, int]] = {}
+        self._owed_cache: dict[tuple, tuple[float, ...]] = {}
 
     # -- per-step caches --------------------------------------------------------------------
 
@@ -64,6 +69,7 @@ class ExactSearch:
         self.step = step
         self._after.clear()
         self._pending.clear()
+        self._owed_cache.clear()
 
     def _readers_after(self, t: int) -> int:
         mask = self._after.get(t)
@@ -124,30 +130,32 @@ class ExactSearch:
 
     # -- dominance --------------------------------------------------------------------------
 
-    def _penalty(self, better: tuple, worse: tuple, pending: dict[int, int], budget: float) -> float:
-        """An upper bound on how much more `better`'s tensor locations can cost than `worse`'s."""
-        space = self.space
-        places = range(len(space.paths))
-        penalty = 0.0
-        for (t, (src, mask)), (t2, (src2, mask2)) in zip(better, worse):
-            if t != t2:
-                return float("inf")
-            if src < 0 or (src == src2 and mask == mask2):
-                continue
-            relevant = self._relevant(t, pending)
-            for d in places:
-                if not (relevant >> d) & 1 or (mask >> d) & 1 or d == src:
-                    continue
-                cost = space.transfer_us(src, d, t)
-                if src2 >= 0 and not (mask2 >> d) & 1 and d != src2:
-                    cost -= space.transfer_us(src2, d, t)
-                if cost > 0:
-                    penalty += cost
-            if penalty > budget:
-                return penalty
-        return penalty
+    def _owed(self, t: int, entry: tuple[int, int], relevant: int) -> tuple[float, ...]:
+        """What each place would still pay to get tensor `t` in this entry (0 where nobody reads it)."""
+        key = (t, entry, relevant)
+        owed = self._owed_cache.get(key)
+        if owed is None:
+            src, mask = entry
+            owed = tuple(
+                0.0
+                if src < 0 or not (relevant >> d) & 1 or (mask >> d) & 1 or d == src
+                else self.space.transfer_us(src, d, t)
+                for d in range(len(self.space.paths))
+            )
+            self._owed_cache[key] = owed
+        return owed
+
+    def _owed_vector(self, frontier: tuple, pending: dict[int, int]) -> np.ndarray:
+        """All of a state's owed costs, tensor after tensor, as one vector."""
+        owed = [self._owed(t, entry, self._relevant(t, pending)) for t, entry in frontier]
+        return np.fromiter(itertools.chain.from_iterable(owed), dtype=float, count=len(owed) * len(self.space.paths))
 
     def _undominated(self, states: dict) -> dict:
+        """Drop states some cheaper state with the same open groups dominates.
+
+        B is dominated by A when cost(A) + sum over tensors and places of max(0, owed_A - owed_B)
+        <= cost(B): following B's best continuation from A costs at most that much more.
+        """
         classes: dict[tuple[int, ...], list] = {}
         for key, value in states.items():
             classes.setdefault(key[1], []).append((value[0], key, value))
@@ -158,15 +166,23 @@ class ExactSearch:
                 continue
             pending = self._pending_readers(open_groups)
             members.sort(key=lambda item: item[0])
-            survivors: list = []
+            tensors = [t for t, _ in members[0][1][0]]
+            window_costs = np.empty(DOMINANCE_WINDOW)
+            window_owed = np.empty((DOMINANCE_WINDOW, len(tensors) * len(self.space.paths)))
+            filled = 0
             for cost, key, value in members:
-                frontier = key[0]
-                if not any(
-                    s_cost + self._penalty(s_key[0], frontier, pending, cost - s_cost) <= cost
-                    for s_cost, s_key, _ in survivors[:DOMINANCE_WINDOW]
-                ):
-                    survivors.append((cost, key, value))
-            kept.update((key, value) for _, key, value in survivors)
+                if [t for t, _ in key[0]] != tensors:  # cannot happen: same open groups, same live tensors
+                    kept[key] = value
+                    continue
+                owed = self._owed_vector(key[0], pending)
+                if filled:
+                    penalty = np.maximum(window_owed[:filled] - owed, 0.0).sum(axis=1)
+                    if np.any(window_costs[:filled] + penalty <= cost):
+                        continue
+                kept[key] = value
+                if filled < DOMINANCE_WINDOW:
+                    window_costs[filled], window_owed[filled] = cost, owed
+                    filled += 1
         return kept
 
     # -- the search -------------------------------------------------------------------------
@@ -183,6 +199,9 @@ class ExactSearch:
             new = self._advance(states, i)
             if not new:
                 raise PlacementError(f"no placement satisfies the pins around {space.graph.nodes[i].label}")
+            if len(new) > PRE_CUT * max_states:  # pathological width: cut before the costlier pass
+                exact = False
+                new = dict(heapq.nsmallest(PRE_CUT * max_states, new.items(), key=lambda item: item[1][0]))
             if len(new) > 1:
                 new = self._undominated(new)
             if len(new) > max_states:

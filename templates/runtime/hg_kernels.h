@@ -103,14 +103,14 @@ static inline float hg_expf(float x)
 static inline float hg_row_sum(const float *restrict x, size_t n)
 {
     float part[16] = {0};
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
+    const size_t main_n = n - n % 16;
+    for (size_t i = 0; i < main_n; i += 16)
         for (size_t q = 0; q < 16; ++q)
             part[q] += x[i + q];
     float sum = 0.0f;
     for (size_t q = 0; q < 16; ++q)
         sum += part[q];
-    for (; i < n; ++i)
+    for (size_t i = main_n; i < n; ++i)
         sum += x[i];
     return sum;
 }
@@ -119,8 +119,8 @@ static inline float hg_row_sum(const float *restrict x, size_t n)
 static inline float hg_row_sq_dev(const float *restrict x, size_t n, float mean)
 {
     float part[16] = {0};
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
+    const size_t main_n = n - n % 16;
+    for (size_t i = 0; i < main_n; i += 16)
         for (size_t q = 0; q < 16; ++q) {
             const float d = x[i + q] - mean;
             part[q] += d * d;
@@ -128,7 +128,7 @@ static inline float hg_row_sq_dev(const float *restrict x, size_t n, float mean)
     float sum = 0.0f;
     for (size_t q = 0; q < 16; ++q)
         sum += part[q];
-    for (; i < n; ++i) {
+    for (size_t i = main_n; i < n; ++i) {
         const float d = x[i] - mean;
         sum += d * d;
     }
@@ -140,14 +140,14 @@ static inline float hg_row_max(const float *restrict x, size_t n)
     float part[16];
     for (size_t q = 0; q < 16; ++q)
         part[q] = -INFINITY;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
+    const size_t main_n = n - n % 16;
+    for (size_t i = 0; i < main_n; i += 16)
         for (size_t q = 0; q < 16; ++q)
             part[q] = x[i + q] > part[q] ? x[i + q] : part[q];
     float best = -INFINITY;
     for (size_t q = 0; q < 16; ++q)
         best = part[q] > best ? part[q] : best;
-    for (; i < n; ++i)
+    for (size_t i = main_n; i < n; ++i)
         best = x[i] > best ? x[i] : best;
     return best;
 }
