@@ -1,6 +1,6 @@
 """Write the example models shipped in examples/ (deterministic bytes: rerun and nothing changes).
 
-    python examples/make_models.py            # from the repository root
+python examples/make_models.py            # from the repository root
 """
 
 from __future__ import annotations

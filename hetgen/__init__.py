@@ -1,9 +1,9 @@
 """hetgen: a platform YAML and an ONNX model become a buildable, cross-compilable C project.
 
-    import hetgen
-    out = hetgen.compile("platforms/host.yaml", "model.onnx", out="generated/host")
-    model = hetgen.load(out)
-    outputs = model.run({"input": array})
+import hetgen
+out = hetgen.compile("platforms/host.yaml", "model.onnx", out="generated/host")
+model = hetgen.load(out)
+outputs = model.run({"input": array})
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ __version__ = "0.1.0"
 __all__ = ["compile", "load", "HetgenError", "InternalError"]
 
 
-def compile(platform, model, out=None, *, build: bool = True, placement: str = "cost", pins=None, **build_options) -> Path:  # noqa: A001
+def compile(
+    platform, model, out=None, *, build: bool = True, placement: str = "cost", pins=None, **build_options
+) -> Path:  # noqa: A001
     """Generate the project for `model` on `platform` (a path, a tag or a Platform) and build it."""
     from hetgen.build import BuildOptions
     from hetgen.pipeline import CompileOptions, compile_model

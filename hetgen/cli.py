@@ -1,12 +1,12 @@
 """hetgen's command line. It parses arguments, reads the environment, calls the pipeline, prints.
 
-    hetgen PLATFORM MODEL [-o DIR]      generate and build (the default command)
-    hetgen generate PLATFORM MODEL      generate only (what build.ninja's regenerate rule runs)
-    hetgen explain PLATFORM MODEL       where each part of the model goes, and why
-    hetgen verify DIR                   run the built model against onnxruntime
-    hetgen bench DIR                    latency beside onnxruntime (and simulated device time)
-    hetgen targets                      the target kinds and their attributes
-    hetgen check PLATFORM               validate a platform file; print its canonical tree
+hetgen PLATFORM MODEL [-o DIR]      generate and build (the default command)
+hetgen generate PLATFORM MODEL      generate only (what build.ninja's regenerate rule runs)
+hetgen explain PLATFORM MODEL       where each part of the model goes, and why
+hetgen verify DIR                   run the built model against onnxruntime
+hetgen bench DIR                    latency beside onnxruntime (and simulated device time)
+hetgen targets                      the target kinds and their attributes
+hetgen check PLATFORM               validate a platform file; print its canonical tree
 """
 
 from __future__ import annotations
@@ -77,7 +77,9 @@ def cmd_explain(args) -> int:
 
     platform = resolve_platform(args.platform, _search_path())
     graph = import_graph(args.model, {})
-    placement = place(graph, platform, mode=args.placement, pins=_pins(args.pin) or dict(platform.options.get("pins", {})))
+    placement = place(
+        graph, platform, mode=args.placement, pins=_pins(args.pin) or dict(platform.options.get("pins", {}))
+    )
     if args.format == "json":
         print(json.dumps(explain_json(placement, graph), indent=2))
     elif args.format == "dot":
@@ -142,12 +144,18 @@ def cmd_schema(args) -> int:
 def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("platform", help="platform YAML file or tag (e.g. soc)")
     parser.add_argument("model", help="ONNX model file")
-    parser.add_argument("--placement", choices=("cost", "greedy"), default="cost", help="placement search (default: cost)")
-    parser.add_argument("--pin", action="append", metavar="NODE=TARGET", help="force a node or pattern onto a target path")
+    parser.add_argument(
+        "--placement", choices=("cost", "greedy"), default="cost", help="placement search (default: cost)"
+    )
+    parser.add_argument(
+        "--pin", action="append", metavar="NODE=TARGET", help="force a node or pattern onto a target path"
+    )
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="hetgen", description="Generate and build C for an ONNX model on a heterogeneous platform.")
+    top = argparse.ArgumentParser(
+        prog="hetgen", description="Generate and build C for an ONNX model on a heterogeneous platform."
+    )
     sub = top.add_subparsers(dest="command", required=True)
     for name, help_text in (("build", "generate and build (default)"), ("generate", "generate only")):
         command = sub.add_parser(name, help=help_text)
@@ -201,5 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # anything else is a bug; say so without a traceback unless asked
         if os.environ.get("HETGEN_DEBUG"):
             raise
-        print(f"hetgen: internal error (this is a hetgen bug; set HETGEN_DEBUG=1 for a traceback): {error.__class__.__name__}: {error}", file=sys.stderr)
+        print(
+            f"hetgen: internal error (this is a hetgen bug; set HETGEN_DEBUG=1 for a traceback): {error.__class__.__name__}: {error}",
+            file=sys.stderr,
+        )
         return 3

@@ -35,7 +35,9 @@ class HetgenError(Exception):
         self.diagnostics = tuple(diagnostics)
         if diagnostics:
             body = "\n".join(f"  {d}" for d in diagnostics) if len(diagnostics) > 1 else str(diagnostics[0])
-            message = f"{message}\n{body}" if len(diagnostics) > 1 else (f"{body}" if not message else f"{message}: {body}")
+            message = (
+                f"{message}\n{body}" if len(diagnostics) > 1 else (f"{body}" if not message else f"{message}: {body}")
+            )
         super().__init__(message)
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -53,14 +54,14 @@ class DType(enum.Enum):
         return self in (DType.FLOAT32, DType.FLOAT64)
 
     @classmethod
-    def from_onnx(cls, code: int) -> "DType | None":
+    def from_onnx(cls, code: int) -> DType | None:
         for dtype in cls:
             if dtype.onnx_code == code:
                 return dtype
         return None
 
     @classmethod
-    def from_numpy(cls, dtype: np.dtype) -> "DType | None":
+    def from_numpy(cls, dtype: np.dtype) -> DType | None:
         for member in cls:
             if member.numpy == np.dtype(dtype):
                 return member
@@ -160,7 +161,7 @@ class Graph:
                 return node
         raise KeyError(name)
 
-    def verify(self) -> "Graph":
+    def verify(self) -> Graph:
         """Check the IR's invariants; raise InternalError (a hetgen bug) when one is broken."""
         known = set(self.inputs) | set(self.constants)
         names: set[str] = set()

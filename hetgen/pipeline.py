@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import onnx
 
@@ -45,11 +45,11 @@ class Compiled:
     changed: tuple[str, ...]  # files whose content changed in this generation
 
 
-def resolve_platform(spec: "str | Path | Platform", search_path: tuple[str, ...] = ()) -> Platform:
+def resolve_platform(spec: str | Path | Platform, search_path: tuple[str, ...] = ()) -> Platform:
     return spec if isinstance(spec, Platform) else load_platform(str(spec), search_path)
 
 
-def import_graph(model: "str | Path | onnx.ModelProto", shapes: Mapping[str, tuple[int, ...]]) -> Graph:
+def import_graph(model: str | Path | onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> Graph:
     return frontend.import_model(model, shapes=dict(shapes) or None)
 
 
@@ -57,7 +57,18 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
     if not isinstance(model, (str, Path)) or platform.file.startswith("<"):
         return None  # in-memory inputs cannot be re-read by ninja
     package_root = str(Path(__file__).resolve().parent.parent)
-    command = ["env", f"PYTHONPATH={package_root}", sys.executable, "-m", "hetgen", "generate", str(Path(platform.file).resolve()), str(Path(model).resolve()), "-o", str(out_dir.resolve())]
+    command = [
+        "env",
+        f"PYTHONPATH={package_root}",
+        sys.executable,
+        "-m",
+        "hetgen",
+        "generate",
+        str(Path(platform.file).resolve()),
+        str(Path(model).resolve()),
+        "-o",
+        str(out_dir.resolve()),
+    ]
     command += ["--placement", options.placement]
     for node, target in sorted(options.pins.items()):
         command += ["--pin", f"{node}={target}"]
@@ -67,7 +78,9 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
 
 
 def generate_files(platform: Platform, graph: Graph, options: CompileOptions, model, out_dir: Path):
-    placement = place(graph, platform, mode=options.placement, pins=dict(options.pins or platform.options.get("pins", {})))
+    placement = place(
+        graph, platform, mode=options.placement, pins=dict(options.pins or platform.options.get("pins", {}))
+    )
     lowered = lower.lower(graph, platform, placement)
     sources = codegen.generate(lowered)
     regenerate = regenerate_rule(platform, model, out_dir, options)
@@ -83,7 +96,9 @@ def _model_bytes(model) -> bytes:
     return Path(model).read_bytes()
 
 
-def compile_model(platform: "str | Path | Platform", model: "str | Path | onnx.ModelProto", options: CompileOptions = CompileOptions()) -> Compiled:
+def compile_model(
+    platform: str | Path | Platform, model: str | Path | onnx.ModelProto, options: CompileOptions = CompileOptions()
+) -> Compiled:
     """Generate (and by default build) the project; a user error writes nothing."""
     resolved = resolve_platform(platform, options.search_path)
     graph = import_graph(model, options.input_shapes)

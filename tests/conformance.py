@@ -23,10 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import harness
 import numpy as np
 import onnx
 
-import harness
 from hetgen.codegen.kernels import kernel_source
 from hetgen.frontend.onnx_import import import_onnx
 from hetgen.ir import DType, Graph

@@ -37,11 +37,14 @@ def freeze_inputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray], names) -
 
 def op_instances(graph: Graph):
     for node in graph.nodes:
-        yield node, OpInstance(
-            node=node,
-            input_types=tuple(graph.types.get(n) if n else None for n in node.inputs),
-            output_types=tuple(graph.types[n] for n in node.outputs),
-            constants=tuple(graph.constants.get(n) if n else None for n in node.inputs),
+        yield (
+            node,
+            OpInstance(
+                node=node,
+                input_types=tuple(graph.types.get(n) if n else None for n in node.inputs),
+                output_types=tuple(graph.types[n] for n in node.outputs),
+                constants=tuple(graph.constants.get(n) if n else None for n in node.inputs),
+            ),
         )
 
 

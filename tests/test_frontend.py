@@ -201,7 +201,9 @@ def test_weight_only_subgraphs_fold(all_ops):
         helper.make_node("MatMul", ["x", "w2"], ["y"]),
     ]
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.asarray(2, np.float32), "two")]
-    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [2, 4])], [helper.make_tensor_value_info("y", F, None)], inits)
+    model = make_model(
+        nodes, [helper.make_tensor_value_info("x", F, [2, 4])], [helper.make_tensor_value_info("y", F, None)], inits
+    )
     graph = import_model(model)
     assert ops_of(graph) == ["MatMul"]
     np.testing.assert_array_equal(graph.constants[graph.nodes[0].inputs[1]], w.T * 2)
@@ -216,8 +218,12 @@ def test_constant_nodes_range_and_constant_of_shape_fold(all_ops):
         helper.make_node("Add", ["ones", "ramp"], ["bias"]),
         helper.make_node("Add", ["x", "bias"], ["y"]),
     ]
-    inits = [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in (("start", 0), ("limit", 4), ("delta", 1))]
-    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [3, 4])], [helper.make_tensor_value_info("y", F, None)], inits)
+    inits = [
+        numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in (("start", 0), ("limit", 4), ("delta", 1))
+    ]
+    model = make_model(
+        nodes, [helper.make_tensor_value_info("x", F, [3, 4])], [helper.make_tensor_value_info("y", F, None)], inits
+    )
     graph = import_model(model)
     assert ops_of(graph) == ["Add"]
     np.testing.assert_array_equal(graph.constants[graph.nodes[0].inputs[1]], [1, 2, 3, 4])
@@ -281,13 +287,17 @@ def test_dropout_mask_output_becomes_all_true(all_ops):
 
 def test_dead_nodes_are_removed(all_ops):
     nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Sigmoid", ["x"], ["unused"])]
-    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, None)])
+    model = make_model(
+        nodes, [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, None)]
+    )
     assert ops_of(import_model(model)) == ["Relu"]
 
 
 def test_unused_training_outputs_are_dropped(all_ops):
     nodes = [helper.make_node("MaxPool", ["x"], ["y", "indices"], kernel_shape=[2, 2])]
-    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [1, 1, 4, 4])], [helper.make_tensor_value_info("y", F, None)])
+    model = make_model(
+        nodes, [helper.make_tensor_value_info("x", F, [1, 1, 4, 4])], [helper.make_tensor_value_info("y", F, None)]
+    )
     assert import_model(model).nodes[0].outputs == ("y",)
 
 
@@ -458,7 +468,9 @@ def test_softmax_folds_with_old_semantics(all_ops):
     value = np.arange(8, dtype=np.float32).reshape(2, 2, 2)
     nodes = [helper.make_node("Softmax", ["c"], ["s"], axis=1), helper.make_node("Add", ["x", "s"], ["y"])]
     x = helper.make_tensor_value_info("x", F, [2, 2, 2])
-    model = make_model(nodes, [x], [helper.make_tensor_value_info("y", F, None)], [numpy_helper.from_array(value, "c")], opset=11)
+    model = make_model(
+        nodes, [x], [helper.make_tensor_value_info("y", F, None)], [numpy_helper.from_array(value, "c")], opset=11
+    )
     graph = import_model(model)
     assert ops_of(graph) == ["Add"]
     assert_same_results(model, graph)
@@ -479,7 +491,9 @@ def decomposed_layer_norm(axes=(-1,), gamma_shape=(8,), x_shape=(2, 4, 8), squar
     nodes = [
         helper.make_node("ReduceMean", ["x", "axes"], ["mean"]),
         helper.make_node("Sub", ["x", "mean"], ["d"]),
-        helper.make_node("Pow", ["d", "two"], ["sq"]) if square == "Pow" else helper.make_node("Mul", ["d", "d"], ["sq"]),
+        helper.make_node("Pow", ["d", "two"], ["sq"])
+        if square == "Pow"
+        else helper.make_node("Mul", ["d", "d"], ["sq"]),
         helper.make_node("ReduceMean", ["sq", "axes"], ["var"]),
         helper.make_node("Add", ["var", "eps"], ["ve"]),
         helper.make_node("Sqrt", ["ve"], ["std"]),
@@ -554,7 +568,9 @@ def test_erf_gelu_becomes_gelu(all_ops):
 
 
 def test_gelu_lookalike_is_left_alone(all_ops):
-    inits = [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in (("s", 1.5), ("one", 1.0), ("half", 0.5))]
+    inits = [
+        numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in (("s", 1.5), ("one", 1.0), ("half", 0.5))
+    ]
     nodes = [
         helper.make_node("Div", ["x", "s"], ["a"]),
         helper.make_node("Erf", ["a"], ["e"]),
@@ -599,13 +615,21 @@ def test_non_constant_shape_input_is_reported(all_ops, monkeypatch):
     node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="foo")
     inputs = [helper.make_tensor_value_info("x", F, [2, 3]), helper.make_tensor_value_info("shape", I64, [2])]
     model = make_model([node], inputs, [helper.make_tensor_value_info("y", F, None)])
-    with pytest.raises(ModelError, match=r"Reshape 'foo': input 1 \(shape\) must be a compile-time constant; hetgen needs static shapes"):
+    with pytest.raises(
+        ModelError,
+        match=r"Reshape 'foo': input 1 \(shape\) must be a compile-time constant; hetgen needs static shapes",
+    ):
         import_model(model)
 
 
 def test_unsupported_dtype_inside_the_graph_is_reported(all_ops):
-    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16), helper.make_node("Cast", ["h"], ["y"], to=F)]
-    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, None)])
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+        helper.make_node("Cast", ["h"], ["y"], to=F),
+    ]
+    model = make_model(
+        nodes, [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, None)]
+    )
     with pytest.raises(ModelError, match=r"tensor 'h' \(output of Cast .*\) has element type float16"):
         import_model(model)
 
@@ -613,7 +637,9 @@ def test_unsupported_dtype_inside_the_graph_is_reported(all_ops):
 def test_float16_weights_cast_at_compile_time_are_fine(all_ops):
     w = numpy_helper.from_array(np.ones(2, np.float16), "w")
     nodes = [helper.make_node("Cast", ["w"], ["w32"], to=F), helper.make_node("Add", ["x", "w32"], ["y"])]
-    model = make_model(nodes, [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, None)], [w])
+    model = make_model(
+        nodes, [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, None)], [w]
+    )
     assert ops_of(import_model(model)) == ["Add"]
 
 
@@ -641,7 +667,9 @@ def test_not_protobuf(tmp_path):
 
 def test_checker_failure_names_the_file_and_says_why(tmp_path):
     node = helper.make_node("Add", ["x"], ["y"])  # Add needs two inputs
-    model = make_model([node], [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, [2])])
+    model = make_model(
+        [node], [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, [2])]
+    )
     path = tmp_path / "bad.onnx"
     onnx.save(model, path)
     with pytest.raises(ModelError, match=r"bad\.onnx: the onnx checker rejects the model: .*Add"):
@@ -656,21 +684,30 @@ def test_no_outputs():
 
 @pytest.mark.parametrize("opset", [6, MAX_OPSET + 1])
 def test_opset_out_of_range(opset):
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, [2])], opset=opset)
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", F, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+        opset=opset,
+    )
     with pytest.raises(ModelError, match=f"opset {opset} is not supported; hetgen accepts opsets 7 to {MAX_OPSET}"):
         import_model(model)
 
 
 def test_unsupported_input_dtype():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)])
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)]
+    )
     with pytest.raises(ModelError, match="input 'x' has element type float16; hetgen accepts float32"):
         import_model(model)
 
 
 def dynamic_model():
     x = helper.make_tensor_value_info("x", F, ["batch", 3, None])
-    return make_model([helper.make_node("Relu", ["x"], ["y"])], [x], [helper.make_tensor_value_info("y", F, ["batch", 3, None])])
+    return make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [x], [helper.make_tensor_value_info("y", F, ["batch", 3, None])]
+    )
 
 
 def test_dynamic_input_dims_are_named(all_ops):
@@ -730,7 +767,9 @@ def test_placeholder_evaluation_types_what_nothing_else_can(all_ops, monkeypatch
     monkeypatch.setattr(convert, "infer_onnx_shapes", lambda proto: proto)
     monkeypatch.setattr(resolve, "_onnx_node_types", lambda node, work: {})
     y = helper.make_tensor_value_info("y", F, ["a", "b"])
-    model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], [helper.make_tensor_value_info("x", F, [2, 3])], [y])
+    model = make_model(
+        [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], [helper.make_tensor_value_info("x", F, [2, 3])], [y]
+    )
     assert import_model(model).type_of("y").shape == (3, 2)
 
 

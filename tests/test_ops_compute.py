@@ -98,7 +98,7 @@ def check_outputs(results: dict, expected: dict, tolerances: dict) -> list[str]:
 # --- the ONNX backend node test cases -----------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def conformance_cases() -> tuple:
     """The single-node ONNX backend test cases of the compute operators."""
     from onnx.backend.test.case.node import collect_testcases
@@ -109,9 +109,7 @@ def conformance_cases() -> tuple:
         warnings.simplefilter("ignore")
         cases = collect_testcases("")
     return tuple(
-        case
-        for case in cases
-        if len(case.model.graph.node) == 1 and case.model.graph.node[0].op_type in COMPUTE_OPS
+        case for case in cases if len(case.model.graph.node) == 1 and case.model.graph.node[0].op_type in COMPUTE_OPS
     )
 
 
@@ -283,7 +281,12 @@ POOL_CASES = [
 
 
 def test_pools_match_onnxruntime():
-    compare_all([make_model([helper.make_node(op, ["x"], ["y"], name="pool", **attrs)], {"x": x_shape}) for op, x_shape, attrs in POOL_CASES])
+    compare_all(
+        [
+            make_model([helper.make_node(op, ["x"], ["y"], name="pool", **attrs)], {"x": x_shape})
+            for op, x_shape, attrs in POOL_CASES
+        ]
+    )
 
 
 def test_normalisations_and_softmax_match_onnxruntime():
@@ -369,7 +372,7 @@ def run_fused(runs: list) -> list[np.ndarray]:
         kernels.append((graph, node, op_def(node.op).lower(instance), f"hg_fused{index}"))
     with tempfile.TemporaryDirectory(prefix="hg_fused_") as tmp:
         sources, helpers = [], set()
-        for graph, node, kernel, fn in kernels:
+        for _graph, node, kernel, fn in kernels:
             source = Path(tmp) / f"{fn}.c"
             source.write_text(kernel_source(kernel, fn, node.label))
             sources.append(str(source))

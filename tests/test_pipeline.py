@@ -98,7 +98,16 @@ def test_second_run_leaves_ninja_nothing_to_do_and_edits_rebuild_one_kernel(tmp_
     platform = tmp_path / "host.yaml"
     platform.write_text(host_platform("graph"))
     hetgen.compile(platform, model_file, out=out)
-    ninja = [sys.executable, "-c", "import ninja, sys; sys.exit(ninja._program('ninja', sys.argv[1:]))", "-C", str(out), "-n", "-d", "explain"]
+    ninja = [
+        sys.executable,
+        "-c",
+        "import ninja, sys; sys.exit(ninja._program('ninja', sys.argv[1:]))",
+        "-C",
+        str(out),
+        "-n",
+        "-d",
+        "explain",
+    ]
     hetgen.compile(platform, model_file, out=out, build=False)
     dry = subprocess.run(ninja, capture_output=True, text=True)
     assert "no work to do" in dry.stdout, dry.stdout + dry.stderr
@@ -163,7 +172,10 @@ def test_unsupported_operator_is_one_message_and_writes_nothing(tmp_path):
         helper.make_node("Frobnicate", ["d"], ["y"], name="frob", domain="com.example"),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])]
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
     )
     path = tmp_path / "bad.onnx"
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])

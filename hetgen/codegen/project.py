@@ -115,7 +115,9 @@ def generate(lowered: Lowered) -> Sources:
                     "arena_size": arenas[memory_path],
                 }
             )
-        program_files, sources = _program_files(program, lowered.model_name, prefixes[program.target.path_str], children)
+        program_files, sources = _program_files(
+            program, lowered.model_name, prefixes[program.target.path_str], children
+        )
         files.extend(program_files)
         targets.append(sources)
         helpers.update(sources.helpers)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jinja2
@@ -23,7 +23,7 @@ def _c_float(value: float) -> str:
     return f"{text}f"
 
 
-@lru_cache(maxsize=None)
+@cache
 def environment(extra_dirs: tuple[str, ...] = ()) -> jinja2.Environment:
     """Templates are searched in `extra_dirs` first (a kind's own templates), then hetgen's."""
     search = [*extra_dirs, str(templates_dir())]

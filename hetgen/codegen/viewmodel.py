@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from hetgen.lower.program import BufferRef, Call, Copy, DeviceCopyIn, DeviceCopyOut, Invoke, Program, ProgramRole, Region, Wait
+from hetgen.lower.program import (
+    BufferRef,
+    Call,
+    Copy,
+    DeviceCopyIn,
+    DeviceCopyOut,
+    Invoke,
+    Program,
+    ProgramRole,
+    Region,
+    Wait,
+)
 
 REGION_C = {
     Region.NONE: "HG_REGION_NONE",
@@ -116,8 +127,16 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
     nodes, args = [], []
 
     def node(op, device=0, fn="NULL", refs=(), nbytes=0, cycles=0, first_arg=None, comment=""):
-        entry = {"op": f"HG_OP_{op}", "device": device, "fn": fn, "first_arg": len(args) if first_arg is None else first_arg,
-                 "num_args": len(refs), "bytes": nbytes, "cycles": cycles, "comment": comment_text(comment)}
+        entry = {
+            "op": f"HG_OP_{op}",
+            "device": device,
+            "fn": fn,
+            "first_arg": len(args) if first_arg is None else first_arg,
+            "num_args": len(refs),
+            "bytes": nbytes,
+            "cycles": cycles,
+            "comment": comment_text(comment),
+        }
         nodes.append(entry)
         args.extend(_graph_arg(ref) for ref in refs)
 
@@ -125,13 +144,36 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
         if isinstance(step, Call):
             node("CALL", fn=step.unit.fn, refs=step.args, cycles=step.cycles, comment=step.unit.label)
         elif isinstance(step, Copy):
-            node("COPY", refs=(step.src, step.dst), nbytes=step.nbytes, cycles=step.cycles, comment=f"copy {step.dst.tensor}")
+            node(
+                "COPY",
+                refs=(step.src, step.dst),
+                nbytes=step.nbytes,
+                cycles=step.cycles,
+                comment=f"copy {step.dst.tensor}",
+            )
         elif isinstance(step, DeviceCopyIn):
-            node("COPY_IN", step.device, refs=(step.src, _device_ref(step.dst_offset, step.tensor)), nbytes=step.nbytes, comment=f"{step.tensor} to device {step.device}")
+            node(
+                "COPY_IN",
+                step.device,
+                refs=(step.src, _device_ref(step.dst_offset, step.tensor)),
+                nbytes=step.nbytes,
+                comment=f"{step.tensor} to device {step.device}",
+            )
         elif isinstance(step, DeviceCopyOut):
-            node("COPY_OUT", step.device, refs=(_device_ref(step.src_offset, step.tensor), step.dst), nbytes=step.nbytes, comment=f"{step.tensor} from device {step.device}")
+            node(
+                "COPY_OUT",
+                step.device,
+                refs=(_device_ref(step.src_offset, step.tensor), step.dst),
+                nbytes=step.nbytes,
+                comment=f"{step.tensor} from device {step.device}",
+            )
         elif isinstance(step, Invoke):
-            node("INVOKE", step.device, first_arg=step.program, comment=f"run program {step.program} on device {step.device}")
+            node(
+                "INVOKE",
+                step.device,
+                first_arg=step.program,
+                comment=f"run program {step.program} on device {step.device}",
+            )
         elif isinstance(step, Wait):
             node("WAIT", step.device, first_arg=0, comment=f"wait for device {step.device}")
     return nodes, args
@@ -141,13 +183,46 @@ def aot_steps(steps) -> list[dict]:
     out = []
     for step in steps:
         if isinstance(step, Call):
-            out.append({"kind": "call", "fn": step.unit.fn, "args": [c_expression(r) for r in step.args] or ["NULL"], "comment": comment_text(step.unit.label)})
+            out.append(
+                {
+                    "kind": "call",
+                    "fn": step.unit.fn,
+                    "args": [c_expression(r) for r in step.args] or ["NULL"],
+                    "comment": comment_text(step.unit.label),
+                }
+            )
         elif isinstance(step, Copy):
-            out.append({"kind": "copy", "src": c_expression(step.src), "dst": c_expression(step.dst), "nbytes": step.nbytes, "comment": comment_text(f"copy {step.dst.tensor}")})
+            out.append(
+                {
+                    "kind": "copy",
+                    "src": c_expression(step.src),
+                    "dst": c_expression(step.dst),
+                    "nbytes": step.nbytes,
+                    "comment": comment_text(f"copy {step.dst.tensor}"),
+                }
+            )
         elif isinstance(step, DeviceCopyIn):
-            out.append({"kind": "copy_in", "device": step.device, "offset": step.dst_offset, "src": c_expression(step.src), "nbytes": step.nbytes, "comment": comment_text(step.tensor)})
+            out.append(
+                {
+                    "kind": "copy_in",
+                    "device": step.device,
+                    "offset": step.dst_offset,
+                    "src": c_expression(step.src),
+                    "nbytes": step.nbytes,
+                    "comment": comment_text(step.tensor),
+                }
+            )
         elif isinstance(step, DeviceCopyOut):
-            out.append({"kind": "copy_out", "device": step.device, "offset": step.src_offset, "dst": c_expression(step.dst), "nbytes": step.nbytes, "comment": comment_text(step.tensor)})
+            out.append(
+                {
+                    "kind": "copy_out",
+                    "device": step.device,
+                    "offset": step.src_offset,
+                    "dst": c_expression(step.dst),
+                    "nbytes": step.nbytes,
+                    "comment": comment_text(step.tensor),
+                }
+            )
         elif isinstance(step, Invoke):
             out.append({"kind": "invoke", "device": step.device, "program": step.program})
         elif isinstance(step, Wait):
@@ -161,9 +236,22 @@ def program_view(program: Program, model_name: str, prefix: str, runtime_version
     entries = []
     for index, steps in enumerate(program.entries):
         nodes, args = graph_tables(steps)
-        vm_lines = [", ".join(f"{w}u" for w in words) + f", /* {comment_text(c)} */" for words, c in vm_code(steps, kernel_index)]
-        entries.append({"index": index, "steps": aot_steps(steps), "graph_nodes": nodes, "graph_args": args, "vm_code_lines": vm_lines})
-    arena_buffers = [{"name": c_string(name), "offset": offset, "nbytes": nbytes} for name, offset, nbytes in program.memory.buffers]
+        vm_lines = [
+            ", ".join(f"{w}u" for w in words) + f", /* {comment_text(c)} */"
+            for words, c in vm_code(steps, kernel_index)
+        ]
+        entries.append(
+            {
+                "index": index,
+                "steps": aot_steps(steps),
+                "graph_nodes": nodes,
+                "graph_args": args,
+                "vm_code_lines": vm_lines,
+            }
+        )
+    arena_buffers = [
+        {"name": c_string(name), "offset": offset, "nbytes": nbytes} for name, offset, nbytes in program.memory.buffers
+    ]
     model = program.device_model
     return {
         "prefix": prefix,

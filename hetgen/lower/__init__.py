@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 from hetgen.errors import ModelError, PlacementError
-from hetgen.names import c_identifier
 from hetgen.ir import Graph
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, plan_memory
@@ -32,7 +31,8 @@ from hetgen.lower.program import (
     WeightEntry,
     Weights,
 )
-from hetgen.lower.schedule import SCall, SCopyIn, SCopyOut, SInvoke, SLoadWeight, Scheduler, Sym, SWait, UnitInfo
+from hetgen.lower.schedule import SCall, Scheduler, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym, UnitInfo
+from hetgen.names import c_identifier
 from hetgen.ops.base import Kernel, Unsupported
 from hetgen.ops.registry import op_def
 from hetgen.platform.model import Platform, Role, Runtime, Target
@@ -116,7 +116,9 @@ def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
     nodes, assignment = ordered_nodes(graph, placement)
     if not assignment:
         assignment = {node.name: root.path_str for node in nodes}
-    ordered_graph = Graph(graph.name, graph.inputs, graph.outputs, tuple(nodes), graph.types, graph.constants, graph.opset)
+    ordered_graph = Graph(
+        graph.name, graph.inputs, graph.outputs, tuple(nodes), graph.types, graph.constants, graph.opset
+    )
     units = kernel_units(ordered_graph, assignment)
     kernels = lower_units(units, graph)
     targets = {t.path_str: t for t in platform.targets()}
@@ -143,7 +145,7 @@ def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
             if tensor in graph.constants and not is_accelerator:
                 continue
             intervals.append(Interval(tensor, graph.types[tensor].nbytes, min(times), max(times)))
-        for index, (unit, kernel) in enumerate(zip(units, kernels)):
+        for index, kernel in enumerate(kernels):
             if infos[index].target == path and kernel.scratch_bytes:
                 intervals.append(Interval(f"scratch:{index}", kernel.scratch_bytes, index, index))
         plans[path] = plan_memory(intervals)
@@ -205,7 +207,12 @@ def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
             entry = weight_offset(weights[path], step.tensor)
             nbytes = graph.types[step.tensor].nbytes
             model = device_model(target)
-            return Copy(BufferRef(Region.WEIGHTS, entry, step.tensor), ref(Sym(path, step.tensor)), nbytes, math.ceil(nbytes / model.dma_bytes_per_cycle))
+            return Copy(
+                BufferRef(Region.WEIGHTS, entry, step.tensor),
+                ref(Sym(path, step.tensor)),
+                nbytes,
+                math.ceil(nbytes / model.dma_bytes_per_cycle),
+            )
         if isinstance(step, SCopyIn):
             nbytes = graph.types[step.src.tensor].nbytes
             return DeviceCopyIn(step.device, ref(step.src), device_offset(step.dst), nbytes, step.src.tensor)
@@ -226,7 +233,9 @@ def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
         target = targets[path]
         entries = [tuple(resolve(path, step) for step in entry) for entry in schedule.entries.get(path, [[]])]
         if path == root_path:
-            entries[0] = entries[0] + tuple(_output_copies(graph, produced_at_root | copied_to_root, graph_inputs, weights[path]))
+            entries[0] = entries[0] + tuple(
+                _output_copies(graph, produced_at_root | copied_to_root, graph_inputs, weights[path])
+            )
             role = ProgramRole.ROOT
         elif target.role is Role.ACCELERATOR:
             role = ProgramRole.ACCELERATOR

@@ -8,8 +8,8 @@ parameters are known at compile time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from hetgen.ir import DType, Graph, Node
 from hetgen.ops.base import FUSABLE_ACTIVATIONS, Epilogue, OpInstance

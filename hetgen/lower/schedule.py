@@ -98,7 +98,9 @@ def child_devices(controller: Target, platform_root: Target) -> tuple[Target, ..
 
 
 class Scheduler:
-    def __init__(self, units: list[UnitInfo], root: Target, constants: set[str], graph_outputs: set[str], graph_inputs: set[str]):
+    def __init__(
+        self, units: list[UnitInfo], root: Target, constants: set[str], graph_outputs: set[str], graph_inputs: set[str]
+    ):
         self.units = units
         self.root = root
         self.constants = constants

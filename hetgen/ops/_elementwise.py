@@ -8,8 +8,8 @@ collapsed loop nest and each operand's index and fills the view-model of `elemen
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from hetgen.ir import DType, TensorType
 from hetgen.ops._layout import broadcast_strides, collapse, contiguous_strides, index_expr, loops_for

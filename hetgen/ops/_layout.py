@@ -11,8 +11,8 @@ is a (rows, channels, pixels) nest whose inner loop is unit-stride.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided

@@ -36,7 +36,9 @@ def lower(op: OpInstance) -> Kernel:
         expression = f"({expression} < {lo} ? {lo} : {expression})"
     if hi is not None and hi != highest(dtype):
         expression = f"({expression} > {hi} ? {hi} : {expression})"
-    return elementwise_kernel(operands, op.output_types[0], expression, out_arg=len(op.node.inputs), flops_per_element=2)
+    return elementwise_kernel(
+        operands, op.output_types[0], expression, out_arg=len(op.node.inputs), flops_per_element=2
+    )
 
 
 DEFS = (OpDef("Clip", lower),)

@@ -6,13 +6,15 @@ One module per operator (or per small family of operators that share one templat
 
 from __future__ import annotations
 
-from hetgen.ops.base import OpDef
-
 # fmt: off
 # -- compute operators (convolution, GEMM, pooling, normalisation) --
-from hetgen.ops import _compute_list  # noqa: E402
 # -- elementwise, reduction and data-movement operators --
-from hetgen.ops import _tensor_list  # noqa: E402
+from hetgen.ops import (
+    _compute_list,  # noqa: E402
+    _tensor_list,  # noqa: E402
+)
+from hetgen.ops.base import OpDef
+
 # fmt: on
 
 OPS: dict[str, OpDef] = {d.op: d for module in (*_compute_list.MODULES, *_tensor_list.MODULES) for d in module.DEFS}

@@ -82,7 +82,9 @@ def _coefficients(kind: str, ratio: float, scale: float, nearest_mode: str, a: f
         i_start = int(np.floor(-2 / s) + 1)
         x = np.abs(np.array([s * (i - ratio) for i in range(i_start, 2 - i_start)]))
         coeffs = np.where(
-            x <= 1, (a + 2) * x**3 - (a + 3) * x**2 + 1, np.where(x < 2, a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a, 0.0)
+            x <= 1,
+            (a + 2) * x**3 - (a + 3) * x**2 + 1,
+            np.where(x < 2, a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a, 0.0),
         )
         return coeffs / coeffs.sum()
     raise Unsupported(f"Resize mode {kind!r}; accepted: nearest, linear, cubic")
@@ -96,7 +98,9 @@ def axis_taps(in_w: int, out_w: int, scale: float, settings: dict, roi=None):
     ratios = np.where(x == x_int, 1.0, x - x_int)
     coeffs = np.array(
         [
-            _coefficients(settings["mode"], float(r), scale, settings["nearest_mode"], settings["a"], settings["antialias"])
+            _coefficients(
+                settings["mode"], float(r), scale, settings["nearest_mode"], settings["a"], settings["antialias"]
+            )
             for r in ratios
         ]
     ).reshape(out_w, -1)
@@ -153,7 +157,7 @@ def _constant(op: OpInstance, index: int, what: str):
 
 
 def _scales_and_roi(op: OpInstance, settings: dict) -> tuple[list[float], list[float] | None]:
-    x_type, out_type = op.input_types[0], op.output_types[0]
+    x_type = op.input_types[0]
     rank = x_type.rank
     if settings["legacy"]:
         scales = _constant(op, 1, "scales")

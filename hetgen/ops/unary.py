@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from hetgen.ir import DType
 from hetgen.ops._cexpr import INTEGER_DTYPES, UNSIGNED, libm, literal
@@ -64,8 +64,7 @@ FLOAT_BUILDERS: dict[str, FloatBuilder] = {
         f"{_f(t, _alpha(op, 0.2))} * {x} + {_f(t, float(op.attr('beta', 0.5)))}))"
     ),
     "HardSwish": lambda x, t, op: (
-        f"{x} * {libm('fmax', t)}({_f(t, 0)}, {libm('fmin', t)}({_f(t, 1)}, "
-        f"{_f(t, 1 / 6)} * {x} + {_f(t, 0.5)}))"
+        f"{x} * {libm('fmax', t)}({_f(t, 0)}, {libm('fmin', t)}({_f(t, 1)}, {_f(t, 1 / 6)} * {x} + {_f(t, 0.5)}))"
     ),
     "Tanh": _libm_call("tanh"),
     "Softplus": lambda x, t, op: _softplus(x, t),
@@ -101,11 +100,13 @@ FLOAT_BUILDERS: dict[str, FloatBuilder] = {
         f"({x} > {_f(t, float(op.attr('lambd', 0.5)))} ? {x} - {_f(t, float(op.attr('bias', 0.0)))} : {_f(t, 0)})"
     ),
     "IsNaN": lambda x, t, op: f"{x} != {x}",
-    "IsInf": lambda x, t, op: " || ".join(
-        [f"{x} == {_f(t, math.inf)}"] * bool(op.attr("detect_positive", 1))
-        + [f"{x} == {_f(t, -math.inf)}"] * bool(op.attr("detect_negative", 1))
-    )
-    or "0",
+    "IsInf": lambda x, t, op: (
+        " || ".join(
+            [f"{x} == {_f(t, math.inf)}"] * bool(op.attr("detect_positive", 1))
+            + [f"{x} == {_f(t, -math.inf)}"] * bool(op.attr("detect_negative", 1))
+        )
+        or "0"
+    ),
 }
 
 

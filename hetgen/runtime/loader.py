@@ -35,7 +35,9 @@ class Model:
         self.path = out_dir
         manifest_path = out_dir / MANIFEST
         if not manifest_path.is_file():
-            raise HetgenError(f"{out_dir}: not a hetgen project (no {MANIFEST}); run `hetgen PLATFORM MODEL -o {out_dir}` first")
+            raise HetgenError(
+                f"{out_dir}: not a hetgen project (no {MANIFEST}); run `hetgen PLATFORM MODEL -o {out_dir}` first"
+            )
         self.manifest = json.loads(manifest_path.read_text())
         self.prefix = self.manifest["prefix"]
         self.inputs = tuple(_info(t) for t in self.manifest["inputs"])
@@ -64,7 +66,9 @@ class Model:
         missing = [t.name for t in self.inputs if t.name not in feeds]
         unknown = sorted(set(feeds) - {t.name for t in self.inputs})
         if missing or unknown:
-            raise HetgenError(f"run() needs inputs {[t.name for t in self.inputs]}; missing {missing}, unknown {unknown}")
+            raise HetgenError(
+                f"run() needs inputs {[t.name for t in self.inputs]}; missing {missing}, unknown {unknown}"
+            )
         arrays = []
         for info in self.inputs:
             array = np.ascontiguousarray(feeds[info.name], dtype=info.dtype)
@@ -111,5 +115,5 @@ def _info(entry: dict) -> TensorInfo:
     return TensorInfo(entry["name"], tuple(entry["shape"]), dtype)
 
 
-def load(out_dir: "str | Path") -> Model:
+def load(out_dir: str | Path) -> Model:
     return Model(Path(out_dir))

@@ -12,7 +12,9 @@ def ort_session(model_bytes: bytes, threads: int = 1):
     try:
         import onnxruntime as ort
     except ImportError:
-        raise HetgenError("onnxruntime is not installed; `pip install onnxruntime` (it is the reference for verify and bench)") from None
+        raise HetgenError(
+            "onnxruntime is not installed; `pip install onnxruntime` (it is the reference for verify and bench)"
+        ) from None
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = threads
