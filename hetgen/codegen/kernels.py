@@ -6,8 +6,11 @@ from hetgen.codegen.render import render
 from hetgen.ops.base import Kernel
 
 
-def kernel_source(kernel: Kernel, fn: str, label: str, extra_dirs: tuple[str, ...] = ()) -> str:
-    """The C text of `kernel` as function `fn`; `label` says which model node(s) it computes."""
+def kernel_source(kernel: Kernel, fn: str, label: str, extra_dirs: tuple[str, ...] = (), device=None) -> str:
+    """The C text of `kernel` as function `fn`; `label` says which model node(s) it computes.
+
+    `device` holds the target's attributes, for a kind's own templates (e.g. a vector unit's lanes).
+    """
     return render(
         "kernels/_kernel_file.c.j2",
         extra_dirs,
@@ -15,5 +18,6 @@ def kernel_source(kernel: Kernel, fn: str, label: str, extra_dirs: tuple[str, ..
         fn=fn,
         label=label,
         scratch_bytes=kernel.scratch_bytes,
+        device=dict(device or {}),
         **kernel.params,
     )

@@ -54,7 +54,7 @@ def _program_files(program: Program, model_name: str, prefix: str, children: lis
     extra = (program.target.kind.templates,) if program.target.kind.templates else ()
     for unit in program.units:
         path = f"{folder}/kernels/{unit.fn}.c"
-        text = kernel_source(unit.kernel, unit.fn, unit.label, extra)
+        text = kernel_source(unit.kernel, unit.fn, unit.label, extra, program.target.attrs)
         files.append(GeneratedFile(path, text.encode()))
         kernel_paths.append(path)
         helpers.update(unit.kernel.helpers)

@@ -43,7 +43,7 @@ def render(template: str, extra_dirs: tuple[str, ...] = (), **context) -> str:
     return environment(tuple(extra_dirs)).get_template(template).render(**context)
 
 
-def template_path(template: str, extra_dirs: tuple[str, ...] = ()) -> Path:
+def template_path(template: str, extra_dirs: tuple[str, ...] = ()) -> Path:  # noqa: D103
     for folder in (*extra_dirs, str(templates_dir())):
         candidate = Path(folder) / template
         if candidate.is_file():
