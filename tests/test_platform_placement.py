@@ -1,0 +1,107 @@
+"""Placement follows the platform's figures, on the shipped platforms and small variations of them,
+through the public entry points (`hetgen explain`, `hetgen.compile`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import hetgen
+from hetgen.errors import PlacementError
+from hetgen.frontend import import_model
+from hetgen.partition.search import place
+from hetgen.platform.loader import load_platform, load_platform_text
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def conv_model(channels: int, size: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        initializer=[weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def conv_target(platform, model) -> str:
+    graph = import_model(model)
+    placement = place(graph, platform)
+    return placement.target_of(next(node.name for node in graph.nodes if node.op == "Conv"))
+
+
+def npu_platform(link_gbps: float, latency_us: float, sram_kib: int = 512) -> str:
+    return (
+        "name: p\ntarget:\n  kind: native\n  runtime: vm\n  devices:\n    npu0:\n      kind: npu\n"
+        f"      sram_kib: {sram_kib}\n      link: {{bandwidth_gbps: {link_gbps}, latency_us: {latency_us}}}\n"
+    )
+
+
+def test_slow_link_keeps_a_small_convolution_on_the_host():
+    model = conv_model(16, 8)
+    assert conv_target(load_platform("slowlink"), model) == "slowlink"
+    assert conv_target(load_platform_text(npu_platform(32, 1)), model) == "p/npu0"
+
+
+def test_bigger_sram_admits_a_bigger_layer():
+    model = conv_model(32, 16)  # its im2col workspace alone is ~290 KB
+    assert conv_target(load_platform_text(npu_platform(32, 1, sram_kib=128)), model) == "p"
+    assert conv_target(load_platform_text(npu_platform(32, 1, sram_kib=4096)), model) == "p/npu0"
+
+
+def test_pin_to_a_device_too_small_is_a_clear_error():
+    platform = load_platform_text(npu_platform(32, 1, sram_kib=1))
+    graph = import_model(conv_model(16, 8))
+    conv = next(node.name for node in graph.nodes if node.op == "Conv")
+    with pytest.raises(PlacementError) as error:
+        place(graph, platform, pins={conv: "p/npu0"})
+    message = str(error.value)
+    assert "p/npu0" in message and "memory" in message
+
+
+def test_explain_json_and_dot_from_the_cli(tmp_path):
+    path = tmp_path / "conv.onnx"
+    onnx.save(conv_model(16, 16), path)
+    result = subprocess.run(
+        [sys.executable, "-m", "hetgen", "explain", "soc", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert {"groups", "transfers", "total_us"} <= set(report)
+    assert all({"target", "ops", "cost_us"} <= set(group) for group in report["groups"])
+    dot = subprocess.run(
+        [sys.executable, "-m", "hetgen", "explain", "soc", str(path), "--format", "dot"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert dot.returncode == 0 and dot.stdout.lstrip().startswith("digraph")
+
+
+def test_greedy_and_cost_modes_both_build_and_agree_numerically(tmp_path):
+    model = conv_model(16, 16)
+    outputs = {}
+    for mode in ("cost", "greedy"):
+        out = hetgen.compile("soc", model, out=tmp_path / mode, placement=mode, opt=("-O1",))
+        feeds = {"x": np.ones((1, 16, 16, 16), np.float32)}
+        outputs[mode] = hetgen.load(out).run(feeds)["y"]
+    np.testing.assert_allclose(outputs["cost"], outputs["greedy"], rtol=1e-5, atol=1e-6)
