@@ -16,10 +16,22 @@ __version__ = "0.1.0"
 __all__ = ["compile", "load", "HetgenError", "InternalError"]
 
 
-def compile(
-    platform, model, out=None, *, build: bool = True, placement: str = "cost", pins=None, **build_options
-) -> Path:  # noqa: A001
-    """Generate the project for `model` on `platform` (a path, a tag or a Platform) and build it."""
+def compile(  # noqa: A001
+    platform,
+    model,
+    out=None,
+    *,
+    build: bool = True,
+    placement: str = "cost",
+    pins=None,
+    weights: str = "blob",
+    **build_options,
+) -> Path:
+    """Generate the project for `model` on `platform` (a path, a tag or a Platform) and build it.
+
+    `model` is a path or an onnx.ModelProto; `out` defaults to generated/<platform name>;
+    `weights` is "blob" or "c_array"; other keywords are `BuildOptions` fields (opt, sanitize, ...).
+    """
     from hetgen.build import BuildOptions
     from hetgen.pipeline import CompileOptions, compile_model
 
@@ -28,6 +40,7 @@ def compile(
         build=build,
         placement=placement,
         pins=dict(pins or {}),
+        weights=weights,
         build_options=BuildOptions(**build_options),
     )
     return compile_model(platform, model, options).out_dir

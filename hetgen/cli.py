@@ -51,6 +51,7 @@ def _compile_options(args, build: bool):
         pins=_pins(args.pin),
         search_path=_search_path(),
         build_options=BuildOptions(sanitize=sanitize, launcher=launcher),
+        weights=args.weights,
     )
 
 
@@ -163,6 +164,12 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("-o", "--output", help="output folder (default: generated/<platform name>)")
         command.add_argument("--sanitize", help="build with sanitizers, e.g. address,undefined")
         command.add_argument("--no-build", action="store_true", help="generate only")
+        command.add_argument(
+            "--weights",
+            choices=("blob", "c_array"),
+            default="blob",
+            help="weights as a linked blob (default) or a C array",
+        )
     explain = sub.add_parser("explain", help="show where each part of the model goes and why")
     _add_compile_arguments(explain)
     explain.add_argument("--format", choices=("text", "json", "dot"), default="text")

@@ -35,6 +35,7 @@ class CompileOptions:
     search_path: tuple[str, ...] = ()
     build_options: BuildOptions = BuildOptions()
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    weights: str = "blob"  # "blob": weights.bin linked by .incbin; "c_array": a const array in C
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
         "-o",
         str(out_dir.resolve()),
     ]
-    command += ["--placement", options.placement]
+    command += ["--placement", options.placement, "--weights", options.weights]
     for node, target in sorted(options.pins.items()):
         command += ["--pin", f"{node}={target}"]
     templates = sorted(str(p) for p in templates_dir().rglob("*") if p.is_file())
@@ -82,7 +83,7 @@ def generate_files(platform: Platform, graph: Graph, options: CompileOptions, mo
         graph, platform, mode=options.placement, pins=dict(options.pins or platform.options.get("pins", {}))
     )
     lowered = lower.lower(graph, platform, placement)
-    sources = codegen.generate(lowered)
+    sources = codegen.generate(lowered, weights=options.weights)
     regenerate = regenerate_rule(platform, model, out_dir, options)
     build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve())
     manifest = GeneratedFile("hetgen.json", manifest_bytes(sources.manifest))

@@ -208,3 +208,11 @@ def test_verify_cli_reports_errors_per_output(tmp_path, model_file):
     result = run_cli("verify", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "y: max abs error" in result.stdout and "1 of 1 outputs match" in result.stdout
+
+
+def test_c_array_weights_build_and_match(tmp_path, model_file):
+    out = hetgen.compile(load_platform_text(host_platform("aot")), model_file, out=tmp_path / "arr", weights="c_array")
+    assert (out / "host_aot/weights.c").is_file() and not (out / "host_aot/weights.S").exists()
+    x = np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    got = hetgen.load(out).run({"x": x})["y"]
+    np.testing.assert_allclose(got, reference(model_file, {"x": x})[0], rtol=1e-4, atol=1e-5)

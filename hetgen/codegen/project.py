@@ -30,7 +30,7 @@ class TargetSources:
     prefix: str  # C API prefix, e.g. "hg_soc"
     kernels: tuple[str, ...]  # kernel .c files
     program: str  # model.c
-    weights_asm: str  # weights.S
+    weights_asm: str  # weights.S (or weights.c for C-array weights)
     weights_blob: str  # weights.bin
     example: str  # main.c ("" = none)
     helpers: tuple[str, ...]  # runtime/*.c the kernels need
@@ -46,7 +46,23 @@ class Sources:
     manifest: dict
 
 
-def _program_files(program: Program, model_name: str, prefix: str, children: list[dict]):
+def _weights_file(program: Program, model_name: str, prefix: str, folder: str, weights: str) -> GeneratedFile:
+    """The weights linked into the library: a blob pulled in by `.incbin`, or a C array."""
+    common = {
+        "model_name": model_name,
+        "target_path": program.target.path_str,
+        "weights_size": program.weights.size,
+        "symbol": f"{prefix}_weights",
+    }
+    if weights == "c_array":
+        blob = program.weights.blob
+        rows = [", ".join(f"0x{byte:02x}" for byte in blob[i : i + 16]) + "," for i in range(0, len(blob), 16)]
+        return GeneratedFile(f"{folder}/weights.c", render("model/weights.c.j2", rows=rows, **common).encode())
+    asm = render("model/weights.S.j2", blob_path=f"{folder}/weights.bin", **common)
+    return GeneratedFile(f"{folder}/weights.S", asm.encode())
+
+
+def _program_files(program: Program, model_name: str, prefix: str, children: list[dict], weights: str = "blob"):
     folder = program.target.path_str
     files: list[GeneratedFile] = []
     kernel_paths = []
@@ -68,15 +84,8 @@ def _program_files(program: Program, model_name: str, prefix: str, children: lis
     files.append(GeneratedFile(f"{folder}/model.c", render(template, **view).encode()))
     blob = f"{folder}/weights.bin"
     files.append(GeneratedFile(blob, program.weights.blob))
-    asm = render(
-        "model/weights.S.j2",
-        model_name=model_name,
-        target_path=program.target.path_str,
-        weights_size=program.weights.size,
-        symbol=f"{prefix}_weights",
-        blob_path=blob,
-    )
-    files.append(GeneratedFile(f"{folder}/weights.S", asm.encode()))
+    weights_source = _weights_file(program, model_name, prefix, folder, weights)
+    files.append(weights_source)
     example = ""
     if is_root:
         example = f"{folder}/main.c"
@@ -86,7 +95,7 @@ def _program_files(program: Program, model_name: str, prefix: str, children: lis
         prefix=prefix,
         kernels=tuple(kernel_paths),
         program=f"{folder}/model.c",
-        weights_asm=f"{folder}/weights.S",
+        weights_asm=weights_source.path,
         weights_blob=blob,
         example=example,
         helpers=tuple(sorted(helpers)),
@@ -96,7 +105,8 @@ def _program_files(program: Program, model_name: str, prefix: str, children: lis
     return files, sources
 
 
-def generate(lowered: Lowered) -> Sources:
+def generate(lowered: Lowered, weights: str = "blob") -> Sources:
+    """All files of the project, in memory. `weights`: "blob" (linked by .incbin) or "c_array"."""
     files: list[GeneratedFile] = []
     targets = []
     helpers: set[str] = set()
@@ -116,7 +126,7 @@ def generate(lowered: Lowered) -> Sources:
                 }
             )
         program_files, sources = _program_files(
-            program, lowered.model_name, prefixes[program.target.path_str], children
+            program, lowered.model_name, prefixes[program.target.path_str], children, weights
         )
         files.extend(program_files)
         targets.append(sources)
