@@ -24,6 +24,7 @@ from pathlib import Path
 import onnx
 
 from hetgen.frontend import check, cleanup, convert, load, resolve, rewrite
+from hetgen.frontend.fold_batchnorm import fold_batchnorm
 from hetgen.frontend.export import export_onnx
 from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
 from hetgen.frontend.work import c_identifier, to_graph
@@ -56,7 +57,7 @@ def import_model(
     cleanup.trim_optional_outputs(work)
     cleanup.remove_dead(work)
     check.check(work)
-    return to_graph(work, work.name).verify()
+    return fold_batchnorm(to_graph(work, work.name)).verify()
 
 
 import_onnx = import_model

@@ -111,7 +111,24 @@ def device_model(target: Target) -> DeviceModel:
     return DeviceModel(clock_mhz(target), dma_gbps * 1e3 / clock_mhz(target), target.memory_bytes or 0)
 
 
+class _Overflow(Exception):
+    def __init__(self, path: str, error: PlacementError):
+        self.path, self.error = path, error
+
+
 def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
+    """Lower; when consecutive work overflows an accelerator's memory, run it one unit at a time there."""
+    isolated: frozenset[str] = frozenset()
+    while True:
+        try:
+            return _lower(graph, platform, placement, isolated)
+        except _Overflow as overflow:
+            if overflow.path in isolated:
+                raise overflow.error from None
+            isolated = isolated | {overflow.path}
+
+
+def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]) -> Lowered:
     root = platform.root.controller()
     nodes, assignment = ordered_nodes(graph, placement)
     if not assignment:
@@ -123,7 +140,7 @@ def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
     kernels = lower_units(units, graph)
     targets = {t.path_str: t for t in platform.targets()}
     infos = [UnitInfo(assignment[u.head.name], u.inputs, u.outputs) for u in units]
-    scheduler = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs))
+    scheduler = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated)
     schedule = scheduler.run()
 
     graph_inputs = {name: index for index, name in enumerate(graph.inputs)}
@@ -158,10 +175,13 @@ def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
         weights[path] = pack_weights(used, graph)
         capacity = target.memory_bytes
         if capacity is not None and plans[path].arena_size > capacity:
-            raise PlacementError(
-                f"{path}: the work placed here needs {plans[path].arena_size} bytes of local memory "
-                f"(liveness lower bound {plans[path].lower_bound}); the device has {capacity} bytes. "
-                "Give it more memory (e.g. sram_kib), pin the large layers elsewhere, or use the cost placement, which avoids it"
+            raise _Overflow(
+                path,
+                PlacementError(
+                    f"{path}: the work placed here needs {plans[path].arena_size} bytes of local memory "
+                    f"(liveness lower bound {plans[path].lower_bound}); the device has {capacity} bytes. "
+                    "Give it more memory (e.g. sram_kib), pin the large layers elsewhere, or use the cost placement, which avoids it"
+                ),
             )
 
     kernel_units_by_index = {}

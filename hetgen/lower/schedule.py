@@ -99,8 +99,17 @@ def child_devices(controller: Target, platform_root: Target) -> tuple[Target, ..
 
 class Scheduler:
     def __init__(
-        self, units: list[UnitInfo], root: Target, constants: set[str], graph_outputs: set[str], graph_inputs: set[str]
+        self,
+        units: list[UnitInfo],
+        root: Target,
+        constants: set[str],
+        graph_outputs: set[str],
+        graph_inputs: set[str],
+        isolated: frozenset[str] = frozenset(),
     ):
+        """`isolated`: accelerators whose local memory cannot hold consecutive work at once. There each
+        unit is its own invocation: its inputs are copied in, its outputs copied out, nothing stays."""
+        self.isolated = isolated
         self.units = units
         self.root = root
         self.constants = constants
@@ -138,7 +147,8 @@ class Scheduler:
         segments: list[tuple[int, list[int]]] = []
         for index in unit_indices:
             slot = self._slot(self.units[index].target, controller, devices)
-            if segments and segments[-1][0] == slot:
+            isolated = self.units[index].target in self.isolated
+            if segments and segments[-1][0] == slot and not isolated:
                 segments[-1][1].append(index)
             else:
                 segments.append((slot, [index]))
@@ -175,11 +185,12 @@ class Scheduler:
         inside = subtree_paths(device)
         memory_target = device.host.path_str if device.role is Role.COMPOSITE else device.path_str
         produced_here = {name for index in members for name in self.units[index].outputs if name}
+        isolated = any(self.units[index].target in self.isolated for index in members)
         needed = []
         for index in members:
             for name in self.units[index].inputs:
                 if name and name not in self.constants and name not in produced_here and name not in needed:
-                    if not any(name in self.schedule.present.get(path, set()) for path in inside):
+                    if isolated or not any(name in self.schedule.present.get(path, set()) for path in inside):
                         needed.append(name)
         steps: list = []
         for name in needed:
@@ -195,7 +206,7 @@ class Scheduler:
         steps += [SInvoke(slot, len(programs) - 1), SWait(slot)]
         leaving = []
         for name in sorted(produced_here, key=lambda n: (min(self.readers.get(n, [end + 1])), n)):
-            outside = any(self.units[r].target not in inside for r in self.readers.get(name, []) if r > end)
+            outside = any(isolated or self.units[r].target not in inside for r in self.readers.get(name, []) if r > end)
             if name in self.graph_outputs or outside:
                 leaving.append(name)
         for name in leaving:
