@@ -7,6 +7,7 @@ Most tests compare a model with the Graph the frontend made of it, exported back
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -783,3 +784,36 @@ def test_new_tensor_names_never_collide_with_the_models(all_ops):
     x = helper.make_tensor_value_info("x", F, [2, 3, 4])
     model = make_model(nodes, [x], [helper.make_tensor_value_info("z", F, None)], opset=11)
     assert_same_results(model, import_model(model))
+
+
+# -- the folder of broken models ------------------------------------------------------------------
+
+BAD_MODELS = sorted((Path(__file__).resolve().parent / "bad_models").glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", BAD_MODELS, ids=[p.stem for p in BAD_MODELS])
+def test_bad_model_reports_expected_first_error(path):
+    expected = path.with_suffix(".expected").read_text().strip().replace("{file}", str(path))
+    with pytest.raises(ModelError) as info:
+        import_model(path)
+    first_line = str(info.value).splitlines()[0]
+    assert first_line.startswith(expected), first_line
+
+
+def test_every_onnx_backend_node_case_imports_or_fails_cleanly(all_ops):
+    """No model makes the frontend crash: each imports, or gets one ModelError."""
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases("")
+    imported = 0
+    for case in cases:
+        try:
+            import_model(case.model)
+            imported += 1
+        except ModelError:
+            pass
+    assert imported > len(cases) // 2

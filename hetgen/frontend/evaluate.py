@@ -50,5 +50,7 @@ def evaluate(node: WorkNode, values: list[np.ndarray | None]) -> list[np.ndarray
             results = ReferenceEvaluator(model).run(None, feeds)
     except Exception:  # an operator the evaluator lacks, or rejects: leave the node in the graph
         return None
+    if any(not isinstance(r, np.ndarray | np.generic) for r in results):
+        return None  # a sequence, map or optional: not a tensor hetgen can hold
     arrays = iter(np.asarray(r) for r in results)
     return [next(arrays) if name else None for name in outputs]
