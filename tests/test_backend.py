@@ -4,10 +4,10 @@ runs op by op in test_conformance.py."""
 
 from __future__ import annotations
 
-import conformance
 import numpy as np
 import pytest
 
+import conformance
 from hetgen.errors import HetgenError
 from hetgen.runtime.backend import HetgenBackend
 
