@@ -7,6 +7,24 @@ import math
 import random
 
 import pytest
+
+from hetgen.errors import InternalError, PlacementError, PlatformError
+from hetgen.ir import DType
+from hetgen.partition import (
+    DEFAULT_MAX_STATES,
+    Group,
+    Placement,
+    calibrate,
+    explain_dot,
+    explain_json,
+    explain_text,
+    place,
+)
+from hetgen.partition.cost import Calibration, Topology, Work, kernel_us
+from hetgen.partition.exact import ExactSearch, _live_width, search_order
+from hetgen.partition.patterns import match_patterns
+from hetgen.partition.space import SearchSpace
+from hetgen.platform.model import Link
 from partition_fixtures import (
     CPU,
     NPU,
@@ -21,22 +39,6 @@ from partition_fixtures import (
     soc,
     transformer,
 )
-
-from hetgen.errors import InternalError, PlacementError, PlatformError
-from hetgen.ir import DType
-from hetgen.partition import (
-    Group,
-    Placement,
-    calibrate,
-    explain_dot,
-    explain_json,
-    explain_text,
-    place,
-)
-from hetgen.partition.cost import Calibration, Topology, Work, kernel_us
-from hetgen.partition.patterns import match_patterns
-from hetgen.partition.space import SearchSpace
-from hetgen.platform.model import Link
 
 # -- exhaustive reference ------------------------------------------------------------------------
 
@@ -115,6 +117,32 @@ def test_cost_mode_is_optimal_against_exhaustive_enumeration():
         seen["mixed"] += len(placement.targets()) > 1
     # the random cases must exercise offloading, fusion and mixed placements, not only the host
     assert seen["offloaded"] >= 20 and seen["fused"] >= 5 and seen["mixed"] >= 15, seen
+
+
+def test_pruning_never_changes_the_optimum_on_medium_graphs():
+    """Dominance, reordering and canonical entries against the plain DP on 10-22 node graphs."""
+    for seed in range(25):
+        rng = random.Random(1000 + seed)
+        graph = random_dag(rng, rng.randint(10, 22))
+        space = SearchSpace(graph, random_platform(rng), Calibration())
+        pruned, plain = ExactSearch(space, space.candidates), ExactSearch(space, space.candidates, prune=False)
+        assert pruned.run(DEFAULT_MAX_STATES)[1] and plain.run(10**7)[1]
+        assert pruned.best_cost == pytest.approx(plain.best_cost, rel=1e-9), f"seed {seed}"
+
+
+def test_breadth_first_graphs_are_searched_in_a_narrow_order():
+    b = GraphBuilder()
+    x = b.input("x", (1, 16, 16, 16))
+    heads = [b.unary("Relu", b.conv(x, 16)) for _ in range(24)]  # emitted breadth-first
+    heads = [b.unary("Sigmoid", h) for h in heads]
+    total = heads[0]
+    for head in heads[1:]:
+        total = b.binary("Add", total, head)
+    b.output(total)
+    graph = b.build()
+    space = SearchSpace(graph, soc(), Calibration())
+    assert _live_width(space, search_order(space)) <= 3 < _live_width(space, list(range(len(graph.nodes))))
+    assert place(graph, soc()).exact
 
 
 def test_beam_bound_is_reported_and_still_valid():
@@ -502,3 +530,11 @@ def test_target_of_and_groups_convex_on_real_placements():
     assert all(placement.target_of(node.name) in placement.targets() for node in graph.nodes)
     with pytest.raises(KeyError, match="not in this placement"):
         placement.target_of("nope")
+
+
+def test_a_controller_catch_all_pattern_replaces_the_implicit_one():
+    platform = flat(with_dsp=False, cpu_patterns=(pattern("any_op", "*", efficiency=0.5),))
+    graph = conv_relu_net(1)
+    labels = {m.label for m in match_patterns(graph, platform).matches if m.target == "cpu"}
+    assert labels == {"any_op"}
+    assert {g.label for g in place(graph, platform).groups if g.target == "cpu"} <= {"any_op"}

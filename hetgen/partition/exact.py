@@ -10,15 +10,19 @@ A candidate is chosen when its first node comes up and executes (inputs copied i
 produced) when its last node comes up; patterns only expose their last node's outputs, so all its
 inputs exist by then. States with equal keys merge, keeping the cheaper.
 
-Three things keep the state count small without giving up optimality:
+Any topological order works (a chain's nodes come in chain order in all of them); the search
+takes the graph's own, or a chain-following one when that keeps fewer tensors live. Then two
+things keep the state count small without giving up optimality:
 
 - canonical entries: copies to places no remaining reader can run at are forgotten, and a tensor
   every possible reader already has becomes DONE;
 - dominance: with the same open groups, state A makes state B useless when A's cost plus the most
   B's tensor locations could save (each possible reader place priced once) is still no more than
-  B's cost, since A can then follow B's best continuation for at most that much more;
-- only when a step still holds more than `max_states` states are the costliest dropped (a beam),
-  which the result reports as not exact.
+  B's cost, since A can then follow B's best continuation for at most that much more.
+
+Only when a step still holds more states than the beam allows are the costliest dropped, which
+the result reports as not exact. The beam is `max_states`, narrowed on very wide frontiers so
+that states * live tensors stays under STATE_WORK: each step's work stays bounded.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from operator import itemgetter
 
 import numpy as np
 
@@ -34,11 +39,15 @@ from hetgen.partition.space import Candidate, SearchSpace
 
 DONE = (-1, -1)  # a tensor entry every remaining reader already has: nothing left to pay for it
 DOMINANCE_WINDOW = 8  # how many cheaper states each state is checked against
-PRE_CUT = 4  # states beyond PRE_CUT * max_states are dropped before the dominance pass
+PRE_CUT = 4  # states beyond PRE_CUT * beam are dropped before the dominance pass
+STATE_WORK = 4096  # the beam keeps states * live tensors under this, so a step's work stays bounded
+MIN_BEAM = 16
 
 
 class ExactSearch:
-    def __init__(self, space: SearchSpace, candidates: tuple[Candidate, ...]):
+    def __init__(self, space: SearchSpace, candidates: tuple[Candidate, ...], *, prune: bool = True):
+        """`prune=False` turns off dominance, reordering and beam narrowing: the plain DP, for tests."""
+        self.prune = prune
         self.space = space
         self.starts: list[list[Candidate]] = [[] for _ in space.graph.nodes]
         for c in candidates:
@@ -49,16 +58,27 @@ class ExactSearch:
         for c in candidates:
             for n in c.nodes:
                 node_locs[n] |= 1 << c.loc
-        self.last_use = [readers[-1] if readers else -1 for readers in space.consumers]
-        self.readers = [list(readers) for readers in space.consumers]
-        # reader_locs[t][k]: the places t's readers from its k-th one on could run at
+        self.node_reads = [
+            tuple(sorted({space.tensor_id[name] for name in node.inputs if name in space.tensor_id}))
+            for node in space.graph.nodes
+        ]
+        self.order = search_order(space) if prune else list(range(len(space.graph.nodes)))
+        position = [0] * len(self.order)
+        for step, node in enumerate(self.order):
+            position[node] = step
+        # per tensor: its readers' steps, sorted, and reader_locs[t][k], the places its readers
+        # from the k-th one on could run at
+        self.readers = [sorted(position[n] for n in readers) for readers in space.consumers]
+        self.last_use = [steps[-1] if steps else -1 for steps in self.readers]
         self.reader_locs: list[list[int]] = []
         for readers in space.consumers:
-            masks = [0] * (len(readers) + 1)
-            for k in range(len(readers) - 1, -1, -1):
-                masks[k] = masks[k + 1] | node_locs[readers[k]]
+            ordered = sorted(readers, key=position.__getitem__)
+            masks = [0] * (len(ordered) + 1)
+            for k in range(len(ordered) - 1, -1, -1):
+                masks[k] = masks[k + 1] | node_locs[ordered[k]]
             self.reader_locs.append(masks)
         self.step = -1
+        self.best_cost = float("inf")
         self._after: dict[int, int] = {}
         self._pending: dict[tuple[int, ...], dict[int, int]] = {}
         self._owed_cache: dict[tuple, tuple[float, ...]] = {}
@@ -113,29 +133,36 @@ class ExactSearch:
                 entries[t] = (loc, mask)
         return cost
 
-    def _canonical(self, entries: dict, open_groups: tuple[int, ...]) -> tuple:
+    def _canonical(self, entries: dict, open_groups: tuple[int, ...], touched) -> tuple:
+        """Drop dead tensors and trim copies nobody can read any more, then freeze the frontier.
+
+        Only `touched` tensors can have changed since the previous step (read by this step's node,
+        or read or written by the group that opened or executed), so only they are revisited: an
+        entry left as it was is still true, at worst a missed merge.
+        """
         pending = self._pending_readers(open_groups)
-        kept = []
-        for t, entry in entries.items():
+        for t in touched:
+            entry = entries.get(t)
+            if entry is None:
+                continue
             if self.last_use[t] <= self.step and t not in pending:
-                continue  # dead: every reader has executed
+                del entries[t]  # dead: every reader has executed
+                continue
             src, mask = entry
             if src >= 0:
                 relevant = self._relevant(t, pending)
                 mask &= relevant
-                entry = DONE if not relevant & ~mask & ~(1 << src) else (src, mask)
-            kept.append((t, entry))
-        kept.sort()
-        return tuple(kept)
+                entries[t] = DONE if not relevant & ~mask & ~(1 << src) else (src, mask)
+        return tuple(sorted(entries.items()))
 
     # -- dominance --------------------------------------------------------------------------
 
-    def _owed(self, t: int, entry: tuple[int, int], relevant: int) -> tuple[float, ...]:
-        """What each place would still pay to get tensor `t` in this entry (0 where nobody reads it)."""
-        key = (t, entry, relevant)
+    def _owed(self, item: tuple[int, tuple[int, int]], relevant: int) -> tuple[float, ...]:
+        """What each place would still pay to get a frontier tensor (0 where nobody will read it)."""
+        key = (item, relevant)
         owed = self._owed_cache.get(key)
         if owed is None:
-            src, mask = entry
+            t, (src, mask) = item
             owed = tuple(
                 0.0
                 if src < 0 or not (relevant >> d) & 1 or (mask >> d) & 1 or d == src
@@ -144,11 +171,6 @@ class ExactSearch:
             )
             self._owed_cache[key] = owed
         return owed
-
-    def _owed_vector(self, frontier: tuple, pending: dict[int, int]) -> np.ndarray:
-        """All of a state's owed costs, tensor after tensor, as one vector."""
-        owed = [self._owed(t, entry, self._relevant(t, pending)) for t, entry in frontier]
-        return np.fromiter(itertools.chain.from_iterable(owed), dtype=float, count=len(owed) * len(self.space.paths))
 
     def _undominated(self, states: dict) -> dict:
         """Drop states some cheaper state with the same open groups dominates.
@@ -160,21 +182,28 @@ class ExactSearch:
         for key, value in states.items():
             classes.setdefault(key[1], []).append((value[0], key, value))
         kept: dict = {}
+        places = len(self.space.paths)
         for open_groups, members in classes.items():
             if len(members) == 1:
                 kept[members[0][1]] = members[0][2]
                 continue
             pending = self._pending_readers(open_groups)
             members.sort(key=lambda item: item[0])
-            tensors = [t for t, _ in members[0][1][0]]
+            tensors = tuple(map(itemgetter(0), members[0][1][0]))
+            relevant = [self._relevant(t, pending) for t in tensors]
             window_costs = np.empty(DOMINANCE_WINDOW)
-            window_owed = np.empty((DOMINANCE_WINDOW, len(tensors) * len(self.space.paths)))
+            window_owed = np.empty((DOMINANCE_WINDOW, len(tensors) * places))
             filled = 0
             for cost, key, value in members:
-                if [t for t, _ in key[0]] != tensors:  # cannot happen: same open groups, same live tensors
+                frontier = key[0]
+                if tuple(map(itemgetter(0), frontier)) != tensors:  # same open groups: same live tensors
                     kept[key] = value
                     continue
-                owed = self._owed_vector(key[0], pending)
+                owed = np.fromiter(
+                    itertools.chain.from_iterable(map(self._owed, frontier, relevant)),
+                    dtype=float,
+                    count=len(tensors) * places,
+                )
                 if filled:
                     penalty = np.maximum(window_owed[:filled] - owed, 0.0).sum(axis=1)
                     if np.any(window_costs[:filled] + penalty <= cost):
@@ -194,21 +223,23 @@ class ExactSearch:
         initial = tuple(sorted((t, (root, 1 << root)) for t in space.graph_inputs if space.consumers[t]))
         states: dict[tuple, tuple[float, tuple | None]] = {(initial, ()): (0.0, None)}
         exact = True
-        for i in range(len(space.graph.nodes)):
-            self._begin(i)
-            new = self._advance(states, i)
+        for step, node in enumerate(self.order):
+            self._begin(step)
+            new = self._advance(states, node)
             if not new:
-                raise PlacementError(f"no placement satisfies the pins around {space.graph.nodes[i].label}")
-            if len(new) > PRE_CUT * max_states:  # pathological width: cut before the costlier pass
+                raise PlacementError(f"no placement satisfies the pins around {space.graph.nodes[node].label}")
+            width = len(next(iter(new))[0])
+            beam = min(max_states, max(MIN_BEAM, STATE_WORK // max(1, width))) if self.prune else max_states
+            if len(new) > PRE_CUT * beam:  # pathological width: cut before the costlier pass
                 exact = False
-                new = dict(heapq.nsmallest(PRE_CUT * max_states, new.items(), key=lambda item: item[1][0]))
-            if len(new) > 1:
+                new = dict(heapq.nsmallest(PRE_CUT * beam, new.items(), key=lambda item: item[1][0]))
+            if len(new) > 1 and self.prune:
                 new = self._undominated(new)
-            if len(new) > max_states:
+            if len(new) > beam:
                 exact = False
-                new = dict(heapq.nsmallest(max_states, new.items(), key=lambda item: item[1][0]))
+                new = dict(heapq.nsmallest(beam, new.items(), key=lambda item: item[1][0]))
             states = new
-        _, record = min(states.values(), key=lambda value: value[0])
+        self.best_cost, record = min(states.values(), key=lambda value: value[0])
         chosen = []
         while record is not None:
             chosen.append(record[0])
@@ -223,7 +254,7 @@ class ExactSearch:
             if best is None or cost < best[0]:
                 new[key] = (cost, record)
 
-        later = self.later
+        later, read_here = self.later, self.node_reads[i]
         for (frontier, open_groups), (cost, record) in states.items():
             owner = next((g for g in open_groups if i in later[g]), None)
             if owner is not None:
@@ -234,7 +265,8 @@ class ExactSearch:
                 entries = dict(frontier)
                 cost = self._execute(group, entries, cost)
                 remaining = tuple(g for g in open_groups if g != owner)
-                offer((self._canonical(entries, remaining), remaining), cost, record)
+                touched = (*read_here, *group.inputs, *group.outputs)
+                offer((self._canonical(entries, remaining, touched), remaining), cost, record)
                 continue
             for c in self.starts[i]:
                 if open_groups and any(not later[c.id].isdisjoint(later[g]) for g in open_groups):
@@ -242,7 +274,76 @@ class ExactSearch:
                 entries = dict(frontier)
                 if len(c.nodes) == 1:
                     after, groups = self._execute(c, entries, cost + c.compute_us), open_groups
+                    touched = (*read_here, *c.inputs, *c.outputs)
                 else:
                     after, groups = cost + c.compute_us, tuple(sorted((*open_groups, c.id)))
-                offer((self._canonical(entries, groups), groups), after, (c.id, record))
+                    touched = (*read_here, *c.inputs)
+                offer((self._canonical(entries, groups, touched), groups), after, (c.id, record))
         return new
+
+
+def search_order(space: SearchSpace) -> list[int]:
+    """The topological order to search in: the graph's own, or a chain-following one when that
+    keeps fewer tensors live (graphs emitted breadth-first would otherwise make wide frontiers).
+
+    Any topological order works: a chain's nodes come in chain order in all of them.
+    """
+    given = list(range(len(space.graph.nodes)))
+    following = _chain_following_order(space)
+    return following if _live_width(space, following) < _live_width(space, given) else given
+
+
+def _successors(space: SearchSpace) -> list[list[int]]:
+    successors: list[set[int]] = [set() for _ in space.graph.nodes]
+    for t, readers in enumerate(space.consumers):
+        if space.producer[t] >= 0:
+            successors[space.producer[t]].update(readers)
+    return [sorted(s) for s in successors]
+
+
+def _chain_following_order(space: SearchSpace) -> list[int]:
+    """Kahn's algorithm that continues with a ready successor of the node just placed, if any."""
+    successors = _successors(space)
+    waiting = [0] * len(successors)
+    for node_successors in successors:
+        for s in node_successors:
+            waiting[s] += 1
+    ready = [n for n, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    done = [False] * len(successors)
+    order: list[int] = []
+    last = None
+    while len(order) < len(successors):
+        pick = None
+        if last is not None:
+            pick = next((s for s in successors[last] if waiting[s] == 0 and not done[s]), None)
+        while pick is None:
+            candidate = heapq.heappop(ready)
+            pick = None if done[candidate] else candidate
+        done[pick] = True
+        order.append(pick)
+        for s in successors[pick]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                heapq.heappush(ready, s)
+        last = pick
+    return order
+
+
+def _live_width(space: SearchSpace, order: list[int]) -> int:
+    """The most tensors alive at once when nodes run in `order`."""
+    remaining = [len(readers) for readers in space.consumers]
+    live = sum(1 for t in space.graph_inputs if remaining[t])
+    widest = live
+    nodes = space.graph.nodes
+    for node in order:
+        for name in dict.fromkeys(nodes[node].inputs):
+            t = space.tensor_id.get(name) if name else None
+            if t is not None:
+                remaining[t] -= 1
+                live -= remaining[t] == 0
+        for name in nodes[node].outputs:
+            t = space.tensor_id.get(name) if name else None
+            live += t is not None and remaining[t] > 0
+        widest = max(widest, live)
+    return widest

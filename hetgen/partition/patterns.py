@@ -53,10 +53,18 @@ def runnable_targets(platform: Platform) -> tuple[Target, ...]:
     return tuple(t for t in platform.root.walk() if t.role in (Role.CONTROLLER, Role.ACCELERATOR))
 
 
+def _claims_everything(pattern: Pattern) -> bool:
+    (step, *rest) = pattern.chain or (PatternStep(()),)
+    return not rest and ANY_OP in step.ops and not step.optional and not pattern.where
+
+
 def pattern_table(target: Target) -> tuple[Pattern, ...]:
-    if target.role is Role.CONTROLLER:
-        return (FALLBACK, *(p for p in target.kind.patterns if p != FALLBACK))
-    return target.kind.patterns
+    """A target's patterns; a controller claims every operator, through its own "*" pattern
+    (keeping its label and efficiency) or else the implicit FALLBACK."""
+    table = target.kind.patterns
+    if target.role is Role.CONTROLLER and not any(_claims_everything(p) for p in table):
+        return (FALLBACK, *table)
+    return table
 
 
 def chain_successors(graph: Graph) -> tuple[int | None, ...]:

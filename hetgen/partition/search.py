@@ -23,7 +23,7 @@ from hetgen.partition.placement import MODES, Placement
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.platform.model import Platform
 
-DEFAULT_MAX_STATES = 2048
+DEFAULT_MAX_STATES = 1024
 
 
 def place(
