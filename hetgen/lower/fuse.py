@@ -84,12 +84,4 @@ def kernel_units(graph: Graph, assignment: Mapping[str, str]) -> tuple[Unit, ...
 
 
 def op_instance(unit: Unit, graph: Graph) -> OpInstance:
-    head = unit.head
-    last = unit.nodes[-1]
-    return OpInstance(
-        node=head,
-        input_types=tuple(graph.types.get(name) if name else None for name in head.inputs),
-        output_types=tuple(graph.types[name] for name in last.outputs),
-        constants=tuple(graph.constants.get(name) if name else None for name in head.inputs),
-        epilogue=unit.epilogue,
-    )
+    return OpInstance.of(unit.head, graph, unit.epilogue, outputs=unit.nodes[-1].outputs)

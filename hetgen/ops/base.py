@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from hetgen.ir import Node, TensorType
+from hetgen.ir import Graph, Node, TensorType
 
 # Activations that may be fused into the kernel that produces their input (Conv, Gemm, MatMul, Add).
 FUSABLE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
@@ -47,6 +47,19 @@ class OpInstance:
     output_types: tuple[TensorType, ...]
     constants: tuple[np.ndarray | None, ...]  # the value of each input known at compile time
     epilogue: tuple[Epilogue, ...] = ()
+
+    @classmethod
+    def of(cls, node: Node, graph: Graph, epilogue: tuple[Epilogue, ...] = (), outputs: tuple[str, ...] | None = None):
+        """The instance of `node` in `graph`: its tensor types and constant inputs.
+
+        `outputs` overrides the node's outputs (a fused unit writes its last activation's output)."""
+        return cls(
+            node=node,
+            input_types=tuple(graph.types.get(name) if name else None for name in node.inputs),
+            output_types=tuple(graph.types[name] for name in (node.outputs if outputs is None else outputs) if name),
+            constants=tuple(graph.constants.get(name) if name else None for name in node.inputs),
+            epilogue=epilogue,
+        )
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self.node.attr(key, default)

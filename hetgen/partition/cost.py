@@ -139,15 +139,8 @@ class WorkEstimator:
         definition = op_def(node.op)
         if definition is None:
             return None
-        graph = self.graph
-        instance = OpInstance(
-            node=node,
-            input_types=tuple(graph.types.get(n) if n else None for n in node.inputs),
-            output_types=tuple(graph.types[n] for n in node.outputs if n),
-            constants=tuple(graph.constants.get(n) if n else None for n in node.inputs),
-        )
         try:
-            kernel = definition.lower(instance)
+            kernel = definition.lower(OpInstance.of(node, self.graph))
         except Exception:  # noqa: BLE001 - any lowering failure only means "estimate from shapes"
             return None
         if kernel.flops <= 0 and kernel.bytes_accessed <= 0:

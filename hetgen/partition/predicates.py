@@ -138,14 +138,8 @@ def _scratch_bytes(node: Node, graph: Graph) -> int:
     definition = op_def(node.op)
     if definition is None:
         return 0
-    instance = OpInstance(
-        node=node,
-        input_types=tuple(graph.types.get(n) if n else None for n in node.inputs),
-        output_types=tuple(graph.types[n] for n in node.outputs if n),
-        constants=tuple(graph.constants.get(n) if n else None for n in node.inputs),
-    )
     try:
-        return definition.lower(instance).scratch_bytes
+        return definition.lower(OpInstance.of(node, graph)).scratch_bytes
     except Exception:  # noqa: BLE001 - a lowering that fails here fails again, clearly, in lower
         return 0
 
