@@ -16,12 +16,12 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import harness
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import harness
 from hetgen.codegen.kernels import kernel_source
 from hetgen.frontend import MAX_OPSET
 from hetgen.ops.base import Epilogue, OpInstance, Unsupported
@@ -197,13 +197,16 @@ CONV_CASES = [
     ((1, 8, 12, 12), (8, 1, 3, 3), True, {"group": 8, "pads": [1, 1, 1, 1]}),
     ((1, 8, 12, 11), (16, 1, 3, 3), False, {"group": 8, "strides": [2, 2], "auto_pad": "SAME_LOWER"}),
     ((1, 6, 11, 13), (6, 1, 5, 3), True, {"group": 6, "dilations": [2, 1], "pads": [4, 1, 4, 1]}),
-    ((1, 16, 7, 7), (32, 16, 1, 1), True, {}),
+    ((2, 16, 7, 7), (32, 8, 1, 1), True, {"group": 2}),
     ((2, 16, 8, 8), (24, 16, 1, 1), False, {"strides": [2, 2]}),
     ((1, 5, 20), (3, 5, 4), True, {"dilations": [2], "pads": [3, 1]}),
     ((1, 2, 5, 6, 7), (3, 2, 2, 3, 3), True, {"pads": [1, 0, 1, 1, 1, 0]}),
     ((1, 32, 30, 30), (40, 32, 3, 3), True, {"pads": [1, 1, 1, 1], "strides": [1, 2]}),
     ((1, 3, 33, 33), (8, 3, 7, 7), True, {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
     ((1, 4, 9, 9), (6, 4, 3, 3), True, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 64, 40, 40), (8, 64, 3, 3), True, {"pads": [1, 1, 1, 1]}),  # im2col in 4 chunks
+    ((1, 4, 5, 2), (4, 1, 3, 3), True, {"group": 4, "pads": [1, 1, 1, 1]}),  # no tap-complete column
+    ((2, 3, 17), (6, 1, 4), False, {"group": 3, "strides": [3], "pads": [2, 1]}),
 ]
 
 
@@ -223,6 +226,7 @@ def test_conv_transpose_matches_onnxruntime():
         ({"x": (1, 4, 5, 6), "w": (4, 3, 3, 3), "b": (6,)}, {"group": 2, "strides": [2, 1], "pads": [1, 0, 0, 1]}),
         ({"x": (2, 3, 4, 4), "w": (3, 5, 2, 2)}, {"strides": [2, 2], "output_padding": [1, 0]}),
         ({"x": (1, 2, 7), "w": (2, 3, 3)}, {"dilations": [2], "auto_pad": "SAME_UPPER", "strides": [2]}),
+        ({"x": (1, 8, 40, 40), "w": (8, 16, 4, 4), "b": (16,)}, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # 2 chunks
     ]
     models = [
         make_model([helper.make_node("ConvTranspose", list(inputs), ["y"], name="ct", **attrs)], inputs)

@@ -24,8 +24,8 @@ from pathlib import Path
 import onnx
 
 from hetgen.frontend import check, cleanup, convert, load, resolve, rewrite
-from hetgen.frontend.fold_batchnorm import fold_batchnorm
 from hetgen.frontend.export import export_onnx
+from hetgen.frontend.fold_batchnorm import fold_batchnorm
 from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
 from hetgen.frontend.work import c_identifier, to_graph
 from hetgen.ir import Graph

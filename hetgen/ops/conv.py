@@ -19,6 +19,8 @@ from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 # Floats of unfolded input per chunk: big enough to amortise packing, small enough for L2.
 IM2COL_CHUNK_FLOATS = 256 * 1024
+# The direct loop sums all taps of a row in one expression up to this kernel width.
+MAX_UNROLLED_TAPS = 8
 
 
 def strategy(groups: int, cin_group: int, win) -> str:
@@ -26,6 +28,21 @@ def strategy(groups: int, cin_group: int, win) -> str:
         return "direct"
     unit = win.kernel_size == 1 and set(win.strides) == {1} and not any(win.pads_begin + win.pads_end)
     return "pointwise" if unit else "im2col"
+
+
+def interior_columns(win) -> tuple[int, int, tuple[int, ...]]:
+    """Output columns [lo, hi) whose every tap lies inside the input row, and each tap's offset.
+
+    The direct loop computes these columns with all taps in one pass and the border columns tap by
+    tap; (0, 0) when the kernel is too wide to unroll or no column qualifies.
+    """
+    stride, size, out = win.strides[2], win.in_shape[2], win.out_shape[2]
+    offsets = tuple(kw * win.dilations[2] - win.pads_begin[2] for kw in range(win.kernel[2]))
+    if len(offsets) > MAX_UNROLLED_TAPS:
+        return 0, 0, offsets
+    lo = max(-(off // stride) if off < 0 else 0 for off in offsets)
+    hi = min(min(out, -(-(size - off) // stride)) if size > off else 0 for off in offsets)
+    return (lo, hi, offsets) if lo < hi else (0, 0, offsets)
 
 
 def lower(op: OpInstance) -> Kernel:
@@ -53,6 +70,7 @@ def lower(op: OpInstance) -> Kernel:
     gemm_cols = chunk_cols if variant == "im2col" else win.out_size
     pack = _gemm_plan.pack_bytes(cout_group, gemm_cols, k_dim) if variant != "direct" else 0
     has_bias = op.has_input(2)
+    inner_lo, inner_hi, w_offsets = interior_columns(win) if variant == "direct" else (0, 0, ())
     params = {
         **win.view(),
         "variant": variant,
@@ -68,6 +86,9 @@ def lower(op: OpInstance) -> Kernel:
         "col_offset": 0,
         "pack_offset": col_bytes,
         "pack_bytes": pack,
+        "inner_lo": inner_lo,
+        "inner_hi": inner_hi,
+        "w_offsets": w_offsets,
         "has_bias": has_bias,
         "out_index": input_arg_count(op),
         "epilogue": op.epilogue,

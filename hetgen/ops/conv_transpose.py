@@ -1,8 +1,9 @@
 """ConvTranspose (1-D to 3-D, grouped, optional bias): GEMM then col2im.
 
 Per image and group, the weights' transpose [cout_g * kernel x cin_g] times the input
-[cin_g x in_size] gives every output tap's contribution in the scratch buffer; col2im then adds
-the contributions into the bias-initialised output, row by row.
+[cin_g x in_size] gives every output tap's contribution; col2im adds them into the
+bias-initialised output. Input rows are processed in chunks, so the contributions buffer in
+scratch stays bounded (and in cache) whatever the image size.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from hetgen.ops import _gemm_plan
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import window
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+
+# Floats of per-tap contributions computed at a time (input rows are processed in chunks).
+COL_CHUNK_FLOATS = 256 * 1024
 
 
 def lower(op: OpInstance) -> Kernel:
@@ -30,8 +34,10 @@ def lower(op: OpInstance) -> Kernel:
     win = window(op, x_type.shape[2:], y_type.shape[2:], kernel, transposed=True)
     cin_group, cout_group = channels // groups, out_channels // groups
     rows = cout_group * win.kernel_size
-    col_bytes = _gemm_plan.align(4 * rows * win.in_size)
-    pack = _gemm_plan.pack_bytes(rows, win.in_size, cin_group)
+    in_rows = win.in_shape[0] * win.in_shape[1]
+    chunk_rows = max(1, min(in_rows, COL_CHUNK_FLOATS // max(1, rows * win.in_shape[2])))
+    col_bytes = _gemm_plan.align(4 * rows * chunk_rows * win.in_shape[2])
+    pack = _gemm_plan.pack_bytes(rows, chunk_rows * win.in_shape[2], cin_group)
     params = {
         **win.view(),
         "batch": batch,
@@ -41,6 +47,8 @@ def lower(op: OpInstance) -> Kernel:
         "cin_group": cin_group,
         "cout_group": cout_group,
         "rows": rows,
+        "in_rows": in_rows,
+        "chunk_rows": chunk_rows,
         "has_bias": op.has_input(2),
         "col_offset": 0,
         "pack_offset": col_bytes,

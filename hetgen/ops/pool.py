@@ -28,7 +28,13 @@ def axis_tables(win: Window, i: int, include_pad: bool) -> dict:
         firsts.append(taps[0] if taps else 0)
         ends.append(taps[-1] + 1 if taps else 0)
         counts.append(sum(1 for t in range(kernel) if low <= start + t * dil < high))
-    return {"name": "dhw"[i], "start": starts, "first": firsts, "end": ends, "count": counts}
+    return {
+        "name": "dhw"[i],
+        "start": tuple(starts),
+        "first": tuple(firsts),
+        "end": tuple(ends),
+        "count": tuple(counts),
+    }
 
 
 def lower_window_pool(op: OpInstance) -> Kernel:
@@ -50,7 +56,7 @@ def lower_window_pool(op: OpInstance) -> Kernel:
     storage_order = int(op.attr("storage_order", 0))
     params = {
         **win.view(),
-        "axes": [axis_tables(win, i, include_pad) for i in range(3)],
+        "axes": tuple(axis_tables(win, i, include_pad) for i in range(3)),
         "variant": "max" if is_max else "avg",
         "planes": x_type.shape[0] * x_type.shape[1],
         "ctype": x_type.dtype.c_type,

@@ -6,7 +6,16 @@
 /* Register tile (rows x columns of C held in registers), chosen per vector ISA by measurement:
    gcc keeps MR broadcast A values and MR * NR / lanes accumulators live, so a tile that would
    spill registers is much slower than a smaller one. */
-#if defined(__AVX512F__)
+#if defined(__clang__) && defined(__x86_64__)
+/* clang allocates registers differently: its best tiles, measured like gcc's below */
+#if defined(__AVX__) && !defined(__AVX512F__) && defined(__FMA__)
+#define MR 4
+#define NR 16
+#else
+#define MR 6
+#define NR 16
+#endif
+#elif defined(__AVX512F__)
 #define MR 8
 #define NR 32
 #elif defined(__AVX__) && defined(FP_FAST_FMAF)

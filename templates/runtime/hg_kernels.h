@@ -135,21 +135,18 @@ static inline float hg_row_sq_dev(const float *restrict x, size_t n, float mean)
     return sum;
 }
 
+/* The largest element (n >= 1; NaN if any element is a positive NaN). gcc does not vectorise a
+   float max reduction without -ffinite-math-only, so the floats are compared as unsigned keys
+   ordered like the floats themselves, an integer reduction it vectorises. */
 static inline float hg_row_max(const float *restrict x, size_t n)
 {
-    float part[16];
-    for (size_t q = 0; q < 16; ++q)
-        part[q] = -INFINITY;
-    const size_t main_n = n - n % 16;
-    for (size_t i = 0; i < main_n; i += 16)
-        for (size_t q = 0; q < 16; ++q)
-            part[q] = x[i + q] > part[q] ? x[i + q] : part[q];
-    float best = -INFINITY;
-    for (size_t q = 0; q < 16; ++q)
-        best = part[q] > best ? part[q] : best;
-    for (size_t i = main_n; i < n; ++i)
-        best = x[i] > best ? x[i] : best;
-    return best;
+    uint32_t best = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const uint32_t u = hg_f32_bits(x[i]);
+        const uint32_t key = (u >> 31) ? ~u : (u | 0x80000000u);
+        best = key > best ? key : best;
+    }
+    return hg_f32_from_bits((best >> 31) ? (best & 0x7fffffffu) : ~best);
 }
 
 #endif /* HG_KERNELS_H */
