@@ -79,7 +79,7 @@ def build_library(graph: Graph, workdir: Path):
 def run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     with tempfile.TemporaryDirectory(prefix="hg_harness_") as tmp:
         lib, kernels = build_library(graph, Path(tmp))
-        values = {name: np.ascontiguousarray(array) for name, array in graph.constants.items()}
+        values = {name: np.array(array, order="C") for name, array in graph.constants.items()}  # keeps 0-d
         for name in graph.inputs:
             values[name] = np.ascontiguousarray(feeds[name], dtype=graph.types[name].dtype.numpy)
         for node, fn, kernel in kernels:

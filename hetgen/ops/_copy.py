@@ -39,7 +39,10 @@ class Copy:
 
 @dataclass(frozen=True)
 class Fill:
-    """dst[dst_offset + i . dst_strides] = value for i over extents."""
+    """dst[dst_offset + i . dst_strides] = value for i over extents.
+
+    `value` is known at compile time, or with `value_arg` set, read from that argument at run time.
+    """
 
     dst_arg: int
     extents: tuple[int, ...]
@@ -47,6 +50,7 @@ class Fill:
     value: float | int
     dtype: DType
     dst_offset: int = 0
+    value_arg: int | None = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,8 @@ def _fill_block(fill: Fill) -> dict | None:
     if 0 in fill.extents:
         return None
     extents, (dst,) = collapse(fill.extents, [fill.dst_strides])
-    zero_bytes = not np.asarray(fill.value, dtype=fill.dtype.numpy).tobytes().strip(b"\0")
+    runtime = fill.value_arg is not None
+    zero_bytes = not runtime and not np.asarray(fill.value, dtype=fill.dtype.numpy).tobytes().strip(b"\0")
     block = {"dst_arg": fill.dst_arg, "dst_offset": fill.dst_offset, "ctype": fill.dtype.c_type}
     if zero_bytes and extents and dst[-1] == 1:
         loops = loops_for(extents[:-1])
@@ -121,7 +126,8 @@ def _fill_block(fill: Fill) -> dict | None:
         )
         return block
     loops = loops_for(extents)
-    block.update(kind="fill", loops=loops, dst_index=index_expr(loops, dst), value=literal(fill.value, fill.dtype))
+    value = f"((const {fill.dtype.c_type} *)args[{fill.value_arg}])[0]" if runtime else literal(fill.value, fill.dtype)
+    block.update(kind="fill", loops=loops, dst_index=index_expr(loops, dst), value=value)
     return block
 
 

@@ -6,30 +6,38 @@ from hetgen.ops import (
     cast,
     clip,
     concat,
+    cumsum,
     depth_to_space,
     expand,
     gather,
+    onehot,
     pad,
     range,
     reduce,
     reshape,
     resize,
+    scatter,
     shape,
     slice,
     split,
     transpose,
+    trilu,
     unary,
     where,
 )
 
 MODULES: tuple = (
+    # elementwise
     unary,
     binary,
     where,
     clip,
     cast,
+    # reductions and scans
     reduce,
     argmax,
+    cumsum,
+    # data movement
     reshape,
     transpose,
     concat,
@@ -38,8 +46,12 @@ MODULES: tuple = (
     expand,
     depth_to_space,
     gather,
+    scatter,
     pad,
     resize,
+    trilu,
+    onehot,
+    # shapes and sequences (usually folded by the frontend)
     shape,
     range,
 )

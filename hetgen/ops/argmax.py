@@ -1,7 +1,9 @@
 """ArgMax / ArgMin along one axis (keepdims, select_last_index), int64 indices out.
 
-The input is viewed as (outer, n, inner); each output scans its n candidates at stride `inner`.
-A NaN counts as the largest (and smallest) value, as numpy's argmax/argmin treat it.
+The input is viewed as (outer, n, inner). With inner == 1 each output scans its n contiguous
+candidates; otherwise the n rows of `inner` elements are streamed in order, the best values so far
+kept in the scratch buffer, so the loops are unit-stride. A NaN counts as the largest (and
+smallest) value, as numpy's argmax/argmin treat it.
 """
 
 from __future__ import annotations
@@ -11,17 +13,17 @@ import math
 from hetgen.ir import DType
 from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, require_dtype
 from hetgen.ops._layout import normalize_axis
-from hetgen.ops.base import Kernel, OpDef, OpInstance
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
 def _better(name: str, last: bool, is_float: bool) -> str:
-    """C condition under which candidate `v` replaces the current `best`."""
+    """C condition (of `v` and `b`) under which candidate `v` replaces the best so far `b`."""
     compare = (">" if name == "ArgMax" else "<") + ("=" if last else "")
     if not is_float:
-        return f"v {compare} best"
+        return f"v {compare} b"
     if last:  # the last NaN wins
-        return f"v {compare} best || v != v"
-    return f"v {compare} best || (v != v && best == best)"  # the first NaN wins
+        return f"v {compare} b || v != v"
+    return f"v {compare} b || (v != v && b == b)"  # the first NaN wins
 
 
 def lower(op: OpInstance) -> Kernel:
@@ -32,6 +34,8 @@ def lower(op: OpInstance) -> Kernel:
     outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
     last = bool(op.attr("select_last_index", 0))
     out_type = op.output_types[0]
+    if n == 0 and out_type.size:
+        raise Unsupported(f"{op.node.op} over an empty axis")
     return Kernel(
         template="kernels/argmax.c.j2",
         params={
@@ -42,7 +46,9 @@ def lower(op: OpInstance) -> Kernel:
             "n": n,
             "inner": inner,
             "better": _better(op.node.op, last, dtype.is_float),
+            "scratch_arg": len(op.node.inputs) + 1,
         },
+        scratch_bytes=inner * dtype.itemsize if inner > 1 else 0,
         flops=x_type.size,
         bytes_accessed=x_type.nbytes + out_type.nbytes,
     )

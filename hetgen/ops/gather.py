@@ -1,4 +1,4 @@
-"""Gather and GatherElements, with indices read at run time (int32 or int64, negative ones count
+"""Gather, GatherElements and GatherND, with indices read at run time (int32 or int64, negative ones count
 from the end). An index outside the axis gives zeros rather than reading out of bounds (ONNX
 leaves it undefined).
 """
@@ -65,4 +65,35 @@ def lower_gather_elements(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("Gather", lower_gather), OpDef("GatherElements", lower_gather_elements))
+def lower_gather_nd(op: OpInstance) -> Kernel:
+    data, indices = op.input_types[:2]
+    out_type = op.output_types[0]
+    batch_dims = int(op.attr("batch_dims", 0))
+    depth = indices.shape[-1]
+    if batch_dims + depth > data.rank:
+        raise Unsupported(f"GatherND index depth {depth} with {batch_dims} batch dims exceeds rank {data.rank}")
+    strides = contiguous_strides(data.shape)
+    block = math.prod(data.shape[batch_dims + depth :])
+    return Kernel(
+        template="kernels/gather_nd.c.j2",
+        params={
+            "empty": out_type.size == 0,
+            "ctype": BITS_TYPE[data.dtype.itemsize],
+            "index_ctype": _index_type(op).c_type,
+            "batches": math.prod(data.shape[:batch_dims]),
+            "batch_stride": math.prod(data.shape[batch_dims:]),
+            "count": math.prod(indices.shape[batch_dims:-1]),
+            "depth": depth,
+            "axes": [{"extent": data.shape[batch_dims + j], "stride": strides[batch_dims + j]} for j in range(depth)],
+            "block": block,
+            "block_bytes": block * data.dtype.itemsize,
+        },
+        bytes_accessed=out_type.nbytes * 2 + indices.nbytes,
+    )
+
+
+DEFS = (
+    OpDef("Gather", lower_gather),
+    OpDef("GatherElements", lower_gather_elements),
+    OpDef("GatherND", lower_gather_nd),
+)

@@ -1,6 +1,6 @@
 """Pad: constant (fill, then copy the input into its window), and reflect / edge / wrap (every
 output position reads the input through per-axis index tables that numpy.pad itself computes).
-Negative pads crop. pads, constant_value and axes must be compile-time constants.
+Negative pads crop. pads and axes must be compile-time constants; constant_value may be computed.
 """
 
 from __future__ import annotations
@@ -36,13 +36,17 @@ def _pads(op: OpInstance, rank: int) -> list[tuple[int, int]]:
     return pads
 
 
-def _constant_value(op: OpInstance):
+def _fill(op: OpInstance, out_arg: int) -> Fill:
+    """The padding value: an attribute (opset < 11), a constant input, or read at run time."""
+    out_type = op.output_types[0]
+    value, value_arg = op.attr("value", 0), None
     if op.has_input(2):
-        value = op.constant(2)
-        if value is None:
-            raise Unsupported("Pad constant_value must be a compile-time constant")
-        return scalar_value(value, "Pad constant_value")
-    return op.attr("value", 0)
+        constant = op.constant(2)
+        if constant is None:
+            value_arg = 2
+        else:
+            value = scalar_value(constant, "Pad constant_value")
+    return Fill(out_arg, (out_type.size,), (1,), value, out_type.dtype, value_arg=value_arg)
 
 
 def _constant_pad(op: OpInstance, pads) -> Kernel:
@@ -54,7 +58,7 @@ def _constant_pad(op: OpInstance, pads) -> Kernel:
     dst_strides, dst_offset = view_strides(dst, dst_root)
     out_arg = len(op.node.inputs)
     steps = [
-        Fill(out_arg, (out_type.size,), (1,), _constant_value(op), out_type.dtype),
+        _fill(op, out_arg),
         Copy(0, out_arg, src.shape, src_strides, dst_strides, src_offset, dst_offset),
     ]
     return copy_kernel(steps, x_type.dtype.itemsize)
@@ -108,6 +112,9 @@ def _table_pad(op: OpInstance, pads, mode: str) -> Kernel:
 def lower(op: OpInstance) -> Kernel:
     x_type = op.input_types[0]
     pads = _pads(op, x_type.rank)
+    shape = tuple(n + b + e for n, (b, e) in zip(x_type.shape, pads))
+    if shape != op.output_types[0].shape:
+        raise Unsupported(f"Pad gives shape {shape}, the model says {op.output_types[0].shape}")
     mode = op.attr("mode", "constant")
     if mode == "constant":
         return _constant_pad(op, pads)
@@ -116,4 +123,4 @@ def lower(op: OpInstance) -> Kernel:
     return _table_pad(op, pads, mode)
 
 
-DEFS = (OpDef("Pad", lower, const_inputs=(1, 2, 3)),)
+DEFS = (OpDef("Pad", lower, const_inputs=(1, 3)),)

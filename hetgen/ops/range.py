@@ -22,4 +22,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("Range", lower),)
+DEFS = (OpDef("Range", lower, const_inputs=(0, 1, 2)),)

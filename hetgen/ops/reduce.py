@@ -128,6 +128,8 @@ def lower(op: OpInstance) -> Kernel:
     # With the innermost run reduced, the accumulator stays in a register across it.
     hoist = bool(loops) and o_strides[-1] == 0
     outer = loops[:-1] if hoist else loops
+    # A long reduced run accumulates in one lane per element of a 64-byte vector.
+    lanes = 64 // t.itemsize if hoist and loops[-1].extent >= 2 * (64 // t.itemsize) else 0
     out_index = index_expr(loops, o_strides)
     params = {
         "empty": out_type.size == 0,
@@ -138,6 +140,8 @@ def lower(op: OpInstance) -> Kernel:
         "out_size": out_type.size,
         "loops": outer,
         "inner": loops[-1] if hoist else None,
+        "lanes": lanes,
+        "lanes_end": loops[-1].extent // lanes * lanes if lanes else 0,
         "in_index": index_expr(loops, in_strides),
         "out_index": out_index,
         "passes": [_pass_view(p, out_index) for p in passes],
@@ -158,6 +162,7 @@ def _pass_view(p: Pass, out_index: str) -> dict:
         "init": p.init,
         "value": p.value.format(s=f"shift[{out_index}]"),
         "combine": p.combine.format(acc="acc", v="v"),
+        "combine_lane": p.combine.format(acc="lane[l]", v="v"),
         "combine_in_place": p.combine.format(acc=f"{p.buf}[{out_index}]", v="v"),
         "finish": p.finish.format(acc=f"{p.buf}[i]", s="shift[i]") if p.finish else None,
     }

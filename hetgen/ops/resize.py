@@ -179,7 +179,7 @@ def _scales_and_roi(op: OpInstance, settings: dict) -> tuple[list[float], list[f
             result[axis] = float(s)
     elif sizes is not None:
         for axis, size in zip(axes, sizes):
-            result[axis] = int(size) / x_type.shape[axis]
+            result[axis] = int(size) / max(x_type.shape[axis], 1)
         policy = op.attr("keep_aspect_ratio_policy", "stretch")
         if policy != "stretch":
             pick = min if policy == "not_larger" else max

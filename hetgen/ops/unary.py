@@ -25,7 +25,10 @@ def _softplus(x: str, t: DType) -> str:
 
 
 def _sigmoid(x: str, t: DType) -> str:
-    return f"({_f(t, 1)} / ({_f(t, 1)} + {libm('exp', t)}(-({x}))))"
+    # float32: hg_expf (hg_kernels.h) vectorises where expf does not; its clamping keeps the
+    # result within 1e-38 of 0 and 1 at the extremes.
+    exp = "hg_expf" if t is DType.FLOAT32 else "exp"
+    return f"({_f(t, 1)} / ({_f(t, 1)} + {exp}(-({x}))))"
 
 
 def _gelu(x: str, t: DType, op: OpInstance) -> str:
@@ -110,7 +113,7 @@ FLOAT_BUILDERS: dict[str, FloatBuilder] = {
 }
 
 
-def _int_expression(name: str, x: str, t: DType) -> str | None:
+def _int_expression(name: str, x: str, t: DType) -> str:
     unsigned = t is DType.UINT8
     wrap_neg = f"({t.c_type})(0u - ({UNSIGNED[t]}){x})"  # -x modulo 2^n, as numpy
     if name == "Neg":
@@ -121,33 +124,28 @@ def _int_expression(name: str, x: str, t: DType) -> str | None:
         return f"({t.c_type})({x} > 0)" if unsigned else f"({t.c_type})(({x} > 0) - ({x} < 0))"
     if name == "Relu":
         return f"{x} > 0 ? {x} : 0"
-    if name == "BitwiseNot":
-        return f"({t.c_type})~{x}"
-    return None
+    assert name == "BitwiseNot", name
+    return f"({t.c_type})~{x}"
+
+
+INTEGER_OPS = ("Neg", "Abs", "Sign", "Relu", "BitwiseNot")
 
 
 def lower(op: OpInstance) -> Kernel:
     name = op.node.op
     x_type = op.input_types[0]
-    out_type = op.output_types[0]
     dtype = x_type.dtype
-    if name == "Not":
-        if dtype is not DType.BOOL:
-            raise Unsupported(f"Not on {dtype.label}; accepted: bool")
+    if name == "Not" and dtype is DType.BOOL:
         expression = "!x"
     elif dtype.is_float and name in FLOAT_BUILDERS:
         expression = FLOAT_BUILDERS[name]("x", dtype, op)
-    elif dtype in INTEGER_DTYPES and _int_expression(name, "x", dtype) is not None:
+    elif dtype in INTEGER_DTYPES and name in INTEGER_OPS:
         expression = _int_expression(name, "x", dtype)
     else:
-        raise Unsupported(f"{name} on {dtype.label}; accepted: float32, float64")
-    return elementwise_kernel(
-        [Operand("x", 0, x_type)],
-        out_type,
-        expression,
-        out_arg=len(op.node.inputs),
-        flops_per_element=1,
-    )
+        accepted = ["bool"] if name == "Not" else [] if name == "BitwiseNot" else ["float32", "float64"]
+        accepted += [d.label for d in INTEGER_DTYPES] if name in INTEGER_OPS else []
+        raise Unsupported(f"{name} on {dtype.label}; accepted: {', '.join(accepted)}")
+    return elementwise_kernel([Operand("x", 0, x_type)], op.output_types[0], expression, out_arg=len(op.node.inputs))
 
 
 _OPS = (*FLOAT_BUILDERS, "Not", "BitwiseNot")

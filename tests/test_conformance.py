@@ -1,0 +1,40 @@
+"""The ONNX backend node tests of every registered operator, through `tests/conformance.py`.
+
+One test per case (the id is the case's name). Outcomes are computed once per session for the
+selected cases, compiled together (`conformance.run_cases`); a summary of pass/skip/fail counts is
+printed at the end of the run (see `conftest.py`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import conformance
+
+CASES = conformance.cases()
+
+
+@pytest.fixture(scope="session")
+def outcomes(request) -> dict[str, tuple[str, str]]:
+    selected = [
+        item.callspec.params["case"]
+        for item in request.session.items
+        if item.module.__name__ == __name__ and hasattr(item, "callspec") and "case" in item.callspec.params
+    ]
+    return conformance.run_cases(selected)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_onnx_node_case(case, outcomes):
+    status, detail = outcomes[case.name]
+    expected_failure = conformance.EXPECTED_FAILURES.get(case.name)
+    if expected_failure and status == "fail":
+        conformance.record(case.name, "xfail", detail)
+        pytest.xfail(expected_failure)
+    conformance.record(case.name, status, detail)
+    if expected_failure and status == "pass":
+        pytest.fail(f"{case.name} passes now: take it off conformance.EXPECTED_FAILURES", pytrace=False)
+    if status == "skip":
+        pytest.skip(detail)
+    if status == "fail":
+        pytest.fail(detail, pytrace=False)
