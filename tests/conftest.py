@@ -3,12 +3,40 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+CONFORMANCE = "tests/test_conformance.py::"
+BACKEND = "tests/test_backend.py::"
+
+
+def _counts(terminalreporter, prefix: str) -> dict[str, int]:
+    """Outcomes of the tests under `prefix`, from the reports (so it works with pytest-xdist too)."""
+    counts = {}
+    for outcome in ("passed", "failed", "skipped", "xfailed", "xpassed", "error"):
+        reports = terminalreporter.stats.get(outcome, [])
+        counts[outcome] = sum(
+            1 for r in reports if getattr(r, "nodeid", "").startswith(prefix) and r.when in ("call", "setup")
+        )
+    return counts
+
 
 def pytest_terminal_summary(terminalreporter):
-    """Counts of the ONNX conformance run (tests/test_conformance.py), when it ran."""
+    """The ONNX backend node-test counts, printed in every run that included them (CI prints them)."""
+    lines = []
+    for prefix, what in (
+        (CONFORMANCE, "ONNX node cases, op by op"),
+        (BACKEND, "ONNX node cases through HetgenBackend"),
+    ):
+        c = _counts(terminalreporter, prefix)
+        total = sum(c.values())
+        if total:
+            lines.append(
+                f"{what}: {c['passed']} passed, {c['skipped']} skipped (unsupported), "
+                f"{c['xfailed']} expected failures, {c['failed'] + c['error']} failed, of {total}"
+            )
     conformance = sys.modules.get("conformance")
-    text = conformance.summary() if conformance is not None else None
-    if text:
+    details = conformance.summary() if conformance is not None else None
+    if details:  # skip reasons, when the cases ran in this process (no xdist)
+        lines += details.splitlines()[1:]
+    if lines:
         terminalreporter.section("ONNX conformance")
-        for line in text.splitlines():
+        for line in lines:
             terminalreporter.write_line(line)
