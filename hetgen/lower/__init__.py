@@ -128,6 +128,39 @@ def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
             isolated = isolated | {overflow.path}
 
 
+# Operators whose output is their input's bytes unchanged: they become a second name for the same
+# buffer instead of a copy (the kernels downstream were lowered with the right shapes already).
+ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Graph):
+    """Remove pure reshapes; return the remaining units and kernels and each unit's buffer names.
+
+    A reshape is dropped when its input is computed (not a model input or a constant) and its output
+    is not a model output, so every buffer involved lives in an arena the planner owns.
+    """
+    rename: dict[str, str] = {}
+    kept_units, kept_kernels, buffers = [], [], []
+    for unit, kernel in zip(units, kernels):
+        head = unit.head
+        source = head.inputs[0] if head.inputs else ""
+        if (
+            head.op in ALIAS_OPS
+            and len(unit.nodes) == 1
+            and source
+            and source not in graph.constants
+            and source not in graph.inputs
+            and head.outputs[0] not in graph.outputs
+            and graph.types[source].nbytes == graph.types[head.outputs[0]].nbytes
+        ):
+            rename[head.outputs[0]] = rename.get(source, source)
+            continue
+        kept_units.append(unit)
+        kept_kernels.append(kernel)
+        buffers.append(tuple(rename.get(name, name) for name in unit.inputs))
+    return tuple(kept_units), tuple(kept_kernels), buffers
+
+
 def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]) -> Lowered:
     root = platform.root.controller()
     nodes, assignment = ordered_nodes(graph, placement)
@@ -136,10 +169,10 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     ordered_graph = Graph(
         graph.name, graph.inputs, graph.outputs, tuple(nodes), graph.types, graph.constants, graph.opset
     )
-    units = kernel_units(ordered_graph, assignment)
-    kernels = lower_units(units, graph)
+    all_units = kernel_units(ordered_graph, assignment)
+    units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, graph), graph)
     targets = {t.path_str: t for t in platform.targets()}
-    infos = [UnitInfo(assignment[u.head.name], u.inputs, u.outputs) for u in units]
+    infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
     scheduler = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated)
     schedule = scheduler.run()
 
@@ -167,9 +200,9 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
                 intervals.append(Interval(f"scratch:{index}", kernel.scratch_bytes, index, index))
         plans[path] = plan_memory(intervals)
         used = []
-        for index, unit in enumerate(units):
-            if infos[index].target == path:
-                used += [name for name in unit.inputs if name in graph.constants and name not in used]
+        for info in infos:
+            if info.target == path:
+                used += [name for name in info.inputs if name in graph.constants and name not in used]
         if path == root_path:
             used += [n for n in graph.outputs if n in graph.constants and n not in used]
         weights[path] = pack_weights(used, graph)
