@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -216,3 +217,17 @@ def test_c_array_weights_build_and_match(tmp_path, model_file):
     x = np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)
     got = hetgen.load(out).run({"x": x})["y"]
     np.testing.assert_allclose(got, reference(model_file, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_installed_command_works_from_any_directory(tmp_path):
+    """The console script of the installed wheel (CI installs it) carries templates and platforms."""
+    command = shutil.which("hetgen")
+    if command is None:
+        pytest.skip("hetgen is not installed as a command (pip install .)")
+    model = tmp_path / "m.onnx"
+    onnx.save(residual_model(), model)
+    result = subprocess.run([command, "host", str(model), "-o", "out"], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert subprocess.run([command, "verify", "out"], capture_output=True, text=True, cwd=tmp_path).returncode == 0
+    targets = subprocess.run([command, "targets"], capture_output=True, text=True, cwd=tmp_path)
+    assert "npu" in targets.stdout and "accelerator-with-coprocessor" in targets.stdout
