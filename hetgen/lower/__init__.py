@@ -1,37 +1,20 @@
 """The lower stage: a placed graph becomes per-target programs over planned memory.
 
 Entry point: `lower(graph, platform, placement) -> Lowered`. Units (operators with fused
-activations) are scheduled across controllers and devices (`schedule.py`), each target's memory is
-planned by liveness (`memory.py`), and symbolic steps are resolved to buffer references.
+activations, `fuse.py`) are scheduled across controllers and devices (`schedule.py`), each target's
+memory is planned by liveness (`memory.py`), and symbolic steps are resolved to buffer references
+(`resolve.py`), giving the programs of `program.py`.
 """
 
 from __future__ import annotations
-
-import math
 
 from hetgen.errors import ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, plan_memory
-from hetgen.lower.program import (
-    BufferRef,
-    Call,
-    Copy,
-    DeviceCopyIn,
-    DeviceCopyOut,
-    DeviceModel,
-    Invoke,
-    KernelUnit,
-    Lowered,
-    Program,
-    ProgramRole,
-    Region,
-    TensorSpec,
-    Wait,
-    WeightEntry,
-    Weights,
-)
-from hetgen.lower.schedule import SCall, Scheduler, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym, UnitInfo
+from hetgen.lower.program import KernelUnit, Lowered, Program, ProgramRole, TensorSpec, WeightEntry, Weights
+from hetgen.lower.resolve import Resolver, device_model
+from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
 from hetgen.names import c_identifier
 from hetgen.ops.base import Kernel, Unsupported
 from hetgen.ops.registry import op_def
@@ -94,23 +77,6 @@ def target_prefix(platform: Platform, target: Target) -> str:
     return "hg_" + "_".join((platform.name, *target.path[1:]))
 
 
-def accelerator_cycles(target: Target, kernel: Kernel) -> int:
-    """The simulated device's cycles for one kernel: the kind's figures, as the cost model uses them."""
-    figures = target.figures
-    compute_us = kernel.flops / (figures.peak_gflops * 1e3) if figures.peak_gflops else 0.0
-    memory_us = kernel.bytes_accessed / (figures.bandwidth_gbps * 1e3) if figures.bandwidth_gbps else 0.0
-    return math.ceil((figures.launch_us + max(compute_us, memory_us)) * clock_mhz(target))
-
-
-def clock_mhz(target: Target) -> float:
-    return float(target.attrs.get("clock_mhz", 1000))
-
-
-def device_model(target: Target) -> DeviceModel:
-    dma_gbps = float(target.attrs.get("dma_gbps", target.figures.bandwidth_gbps or 1.0))
-    return DeviceModel(clock_mhz(target), dma_gbps * 1e3 / clock_mhz(target), target.memory_bytes or 0)
-
-
 class _Overflow(Exception):
     def __init__(self, path: str, error: PlacementError):
         self.path, self.error = path, error
@@ -161,122 +127,70 @@ def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Gr
     return tuple(kept_units), tuple(kept_kernels), buffers
 
 
+def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root) -> tuple[MemoryPlan, Weights]:
+    """One target's arena (by liveness over the schedule) and weights; raise _Overflow past capacity."""
+    keep_out = set(graph.inputs) | set(graph.outputs) if is_root else set()  # the caller's buffers
+    on_chip_weights = target.role is Role.ACCELERATOR  # accelerators load weights into local memory
+    intervals = [
+        Interval(tensor, graph.types[tensor].nbytes, min(times), max(times))
+        for tensor, times in sorted(schedule.events.get(path, {}).items())
+        if tensor not in keep_out and (on_chip_weights or tensor not in graph.constants)
+    ]
+    intervals += [
+        Interval(f"scratch:{index}", kernels[index].scratch_bytes, index, index)
+        for index, _ in units_on_target
+        if kernels[index].scratch_bytes
+    ]
+    plan = plan_memory(intervals)
+    used: list[str] = []
+    for _, info in units_on_target:
+        used += [name for name in info.inputs if name in graph.constants and name not in used]
+    if is_root:
+        used += [name for name in graph.outputs if name in graph.constants and name not in used]
+    capacity = target.memory_bytes
+    if capacity is not None and plan.arena_size > capacity:
+        raise _Overflow(
+            path,
+            PlacementError(
+                f"{path}: the work placed here needs {plan.arena_size} bytes of local memory "
+                f"(liveness lower bound {plan.lower_bound}); the device has {capacity} bytes. "
+                "Give it more memory (e.g. sram_kib), pin the large layers elsewhere, or use the cost placement, which avoids it"
+            ),
+        )
+    return plan, pack_weights(used, graph)
+
+
 def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]) -> Lowered:
     root = platform.root.controller()
-    nodes, assignment = ordered_nodes(graph, placement)
-    if not assignment:
-        assignment = {node.name: root.path_str for node in nodes}
-    ordered_graph = Graph(
-        graph.name, graph.inputs, graph.outputs, tuple(nodes), graph.types, graph.constants, graph.opset
-    )
-    all_units = kernel_units(ordered_graph, assignment)
-    units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, graph), graph)
-    targets = {t.path_str: t for t in platform.targets()}
-    infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
-    scheduler = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated)
-    schedule = scheduler.run()
-
-    graph_inputs = {name: index for index, name in enumerate(graph.inputs)}
-    graph_outputs: dict[str, int] = {}
-    for index, name in enumerate(graph.outputs):
-        graph_outputs.setdefault(name, index)
-
     root_path = root.path_str
+    nodes, assignment = ordered_nodes(graph, placement)
+    assignment = assignment or {node.name: root_path for node in nodes}
+    ordered = Graph(graph.name, graph.inputs, graph.outputs, tuple(nodes), graph.types, graph.constants, graph.opset)
+    all_units = kernel_units(ordered, assignment)
+    units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, graph), graph)
+    infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
+    schedule = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()
+
+    targets = {t.path_str: t for t in platform.targets()}
     executing = [path for path in targets if path == root_path or path in schedule.entries]
     plans: dict[str, MemoryPlan] = {}
     weights: dict[str, Weights] = {}
     for path in executing:
-        target = targets[path]
-        is_accelerator = target.role is Role.ACCELERATOR
-        intervals = []
-        for tensor, times in sorted(schedule.events.get(path, {}).items()):
-            if path == root_path and (tensor in graph_inputs or tensor in graph_outputs):
-                continue
-            if tensor in graph.constants and not is_accelerator:
-                continue
-            intervals.append(Interval(tensor, graph.types[tensor].nbytes, min(times), max(times)))
-        for index, kernel in enumerate(kernels):
-            if infos[index].target == path and kernel.scratch_bytes:
-                intervals.append(Interval(f"scratch:{index}", kernel.scratch_bytes, index, index))
-        plans[path] = plan_memory(intervals)
-        used = []
-        for info in infos:
-            if info.target == path:
-                used += [name for name in info.inputs if name in graph.constants and name not in used]
-        if path == root_path:
-            used += [n for n in graph.outputs if n in graph.constants and n not in used]
-        weights[path] = pack_weights(used, graph)
-        capacity = target.memory_bytes
-        if capacity is not None and plans[path].arena_size > capacity:
-            raise _Overflow(
-                path,
-                PlacementError(
-                    f"{path}: the work placed here needs {plans[path].arena_size} bytes of local memory "
-                    f"(liveness lower bound {plans[path].lower_bound}); the device has {capacity} bytes. "
-                    "Give it more memory (e.g. sram_kib), pin the large layers elsewhere, or use the cost placement, which avoids it"
-                ),
-            )
+        on_target = [(index, info) for index, info in enumerate(infos) if info.target == path]
+        plans[path], weights[path] = plan_target(
+            path, targets[path], schedule, on_target, kernels, graph, path == root_path
+        )
 
-    kernel_units_by_index = {}
+    functions = {}
     for index, (unit, kernel) in enumerate(zip(units, kernels)):
-        target = targets[infos[index].target]
-        fn = f"{target_prefix(platform, target)}_k_{unit.head.name}"
+        fn = f"{target_prefix(platform, targets[infos[index].target])}_k_{unit.head.name}"
         label = " + ".join(node.label for node in unit.nodes)
-        kernel_units_by_index[index] = KernelUnit(fn, tuple(node.name for node in unit.nodes), label, kernel)
-
-    produced_at_root = {
-        name for index, unit in enumerate(units) if infos[index].target == root_path for name in unit.outputs if name
-    }
-    copied_to_root = {
+        functions[index] = KernelUnit(fn, tuple(node.name for node in unit.nodes), label, kernel)
+    written_at_root = {name for info in infos if info.target == root_path for name in info.outputs if name}
+    written_at_root |= {
         step.dst.tensor for entry in schedule.entries.get(root_path, []) for step in entry if isinstance(step, SCopyOut)
     }
-
-    def ref(sym: Sym | None) -> BufferRef:
-        if sym is None:
-            return BufferRef(Region.NONE, 0)
-        name, path = sym.tensor, sym.target
-        if path == root_path:
-            if name in graph_outputs and (name in produced_at_root or name in copied_to_root):
-                return BufferRef(Region.OUTPUT, graph_outputs[name], name)
-            if name in graph_inputs:
-                return BufferRef(Region.INPUT, graph_inputs[name], name)
-        if name in graph.constants and targets[path].role is not Role.ACCELERATOR:
-            return BufferRef(Region.WEIGHTS, weight_offset(weights[path], name), name)
-        return BufferRef(Region.ARENA, plans[path].offset(name), name)
-
-    def device_offset(sym: Sym) -> int:
-        return plans[sym.target].offset(sym.tensor)
-
-    def resolve(path: str, step):
-        target = targets[path]
-        if isinstance(step, SCall):
-            unit = kernel_units_by_index[step.unit]
-            args = [ref(sym) for sym in step.args]
-            if unit.kernel.scratch_bytes:
-                args.append(BufferRef(Region.ARENA, plans[path].offset(f"scratch:{step.unit}"), "scratch"))
-            cycles = accelerator_cycles(target, unit.kernel) if target.role is Role.ACCELERATOR else 0
-            return Call(unit, tuple(args), cycles)
-        if isinstance(step, SLoadWeight):
-            entry = weight_offset(weights[path], step.tensor)
-            nbytes = graph.types[step.tensor].nbytes
-            model = device_model(target)
-            return Copy(
-                BufferRef(Region.WEIGHTS, entry, step.tensor),
-                ref(Sym(path, step.tensor)),
-                nbytes,
-                math.ceil(nbytes / model.dma_bytes_per_cycle),
-            )
-        if isinstance(step, SCopyIn):
-            nbytes = graph.types[step.src.tensor].nbytes
-            return DeviceCopyIn(step.device, ref(step.src), device_offset(step.dst), nbytes, step.src.tensor)
-        if isinstance(step, SCopyOut):
-            nbytes = graph.types[step.src.tensor].nbytes
-            return DeviceCopyOut(step.device, device_offset(step.src), ref(step.dst), nbytes, step.src.tensor)
-        if isinstance(step, SInvoke):
-            return Invoke(step.device, step.program)
-        if isinstance(step, SWait):
-            return Wait(step.device)
-        raise TypeError(step)
+    resolver = Resolver(graph, targets, plans, weights, root_path, functions, written_at_root)
 
     estimates: dict[str, float] = {}
     for group in placement.groups if placement is not None else ():
@@ -284,22 +198,18 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     programs = []
     for path in executing:
         target = targets[path]
-        entries = [tuple(resolve(path, step) for step in entry) for entry in schedule.entries.get(path, [[]])]
+        entries = [tuple(resolver.step(path, step) for step in entry) for entry in schedule.entries.get(path, [[]])]
         if path == root_path:
-            entries[0] = entries[0] + tuple(
-                _output_copies(graph, produced_at_root | copied_to_root, graph_inputs, weights[path])
-            )
+            entries[0] += tuple(resolver.output_copies())
             role = ProgramRole.ROOT
-        elif target.role is Role.ACCELERATOR:
-            role = ProgramRole.ACCELERATOR
         else:
-            role = ProgramRole.COPROCESSOR
+            role = ProgramRole.ACCELERATOR if target.role is Role.ACCELERATOR else ProgramRole.COPROCESSOR
         programs.append(
             Program(
                 target=target,
                 role=role,
                 runtime=target.runtime or Runtime.GRAPH,
-                units=tuple(kernel_units_by_index[i] for i in range(len(units)) if infos[i].target == path),
+                units=tuple(functions[i] for i, info in enumerate(infos) if info.target == path),
                 entries=tuple(entries),
                 memory=plans[path],
                 weights=weights[path],
@@ -311,27 +221,3 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
             )
         )
     return Lowered(name=platform.name, model_name=graph.name, programs=tuple(programs))
-
-
-def weight_offset(weights: Weights, tensor: str) -> int:
-    for entry in weights.entries:
-        if entry.tensor == tensor:
-            return entry.offset
-    raise KeyError(tensor)
-
-
-def _output_copies(graph: Graph, written: set[str], inputs: dict[str, int], weights: Weights) -> list[Copy]:
-    """Outputs no kernel writes (a model input passed through, a folded constant) are copied."""
-    copies = []
-    for index, name in enumerate(graph.outputs):
-        if name in written and graph.outputs.index(name) == index:
-            continue
-        nbytes = graph.types[name].nbytes
-        if name in inputs:
-            src = BufferRef(Region.INPUT, inputs[name], name)
-        elif name in written:
-            src = BufferRef(Region.OUTPUT, graph.outputs.index(name), name)
-        else:
-            src = BufferRef(Region.WEIGHTS, weight_offset(weights, name), name)
-        copies.append(Copy(src, BufferRef(Region.OUTPUT, index, name), nbytes))
-    return copies

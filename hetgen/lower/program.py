@@ -113,6 +113,13 @@ class Weights:
     def size(self) -> int:
         return len(self.blob)
 
+    def offset(self, tensor: str) -> int:
+        cached = self.__dict__.get("_offsets")
+        if cached is None:
+            cached = {entry.tensor: entry.offset for entry in self.entries}
+            object.__setattr__(self, "_offsets", cached)
+        return cached[tensor]
+
 
 class ProgramRole(enum.Enum):
     ROOT = "root"  # the root controller: entry 0 is the model's run function

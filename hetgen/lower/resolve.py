@@ -1,0 +1,123 @@
+"""Symbolic schedule steps → concrete steps over planned buffers.
+
+Once each target's memory is planned, every tensor a step names resolves to a region and a
+position: the root's model inputs and outputs are the caller's buffers, constants sit in the
+target's weights (accelerators load them into local memory first), everything else is an offset
+in the target's arena.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hetgen.ir import Graph
+from hetgen.lower.memory import MemoryPlan
+from hetgen.lower.program import (
+    BufferRef,
+    Call,
+    Copy,
+    DeviceCopyIn,
+    DeviceCopyOut,
+    DeviceModel,
+    Invoke,
+    KernelUnit,
+    Region,
+    Step,
+    Wait,
+    Weights,
+)
+from hetgen.lower.schedule import SCall, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym
+from hetgen.ops.base import Kernel
+from hetgen.platform.model import Role, Target
+
+
+def clock_mhz(target: Target) -> float:
+    return float(target.attrs.get("clock_mhz", 1000))
+
+
+def device_model(target: Target) -> DeviceModel:
+    dma_gbps = float(target.attrs.get("dma_gbps", target.figures.bandwidth_gbps or 1.0))
+    return DeviceModel(clock_mhz(target), dma_gbps * 1e3 / clock_mhz(target), target.memory_bytes or 0)
+
+
+def accelerator_cycles(target: Target, kernel: Kernel) -> int:
+    """The simulated device's cycles for one kernel: the kind's figures, as the cost model uses them."""
+    figures = target.figures
+    compute_us = kernel.flops / (figures.peak_gflops * 1e3) if figures.peak_gflops else 0.0
+    memory_us = kernel.bytes_accessed / (figures.bandwidth_gbps * 1e3) if figures.bandwidth_gbps else 0.0
+    return math.ceil((figures.launch_us + max(compute_us, memory_us)) * clock_mhz(target))
+
+
+@dataclass
+class Resolver:
+    graph: Graph
+    targets: dict[str, Target]
+    plans: dict[str, MemoryPlan]
+    weights: dict[str, Weights]
+    root_path: str
+    kernel_units: dict[int, KernelUnit]  # unit index -> its generated function
+    written_at_root: set[str]  # model outputs the root's own steps write (by kernel or copy)
+
+    def __post_init__(self) -> None:
+        self.graph_inputs = {name: index for index, name in enumerate(self.graph.inputs)}
+        self.graph_outputs: dict[str, int] = {}
+        for index, name in enumerate(self.graph.outputs):
+            self.graph_outputs.setdefault(name, index)
+
+    def ref(self, sym: Sym | None) -> BufferRef:
+        if sym is None:
+            return BufferRef(Region.NONE, 0)
+        name, path = sym.tensor, sym.target
+        if path == self.root_path:
+            if name in self.graph_outputs and name in self.written_at_root:
+                return BufferRef(Region.OUTPUT, self.graph_outputs[name], name)
+            if name in self.graph_inputs:
+                return BufferRef(Region.INPUT, self.graph_inputs[name], name)
+        if name in self.graph.constants and self.targets[path].role is not Role.ACCELERATOR:
+            return BufferRef(Region.WEIGHTS, self.weights[path].offset(name), name)
+        return BufferRef(Region.ARENA, self.plans[path].offset(name), name)
+
+    def step(self, path: str, step) -> Step:
+        target = self.targets[path]
+        if isinstance(step, SCall):
+            unit = self.kernel_units[step.unit]
+            args = [self.ref(sym) for sym in step.args]
+            if unit.kernel.scratch_bytes:
+                args.append(BufferRef(Region.ARENA, self.plans[path].offset(f"scratch:{step.unit}"), "scratch"))
+            cycles = accelerator_cycles(target, unit.kernel) if target.role is Role.ACCELERATOR else 0
+            return Call(unit, tuple(args), cycles)
+        if isinstance(step, SLoadWeight):
+            nbytes = self.graph.types[step.tensor].nbytes
+            source = BufferRef(Region.WEIGHTS, self.weights[path].offset(step.tensor), step.tensor)
+            cycles = math.ceil(nbytes / device_model(target).dma_bytes_per_cycle)
+            return Copy(source, self.ref(Sym(path, step.tensor)), nbytes, cycles)
+        if isinstance(step, SCopyIn):
+            nbytes = self.graph.types[step.src.tensor].nbytes
+            offset = self.plans[step.dst.target].offset(step.dst.tensor)
+            return DeviceCopyIn(step.device, self.ref(step.src), offset, nbytes, step.src.tensor)
+        if isinstance(step, SCopyOut):
+            nbytes = self.graph.types[step.src.tensor].nbytes
+            offset = self.plans[step.src.target].offset(step.src.tensor)
+            return DeviceCopyOut(step.device, offset, self.ref(step.dst), nbytes, step.src.tensor)
+        if isinstance(step, SInvoke):
+            return Invoke(step.device, step.program)
+        if isinstance(step, SWait):
+            return Wait(step.device)
+        raise TypeError(step)
+
+    def output_copies(self) -> list[Copy]:
+        """Outputs no step writes (a model input passed through, a folded constant) are copied."""
+        copies = []
+        for index, name in enumerate(self.graph.outputs):
+            if name in self.written_at_root and self.graph_outputs[name] == index:
+                continue
+            nbytes = self.graph.types[name].nbytes
+            if name in self.graph_inputs:
+                src = BufferRef(Region.INPUT, self.graph_inputs[name], name)
+            elif name in self.written_at_root:
+                src = BufferRef(Region.OUTPUT, self.graph_outputs[name], name)
+            else:
+                src = BufferRef(Region.WEIGHTS, self.weights[self.root_path].offset(name), name)
+            copies.append(Copy(src, BufferRef(Region.OUTPUT, index, name), nbytes))
+        return copies
