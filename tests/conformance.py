@@ -236,25 +236,7 @@ def _compile(units: list[_Unit], workdir: Path, tag: str) -> ctypes.CDLL | None:
 
 
 def _execute(unit: _Unit, lib: ctypes.CDLL) -> dict[str, np.ndarray]:
-    """harness.run_graph's loop, on a shared library."""
-    graph = unit.graph
-    # np.array(..., order="C") rather than ascontiguousarray, which turns 0-d arrays into 1-d ones
-    values = {name: np.array(array, order="C") for name, array in graph.constants.items()}
-    for name in graph.inputs:
-        values[name] = np.array(unit.feeds[name], dtype=graph.types[name].dtype.numpy, order="C")
-    for node, fn, kernel in unit.kernels:
-        for out in node.outputs:
-            t = graph.types[out]
-            values[out] = np.zeros(t.shape, dtype=t.dtype.numpy)
-        pointers = [values[n].ctypes.data if n else None for n in node.inputs]
-        pointers += [values[n].ctypes.data for n in node.outputs]
-        scratch = None
-        if kernel.scratch_bytes:
-            scratch = np.zeros(kernel.scratch_bytes + 64, dtype=np.uint8)
-            pointers.append(scratch.ctypes.data)
-        args = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
-        getattr(lib, fn)(args)
-    return {name: values[name].copy() for name in graph.outputs}
+    return harness.execute(lib, unit.kernels, unit.graph, unit.feeds)
 
 
 def _run_chunk(units: list[_Unit], lib: ctypes.CDLL | None) -> dict[str, tuple[str, str]]:

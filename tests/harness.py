@@ -76,25 +76,31 @@ def build_library(graph: Graph, workdir: Path):
     return ctypes.CDLL(str(lib)), kernels
 
 
+def execute(lib: ctypes.CDLL, kernels, graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Call each node's kernel in order on numpy buffers (one per tensor, no planner)."""
+    # np.array(..., order="C") rather than ascontiguousarray, which turns 0-d arrays into 1-d ones
+    values = {name: np.array(array, order="C") for name, array in graph.constants.items()}
+    for name in graph.inputs:
+        values[name] = np.array(feeds[name], dtype=graph.types[name].dtype.numpy, order="C")
+    for node, fn, kernel in kernels:
+        for out in node.outputs:
+            t = graph.types[out]
+            values[out] = np.zeros(t.shape, dtype=t.dtype.numpy)
+        pointers = [values[n].ctypes.data if n else None for n in node.inputs]
+        pointers += [values[n].ctypes.data for n in node.outputs]
+        scratch = None
+        if kernel.scratch_bytes:
+            scratch = np.zeros(kernel.scratch_bytes + 64, dtype=np.uint8)
+            pointers.append(scratch.ctypes.data)
+        args = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
+        getattr(lib, fn)(args)
+    return {name: values[name].copy() for name in graph.outputs}
+
+
 def run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     with tempfile.TemporaryDirectory(prefix="hg_harness_") as tmp:
         lib, kernels = build_library(graph, Path(tmp))
-        values = {name: np.array(array, order="C") for name, array in graph.constants.items()}  # keeps 0-d
-        for name in graph.inputs:
-            values[name] = np.ascontiguousarray(feeds[name], dtype=graph.types[name].dtype.numpy)
-        for node, fn, kernel in kernels:
-            for out in node.outputs:
-                t = graph.types[out]
-                values[out] = np.zeros(t.shape, dtype=t.dtype.numpy)
-            pointers = [values[n].ctypes.data if n else None for n in node.inputs]
-            pointers += [values[n].ctypes.data for n in node.outputs]
-            scratch = None
-            if kernel.scratch_bytes:
-                scratch = np.zeros(kernel.scratch_bytes + 64, dtype=np.uint8)
-                pointers.append(scratch.ctypes.data)
-            args = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
-            getattr(lib, fn)(args)
-        return {name: values[name].copy() for name in graph.outputs}
+        return execute(lib, kernels, graph, feeds)
 
 
 def run_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], frozen=()) -> dict[str, np.ndarray]:
