@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
 from hetgen.platform.loader import load_platform_text
+from hetgen.runtime.devices import device_report
 from hetgen.runtime.reference import ort_session
 from hetgen.runtime.verify import verify
 
@@ -92,6 +93,8 @@ def test_soc_runs_heterogeneous_program_in_one_process(tmp_path, big_model_file)
     assert roles.get("soc/vdevice0/npu0") == "accelerator", "the npu should take the convolutions"
     assert (out / "soc/vdevice0/npu0/model.c").is_file() and (out / "soc/model.c").is_file()
     assert all(error.ok for error in verify(out))
+    report = device_report(out, runs=2)
+    assert report[1].startswith("  soc/vdevice0/npu0: ") and "0 compute" not in report[1], report
 
 
 def test_second_run_leaves_ninja_nothing_to_do_and_edits_rebuild_one_kernel(tmp_path, model_file):
@@ -231,3 +234,15 @@ def test_installed_command_works_from_any_directory(tmp_path):
     assert subprocess.run([command, "verify", "out"], capture_output=True, text=True, cwd=tmp_path).returncode == 0
     targets = subprocess.run([command, "targets"], capture_output=True, text=True, cwd=tmp_path)
     assert "npu" in targets.stdout and "accelerator-with-coprocessor" in targets.stdout
+
+
+def test_output_folder_that_is_not_ours_is_refused(tmp_path, model_file):
+    (tmp_path / "a_file").write_text("x")
+    result = run_cli("host", str(model_file), "-o", str(tmp_path / "a_file"))
+    assert result.returncode == 1 and "not a folder" in result.stderr and "Traceback" not in result.stderr
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    result = run_cli("host", str(model_file), "-o", str(foreign))
+    assert result.returncode == 1 and "did not generate" in result.stderr
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from hetgen.codegen.project import GeneratedFile
+from hetgen.errors import HetgenError
 
 FILE_LIST = ".hetgen-files"
 
@@ -31,8 +32,29 @@ def _write_atomic(path: Path, content: bytes) -> None:
         raise
 
 
+def check_destination(out_dir: Path) -> None:
+    """Refuse a destination that is a file, or a folder of something other than a hetgen project."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise HetgenError(f"{out_dir}: exists and is not a folder; give -o a folder for the generated project")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / FILE_LIST).is_file():
+        raise HetgenError(
+            f"{out_dir}: a non-empty folder that hetgen did not generate; hetgen will not write into it. "
+            "Give -o a new or empty folder, or one hetgen generated before"
+        )
+
+
 def write_project(out_dir: Path, files: tuple[GeneratedFile, ...]) -> tuple[str, ...]:
     """Write `files` under `out_dir`; return the relative paths whose content changed."""
+    check_destination(out_dir)
+    try:
+        return _write(out_dir, files)
+    except OSError as error:
+        raise HetgenError(
+            f"{out_dir}: cannot write the generated project: {error.strerror} ({error.filename})"
+        ) from None
+
+
+def _write(out_dir: Path, files: tuple[GeneratedFile, ...]) -> tuple[str, ...]:
     listing = "".join(f"{f.path}\n" for f in sorted(files, key=lambda f: f.path)).encode()
     all_files = (*files, GeneratedFile(FILE_LIST, listing))
     if not out_dir.exists():

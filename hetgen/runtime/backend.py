@@ -8,7 +8,9 @@ cached per (model, frozen values).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -86,6 +88,7 @@ class HetgenBackend(Backend):
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> HetgenRep:
         if cls._workdir is None:
             cls._workdir = Path(tempfile.mkdtemp(prefix="hetgen-backend-"))
+            atexit.register(shutil.rmtree, cls._workdir, True)
         return HetgenRep(model, cls._workdir)
 
     @classmethod

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import cffi
-
 from hetgen.runtime.loader import load
+from hetgen.runtime.reference import random_inputs
 
 
 def device_report(out_dir: Path, runs: int = 1) -> list[str]:
@@ -17,27 +16,23 @@ def device_report(out_dir: Path, runs: int = 1) -> list[str]:
     if not simulated:
         return []
     model = load(out_dir)
-    ffi = cffi.FFI()
+    counters = {}
     for target in simulated:
         prefix = target["prefix"]
-        ffi.cdef(
-            f"uint64_t {prefix}_compute_cycles(void); uint64_t {prefix}_dma_cycles(void);"
-            f"uint64_t {prefix}_invocations(void); void {prefix}_reset_counters(void);"
-        )
-    library = ffi.dlopen(str(model.library_copy))
-    for target in simulated:
-        getattr(library, f"{target['prefix']}_reset_counters")()
-    from hetgen.runtime.reference import random_inputs
-
+        counters[prefix] = {
+            what: model.function(f"uint64_t {prefix}_{what}(void);", f"{prefix}_{what}")
+            for what in ("compute_cycles", "dma_cycles", "invocations")
+        }
+        model.function(f"void {prefix}_reset_counters(void);", f"{prefix}_reset_counters")()
     feeds = random_inputs(model.inputs, 0)
     for _ in range(runs):
         model.run(feeds)
     lines = ["simulated devices (per run):"]
     for target in simulated:
         prefix = target["prefix"]
-        compute = getattr(library, f"{prefix}_compute_cycles")() / runs
-        dma = getattr(library, f"{prefix}_dma_cycles")() / runs
-        calls = getattr(library, f"{prefix}_invocations")() / runs
+        compute = counters[prefix]["compute_cycles"]() / runs
+        dma = counters[prefix]["dma_cycles"]() / runs
+        calls = counters[prefix]["invocations"]() / runs
         clock = target["clock_mhz"] or 1000.0
         lines.append(
             f"  {target['path']}: {compute:.0f} compute + {dma:.0f} DMA cycles = {(compute + dma) / clock:.1f} us "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -50,8 +49,7 @@ class Model:
             f"int {self.prefix}_init(void);"
             f"int {self.prefix}_run(const void *const *inputs, void *const *outputs, void *workspace);"
         )
-        self.library_copy = _private_copy(library)
-        self._lib = self._ffi.dlopen(str(self.library_copy))
+        self._lib = _load_private_copy(self._ffi, library)
         self._run = getattr(self._lib, f"{self.prefix}_run")
         status = getattr(self._lib, f"{self.prefix}_init")()
         if status != 0:
@@ -85,6 +83,11 @@ class Model:
         self.run_into(arrays, results)
         return {info.name: array for info, array in zip(self.outputs, results)}
 
+    def function(self, declaration: str, name: str):
+        """Another C function of the library, e.g. a simulated device's counters."""
+        self._ffi.cdef(declaration)
+        return getattr(self._lib, name)
+
     def run_into(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         """Run on prepared contiguous arrays without allocating (used by benchmarks)."""
         ffi = self._ffi
@@ -95,19 +98,16 @@ class Model:
             raise HetgenError(f"{self.prefix}_run failed with status {status}")
 
 
-def _private_copy(library: Path) -> Path:
+def _load_private_copy(ffi: cffi.FFI, library: Path):
     """dlopen caches by path: a rebuilt library at the same path would silently be the old one.
-    Loading a copy named by its content makes every build load as itself."""
-    data = library.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()[:20]
-    folder = Path(tempfile.gettempdir()) / f"hetgen-libs-{os.getuid()}"
-    folder.mkdir(exist_ok=True)
-    copy = folder / f"{library.stem}-{digest}.so"
-    if not copy.exists():
-        staging = folder / f".{copy.name}.{os.getpid()}"
-        staging.write_bytes(data)
-        os.replace(staging, copy)
-    return copy
+    Load a private copy instead, and unlink it at once (the mapping outlives the file)."""
+    handle, copy = tempfile.mkstemp(prefix=f"{library.stem}-", suffix=".so")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(library.read_bytes())
+        return ffi.dlopen(copy)
+    finally:
+        os.unlink(copy)
 
 
 def _info(entry: dict) -> TensorInfo:
