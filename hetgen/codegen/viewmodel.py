@@ -247,6 +247,7 @@ def program_view(program: Program, model_name: str, prefix: str, runtime_version
                 "graph_nodes": nodes,
                 "graph_args": args,
                 "vm_code_lines": vm_lines,
+                "load_cycles": sum(step.cycles for step in steps if isinstance(step, Copy)),
             }
         )
     arena_buffers = [

@@ -21,7 +21,7 @@ def device_report(out_dir: Path, runs: int = 1) -> list[str]:
         prefix = target["prefix"]
         counters[prefix] = {
             what: model.function(f"uint64_t {prefix}_{what}(void);", f"{prefix}_{what}")
-            for what in ("compute_cycles", "dma_cycles", "invocations")
+            for what in ("compute_cycles", "load_cycles", "dma_cycles", "invocations")
         }
         model.function(f"void {prefix}_reset_counters(void);", f"{prefix}_reset_counters")()
     feeds = random_inputs(model.inputs, 0)
@@ -31,11 +31,13 @@ def device_report(out_dir: Path, runs: int = 1) -> list[str]:
     for target in simulated:
         prefix = target["prefix"]
         compute = counters[prefix]["compute_cycles"]() / runs
+        loads = counters[prefix]["load_cycles"]() / runs
         dma = counters[prefix]["dma_cycles"]() / runs
         calls = counters[prefix]["invocations"]() / runs
         clock = target["clock_mhz"] or 1000.0
         lines.append(
-            f"  {target['path']}: {compute:.0f} compute + {dma:.0f} DMA cycles = {(compute + dma) / clock:.1f} us "
-            f"at {clock:g} MHz over {calls:.0f} invocations; cost model estimate {target['estimated_us']:.1f} us"
+            f"  {target['path']}: {(compute + dma) / clock:.1f} us at {clock:g} MHz over {calls:.0f} invocations: "
+            f"kernels {(compute - loads) / clock:.1f} us (cost model: {target['estimated_us']:.1f} us), "
+            f"weight loads {loads / clock:.1f} us, copies to and from the controller {dma / clock:.1f} us"
         )
     return lines

@@ -65,6 +65,7 @@ static int hg_sim_wait(struct hg_device *device)
             sim->queued = 0;
             return status;
         }
+        sim->load_cycles += program->load_cycles;
         sim->invocations += 1;
     }
     sim->queued = 0;

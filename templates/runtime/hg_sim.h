@@ -14,6 +14,7 @@ typedef struct {
     const hg_graph_node *nodes;
     size_t num_nodes;
     const hg_buffer_ref *args;
+    uint64_t load_cycles;       /* of those nodes, the weight loads into local memory */
 } hg_sim_program;
 
 typedef struct {
@@ -27,6 +28,7 @@ typedef struct {
     uint32_t queue[HG_SIM_QUEUE_DEPTH];
     size_t queued;
     uint64_t compute_cycles;    /* kernels and weight loads */
+    uint64_t load_cycles;       /* weight loads alone */
     uint64_t dma_cycles;        /* copies to and from the controller */
     uint64_t invocations;
 } hg_sim;
