@@ -246,3 +246,22 @@ def test_output_folder_that_is_not_ours_is_refused(tmp_path, model_file):
     result = run_cli("host", str(model_file), "-o", str(foreign))
     assert result.returncode == 1 and "did not generate" in result.stderr
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+
+
+def test_ninja_regenerates_when_the_model_changes(tmp_path, model_file):
+    model = tmp_path / "model.onnx"
+    model.write_bytes(model_file.read_bytes())
+    platform = tmp_path / "host.yaml"
+    platform.write_text(host_platform("vm"))
+    out = hetgen.compile(platform, model, out=tmp_path / "regen", opt=("-O1",))
+    edited = onnx.load(model)
+    for node in edited.graph.node:
+        if node.name == "leaky":
+            node.attribute[0].f = 0.3
+    onnx.save(edited, model)
+    ninja = [sys.executable, "-c", "import ninja, sys; sys.exit(ninja._program('ninja', sys.argv[1:]))", "-C", str(out)]
+    result = subprocess.run(ninja, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "REGENERATE build.ninja" in result.stdout and "add_add" in result.stdout, result.stdout
+    x = np.random.default_rng(9).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(hetgen.load(out).run({"x": x})["y"], reference(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
