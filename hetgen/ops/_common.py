@@ -38,3 +38,16 @@ def total_bytes(*types: TensorType | None) -> int:
 
 def prod(values) -> int:
     return math.prod(values)
+
+
+def channel_planes(op: OpInstance) -> dict:
+    """The view-model of a per-(batch, channel) kernel over N x C x ... input 0 (the norms)."""
+    x_type = op.input_types[0]
+    batch, channels = x_type.shape[:2]
+    return {
+        "batch": batch,
+        "channels": channels,
+        "plane": x_type.size // (batch * channels) if batch * channels else 0,
+        "epsilon": float(op.attr("epsilon", 1e-5)),
+        "out_index": input_arg_count(op),
+    }

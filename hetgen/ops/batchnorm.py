@@ -5,7 +5,7 @@ Per channel the lowering's template folds the four parameter vectors into one mu
 
 from __future__ import annotations
 
-from hetgen.ops._common import input_arg_count, require_float32, total_bytes
+from hetgen.ops._common import channel_planes, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -18,14 +18,7 @@ def lower(op: OpInstance) -> Kernel:
         raise Unsupported("BatchNormalization with spatial=0; accepted: spatial=1")
     if x_type.rank < 2:
         raise Unsupported(f"BatchNormalization on {x_type}; accepted: N x C x ...")
-    batch, channels = x_type.shape[:2]
-    params = {
-        "batch": batch,
-        "channels": channels,
-        "plane": x_type.size // (batch * channels) if batch * channels else 0,
-        "epsilon": float(op.attr("epsilon", 1e-5)),
-        "out_index": input_arg_count(op),
-    }
+    params = channel_planes(op)
     return Kernel(
         template="kernels/batchnorm.c.j2",
         params=params,
