@@ -13,8 +13,8 @@ C_KEYWORDS = frozenset(
 
 def c_identifier(text: str, fallback: str) -> str:
     """A C identifier made from `text` (invalid characters become '_'); `fallback` if nothing is left."""
-    cleaned = re.sub(r"[^0-9A-Za-z_]", "_", text).strip("_") or fallback
-    if cleaned[0].isdigit():
+    cleaned = re.sub(r"__+", "_", re.sub(r"[^0-9A-Za-z_]", "_", text).strip("_")) or fallback
+    if cleaned[:1].isdigit():
         cleaned = f"_{cleaned}"
     if cleaned in C_KEYWORDS:
         cleaned += "_"

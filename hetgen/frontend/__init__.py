@@ -27,8 +27,9 @@ from hetgen.frontend import check, cleanup, convert, load, resolve, rewrite
 from hetgen.frontend.export import export_onnx
 from hetgen.frontend.fold_batchnorm import fold_batchnorm
 from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
-from hetgen.frontend.work import c_identifier, to_graph
+from hetgen.frontend.work import to_graph
 from hetgen.ir import Graph
+from hetgen.names import c_identifier
 
 __all__ = ["MAX_OPSET", "MIN_OPSET", "export_onnx", "import_model", "import_onnx"]
 

@@ -10,7 +10,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from hetgen.frontend.work import DEFAULT_DOMAINS, ValueType, Work, WorkNode, attr_value, c_identifier
+from hetgen.frontend.work import DEFAULT_DOMAINS, ValueType, Work, WorkNode, attr_value
+from hetgen.names import c_identifier
 
 
 def infer_onnx_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:

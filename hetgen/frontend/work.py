@@ -9,7 +9,6 @@ code for (a float16 weight cast to float32 is fine; a float16 tensor left in the
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from hetgen.ir import DType, Graph, Node, TensorType
+from hetgen.names import c_identifier
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -146,16 +146,6 @@ def attr_value(attr: onnx.AttributeProto) -> Any:
     if isinstance(value, list):
         return tuple(v.decode("utf-8") if isinstance(v, bytes) else v for v in value)
     return value
-
-
-def c_identifier(text: str, fallback: str) -> str:
-    cleaned = re.sub(r"[^0-9A-Za-z_]", "_", text).strip("_")
-    cleaned = re.sub(r"__+", "_", cleaned)
-    if not cleaned:
-        cleaned = fallback
-    if cleaned[:1].isdigit():
-        cleaned = f"_{cleaned}"
-    return cleaned
 
 
 MAX_NAME_SUFFIX = 24
