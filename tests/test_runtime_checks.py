@@ -149,7 +149,8 @@ def test_corrupt_programs_are_refused_without_out_of_bounds_access(harness, tmp_
     for name, memory, program in real_cases():
         sizes = [word for word in memory[1:] if word > 2]
         for trial in range(40):
-            status = run_harness(harness, tmp_path / "m.bin", memory, mutate(program, rng, sizes))
+            path = tmp_path / f"{name.replace('/', '_').replace(' ', '_')}-{trial}.bin"  # kept for replay
+            status = run_harness(harness, path, memory, mutate(program, rng, sizes))
             outcomes[status] = outcomes.get(status, 0) + 1
     assert sum(outcomes.values()) >= 300
     assert outcomes.get(HG_ERR_BYTECODE, 0) > 50, outcomes  # the checks really fire
