@@ -43,6 +43,11 @@ class Model:
                 f"{out_dir}: not a hetgen project (no {MANIFEST}); run `hetgen PLATFORM MODEL -o {out_dir}` first"
             )
         self.manifest = json.loads(manifest_path.read_text())
+        if "workspace_size" not in self.manifest:
+            raise HetgenError(
+                f"{out_dir}: built by an older hetgen (its {MANIFEST} has no workspace_size); "
+                f"run `ninja -C {out_dir}` or hetgen again to regenerate it"
+            )
         self.prefix = self.manifest["prefix"]
         self.inputs = tuple(_info(t) for t in self.manifest["inputs"])
         self.outputs = tuple(_info(t) for t in self.manifest["outputs"])
@@ -92,6 +97,13 @@ class Model:
 
     def run_into(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         """Run on prepared contiguous arrays without allocating (used by benchmarks)."""
+        for infos, arrays in ((self.inputs, inputs), (self.outputs, outputs)):
+            if len(arrays) != len(infos) or any(
+                a.dtype != t.dtype or a.shape != t.shape or not a.flags.c_contiguous for t, a in zip(infos, arrays)
+            ):
+                wanted = ", ".join(map(str, infos))
+                given = ", ".join(f"{a.dtype}[{'x'.join(map(str, a.shape))}]" for a in arrays)
+                raise HetgenError(f"run_into() needs contiguous arrays ({wanted}); given ({given})")
         ffi = self._ffi
         in_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in inputs] or [ffi.NULL])
         out_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in outputs] or [ffi.NULL])
