@@ -197,3 +197,25 @@ def test_generated_c_from_pthreads_under_thread_sanitizer(tmp_path):
     assert own.returncode == 0 and "ThreadSanitizer" not in own.stderr, own.stderr[-4000:]
     shared = subprocess.run([str(exe), "shared"], capture_output=True, text=True, timeout=120)
     assert "ThreadSanitizer: data race" in shared.stderr  # the static workspace is the race the workspaces remove
+
+
+def test_workspace_blocks_are_aligned_and_disjoint():
+    from hetgen import frontend, lower
+    from hetgen.partition.search import place
+    from hetgen.platform.loader import load_platform
+
+    platform = load_platform("platforms/soc.yaml")
+    graph = frontend.import_model(small_model())
+    lowered = lower.lower(graph, platform, place(graph, platform, pins=PINS))
+    for program in lowered.programs:
+        layout = program.workspace
+        spans = [(layout.arena_offset, layout.arena_offset + layout.arena_size)]
+        spans += [(child.offset, child.offset + child.size) for child in layout.children]
+        assert layout.arena_offset >= layout.header_size and layout.arena_size >= program.memory.arena_size
+        assert all(start % 64 == 0 for start, _ in spans) and layout.size % 64 == 0
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
+        assert spans[-1][1] <= layout.size
+    assert [device.path for device in lowered.simulated] == ["soc/vdevice0/npu0"]
+    host = lowered.programs[0].workspace.children[0]
+    npu = next(p for p in lowered.programs if p.target.path_str == host.path).workspace.children[0]
+    assert lowered.simulated[0].offset == host.offset + npu.offset

@@ -152,6 +152,7 @@ def test_corrupt_programs_are_refused_without_out_of_bounds_access(harness, tmp_
             path = tmp_path / f"{name.replace('/', '_').replace(' ', '_')}-{trial}.bin"  # kept for replay
             status = run_harness(harness, path, memory, mutate(program, rng, sizes))
             outcomes[status] = outcomes.get(status, 0) + 1
+    print("outcomes of", sum(outcomes.values()), "mutated programs by status:", outcomes)
     assert sum(outcomes.values()) >= 300
     assert outcomes.get(HG_ERR_BYTECODE, 0) > 50, outcomes  # the checks really fire
 
