@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from hetgen.codegen.kernels import kernel_source
 from hetgen.codegen.render import render
 from hetgen.codegen.viewmodel import program_view
+from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.templates_dir import templates_dir
 
 # Runtime sources every generated project carries, so a board project needs no Python.
 RUNTIME_FILES = ("hg_runtime.h", "hg_device.h", "hg_kernels.h", "hg_graph.c", "hg_vm.c")
-RUNTIME_VERSION = 1
+RUNTIME_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ def _weights_file(program: Program, model_name: str, prefix: str, folder: str, w
     return GeneratedFile(f"{folder}/weights.S", asm.encode())
 
 
-def _program_files(program: Program, model_name: str, prefix: str, children: list[dict], weights: str = "blob"):
+def _program_files(
+    program: Program, model_name: str, prefix: str, children: list[dict], simulated: list[dict], weights: str = "blob"
+):
     folder = program.target.path_str
     files: list[GeneratedFile] = []
     kernel_paths = []
@@ -74,7 +77,7 @@ def _program_files(program: Program, model_name: str, prefix: str, children: lis
         files.append(GeneratedFile(path, text.encode()))
         kernel_paths.append(path)
         helpers.update(unit.kernel.helpers)
-    view = program_view(program, model_name, prefix, RUNTIME_VERSION, children)
+    view = program_view(program, model_name, prefix, RUNTIME_VERSION, children, simulated)
     is_root = program.role is ProgramRole.ROOT
     if is_root:
         files.append(GeneratedFile(f"{folder}/{prefix}.h", render("model/model.h.j2", **view).encode()))
@@ -111,22 +114,34 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
     targets = []
     helpers: set[str] = set()
     manifest_targets = []
+    # Which `<prefix>_device_stats(workspace, device, ...)` index reads each simulated device.
+    stats_index = {device.path: index for index, device in enumerate(lowered.simulated)}
     prefixes = {program.target.path_str: _prefix(lowered, program) for program in lowered.programs}
     arenas = {program.target.path_str: program.memory.arena_size for program in lowered.programs}
+    simulated = [
+        {"path": device.path, "prefix": prefixes[device.path], "offset": device.offset} for device in lowered.simulated
+    ]
     for program in lowered.programs:
-        children = []
-        for path in program.devices:
-            memory_path = path if path in prefixes else f"{path}/host"
-            children.append(
-                {
-                    "path": memory_path,
-                    "header": f"{prefixes[memory_path]}_device.h",
-                    "device": f"{prefixes[memory_path]}_device",
-                    "arena_size": arenas[memory_path],
-                }
-            )
+        children = [
+            {
+                "path": child.path,
+                "prefix": prefixes[child.path],
+                "PREFIX": prefixes[child.path].upper(),
+                "header": f"{prefixes[child.path]}_device.h",
+                "arena_size": arenas[child.path],
+                "offset": child.offset,
+                "size": child.size,
+            }
+            for child in program.workspace.children
+        ]
+        is_root = program is lowered.root
         program_files, sources = _program_files(
-            program, lowered.model_name, prefixes[program.target.path_str], children, weights
+            program,
+            lowered.model_name,
+            prefixes[program.target.path_str],
+            children,
+            simulated if is_root else [],
+            weights,
         )
         files.extend(program_files)
         targets.append(sources)
@@ -145,6 +160,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
                 "estimated_us": round(program.estimated_us, 3),
                 "clock_mhz": program.device_model.clock_mhz if program.device_model else None,
                 "capacity_bytes": program.device_model.capacity if program.device_model else None,
+                "stats_device": stats_index.get(program.target.path_str),
             }
         )
     runtime_dir = templates_dir() / "runtime"
@@ -166,6 +182,8 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
         "inputs": [_tensor_json(t) for t in root.inputs],
         "outputs": [_tensor_json(t) for t in root.outputs],
         "targets": manifest_targets,
+        "workspace_size": root.workspace.size,
+        "workspace_align": ALIGNMENT,
     }
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
 

@@ -230,7 +230,21 @@ def aot_steps(steps) -> list[dict]:
     return out
 
 
-def program_view(program: Program, model_name: str, prefix: str, runtime_version: int, children: list[dict]) -> dict:
+def _byte_list(tensors) -> str:
+    """A C initializer of buffer sizes (one 0 when there are none: C has no empty arrays)."""
+    return ", ".join(f"{spec.type.nbytes}u" for spec in tensors) or "0u"
+
+
+def program_view(
+    program: Program,
+    model_name: str,
+    prefix: str,
+    runtime_version: int,
+    children: list[dict],
+    simulated_devices: list[dict] = (),
+) -> dict:
+    """`children`: each device's prefix, path, block offset and size; `simulated_devices` (root only):
+    every simulated accelerator below, with its prefix and its block's offset in the workspace."""
     kernel_fns = [unit.fn for unit in program.units]
     kernel_index = {fn: index for index, fn in enumerate(kernel_fns)}
     entries = []
@@ -265,7 +279,16 @@ def program_view(program: Program, model_name: str, prefix: str, runtime_version
         "runtime_version": runtime_version,
         "inputs": [tensor_view(t) for t in program.inputs],
         "outputs": [tensor_view(t) for t in program.outputs],
-        "workspace_size": program.memory.arena_size,
+        "arena_size": program.memory.arena_size,
+        "workspace_size": program.workspace.size,
+        "block": {
+            "size": program.workspace.size,
+            "header_size": program.workspace.header_size,
+            "arena_offset": program.workspace.arena_offset,
+        },
+        "input_bytes": _byte_list(program.inputs),
+        "output_bytes": _byte_list(program.outputs),
+        "simulated_devices": list(simulated_devices),
         "total_bytes": program.memory.total_bytes,
         "lower_bound": program.memory.lower_bound,
         "arena_storage": max(program.memory.arena_size, 64),

@@ -8,6 +8,8 @@ memory is planned by liveness (`memory.py`), and symbolic steps are resolved to 
 
 from __future__ import annotations
 
+import dataclasses
+
 from hetgen.errors import ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
@@ -15,6 +17,7 @@ from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, plan_memory
 from hetgen.lower.program import KernelUnit, Lowered, Program, ProgramRole, TensorSpec, WeightEntry, Weights
 from hetgen.lower.resolve import Resolver, device_model
 from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
+from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import c_identifier
 from hetgen.ops.base import Kernel, Unsupported
 from hetgen.ops.registry import op_def
@@ -220,4 +223,6 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
                 estimated_us=estimates.get(path, 0.0),
             )
         )
-    return Lowered(name=platform.name, model_name=graph.name, programs=tuple(programs))
+    layouts = plan_workspaces(programs)
+    programs = [dataclasses.replace(p, workspace=layouts[p.target.path_str]) for p in programs]
+    return Lowered(platform.name, graph.name, tuple(programs), simulated_devices(programs, layouts))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from hetgen.ir import TensorType
 from hetgen.lower.memory import MemoryPlan
+from hetgen.lower.workspace import SimulatedDevice, WorkspaceLayout
 from hetgen.ops.base import Kernel
 from hetgen.platform.model import Runtime, Target
 
@@ -153,6 +154,7 @@ class Program:
     devices: tuple[str, ...] = ()  # child target paths, indexed by DeviceCopyIn.device etc.
     device_model: DeviceModel | None = None  # accelerators only
     estimated_us: float = 0.0  # the cost model's estimate of this target's work per run
+    workspace: WorkspaceLayout | None = None  # this program's block of the caller's workspace
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -164,6 +166,7 @@ class Lowered:
     name: str  # platform name: the API prefix and output folder
     model_name: str
     programs: tuple[Program, ...]  # the root controller first
+    simulated: tuple[SimulatedDevice, ...] = ()  # every simulated accelerator, where its state sits in the workspace
 
     @property
     def root(self) -> Program:

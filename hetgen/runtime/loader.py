@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,11 @@ class TensorInfo:
 
 
 class Model:
-    """A built model: `run({input name: ndarray}) -> {output name: ndarray}`."""
+    """A built model: `run({input name: ndarray}) -> {output name: ndarray}`.
+
+    `run` is safe from several threads: each thread runs on a workspace of its own (allocated on its
+    first run), so concurrent runs share nothing mutable in the library.
+    """
 
     def __init__(self, out_dir: Path):
         self.path = out_dir
@@ -38,6 +43,11 @@ class Model:
                 f"{out_dir}: not a hetgen project (no {MANIFEST}); run `hetgen PLATFORM MODEL -o {out_dir}` first"
             )
         self.manifest = json.loads(manifest_path.read_text())
+        if "workspace_size" not in self.manifest:
+            raise HetgenError(
+                f"{out_dir}: built by an older hetgen (its {MANIFEST} has no workspace_size); "
+                f"run `ninja -C {out_dir}` or hetgen again to regenerate it"
+            )
         self.prefix = self.manifest["prefix"]
         self.inputs = tuple(_info(t) for t in self.manifest["inputs"])
         self.outputs = tuple(_info(t) for t in self.manifest["outputs"])
@@ -46,9 +56,14 @@ class Model:
             raise HetgenError(f"{library}: the library is not built; run `ninja -C {out_dir}`")
         self._ffi = cffi.FFI()
         self._ffi.cdef(
+            "typedef struct { uint64_t compute_cycles, load_cycles, dma_cycles, invocations; } hg_device_stats;"
             f"int {self.prefix}_init(void);"
             f"int {self.prefix}_run(const void *const *inputs, void *const *outputs, void *workspace);"
+            f"int {self.prefix}_device_stats(const void *workspace, uint32_t device, hg_device_stats *stats);"
         )
+        self.workspace_size = int(self.manifest["workspace_size"])
+        self.workspace_align = int(self.manifest["workspace_align"])
+        self._thread = threading.local()
         self._lib = _load_private_copy(self._ffi, library)
         self._run = getattr(self._lib, f"{self.prefix}_run")
         status = getattr(self._lib, f"{self.prefix}_init")()
@@ -67,15 +82,7 @@ class Model:
             raise HetgenError(
                 f"run() needs inputs {[t.name for t in self.inputs]}; missing {missing}, unknown {unknown}"
             )
-        arrays = []
-        for info in self.inputs:
-            array = np.ascontiguousarray(feeds[info.name], dtype=info.dtype)
-            if array.shape != info.shape and array.size == int(np.prod(info.shape)):
-                array = array.reshape(info.shape)  # e.g. a (1,) array for a scalar input
-            if array.shape != info.shape:
-                raise HetgenError(f"input {info.name!r} has shape {array.shape}; the model was built for {info.shape}")
-            arrays.append(array)
-        return arrays
+        return [checked_input(info, feeds[info.name]) for info in self.inputs]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         arrays = self._prepare_inputs(feeds)
@@ -90,12 +97,68 @@ class Model:
 
     def run_into(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         """Run on prepared contiguous arrays without allocating (used by benchmarks)."""
+        for infos, arrays in ((self.inputs, inputs), (self.outputs, outputs)):
+            if len(arrays) != len(infos) or any(
+                a.dtype != t.dtype or a.shape != t.shape or not a.flags.c_contiguous for t, a in zip(infos, arrays)
+            ):
+                wanted = ", ".join(map(str, infos))
+                given = ", ".join(f"{a.dtype}[{'x'.join(map(str, a.shape))}]" for a in arrays)
+                raise HetgenError(f"run_into() needs contiguous arrays ({wanted}); given ({given})")
         ffi = self._ffi
         in_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in inputs] or [ffi.NULL])
         out_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in outputs] or [ffi.NULL])
-        status = self._run(in_ptrs, out_ptrs, ffi.NULL)
+        status = self._run(in_ptrs, out_ptrs, self._workspace())
         if status != 0:
             raise HetgenError(f"{self.prefix}_run failed with status {status}")
+
+    def device_stats(self, device: int) -> dict[str, int]:
+        """Simulated device `device`'s counters over this thread's last run (the manifest's `stats_device`)."""
+        stats = self._ffi.new("hg_device_stats *")
+        status = getattr(self._lib, f"{self.prefix}_device_stats")(self._workspace(), device, stats)
+        if status != 0:
+            raise HetgenError(f"{self.prefix}_device_stats({device}) failed with status {status}")
+        return {
+            what: int(getattr(stats, what)) for what in ("compute_cycles", "load_cycles", "dma_cycles", "invocations")
+        }
+
+    def _workspace(self):
+        """This thread's workspace: WORKSPACE_SIZE bytes at a WORKSPACE_ALIGN-aligned address."""
+        pointer = getattr(self._thread, "workspace", None)
+        if pointer is None:
+            storage = np.empty(self.workspace_size + self.workspace_align, dtype=np.uint8)
+            start = -storage.ctypes.data % self.workspace_align
+            self._thread.storage = storage  # keeps the memory alive as long as the thread's pointer
+            self._thread.workspace = pointer = self._ffi.from_buffer(storage[start : start + self.workspace_size])
+        return pointer
+
+
+def checked_input(info: TensorInfo, value) -> np.ndarray:
+    """`value` as a contiguous array of the input's dtype and shape, or a HetgenError.
+
+    Like onnxruntime: an ndarray must have the input's dtype exactly and its shape exactly (a value
+    of one element may stand for any shape of one element); plain Python values (scalars, lists)
+    are converted when no kind is lost (int to float yes, float to int no).
+    """
+    expected = "x".join(map(str, info.shape)) or "scalar"
+    if isinstance(value, np.ndarray) or hasattr(value, "dtype"):
+        array = np.asarray(value)
+        if array.dtype != info.dtype:
+            raise HetgenError(
+                f"input {info.name!r} has dtype {array.dtype}; the model expects {info.dtype}[{expected}] "
+                f"(convert it with .astype(np.{info.dtype}))"
+            )
+    else:
+        array = np.asarray(value)
+        if not np.can_cast(array.dtype, info.dtype, casting="same_kind"):
+            raise HetgenError(f"input {info.name!r} holds {array.dtype} values; the model expects {info.dtype}")
+        array = array.astype(info.dtype)
+    if array.shape != info.shape:
+        if array.size == 1 and int(np.prod(info.shape)) == 1:
+            array = array.reshape(info.shape)
+        else:
+            given = "x".join(map(str, array.shape)) or "scalar"
+            raise HetgenError(f"input {info.name!r} has shape {given}; the model was built for {expected}")
+    return np.ascontiguousarray(array)
 
 
 def _load_private_copy(ffi: cffi.FFI, library: Path):

@@ -13,7 +13,7 @@
 struct hg_device;
 
 typedef struct hg_device_ops {
-    /* Reserve `bytes` of device memory for this program (once, at init). */
+    /* Check that `bytes` of device memory are available to this program (once, at init). */
     int (*alloc)(struct hg_device *device, uint64_t bytes);
     int (*copy_in)(struct hg_device *device, uint64_t dst_offset, const void *src, uint64_t bytes);
     int (*copy_out)(struct hg_device *device, void *dst, uint64_t src_offset, uint64_t bytes);
@@ -24,6 +24,7 @@ typedef struct hg_device_ops {
 
 typedef struct hg_device {
     const hg_device_ops *ops;
+    const void *config;
     void *state;
 } hg_device;
 

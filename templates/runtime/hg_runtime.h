@@ -9,12 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HG_RUNTIME_VERSION 1
+#define HG_RUNTIME_VERSION 2
 
 /* Error codes returned by every runtime entry point. */
 #define HG_OK 0
 #define HG_ERR_ARGUMENT (-1)  /* a NULL or misaligned buffer was passed */
-#define HG_ERR_BYTECODE (-2)  /* a corrupt VM program: a hetgen bug */
+#define HG_ERR_BYTECODE (-2)  /* a corrupt program (bad opcode, index, region, offset or size): a hetgen bug */
 #define HG_ERR_DEVICE (-3)    /* a child device reported a failure */
 #define HG_ERR_CAPACITY (-4)  /* a device allocation exceeded its memory */
 
@@ -38,12 +38,19 @@ typedef struct {
     uint64_t offset;  /* ARENA/WEIGHTS/DEVICE: byte offset */
 } hg_buffer_ref;
 
-/* The memory one invocation of a program sees. */
+/* The memory one invocation of a program sees, with the size of every region, so the runtimes
+ * can refuse a reference outside it. */
 typedef struct {
     unsigned char *arena;
+    uint64_t arena_size;
     const unsigned char *weights;
+    uint64_t weights_size;
     const void *const *inputs;
+    const uint64_t *input_bytes;  /* the size of each input buffer */
+    size_t num_inputs;
     void *const *outputs;
+    const uint64_t *output_bytes;
+    size_t num_outputs;
 } hg_memory;
 
 struct hg_device;
@@ -58,19 +65,50 @@ typedef struct {
     uint64_t nbytes;
 } hg_tensor_info;
 
-static inline void *hg_resolve(const hg_memory *memory, hg_buffer_ref ref)
+/* A simulated device's counters over the last run on one workspace (cycles at its clock). */
+typedef struct {
+    uint64_t compute_cycles;  /* kernels and weight loads */
+    uint64_t load_cycles;     /* weight loads alone */
+    uint64_t dma_cycles;      /* copies to and from the controller */
+    uint64_t invocations;
+} hg_device_stats;
+
+/* The address of `bytes` bytes at `ref`, stored in *address, or HG_ERR_BYTECODE when any of them
+ * lies outside the region (or the reference is malformed). NONE resolves to NULL. */
+static inline int hg_resolve(const hg_memory *memory, hg_buffer_ref ref, uint64_t bytes, void **address)
 {
+    *address = NULL;
     switch (ref.region) {
+    case HG_REGION_NONE:
+        return ref.index == 0 && ref.offset == 0 && bytes == 0 ? HG_OK : HG_ERR_BYTECODE;
     case HG_REGION_ARENA:
-        return memory->arena + ref.offset;
+        if (ref.index != 0 || memory->arena == NULL || ref.offset > memory->arena_size
+            || bytes > memory->arena_size - ref.offset) {
+            return HG_ERR_BYTECODE;
+        }
+        *address = memory->arena + ref.offset;
+        return HG_OK;
     case HG_REGION_WEIGHTS:
-        return (void *)(uintptr_t)(memory->weights + ref.offset);
+        if (ref.index != 0 || memory->weights == NULL || ref.offset > memory->weights_size
+            || bytes > memory->weights_size - ref.offset) {
+            return HG_ERR_BYTECODE;
+        }
+        *address = (void *)(uintptr_t)(memory->weights + ref.offset);
+        return HG_OK;
     case HG_REGION_INPUT:
-        return (void *)(uintptr_t)memory->inputs[ref.index];
+        if (ref.offset != 0 || ref.index >= memory->num_inputs || bytes > memory->input_bytes[ref.index]) {
+            return HG_ERR_BYTECODE;
+        }
+        *address = (void *)(uintptr_t)memory->inputs[ref.index];
+        return HG_OK;
     case HG_REGION_OUTPUT:
-        return memory->outputs[ref.index];
-    default:
-        return NULL;
+        if (ref.offset != 0 || ref.index >= memory->num_outputs || bytes > memory->output_bytes[ref.index]) {
+            return HG_ERR_BYTECODE;
+        }
+        *address = memory->outputs[ref.index];
+        return HG_OK;
+    default: /* DEVICE memory is reached through the device's ops, never by address */
+        return HG_ERR_BYTECODE;
     }
 }
 
@@ -87,8 +125,11 @@ typedef struct {
     uint64_t cycles;     /* simulated device cycles of this node (0 on controllers) */
 } hg_graph_node;
 
-int hg_graph_run(const hg_graph_node *nodes, size_t num_nodes, const hg_buffer_ref *args, const hg_memory *memory,
-                 struct hg_device *const *devices, size_t num_devices, uint64_t *cycles);
+/* Every node is checked before it runs (opcode, device, argument range, regions, offsets and sizes);
+ * a corrupt table returns HG_ERR_BYTECODE. A kernel's argument is checked to start inside its region;
+ * its extent is the memory plan's, which the generated C asserts at compile time. */
+int hg_graph_run(const hg_graph_node *nodes, size_t num_nodes, const hg_buffer_ref *args, size_t num_args,
+                 const hg_memory *memory, struct hg_device *const *devices, size_t num_devices, uint64_t *cycles);
 
 /* vm runtime: a bytecode program of 32-bit words run by a small interpreter.
  *   CALL k n (region index offset_lo offset_hi)*n   call kernel k
@@ -109,6 +150,8 @@ enum hg_opcode {
     HG_OP_WAIT = 6
 };
 
+/* Every instruction is checked as it is read (opcode, word count, kernel and device indices,
+ * regions, offsets and sizes); a corrupt program returns HG_ERR_BYTECODE. */
 int hg_vm_run(const uint32_t *code, size_t code_words, const hg_kernel_fn *kernels, size_t num_kernels,
               const hg_memory *memory, struct hg_device *const *devices, size_t num_devices);
 
