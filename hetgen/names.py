@@ -185,8 +185,9 @@ def ninja_value(text: str, what: str = "the value") -> str:
 
 def ninja_command(arguments: tuple[str, ...] | list[str], what: str = "the command") -> str:
     """Arguments joined into one shell command line (each one argument to the program) for a ninja
-    variable or rule: shell-quoted, then ninja-escaped."""
-    return ninja_value(" ".join(shlex.quote(_ninja_text(a, what)) for a in arguments), what)
+    variable or rule: shell-quoted, then ninja-escaped, spaces inside an argument as `$ ` so that the
+    Writer's line wrapping (which drops the blanks it breaks at) only breaks between arguments."""
+    return " ".join(ninja_value(shlex.quote(argument), what).replace(" ", "$ ") for argument in arguments)
 
 
 def ninja_comment(text: str) -> str:
