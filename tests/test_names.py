@@ -51,7 +51,7 @@ NINJA_SAFE = [
     f"op /* {MARKER}",
     f'q"); {MARKER}("',
     f"dollar $ {MARKER} ${{{MARKER}}} $",
-    f"colon: {MARKER}",
+    f"colon: {MARKER} = 1",
     f"with  spaces {MARKER}",
     f"#define {MARKER} 1",
     f"`{MARKER}` $({MARKER}) ; | & > < ' {MARKER}",
@@ -291,8 +291,9 @@ def check_project(out: Path, model: onnx.ModelProto) -> None:
     assert [t["name"] for t in manifest["inputs"]] == [vi.name for vi in model.graph.input]
     assert [t["name"] for t in manifest["outputs"]] == [vi.name for vi in model.graph.output]
     rng = np.random.default_rng(1)
-    feeds = {vi.name: rng.standard_normal(SHAPE).astype(np.float32) for vi in model.graph.input}
-    got = hetgen.load(out).run(feeds)
+    built = hetgen.load(out)
+    feeds = {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in built.inputs}
+    got = built.run(feeds)
     expected = ort_session(model.SerializeToString()).run(None, feeds)
     for output, wanted in zip(model.graph.output, expected):
         np.testing.assert_allclose(got[output.name], wanted, rtol=1e-4, atol=1e-5, err_msg=repr(output.name))
@@ -375,3 +376,35 @@ def test_targets_whose_c_names_meet_are_refused(tmp_path):
     )
     with pytest.raises(HetgenError, match="would both be named"):
         hetgen.compile(platform, default_model(), out=tmp_path / "o", build=False)
+
+
+def renamed(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with every tensor, node and the graph renamed from HOSTILE (distinct, in turn)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    fresh = (f"{HOSTILE[i % len(HOSTILE)]} #{i}" for i in range(10**6))
+    mapping: dict[str, str] = {}
+
+    def new(name: str) -> str:
+        if name and name not in mapping:
+            mapping[name] = next(fresh)
+        return mapping.get(name, name)
+
+    for value in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
+        value.name = new(value.name)
+    for node in graph.node:
+        node.input[:] = [new(name) for name in node.input]
+        node.output[:] = [new(name) for name in node.output]
+        node.name = next(fresh)
+    graph.name = next(fresh)
+    return model
+
+
+@pytest.mark.parametrize("example", ["resnet_tiny", "transformer_tiny"])
+def test_shipped_examples_with_hostile_names_match_onnxruntime(tmp_path, example):
+    """The examples' operators (and so their kernel templates) on the soc, every name hostile."""
+    model = renamed(onnx.load(f"examples/{example}.onnx"))
+    out = hetgen.compile(
+        "platforms/soc.yaml", model, out=tmp_path / "out", opt=("-O1",), native_tuning=False, build=False
+    )
+    check_project(out, model)
