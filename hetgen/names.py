@@ -48,7 +48,7 @@ def _shorten(cleaned: str, original: str, limit: int) -> str:
     """`cleaned` cut to `limit` characters, ending in a hash of `original` so cut names stay distinct."""
     if len(cleaned) <= limit:
         return cleaned
-    return f"{cleaned[: limit - _DIGEST - 1]}_{_digest(original)}"
+    return f"{cleaned[: limit - _DIGEST - 1].rstrip('_')}_{_digest(original)}"
 
 
 # --- C identifiers -------------------------------------------------------------------------------

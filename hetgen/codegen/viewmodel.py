@@ -1,8 +1,8 @@
 """Prepare every name, number and table the program templates lay out (Python decides; Jinja lays out).
 
-Model names reach the templates only escaped for where they land: `*_comment` and `comment` fields
-through `c_comment`, `name_escaped` (and the arena buffers' `name`)
-through `c_string`. The Jinja environment refuses any printed value outside printable ASCII..
+Model names reach the templates only escaped for where they land (`hetgen.names`): `comment` and
+`*_comment` fields through `c_comment`; `name_escaped`, and the arena buffers' `name`, through
+`c_string`. The Jinja environment refuses any printed value that is not printable ASCII.
 """
 
 from __future__ import annotations
