@@ -261,8 +261,12 @@ def hostile_pool(names: list[str], count: int) -> list[str]:
 
 
 def default_model() -> onnx.ModelProto:
-    pool = hostile_pool(NINJA_SAFE + UNSAFE, 24)
-    return hostile_model(pool[:9], pool[9:18], pool[18:22], pool[22:24], f"graph */ {MARKER} /*")
+    """Nearly every hostile name once; the first five nodes' names can be pinned (no newline or NUL)."""
+    nodes = [*NINJA_SAFE[:5], UNSAFE[1], UNSAFE[6], *NINJA_SAFE[5:7]]
+    tensors = NINJA_SAFE[8:17]  # outputs: `/*`, `A_B` and `*/`
+    inputs = [UNSAFE[4], UNSAFE[5], UNSAFE[0], NINJA_SAFE[18]]  # NUL, newline, trailing backslash, trigraph
+    graph = f"{NINJA_SAFE[7]} {NINJA_SAFE[17]} {NINJA_SAFE[19]}"
+    return hostile_model(nodes, tensors, inputs, UNSAFE[2:4], graph)
 
 
 def check_project(out: Path, model: onnx.ModelProto) -> None:
