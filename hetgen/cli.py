@@ -31,7 +31,7 @@ def _search_path() -> tuple[str, ...]:
 def _pins(values: list[str]) -> dict[str, str]:
     pins = {}
     for value in values or ():
-        node, sep, target = value.partition("=")
+        node, sep, target = value.rpartition("=")  # a target path has no "=", a node name may
         if not sep or not node or not target:
             raise HetgenError(f"--pin {value!r}: expected NODE=TARGET/PATH, e.g. --pin conv1=soc/vdevice0/npu0")
         pins[node] = target

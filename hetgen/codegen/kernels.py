@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from hetgen.codegen.render import render
+from hetgen.names import c_comment
 from hetgen.ops.base import Kernel
 
 
 def kernel_source(kernel: Kernel, fn: str, label: str, extra_dirs: tuple[str, ...] = (), device=None) -> str:
-    """The C text of `kernel` as function `fn`; `label` says which model node(s) it computes.
+    """The C text of `kernel` as function `fn`; `label` says which model node(s) it computes (any text: it
+    is escaped here for the file's opening comment).
 
     `device` holds the target's attributes, for a kind's own templates (e.g. a vector unit's lanes).
     """
@@ -16,7 +18,7 @@ def kernel_source(kernel: Kernel, fn: str, label: str, extra_dirs: tuple[str, ..
         extra_dirs,
         kernel_template=kernel.template,
         fn=fn,
-        label=label,
+        label=c_comment(label),
         scratch_bytes=kernel.scratch_bytes,
         device=dict(device or {}),
         **kernel.params,

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from hetgen.codegen.kernels import kernel_source
 from hetgen.codegen.render import render
 from hetgen.codegen.viewmodel import program_view
+from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
+from hetgen.names import c_comment, c_string, is_path_component, target_prefix
 from hetgen.templates_dir import templates_dir
 
 # Runtime sources every generated project carries, so a board project needs no Python.
@@ -50,8 +52,8 @@ class Sources:
 def _weights_file(program: Program, model_name: str, prefix: str, folder: str, weights: str) -> GeneratedFile:
     """The weights linked into the library: a blob pulled in by `.incbin`, or a C array."""
     common = {
-        "model_name": model_name,
-        "target_path": program.target.path_str,
+        "model_name": c_comment(model_name),
+        "target_path": c_comment(program.target.path_str),
         "weights_size": program.weights.size,
         "symbol": f"{prefix}_weights",
     }
@@ -59,7 +61,7 @@ def _weights_file(program: Program, model_name: str, prefix: str, folder: str, w
         blob = program.weights.blob
         rows = [", ".join(f"0x{byte:02x}" for byte in blob[i : i + 16]) + "," for i in range(0, len(blob), 16)]
         return GeneratedFile(f"{folder}/weights.c", render("model/weights.c.j2", rows=rows, **common).encode())
-    asm = render("model/weights.S.j2", blob_path=f"{folder}/weights.bin", **common)
+    asm = render("model/weights.S.j2", blob_path=c_string(f"{folder}/weights.bin"), **common)
     return GeneratedFile(f"{folder}/weights.S", asm.encode())
 
 
@@ -72,7 +74,7 @@ def _program_files(
     helpers: set[str] = set()
     extra = (program.target.kind.templates,) if program.target.kind.templates else ()
     for unit in program.units:
-        path = f"{folder}/kernels/{unit.fn}.c"
+        path = f"{folder}/kernels/{_file_name(unit.fn, '.c')}"
         text = kernel_source(unit.kernel, unit.fn, unit.label, extra, program.target.attrs)
         files.append(GeneratedFile(path, text.encode()))
         kernel_paths.append(path)
@@ -80,9 +82,11 @@ def _program_files(
     view = program_view(program, model_name, prefix, RUNTIME_VERSION, children, simulated)
     is_root = program.role is ProgramRole.ROOT
     if is_root:
-        files.append(GeneratedFile(f"{folder}/{prefix}.h", render("model/model.h.j2", **view).encode()))
+        files.append(GeneratedFile(f"{folder}/{_file_name(prefix, '.h')}", render("model/model.h.j2", **view).encode()))
     else:
-        files.append(GeneratedFile(f"{folder}/{prefix}_device.h", render("model/device.h.j2", **view).encode()))
+        files.append(
+            GeneratedFile(f"{folder}/{_file_name(prefix, '_device.h')}", render("model/device.h.j2", **view).encode())
+        )
     template = "model/accelerator.c.j2" if program.role is ProgramRole.ACCELERATOR else "model/model.c.j2"
     files.append(GeneratedFile(f"{folder}/model.c", render(template, **view).encode()))
     blob = f"{folder}/weights.bin"
@@ -116,7 +120,9 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
     manifest_targets = []
     # Which `<prefix>_device_stats(workspace, device, ...)` index reads each simulated device.
     stats_index = {device.path: index for index, device in enumerate(lowered.simulated)}
-    prefixes = {program.target.path_str: _prefix(lowered, program) for program in lowered.programs}
+    prefixes = {
+        program.target.path_str: target_prefix(lowered.name, program.target.path) for program in lowered.programs
+    }
     arenas = {program.target.path_str: program.memory.arena_size for program in lowered.programs}
     simulated = [
         {"path": device.path, "prefix": prefixes[device.path], "offset": device.offset} for device in lowered.simulated
@@ -127,7 +133,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
                 "path": child.path,
                 "prefix": prefixes[child.path],
                 "PREFIX": prefixes[child.path].upper(),
-                "header": f"{prefixes[child.path]}_device.h",
+                "header": _file_name(prefixes[child.path], "_device.h"),
                 "arena_size": arenas[child.path],
                 "offset": child.offset,
                 "size": child.size,
@@ -188,8 +194,12 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
 
 
-def _prefix(lowered: Lowered, program: Program) -> str:
-    return "hg_" + "_".join((lowered.name, *program.target.path[1:]))
+def _file_name(stem: str, suffix: str) -> str:
+    """A generated file's name from a C identifier (a kernel function, a target prefix)."""
+    name = stem + suffix
+    if not is_path_component(name):
+        raise InternalError(f"{name!r} is not a safe file name; C identifiers should be")
+    return name
 
 
 def _tensor_json(spec) -> dict:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import jinja2
 
+from hetgen.errors import InternalError
+from hetgen.names import is_printable_ascii
 from hetgen.templates_dir import templates_dir
 
 
@@ -23,6 +25,14 @@ def _c_float(value: float) -> str:
     return f"{text}f"
 
 
+def _printed(value):
+    """Every value a template prints: one that is not printable ASCII (a newline aside) is a name that
+    skipped `hetgen.names`, and a hetgen bug, caught here before it reaches C."""
+    if isinstance(value, str) and not is_printable_ascii(value.replace("\n", "")):
+        raise InternalError(f"a template printed {value[:80]!r}: names must be escaped by hetgen.names")
+    return value
+
+
 @cache
 def environment(extra_dirs: tuple[str, ...] = ()) -> jinja2.Environment:
     """Templates are searched in `extra_dirs` first (a kind's own templates), then hetgen's."""
@@ -34,6 +44,7 @@ def environment(extra_dirs: tuple[str, ...] = ()) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        finalize=_printed,
     )
     env.filters["cfloat"] = _c_float
     return env

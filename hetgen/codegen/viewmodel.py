@@ -1,4 +1,9 @@
-"""Prepare every name, number and table the program templates lay out (Python decides; Jinja lays out)."""
+"""Prepare every name, number and table the program templates lay out (Python decides; Jinja lays out).
+
+Model names reach the templates only escaped for where they land (`hetgen.names`): `comment` and
+`*_comment` fields through `c_comment`; `name_escaped`, and the arena buffers' `name`, through
+`c_string`. The Jinja environment refuses any printed value that is not printable ASCII.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from hetgen.lower.program import (
     Region,
     Wait,
 )
+from hetgen.names import c_comment, c_string
 
 REGION_C = {
     Region.NONE: "HG_REGION_NONE",
@@ -24,23 +30,6 @@ REGION_C = {
     Region.DEVICE: "HG_REGION_DEVICE",
 }
 OPCODES = {"END": 0, "CALL": 1, "COPY": 2, "COPY_IN": 3, "COPY_OUT": 4, "INVOKE": 5, "WAIT": 6}
-
-
-def c_string(text: str) -> str:
-    """Escape text for a C string literal (tensor names may hold any character)."""
-    out = []
-    for char in text:
-        if char in '\\"':
-            out.append("\\" + char)
-        elif 32 <= ord(char) < 127 and char != "?":
-            out.append(char)
-        else:
-            out.extend(f"\\{byte:03o}" for byte in char.encode())
-    return "".join(out)
-
-
-def comment_text(text: str) -> str:
-    return text.replace("*/", "* /").replace("\n", " ")
 
 
 def c_expression(ref: BufferRef) -> str:
@@ -96,7 +85,7 @@ def vm_code(steps, kernel_index: dict[str, int]) -> list[tuple[list[int], str]]:
 def tensor_view(spec) -> dict:
     shape = list(spec.type.shape)
     return {
-        "name": spec.name,
+        "name_comment": c_comment(spec.name),
         "name_escaped": c_string(spec.name),
         "c_name": spec.c_name,
         "dtype_code": spec.type.dtype.onnx_code,
@@ -114,7 +103,7 @@ def _graph_arg(ref: BufferRef) -> dict:
         "region": REGION_C[ref.region],
         "index": ref.position if indexed else 0,
         "offset": 0 if indexed else ref.position,
-        "comment": comment_text(ref.tensor or "-"),
+        "comment": c_comment(ref.tensor or "-"),
     }
 
 
@@ -135,7 +124,7 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
             "num_args": len(refs),
             "bytes": nbytes,
             "cycles": cycles,
-            "comment": comment_text(comment),
+            "comment": c_comment(comment),
         }
         nodes.append(entry)
         args.extend(_graph_arg(ref) for ref in refs)
@@ -188,7 +177,7 @@ def aot_steps(steps) -> list[dict]:
                     "kind": "call",
                     "fn": step.unit.fn,
                     "args": [c_expression(r) for r in step.args] or ["NULL"],
-                    "comment": comment_text(step.unit.label),
+                    "comment": c_comment(step.unit.label),
                 }
             )
         elif isinstance(step, Copy):
@@ -198,7 +187,7 @@ def aot_steps(steps) -> list[dict]:
                     "src": c_expression(step.src),
                     "dst": c_expression(step.dst),
                     "nbytes": step.nbytes,
-                    "comment": comment_text(f"copy {step.dst.tensor}"),
+                    "comment": c_comment(f"copy {step.dst.tensor}"),
                 }
             )
         elif isinstance(step, DeviceCopyIn):
@@ -209,7 +198,7 @@ def aot_steps(steps) -> list[dict]:
                     "offset": step.dst_offset,
                     "src": c_expression(step.src),
                     "nbytes": step.nbytes,
-                    "comment": comment_text(step.tensor),
+                    "comment": c_comment(step.tensor),
                 }
             )
         elif isinstance(step, DeviceCopyOut):
@@ -220,7 +209,7 @@ def aot_steps(steps) -> list[dict]:
                     "offset": step.src_offset,
                     "dst": c_expression(step.dst),
                     "nbytes": step.nbytes,
-                    "comment": comment_text(step.tensor),
+                    "comment": c_comment(step.tensor),
                 }
             )
         elif isinstance(step, Invoke):
@@ -251,8 +240,7 @@ def program_view(
     for index, steps in enumerate(program.entries):
         nodes, args = graph_tables(steps)
         vm_lines = [
-            ", ".join(f"{w}u" for w in words) + f", /* {comment_text(c)} */"
-            for words, c in vm_code(steps, kernel_index)
+            ", ".join(f"{w}u" for w in words) + f", /* {c_comment(c)} */" for words, c in vm_code(steps, kernel_index)
         ]
         entries.append(
             {
@@ -273,8 +261,8 @@ def program_view(
         "PREFIX": prefix.upper(),
         "header": f"{prefix}.h" if program.role is ProgramRole.ROOT else f"{prefix}_device.h",
         "is_root": program.role is ProgramRole.ROOT,
-        "model_name": comment_text(model_name),
-        "target_path": program.target.path_str,
+        "model_name": c_comment(model_name),
+        "target_path": c_comment(program.target.path_str),
         "runtime": program.runtime.value,
         "runtime_version": runtime_version,
         "inputs": [tensor_view(t) for t in program.inputs],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hetgen.errors import ModelError, PlacementError
+from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, plan_memory
@@ -18,10 +18,10 @@ from hetgen.lower.program import KernelUnit, Lowered, Program, ProgramRole, Tens
 from hetgen.lower.resolve import Resolver, device_model
 from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
-from hetgen.names import c_identifier
+from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.ops.base import Kernel, Unsupported
 from hetgen.ops.registry import op_def
-from hetgen.platform.model import Platform, Role, Runtime, Target
+from hetgen.platform.model import Platform, Role, Runtime
 
 __all__ = ["lower", "Lowered", "Program"]
 
@@ -44,14 +44,8 @@ def lower_units(units: tuple[Unit, ...], graph: Graph) -> tuple[Kernel, ...]:
 
 
 def tensor_specs(names: tuple[str, ...], graph: Graph) -> tuple[TensorSpec, ...]:
-    specs, used = [], set()
-    for index, name in enumerate(names):
-        c_name = c_identifier(name, f"tensor{index}")
-        while c_name in used:
-            c_name += "_"
-        used.add(c_name)
-        specs.append(TensorSpec(name, c_name, graph.types[name]))
-    return tuple(specs)
+    c_names = unique_c_identifiers(names, "tensor")
+    return tuple(TensorSpec(name, c_name, graph.types[name]) for name, c_name in zip(names, c_names))
 
 
 def pack_weights(names: list[str], graph: Graph) -> Weights:
@@ -76,8 +70,19 @@ def ordered_nodes(graph: Graph, placement) -> tuple[list, dict[str, str]]:
     return [by_name[name] for name in order], assignment
 
 
-def target_prefix(platform: Platform, target: Target) -> str:
-    return "hg_" + "_".join((platform.name, *target.path[1:]))
+def target_prefixes(platform: Platform) -> dict[str, str]:
+    """Each target's C prefix (target path -> prefix); refused when two targets' prefixes meet."""
+    prefixes: dict[str, str] = {}
+    for target in platform.targets():
+        prefix = target_prefix(platform.name, target.path)
+        clash = next((path for path, other in prefixes.items() if other.lower() == prefix.lower()), None)
+        if clash is not None:
+            raise HetgenError(
+                f"{platform.file}: targets {clash} and {target.path_str} would both be named {prefix} in C; "
+                "rename one of them"
+            )
+        prefixes[target.path_str] = prefix
+    return prefixes
 
 
 class _Overflow(Exception):
@@ -184,9 +189,10 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
             path, targets[path], schedule, on_target, kernels, graph, path == root_path
         )
 
+    prefixes = target_prefixes(platform)
     functions = {}
     for index, (unit, kernel) in enumerate(zip(units, kernels)):
-        fn = f"{target_prefix(platform, targets[infos[index].target])}_k_{unit.head.name}"
+        fn = f"{prefixes[infos[index].target]}_k_{unit.head.name}"
         label = " + ".join(node.label for node in unit.nodes)
         functions[index] = KernelUnit(fn, tuple(node.name for node in unit.nodes), label, kernel)
     written_at_root = {name for info in infos if info.target == root_path for name in info.outputs if name}

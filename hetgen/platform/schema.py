@@ -15,16 +15,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hetgen.errors import Diagnostic, PlatformError
+from hetgen.names import C_KEYWORDS, MAX_IDENTIFIER
 from hetgen.platform.model import SourcePos
 from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_C_KEYWORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if inline int "
-    "long register restrict return short signed sizeof static struct switch typedef union unsigned void "
-    "volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert "
-    "_Thread_local".split()
-)
 ATTRIBUTE_TYPES = ("int", "float", "str", "bool", "list[str]")
 
 
@@ -57,7 +52,8 @@ class Problems:
 
 
 def is_c_identifier(name: str) -> bool:
-    return bool(_C_IDENTIFIER.match(name)) and name not in _C_KEYWORDS
+    """A name that is used as is in C and in file names: a C identifier of at most 63 characters."""
+    return bool(_C_IDENTIFIER.match(name)) and name not in C_KEYWORDS and len(name) <= MAX_IDENTIFIER
 
 
 def close_match(word: str, accepted: Iterable[str]) -> str:
@@ -133,7 +129,7 @@ def read_identifier(node: YNode, what: str, problems: Problems) -> str | None:
         problems.add(
             node.pos,
             f"{what} '{name}' is not a valid C identifier; use letters, digits and '_', "
-            "not starting with a digit, and not a C keyword",
+            f"not starting with a digit, at most {MAX_IDENTIFIER} characters, and not a C keyword",
         )
         return None
     return name

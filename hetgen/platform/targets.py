@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from hetgen.names import MAX_IDENTIFIER
 from hetgen.platform.expressions import ExpressionError, evaluate
 from hetgen.platform.kind_parts import FIGURE_KEYS, NODE_KEYS, parse_toolchain
 from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
@@ -235,7 +236,7 @@ def _devices(body: YMap, kind: Kind, place: _Place, driver: Toolchain | None, ki
             problems.add(
                 key.pos,
                 f"device name '{key.value}' is not a valid C identifier; use letters, digits and '_', "
-                "not starting with a digit, and not a C keyword",
+                f"not starting with a digit, at most {MAX_IDENTIFIER} characters, and not a C keyword",
             )
             continue
         if kind.role is Role.COMPOSITE and key.value == HOST_NAME:
