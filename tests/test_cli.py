@@ -317,3 +317,21 @@ def test_sanitized_build_is_verified_with_its_runtime_loaded(cli, tmp_path, dens
         hetgen.load(out)  # this Python started without the ASan runtime: refused, with what to run
     bench = cli("bench", out)
     assert bench.returncode == 1 and "LD_PRELOAD=" in bench.stderr and "rebuild without --sanitize" in bench.stderr
+
+
+# Docs
+
+
+def test_readme_and_docs_link_only_to_files_in_the_repository():
+    import re
+
+    documents = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    assert {d.name for d in documents} >= {"README.md", "architecture.md", "platform-language.md"}
+    for document in documents:
+        text = document.read_text()
+        assert "shared/DESIGN.md" not in text, document
+        for target in re.findall(r"\]\(([^)#]+)", text):
+            if not target.startswith(("http://", "https://")):
+                assert (document.parent / target).resolve().is_file(), f"{document.name} links to missing {target}"
+    readme = (REPO / "README.md").read_text()
+    assert "](docs/architecture.md)" in readme and "](docs/platform-language.md)" in readme
