@@ -131,8 +131,11 @@ def cmd_verify(args) -> int:
         import subprocess
 
         command = [sys.executable, "-m", "hetgen", *_verify_argv(args)]
+        environment = preload_environment(out_dir, os.environ)
+        package_root = str(Path(__file__).resolve().parent.parent)  # the child imports this hetgen
+        environment["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
         sys.stdout.flush()
-        return subprocess.run(command, env=preload_environment(out_dir, os.environ)).returncode
+        return subprocess.run(command, env=environment).returncode
     inputs = Path(args.inputs) if args.inputs else None
     errors = verify(out_dir, seed=args.seed, rtol=args.rtol, atol=args.atol, inputs=inputs)
     failed = 0
