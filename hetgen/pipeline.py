@@ -160,7 +160,7 @@ def compile_model(
         changed = write_project(out_dir, files)
         _touch_build_file(out_dir)
         return Compiled(out_dir, resolved, graph, changed)
-    destination = out_dir.absolute()
+    destination = out_dir.resolve()  # a symlinked -o: swap the folder it points to, not the link
     staging = stage(destination)
     try:
         changed = write_project(staging, files)
