@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -299,6 +301,11 @@ def test_failed_build_leaves_no_new_folder_and_keeps_its_log(tmp_path, model_fil
     # The next successful build clears the record of the failure.
     hetgen.compile(platform, model_file, out=out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new"]
+    umask = os.umask(0)
+    os.umask(umask)
+    # Staged, yet with the permissions of an ordinary folder and files (not a temporary's 0700/0600).
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE((out / "build.ninja").stat().st_mode) == 0o666 & ~umask
 
 
 def test_failed_build_or_generation_leaves_an_existing_folder_exactly_as_it_was(tmp_path, model_file):

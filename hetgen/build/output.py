@@ -19,6 +19,7 @@ it (swapping the folder under a running ninja would leave it in a deleted direct
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,15 +32,21 @@ FAILED_SUFFIX = ".hetgen-failed"  # `<out>.hetgen-failed/`: the last failed buil
 BUILD_LOG = "build.log"  # ninja's whole output, in the failed-build folder
 
 
+def _unique_sibling(path: Path, tag: str) -> Path:
+    return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
 def _write_atomic(path: Path, content: bytes) -> None:
+    """Write through a temporary file and a rename. The file is created by open(), not mkstemp,
+    so it gets the usual permissions (0666 less the umask), not 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    temporary = _unique_sibling(path, "tmp")
     try:
-        with os.fdopen(handle, "wb") as stream:
+        with open(temporary, "xb") as stream:
             stream.write(content)
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 
@@ -101,7 +108,8 @@ def stage(out_dir: Path) -> Path:
     check_destination(out_dir)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.staging-"))
+        staging = _unique_sibling(out_dir, "staging")
+        staging.mkdir()  # not mkdtemp: the project folder gets the usual permissions, not 0700
         if out_dir.is_dir():
             shutil.copytree(out_dir, staging, symlinks=True, copy_function=shutil.copy2, dirs_exist_ok=True)
     except OSError as error:
