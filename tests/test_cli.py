@@ -319,6 +319,18 @@ def test_sanitized_build_is_verified_with_its_runtime_loaded(cli, tmp_path, dens
     assert bench.returncode == 1 and "LD_PRELOAD=" in bench.stderr and "rebuild without --sanitize" in bench.stderr
 
 
+# Atomic output
+
+
+def test_a_failed_build_names_its_log_and_writes_no_folder(cli, tmp_path, dense_file, monkeypatch):
+    monkeypatch.setenv("HETGEN_LAUNCHER", "false")  # every compile command fails
+    result = cli("host", dense_file, "-o", tmp_path / "out")
+    log = (tmp_path / "out").resolve().with_name("out.hetgen-failed") / "build.log"
+    assert result.returncode == 1 and f"the build failed (ninja exit 1); log: {log}" in result.stderr, result.stderr
+    assert log.is_file() and "FAILED" in log.read_text()
+    assert not (tmp_path / "out").exists() and "Traceback" not in result.stderr
+
+
 # Docs
 
 
