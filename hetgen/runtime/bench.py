@@ -38,7 +38,7 @@ def _time_ms(function, runs: int) -> list[float]:
 def bench(out_dir: Path, runs: int = 20, warmup: int = 3, seed: int = 0) -> BenchResult:
     model = load(out_dir)
     session = ort_session(str(Path(out_dir) / MODEL_COPY), threads=1)
-    feeds = feeds_for(model, out_dir, seed)
+    feeds = feeds_for(model, out_dir, seed)[0]
     inputs = [np.ascontiguousarray(feeds[t.name], dtype=t.dtype) for t in model.inputs]
     outputs = [np.empty(t.shape, dtype=t.dtype) for t in model.outputs]
 

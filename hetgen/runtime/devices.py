@@ -24,7 +24,7 @@ def device_report(out_dir: Path, runs: int = 1) -> list[str]:
             for what in ("compute_cycles", "load_cycles", "dma_cycles", "invocations")
         }
         model.function(f"void {prefix}_reset_counters(void);", f"{prefix}_reset_counters")()
-    feeds = feeds_for(model, out_dir, 0)  # indices inside what they index
+    feeds = feeds_for(model, out_dir, 0)[0]  # indices inside what they index
     for _ in range(runs):
         model.run(feeds)
     lines = ["simulated devices (per run):"]

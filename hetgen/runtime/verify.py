@@ -40,10 +40,11 @@ def compare(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol:
     return OutputError(name, float(diff.max(initial=0.0)), float(rel.max(initial=0.0)), ok)
 
 
-def feeds_for(model, out_dir: Path, seed: int) -> dict[str, np.ndarray]:
-    """Seeded random inputs, integers kept to the values the model can index with."""
+def feeds_for(model, out_dir: Path, seed: int, runs: int = 1) -> list[dict[str, np.ndarray]]:
+    """`runs` seeded random inputs (seeds `seed`, `seed + 1`, ...), integers kept to the values the
+    model can index with."""
     ranges = model_inputs.value_ranges(Path(out_dir) / MODEL_COPY, model.inputs)
-    return random_inputs(model.inputs, seed, ranges)
+    return [random_inputs(model.inputs, seed + run, ranges) for run in range(runs)]
 
 
 def verify(
@@ -61,7 +62,7 @@ def verify(
         inputs = model_inputs.read_inputs(Path(inputs), model.inputs)
     session = ort_session(str(Path(out_dir) / MODEL_COPY))  # a path: onnxruntime finds any data file beside it
     errors: dict[str, OutputError] = {}
-    feeds_list = [inputs] if inputs is not None else [feeds_for(model, out_dir, seed + run) for run in range(runs)]
+    feeds_list = [inputs] if inputs is not None else feeds_for(model, out_dir, seed, runs)
     for feeds in feeds_list:
         # The reference first: it rejects out-of-range indices that the generated C trusts.
         expected = dict(zip([o.name for o in session.get_outputs()], _reference_run(session, feeds)))
