@@ -4,7 +4,9 @@ model can actually take.
 Random integers are not always valid data: an integer input that indexes a tensor (Gather's indices,
 an embedding's token ids, OneHot's indices) must stay below the indexed axis, and one that divides
 must not be zero. `value_ranges` reads those limits from the ONNX model the project was built from,
-so a failure of `verify` means the generated code is wrong, not that the inputs were.
+so a failure of `verify` means the generated code is wrong, not that the inputs were. (Operands
+that decide shapes, such as Slice's starts or Reshape's shape, must be constants for hetgen, so they
+are never graph inputs.)
 """
 
 from __future__ import annotations
