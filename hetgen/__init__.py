@@ -24,13 +24,16 @@ def compile(  # noqa: A001
     build: bool = True,
     placement: str = "cost",
     pins=None,
+    shapes=None,
     weights: str = "blob",
     **build_options,
 ) -> Path:
     """Generate the project for `model` on `platform` (a path, a tag or a Platform) and build it.
 
     `model` is a path or an onnx.ModelProto; `out` defaults to generated/<platform name>;
+    `shapes` fixes dynamic input dimensions, e.g. `shapes={"input": (1, 3, 224, 224)}`;
     `weights` is "blob" or "c_array"; other keywords are `BuildOptions` fields (opt, sanitize, ...).
+    All or nothing: if generation or the build fails, `out` is left as it was.
     """
     from hetgen.build import BuildOptions
     from hetgen.pipeline import CompileOptions, compile_model
@@ -40,6 +43,7 @@ def compile(  # noqa: A001
         build=build,
         placement=placement,
         pins=dict(pins or {}),
+        input_shapes={name: tuple(dims) for name, dims in (shapes or {}).items()},
         weights=weights,
         build_options=BuildOptions(**build_options),
     )

@@ -21,6 +21,17 @@ from hetgen.errors import HetgenError, InternalError
 
 COMMANDS = ("build", "generate", "explain", "verify", "bench", "targets", "check", "schema")
 
+EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE, as a shell reports them
+EXIT_CODES = f"""exit codes:
+  {EXIT_OK}    success
+  {EXIT_USER_ERROR}    a user error (bad platform, model, options or inputs; a failed build) or a verify mismatch
+  {EXIT_USAGE}    a usage error (unknown command or option)
+  {EXIT_BUG}    a hetgen bug (an internal error; HETGEN_DEBUG=1 shows the traceback)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+  {EXIT_BROKEN_PIPE}  the reader of stdout went away (e.g. `hetgen explain ... | head -1`); nothing is printed
+"""
+
 
 def _search_path() -> tuple[str, ...]:
     from hetgen.platform.search_path import default_search_path
@@ -38,6 +49,24 @@ def _pins(values: list[str]) -> dict[str, str]:
     return pins
 
 
+def _shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
+    """`--shape NAME=1x3x224x224` (repeatable); the name may itself contain `=`."""
+    shapes = {}
+    for value in values or ():
+        name, sep, dims = value.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.replace(",", "x").split("x")) if dims else ()
+        except ValueError:
+            shape = None
+        if not sep or not name or shape is None or any(d < 0 for d in shape):
+            raise HetgenError(
+                f"--shape {value!r}: expected NAME=DIMS with DIMS non-negative integers joined by x, "
+                "e.g. --shape input=1x3x224x224"
+            )
+        shapes[name] = shape
+    return shapes
+
+
 def _compile_options(args, build: bool):
     from hetgen.build import BuildOptions
     from hetgen.pipeline import CompileOptions
@@ -51,7 +80,9 @@ def _compile_options(args, build: bool):
         pins=_pins(args.pin),
         search_path=_search_path(),
         build_options=BuildOptions(sanitize=sanitize, launcher=launcher),
+        input_shapes=_shapes(args.shape),
         weights=args.weights,
+        in_place=args.in_place,
     )
 
 
@@ -77,7 +108,7 @@ def cmd_explain(args) -> int:
     from hetgen.pipeline import import_graph, resolve_platform
 
     platform = resolve_platform(args.platform, _search_path())
-    graph = import_graph(args.model, {})
+    graph = import_graph(args.model, _shapes(args.shape))
     placement = place(
         graph, platform, mode=args.placement, pins=_pins(args.pin) or dict(platform.options.get("pins", {}))
     )
@@ -91,16 +122,34 @@ def cmd_explain(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from hetgen.runtime.sanitizers import needs_preload, preload_environment
     from hetgen.runtime.verify import verify
 
-    errors = verify(Path(args.dir), seed=args.seed, rtol=args.rtol, atol=args.atol)
+    out_dir = Path(args.dir)
+    if needs_preload(out_dir):
+        # A sanitizer runtime must be loaded before the Python process starts: verify in a child that has it.
+        import subprocess
+
+        command = [sys.executable, "-m", "hetgen", *_verify_argv(args)]
+        environment = preload_environment(out_dir, os.environ)
+        package_root = str(Path(__file__).resolve().parent.parent)  # the child imports this hetgen
+        environment["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        sys.stdout.flush()
+        return subprocess.run(command, env=environment).returncode
+    inputs = Path(args.inputs) if args.inputs else None
+    errors = verify(out_dir, seed=args.seed, rtol=args.rtol, atol=args.atol, inputs=inputs)
     failed = 0
     for error in errors:
         status = "ok" if error.ok else "MISMATCH"
         print(f"{error.name}: max abs error {error.max_abs:.3g}, max rel error {error.max_rel:.3g}  {status}")
         failed += not error.ok
     print(f"{len(errors) - failed} of {len(errors)} outputs match onnxruntime (rtol {args.rtol}, atol {args.atol})")
-    return 1 if failed else 0
+    return EXIT_USER_ERROR if failed else EXIT_OK
+
+
+def _verify_argv(args) -> list[str]:
+    argv = ["verify", str(args.dir), "--seed", str(args.seed), "--rtol", repr(args.rtol), "--atol", repr(args.atol)]
+    return argv + (["--inputs", str(args.inputs)] if args.inputs else [])
 
 
 def cmd_bench(args) -> int:
@@ -151,12 +200,22 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pin", action="append", metavar="NODE=TARGET", help="force a node or pattern onto a target path"
     )
+    parser.add_argument(
+        "--shape",
+        action="append",
+        metavar="NAME=DIMS",
+        help="fix an input's dynamic dimensions, e.g. --shape input=1x3x224x224 (repeatable)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
-        prog="hetgen", description="Generate and build C for an ONNX model on a heterogeneous platform."
+        prog="hetgen",
+        description="Generate and build C for an ONNX model on a heterogeneous platform.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    top.add_argument("--version", action="version", version=f"hetgen {_version()}")
     sub = top.add_subparsers(dest="command", required=True)
     for name, help_text in (("build", "generate and build (default)"), ("generate", "generate only")):
         command = sub.add_parser(name, help=help_text)
@@ -164,6 +223,7 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("-o", "--output", help="output folder (default: generated/<platform name>)")
         command.add_argument("--sanitize", help="build with sanitizers, e.g. address,undefined")
         command.add_argument("--no-build", action="store_true", help="generate only")
+        command.add_argument("--in-place", action="store_true", help=argparse.SUPPRESS)  # the regenerate rule
         command.add_argument(
             "--weights",
             choices=("blob", "c_array"),
@@ -178,6 +238,9 @@ def parser() -> argparse.ArgumentParser:
     verify.add_argument("--seed", type=int, default=0)
     verify.add_argument("--rtol", type=float, default=1e-4)
     verify.add_argument("--atol", type=float, default=1e-5)
+    verify.add_argument(
+        "--inputs", metavar="FILE.npz", help="your inputs (numpy .npz, one array per input name) instead of random ones"
+    )
     bench = sub.add_parser("bench", help="latency beside onnxruntime")
     bench.add_argument("dir")
     bench.add_argument("--runs", type=int, default=20)
@@ -188,31 +251,40 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hetgen")
+    except PackageNotFoundError:  # run from a source tree
+        from hetgen import __version__
+
+        return __version__
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "build")  # `hetgen PLATFORM MODEL` is `hetgen build PLATFORM MODEL`
-    args = parser().parse_args(argv)
-    handlers = {
-        "build": lambda a: cmd_build(a, build=not a.no_build),
-        "generate": lambda a: cmd_build(a, build=False),
-        "explain": cmd_explain,
-        "verify": cmd_verify,
-        "bench": cmd_bench,
-        "targets": cmd_targets,
-        "check": cmd_check,
-        "schema": cmd_schema,
-    }
     try:
-        return handlers[args.command](args)
+        try:
+            args = parser().parse_args(argv)
+        except SystemExit as done:  # --help, --version, or a usage error (argparse's exit code 2)
+            sys.stdout.flush()
+            return done.code if isinstance(done.code, int) else EXIT_USAGE
+        code = HANDLERS[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's shutdown
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except HetgenError as error:
         print(f"hetgen: error: {error}", file=sys.stderr)
-        return 1
+        return EXIT_USER_ERROR
     except InternalError as error:
         print(f"hetgen: {error}", file=sys.stderr)
-        return 3
+        return EXIT_BUG
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as error:  # anything else is a bug; say so without a traceback unless asked
         if os.environ.get("HETGEN_DEBUG"):
             raise
@@ -220,4 +292,27 @@ def main(argv: list[str] | None = None) -> int:
             f"hetgen: internal error (this is a hetgen bug; set HETGEN_DEBUG=1 for a traceback): {error.__class__.__name__}: {error}",
             file=sys.stderr,
         )
-        return 3
+        return EXIT_BUG
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader went away (`| head`): stop quietly. Python would still flush the dead stdout at
+    exit and complain, so point stdout at /dev/null first."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+HANDLERS = {
+    "build": lambda a: cmd_build(a, build=not a.no_build),
+    "generate": lambda a: cmd_build(a, build=False),
+    "explain": cmd_explain,
+    "verify": cmd_verify,
+    "bench": cmd_bench,
+    "targets": cmd_targets,
+    "check": cmd_check,
+    "schema": cmd_schema,
+}

@@ -7,17 +7,21 @@ decides where files go. The CLI and `hetgen.compile` call it.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
+from onnx import external_data_helper
 
 from hetgen import codegen, frontend, lower
 from hetgen.build import BuildOptions, Regenerate, build_files, run_ninja
-from hetgen.build.output import write_project
+from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project
 from hetgen.codegen.project import GeneratedFile, manifest_bytes
+from hetgen.errors import BuildError
+from hetgen.frontend.load import read_model
 from hetgen.ir import Graph
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
@@ -36,6 +40,9 @@ class CompileOptions:
     build_options: BuildOptions = BuildOptions()
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     weights: str = "blob"  # "blob": weights.bin linked by .incbin; "c_array": a const array in C
+    # Update the folder in place instead of staging and swapping it: build.ninja's regenerate rule
+    # runs inside the folder, under a ninja that reloads build.ninja from it.
+    in_place: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,9 +77,11 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
         "-o",
         str(out_dir.resolve()),
     ]
-    command += ["--placement", options.placement, "--weights", options.weights]
+    command += ["--placement", options.placement, "--weights", options.weights, "--in-place"]
     for node, target in sorted(options.pins.items()):
         command += ["--pin", f"{node}={target}"]
+    for name, dims in sorted(options.input_shapes.items()):
+        command += ["--shape", f"{name}={format_dims(dims)}"]
     templates = sorted(str(p) for p in templates_dir().rglob("*") if p.is_file())
     inputs = [str(Path(platform.file).resolve()), str(Path(model).resolve()), *templates]
     return Regenerate(tuple(command), tuple(inputs))
@@ -86,29 +95,100 @@ def generate_files(platform: Platform, graph: Graph, options: CompileOptions, mo
     sources = codegen.generate(lowered, weights=options.weights)
     regenerate = regenerate_rule(platform, model, out_dir, options)
     build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve())
-    manifest = GeneratedFile("hetgen.json", manifest_bytes(sources.manifest))
-    model_copy = GeneratedFile(MODEL_COPY, _model_bytes(model))  # what verify and bench compare against
-    return placement, lowered, (*sources.files, *build, manifest, model_copy)
+    # The loader needs to know a library was built with sanitizers before it dlopens it.
+    manifest = {**sources.manifest, "sanitize": list(options.build_options.sanitize)}
+    manifest_file = GeneratedFile("hetgen.json", manifest_bytes(manifest))
+    model_copy = model_copy_files(model)  # what verify and bench compare against
+    return placement, lowered, (*sources.files, *build, manifest_file, *model_copy)
 
 
-def _model_bytes(model) -> bytes:
-    if isinstance(model, onnx.ModelProto):
-        return model.SerializeToString()
-    return Path(model).read_bytes()
+def format_dims(dims) -> str:
+    """`1x3x224x224`, the form `--shape NAME=DIMS` takes."""
+    return "x".join(str(d) for d in dims)
+
+
+PROTOBUF_LIMIT = 2**31 - 1  # a serialized ModelProto cannot be larger
+EXTERNAL_THRESHOLD = 1024  # tensors at least this large go to the data file of a large model
+
+
+def model_copy_files(model, limit: int = PROTOBUF_LIMIT) -> tuple[GeneratedFile, ...]:
+    """The model as verify and bench read it: one self-contained file, with any external data
+    embedded; a model too large for one protobuf keeps its tensors in `model.onnx.data` beside it."""
+    if isinstance(model, (str, Path)):
+        data = Path(model).read_bytes()
+        proto = onnx.ModelProto.FromString(data)
+        if not any(external_data_helper.uses_external_data(t) for t in _all_tensors(proto)):
+            return (GeneratedFile(MODEL_COPY, data),)  # the user's bytes, unchanged
+        proto, _ = read_model(model)  # the frontend's reader: external data checked and loaded
+    else:
+        proto = model
+    if proto.ByteSize() <= limit:
+        return (GeneratedFile(MODEL_COPY, proto.SerializeToString()),)
+    return _with_data_file(proto)
+
+
+def _all_tensors(proto: onnx.ModelProto):
+    return external_data_helper._get_all_tensors(proto)  # initializers, Constant attributes, subgraphs
+
+
+def _with_data_file(proto: onnx.ModelProto) -> tuple[GeneratedFile, GeneratedFile]:
+    copied = onnx.ModelProto()
+    copied.CopyFrom(proto)  # the caller's proto stays as it was
+    proto = copied
+    data_name = f"{MODEL_COPY}.data"
+    data = bytearray()
+    for tensor in _all_tensors(proto):
+        if tensor.HasField("raw_data") and len(tensor.raw_data) >= EXTERNAL_THRESHOLD:
+            data += bytes(-len(data) % 64)  # aligned, as onnx and onnxruntime like to map it
+            external_data_helper.set_external_data(tensor, data_name, offset=len(data), length=len(tensor.raw_data))
+            data += tensor.raw_data
+            tensor.ClearField("raw_data")
+    return GeneratedFile(MODEL_COPY, proto.SerializeToString()), GeneratedFile(data_name, bytes(data))
 
 
 def compile_model(
     platform: str | Path | Platform, model: str | Path | onnx.ModelProto, options: CompileOptions = CompileOptions()
 ) -> Compiled:
-    """Generate (and by default build) the project; a user error writes nothing."""
+    """Generate (and by default build) the project. All or nothing: the project is written and built
+    in a staging folder and swapped in on success, so a user error or a failed build leaves the
+    destination as it was (a failed build's log and project are kept in `<out>.hetgen-failed/`)."""
     resolved = resolve_platform(platform, options.search_path)
     graph = import_graph(model, options.input_shapes)
     out_dir = Path(options.out) if options.out is not None else Path("generated") / resolved.name
     _, _, files = generate_files(resolved, graph, options, model, out_dir)
-    changed = write_project(out_dir, files)
+    if options.in_place:
+        changed = write_project(out_dir, files)
+        _touch_build_file(out_dir)
+        return Compiled(out_dir, resolved, graph, changed)
+    destination = out_dir.resolve()  # a symlinked -o: swap the folder it points to, not the link
+    staging = stage(destination)
+    try:
+        changed = write_project(staging, files)
+        _touch_build_file(staging)
+        if options.build:
+            _build(staging, destination)
+    except BaseException:
+        discard(staging)
+        raise
+    commit(staging, destination)
+    return Compiled(out_dir, resolved, graph, changed)
+
+
+def _touch_build_file(project: Path) -> None:
     # build.ninja is always touched: ninja re-runs its regenerate rule until build.ninja is newer
     # than the platform, model and templates, even when their change did not alter it.
-    os.utime(out_dir / "build.ninja")
-    if options.build:
-        run_ninja(out_dir)
-    return Compiled(out_dir, resolved, graph, changed)
+    os.utime(project / "build.ninja")
+
+
+def _build(staging: Path, destination: Path) -> None:
+    failed = failed_dir(destination)
+    shutil.rmtree(failed, ignore_errors=True)  # the record of an earlier failure is now stale
+    try:
+        run_ninja(staging, log=failed / BUILD_LOG)
+    except BuildError as error:
+        kept = keep_failed(staging, destination)
+        first, _, compiler_output = str(error).partition("\n")
+        raise BuildError(
+            f"{destination}: {first}; the failed project is kept in {kept} and {destination} is unchanged\n"
+            f"{compiler_output}"
+        ) from None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +267,76 @@ def test_ninja_regenerates_when_the_model_changes(tmp_path, model_file):
     assert "REGENERATE build.ninja" in result.stdout and "add_add" in result.stdout, result.stdout
     x = np.random.default_rng(9).standard_normal((1, 3, 16, 16)).astype(np.float32)
     np.testing.assert_allclose(hetgen.load(out).run({"x": x})["y"], reference(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `folder` (ninja's logs included) with its bytes and its mtime in ns."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def edited_model(model_file: Path, tmp_path: Path, alpha: float) -> Path:
+    edited = onnx.load(model_file)
+    for node in edited.graph.node:
+        if node.name == "leaky":
+            node.attribute[0].f = alpha
+    path = tmp_path / f"edited_{alpha}.onnx"
+    onnx.save(edited, path)
+    return path
+
+
+def test_failed_build_leaves_no_new_folder_and_keeps_its_log(tmp_path, model_file):
+    platform = load_platform_text(host_platform("graph"))
+    out = tmp_path / "new"
+    with pytest.raises(hetgen.HetgenError) as raised:
+        hetgen.compile(platform, model_file, out=out, extra_cflags=("-fno-such-flag-for-hetgen",))
+    assert not out.exists()
+    message = str(raised.value)
+    assert "the build failed" in message and "log: " in message, message
+    log = Path(message.split("log: ", 1)[1].split(";")[0].split()[0])
+    assert log == tmp_path / "new.hetgen-failed/build.log" and "-fno-such-flag-for-hetgen" in log.read_text()
+    assert (tmp_path / "new.hetgen-failed/project/build.ninja").is_file()  # the failed project, to inspect
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.hetgen-failed"]  # no staging debris
+    # The next successful build clears the record of the failure.
+    hetgen.compile(platform, model_file, out=out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new"]
+    umask = os.umask(0)
+    os.umask(umask)
+    # Staged, yet with the permissions of an ordinary folder and files (not a temporary's 0700/0600).
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE((out / "build.ninja").stat().st_mode) == 0o666 & ~umask
+
+
+def test_failed_build_or_generation_leaves_an_existing_folder_exactly_as_it_was(tmp_path, model_file):
+    platform = load_platform_text(host_platform("graph"))
+    out = hetgen.compile(platform, model_file, out=tmp_path / "out")
+    before = snapshot(out)
+    assert ".ninja_log" in before and "lib/libhg_host_graph.so" in before
+    changed_model = edited_model(model_file, tmp_path, 0.25)  # new sources, so the failure is mid-update
+    with pytest.raises(hetgen.HetgenError, match="the build failed"):
+        hetgen.compile(platform, changed_model, out=out, extra_cflags=("-fno-such-flag-for-hetgen",))
+    assert snapshot(out) == before
+    with pytest.raises(hetgen.HetgenError, match="no such model file"):
+        hetgen.compile(platform, tmp_path / "missing.onnx", out=out)
+    assert snapshot(out) == before
+    result = run_cli("host", str(changed_model), "-o", str(out), cwd=tmp_path)  # and through the CLI
+    assert result.returncode == 0 and snapshot(out) != before, result.stderr
+
+
+def test_rebuild_through_staging_recompiles_only_the_changed_kernel(tmp_path, model_file):
+    """The build runs in a copy of the project that is then swapped in: timestamps and ninja's logs
+    survive both, so a rebuild after a small model change compiles one kernel, in place of all."""
+    platform = tmp_path / "host.yaml"
+    platform.write_text(host_platform("graph"))
+    out = hetgen.compile(platform, model_file, out=tmp_path / "inc")
+    objects = {p.name: p.stat().st_mtime_ns for p in (out / "obj").rglob("*.o")}
+    hetgen.compile(platform, edited_model(model_file, tmp_path, 0.2), out=out)
+    rebuilt = sorted(p.name for p in (out / "obj").rglob("*.o") if p.stat().st_mtime_ns != objects[p.name])
+    assert len(rebuilt) == 1 and "add_add" in rebuilt[0], rebuilt
+    ninja = [sys.executable, "-c", "import ninja, sys; sys.exit(ninja._program('ninja', sys.argv[1:]))", "-C", str(out)]
+    dry = subprocess.run([*ninja, "-n"], capture_output=True, text=True)
+    assert "no work to do" in dry.stdout, dry.stdout  # the swapped-in folder is up to date where it now lies
+    x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    expected = reference(edited_model(model_file, tmp_path, 0.2), {"x": x})[0]
+    np.testing.assert_allclose(hetgen.load(out).run({"x": x})["y"], expected, rtol=1e-4, atol=1e-5)

@@ -198,8 +198,9 @@ def build_files(
     return tuple(files)
 
 
-def run_ninja(out_dir: Path, targets: tuple[str, ...] = (), jobs: int | None = None) -> str:
-    """Build; return ninja's output. A failed compile is a BuildError quoting the compiler."""
+def run_ninja(out_dir: Path, targets: tuple[str, ...] = (), jobs: int | None = None, log: Path | None = None) -> str:
+    """Build; return ninja's output. A failed compile is a BuildError quoting the compiler; with
+    `log`, ninja's whole output is written there and the message points to it."""
     from ninja import BIN_DIR
 
     command = [str(Path(BIN_DIR) / "ninja"), "-C", str(out_dir)]
@@ -208,6 +209,13 @@ def run_ninja(out_dir: Path, targets: tuple[str, ...] = (), jobs: int | None = N
     command += list(targets)
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        tail = (result.stdout + result.stderr)[-8000:]
-        raise BuildError(f"{out_dir}: the generated project failed to build (ninja exit {result.returncode}):\n{tail}")
+        output = result.stdout + result.stderr
+        tail = output[-8000:]
+        if log is None:
+            raise BuildError(
+                f"{out_dir}: the generated project failed to build (ninja exit {result.returncode}):\n{tail}"
+            )
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(output)
+        raise BuildError(f"the build failed (ninja exit {result.returncode}); log: {log}\n{tail}")
     return result.stdout

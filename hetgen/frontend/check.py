@@ -71,7 +71,7 @@ def _check_typed(work: Work) -> None:
         if missing:
             raise ModelError(
                 f"{work.source}: cannot infer the shape of {missing[0]!r}, output of {node.label}; "
-                "hetgen needs static shapes (fix the input shapes with import_model(..., shapes=...))"
+                "hetgen needs static shapes (fix the input shapes with --shape NAME=DIMS, or shapes= in hetgen.compile)"
             )
     for name in work.outputs:
         if name not in work.types:

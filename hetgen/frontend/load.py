@@ -107,6 +107,17 @@ def _override_shapes(graph: onnx.GraphProto, source: str, shapes: Shapes, initia
         vi.type.tensor_type.ClearField("shape")
 
 
+def _shapes_hint(graph: onnx.GraphProto) -> str:
+    """How to fix dynamic shapes, on the command line and in Python, with a dimension of 1 where the
+    model declares none."""
+    fixed = {}
+    for vi in graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        fixed[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in dims)
+    cli = " ".join(f"--shape {name}={'x'.join(map(str, dims))}" for name, dims in fixed.items())
+    return f"{cli} (hetgen build, generate, explain), or shapes={fixed!r} (hetgen.compile, import_model)"
+
+
 def _check_inputs(graph: onnx.GraphProto, source: str) -> None:
     problems = []
     for vi in graph.input:
@@ -130,7 +141,6 @@ def _check_inputs(graph: onnx.GraphProto, source: str) -> None:
         return
     hint = ""
     if any("static shapes" in p for p in problems):
-        example = ", ".join(f"{vi.name!r}: (...)" for vi in graph.input)
-        hint = f"\n  fix them with import_model(model, shapes={{{example}}})"
+        hint = "\n  fix them with " + _shapes_hint(graph)
     body = problems[0] if len(problems) == 1 else "\n  " + "\n  ".join(problems)
     raise ModelError(f"{source}: {body}{hint}")

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from hetgen.runtime.loader import load
-from hetgen.runtime.reference import ort_session, random_inputs
-from hetgen.runtime.verify import MODEL_COPY
+from hetgen.runtime.reference import ort_session
+from hetgen.runtime.verify import MODEL_COPY, feeds_for
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ def _time_ms(function, runs: int) -> list[float]:
 
 def bench(out_dir: Path, runs: int = 20, warmup: int = 3, seed: int = 0) -> BenchResult:
     model = load(out_dir)
-    session = ort_session((Path(out_dir) / MODEL_COPY).read_bytes(), threads=1)
-    feeds = random_inputs(model.inputs, seed)
+    session = ort_session(str(Path(out_dir) / MODEL_COPY), threads=1)
+    feeds = feeds_for(model, out_dir, seed)[0]
     inputs = [np.ascontiguousarray(feeds[t.name], dtype=t.dtype) for t in model.inputs]
     outputs = [np.empty(t.shape, dtype=t.dtype) for t in model.outputs]
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from hetgen.runtime.loader import load
-from hetgen.runtime.reference import random_inputs
+from hetgen.runtime.verify import feeds_for
 
 
 def device_report(out_dir: Path, runs: int = 1) -> list[str]:
@@ -19,7 +19,7 @@ def device_report(out_dir: Path, runs: int = 1) -> list[str]:
     if not simulated:
         return []
     model = load(out_dir)
-    feeds = random_inputs(model.inputs, 0)
+    feeds = feeds_for(model, out_dir, 0)[0]  # indices inside what they index
     for _ in range(max(runs, 1)):
         model.run(feeds)
     lines = ["simulated devices (per run):"]

@@ -14,6 +14,7 @@ import numpy as np
 
 from hetgen.build.ninja_file import library_path
 from hetgen.errors import HetgenError
+from hetgen.runtime.sanitizers import check_runtime_loaded
 
 MANIFEST = "hetgen.json"
 
@@ -52,6 +53,7 @@ class Model:
         self.inputs = tuple(_info(t) for t in self.manifest["inputs"])
         self.outputs = tuple(_info(t) for t in self.manifest["outputs"])
         library = out_dir / library_path(self.prefix)
+        check_runtime_loaded(out_dir, self.manifest)  # dlopen would abort the whole process
         if not library.is_file():
             raise HetgenError(f"{library}: the library is not built; run `ninja -C {out_dir}`")
         self._ffi = cffi.FFI()

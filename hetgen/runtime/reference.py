@@ -23,8 +23,10 @@ def ort_session(model_bytes: bytes, threads: int = 1):
     return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
 
-def random_inputs(inputs, seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs: normal floats; small non-negative integers (valid token ids and indices)."""
+def random_inputs(inputs, seed: int, ranges=None) -> dict[str, np.ndarray]:
+    """Seeded inputs: normal floats; bools; integers in `ranges[name]` = [low, high) where given
+    (hetgen.runtime.inputs.value_ranges), else small non-negative ones."""
+    ranges = ranges or {}
     rng = np.random.default_rng(seed)
     feeds = {}
     for info in inputs:
@@ -33,5 +35,6 @@ def random_inputs(inputs, seed: int) -> dict[str, np.ndarray]:
         elif info.dtype == np.bool_:
             feeds[info.name] = rng.integers(0, 2, info.shape).astype(np.bool_)
         else:
-            feeds[info.name] = rng.integers(0, 8, info.shape).astype(info.dtype)
+            low, high = ranges.get(info.name, (0, 8))
+            feeds[info.name] = rng.integers(low, high, info.shape).astype(info.dtype)
     return feeds
