@@ -1,0 +1,137 @@
+/* hetgen byte-stream transport: framed, versioned messages between a controller and a device
+ * served by another process (a pipe pair to a child process, possibly under an emulator) or another
+ * machine (TCP).
+ *
+ * A frame is a 20-byte little-endian header followed by `length` payload bytes:
+ *
+ *     offset  size  field
+ *          0     4  magic        "HGTP" (0x50544748)
+ *          4     2  version      HG_TRANSPORT_VERSION
+ *          6     2  type         enum hg_message_type (a reply sets HG_MSG_REPLY)
+ *          8     4  sequence     a request's number; its reply carries the same one
+ *         12     4  length       payload bytes (at most HG_TRANSPORT_MAX_PAYLOAD)
+ *         16     4  crc          CRC-32 (IEEE) of header bytes 0..15, then of the payload
+ *
+ * Every read waits at most the channel's timeout (HG_TRANSPORT_TIMEOUT_MS, default 30000 ms), so a
+ * dead or silent peer is an error code, never a hang. Errors are HG_TRANSPORT_* codes; the last
+ * one's text is in channel->error.
+ */
+#ifndef HG_TRANSPORT_H
+#define HG_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HG_TRANSPORT_MAGIC 0x50544748u
+#define HG_TRANSPORT_VERSION 1u
+#define HG_TRANSPORT_HEADER_SIZE 20u
+#define HG_TRANSPORT_MAX_PAYLOAD (256u * 1024u * 1024u)
+#define HG_TRANSPORT_DEFAULT_TIMEOUT_MS 30000
+
+enum hg_message_type {
+    HG_MSG_HELLO = 1,     /* payload: u32 version, then the device name the client expects */
+    HG_MSG_ALLOC = 2,     /* u64 bytes */
+    HG_MSG_COPY_IN = 3,   /* u64 offset, u64 bytes, then the bytes */
+    HG_MSG_COPY_OUT = 4,  /* u64 offset, u64 bytes; the reply carries the bytes after its status */
+    HG_MSG_INVOKE = 5,    /* u32 program */
+    HG_MSG_WAIT = 6,      /* empty */
+    HG_MSG_RESET = 7,     /* empty: the start of a run (empty queues, zero counters) */
+    HG_MSG_ERROR = 0x7f,  /* i32 code, then a message: the peer refused a frame and ends the session */
+    HG_MSG_REPLY = 0x80   /* set on a reply: payload i32 status, then the call's results */
+};
+
+/* Return codes of the transport functions (negative; 0 is success). */
+#define HG_TRANSPORT_OK 0
+#define HG_TRANSPORT_CLOSED (-10)    /* the peer closed the stream (or died) */
+#define HG_TRANSPORT_TIMEOUT (-11)   /* nothing arrived within the timeout */
+#define HG_TRANSPORT_IO (-12)        /* a read or write failed */
+#define HG_TRANSPORT_FRAME (-13)     /* a broken frame: bad magic, CRC, length or a truncated one */
+#define HG_TRANSPORT_VERSION_MISMATCH (-14)
+#define HG_TRANSPORT_PROTOCOL (-15)  /* a well-formed frame that makes no sense here */
+#define HG_TRANSPORT_CONNECT (-16)   /* the endpoint could not be started or reached */
+
+/* What crossed one channel, in both directions, headers included. */
+typedef struct {
+    uint64_t bytes_sent;
+    uint64_t bytes_received;
+    uint64_t messages_sent;
+    uint64_t messages_received;
+} hg_transport_stats;
+
+typedef struct {
+    int read_fd;
+    int write_fd;
+    int is_socket;
+    int child_pid;              /* the server started by exec:, or 0 */
+    int timeout_ms;             /* per read; < 0 waits forever */
+    hg_transport_stats stats;
+    char error[256];
+} hg_channel;
+
+typedef struct {
+    uint16_t version;
+    uint16_t type;
+    uint32_t sequence;
+    uint32_t length;
+    uint32_t crc;          /* as the header says */
+    uint32_t header_crc;   /* the CRC over the header's first 16 bytes, continued over the payload */
+} hg_frame_header;
+
+uint32_t hg_crc32_update(uint32_t crc, const void *data, size_t bytes);
+uint32_t hg_crc32(const void *data, size_t bytes);
+
+/* The per-read timeout from HG_TRANSPORT_TIMEOUT_MS, or the default. */
+int hg_transport_timeout_from_env(void);
+
+void hg_channel_init(hg_channel *channel, int read_fd, int write_fd, int is_socket, int timeout_ms);
+
+/* Open a channel to `spec`: "exec:COMMAND" (COMMAND run by /bin/sh with the channel on its
+ * stdin/stdout, e.g. "exec:qemu-riscv64 -L /usr/riscv64-linux-gnu ./server") or "tcp:HOST:PORT". */
+int hg_channel_open(hg_channel *channel, const char *spec, int timeout_ms);
+
+/* Close both ends; a child started by exec: is given the timeout to exit, then killed. */
+void hg_channel_close(hg_channel *channel);
+
+/* Send one frame (header, then `payload` of `length` bytes, then `extra` of `extra_length`: a
+ * copy's data follows its arguments without being copied into one buffer). */
+int hg_send_frame(hg_channel *channel, uint16_t type, uint32_t sequence, const void *payload, uint32_t length,
+                  const void *extra, uint32_t extra_length);
+
+/* Read one header, waiting at most `first_timeout_ms` for its first byte (< 0: forever) and the
+ * channel's timeout for the rest. Checks the magic and the length bound; the version is returned
+ * for the caller to judge. */
+int hg_read_header(hg_channel *channel, hg_frame_header *header, int first_timeout_ms);
+
+/* Read the frame's payload, its first `head_length` bytes into `head` and the rest into `tail`
+ * (a copy's data lands where it belongs), and check the CRC over header and payload. */
+int hg_read_payload(hg_channel *channel, const hg_frame_header *header, void *head, uint32_t head_length, void *tail);
+
+/* Listen on "ADDR:PORT" (ADDR may be empty for loopback); the bound port is stored in *port. */
+int hg_listen(const char *address, int *listen_fd, int *port, char *error, size_t error_size);
+
+/* Little-endian field access, the same on every host. */
+static inline void hg_put_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static inline void hg_put_u64(unsigned char *p, uint64_t v)
+{
+    hg_put_u32(p, (uint32_t)v);
+    hg_put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint32_t hg_get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t hg_get_u64(const unsigned char *p)
+{
+    return (uint64_t)hg_get_u32(p) | (uint64_t)hg_get_u32(p + 4) << 32;
+}
+
+#endif /* HG_TRANSPORT_H */
