@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetgen.codegen.kernels import kernel_source
+from hetgen.codegen.remote import (
+    CLIENT_RUNTIME,
+    RUNTIME_SOURCES,
+    SERVER_RUNTIME,
+    remote_devices,
+    remote_devices_source,
+    server_source,
+)
 from hetgen.codegen.render import render
 from hetgen.codegen.viewmodel import program_view
 from hetgen.errors import InternalError
@@ -26,6 +34,15 @@ class GeneratedFile:
 
 
 @dataclass(frozen=True)
+class BoardProgram:
+    """A program of the board build, linked from `sources` and its target's board library (e.g. a
+    co-processor's device server)."""
+
+    name: str  # the executable's file name, e.g. "hg_soc_vdevice0_host_server"
+    sources: tuple[str, ...]  # .c files compiled with the target's board toolchain
+
+
+@dataclass(frozen=True)
 class TargetSources:
     """What the build stage needs to know about one target's files."""
 
@@ -39,6 +56,12 @@ class TargetSources:
     helpers: tuple[str, ...]  # runtime/*.c the kernels need
     children: tuple[str, ...] = ()  # target folders of the devices this target drives
     is_controller: bool = True
+    # The board build only (cross toolchains, programs for the board); the native build ignores them.
+    board_sources: tuple[str, ...] = ()  # extra .c files in this target's board library (e.g. remote-device stubs)
+    board_programs: tuple[BoardProgram, ...] = ()  # programs linked against this target's board library
+    # Child controllers the board build reaches over the transport (their device calls are served by
+    # `board_sources`), so they are not linked into this target's programs.
+    remote_children: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,15 +192,18 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
                 "stats_device": stats_index.get(program.target.path_str),
             }
         )
+    files_remote, targets = _remote_files(lowered, prefixes, targets)
+    files.extend(files_remote)
     runtime_dir = templates_dir() / "runtime"
     # Every shared header travels (kernels may include any); C sources only when something needs them.
     needed = set(RUNTIME_FILES) | helpers | {path.name for path in runtime_dir.glob("*.h")}
     if any(program.role is ProgramRole.ACCELERATOR for program in lowered.programs):
         needed |= {"hg_sim.c", "hg_sim.h"}
+    board_only = set(RUNTIME_SOURCES) if files_remote else set()
     runtime_c = []
-    for name in sorted(needed):
+    for name in sorted(needed | board_only):
         files.append(GeneratedFile(f"runtime/{name}", (runtime_dir / name).read_bytes()))
-        if name.endswith(".c"):
+        if name.endswith(".c") and name not in board_only:
             runtime_c.append(f"runtime/{name}")
     root = lowered.root
     manifest = {
@@ -192,6 +218,34 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
         "workspace_align": ALIGNMENT,
     }
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
+
+
+def _remote_files(lowered: Lowered, prefixes: dict[str, str], targets: list[TargetSources]):
+    """The board build's transport: the root's remote devices and each co-processor's server."""
+    remote = remote_devices(lowered, prefixes)
+    if not remote:
+        return [], targets
+    root_folder = lowered.root.target.path_str
+    files = [
+        GeneratedFile(f"{root_folder}/remote_devices.c", remote_devices_source(lowered, remote, prefixes).encode())
+    ]
+    servers = {}
+    for device in remote:
+        path = f"{device.program}/server_main.c"
+        files.append(GeneratedFile(path, server_source(lowered, device).encode()))
+        servers[device.program] = BoardProgram(device.server, (path, *SERVER_RUNTIME))
+    updated = []
+    for sources in targets:
+        if sources.path == root_folder:
+            sources = replace(
+                sources,
+                board_sources=(*sources.board_sources, f"{root_folder}/remote_devices.c", *CLIENT_RUNTIME),
+                remote_children=tuple(device.program for device in remote),
+            )
+        elif sources.path in servers:
+            sources = replace(sources, board_programs=(*sources.board_programs, servers[sources.path]))
+        updated.append(sources)
+    return files, updated
 
 
 def _file_name(stem: str, suffix: str) -> str:
