@@ -1,0 +1,143 @@
+"""The out-of-process transport: the root program drives its co-processor, a separate server program,
+over a pipe pair and over TCP, and computes what onnxruntime computes; the frame format is the one
+documented in hg_transport.h (checked byte-exactly from Python)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import zlib
+
+import numpy as np
+import pytest
+from transport_peer import COPY_IN, COPY_OUT, INVOKE, RESET, WAIT, Client, frame, read_frame
+from transport_support import CFLAGS, REPO, RUN_ENV, SANITIZE, build_pair, read_outputs, reference, write_inputs
+
+RUNTIME = REPO / "templates" / "runtime"
+
+
+@pytest.fixture(scope="module")
+def unit(tmp_path_factory):
+    exe = tmp_path_factory.mktemp("unit") / "transport_unit"
+    subprocess.run(
+        ["gcc", *CFLAGS, *SANITIZE, "-I", str(RUNTIME), "-o", str(exe), str(REPO / "tests/c/transport_unit.c")]
+        + [str(RUNTIME / "hg_transport.c")],
+        check=True,
+    )
+    return exe
+
+
+def test_frames_crc_timeouts_and_endpoints_in_c(unit):
+    result = subprocess.run([unit], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+
+
+@pytest.mark.parametrize("text", ["123456789", "", "hetgen transport", "\x01\xff" * 100])
+def test_crc32_is_zlibs(unit, text):
+    result = subprocess.run([unit, "crc", text], capture_output=True, text=True, check=True)
+    assert int(result.stdout, 16) == zlib.crc32(text.encode()), text
+
+
+@pytest.fixture(scope="module")
+def resnet_pair(tmp_path_factory):
+    return build_pair("platforms/soc.yaml", REPO / "examples/resnet_tiny.onnx", tmp_path_factory.mktemp("soc"))
+
+
+def run_root(pair, tmp_path, endpoint: str, seed: int = 0, **env):
+    feeds = write_inputs(pair.project, tmp_path / "in", seed)
+    (tmp_path / "out").mkdir(exist_ok=True)
+    stats = tmp_path / "stats.jsonl"
+    result = subprocess.run(
+        [pair.root, "--device", f"{pair.device}={endpoint}", tmp_path / "in", tmp_path / "out"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **RUN_ENV, "HG_TRANSPORT_STATS": str(stats), **env},
+    )
+    return result, feeds, stats
+
+
+def assert_matches_reference(pair, tmp_path, feeds):
+    expected = reference(pair.project, feeds)
+    got = read_outputs(pair.project, tmp_path / "out")
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_resnet_over_a_pipe_matches_onnxruntime(resnet_pair, tmp_path):
+    result, feeds, stats = run_root(resnet_pair, tmp_path, f"exec:{resnet_pair.server}", seed=3)
+    assert result.returncode == 0, result.stderr
+    assert_matches_reference(resnet_pair, tmp_path, feeds)
+    (line,) = stats.read_text().splitlines()
+    counters = json.loads(line)
+    assert counters["device"] == "vdevice0" and counters["ok"] and counters["runs"] == 1
+    # Every request has its reply; the inputs went out, the results came back.
+    assert counters["messages_sent"] == counters["messages_received"] > 4
+    input_bytes = sum(v.nbytes for v in feeds.values())
+    assert counters["bytes_sent"] > input_bytes and counters["bytes_received"] > 20 * counters["messages_received"]
+
+
+def test_resnet_over_tcp_matches_onnxruntime(resnet_pair, tmp_path):
+    server = subprocess.Popen(
+        [resnet_pair.server, "--listen", "127.0.0.1:0", "--once"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **RUN_ENV},
+    )
+    try:
+        announced = server.stdout.readline()
+        port = re.fullmatch(r"listening on 127\.0\.0\.1:(\d+)\n", announced).group(1)
+        # Through the environment this time; the option and the variable name the same endpoint.
+        result, feeds, _ = run_root(
+            resnet_pair, tmp_path, "tcp:127.0.0.1:1", HG_DEVICE_VDEVICE0=f"tcp:127.0.0.1:{port}", seed=4
+        )
+        assert result.returncode != 0 and "127.0.0.1:1" in result.stderr  # the option wins over the variable
+        result = subprocess.run(
+            [resnet_pair.root, tmp_path / "in", tmp_path / "out"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **RUN_ENV, "HG_DEVICE_VDEVICE0": f"tcp:127.0.0.1:{port}"},
+        )
+        assert result.returncode == 0, result.stderr
+        assert_matches_reference(resnet_pair, tmp_path, feeds)
+        assert server.wait(timeout=10) == 0
+    finally:
+        server.kill()
+
+
+def test_no_endpoint_says_how_to_give_one(resnet_pair, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HG_DEVICE_")}
+    result = subprocess.run(
+        [resnet_pair.root], capture_output=True, text=True, timeout=30, env={**env, **RUN_ENV}
+    )
+    assert result.returncode != 0
+    assert "device vdevice0" in result.stderr and "--device vdevice0=" in result.stderr
+    assert "HG_DEVICE_VDEVICE0" in result.stderr
+    result = subprocess.run([resnet_pair.root, "--device", "npu9=exec:x"], capture_output=True, text=True)
+    assert result.returncode != 0 and "NAME one of: vdevice0" in result.stderr
+
+
+def test_the_server_serves_the_five_calls_to_any_client(resnet_pair):
+    """A Python client drives the real server: the protocol is what hg_transport.h says."""
+    server = subprocess.Popen([resnet_pair.server], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=RUN_ENV)
+    try:
+        client = Client(server.stdout, server.stdin)
+        version, memory, programs = client.hello()
+        assert (version, memory, programs) == (1, resnet_pair.memory_size, resnet_pair.num_programs)
+        assert client.call(RESET) == (0, b"")
+        data = bytes(range(256)) * 4
+        assert client.call(COPY_IN, (64).to_bytes(8, "little") + len(data).to_bytes(8, "little") + data)[0] == 0
+        status, back = client.call(COPY_OUT, (64).to_bytes(8, "little") + len(data).to_bytes(8, "little"))
+        assert status == 0 and back == data
+        assert client.call(WAIT) == (0, b"")  # nothing queued: nothing runs
+        # A sequence number is echoed, whatever it is.
+        client.send(frame(INVOKE, 0xFFFFFFFF, (0).to_bytes(4, "little")))
+        assert read_frame(server.stdout)[1:3] == (0x80 | INVOKE, 0xFFFFFFFF)
+        server.stdin.close()
+        assert server.wait(timeout=10) == 0  # a clean close ends a pipe session with success
+    finally:
+        server.kill()
