@@ -12,6 +12,7 @@ import zlib
 
 import numpy as np
 import pytest
+
 from transport_peer import COPY_IN, COPY_OUT, INVOKE, RESET, WAIT, Client, frame, read_frame
 from transport_support import CFLAGS, REPO, RUN_ENV, SANITIZE, build_pair, read_outputs, reference, write_inputs
 
@@ -111,9 +112,7 @@ def test_resnet_over_tcp_matches_onnxruntime(resnet_pair, tmp_path):
 
 def test_no_endpoint_says_how_to_give_one(resnet_pair, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HG_DEVICE_")}
-    result = subprocess.run(
-        [resnet_pair.root], capture_output=True, text=True, timeout=30, env={**env, **RUN_ENV}
-    )
+    result = subprocess.run([resnet_pair.root], capture_output=True, text=True, timeout=30, env={**env, **RUN_ENV})
     assert result.returncode != 0
     assert "device vdevice0" in result.stderr and "--device vdevice0=" in result.stderr
     assert "HG_DEVICE_VDEVICE0" in result.stderr

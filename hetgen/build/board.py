@@ -31,6 +31,13 @@ def board_object(source: str) -> str:
     return f"{BOARD_DIR}/obj/{source}.o"
 
 
+def target_board_object(target: str, source: str) -> str:
+    """A source's board object for `target`: one outside the target's folder (a shared runtime file,
+    e.g. the transport's, that both ends of a link compile) gets an object per target, since each
+    target compiles it with its own toolchain."""
+    return board_object(source) if source.startswith(f"{target}/") else f"{BOARD_DIR}/obj/{target}/{source}.o"
+
+
 def board_library(prefix: str) -> str:
     return f"{BOARD_DIR}/lib/lib{prefix}.a"
 
@@ -174,7 +181,10 @@ def board_graph(
         own.append(graph.compile(scope, target_sources.program, board_object(target_sources.program)))
         weights = target_sources.weights_asm
         own.append(graph.compile(scope, weights, board_object(weights), implicit=(target_sources.weights_blob,)))
-        own += [graph.compile(scope, src, board_object(src)) for src in target_sources.board_sources]
+        own += [
+            graph.compile(scope, src, target_board_object(target_sources.path, src))
+            for src in target_sources.board_sources
+        ]
         if target_sources.is_controller:
             own += [
                 graph.compile(scope, src, f"{BOARD_DIR}/obj/{target_sources.path}/{src}.o")
@@ -190,7 +200,7 @@ def board_graph(
     static = ninja_command(BOARD_PROGRAM_LDFLAGS)
     for program in plan.programs:
         scope = scopes[program.target]
-        main_objects = [graph.compile(scope, src, board_object(src)) for src in program.sources]
+        main_objects = [graph.compile(scope, src, target_board_object(program.target, src)) for src in program.sources]
         outputs.append(graph.link(scope, "board_link", program.path, [*main_objects, *program.libraries], static))
     ninja.newline()
     return outputs
