@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from transport_peer import COPY_IN, COPY_OUT, INVOKE, RESET, WAIT, Client, frame, read_frame
-from transport_support import CFLAGS, REPO, RUN_ENV, SANITIZE, build_pair, read_outputs, reference, write_inputs
+from transport_support import CFLAGS, REPO, RUN_ENV, SANITIZE, read_outputs, reference, shared_pair, write_inputs
 
 RUNTIME = REPO / "templates" / "runtime"
 
@@ -43,15 +43,14 @@ def test_crc32_is_zlibs(unit, text):
 
 @pytest.fixture(scope="module")
 def resnet_pair(tmp_path_factory):
-    return build_pair("platforms/soc.yaml", REPO / "examples/resnet_tiny.onnx", tmp_path_factory.mktemp("soc"))
+    return shared_pair(tmp_path_factory)
 
 
 def run_root(pair, tmp_path, endpoint: str, seed: int = 0, **env):
-    feeds = write_inputs(pair.project, tmp_path / "in", seed)
-    (tmp_path / "out").mkdir(exist_ok=True)
+    feeds = write_inputs(pair.project, tmp_path / "in.bin", seed)
     stats = tmp_path / "stats.jsonl"
     result = subprocess.run(
-        [pair.root, "--device", f"{pair.device}={endpoint}", tmp_path / "in", tmp_path / "out"],
+        [pair.root, "--device", f"{pair.device}={endpoint}", tmp_path / "in.bin", tmp_path / "out.bin"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -62,7 +61,7 @@ def run_root(pair, tmp_path, endpoint: str, seed: int = 0, **env):
 
 def assert_matches_reference(pair, tmp_path, feeds):
     expected = reference(pair.project, feeds)
-    got = read_outputs(pair.project, tmp_path / "out")
+    got = read_outputs(pair.project, tmp_path / "out.bin")
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
 
@@ -97,7 +96,7 @@ def test_resnet_over_tcp_matches_onnxruntime(resnet_pair, tmp_path):
         )
         assert result.returncode != 0 and "127.0.0.1:1" in result.stderr  # the option wins over the variable
         result = subprocess.run(
-            [resnet_pair.root, tmp_path / "in", tmp_path / "out"],
+            [resnet_pair.root, tmp_path / "in.bin", tmp_path / "out.bin"],
             capture_output=True,
             text=True,
             timeout=60,

@@ -91,27 +91,41 @@ def build_pair(platform: str, model, out: Path) -> Pair:
     return Pair(project, root_exe, server_exe, name, memory, programs)
 
 
-def write_inputs(project: Path, folder: Path, seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs as the example program reads them (input<i>.bin), by name."""
+_PAIRS: dict[tuple[str, str], Pair] = {}
+
+
+def shared_pair(
+    tmp_path_factory, platform: str = "platforms/soc.yaml", model: str = "examples/resnet_tiny.onnx"
+) -> Pair:
+    """One build per test session, shared by the transport's test modules."""
+    key = (platform, model)
+    if key not in _PAIRS:
+        _PAIRS[key] = build_pair(platform, REPO / model, tmp_path_factory.mktemp("pair"))
+    return _PAIRS[key]
+
+
+def write_inputs(project: Path, path: Path, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs as the example program reads them (raw, concatenated in order), by name."""
     manifest = json.loads((project / "hetgen.json").read_text())
-    folder.mkdir(parents=True, exist_ok=True)
 
     class Info:
         def __init__(self, spec):
             self.name, self.shape, self.dtype = spec["name"], tuple(spec["shape"]), np.dtype(spec["dtype"])
 
     feeds = random_inputs([Info(spec) for spec in manifest["inputs"]], seed)
-    for index, spec in enumerate(manifest["inputs"]):
-        feeds[spec["name"]].tofile(folder / f"input{index}.bin")
+    path.write_bytes(b"".join(feeds[spec["name"]].tobytes() for spec in manifest["inputs"]))
     return feeds
 
 
-def read_outputs(project: Path, folder: Path) -> dict[str, np.ndarray]:
+def read_outputs(project: Path, path: Path) -> dict[str, np.ndarray]:
     manifest = json.loads((project / "hetgen.json").read_text())
-    return {
-        spec["name"]: np.fromfile(folder / f"output{i}.bin", dtype=spec["dtype"]).reshape(spec["shape"])
-        for i, spec in enumerate(manifest["outputs"])
-    }
+    data, offset, outputs = path.read_bytes(), 0, {}
+    for spec in manifest["outputs"]:
+        count = int(np.prod(spec["shape"], dtype=np.int64))
+        outputs[spec["name"]] = np.frombuffer(data, spec["dtype"], count, offset).reshape(spec["shape"])
+        offset += count * np.dtype(spec["dtype"]).itemsize
+    assert offset == len(data)
+    return outputs
 
 
 def reference(project: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

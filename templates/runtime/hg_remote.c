@@ -27,7 +27,7 @@ static int failed(hg_remote *remote, const char *call, const char *what)
     fprintf(stderr, "hetgen: device %s (%s): %s: %s\n", remote->name, remote->endpoint ? remote->endpoint : "no endpoint",
             call, what);
     remote->state = -1;
-    hg_channel_close(&remote->channel);
+    hg_channel_kill(&remote->channel);
     return HG_ERR_DEVICE;
 }
 

@@ -328,6 +328,9 @@ static int open_exec(hg_channel *channel, const char *command, int timeout_ms)
         return fail(channel, HG_TRANSPORT_CONNECT, "fork failed: %s", strerror(errno));
     }
     if (pid == 0) {
+        /* Its own process group, so that closing can stop everything the command started (the shell,
+         * an emulator, the server), not only the shell. */
+        setpgid(0, 0);
         signal(SIGPIPE, SIG_DFL);
         if (dup2(to_child[0], 0) < 0 || dup2(from_child[1], 1) < 0) {
             _exit(127);
@@ -469,6 +472,7 @@ void hg_channel_close(hg_channel *channel)
         const int limit = channel->timeout_ms > 0 ? channel->timeout_ms : HG_TRANSPORT_DEFAULT_TIMEOUT_MS;
         while (waitpid(pid, NULL, WNOHANG) == 0) {
             if (waited >= limit) {
+                kill(-pid, SIGKILL);
                 kill(pid, SIGKILL);
                 waitpid(pid, NULL, 0);
                 break;
@@ -520,4 +524,13 @@ int hg_listen(const char *address, int *listen_fd, int *port, char *error, size_
                                         : ntohs(((struct sockaddr_in *)&bound)->sin_port);
     *listen_fd = fd;
     return HG_TRANSPORT_OK;
+}
+
+void hg_channel_kill(hg_channel *channel)
+{
+    if (channel->child_pid > 0) {
+        kill(-(pid_t)channel->child_pid, SIGKILL);
+        kill((pid_t)channel->child_pid, SIGKILL);
+    }
+    hg_channel_close(channel);
 }

@@ -92,6 +92,9 @@ int hg_channel_open(hg_channel *channel, const char *spec, int timeout_ms);
 /* Close both ends; a child started by exec: is given the timeout to exit, then killed. */
 void hg_channel_close(hg_channel *channel);
 
+/* Close a channel whose peer failed: a child started by exec: (and all it started) is killed at once. */
+void hg_channel_kill(hg_channel *channel);
+
 /* Send one frame (header, then `payload` of `length` bytes, then `extra` of `extra_length`: a
  * copy's data follows its arguments without being copied into one buffer). */
 int hg_send_frame(hg_channel *channel, uint16_t type, uint32_t sequence, const void *payload, uint32_t length,

@@ -1,0 +1,172 @@
+"""Faults on the transport: each ends with one clear message (which device, what happened) and a
+non-zero exit within the configured timeout, never a hang; the host's runtime returns an error code
+(the example program exits with its "run failed" code, no signal, no sanitizer report).
+
+The faults are injected byte-exactly by a Python peer (transport_peer.py): as a fake server the root
+program starts through exec:, and as a client of the real server."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import time
+
+import pytest
+
+from transport_peer import ALLOC, COPY_IN, COPY_OUT, ERROR, HELLO, INVOKE, WAIT, Client, frame, read_frame
+from transport_support import RUN_ENV, peer_command, shared_pair, write_inputs
+
+EXIT_RUN = 4  # templates/model/main.c.j2: a failed init or run
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return shared_pair(tmp_path_factory)
+
+
+def run_root(pair, tmp_path, endpoint: str, timeout_ms: int = 2000):
+    write_inputs(pair.project, tmp_path / "in.bin", 0)
+    start = time.monotonic()
+    result = subprocess.run(
+        [pair.root, "--device", f"vdevice0={endpoint}", tmp_path / "in.bin", tmp_path / "out.bin"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, **RUN_ENV, "HG_TRANSPORT_TIMEOUT_MS": str(timeout_ms)},
+    )
+    return result, time.monotonic() - start
+
+
+def assert_clean_failure(result, *phrases):
+    assert result.returncode == EXIT_RUN, (result.returncode, result.stderr)
+    assert "device vdevice0" in result.stderr, result.stderr
+    for phrase in phrases:
+        assert phrase in result.stderr, result.stderr
+    assert "Sanitizer" not in result.stderr and "runtime error" not in result.stderr
+
+
+def test_server_killed_in_the_middle_of_a_run(pair, tmp_path):
+    # Request 20 of the run's ~58 is in flight when the server is killed.
+    result, took = run_root(pair, tmp_path, "exec:" + peer_command("kill-after", "20", str(pair.server)))
+    assert_clean_failure(result, "the peer closed the connection", "failed with status -3")
+    assert took < 10
+    assert not (tmp_path / "out.bin").exists()
+
+
+def test_server_never_answering_times_out(pair, tmp_path):
+    result, took = run_root(pair, tmp_path, "exec:" + peer_command("silent"), timeout_ms=500)
+    assert_clean_failure(result, "hello: no answer within 500 ms")
+    assert 0.5 <= took < 5
+
+
+def test_reply_with_a_wrong_crc(pair, tmp_path):
+    result, took = run_root(pair, tmp_path, "exec:" + peer_command("bad-crc"))
+    assert_clean_failure(result, "bad frame: CRC-32")
+    assert took < 5
+
+
+def test_truncated_reply(pair, tmp_path):
+    result, took = run_root(pair, tmp_path, "exec:" + peer_command("truncated"))
+    assert_clean_failure(result, "truncated frame")
+    assert took < 5
+
+
+def test_server_of_another_protocol_version(pair, tmp_path):
+    result, took = run_root(pair, tmp_path, "exec:" + peer_command("version"))
+    assert_clean_failure(result, "protocol version mismatch: the server speaks version 99, this program 1")
+    assert took < 5
+
+
+def test_server_that_cannot_start(pair, tmp_path):
+    result, _ = run_root(pair, tmp_path, f"exec:{tmp_path}/no-such-server")
+    assert_clean_failure(result, "hello: the peer closed the connection")
+
+
+@pytest.fixture
+def server(pair):
+    process = subprocess.Popen(
+        [pair.server, "--timeout-ms", "300"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=RUN_ENV,
+    )
+    yield process
+    process.kill()
+    process.wait()
+
+
+def u64s(*values: int) -> bytes:
+    return b"".join(struct.pack("<Q", v) for v in values)
+
+
+def test_requests_outside_the_device_memory_are_refused(pair, server):
+    client = Client(server.stdout, server.stdin)
+    client.hello()
+    size = pair.memory_size
+    marker = b"\xa5" * 64
+    assert client.call(COPY_IN, u64s(size - 64, 64) + marker)[0] == 0  # the last 64 bytes: allowed
+    refused = [
+        (COPY_IN, u64s(size - 8, 64) + b"\x00" * 64, -4, "outside the device's"),
+        (COPY_IN, u64s(2**64 - 8, 16) + b"\x00" * 16, -4, "outside"),  # offset + size wraps around
+        (COPY_IN, u64s(0, 1000) + b"\x00" * 10, -1, "declares 1000 bytes but carries 10"),
+        (COPY_OUT, u64s(size, 1), -4, "outside"),
+        (COPY_OUT, u64s(0, 2**63), -4, "outside"),
+        (INVOKE, struct.pack("<I", pair.num_programs), -1, f"invoke of program {pair.num_programs}"),
+        (ALLOC, u64s(size + 1), -4, "exceeds"),
+        (WAIT, b"x", -1, "no arguments"),
+        (0x42, b"", -1, "unknown message type 0x42"),
+    ]
+    for kind, payload, status, reason in refused:
+        got, body = client.call(kind, payload)
+        assert (got, reason in body.decode()) == (status, True), (kind, body)
+    # The session goes on, and the memory holds what the allowed copy wrote, nothing else.
+    status, back = client.call(COPY_OUT, u64s(size - 64, 64))
+    assert (status, back) == (0, marker)
+    server.stdin.close()
+    assert server.wait(timeout=10) == 0
+    assert b"refused request" in server.stderr.read()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda f: f[:-1] + bytes([f[-1] ^ 1]), b"bad frame: CRC-32"),
+        (lambda f: b"XXXX" + f[4:], b"bad frame: magic"),
+        (lambda f: f[:12] + struct.pack("<I", 2**31) + f[16:], b"exceeds"),
+    ],
+    ids=["crc", "magic", "length"],
+)
+def test_a_broken_frame_ends_the_session(pair, server, damage, message):
+    client = Client(server.stdout, server.stdin)
+    client.hello()
+    client.send(damage(frame(COPY_IN, 2, u64s(0, 4) + b"abcd")))
+    _, kind, _, body = read_frame(server.stdout)
+    assert kind == ERROR and message in body
+    assert server.wait(timeout=5) == 1
+    assert message in server.stderr.read()
+
+
+def test_a_truncated_request_ends_the_session_within_the_timeout(pair, server):
+    client = Client(server.stdout, server.stdin)
+    client.hello()
+    start = time.monotonic()
+    client.send(frame(COPY_IN, 2, u64s(0, 64) + b"\x00" * 64)[:40])  # and then nothing
+    _, kind, _, body = read_frame(server.stdout)
+    assert kind == ERROR and b"no answer within 300 ms" in body
+    assert server.wait(timeout=5) == 1 and time.monotonic() - start < 3
+    # The stream ending inside a frame is the same fault, reported at once.
+    again = subprocess.Popen([pair.server], stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    again.stdin.write(frame(HELLO, 1, b"\x01\x00\x00\x00")[:22])  # header and half the payload
+    again.stdin.close()
+    assert again.wait(timeout=5) == 1 and b"truncated frame" in again.stderr.read()
+
+
+def test_a_client_of_another_protocol_version_is_told(pair, server):
+    server.stdin.write(frame(HELLO, 1, struct.pack("<I", 2), version=2))
+    server.stdin.flush()
+    version, kind, _, body = read_frame(server.stdout)
+    assert (version, kind) == (1, ERROR)
+    assert b"protocol version mismatch: the client speaks version 2, this server 1" in body
+    assert server.wait(timeout=5) == 1
