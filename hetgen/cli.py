@@ -170,7 +170,15 @@ def cmd_verify(args) -> int:
         sys.stdout.flush()
         return subprocess.run(command, env=environment).returncode
     inputs = Path(args.inputs) if args.inputs else None
-    errors = verify(out_dir, seed=args.seed, rtol=args.rtol, atol=args.atol, inputs=inputs, emulate=args.emulate)
+    errors = verify(
+        out_dir,
+        seed=args.seed,
+        rtol=args.rtol,
+        atol=args.atol,
+        inputs=inputs,
+        emulate=args.emulate,
+        transport=args.transport,
+    )
     failed = 0
     for error in errors:
         status = "ok" if error.ok else "MISMATCH"
@@ -301,6 +309,12 @@ def parser() -> argparse.ArgumentParser:
         "--emulate",
         action="store_true",
         help="run the board build (the cross-built root program) under its kind's emulator, e.g. qemu-aarch64",
+    )
+    verify.add_argument(
+        "--transport",
+        choices=("pipe", "tcp"),
+        default="pipe",
+        help="with --emulate: how the root reaches its co-processors' device servers (default: a pipe pair)",
     )
     bench = sub.add_parser("bench", help="latency beside onnxruntime")
     bench.add_argument("dir")

@@ -192,7 +192,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
                 "stats_device": stats_index.get(program.target.path_str),
             }
         )
-    files_remote, targets = _remote_files(lowered, prefixes, targets)
+    files_remote, targets, remote = _remote_files(lowered, prefixes, targets)
     files.extend(files_remote)
     runtime_dir = templates_dir() / "runtime"
     # Every shared header travels (kernels may include any); C sources only when something needs them.
@@ -216,6 +216,11 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
         "targets": manifest_targets,
         "workspace_size": root.workspace.size,
         "workspace_align": ALIGNMENT,
+        # The board build's co-processors, each a server program the root reaches over the transport.
+        "remote_devices": [
+            {"name": device.name, "target": device.program, "server": device.server, "env": device.env_name}
+            for device in remote
+        ],
     }
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
 
@@ -224,7 +229,7 @@ def _remote_files(lowered: Lowered, prefixes: dict[str, str], targets: list[Targ
     """The board build's transport: the root's remote devices and each co-processor's server."""
     remote = remote_devices(lowered, prefixes)
     if not remote:
-        return [], targets
+        return [], targets, remote
     root_folder = lowered.root.target.path_str
     files = [
         GeneratedFile(f"{root_folder}/remote_devices.c", remote_devices_source(lowered, remote, prefixes).encode())
@@ -245,7 +250,7 @@ def _remote_files(lowered: Lowered, prefixes: dict[str, str], targets: list[Targ
         elif sources.path in servers:
             sources = replace(sources, board_programs=(*sources.board_programs, servers[sources.path]))
         updated.append(sources)
-    return files, updated
+    return files, updated, remote
 
 
 def _file_name(stem: str, suffix: str) -> str:

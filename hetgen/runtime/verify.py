@@ -56,11 +56,13 @@ def verify(
     runs: int = 2,
     inputs: Mapping[str, np.ndarray] | str | Path | None = None,
     emulate: bool = False,
+    transport: str = "pipe",
 ) -> list[OutputError]:
     """Compare the built model with onnxruntime on `inputs` (arrays by name, or an .npz file) once,
     or on `runs` seeded random inputs. `emulate`: run the board build's programs under their kinds'
-    emulators instead of the native library."""
-    model = EmulatedModel(Path(out_dir)) if emulate else load(out_dir)
+    emulators instead of the native library, its co-processors' servers reached over `transport`
+    ("pipe" or "tcp")."""
+    model = EmulatedModel(Path(out_dir), transport=transport) if emulate else load(out_dir)
     if isinstance(inputs, (str, Path)):
         inputs = model_inputs.read_inputs(Path(inputs), model.inputs)
     session = ort_session(str(Path(out_dir) / MODEL_COPY))  # a path: onnxruntime finds any data file beside it
