@@ -7,12 +7,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
 import zlib
 
 import numpy as np
 import pytest
 
+import hetgen
+from hetgen.models import mlp
+from hetgen.runtime.emulate import EmulatedModel
 from transport_peer import COPY_IN, COPY_OUT, INVOKE, RESET, WAIT, Client, frame, read_frame
 from transport_support import CFLAGS, REPO, RUN_ENV, SANITIZE, read_outputs, reference, shared_pair, write_inputs
 
@@ -139,3 +144,37 @@ def test_the_server_serves_the_five_calls_to_any_client(resnet_pair):
         assert server.wait(timeout=10) == 0  # a clean close ends a pipe session with success
     finally:
         server.kill()
+
+
+needs_board_tools = pytest.mark.skipif(
+    not all(shutil.which(tool) for tool in ("aarch64-linux-gnu-gcc", "riscv64-linux-gnu-gcc", "qemu-aarch64")),
+    reason="the soc board build needs gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user (see the README)",
+)
+
+
+@needs_board_tools
+def test_verify_emulate_runs_soc_as_two_emulated_processes(tmp_path):
+    """CI's board check: a small MLP on soc.yaml, pinned so that the riscv64 co-processor runs a kernel
+    itself and drives the npu for another, its server a separate program under qemu-riscv64."""
+    model = mlp(features=16, hidden=(32,), classes=8)
+    pins = {"gemm": "soc/vdevice0/npu0", "relu": "soc/vdevice0/host", "matmul": "soc/vdevice0/npu0"}
+    project = hetgen.compile("platforms/soc.yaml", model, tmp_path / "soc", pins=pins, opt=("-O1",))
+    manifest = json.loads((project / "hetgen.json").read_text())
+    assert [d["name"] for d in manifest["remote_devices"]] == ["vdevice0"]
+    host = next(t for t in manifest["targets"] if t["path"] == "soc/vdevice0/host")
+    assert host["kernels"] >= 1
+    for transport in ("pipe", "tcp"):
+        result = subprocess.run(
+            [sys.executable, "-m", "hetgen", "verify", str(project), "--emulate", "--transport", transport],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "1 of 1 outputs (board build under emulation) match onnxruntime" in result.stdout
+    emulated = EmulatedModel(project)
+    assert emulated.servers[0][1][0] == "qemu-riscv64" and emulated.command[0] == "qemu-aarch64"
+    emulated.run({"input": np.ones((1, 16), np.float32)})
+    (stats,) = emulated.transport_stats
+    assert stats["ok"] and stats["messages_sent"] == stats["messages_received"] >= 5
