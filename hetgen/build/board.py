@@ -10,8 +10,9 @@ codegen lists per target (`TargetSources.board_programs`, e.g. a co-processor's 
 
 A program can link in-process only the child controllers built for its own ISA (same triple). A
 child built for another ISA can only be reached over the out-of-process transport, when codegen
-says so (`TargetSources.remote_children`, served by its `board_sources`); until then the program
-is not built, and the plan says why (build.ninja comments, hetgen's output, hetgen.json).
+says so (`TargetSources.remote_children`, served by its `board_sources`: today the root's own
+co-processors, each a device-server program of its own); otherwise the program is not built, and
+the plan says why (build.ninja comments, hetgen's output, hetgen.json).
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def board_plan(sources: Sources, platform: Platform, options: BuildOptions) -> B
             if blockers:
                 notes.append(
                     f"no board program {name}: {'; '.join(blockers)}; they can only meet over the out-of-process "
-                    "transport, which this project does not have yet (the board libraries are built per controller)"
+                    "transport, which hetgen builds only between the root and its own co-processors "
+                    "(docs/transport.md; the board libraries are built per controller)"
                 )
                 continue
             programs.append(
