@@ -56,7 +56,7 @@ def test_server_killed_in_the_middle_of_a_run(pair, tmp_path):
 
 def test_server_never_answering_times_out(pair, tmp_path):
     result, took = run_root(pair, tmp_path, "exec:" + peer_command("silent"), timeout_ms=500)
-    assert_clean_failure(result, "hello: no answer within 500 ms")
+    assert_clean_failure(result, "hello: no answer within 500 ms", "failed with status -3")
     assert 0.5 <= took < 5
 
 
