@@ -18,6 +18,7 @@ import pytest
 import hetgen
 from hetgen.models import mlp
 from hetgen.runtime.emulate import EmulatedModel
+from hetgen.runtime.verify import verify
 from transport_peer import COPY_IN, COPY_OUT, INVOKE, RESET, WAIT, Client, frame, read_frame
 from transport_support import CFLAGS, REPO, RUN_ENV, SANITIZE, read_outputs, reference, shared_pair, write_inputs
 
@@ -178,3 +179,26 @@ def test_verify_emulate_runs_soc_as_two_emulated_processes(tmp_path):
     emulated.run({"input": np.ones((1, 16), np.float32)})
     (stats,) = emulated.transport_stats
     assert stats["ok"] and stats["messages_sent"] == stats["messages_received"] >= 5
+
+
+@needs_board_tools
+@pytest.mark.parametrize(
+    ("example", "pins"),
+    [
+        ("resnet_tiny", {}),  # the placement puts its convolutions on the npu behind the co-processor
+        # The transformer's placement keeps everything on the root; pinned, the co-processor runs a
+        # LayerNormalization itself and drives the npu for a MatMul.
+        (
+            "transformer_tiny",
+            {
+                "n5_layernormalization_layernormalization": "soc/vdevice0/host",
+                "n6_matmul_matmul": "soc/vdevice0/npu0",
+            },
+        ),
+    ],
+)
+def test_shipped_examples_match_onnxruntime_across_the_transport(tmp_path, example, pins):
+    project = hetgen.compile("platforms/soc.yaml", REPO / f"examples/{example}.onnx", tmp_path, pins=pins, opt=("-O1",))
+    assert json.loads((project / "hetgen.json").read_text())["remote_devices"], "the co-processor must take part"
+    errors = verify(project, seed=5, runs=1, emulate=True)
+    assert errors and all(error.ok for error in errors), errors
