@@ -205,9 +205,14 @@ target:
     assert "board-tuned_ldflags = --sysroot=/opt/sysroot-a53 -Wl,--gc-sections" in build_ninja
 
 
-def test_regeneration_keeps_every_option():
-    """What build.ninja re-runs parses back to the options the project was generated with."""
+def test_regeneration_keeps_every_option(monkeypatch):
+    """What build.ninja re-runs parses back to the options the project was generated with, and not
+    to whatever the environment of the ninja that runs it says."""
     from hetgen.cli import _compile_options, parser
+
+    monkeypatch.setenv("HETGEN_LAUNCHER", "sccache")
+    plain = parser().parse_args(["generate", "p.yaml", "m.onnx", *options_argv(CompileOptions())])
+    assert _compile_options(plain, build=False).build_options == BuildOptions()
 
     options = CompileOptions(
         placement="greedy",
