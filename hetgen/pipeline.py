@@ -79,8 +79,9 @@ def options_argv(options: CompileOptions) -> list[str]:
         argv.append("--werror")
     if build.sanitize:
         argv.append(f"--sanitize={','.join(build.sanitize)}")
-    if build.launcher:
-        argv.append(f"--launcher={shlex.join(build.launcher)}")
+    # Always written, even empty: the regenerated project must not pick up whatever $HETGEN_LAUNCHER
+    # the shell that runs ninja happens to have.
+    argv.append(f"--launcher={shlex.join(build.launcher)}")
     if build.extra_cflags:
         argv.append(f"--cflags={shlex.join(build.extra_cflags)}")
     if options.native_only:
