@@ -82,14 +82,21 @@ def test_soc_targets_get_their_own_compilers_and_isa(soc):
 
 
 @needs_cross
-def test_soc_root_program_waits_for_the_transport_and_says_so(soc):
-    build_ninja = (soc / "build.ninja").read_text()
-    assert "# no board program hg_soc_main: soc/vdevice0/host is built for riscv64-linux-gnu" in build_ninja
+def test_soc_root_program_reaches_its_coprocessor_over_the_transport(soc):
+    """The root (aarch64) cannot link its riscv64 co-processor: it gets a remote device, and the
+    co-processor a device-server program of its own (docs/transport.md)."""
     board = json.loads((soc / "hetgen.json").read_text())["board"]
-    assert board["programs"] == [] and "out-of-process transport" in board["notes"][0]
-    assert not (soc / "board/bin").exists()
-    error = cli("verify", str(soc), "--emulate")
-    assert error.returncode == 1 and "needs the board's root program, and there is none" in error.stderr
+    assert board["notes"] == []
+    programs = {p["name"]: p for p in board["programs"]}
+    assert set(programs) == {"hg_soc_main", "hg_soc_vdevice0_host_server"}
+    assert e_machine(soc / programs["hg_soc_main"]["path"]) == EM_AARCH64
+    assert e_machine(soc / programs["hg_soc_vdevice0_host_server"]["path"]) == EM_RISCV
+    assert programs["hg_soc_vdevice0_host_server"]["emulator"][0] == "qemu-riscv64"
+    # The root links its remote devices, not the co-processor's library.
+    build_ninja = (soc / "build.ninja").read_text()
+    root_link = next(line for line in build_ninja.splitlines() if line.startswith("build board/bin/hg_soc_main:"))
+    assert "libhg_soc_vdevice0_host.a" not in root_link and "board/lib/libhg_soc.a" in root_link
+    assert "board/obj/soc/remote_devices.c.o" in build_ninja
 
 
 @needs_cross
