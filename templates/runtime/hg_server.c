@@ -203,7 +203,13 @@ int hg_server_main(int argc, char **argv, const hg_served_device *device)
         } else if (strcmp(argv[i], "--once") == 0) {
             once = 1;
         } else if (strcmp(argv[i], "--timeout-ms") == 0 && i + 1 < argc) {
-            timeout_ms = atoi(argv[++i]);
+            char *end = NULL;
+            const long value = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || value <= 0 || value > 86400000L) {
+                fprintf(stderr, "--timeout-ms %s: expected a positive number of milliseconds\n", argv[i]);
+                return 2;
+            }
+            timeout_ms = (int)value;
         } else {
             return usage(argv[0]);
         }
