@@ -202,3 +202,13 @@ def test_shipped_examples_match_onnxruntime_across_the_transport(tmp_path, examp
     assert json.loads((project / "hetgen.json").read_text())["remote_devices"], "the co-processor must take part"
     errors = verify(project, seed=5, runs=1, emulate=True)
     assert errors and all(error.ok for error in errors), errors
+
+
+def test_server_options_are_checked(resnet_pair):
+    for arguments, message in (
+        (["--bogus"], "usage:"),
+        (["--timeout-ms", "soon"], "positive number of milliseconds"),
+        (["--listen", "localhost"], "expected ADDR:PORT"),
+    ):
+        result = subprocess.run([resnet_pair.server, *arguments], capture_output=True, text=True, timeout=10)
+        assert result.returncode == 2 and message in result.stderr, (arguments, result.stderr)
