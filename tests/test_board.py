@@ -148,6 +148,12 @@ def test_board_program_refuses_bad_input_files(tmp_path):
         text=True,
     )
     assert run.returncode != 0 and "cannot open" in run.stderr and not (tmp_path / "o.bin").exists()
+    # Without the emulator, verify --emulate says which one and where it comes from.
+    (tmp_path / "empty").mkdir()
+    result = cli("verify", str(out), "--emulate", env={**os.environ, "PATH": str(tmp_path / "empty")})
+    assert result.returncode == 1
+    assert "the emulator qemu-riscv64 of target board_riscv64 is not installed" in result.stderr
+    assert "apt-get install -y qemu-user" in result.stderr
 
 
 MISSING = """
