@@ -176,8 +176,8 @@ def test_missing_compiler_is_refused_before_anything_is_written(tmp_path):
     env = {**os.environ, "PATH": str(hidden)}
     result = cli(str(platform), "examples/resnet_tiny.onnx", "-o", str(tmp_path / "out"), env=env)
     assert result.returncode == 1, result.stderr
-    assert "far: compiler arm-none-eabi-gcc is not installed (Debian package gcc-arm-none-eabi)" in result.stderr
-    assert "far: archiver arm-none-eabi-ar is not installed (Debian package binutils-arm-none-eabi)" in result.stderr
+    assert "compiler arm-none-eabi-gcc of far is not installed (Debian package gcc-arm-none-eabi)" in result.stderr
+    assert "archiver arm-none-eabi-ar of far is not installed (Debian package binutils-arm-none-eabi)" in result.stderr
     assert "apt-get install -y binutils-arm-none-eabi gcc-arm-none-eabi" in result.stderr
     assert "--native-only" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
