@@ -274,3 +274,15 @@ def test_ccache_launcher_serves_a_clean_rebuild_and_survives_regeneration(tmp_pa
     assert "-O1" in build_ninja and "-Werror" in build_ninja and "-O3" not in build_ninja
     errors = verify(out, seed=1, emulate=True)
     assert all(e.ok for e in errors), errors
+
+
+def test_readme_set_up_installs_what_the_boards_need():
+    """The README's first command sets up the soc example's board build; its second is .ci/run."""
+    import re
+
+    first, second = re.findall(r"```sh\n(.+?)\n```", (REPO / "README.md").read_text())[:2]
+    for command in (first, second):
+        assert "apt-get install -y" in command
+        for package in ("gcc-aarch64-linux-gnu", "gcc-riscv64-linux-gnu", "qemu-user", "ccache"):
+            assert package in command.split("apt-get install -y", 1)[1].split(")")[0], (package, command)
+    assert (REPO / ".ci/run").read_text().rstrip().splitlines()[-1] == second
