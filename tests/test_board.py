@@ -155,6 +155,12 @@ def test_board_program_refuses_bad_input_files(tmp_path):
         text=True,
     )
     assert run.returncode != 0 and "cannot open" in run.stderr and not (tmp_path / "o.bin").exists()
+    # Without the emulator, verify --emulate says which one and where it comes from.
+    (tmp_path / "empty").mkdir()
+    result = cli("verify", str(out), "--emulate", env={**os.environ, "PATH": str(tmp_path / "empty")})
+    assert result.returncode == 1
+    assert "the emulator qemu-riscv64 of target board_riscv64 is not installed" in result.stderr
+    assert "apt-get install -y qemu-user" in result.stderr
 
 
 MISSING = """
@@ -177,8 +183,8 @@ def test_missing_compiler_is_refused_before_anything_is_written(tmp_path):
     env = {**os.environ, "PATH": str(hidden)}
     result = cli(str(platform), "examples/resnet_tiny.onnx", "-o", str(tmp_path / "out"), env=env)
     assert result.returncode == 1, result.stderr
-    assert "far: compiler arm-none-eabi-gcc is not installed (Debian package gcc-arm-none-eabi)" in result.stderr
-    assert "far: archiver arm-none-eabi-ar is not installed (Debian package binutils-arm-none-eabi)" in result.stderr
+    assert "compiler arm-none-eabi-gcc of far is not installed (Debian package gcc-arm-none-eabi)" in result.stderr
+    assert "archiver arm-none-eabi-ar of far is not installed (Debian package binutils-arm-none-eabi)" in result.stderr
     assert "apt-get install -y binutils-arm-none-eabi gcc-arm-none-eabi" in result.stderr
     assert "--native-only" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
@@ -275,3 +281,15 @@ def test_ccache_launcher_serves_a_clean_rebuild_and_survives_regeneration(tmp_pa
     assert "-O1" in build_ninja and "-Werror" in build_ninja and "-O3" not in build_ninja
     errors = verify(out, seed=1, emulate=True)
     assert all(e.ok for e in errors), errors
+
+
+def test_readme_set_up_installs_what_the_boards_need():
+    """The README's first command sets up the soc example's board build; its second is .ci/run."""
+    import re
+
+    first, second = re.findall(r"```sh\n(.+?)\n```", (REPO / "README.md").read_text())[:2]
+    for command in (first, second):
+        assert "apt-get install -y" in command
+        for package in ("gcc-aarch64-linux-gnu", "gcc-riscv64-linux-gnu", "qemu-user", "ccache"):
+            assert package in command.split("apt-get install -y", 1)[1].split(")")[0], (package, command)
+    assert (REPO / ".ci/run").read_text().rstrip().splitlines()[-1] == second

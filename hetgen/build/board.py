@@ -200,9 +200,15 @@ def board_graph(
         members = [obj for t in _library_objects(by_path[library.target], by_path) for obj in objects[t.path]]
         outputs.append(graph.archive(scopes[library.target], library.path, members))
     static = ninja_command(BOARD_PROGRAM_LDFLAGS)
+    compiled: set[str] = set()  # programs may share sources (a transport, a driver): one edge each
     for program in plan.programs:
         scope = scopes[program.target]
-        main_objects = [graph.compile(scope, src, target_board_object(program.target, src)) for src in program.sources]
+        main_objects = []
+        for src in program.sources:
+            obj = target_board_object(program.target, src)  # per target: each compiles with its own toolchain
+            if obj not in compiled:
+                compiled.add(graph.compile(scope, src, obj))
+            main_objects.append(obj)
         outputs.append(graph.link(scope, "board_link", program.path, [*main_objects, *program.libraries], static))
     ninja.newline()
     return outputs

@@ -107,9 +107,9 @@ def board_toolchain(target: Target, options: BuildOptions) -> Toolchain:
 
 @dataclass(frozen=True)
 class MissingTool:
-    target: str  # target path
     role: str  # "compiler", "archiver", "launcher", "emulator"
     tool: str
+    targets: tuple[str, ...]  # the paths of the targets that need it
 
     @property
     def package(self) -> str:
@@ -117,29 +117,34 @@ class MissingTool:
 
     def line(self) -> str:
         where = f" (Debian package {self.package})" if self.package else ""
-        return f"{self.target}: {self.role} {self.tool} is not installed{where}"
+        return f"{self.role} {self.tool} of {', '.join(self.targets)} is not installed{where}"
 
 
-def _board_tools(target: Target, options: BuildOptions) -> list[tuple[str, str]]:
+def _needed(target: Target, options: BuildOptions, emulate: bool) -> list[tuple[str, str]]:
     toolchain = board_toolchain(target, options)
     tools = [("compiler", toolchain.cc), ("archiver", toolchain.ar)]
     if toolchain.launcher:
         tools.append(("launcher", toolchain.launcher[0]))
+    if emulate and target.role is Role.CONTROLLER and toolchain.emulator:
+        tools.append(("emulator", toolchain.emulator[0]))
     return tools
 
 
 def missing_tools(platform: Platform, options: BuildOptions, emulate: bool = False) -> tuple[MissingTool, ...]:
     """Every tool the board build of `platform` (and, with `emulate`, its run under the kinds'
-    emulators) needs that is not on PATH, each once per target, in tree order."""
-    found = []
+    emulators) needs that is not on PATH, once each with the targets that need it, in tree order.
+    A composite builds nothing itself (its host and devices do)."""
+    needed: dict[tuple[str, str], list[str]] = {}
     for target in platform.targets():
-        tools = _board_tools(target, options)
-        if emulate and target.role is Role.CONTROLLER and target.toolchain.emulator:
-            tools.append(("emulator", target.toolchain.emulator[0]))
-        for role, tool in dict.fromkeys(tools):
-            if shutil.which(tool) is None:
-                found.append(MissingTool(target.path_str, role, tool))
-    return tuple(found)
+        if target.role is Role.COMPOSITE:
+            continue
+        for key in _needed(target, options, emulate):
+            needed.setdefault(key, []).append(target.path_str)
+    return tuple(
+        MissingTool(role, tool, tuple(targets))
+        for (role, tool), targets in needed.items()
+        if shutil.which(tool) is None
+    )
 
 
 def require_tools(platform: Platform, options: BuildOptions, emulate: bool = False) -> None:
