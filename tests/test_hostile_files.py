@@ -14,11 +14,17 @@ import tracemalloc
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+import hetgen
 from hetgen.cli import main
-from hetgen.errors import PlatformError
+from hetgen.errors import ModelError, PlatformError
+from hetgen.frontend import import_model
 from hetgen.platform import load_platform, load_platform_text
+from hetgen.runtime.reference import ort_session
 
 BAD_PLATFORMS = Path(__file__).resolve().parent / "bad_platforms"
 
@@ -103,3 +109,91 @@ def test_an_oversized_platform_file_is_refused_before_parsing(tmp_path):
 def test_every_bad_platform_fails_cleanly_through_the_cli():
     for path in sorted(BAD_PLATFORMS.glob("*.yaml")):
         assert_clean_failure(*run_cli("check", str(path)))
+
+
+# --- models -------------------------------------------------------------------------------------
+
+BAD_MODELS = Path(__file__).resolve().parent / "bad_models"
+
+
+def _expected(path: Path) -> tuple[str, str]:
+    """The pinned first error line and the platform to compile for (host unless it says)."""
+    lines = path.with_suffix(".expected").read_text().splitlines()
+    platform = next((line.removeprefix("platform: ") for line in lines[1:] if line.startswith("platform: ")), "host")
+    return lines[0].replace("{file}", str(path)), platform
+
+
+@pytest.mark.parametrize("path", sorted(BAD_MODELS.glob("*.onnx")), ids=lambda p: p.stem)
+def test_every_bad_model_fails_cleanly_through_the_cli_with_its_pinned_line(tmp_path, path):
+    expected, platform = _expected(path)
+    out = tmp_path / "out"
+    code, stderr = run_cli("generate", platform, str(path), "-o", str(out))
+    assert_clean_failure(code, stderr)
+    assert stderr.splitlines()[0].removeprefix("hetgen: error: ").startswith(expected), stderr
+    assert not out.exists()
+
+
+# --- external data ------------------------------------------------------------------------------
+
+
+def _matmul_model(weight_shape=(32, 48)) -> onnx.ModelProto:
+    rng = np.random.default_rng(6)
+    weight = numpy_helper.from_array(rng.standard_normal(weight_shape).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(weight_shape[1]).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])],
+        "external",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, weight_shape[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, weight_shape[1]])],
+        initializer=[weight, bias],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("location", ["weights.bin", "data/weights.bin"])
+def test_valid_external_data_builds_and_matches_onnxruntime(tmp_path, location):
+    model_path = tmp_path / "model" / "model.onnx"
+    (tmp_path / "model" / "data").mkdir(parents=True)
+    onnx.save_model(_matmul_model(), model_path, save_as_external_data=True, location=location, size_threshold=0)
+    assert (tmp_path / "model" / location).stat().st_size > 6000  # the weights really are outside
+    x = np.random.default_rng(1).standard_normal((2, 32)).astype(np.float32)
+    expected = ort_session(onnx.load(model_path).SerializeToString()).run(None, {"x": x})[0]
+    out = hetgen.compile("host", model_path, out=tmp_path / "out")
+    np.testing.assert_allclose(hetgen.load(out).run({"x": x})["y"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_symlink_to_data_inside_the_folder_is_followed(tmp_path):
+    model_path = tmp_path / "model.onnx"
+    onnx.save_model(_matmul_model(), model_path, save_as_external_data=True, location="real.bin", size_threshold=0)
+    (tmp_path / "link.bin").symlink_to("real.bin")
+    proto = onnx.load(model_path, load_external_data=False)
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "link.bin"
+    relinked = tmp_path / "relinked.onnx"
+    relinked.write_bytes(proto.SerializeToString())
+    graph = import_model(relinked)
+    np.testing.assert_array_equal(graph.constants["w"], numpy_helper.to_array(_matmul_model().graph.initializer[0]))
+
+
+def test_an_in_memory_model_with_external_data_is_refused_and_left_unchanged(tmp_path):
+    model_path = tmp_path / "model.onnx"
+    onnx.save_model(_matmul_model(), model_path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    proto = onnx.load(model_path, load_external_data=False)
+    before = proto.SerializeToString()
+    with pytest.raises(ModelError, match=r"^model 'external': tensor 'w' keeps its data in an external file"):
+        import_model(proto)
+    assert proto.SerializeToString() == before
+
+
+def test_external_data_with_a_bad_offset_is_refused(tmp_path):
+    model_path = tmp_path / "model.onnx"
+    onnx.save_model(_matmul_model(), model_path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    proto = onnx.load(model_path, load_external_data=False)
+    for entry in proto.graph.initializer[0].external_data:
+        if entry.key == "offset":
+            entry.value = "-5"
+    model_path.write_bytes(proto.SerializeToString())
+    with pytest.raises(ModelError, match=r"tensor 'w': external data 'offset' is '-5'; it must be a non-negative"):
+        import_model(model_path)

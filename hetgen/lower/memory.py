@@ -9,7 +9,11 @@ planner can beat.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from hetgen.errors import PlacementError
+from hetgen.platform.model import Target
 
 ALIGNMENT = 64
 
@@ -81,3 +85,28 @@ def plan_memory(intervals: list[Interval] | tuple[Interval, ...]) -> MemoryPlan:
         total_bytes=sum(iv.nbytes for iv in intervals),
         lower_bound=max(live, default=0),
     )
+
+
+def check_sizes(target: Target, plan: MemoryPlan, weights_bytes: int, tensors: Mapping[str, int]) -> None:
+    """Refuse what the target cannot hold, with the numbers: a tensor past its address space
+    (`memory.address_bytes` of its kind), or static data past what its programs can link
+    (`memory.static_bytes`: the arena, kept static for callers that pass no workspace, plus the
+    weights). `tensors` maps every tensor the target touches to its size in bytes."""
+    kind = target.kind.name
+    if target.address_bytes is not None and tensors:
+        name, nbytes = max(sorted(tensors.items()), key=lambda item: item[1])
+        if nbytes > target.address_bytes:
+            raise PlacementError(
+                f"{target.path_str}: tensor {name!r} needs {nbytes} bytes; kind '{kind}' addresses at most "
+                f"{target.address_bytes} bytes (memory.address_bytes). Reduce the model's shapes"
+            )
+    static = plan.arena_size + weights_bytes
+    if target.static_bytes is not None and static > target.static_bytes:
+        largest = max(plan.buffers, key=lambda buffer: buffer[2], default=None)
+        detail = f", largest tensor {largest[0]!r} {largest[2]} bytes" if largest else ""
+        raise PlacementError(
+            f"{target.path_str}: the static arena ({plan.arena_size} bytes{detail}) and weights ({weights_bytes} "
+            f"bytes) need {static} bytes; kind '{kind}' links at most {target.static_bytes} bytes of static data "
+            "(memory.static_bytes). Reduce the model's shapes, or declare a kind with a larger static_bytes "
+            "(and the code model that links it)"
+        )
