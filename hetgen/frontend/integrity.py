@@ -37,6 +37,33 @@ def type_label(elem: int) -> str:
         return f"element type {elem}"
 
 
+def check_text(proto: onnx.ModelProto, source: str) -> None:
+    """Every string field (names, op types, domains, docs) is UTF-8 text.
+
+    ONNX's protos are proto2, where the parser does not validate strings; Python then hands out
+    `bytes` where every later step (and onnx's checker) expects `str`.
+    """
+    found = _first_non_utf8(proto, "model")
+    if found:
+        field, value = found
+        raise ModelError(f"{source}: {field} is not UTF-8 text ({value[:40]!r}); names in a model must be UTF-8")
+
+
+def _first_non_utf8(message, where: str) -> tuple[str, bytes] | None:
+    for field, value in message.ListFields():
+        repeated = getattr(field, "is_repeated", None)  # protobuf >= 5; `label` before
+        repeated = field.label == field.LABEL_REPEATED if repeated is None else repeated
+        for index, item in enumerate(value if repeated else [value]):
+            at = f"{where}.{field.name}" + (f"[{index}]" if repeated else "")
+            if field.type == field.TYPE_MESSAGE:
+                found = _first_non_utf8(item, at)
+                if found:
+                    return found
+            elif field.type == field.TYPE_STRING and isinstance(item, bytes):
+                return at, item
+    return None
+
+
 def check_tensor_data(proto: onnx.ModelProto, source: str) -> None:
     for tensor in model_tensors(proto):
         _check_tensor(tensor, source)

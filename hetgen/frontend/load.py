@@ -17,7 +17,7 @@ from onnx import helper
 
 from hetgen.errors import ModelError
 from hetgen.frontend.external_data import is_external, load_external_data, model_tensors
-from hetgen.frontend.integrity import check_tensor_data, check_wiring
+from hetgen.frontend.integrity import check_tensor_data, check_text, check_wiring
 from hetgen.frontend.work import DEFAULT_DOMAINS
 from hetgen.ir import DType
 
@@ -32,6 +32,7 @@ Shapes = dict  # input name -> tuple of ints
 def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     """The model proto and how messages name it (its path, or "model 'graph name'")."""
     if isinstance(model, onnx.ModelProto):
+        check_text(model, "the model")
         source = f"model '{model.graph.name or 'unnamed'}'"
         if any(is_external(t) for t in model_tensors(model)):
             model = onnx.ModelProto.FromString(model.SerializeToString())  # the caller's proto stays as it was
@@ -53,6 +54,7 @@ def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, st
         raise ModelError(f"{path}: not an ONNX model (the protobuf does not parse: {exc})") from None
     if not proto.HasField("graph") or not proto.opset_import:
         raise ModelError(f"{path}: not an ONNX model (no graph or no opset_import); was the file truncated?")
+    check_text(proto, str(path))
     load_external_data(proto, path, str(path))
     return proto, str(path)
 

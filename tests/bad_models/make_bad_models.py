@@ -71,6 +71,24 @@ def huge_constant_model() -> bytes:
     ).SerializeToString()
 
 
+def arena_too_large() -> bytes:
+    """Three 1.5 GiB tensors alive at once: each fits a 2 GiB static arena, together they do not."""
+    shape = numpy_helper.from_array(np.array([1, 384 << 20], np.int64), "shape")
+    one, two = (numpy_helper.from_array(np.array([v], np.float32)) for v in (1, 2))
+    return model(
+        [
+            helper.make_node("ConstantOfShape", ["shape"], ["ones"], value=one, name="ones"),
+            helper.make_node("ConstantOfShape", ["shape"], ["twos"], value=two, name="twos"),
+            helper.make_node("Add", ["ones", "twos"], ["sum"], name="add"),
+            helper.make_node("Add", ["sum", "x"], ["shifted"], name="shift"),
+            helper.make_node("ReduceMax", ["shifted"], ["y"], keepdims=0, name="reduce"),
+        ],
+        [value("x", [1])],
+        [value("y", [])],
+        inits=[shape],
+    ).SerializeToString()
+
+
 def huge_declared_initializer() -> bytes:
     """An initializer that declares 2^20 x 2^20 floats and carries 4 bytes."""
     weight = TensorProto(name="w", data_type=F, dims=[1 << 20, 1 << 20], raw_data=b"\0\0\0\0")
@@ -157,9 +175,16 @@ def bad_models() -> dict[str, tuple[bytes, str]]:
             huge_declared_initializer(),
             "{file}: tensor 'w' declares shape (1048576, 1048576) of float32, 4398046511104 bytes, but carries 4 bytes",
         ),
+        "arena_too_large": (
+            arena_too_large(),
+            "host: the static arena (4831838208 bytes, largest tensor 'ones' 1610612736 bytes) and weights (32 bytes) "
+            "need 4831838240 bytes; kind 'native' links at most 2147483648 bytes of static data (memory.static_bytes)"
+            "\nplatform: host",
+        ),
         "huge_input": (
             relu_model(x_shape=(1 << 30, 1 << 30)).SerializeToString(),
-            "host: tensor 'x' needs 4611686018427387904 bytes; kind 'native' addresses at most 281474976710656 bytes"
+            "tensor 'x' (1073741824, 1073741824) of float32 needs 4611686018427387904 bytes; no target of platform "
+            "'host' can address it (the largest address space: 281474976710656 bytes, memory.address_bytes)"
             "\nplatform: host",
         ),
         "overflowing_shape": (
@@ -173,8 +198,8 @@ def bad_models() -> dict[str, tuple[bytes, str]]:
         ),
         "huge_constant_of_shape": (
             huge_constant_model(),
-            "host: the static arena (8796093022208 bytes, largest tensor 'big' 4398046511104 bytes) and weights "
-            "(48 bytes) need 8796093022256 bytes; kind 'native' links at most 2147483648 bytes of static data"
+            "tensor 'big' (1, 1048576, 1048576) of float32 needs 4398046511104 bytes; no target of platform 'host' "
+            "can hold it (the most static data or local memory: 2147483648 bytes, memory.static_bytes)"
             "\nplatform: host",
         ),
         "cycle": (
