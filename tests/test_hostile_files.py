@@ -9,6 +9,8 @@ and a few hundred random mutations of a valid model and platform run through the
 from __future__ import annotations
 
 import io
+import random
+import re
 import time
 import tracemalloc
 from contextlib import redirect_stderr, redirect_stdout
@@ -197,3 +199,134 @@ def test_external_data_with_a_bad_offset_is_refused(tmp_path):
     model_path.write_bytes(proto.SerializeToString())
     with pytest.raises(ModelError, match=r"tensor 'w': external data 'offset' is '-5'; it must be a non-negative"):
         import_model(model_path)
+
+
+# --- random mutations through the CLI ------------------------------------------------------------
+
+SHIPPED_PLATFORMS = Path(hetgen.__file__).resolve().parent.parent / "platforms"
+# Words a careless edit or a hostile file puts where a value was.
+YAML_TOKENS = (b"-1", b"0", b"1e400", b".inf", b".nan", b"null", b"[]", b"{}", b"*x", b"&x", b"~", b"'", b"9" * 30)
+YAML_TOKENS += (b"!!python/object:os.system", b"{a: *a}", b"<<: 3", b"\t", b"\n  - ", b"npu", b"vm", b"2 ** 64", b"1/0")
+
+
+def small_model() -> bytes:
+    """Conv, Relu, MaxPool, Reshape, Gemm, Softmax: few weights, so most flips hit structure."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([1, -1], np.int64), "shape"),
+        numpy_helper.from_array(rng.standard_normal((64, 5)).astype(np.float32), "g"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        helper.make_node("Reshape", ["p", "shape"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "g"], ["z"], name="gemm"),
+        helper.make_node("Softmax", ["z"], ["y"], axis=1, name="softmax"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def mutate(data: bytes, rng: random.Random, tokens: tuple[bytes, ...] = ()) -> bytes:
+    """A byte flip, a few random bytes, a truncation, a repeated slice, or (text) a replaced word."""
+    if tokens and rng.random() < 0.5:
+        word = rng.choice(list(re.finditer(rb"[A-Za-z0-9_.]+", data)))
+        return data[: word.start()] + rng.choice(tokens) + data[word.end() :]
+    data = bytearray(data)
+    choice = rng.randrange(4)
+    if choice == 0:
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    elif choice == 1:
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+    elif choice == 2:
+        del data[rng.randrange(len(data)) :]
+    else:
+        start, end = sorted(rng.randrange(len(data)) for _ in range(2))
+        data[start:start] = data[start:end][:64]
+    return bytes(data)
+
+
+def assert_no_internal_error(code: int, stderr: str, case: Path) -> None:
+    assert code in (0, 1), (case, stderr)
+    assert "internal error" not in stderr and "Traceback" not in stderr, (case, stderr)
+
+
+def test_mutated_models_never_crash_hetgen(tmp_path):
+    rng, base = random.Random(2026), small_model()
+    outcomes = {0: 0, 1: 0}
+    for index in range(250):
+        case = tmp_path / "mutated.onnx"
+        case.write_bytes(mutate(base, rng))
+        if index % 2:  # generating also runs lowering and code generation
+            code, stderr = run_cli("generate", "soc", str(case), "-o", str(tmp_path / "out"))
+        else:
+            code, stderr = run_cli("explain", "soc", str(case))
+        assert_no_internal_error(code, stderr, case)
+        outcomes[code] += 1
+    assert min(outcomes.values()) > 20, outcomes  # the mutations reach past parsing, and are refused too
+
+
+@pytest.mark.parametrize("name", ["soc", "dual"])
+def test_mutated_platform_files_never_crash_hetgen(tmp_path, name):
+    rng, base = random.Random(name), (SHIPPED_PLATFORMS / f"{name}.yaml").read_bytes()
+    outcomes = {0: 0, 1: 0}
+    for _ in range(150):
+        case = tmp_path / f"{name}.yaml"
+        case.write_bytes(mutate(base, rng, YAML_TOKENS))
+        code, stderr = run_cli("check", str(case))
+        assert_no_internal_error(code, stderr, case)
+        outcomes[code] += 1
+    assert min(outcomes.values()) > 10, outcomes
+
+
+# --- regressions the fuzzing found (each was "internal error" before) ------------------------------
+
+EXAMPLES = Path(hetgen.__file__).resolve().parent.parent / "examples"
+
+
+def _edited(proto: onnx.ModelProto, tmp_path: Path, **initializers: np.ndarray) -> Path:
+    for tensor in proto.graph.initializer:
+        if tensor.name in initializers:
+            tensor.CopyFrom(numpy_helper.from_array(initializers[tensor.name], tensor.name))
+    path = tmp_path / "model.onnx"
+    path.write_bytes(proto.SerializeToString())
+    return path
+
+
+def test_regression_zero_size_input_reshaped_to_a_huge_dimension(tmp_path):
+    """numpy refused to build the (2^63 - 1, 0) placeholder used to type the next node."""
+    proto = onnx.ModelProto.FromString(small_model())
+    proto.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 0
+    path = _edited(proto, tmp_path, shape=np.array([(1 << 63) - 1, -1], np.int64))
+    code, stderr = run_cli("generate", "soc", str(path), "-o", str(tmp_path / "out"))
+    assert_clean_failure(code, stderr)
+    assert "cannot infer the shape of 'z', output of Gemm 'gemm'" in stderr
+
+
+def test_regression_decomposed_gelu_over_an_untyped_tensor(tmp_path):
+    """The Gelu rewrite read the type of a tensor whose shape could not be inferred."""
+    proto = onnx.load(EXAMPLES / "transformer_tiny.onnx")
+    path = _edited(proto, tmp_path, shape_6=np.array([16, 1 << 40], np.int64))
+    code, stderr = run_cli("generate", "host", str(path), "-o", str(tmp_path / "out"))
+    assert_clean_failure(code, stderr)
+    assert "must be a compile-time constant" in stderr
+
+
+def test_regression_conv_bias_of_another_layer_before_batchnorm(tmp_path):
+    """Folding BatchNormalization broadcast a 16-value bias against 32 channels."""
+    proto = onnx.load(EXAMPLES / "resnet_tiny.onnx")
+    conv = next(node for node in proto.graph.node if node.name == "conv_3")
+    conv.input[2] = "conv_b_2"
+    path = tmp_path / "model.onnx"
+    path.write_bytes(proto.SerializeToString())
+    code, stderr = run_cli("explain", "soc", str(path))
+    assert code in (0, 1) and "internal error" not in stderr, stderr

@@ -168,10 +168,15 @@ def _registry_types(node: WorkNode, work: Work) -> dict[str, ValueType]:
 def _placeholder_types(node: WorkNode, work: Work) -> dict[str, ValueType]:
     if sum(work.types[n].size for n in node.inputs if n and n not in work.constants) > PLACEHOLDER_LIMIT:
         return {}
-    values = [
-        (work.constants[n] if n in work.constants else np.ones(work.types[n].shape, work.types[n].numpy)) if n else None
-        for n in node.inputs
-    ]
+    try:
+        values = [
+            (work.constants[n] if n in work.constants else np.ones(work.types[n].shape, work.types[n].numpy))
+            if n
+            else None
+            for n in node.inputs
+        ]
+    except (ValueError, MemoryError):  # numpy refuses a shape like (0, 2**62) outright
+        return {}
     results = evaluate(node, values)
     if results is None:
         return {}

@@ -89,6 +89,12 @@ def arena_too_large() -> bytes:
     ).SerializeToString()
 
 
+def non_utf8_name() -> bytes:
+    """A node name that is not UTF-8 (proto2 strings are not validated when parsed). Found by fuzzing."""
+    named = model([helper.make_node("Relu", ["x"], ["y"], name="reXu")], [value("x", [2, 3])], [value("y", [2, 3])])
+    return named.SerializeToString().replace(b"reXu", b"re\x9bu")
+
+
 def huge_declared_initializer() -> bytes:
     """An initializer that declares 2^20 x 2^20 floats and carries 4 bytes."""
     weight = TensorProto(name="w", data_type=F, dims=[1 << 20, 1 << 20], raw_data=b"\0\0\0\0")
@@ -180,6 +186,10 @@ def bad_models() -> dict[str, tuple[bytes, str]]:
             "host: the static arena (4831838208 bytes, largest tensor 'ones' 1610612736 bytes) and weights (32 bytes) "
             "need 4831838240 bytes; kind 'native' links at most 2147483648 bytes of static data (memory.static_bytes)"
             "\nplatform: host",
+        ),
+        "non_utf8_name": (
+            non_utf8_name(),
+            "{file}: model.graph.node[0].name is not UTF-8 text (b're\\x9bu'); names in a model must be UTF-8",
         ),
         "huge_input": (
             relu_model(x_shape=(1 << 30, 1 << 30)).SerializeToString(),
