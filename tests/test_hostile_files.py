@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
 from hetgen.cli import main
-from hetgen.errors import ModelError, PlatformError
+from hetgen.errors import ModelError, PlacementError, PlatformError
 from hetgen.frontend import import_model
 from hetgen.platform import load_platform, load_platform_text
 from hetgen.runtime.reference import ort_session
@@ -330,3 +330,91 @@ def test_regression_conv_bias_of_another_layer_before_batchnorm(tmp_path):
     path.write_bytes(proto.SerializeToString())
     code, stderr = run_cli("explain", "soc", str(path))
     assert code in (0, 1) and "internal error" not in stderr, stderr
+
+
+# --- sizes ------------------------------------------------------------------------------------------
+
+
+def _chain_model(elements: int) -> onnx.ModelProto:
+    """y = relu(relu(x) + 1): one intermediate of `elements` float32 values."""
+    one = numpy_helper.from_array(np.ones((1,), np.float32), "one")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Add", ["r", "one"], ["s"]),
+            helper.make_node("Relu", ["s"], ["y"]),
+        ],
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, elements])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, elements])],
+        initializer=[one],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+MCU_PLATFORM = """\
+name: board
+kinds:
+  mcu:
+    refines: cpu
+    doc: A 32-bit microcontroller with 256 KiB of RAM for static data.
+    memory: {address_bytes: "2 ** 32", static_bytes: 262144}
+target: mcu
+"""
+
+
+def test_a_declared_static_bytes_figure_takes_effect(tmp_path):
+    platform = load_platform_text(MCU_PLATFORM, file="board.yaml")
+    assert (platform.root.address_bytes, platform.root.static_bytes) == (1 << 32, 262144)
+    hetgen.compile(platform, _chain_model(16 << 10), out=tmp_path / "fits", build=False)  # 64 KiB arena
+    with pytest.raises(PlacementError) as caught:
+        hetgen.compile(platform, _chain_model(64 << 10), out=tmp_path / "too_big", build=False)
+    assert str(caught.value).startswith(
+        "board: the static arena (262144 bytes, largest tensor 'r' 262144 bytes) and weights (4 bytes) need "
+        "262148 bytes; kind 'mcu' links at most 262144 bytes of static data (memory.static_bytes)"
+    )
+    assert not (tmp_path / "too_big").exists()
+
+
+@pytest.mark.parametrize("platform", ["host", "soc"])
+def test_zero_size_tensors_build_and_match_onnxruntime(tmp_path, platform):
+    bias = numpy_helper.from_array(np.ones((3,), np.float32), "b")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "b"], ["s"]),
+            helper.make_node("Relu", ["s"], ["y"]),
+            helper.make_node("ReduceSum", ["s"], ["total"], keepdims=0),
+        ],
+        "zero",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [0, 3]),
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, []),
+        ],
+        initializer=[bias],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.zeros((0, 3), np.float32)
+    expected = ort_session(proto.SerializeToString()).run(None, {"x": x})
+    got = hetgen.load(hetgen.compile(platform, proto, out=tmp_path / "out")).run({"x": x})
+    assert got["y"].shape == (0, 3)
+    np.testing.assert_array_equal(got["total"], expected[1])
+
+
+@pytest.mark.parametrize("spec, reason", [("folder", "is a folder"), ("/dev/zero", "is not a regular file")])
+def test_a_model_that_is_not_a_file_is_refused(tmp_path, spec, reason):
+    spec = str(tmp_path) if spec == "folder" else spec
+    code, stderr = run_cli("explain", "host", spec)
+    assert_clean_failure(code, stderr)
+    assert reason in stderr
+
+
+def test_a_model_past_protobufs_limit_is_refused_without_reading_it(tmp_path):
+    path = tmp_path / "huge.onnx"
+    with path.open("wb") as stream:  # sparse: no disk or memory is used
+        stream.truncate(3 << 30)
+    tracemalloc.start()
+    with pytest.raises(ModelError, match=r"3221225472 bytes, past protobuf's 2 GiB limit"):
+        import_model(path)
+    assert tracemalloc.get_traced_memory()[1] < 10 << 20
+    tracemalloc.stop()

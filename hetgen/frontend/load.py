@@ -27,6 +27,7 @@ MIN_OPSET = 7
 MAX_OPSET = max(21, onnx.defs.onnx_opset_version())
 
 Shapes = dict  # input name -> tuple of ints
+MAX_PROTOBUF_BYTES = 2 << 30  # protobuf cannot parse a larger message; reading it would only waste memory
 
 
 def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -44,6 +45,11 @@ def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, st
     if not path.is_file():
         what = "a folder" if path.is_dir() else "not a regular file"
         raise ModelError(f"{path}: is {what}; give the path of an .onnx file")
+    if path.stat().st_size >= MAX_PROTOBUF_BYTES:
+        raise ModelError(
+            f"{path}: {path.stat().st_size} bytes, past protobuf's 2 GiB limit for one message; "
+            "save the weights as external data (onnx.save_model(..., save_as_external_data=True))"
+        )
     try:
         data = path.read_bytes()
     except OSError as exc:
