@@ -418,3 +418,27 @@ def test_a_model_past_protobufs_limit_is_refused_without_reading_it(tmp_path):
         import_model(path)
     assert tracemalloc.get_traced_memory()[1] < 10 << 20
     tracemalloc.stop()
+
+
+def test_a_large_constant_is_not_computed_at_import(tmp_path):
+    """ConstantOfShape of 1 GiB stays a node: folding it would take that memory in hetgen itself."""
+    shape = numpy_helper.from_array(np.array([1, 256 << 20], np.int64), "shape")
+    graph = helper.make_graph(
+        [
+            helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+            helper.make_node("Add", ["big", "x"], ["sum"]),
+            helper.make_node("ReduceMax", ["sum"], ["y"], keepdims=0),
+        ],
+        "large",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        initializer=[shape],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    tracemalloc.start()
+    imported = import_model(proto)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 100 << 20
+    assert [node.op for node in imported.nodes][0] == "ConstantOfShape"
+    assert imported.types["big"].nbytes == 1 << 30
