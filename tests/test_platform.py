@@ -85,6 +85,13 @@ def test_bad_platform_folder_covers_the_required_cases():
         "wrong_attribute_type",
         "missing_required_attribute",
         "several_errors",
+        "alias_bomb",
+        "deep_nesting",
+        "huge_scalar",
+        "non_utf8",
+        "binary_garbage",
+        "tabs",
+        "duplicate_key",
     }
     assert required <= names
 
