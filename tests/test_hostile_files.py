@@ -442,3 +442,27 @@ def test_a_large_constant_is_not_computed_at_import(tmp_path):
     assert peak < 100 << 20
     assert [node.op for node in imported.nodes][0] == "ConstantOfShape"
     assert imported.types["big"].nbytes == 1 << 30
+
+
+def test_bad_model_folder_covers_the_hostile_cases():
+    names = {path.stem for path in BAD_MODELS.glob("*.onnx")}
+    required = {
+        "external_missing",
+        "external_short",
+        "external_absolute",
+        "external_escaping",
+        "external_symlink",
+        "huge_constant_of_shape",
+        "huge_initializer_dims",
+        "arena_too_large",
+        "overflowing_shape",
+        "negative_dimension",
+        "cycle",
+        "input_never_produced",
+        "duplicate_output_names",
+        "empty_graph",
+        "wrong_message_type",
+        "random_bytes",
+        "non_utf8_name",
+    }
+    assert required <= names, required - names
