@@ -13,7 +13,7 @@ import dataclasses
 from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
-from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, plan_memory
+from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.program import KernelUnit, Lowered, Program, ProgramRole, TensorSpec, WeightEntry, Weights
 from hetgen.lower.resolve import Resolver, device_model
 from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
@@ -165,6 +165,10 @@ def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root
                 "Give it more memory (e.g. sram_kib), pin the large layers elsewhere, or use the cost placement, which avoids it"
             ),
         )
+    touched = set(schedule.events.get(path, {})) | (keep_out & set(graph.types))
+    check_sizes(
+        target, plan, sum(graph.types[name].nbytes for name in used), {t: graph.types[t].nbytes for t in touched}
+    )
     return plan, pack_weights(used, graph)
 
 
