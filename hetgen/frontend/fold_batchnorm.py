@@ -13,6 +13,8 @@ other reader and is not a graph output, and every parameter is a compile-time co
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from hetgen.ir import DType, Graph, Node, TensorType
@@ -71,4 +73,4 @@ def fold_batchnorm(graph: Graph) -> Graph:
     produced = {name for node in nodes for name in node.outputs if name}
     keep = used | produced | set(graph.inputs)
     types = {name: t for name, t in types.items() if name in keep}
-    return Graph(graph.name, graph.inputs, graph.outputs, nodes, types, constants, graph.opset)
+    return dataclasses.replace(graph, nodes=nodes, types=types, constants=constants)

@@ -183,7 +183,7 @@ def to_graph(work: Work, name: str) -> Graph:
             )
         )
     constants = {n: np.require(a, requirements="C") for n, a in work.constants.items()}
-    return Graph(name, tuple(work.inputs), tuple(work.outputs), tuple(nodes), types, constants, work.opset)
+    return Graph(name, tuple(work.inputs), tuple(work.outputs), tuple(nodes), types, constants, work.opset, work.source)
 
 
 def to_attribute(name: str, value: Any) -> onnx.AttributeProto:

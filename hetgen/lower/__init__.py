@@ -39,7 +39,10 @@ def lower_units(units: tuple[Unit, ...], graph: Graph) -> tuple[Kernel, ...]:
         except Unsupported as exc:
             problems.append(f"{unit.head.label}: {exc}")
     if problems:
-        raise ModelError("the model uses operators hetgen cannot generate code for:\n  " + "\n  ".join(problems))
+        where = f"{graph.source}: " if graph.source else ""
+        raise ModelError(
+            f"{where}the model uses operators hetgen cannot generate code for:\n  " + "\n  ".join(problems)
+        )
     return tuple(kernels)
 
 
@@ -177,7 +180,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     root_path = root.path_str
     nodes, assignment = ordered_nodes(graph, placement)
     assignment = assignment or {node.name: root_path for node in nodes}
-    ordered = Graph(graph.name, graph.inputs, graph.outputs, tuple(nodes), graph.types, graph.constants, graph.opset)
+    ordered = dataclasses.replace(graph, nodes=tuple(nodes))
     all_units = kernel_units(ordered, assignment)
     units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, graph), graph)
     infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]

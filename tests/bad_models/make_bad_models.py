@@ -238,6 +238,18 @@ def bad_models() -> dict[str, tuple[bytes, str]]:
             "{file}: the onnx checker rejects the model: Graph must be in single static assignment (SSA) form, "
             "however 'y' has been used as output names multiple times.",
         ),
+        "conv_bias_mismatch": (
+            model(
+                [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", kernel_shape=[1, 1])],
+                [value("x", [1, 2, 4, 4])],
+                [value("y", [1, 4, 4, 4])],
+                inits=[
+                    numpy_helper.from_array(np.ones((4, 2, 1, 1), np.float32), "w"),
+                    numpy_helper.from_array(np.ones((3,), np.float32), "b"),  # 3 biases for 4 channels
+                ],
+            ).SerializeToString(),
+            "{file}: the model uses operators hetgen cannot generate code for:\nplatform: host",
+        ),
         "empty_graph": (model([], [], []).SerializeToString(), "{file}: the graph has no outputs"),
         "wrong_message_type": (
             numpy_helper.from_array(np.ones((2, 2), np.float32), "t").SerializeToString(),
