@@ -26,13 +26,15 @@ def compile(  # noqa: A001
     pins=None,
     shapes=None,
     weights: str = "blob",
+    native_only: bool = False,
     **build_options,
 ) -> Path:
     """Generate the project for `model` on `platform` (a path, a tag or a Platform) and build it.
 
     `model` is a path or an onnx.ModelProto; `out` defaults to generated/<platform name>;
     `shapes` fixes dynamic input dimensions, e.g. `shapes={"input": (1, 3, 224, 224)}`;
-    `weights` is "blob" or "c_array"; other keywords are `BuildOptions` fields (opt, sanitize, ...).
+    `weights` is "blob" or "c_array"; `native_only` skips the board build (each controller by its own
+    cross toolchain), so no cross toolchain is needed; other keywords are `BuildOptions` fields (opt, sanitize, ...).
     All or nothing: if generation or the build fails, `out` is left as it was.
     """
     from hetgen.build import BuildOptions
@@ -45,6 +47,7 @@ def compile(  # noqa: A001
         pins=dict(pins or {}),
         input_shapes={name: tuple(dims) for name, dims in (shapes or {}).items()},
         weights=weights,
+        native_only=native_only,
         build_options=BuildOptions(**build_options),
     )
     return compile_model(platform, model, options).out_dir

@@ -72,18 +72,41 @@ def _compile_options(args, build: bool):
     from hetgen.pipeline import CompileOptions
 
     sanitize = tuple(s for s in (args.sanitize or "").split(",") if s)
-    launcher = tuple(os.environ.get("HETGEN_LAUNCHER", "").split())
+    launcher = args.launcher if args.launcher is not None else os.environ.get("HETGEN_LAUNCHER", "")
+    if args.opt_level is not None:
+        opt = (f"-O{args.opt_level}",)
+    else:
+        opt = _words(args.opt, "--opt") if args.opt is not None else BuildOptions().opt
+    build_options = BuildOptions(
+        opt=opt,
+        native_tuning=not args.no_native_tuning,
+        sanitize=sanitize,
+        werror=args.werror,
+        launcher=_words(launcher, "--launcher"),
+        extra_cflags=_words(args.cflags or "", "--cflags"),
+    )
     return CompileOptions(
         out=Path(args.output) if args.output else None,
         build=build,
         placement=args.placement,
         pins=_pins(args.pin),
         search_path=_search_path(),
-        build_options=BuildOptions(sanitize=sanitize, launcher=launcher),
+        build_options=build_options,
         input_shapes=_shapes(args.shape),
         weights=args.weights,
         in_place=args.in_place,
+        native_only=args.native_only,
     )
+
+
+def _words(text: str, option: str) -> tuple[str, ...]:
+    """Command-line words, split as a shell would (`--launcher "distcc -j8"`)."""
+    import shlex
+
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as error:
+        raise HetgenError(f"{option} {text!r}: {error}; give words as a shell would, e.g. {option}='ccache'") from None
 
 
 def cmd_build(args, build: bool = True) -> int:
@@ -97,6 +120,16 @@ def cmd_build(args, build: bool = True) -> int:
             f"(all intermediates {target['intermediate_bytes']} B, liveness bound {target['liveness_lower_bound']} B), "
             f"weights {target['weights_bytes']} B"
         )
+    board = manifest.get("board")
+    if board is None:
+        print("board build: none (--native-only)")
+    else:
+        for library in board["libraries"]:
+            print(f"board: {library['path']} ({library['cc']}, for {library['triple'] or 'this machine'})")
+        for program in board["programs"]:
+            print(f"board: {program['path']} (program of {program['target']})")
+        for note in board["notes"]:
+            print(f"board: {note}")
     verb = "built" if build else "generated"
     print(f"{verb} {compiled.out_dir} ({len(compiled.changed)} files changed)")
     return 0
@@ -126,7 +159,7 @@ def cmd_verify(args) -> int:
     from hetgen.runtime.verify import verify
 
     out_dir = Path(args.dir)
-    if needs_preload(out_dir):
+    if needs_preload(out_dir) and not args.emulate:
         # A sanitizer runtime must be loaded before the Python process starts: verify in a child that has it.
         import subprocess
 
@@ -137,13 +170,16 @@ def cmd_verify(args) -> int:
         sys.stdout.flush()
         return subprocess.run(command, env=environment).returncode
     inputs = Path(args.inputs) if args.inputs else None
-    errors = verify(out_dir, seed=args.seed, rtol=args.rtol, atol=args.atol, inputs=inputs)
+    errors = verify(out_dir, seed=args.seed, rtol=args.rtol, atol=args.atol, inputs=inputs, emulate=args.emulate)
     failed = 0
     for error in errors:
         status = "ok" if error.ok else "MISMATCH"
         print(f"{error.name}: max abs error {error.max_abs:.3g}, max rel error {error.max_rel:.3g}  {status}")
         failed += not error.ok
-    print(f"{len(errors) - failed} of {len(errors)} outputs match onnxruntime (rtol {args.rtol}, atol {args.atol})")
+    where = " (board build under emulation)" if args.emulate else ""
+    print(
+        f"{len(errors) - failed} of {len(errors)} outputs{where} match onnxruntime (rtol {args.rtol}, atol {args.atol})"
+    )
     return EXIT_USER_ERROR if failed else EXIT_OK
 
 
@@ -221,7 +257,27 @@ def parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text)
         _add_compile_arguments(command)
         command.add_argument("-o", "--output", help="output folder (default: generated/<platform name>)")
-        command.add_argument("--sanitize", help="build with sanitizers, e.g. address,undefined")
+        command.add_argument("--sanitize", help="build with sanitizers, e.g. address,undefined (native build)")
+        command.add_argument(
+            "--native-only",
+            action="store_true",
+            help="build only the native simulation (no board build, no cross toolchain needed)",
+        )
+        command.add_argument(
+            "-O", dest="opt_level", metavar="LEVEL", help="optimisation level of both builds, e.g. -O1 (default -O3)"
+        )
+        command.add_argument("--opt", metavar="FLAGS", help=argparse.SUPPRESS)  # the exact words; the regenerate rule
+        command.add_argument("--no-native-tuning", action="store_true", help="no -march=native in the native build")
+        command.add_argument("--werror", action="store_true", help="compile with -Werror (both builds)")
+        command.add_argument(
+            "--cflags", metavar="FLAGS", help="extra compiler flags for both builds, e.g. --cflags='-g -DNDEBUG'"
+        )
+        command.add_argument(
+            "--launcher",
+            metavar="WORDS",
+            help="prefix every compile command (both builds), e.g. --launcher=ccache or --launcher=distcc; "
+            "overrides the platform's toolchain launchers (default: $HETGEN_LAUNCHER)",
+        )
         command.add_argument("--no-build", action="store_true", help="generate only")
         command.add_argument("--in-place", action="store_true", help=argparse.SUPPRESS)  # the regenerate rule
         command.add_argument(
@@ -240,6 +296,11 @@ def parser() -> argparse.ArgumentParser:
     verify.add_argument("--atol", type=float, default=1e-5)
     verify.add_argument(
         "--inputs", metavar="FILE.npz", help="your inputs (numpy .npz, one array per input name) instead of random ones"
+    )
+    verify.add_argument(
+        "--emulate",
+        action="store_true",
+        help="run the board build (the cross-built root program) under its kind's emulator, e.g. qemu-aarch64",
     )
     bench = sub.add_parser("bench", help="latency beside onnxruntime")
     bench.add_argument("dir")

@@ -7,6 +7,7 @@ decides where files go. The CLI and `hetgen.compile` call it.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ import onnx
 from onnx import external_data_helper
 
 from hetgen import codegen, frontend, lower
-from hetgen.build import BuildOptions, Regenerate, build_files, run_ninja
+from hetgen.build import BuildOptions, Regenerate, board_plan, build_files, require_tools, run_ninja
 from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project
 from hetgen.codegen.project import GeneratedFile, manifest_bytes
 from hetgen.errors import BuildError
@@ -44,6 +45,8 @@ class CompileOptions:
     # Update the folder in place instead of staging and swapping it: build.ninja's regenerate rule
     # runs inside the folder, under a ninja that reloads build.ninja from it.
     in_place: bool = False
+    # Only the native build (this machine, one process): no board build, so no cross toolchain needed.
+    native_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,31 @@ def import_graph(model: str | Path | onnx.ModelProto, shapes: Mapping[str, tuple
     return frontend.import_model(model, shapes=dict(shapes) or None)
 
 
+def options_argv(options: CompileOptions) -> list[str]:
+    """`hetgen generate` arguments that reproduce `options` (all but `out`, `build` and the search
+    path, which the regenerate rule fixes itself): what build.ninja re-runs must build the same."""
+    build = options.build_options
+    argv = ["--placement", options.placement, "--weights", options.weights, f"--opt={shlex.join(build.opt)}"]
+    for node, target in sorted(options.pins.items()):
+        argv += ["--pin", f"{node}={target}"]
+    for name, dims in sorted(options.input_shapes.items()):
+        argv += ["--shape", f"{name}={format_dims(dims)}"]
+    if not build.native_tuning:
+        argv.append("--no-native-tuning")
+    if build.werror:
+        argv.append("--werror")
+    if build.sanitize:
+        argv.append(f"--sanitize={','.join(build.sanitize)}")
+    # Always written, even empty: the regenerated project must not pick up whatever $HETGEN_LAUNCHER
+    # the shell that runs ninja happens to have.
+    argv.append(f"--launcher={shlex.join(build.launcher)}")
+    if build.extra_cflags:
+        argv.append(f"--cflags={shlex.join(build.extra_cflags)}")
+    if options.native_only:
+        argv.append("--native-only")
+    return argv
+
+
 def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOptions) -> Regenerate | None:
     if not isinstance(model, (str, Path)) or platform.file.startswith("<"):
         return None  # in-memory inputs cannot be re-read by ninja
@@ -77,12 +105,9 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
         str(Path(model).resolve()),
         "-o",
         str(out_dir.resolve()),
+        *options_argv(options),
+        "--in-place",
     ]
-    command += ["--placement", options.placement, "--weights", options.weights, "--in-place"]
-    for node, target in sorted(options.pins.items()):
-        command += ["--pin", f"{node}={target}"]
-    for name, dims in sorted(options.input_shapes.items()):
-        command += ["--shape", f"{name}={format_dims(dims)}"]
     templates = sorted(str(p) for p in templates_dir().rglob("*") if p.is_file())
     inputs = [str(Path(platform.file).resolve()), str(Path(model).resolve()), *templates]
     return Regenerate(tuple(command), tuple(inputs))
@@ -95,9 +120,15 @@ def generate_files(platform: Platform, graph: Graph, options: CompileOptions, mo
     lowered = lower.lower(graph, platform, placement)
     sources = codegen.generate(lowered, weights=options.weights)
     regenerate = regenerate_rule(platform, model, out_dir, options)
-    build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve())
-    # The loader needs to know a library was built with sanitizers before it dlopens it.
-    manifest = {**sources.manifest, "sanitize": list(options.build_options.sanitize)}
+    board = None if options.native_only else board_plan(sources, platform, options.build_options)
+    build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve(), board)
+    # The loader needs to know a library was built with sanitizers before it dlopens it; verify
+    # --emulate finds the board programs and their emulators under "board".
+    manifest = {
+        **sources.manifest,
+        "sanitize": list(options.build_options.sanitize),
+        "board": board.manifest() if board is not None else None,
+    }
     manifest_file = GeneratedFile("hetgen.json", manifest_bytes(manifest))
     model_copy = model_copy_files(model)  # what verify and bench compare against
     return placement, lowered, (*sources.files, *build, manifest_file, *model_copy)
@@ -150,6 +181,8 @@ def compile_model(
     in a staging folder and swapped in on success, so a user error or a failed build leaves the
     destination as it was (a failed build's log and project are kept in `<out>.hetgen-failed/`)."""
     resolved = resolve_platform(platform, options.search_path)
+    if not options.native_only:
+        require_tools(resolved, options.build_options)  # before anything is generated
     graph = import_graph(model, options.input_shapes)
     out_dir = Path(options.out) if options.out is not None else Path("generated") / resolved.name
     _, _, files = generate_files(resolved, graph, options, model, out_dir)

@@ -161,10 +161,9 @@ def test_sanitized_example_runs_clean(tmp_path, big_model_file):
 def test_example_main_reads_inputs_and_writes_outputs(tmp_path, model_file):
     out = hetgen.compile(load_platform_text(host_platform("aot")), model_file, out=tmp_path / "c")
     x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
-    (tmp_path / "io").mkdir()
-    x.tofile(tmp_path / "io/input0.bin")
-    subprocess.run([str(out / "bin/hg_host_aot_main"), str(tmp_path / "io"), str(tmp_path / "io")], check=True)
-    y = np.fromfile(tmp_path / "io/output0.bin", dtype=np.float32).reshape(1, 8, 16, 16)
+    x.tofile(tmp_path / "in.bin")
+    subprocess.run([str(out / "bin/hg_host_aot_main"), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], check=True)
+    y = np.fromfile(tmp_path / "out.bin", dtype=np.float32).reshape(1, 8, 16, 16)
     np.testing.assert_allclose(y, reference(model_file, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 

@@ -26,6 +26,15 @@ class GeneratedFile:
 
 
 @dataclass(frozen=True)
+class BoardProgram:
+    """A program of the board build, linked from `sources` and its target's board library (e.g. a
+    co-processor's device server)."""
+
+    name: str  # the executable's file name, e.g. "hg_soc_vdevice0_host_server"
+    sources: tuple[str, ...]  # .c files compiled with the target's board toolchain
+
+
+@dataclass(frozen=True)
 class TargetSources:
     """What the build stage needs to know about one target's files."""
 
@@ -39,6 +48,12 @@ class TargetSources:
     helpers: tuple[str, ...]  # runtime/*.c the kernels need
     children: tuple[str, ...] = ()  # target folders of the devices this target drives
     is_controller: bool = True
+    # The board build only (cross toolchains, programs for the board); the native build ignores them.
+    board_sources: tuple[str, ...] = ()  # extra .c files in this target's board library (e.g. remote-device stubs)
+    board_programs: tuple[BoardProgram, ...] = ()  # programs linked against this target's board library
+    # Child controllers the board build reaches over the transport (their device calls are served by
+    # `board_sources`), so they are not linked into this target's programs.
+    remote_children: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one
 # program can link. null: no bound.
 MEMORY_KEYS = ("local_bytes", "address_bytes", "static_bytes")
-TOOLCHAIN_KEYS = ("cc", "cflags", "ldflags", "ar", "launcher", "triple", "emulator")
+TOOLCHAIN_KEYS = ("cc", "cflags", "ldflags", "ar", "launcher", "sysroot", "triple", "emulator")
 TOOLCHAIN_LISTS = ("cflags", "ldflags", "launcher", "emulator")
 PATTERN_KEYS = ("label", "chain", "where", "efficiency")
 # The keys a target node gives itself; attributes sit beside them, so no attribute may use one.
@@ -192,7 +192,7 @@ def parse_toolchain(node: YNode, what: str, problems: Problems) -> dict[str, Any
         if key.value in TOOLCHAIN_LISTS:
             parsed = read_str_list(value, f"'{key.value}' of {what}", problems)
         elif key.value in TOOLCHAIN_KEYS:
-            is_empty = isinstance(value, YScalar) and value.value is None and key.value == "triple"
+            is_empty = isinstance(value, YScalar) and value.value is None and key.value in ("triple", "sysroot")
             parsed = "" if is_empty else read_str(value, f"'{key.value}' of {what}", problems)
         else:
             continue

@@ -115,6 +115,7 @@ class Toolchain:
     ldflags: tuple[str, ...] = ()
     ar: str = "ar"
     launcher: tuple[str, ...] = ()  # e.g. ("ccache",)
+    sysroot: str = ""  # "" = the compiler's own; else passed as --sysroot= to the board build
     triple: str = ""  # "" = native; e.g. "aarch64-linux-gnu" for a cross build
     emulator: tuple[str, ...] = ()  # e.g. ("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu")
 

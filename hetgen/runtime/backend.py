@@ -75,7 +75,10 @@ class HetgenRep(BackendRep):
         if compiled is None:
             out = self.workdir / key
             platform = load_platform_text(NATIVE_PLATFORM)
-            hetgen.compile(platform, freeze(self.model, frozen), out=out, opt=FAST_BUILD.opt, native_tuning=False)
+            # The simulation only: a board build would compile every case twice for nothing.
+            hetgen.compile(
+                platform, freeze(self.model, frozen), out=out, opt=FAST_BUILD.opt, native_tuning=False, native_only=True
+            )
             compiled = self._compiled[key] = load(out)
         results = compiled.run(feeds)
         return tuple(results[o.name] for o in compiled.outputs)

@@ -1,5 +1,5 @@
 """`hetgen verify`: run the user's inputs, or seeded random inputs the model can take, through the
-built library and through onnxruntime."""
+built library (or, with `emulate`, the board build under qemu-user) and through onnxruntime."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from hetgen.errors import HetgenError
 from hetgen.runtime import inputs as model_inputs
+from hetgen.runtime.emulate import EmulatedModel
 from hetgen.runtime.loader import load
 from hetgen.runtime.reference import ort_session, random_inputs
 
@@ -54,10 +55,12 @@ def verify(
     atol: float = 1e-5,
     runs: int = 2,
     inputs: Mapping[str, np.ndarray] | str | Path | None = None,
+    emulate: bool = False,
 ) -> list[OutputError]:
     """Compare the built model with onnxruntime on `inputs` (arrays by name, or an .npz file) once,
-    or on `runs` seeded random inputs."""
-    model = load(out_dir)
+    or on `runs` seeded random inputs. `emulate`: run the board build's programs under their kinds'
+    emulators instead of the native library."""
+    model = EmulatedModel(Path(out_dir)) if emulate else load(out_dir)
     if isinstance(inputs, (str, Path)):
         inputs = model_inputs.read_inputs(Path(inputs), model.inputs)
     session = ort_session(str(Path(out_dir) / MODEL_COPY))  # a path: onnxruntime finds any data file beside it
