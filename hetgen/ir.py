@@ -131,6 +131,7 @@ class Graph:
     types: Mapping[str, TensorType]  # every tensor: inputs, constants, intermediates, outputs
     constants: Mapping[str, np.ndarray] = field(default_factory=dict)  # read-only arrays
     opset: int = 17
+    source: str = ""  # how messages name the model: its file, or "model 'name'"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "types", _frozen_mapping(self.types))

@@ -22,6 +22,7 @@ from hetgen.build import BuildOptions, Regenerate, board_plan, build_files, requ
 from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project
 from hetgen.codegen.project import GeneratedFile, manifest_bytes
 from hetgen.errors import BuildError
+from hetgen.frontend.external_data import is_external, model_tensors
 from hetgen.frontend.load import read_model
 from hetgen.ir import Graph
 from hetgen.partition.search import place
@@ -148,7 +149,7 @@ def model_copy_files(model, limit: int = PROTOBUF_LIMIT) -> tuple[GeneratedFile,
     if isinstance(model, (str, Path)):
         data = Path(model).read_bytes()
         proto = onnx.ModelProto.FromString(data)
-        if not any(external_data_helper.uses_external_data(t) for t in _all_tensors(proto)):
+        if not any(is_external(t) for t in model_tensors(proto)):
             return (GeneratedFile(MODEL_COPY, data),)  # the user's bytes, unchanged
         proto, _ = read_model(model)  # the frontend's reader: external data checked and loaded
     else:
@@ -158,17 +159,13 @@ def model_copy_files(model, limit: int = PROTOBUF_LIMIT) -> tuple[GeneratedFile,
     return _with_data_file(proto)
 
 
-def _all_tensors(proto: onnx.ModelProto):
-    return external_data_helper._get_all_tensors(proto)  # initializers, Constant attributes, subgraphs
-
-
 def _with_data_file(proto: onnx.ModelProto) -> tuple[GeneratedFile, GeneratedFile]:
     copied = onnx.ModelProto()
     copied.CopyFrom(proto)  # the caller's proto stays as it was
     proto = copied
     data_name = f"{MODEL_COPY}.data"
     data = bytearray()
-    for tensor in _all_tensors(proto):
+    for tensor in model_tensors(proto):
         if tensor.HasField("raw_data") and len(tensor.raw_data) >= EXTERNAL_THRESHOLD:
             data += bytes(-len(data) % 64)  # aligned, as onnx and onnxruntime like to map it
             external_data_helper.set_external_data(tensor, data_name, offset=len(data), length=len(tensor.raw_data))

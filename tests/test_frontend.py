@@ -791,9 +791,14 @@ def test_new_tensor_names_never_collide_with_the_models(all_ops):
 BAD_MODELS = sorted((Path(__file__).resolve().parent / "bad_models").glob("*.onnx"))
 
 
-@pytest.mark.parametrize("path", BAD_MODELS, ids=[p.stem for p in BAD_MODELS])
+# A `.expected` with a `platform:` line is a model that imports but that platform cannot hold;
+# tests/test_hostile_files.py compiles those.
+IMPORT_ERRORS = [p for p in BAD_MODELS if "\nplatform:" not in p.with_suffix(".expected").read_text()]
+
+
+@pytest.mark.parametrize("path", IMPORT_ERRORS, ids=[p.stem for p in IMPORT_ERRORS])
 def test_bad_model_reports_expected_first_error(path):
-    expected = path.with_suffix(".expected").read_text().strip().replace("{file}", str(path))
+    expected = path.with_suffix(".expected").read_text().splitlines()[0].replace("{file}", str(path))
     with pytest.raises(ModelError) as info:
         import_model(path)
     first_line = str(info.value).splitlines()[0]

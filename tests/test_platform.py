@@ -42,7 +42,7 @@ def load(text: str):
 
 
 def _expectations(path: Path) -> tuple[str, list[str], int | None]:
-    lines = path.read_text().splitlines()
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()  # some files are not UTF-8
     first = re.fullmatch(r"# expect: (.*)", lines[0]).group(1)
     also = [m.group(1) for line in lines if (m := re.fullmatch(r"# also: (.*)", line))]
     count = next((int(m.group(1)) for line in lines if (m := re.fullmatch(r"# count: (\d+)", line))), None)
@@ -85,6 +85,13 @@ def test_bad_platform_folder_covers_the_required_cases():
         "wrong_attribute_type",
         "missing_required_attribute",
         "several_errors",
+        "alias_bomb",
+        "deep_nesting",
+        "huge_scalar",
+        "non_utf8",
+        "binary_garbage",
+        "tabs",
+        "duplicate_key",
     }
     assert required <= names
 

@@ -8,6 +8,7 @@ at run time, and tensors of element types hetgen does not generate code for.
 from __future__ import annotations
 
 from hetgen.errors import ModelError
+from hetgen.frontend.integrity import MAX_TENSOR_BYTES
 from hetgen.frontend.work import Work, WorkNode
 from hetgen.ir import DType
 from hetgen.ops.registry import op_def, supported_ops
@@ -40,6 +41,19 @@ def check(work: Work) -> None:
     _check_constant_inputs(work)
     _check_typed(work)
     _check_dtypes(work)
+    _check_sizes(work)
+
+
+def _check_sizes(work: Work) -> None:
+    """No tensor may be too large for 64-bit size arithmetic; each target judges its own limits later."""
+    producers = work.producers()
+    for name, value_type in sorted(work.types.items()):
+        if value_type.nbytes > MAX_TENSOR_BYTES:
+            where = f"output of {producers[name].label}" if name in producers else "an input or constant"
+            raise ModelError(
+                f"{work.source}: tensor {name!r} ({where}) has shape {value_type.shape}: {value_type.nbytes} bytes "
+                f"of {value_type.label}, past the {MAX_TENSOR_BYTES} bytes any 64-bit target can index"
+            )
 
 
 def _check_operators(work: Work) -> None:

@@ -13,6 +13,8 @@ other reader and is not a graph output, and every parameter is a compile-time co
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from hetgen.ir import DType, Graph, Node, TensorType
@@ -42,10 +44,12 @@ def fold_batchnorm(graph: Graph) -> Graph:
         params = [_constant(graph, name) for name in bn.inputs[1:5]]
         if weight is None or any(p is None for p in params) or types[bn.outputs[0]].dtype is not DType.FLOAT32:
             continue
+        bias = _constant(graph, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if weight.ndim < 1 or any(p.size != weight.shape[0] for p in (*params, *([bias] if bias is not None else []))):
+            continue  # not one value per output channel: the unfolded operators report it
         gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
         scale = gamma / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
-        bias = _constant(graph, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
-        bias = np.zeros(weight.shape[0]) if bias is None else bias.astype(np.float64)
+        bias = np.zeros(weight.shape[0]) if bias is None else bias.astype(np.float64).reshape(-1)
         new_weight = (weight.astype(np.float64) * scale.reshape((-1,) + (1,) * (weight.ndim - 1))).astype(np.float32)
         new_bias = ((bias - mean) * scale + beta).astype(np.float32)
         weight_name, bias_name = f"{conv.name}__bn_weight", f"{conv.name}__bn_bias"
@@ -69,4 +73,4 @@ def fold_batchnorm(graph: Graph) -> Graph:
     produced = {name for node in nodes for name in node.outputs if name}
     keep = used | produced | set(graph.inputs)
     types = {name: t for name, t in types.items() if name in keep}
-    return Graph(graph.name, graph.inputs, graph.outputs, nodes, types, constants, graph.opset)
+    return dataclasses.replace(graph, nodes=nodes, types=types, constants=constants)

@@ -16,6 +16,8 @@ import onnx
 from onnx import helper
 
 from hetgen.errors import ModelError
+from hetgen.frontend.external_data import is_external, load_external_data, model_tensors
+from hetgen.frontend.integrity import check_tensor_data, check_text, check_wiring
 from hetgen.frontend.work import DEFAULT_DOMAINS
 from hetgen.ir import DType
 
@@ -25,28 +27,41 @@ MIN_OPSET = 7
 MAX_OPSET = max(21, onnx.defs.onnx_opset_version())
 
 Shapes = dict  # input name -> tuple of ints
+MAX_PROTOBUF_BYTES = 2 << 30  # protobuf cannot parse a larger message; reading it would only waste memory
 
 
 def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     """The model proto and how messages name it (its path, or "model 'graph name'")."""
     if isinstance(model, onnx.ModelProto):
-        return model, f"model '{model.graph.name or 'unnamed'}'"
+        check_text(model, "the model")
+        source = f"model '{model.graph.name or 'unnamed'}'"
+        if any(is_external(t) for t in model_tensors(model)):
+            model = onnx.ModelProto.FromString(model.SerializeToString())  # the caller's proto stays as it was
+            load_external_data(model, None, source)
+        return model, source
     path = Path(model)
     if not path.exists():
         raise ModelError(f"{path}: no such model file; give the path of an .onnx file")
     if not path.is_file():
-        raise ModelError(f"{path}: is not a file; give the path of an .onnx file")
-    data = path.read_bytes()
+        what = "a folder" if path.is_dir() else "not a regular file"
+        raise ModelError(f"{path}: is {what}; give the path of an .onnx file")
+    if path.stat().st_size >= MAX_PROTOBUF_BYTES:
+        raise ModelError(
+            f"{path}: {path.stat().st_size} bytes, past protobuf's 2 GiB limit for one message; "
+            "save the weights as external data (onnx.save_model(..., save_as_external_data=True))"
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read the model: {exc.strerror}") from None
     try:
         proto = onnx.ModelProto.FromString(data)
     except Exception as exc:  # protobuf's DecodeError and friends
         raise ModelError(f"{path}: not an ONNX model (the protobuf does not parse: {exc})") from None
     if not proto.HasField("graph") or not proto.opset_import:
         raise ModelError(f"{path}: not an ONNX model (no graph or no opset_import); was the file truncated?")
-    if any(
-        t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer
-    ):
-        onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+    check_text(proto, str(path))
+    load_external_data(proto, path, str(path))
     return proto, str(path)
 
 
@@ -59,10 +74,12 @@ def check_model(proto: onnx.ModelProto, source: str) -> None:
             f"{source}: opset {opset} is not supported; hetgen accepts opsets {MIN_OPSET} to {MAX_OPSET} "
             f"(convert with onnx.version_converter.convert_version(model, {MAX_OPSET}))"
         )
+    check_tensor_data(proto, source)
+    check_wiring(proto.graph, source)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as exc:
-        message = str(exc).strip().replace("\n\n", "\n")
+        message = " ".join(str(exc).split())  # onnx prints the offending node over several lines
         raise ModelError(f"{source}: the onnx checker rejects the model: {message}") from None
     if not proto.graph.output:
         raise ModelError(f"{source}: the graph has no outputs; there is nothing to compute")
@@ -133,6 +150,8 @@ def _check_inputs(graph: onnx.GraphProto, source: str) -> None:
             problems.append(f"input {vi.name!r} has no shape; hetgen needs static shapes")
             continue
         for axis, dim in enumerate(tensor.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                problems.append(f"input {vi.name!r} dimension {axis} is {dim.dim_value}; dimensions cannot be negative")
             if dim.HasField("dim_value"):
                 continue
             what = f"dynamic ({dim.dim_param!r})" if dim.dim_param else "unknown"

@@ -34,6 +34,9 @@ EXPANSION_FACTOR = 16
 INFERENCE_CONSTANT_LIMIT = 4096
 # Placeholder evaluation for typing runs only on inputs up to this many elements in all.
 PLACEHOLDER_LIMIT = 1 << 22
+# Folding evaluates in hetgen's own memory: a node whose outputs would be larger stays in the graph
+# (a 1 x 2^20 x 2^20 ConstantOfShape is 4 TiB; the target's limits judge it later, with numbers).
+FOLD_LIMIT_BYTES = 256 << 20
 
 
 def resolve(work: Work) -> None:
@@ -54,7 +57,7 @@ def fold(node: WorkNode, work: Work) -> bool:
     if values is None and all(not name or name in work.constants for name in node.inputs):
         if node.op == "Constant" and node.is_default_domain:
             values = [constant_node_value(node.attrs)]
-        if values is None or values[0] is None:
+        if (values is None or values[0] is None) and _output_bytes(node, work) <= FOLD_LIMIT_BYTES:
             values = evaluate(node, [work.constants[n] if n else None for n in node.inputs])
     if values is None:
         return False
@@ -68,6 +71,17 @@ def fold(node: WorkNode, work: Work) -> bool:
         work.types[name] = ValueType.of(value)
     _remember_recipe(node, work)
     return True
+
+
+def _output_bytes(node: WorkNode, work: Work) -> int:
+    """The bytes the node's outputs will take, as far as types tell before evaluating (0 if unknown)."""
+    types = {name: work.types[name] for name in node.outputs if name in work.types}
+    if len(types) < len([name for name in node.outputs if name]):
+        types.update(_onnx_node_types(node, work))
+    try:
+        return sum(types[name].nbytes for name in node.outputs if name in types)
+    except (TypeError, ValueError):  # an element type numpy lacks: typing will say so
+        return 0
 
 
 def _static_shape_value(node: WorkNode, work: Work) -> list[np.ndarray] | None:
@@ -154,10 +168,15 @@ def _registry_types(node: WorkNode, work: Work) -> dict[str, ValueType]:
 def _placeholder_types(node: WorkNode, work: Work) -> dict[str, ValueType]:
     if sum(work.types[n].size for n in node.inputs if n and n not in work.constants) > PLACEHOLDER_LIMIT:
         return {}
-    values = [
-        (work.constants[n] if n in work.constants else np.ones(work.types[n].shape, work.types[n].numpy)) if n else None
-        for n in node.inputs
-    ]
+    try:
+        values = [
+            (work.constants[n] if n in work.constants else np.ones(work.types[n].shape, work.types[n].numpy))
+            if n
+            else None
+            for n in node.inputs
+        ]
+    except (ValueError, MemoryError):  # numpy refuses a shape like (0, 2**62) outright
+        return {}
     results = evaluate(node, values)
     if results is None:
         return {}

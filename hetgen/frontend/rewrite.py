@@ -96,6 +96,12 @@ def _trailing_axes(work: Work, node: WorkNode, rank: int) -> int | None:
     return axes[0]
 
 
+def _shape(work: Work, name: str) -> tuple[int, ...] | None:
+    """A tensor's shape, or None where typing failed (check.py reports those; a rewrite just skips)."""
+    known = work.types.get(name)
+    return known.shape if known is not None else None
+
+
 def _match_layer_norm(work: Work, mean: WorkNode, reader: _Reader):
     x = mean.inputs[0]
     if x not in work.types or not reader.is_float32(x):
@@ -134,12 +140,12 @@ def _match_layer_norm(work: Work, mean: WorkNode, reader: _Reader):
     last = div.outputs[0]
     mul = reader.only_user(last, "Mul")
     gamma = _affine_param(work, reader.other(mul, last), norm_shape) if mul else None
-    if gamma is not None and work.types[mul.outputs[0]].shape == shape:
+    if gamma is not None and _shape(work, mul.outputs[0]) == shape:
         scale, last = gamma, mul.outputs[0]
         matched.append(mul)
     add = reader.only_user(last, "Add")
     beta = _affine_param(work, reader.other(add, last), norm_shape) if add else None
-    if beta is not None and work.types[add.outputs[0]].shape == shape:
+    if beta is not None and _shape(work, add.outputs[0]) == shape:
         bias, last = beta, add.outputs[0]
         matched.append(add)
     inputs = [x, work.add_constant(f"{last}_scale", scale)]
@@ -189,7 +195,7 @@ def _match_gelu(work: Work, erf: WorkNode, reader: _Reader):
     if factors is None:
         return None
     muls, y = factors
-    if work.types[y].shape != work.types[x].shape:
+    if _shape(work, y) is None or _shape(work, y) != _shape(work, x):
         return None
     matched = [scaled, erf, plus_one, *muls]
     return matched, erf.derive("Gelu", [x], [y], {"approximate": "none"}, max(work.opset, 20))

@@ -9,6 +9,7 @@ code for (a float16 weight cast to float32 is fine; a float16 tensor left in the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,11 @@ class ValueType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # Python ints: a hostile shape cannot wrap around
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.numpy.itemsize
 
     @property
     def numpy(self) -> np.dtype:
@@ -178,7 +183,7 @@ def to_graph(work: Work, name: str) -> Graph:
             )
         )
     constants = {n: np.require(a, requirements="C") for n, a in work.constants.items()}
-    return Graph(name, tuple(work.inputs), tuple(work.outputs), tuple(nodes), types, constants, work.opset)
+    return Graph(name, tuple(work.inputs), tuple(work.outputs), tuple(nodes), types, constants, work.opset, work.source)
 
 
 def to_attribute(name: str, value: Any) -> onnx.AttributeProto:

@@ -13,7 +13,7 @@ import dataclasses
 from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
-from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, plan_memory
+from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.program import KernelUnit, Lowered, Program, ProgramRole, TensorSpec, WeightEntry, Weights
 from hetgen.lower.resolve import Resolver, device_model
 from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
@@ -39,7 +39,10 @@ def lower_units(units: tuple[Unit, ...], graph: Graph) -> tuple[Kernel, ...]:
         except Unsupported as exc:
             problems.append(f"{unit.head.label}: {exc}")
     if problems:
-        raise ModelError("the model uses operators hetgen cannot generate code for:\n  " + "\n  ".join(problems))
+        where = f"{graph.source}: " if graph.source else ""
+        raise ModelError(
+            f"{where}the model uses operators hetgen cannot generate code for:\n  " + "\n  ".join(problems)
+        )
     return tuple(kernels)
 
 
@@ -165,6 +168,10 @@ def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root
                 "Give it more memory (e.g. sram_kib), pin the large layers elsewhere, or use the cost placement, which avoids it"
             ),
         )
+    touched = set(schedule.events.get(path, {})) | (keep_out & set(graph.types))
+    check_sizes(
+        target, plan, sum(graph.types[name].nbytes for name in used), {t: graph.types[t].nbytes for t in touched}
+    )
     return plan, pack_weights(used, graph)
 
 
@@ -173,7 +180,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     root_path = root.path_str
     nodes, assignment = ordered_nodes(graph, placement)
     assignment = assignment or {node.name: root_path for node in nodes}
-    ordered = Graph(graph.name, graph.inputs, graph.outputs, tuple(nodes), graph.types, graph.constants, graph.opset)
+    ordered = dataclasses.replace(graph, nodes=tuple(nodes))
     all_units = kernel_units(ordered, assignment)
     units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, graph), graph)
     infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]

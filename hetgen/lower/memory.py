@@ -9,7 +9,12 @@ planner can beat.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from hetgen.errors import PlacementError
+from hetgen.ir import Graph
+from hetgen.platform.model import Platform, Role, Target
 
 ALIGNMENT = 64
 
@@ -81,3 +86,60 @@ def plan_memory(intervals: list[Interval] | tuple[Interval, ...]) -> MemoryPlan:
         total_bytes=sum(iv.nbytes for iv in intervals),
         lower_bound=max(live, default=0),
     )
+
+
+def check_sizes(target: Target, plan: MemoryPlan, weights_bytes: int, tensors: Mapping[str, int]) -> None:
+    """Refuse what the target cannot hold, with the numbers: a tensor past its address space
+    (`memory.address_bytes` of its kind), or static data past what its programs can link
+    (`memory.static_bytes`: the arena, kept static for callers that pass no workspace, plus the
+    weights). `tensors` maps every tensor the target touches to its size in bytes."""
+    kind = target.kind.name
+    if target.address_bytes is not None and tensors:
+        name, nbytes = max(sorted(tensors.items()), key=lambda item: item[1])
+        if nbytes > target.address_bytes:
+            raise PlacementError(
+                f"{target.path_str}: tensor {name!r} needs {nbytes} bytes; kind '{kind}' addresses at most "
+                f"{target.address_bytes} bytes (memory.address_bytes). Reduce the model's shapes"
+            )
+    static = plan.arena_size + weights_bytes
+    if target.static_bytes is not None and static > target.static_bytes:
+        largest = max(plan.buffers, key=lambda buffer: buffer[2], default=None)
+        detail = f", largest tensor {largest[0]!r} {largest[2]} bytes" if largest else ""
+        raise PlacementError(
+            f"{target.path_str}: the static arena ({plan.arena_size} bytes{detail}) and weights ({weights_bytes} "
+            f"bytes) need {static} bytes; kind '{kind}' links at most {target.static_bytes} bytes of static data "
+            "(memory.static_bytes). Reduce the model's shapes, or declare a kind with a larger static_bytes "
+            "(and the code model that links it)"
+        )
+
+
+def check_graph_fits(graph: Graph, platform: Platform) -> None:
+    """Before placement: refuse a tensor that no target of the platform could hold at all.
+
+    Inputs and outputs live in the caller's buffers: each must fit some target's address space.
+    Every other tensor (intermediates, weights) lives in a program's static data or a device's
+    local memory. Placement and lowering would otherwise build per-element tables and cost
+    figures for terabyte tensors before the per-target checks of `check_sizes` could say no.
+    """
+    targets = [t for t in platform.targets() if t.role is not Role.COMPOSITE]
+    address = _largest(t.address_bytes for t in targets)
+    held = _largest(t.memory_bytes if t.role is Role.ACCELERATOR else t.static_bytes for t in targets)
+    caller = set(graph.inputs) | set(graph.outputs)
+    for name, tensor_type in sorted(graph.types.items(), key=lambda item: (-item[1].nbytes, item[0])):
+        if name in caller:
+            limit, what = address, "address it (the largest address space: {} bytes, memory.address_bytes)"
+        else:
+            limit, what = held, "hold it (the most static data or local memory: {} bytes, memory.static_bytes)"
+        if limit is not None and tensor_type.nbytes > limit:
+            raise PlacementError(
+                f"tensor {name!r} {tuple(tensor_type.shape)} of {tensor_type.dtype.label} needs {tensor_type.nbytes} "
+                f"bytes; no target of platform '{platform.name}' can {what.format(limit)}. Reduce the model's shapes"
+            )
+        if tensor_type.nbytes <= min(x for x in (address, held, 1 << 64) if x is not None):
+            return  # sorted by size: every remaining tensor fits
+
+
+def _largest(sizes) -> int | None:
+    """The largest bound, or None (no bound) when any target has none."""
+    sizes = list(sizes)
+    return None if not sizes or None in sizes else max(sizes)

@@ -70,6 +70,9 @@ def lower(op: OpInstance) -> Kernel:
     gemm_cols = chunk_cols if variant == "im2col" else win.out_size
     pack = _gemm_plan.pack_bytes(cout_group, gemm_cols, k_dim) if variant != "direct" else 0
     has_bias = op.has_input(2)
+    if has_bias and tuple(op.input_types[2].shape) != (out_channels,):
+        # The kernel reads one bias value per output channel; anything else would read past it.
+        raise Unsupported(f"Conv bias of shape {tuple(op.input_types[2].shape)}; the spec requires ({out_channels},)")
     inner_lo, inner_hi, w_offsets = interior_columns(win) if variant == "direct" else (0, 0, ())
     params = {
         **win.view(),

@@ -30,6 +30,10 @@ def lower(op: OpInstance) -> Kernel:
     kernel = tuple(op.attr("kernel_shape") or w_type.shape[2:])
     if kernel != tuple(w_type.shape[2:]):
         raise Unsupported(f"ConvTranspose kernel_shape {kernel} differs from the weights' {w_type.shape[2:]}")
+    if op.has_input(2) and tuple(op.input_types[2].shape) != (out_channels,):
+        raise Unsupported(
+            f"ConvTranspose bias of shape {tuple(op.input_types[2].shape)}; the spec requires ({out_channels},)"
+        )
     # The window maps input positions to output positions: out = in * stride + tap * dilation - pad.
     win = window(op, x_type.shape[2:], y_type.shape[2:], kernel, transposed=True)
     cin_group, cout_group = channels // groups, out_channels // groups

@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph
+from hetgen.lower.memory import check_graph_fits
 from hetgen.partition.assemble import assemble
 from hetgen.partition.cost import Calibration, calibrate
 from hetgen.partition.exact import ExactSearch
@@ -44,6 +45,7 @@ def place(
         raise PlacementError(f"unknown placement mode {mode!r}; accepted: {', '.join(MODES)}")
     if not isinstance(calibration, Calibration):
         calibration = calibrate(calibration or {})
+    check_graph_fits(graph, platform)  # before any cost or table is computed for an impossible tensor
     space = SearchSpace(graph, platform, calibration)
     platform_pins = platform.options.get("pins") if isinstance(platform.options, Mapping) else None
     pinned = resolve_pins(space, {**(platform_pins or {}), **pins})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from hetgen.platform.kind_parts import MEMORY_KEYS
 from hetgen.platform.kinds import builtin_kinds
 from hetgen.platform.model import AttrSpec, Kind, Pattern, Role, Toolchain
 
@@ -41,7 +42,9 @@ def _kind_block(kind: Kind) -> str:
         figures = ", ".join(f"{key} = {value}" for key, value in kind.figures.items())
         lines.append(f"  figures: {figures}")
         local = kind.memory.get("local_bytes")
-        lines.append(f"  memory: {'unbounded' if local is None else f'local_bytes = {local}'}")
+        limits = ", ".join(f"{key} = {kind.memory[key]}" for key in MEMORY_KEYS[1:] if kind.memory.get(key) is not None)
+        limits = f" ({limits})" if limits else ""
+        lines.append(f"  memory: {'unbounded' if local is None else f'local_bytes = {local}'}{limits}")
         if kind.toolchain != Toolchain():
             lines.append(f"  toolchain: {_toolchain_line(kind.toolchain)}")
     if kind.templates:

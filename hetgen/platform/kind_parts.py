@@ -32,7 +32,10 @@ KIND_KEYS = ("role", "refines", "doc", "attributes", "figures", "memory", "toolc
 LEGACY_KIND_KEYS = {"extends": "refines"}  # one spelling for one idea; `extends` gets pointed here
 ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
 FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
-MEMORY_KEYS = ("local_bytes",)
+# local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
+# tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one
+# program can link. null: no bound.
+MEMORY_KEYS = ("local_bytes", "address_bytes", "static_bytes")
 TOOLCHAIN_KEYS = ("cc", "cflags", "ldflags", "ar", "launcher", "sysroot", "triple", "emulator")
 TOOLCHAIN_LISTS = ("cflags", "ldflags", "launcher", "emulator")
 PATTERN_KEYS = ("label", "chain", "where", "efficiency")

@@ -25,6 +25,7 @@ PLATFORM_KEYS = ("name", "target", "kinds", "options")
 OPTION_KEYS = ("placement", "pins")
 PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
 DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap()})
+MAX_FILE_BYTES = 256 << 10  # shipped platforms are under 2 KiB; PyYAML parses ~200 KiB/s
 
 
 def load_platform(spec: str | os.PathLike, search_path: Sequence[str | os.PathLike] = ()) -> Platform:
@@ -32,11 +33,26 @@ def load_platform(spec: str | os.PathLike, search_path: Sequence[str | os.PathLi
     shipped platforms; the CLI passes `default_search_path(os.environ)` (./platforms and
     HETGEN_PLATFORM_PATH) here. Raises `PlatformError` listing every problem in the file."""
     path = find_platform(spec, search_path)
+    return load_platform_text(read_platform_text(path), file=str(path))
+
+
+def read_platform_text(path: Path) -> str:
+    """The text of a platform file: at most MAX_FILE_BYTES of UTF-8, else one positioned error."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlatformError("", (Diagnostic(str(path), 0, 0, f"cannot read platform file: {exc}"),)) from None
-    return load_platform_text(text, file=str(path))
+        with path.open("rb") as stream:
+            data = stream.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise PlatformError("", (Diagnostic(str(path), 0, 0, f"cannot read platform file: {exc.strerror}"),)) from None
+    if len(data) > MAX_FILE_BYTES:
+        message = f"the file is larger than {MAX_FILE_BYTES} bytes; platform files are a few KiB of YAML"
+        raise PlatformError("", (Diagnostic(str(path), 0, 0, message),))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]  # valid UTF-8: columns count characters, as YAML's marks do
+        line, column = before.count(b"\n") + 1, len(before[before.rfind(b"\n") + 1 :].decode("utf-8")) + 1
+        message = f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the platform file as UTF-8"
+        raise PlatformError("", (Diagnostic(str(path), line, column, message),)) from None
 
 
 def load_platform_text(text: str, file: str = "<string>", base_dir: str | os.PathLike | None = None) -> Platform:

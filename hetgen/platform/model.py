@@ -160,6 +160,8 @@ class Target:
     devices: tuple[Target, ...] = ()
     link: Link | None = None  # the link from the controlling parent to this target
     memory_bytes: int | None = None  # local memory capacity; None = unbounded (host DRAM)
+    address_bytes: int | None = None  # the largest tensor it can address; None = no bound
+    static_bytes: int | None = None  # the most static data (arena + weights) it can link; None = no bound
     source: SourcePos = field(default=SourcePos("<builtin>"), compare=False)
 
     @property

@@ -57,7 +57,7 @@ def find_platform(spec: str | os.PathLike, search_path: Sequence[str | os.PathLi
     if isinstance(spec, os.PathLike) or not is_tag(spec):
         path = Path(spec)
         if not path.is_file():
-            reason = "is a folder" if path.is_dir() else "does not exist"
+            reason = "is a folder" if path.is_dir() else "is not a regular file" if path.exists() else "does not exist"
             raise PlatformError(f"{spec}: platform file {reason}; give a .yaml file or a platform tag")
         return path
     for folder in search_dirs(search_path):

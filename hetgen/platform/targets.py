@@ -20,7 +20,7 @@ from typing import Any
 
 from hetgen.names import MAX_IDENTIFIER
 from hetgen.platform.expressions import ExpressionError, evaluate
-from hetgen.platform.kind_parts import FIGURE_KEYS, NODE_KEYS, parse_toolchain
+from hetgen.platform.kind_parts import FIGURE_KEYS, MEMORY_KEYS, NODE_KEYS, parse_toolchain
 from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
 from hetgen.platform.schema import (
     Problems,
@@ -99,10 +99,10 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
     if len(problems) != before or attrs is None or toolchain is None:
         return None
     if kind.role is Role.COMPOSITE:
-        figures, memory_bytes = host.figures, None
+        figures, memory = host.figures, {}
     else:
         figures = _figures(body, kind, attrs, what, problems)
-        memory_bytes = _memory(kind, attrs, body, what, problems)
+        memory = {key: _memory(kind, key, attrs, body, what, problems) for key in MEMORY_KEYS}
     if len(problems) != before:
         return None
     return Target(
@@ -116,7 +116,9 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
         host=host,
         devices=devices,
         link=link,
-        memory_bytes=memory_bytes,
+        memory_bytes=memory.get("local_bytes"),
+        address_bytes=memory.get("address_bytes"),
+        static_bytes=memory.get("static_bytes"),
         source=body.pos,
     )
 
@@ -278,17 +280,17 @@ def _figures(body: YMap, kind: Kind, attrs: Mapping[str, Any], what: str, proble
     return None if None in figures.values() else CostFigures(**figures)
 
 
-def _memory(kind: Kind, attrs: Mapping[str, Any], body: YMap, what: str, problems: Problems) -> int | None:
-    formula = kind.memory.get("local_bytes")
+def _memory(kind: Kind, key: str, attrs: Mapping[str, Any], body: YMap, what: str, problems: Problems) -> int | None:
+    formula = kind.memory.get(key)
     if formula is None:
         return None
     try:
         size = evaluate(formula, attrs)
     except ExpressionError as exc:
-        problems.add(body.pos, f"the memory size of kind '{kind.name}' cannot be computed for {what}: {exc}")
+        problems.add(body.pos, f"the memory size '{key}' of kind '{kind.name}' cannot be computed for {what}: {exc}")
         return None
     if size <= 0:
-        problems.add(body.pos, f"the memory size of {what} is {size:g} bytes; it must be positive")
+        problems.add(body.pos, f"the memory size '{key}' of {what} is {size:g} bytes; it must be positive")
         return None
     return int(size)
 

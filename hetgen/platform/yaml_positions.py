@@ -3,6 +3,11 @@
 PyYAML's `compose` keeps marks on nodes but its constructed dicts forget them, and every platform
 error must say `file:line:col`. So we compose, then convert the node graph into `YMap` / `YSeq` /
 `YScalar` values that carry a `SourcePos`. Nothing here interprets a platform; schemas do that.
+
+Platform files may come from anyone, so composing is bounded: nesting depth, scalar length and
+the number of values the document holds once aliases are expanded (an alias bomb, "billion laughs",
+names a few nodes that expand to billions). A file past a bound is refused at the position where it
+crossed it, before anything expands; the caller bounds the file's size.
 """
 
 from __future__ import annotations
@@ -14,6 +19,12 @@ import yaml
 
 from hetgen.errors import Diagnostic, PlatformError
 from hetgen.platform.model import SourcePos
+
+# Shipped platform and kind files hold at most ~150 values and nest about ten levels deep; these bounds are far
+# above any real platform file and far below what would take a noticeable time or memory.
+MAX_VALUES = 20_000  # scalars, lists and mappings in the document, each alias counted expanded
+MAX_DEPTH = 64  # lists and mappings inside each other
+MAX_SCALAR_CHARS = 10_000
 
 
 @dataclass(frozen=True)
@@ -80,8 +91,11 @@ def parse_yaml(text: str, file: str, found: list[Diagnostic] | None = None) -> Y
     """
     loader = None
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _BoundedLoader(text)
         root = loader.get_single_node()
+    except _TooLarge as exc:
+        mark = exc.problem_mark
+        raise PlatformError("", (Diagnostic(file, mark.line + 1, mark.column + 1, exc.problem),)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "malformed YAML"
@@ -89,6 +103,8 @@ def parse_yaml(text: str, file: str, found: list[Diagnostic] | None = None) -> Y
         opened = exc.context_mark if exc.problem and exc.context else None
         if opened is not None and opened is not mark:  # e.g. where the unclosed `{` was opened
             problem += f" ({exc.context} opened at line {opened.line + 1}, column {opened.column + 1})"
+        if "'\\t'" in problem:
+            problem += "; indent with spaces, not tabs"
         raise PlatformError("", (Diagnostic(file, line, column, f"malformed YAML: {problem}"),)) from None
     except yaml.reader.ReaderError as exc:  # a control character: positioned by offset, not mark
         before = text[: exc.position]
@@ -110,6 +126,62 @@ def parse_yaml(text: str, file: str, found: list[Diagnostic] | None = None) -> Y
     return tree
 
 
+class _TooLarge(yaml.MarkedYAMLError):
+    """A bound of this module crossed; `problem` is the whole message, `problem_mark` where."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe composer, counting as it composes so that nothing past a bound is built.
+
+    Each node's expanded size (itself and everything under it, aliases expanded) is remembered, so
+    an alias adds its target's size in one step: a bomb is refused after a few hundred events.
+    """
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self._depth = 0
+        self._values = 0  # values composed so far, aliases expanded
+        self._sizes: dict[int, int] = {}  # id(node) -> its expanded size
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            target = self.anchors.get(event.anchor)
+            if target is not None:  # an undefined alias is PyYAML's to report
+                self._count(self._sizes.get(id(target), 1), event.start_mark, f"alias '*{event.anchor}'")
+            return super().compose_node(parent, index)
+        if isinstance(event, yaml.ScalarEvent) and len(event.value) > MAX_SCALAR_CHARS:
+            raise _TooLarge(
+                problem=f"a value of {len(event.value)} characters; values are limited to {MAX_SCALAR_CHARS}",
+                problem_mark=event.start_mark,
+            )
+        if self._depth >= MAX_DEPTH:
+            raise _TooLarge(
+                problem=f"lists and mappings nest more than {MAX_DEPTH} deep; a platform file needs far fewer levels",
+                problem_mark=event.start_mark,
+            )
+        before = self._values
+        self._count(1, event.start_mark, "")
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        self._sizes[id(node)] = self._values - before
+        return node
+
+    def _count(self, added: int, mark, what: str) -> None:
+        self._values += added
+        if self._values <= MAX_VALUES:
+            return
+        if what:
+            problem = f"{what} expands to {added} values and takes the document past {MAX_VALUES} (aliases expanded)"
+            advice = "write repeated values out, or alias fewer, smaller blocks"
+        else:
+            problem, advice = f"the document holds more than {MAX_VALUES} values", "split it or remove unused data"
+        raise _TooLarge(problem=f"{problem}; platform files are far smaller: {advice}", problem_mark=mark)
+
+
 def _pos(node: yaml.Node, file: str) -> SourcePos:
     return SourcePos(file, node.start_mark.line + 1, node.start_mark.column + 1)
 
@@ -125,7 +197,10 @@ def _convert(node: yaml.Node, file: str, loader: yaml.SafeLoader, problems: list
         except yaml.MarkedYAMLError as exc:  # e.g. an unknown tag such as !!python/object
             problems.append(Diagnostic(file, pos.line, pos.column, f"malformed YAML: {exc.problem}"))
         except Exception:  # PyYAML's constructors fail variously on a tag that does not fit, e.g. `!!int x`
-            problems.append(Diagnostic(file, pos.line, pos.column, f"malformed YAML: {node.tag} '{node.value}'"))
+            shown = (
+                f"'{node.value}'" if len(node.value) <= 40 else f"'{node.value[:20]}...' ({len(node.value)} characters)"
+            )
+            problems.append(Diagnostic(file, pos.line, pos.column, f"malformed YAML: {node.tag} {shown}"))
         return YScalar(None, pos)
     active = active | {id(node)}
     if isinstance(node, yaml.SequenceNode):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hetgen.runtime.loader import load
+from hetgen.runtime.loader import checked_input, load
 from hetgen.runtime.reference import ort_session
 from hetgen.runtime.verify import MODEL_COPY, feeds_for
 
@@ -39,7 +39,7 @@ def bench(out_dir: Path, runs: int = 20, warmup: int = 3, seed: int = 0) -> Benc
     model = load(out_dir)
     session = ort_session(str(Path(out_dir) / MODEL_COPY), threads=1)
     feeds = feeds_for(model, out_dir, seed)[0]
-    inputs = [np.ascontiguousarray(feeds[t.name], dtype=t.dtype) for t in model.inputs]
+    inputs = [checked_input(t, feeds[t.name]) for t in model.inputs]
     outputs = [np.empty(t.shape, dtype=t.dtype) for t in model.outputs]
 
     def run_hetgen():

@@ -160,7 +160,8 @@ def checked_input(info: TensorInfo, value) -> np.ndarray:
         else:
             given = "x".join(map(str, array.shape)) or "scalar"
             raise HetgenError(f"input {info.name!r} has shape {given}; the model was built for {expected}")
-    return np.ascontiguousarray(array)
+    # Not np.ascontiguousarray: it turns a 0-d array into a 1-d one.
+    return np.require(array, requirements="C")
 
 
 def _load_private_copy(ffi: cffi.FFI, library: Path):
