@@ -212,3 +212,41 @@ def test_server_options_are_checked(resnet_pair):
     ):
         result = subprocess.run([resnet_pair.server, *arguments], capture_output=True, text=True, timeout=10)
         assert result.returncode == 2 and message in result.stderr, (arguments, result.stderr)
+
+
+TWO_COPROCESSORS = """
+name: two
+target:
+  kind: aarch64
+  runtime: vm
+  devices:
+    left:
+      kind: accelerator-with-coprocessor
+      host: {kind: riscv64, runtime: graph}
+      devices: {npu0: {kind: npu}}
+    right:
+      kind: accelerator-with-coprocessor
+      host: {kind: aarch64, runtime: aot}
+      devices: {npu0: {kind: npu}}
+"""
+
+
+@needs_board_tools
+def test_two_coprocessors_each_a_server_of_its_own(tmp_path):
+    """Every co-processor of the root is remote, whatever its ISA or runtime, each named by its device."""
+    platform = tmp_path / "two.yaml"
+    platform.write_text(TWO_COPROCESSORS)
+    pins = {"gemm": "two/left/npu0", "relu": "two/right/host", "matmul": "two/right/npu0"}
+    model = mlp(features=16, hidden=(32,), classes=8)
+    project = hetgen.compile(platform, model, tmp_path / "two", pins=pins, opt=("-O1",))
+    manifest = json.loads((project / "hetgen.json").read_text())
+    assert [(d["name"], d["env"]) for d in manifest["remote_devices"]] == [
+        ("left", "HG_DEVICE_LEFT"),
+        ("right", "HG_DEVICE_RIGHT"),
+    ]
+    emulated = EmulatedModel(project, transport="tcp")
+    assert [command[0] for _, command in emulated.servers] == ["qemu-riscv64", "qemu-aarch64"]
+    errors = verify(project, seed=2, runs=1, emulate=True)
+    assert errors and all(error.ok for error in errors), errors
+    emulated.run({"input": np.ones((1, 16), np.float32)})
+    assert [stats["device"] for stats in emulated.transport_stats] == ["left", "right"]
