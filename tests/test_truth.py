@@ -211,3 +211,110 @@ def test_opcodes_and_regions_match_the_c_enums():
 def test_the_enum_parser_sees_every_entry(name):
     header = (templates_dir() / "runtime" / "hg_runtime.h").read_text()
     assert len(c_enum(header, name)) >= 6  # a parser that read nothing would make the test above vacuous
+
+
+# -- explain: the text and the JSON say the same things -------------------------------------------
+
+
+def explained_cases():
+    from test_partition import explained  # a transformer on soc: alternatives, transfers, unclaimed ops
+    from test_platform_placement import conv_model, npu_platform
+
+    yield explained()
+    # An npu too small for the convolution: a memory-fit refusal with its numbers.
+    small = load_platform_text(npu_platform(32, 1, sram_kib=128))
+    graph = import_model(conv_model(32, 16))
+    yield graph, place(graph, small)
+
+
+def json_strings(value) -> set[str]:
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return set().union(*(json_strings(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(json_strings(v) for v in value)) if value else set()
+    return set()
+
+
+def test_every_reason_in_the_text_is_in_the_json():
+    from hetgen.partition.explain import explain_json, explain_text
+
+    checked = 0
+    for graph, placement in explained_cases():
+        text, document = explain_text(placement, graph), explain_json(placement, graph)
+        groups = {group["name"]: group for group in document["groups"]}
+        group = None
+        for line in text.splitlines():
+            if head := re.match(r"(g\d+)  (\S+)  \[", line):
+                group = groups[head.group(1)]
+                assert group["target"] == head.group(2)
+            elif lost := re.match(r"    (?:runner-up|lost): (\S+) \[(.*?)\] ([\d.]+) us, (.*)$", line):
+                target, label, cost, why = lost.groups()
+                assert any(
+                    (a["target"], a["label"], f"{a['cost_us']:.1f}", a["why"]) == (target, label, cost, why)
+                    for a in group["alternatives"]
+                ), line
+            elif refused := re.match(r"    refused: (\S+) on (\S+): (.*)$", line):
+                assert any((r["node"], r["target"], r["text"]) == refused.groups() for r in group["refused"]), line
+            elif why := re.match(r"    why: (.*)$", line):
+                assert group["reason"] == why.group(1)
+            elif copy := re.match(r"    copies (\S+): (\S+) -> (\S+), .*, ([\d.]+) us$", line):
+                assert any(
+                    (t["tensor"], t["src"], t["dst"], f"{t['cost_us']:.1f}") == copy.groups() and t["route"] in line
+                    for t in group["transfers"]
+                ), line
+            elif launch := re.match(r"    launch: ([\d.]+) us", line):
+                assert f"{group['launch_us']:.1f}" == launch.group(1)
+            elif unclaimed := re.match(r"  (\S+) \((\w+)\): (.*)$", line):
+                entry = next(u for u in document["unclaimed"] if u["node"] == unclaimed.group(1))
+                assert entry["reason"] == unclaimed.group(3) and entry["op"] == unclaimed.group(2)
+                for refusal in entry["refusals"]:
+                    assert f"{refusal['target']}: {refusal['text']}" in unclaimed.group(3)
+            else:
+                continue
+            checked += 1
+        assert all(
+            reason in json_strings(document) for reason in re.findall(r"(does not fit memory: .*?)(?:;|$)", text)
+        )
+    assert checked > 60  # the patterns above really read the text
+
+
+def test_json_gives_refusals_with_numbers_launches_and_the_transfers_each_group_caused():
+    from hetgen.partition.explain import explain_json
+
+    (transformer_graph, transformer), (conv_graph, conv) = explained_cases()
+    document = explain_json(conv, conv_graph)
+    conv_group = next(g for g in document["groups"] if "Conv" in g["op_types"])
+    memory = next(r for r in conv_group["refused"] if r["label"] == "conv2d")
+    assert memory["target"] == "p/npu0" and "working set 757888 bytes" in memory["reason"]
+    assert "131072 bytes of p/npu0" in memory["reason"]
+    unclaimed = {u["node"]: u for u in document["unclaimed"]}
+    assert {r["target"] for r in unclaimed[conv_group["ops"][0]]["refusals"]} == {"p/npu0"}
+
+    document = explain_json(transformer, transformer_graph)
+    charged = [t for g in document["groups"] for t in g["transfers"]]
+    assert sorted(json.dumps(t, sort_keys=True) for t in charged) == sorted(
+        json.dumps(t, sort_keys=True) for t in document["transfers"]
+    )  # each transfer charged to exactly one group
+    assert document["transfer_us"] == pytest.approx(sum(g["transfer_us"] for g in document["groups"]))
+    for transfer in document["transfers"]:
+        assert transfer["links"] and transfer["links"][0]["below"] == "soc/vdevice0"
+        hops = sum(
+            link["latency_us"] + transfer["bytes"] / (link["bandwidth_gbps"] * 1e3) for link in transfer["links"]
+        )
+        assert transfer["cost_us"] == pytest.approx(hops)
+    launches = {g["target"]: g["launch_us"] for g in document["groups"]}
+    assert launches == {"soc": 1.0, "soc/vdevice0/npu0": 5.0}  # the platform's launch_us figures
+    assert document["launch_us"] == pytest.approx(sum(g["launch_us"] for g in document["groups"]))
+    assert all(g["launch_us"] <= g["cost_us"] for g in document["groups"])
+    softmax = next(u for u in document["unclaimed"] if u["op"] == "Softmax")
+    assert softmax["refusals"] == [
+        {
+            "node": softmax["node"],
+            "target": "soc/vdevice0/npu0",
+            "label": "",
+            "reason": "no pattern matches Softmax here",
+            "text": "no pattern matches Softmax here",
+        }
+    ]
