@@ -132,7 +132,9 @@ def render_text(e: Explanation) -> str:
         lines.append(f"    ops: {', '.join(f'{name} ({op})' for name, op in report.ops)}")
         lines.append(f"    launch: {group.launch_us:.1f} us of the {group.cost_us:.1f} us")
         for rank, a in enumerate(group.alternatives):
-            lines.append(f"    {'runner-up' if rank == 0 else 'lost'}: {a.target} [{a.label}] {a.cost_us:.1f} us, {a.why}")
+            lines.append(
+                f"    {'runner-up' if rank == 0 else 'lost'}: {a.target} [{a.label}] {a.cost_us:.1f} us, {a.why}"
+            )
         for r in group.refused:
             lines.append(f"    refused: {r.node} on {r.target}: {r.text}")
         if group.reason:
