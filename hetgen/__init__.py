@@ -22,7 +22,7 @@ def compile(  # noqa: A001
     out=None,
     *,
     build: bool = True,
-    placement: str = "cost",
+    placement: str | None = None,
     pins=None,
     shapes=None,
     weights: str = "blob",
@@ -33,7 +33,8 @@ def compile(  # noqa: A001
 
     `model` is a path or an onnx.ModelProto; `out` defaults to generated/<platform name>;
     `shapes` fixes dynamic input dimensions, e.g. `shapes={"input": (1, 3, 224, 224)}`;
-    `weights` is "blob" or "c_array"; `native_only` skips the board build (each controller by its own
+    `placement` ("cost" or "greedy") defaults to the platform's options.placement, else "cost";
+    `pins` add to the platform's options.pins; `weights` is "blob" or "c_array"; `native_only` skips the board build (each controller by its own
     cross toolchain), so no cross toolchain is needed; other keywords are `BuildOptions` fields (opt, sanitize, ...).
     All or nothing: if generation or the build fails, `out` is left as it was.
     """

@@ -142,9 +142,7 @@ def cmd_explain(args) -> int:
 
     platform = resolve_platform(args.platform, _search_path())
     graph = import_graph(args.model, _shapes(args.shape))
-    placement = place(
-        graph, platform, mode=args.placement, pins=_pins(args.pin) or dict(platform.options.get("pins", {}))
-    )
+    placement = place(graph, platform, mode=args.placement, pins=_pins(args.pin))
     if args.format == "json":
         print(json.dumps(explain_json(placement, graph), indent=2))
     elif args.format == "dot":
@@ -239,10 +237,16 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("platform", help="platform YAML file or tag (e.g. soc)")
     parser.add_argument("model", help="ONNX model file")
     parser.add_argument(
-        "--placement", choices=("cost", "greedy"), default="cost", help="placement search (default: cost)"
+        "--placement",
+        choices=("cost", "greedy"),
+        default=None,
+        help="placement search (default: the platform's options.placement, else cost)",
     )
     parser.add_argument(
-        "--pin", action="append", metavar="NODE=TARGET", help="force a node or pattern onto a target path"
+        "--pin",
+        action="append",
+        metavar="NODE=TARGET",
+        help="force a node or pattern onto a target path (adds to the platform's options.pins; repeatable)",
     )
     parser.add_argument(
         "--shape",

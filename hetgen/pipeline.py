@@ -36,8 +36,8 @@ from hetgen.templates_dir import templates_dir
 class CompileOptions:
     out: Path | None = None  # default: generated/<platform name>
     build: bool = True
-    placement: str = "cost"  # "cost" | "greedy"
-    pins: Mapping[str, str] = field(default_factory=dict)
+    placement: str | None = None  # "cost" | "greedy"; None: the platform's options.placement, else "cost"
+    pins: Mapping[str, str] = field(default_factory=dict)  # added to the platform's options.pins
     search_path: tuple[str, ...] = ()
     build_options: BuildOptions = BuildOptions()
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -69,7 +69,9 @@ def options_argv(options: CompileOptions) -> list[str]:
     """`hetgen generate` arguments that reproduce `options` (all but `out`, `build` and the search
     path, which the regenerate rule fixes itself): what build.ninja re-runs must build the same."""
     build = options.build_options
-    argv = ["--placement", options.placement, "--weights", options.weights, f"--opt={shlex.join(build.opt)}"]
+    argv = ["--weights", options.weights, f"--opt={shlex.join(build.opt)}"]
+    if options.placement is not None:  # otherwise the platform file decides, as it did the first time
+        argv += ["--placement", options.placement]
     for node, target in sorted(options.pins.items()):
         argv += ["--pin", f"{node}={target}"]
     for name, dims in sorted(options.input_shapes.items()):
@@ -114,9 +116,7 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
 
 
 def generate_files(platform: Platform, graph: Graph, options: CompileOptions, model, out_dir: Path):
-    placement = place(
-        graph, platform, mode=options.placement, pins=dict(options.pins or platform.options.get("pins", {}))
-    )
+    placement = place(graph, platform, mode=options.placement, pins=options.pins)
     lowered = lower.lower(graph, platform, placement)
     sources = codegen.generate(lowered, weights=options.weights)
     regenerate = regenerate_rule(platform, model, out_dir, options)

@@ -7,6 +7,8 @@ Model names reach the templates only escaped for where they land (`hetgen.names`
 
 from __future__ import annotations
 
+import enum
+
 from hetgen.lower.program import (
     BufferRef,
     Call,
@@ -21,15 +23,27 @@ from hetgen.lower.program import (
 )
 from hetgen.names import c_comment, c_string
 
-REGION_C = {
-    Region.NONE: "HG_REGION_NONE",
-    Region.ARENA: "HG_REGION_ARENA",
-    Region.WEIGHTS: "HG_REGION_WEIGHTS",
-    Region.INPUT: "HG_REGION_INPUT",
-    Region.OUTPUT: "HG_REGION_OUTPUT",
-    Region.DEVICE: "HG_REGION_DEVICE",
-}
-OPCODES = {"END": 0, "CALL": 1, "COPY": 2, "COPY_IN": 3, "COPY_OUT": 4, "INVOKE": 5, "WAIT": 6}
+
+class Opcode(enum.IntEnum):
+    """`enum hg_opcode` of templates/runtime/hg_runtime.h: the VM's bytecode and the graph node table
+    both encode with these numbers (tests/test_truth.py checks them against the header)."""
+
+    END = 0
+    CALL = 1
+    COPY = 2
+    COPY_IN = 3
+    COPY_OUT = 4
+    INVOKE = 5
+    WAIT = 6
+
+    @property
+    def c_name(self) -> str:
+        return f"HG_OP_{self.name}"
+
+
+# `enum hg_region`: Region's values are the C enum's (checked against the header like Opcode).
+REGION_C = {region: f"HG_REGION_{region.name}" for region in Region}
+OPCODES = {op.name: op.value for op in Opcode}
 
 
 def c_expression(ref: BufferRef) -> str:
@@ -61,24 +75,24 @@ def vm_code(steps, kernel_index: dict[str, int]) -> list[tuple[list[int], str]]:
     code = []
     for step in steps:
         if isinstance(step, Call):
-            words = [OPCODES["CALL"], kernel_index[step.unit.fn], len(step.args)]
+            words = [Opcode.CALL.value, kernel_index[step.unit.fn], len(step.args)]
             for ref in step.args:
                 words += ref_words(ref)
             code.append((words, f"call {step.unit.label}"))
         elif isinstance(step, Copy):
-            words = [OPCODES["COPY"], *ref_words(step.src), *ref_words(step.dst), *u64_words(step.nbytes)]
+            words = [Opcode.COPY.value, *ref_words(step.src), *ref_words(step.dst), *u64_words(step.nbytes)]
             code.append((words, f"copy {step.dst.tensor}"))
         elif isinstance(step, DeviceCopyIn):
-            words = [OPCODES["COPY_IN"], step.device, *ref_words(step.src), *u64_words(step.dst_offset)]
+            words = [Opcode.COPY_IN.value, step.device, *ref_words(step.src), *u64_words(step.dst_offset)]
             code.append((words + u64_words(step.nbytes), f"copy {step.tensor} to device {step.device}"))
         elif isinstance(step, DeviceCopyOut):
-            words = [OPCODES["COPY_OUT"], step.device, *u64_words(step.src_offset), *ref_words(step.dst)]
+            words = [Opcode.COPY_OUT.value, step.device, *u64_words(step.src_offset), *ref_words(step.dst)]
             code.append((words + u64_words(step.nbytes), f"copy {step.tensor} from device {step.device}"))
         elif isinstance(step, Invoke):
-            code.append(([OPCODES["INVOKE"], step.device, step.program], f"invoke device {step.device}"))
+            code.append(([Opcode.INVOKE.value, step.device, step.program], f"invoke device {step.device}"))
         elif isinstance(step, Wait):
-            code.append(([OPCODES["WAIT"], step.device], f"wait for device {step.device}"))
-    code.append(([OPCODES["END"]], "end"))
+            code.append(([Opcode.WAIT.value, step.device], f"wait for device {step.device}"))
+    code.append(([Opcode.END.value], "end"))
     return code
 
 
@@ -117,7 +131,7 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
 
     def node(op, device=0, fn="NULL", refs=(), nbytes=0, cycles=0, first_arg=None, comment=""):
         entry = {
-            "op": f"HG_OP_{op}",
+            "op": Opcode[op].c_name,
             "device": device,
             "fn": fn,
             "first_arg": len(args) if first_arg is None else first_arg,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hetgen.ir import DType, Graph, Node
+from hetgen.ops._activation import epilogue_from_attributes
 from hetgen.ops.base import FUSABLE_ACTIVATIONS, Epilogue, OpInstance
 from hetgen.ops.registry import op_def
 
@@ -38,10 +39,6 @@ def epilogue_of(node: Node, graph: Graph) -> Epilogue | None:
     """The epilogue equivalent to activation `node`, or None when it cannot be fused."""
     if node.op not in FUSABLE_ACTIVATIONS or graph.types[node.outputs[0]].dtype is not DType.FLOAT32:
         return None
-    if node.op == "LeakyRelu":
-        return Epilogue("LeakyRelu", alpha=float(node.attr("alpha", 0.01)))
-    if node.op == "HardSigmoid":
-        return Epilogue("HardSigmoid", alpha=float(node.attr("alpha", 0.2)), beta=float(node.attr("beta", 0.5)))
     if node.op == "Clip":
         low, high = float(node.attr("min", -3.4028234663852886e38)), float(node.attr("max", 3.4028234663852886e38))
         for index, name in enumerate(node.inputs[1:3], start=1):
@@ -52,7 +49,7 @@ def epilogue_of(node: Node, graph: Graph) -> Epilogue | None:
             value = float(graph.constants[name].reshape(-1)[0])
             low, high = (value, high) if index == 1 else (low, value)
         return Epilogue("Clip", alpha=low, beta=high)
-    return Epilogue(node.op)
+    return epilogue_from_attributes(node)
 
 
 def kernel_units(graph: Graph, assignment: Mapping[str, str]) -> tuple[Unit, ...]:

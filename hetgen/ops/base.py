@@ -37,6 +37,13 @@ class Epilogue:
     alpha: float = 0.0
     beta: float = 0.0
 
+    def c_expression(self, x: str) -> str:
+        """The float32 C expression of this activation applied to `x`: the same text the
+        standalone kernel uses (`hetgen/ops/_activation.py`)."""
+        from hetgen.ops._activation import activation_c  # the table imports this module
+
+        return activation_c(self, x)
+
 
 @dataclass(frozen=True)
 class OpInstance:

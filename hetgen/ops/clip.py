@@ -6,6 +6,7 @@ broadcast scalar. `min(max(x, lo), hi)` as numpy.clip: NaN passes through, and l
 
 from __future__ import annotations
 
+from hetgen.ops._activation import clip
 from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, highest, literal, lowest, require_dtype, scalar_value
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops.base import Kernel, OpDef, OpInstance
@@ -31,11 +32,8 @@ def lower(op: OpInstance) -> Kernel:
     operands = [Operand("x", 0, x_type)]
     lo = _bound(op, 1, "min", None, operands, "lo")
     hi = _bound(op, 2, "max", None, operands, "hi")
-    expression = "x"
-    if lo is not None and lo != lowest(dtype):
-        expression = f"({expression} < {lo} ? {lo} : {expression})"
-    if hi is not None and hi != highest(dtype):
-        expression = f"({expression} > {hi} ? {hi} : {expression})"
+    # A bound at the dtype's limit changes nothing; the expression is the fused epilogue's.
+    expression = clip("x", None if lo == lowest(dtype) else lo, None if hi == highest(dtype) else hi)
     return elementwise_kernel(
         operands, op.output_types[0], expression, out_arg=len(op.node.inputs), flops_per_element=2
     )

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 
 from hetgen.ir import DType
+from hetgen.ops._activation import ACTIVATIONS, epilogue_from_attributes, sigmoid
 from hetgen.ops._cexpr import INTEGER_DTYPES, UNSIGNED, libm, literal
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
@@ -22,13 +23,6 @@ def _f(t: DType, value: float) -> str:
 def _softplus(x: str, t: DType) -> str:
     # log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)
     return f"({libm('fmax', t)}({x}, {_f(t, 0)}) + {libm('log1p', t)}({libm('exp', t)}(-{libm('fabs', t)}({x}))))"
-
-
-def _sigmoid(x: str, t: DType) -> str:
-    # float32: hg_expf (hg_kernels.h) vectorises where expf does not; its clamping keeps the
-    # result within 1e-38 of 0 and 1 at the extremes.
-    exp = "hg_expf" if t is DType.FLOAT32 else "exp"
-    return f"({_f(t, 1)} / ({_f(t, 1)} + {exp}(-({x}))))"
 
 
 def _gelu(x: str, t: DType, op: OpInstance) -> str:
@@ -49,9 +43,13 @@ def _libm_call(name: str) -> FloatBuilder:
     return lambda x, t, op: f"{libm(name, t)}({x})"
 
 
+def _activation(name: str) -> FloatBuilder:
+    """A fusable activation: its expression is the one the fused epilogue uses."""
+    return lambda x, t, op: ACTIVATIONS[name](x, t, epilogue_from_attributes(op.node))
+
+
 FLOAT_BUILDERS: dict[str, FloatBuilder] = {
-    "Relu": lambda x, t, op: f"{x} > {_f(t, 0)} ? {x} : {_f(t, 0)}",
-    "LeakyRelu": lambda x, t, op: f"{x} >= {_f(t, 0)} ? {x} : {x} * {_f(t, _alpha(op, 0.01))}",
+    **{name: _activation(name) for name in ACTIVATIONS if name != "Clip"},  # Clip: clip.py
     "Elu": lambda x, t, op: f"{x} > {_f(t, 0)} ? {x} : {_f(t, _alpha(op, 1.0))} * {libm('expm1', t)}({x})",
     "Selu": lambda x, t, op: (
         f"{_f(t, float(op.attr('gamma', 1.05070102214813232421875)))} * ({x} > {_f(t, 0)} ? {x} : "
@@ -61,15 +59,6 @@ FLOAT_BUILDERS: dict[str, FloatBuilder] = {
         f"{libm('fmax', t)}({_f(t, 0)}, {x}) + {libm('fmin', t)}({_f(t, 0)}, "
         f"{_f(t, _alpha(op, 1.0))} * {libm('expm1', t)}({x} / {_f(t, _alpha(op, 1.0))}))"
     ),
-    "Sigmoid": lambda x, t, op: _sigmoid(x, t),
-    "HardSigmoid": lambda x, t, op: (
-        f"{libm('fmax', t)}({_f(t, 0)}, {libm('fmin', t)}({_f(t, 1)}, "
-        f"{_f(t, _alpha(op, 0.2))} * {x} + {_f(t, float(op.attr('beta', 0.5)))}))"
-    ),
-    "HardSwish": lambda x, t, op: (
-        f"{x} * {libm('fmax', t)}({_f(t, 0)}, {libm('fmin', t)}({_f(t, 1)}, {_f(t, 1 / 6)} * {x} + {_f(t, 0.5)}))"
-    ),
-    "Tanh": _libm_call("tanh"),
     "Softplus": lambda x, t, op: _softplus(x, t),
     "Softsign": lambda x, t, op: f"{x} / ({_f(t, 1)} + {libm('fabs', t)}({x}))",
     "Exp": _libm_call("exp"),
@@ -97,7 +86,7 @@ FLOAT_BUILDERS: dict[str, FloatBuilder] = {
     "Gelu": _gelu,
     "Mish": lambda x, t, op: f"{x} * {libm('tanh', t)}({_softplus(x, t)})",
     "ThresholdedRelu": lambda x, t, op: f"{x} > {_f(t, _alpha(op, 1.0))} ? {x} : {_f(t, 0)}",
-    "Swish": lambda x, t, op: f"{x} * {_sigmoid(f'{_f(t, _alpha(op, 1.0))} * {x}', t)}",
+    "Swish": lambda x, t, op: f"{x} * {sigmoid(f'{_f(t, _alpha(op, 1.0))} * {x}', t)}",
     "Shrink": lambda x, t, op: (
         f"{x} < {_f(t, -float(op.attr('lambd', 0.5)))} ? {x} + {_f(t, float(op.attr('bias', 0.0)))} : "
         f"({x} > {_f(t, float(op.attr('lambd', 0.5)))} ? {x} - {_f(t, float(op.attr('bias', 0.0)))} : {_f(t, 0)})"

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from hetgen.partition.cost import format_bytes
 from hetgen.partition.pins import Pin
-from hetgen.partition.placement import Alternative, Group, Placement, Transfer
+from hetgen.partition.placement import Alternative, Group, LinkUse, Placement, Refusal, Transfer, refusal_text
 from hetgen.partition.space import Candidate, SearchSpace
 
 EPSILON_US = 1e-9
@@ -32,21 +32,68 @@ def assemble(
     starts: dict[int, list[Candidate]] = {}
     for c in candidates:
         starts.setdefault(c.nodes[0], []).append(c)
-    unclaimed = unclaimed_nodes(space)
+    unclaimed_refusals = unclaimed_nodes(space)
+    unclaimed = _unclaimed_text(unclaimed_refusals)
     unclaimed_reason = dict(unclaimed)
+    refused = _refusals_by_node(space)
+    for refusal in unclaimed_refusals:  # "no pattern matches" too
+        refused.setdefault(space.node_index[refusal.node], []).append(refusal)
     groups = []
     for k, c in enumerate(picked):
         alternatives = _alternatives(space, c, starts, loc_of_node)
         names = tuple(space.graph.nodes[n].name for n in c.nodes)
         reason = _reason(space, c, mode, alternatives, pins, [unclaimed_reason.get(name) for name in names])
-        groups.append(Group(f"g{k}", space.paths[c.loc], names, c.label, c.compute_us, alternatives, reason))
+        refusals = tuple(dict.fromkeys(r for n in c.nodes for r in refused.get(n, ())))
+        groups.append(
+            Group(
+                f"g{k}",
+                space.paths[c.loc],
+                names,
+                c.label,
+                c.compute_us,
+                alternatives,
+                reason,
+                refusals,
+                space.launch_us(c.loc),
+            )
+        )
     transfers = tuple(
-        Transfer(space.tensor_names[t], space.paths[src], space.paths[dst], space.tensor_bytes[t], us)
+        Transfer(
+            space.tensor_names[t],
+            space.paths[src],
+            space.paths[dst],
+            space.tensor_bytes[t],
+            us,
+            _links(space, src, dst),
+        )
         for t in range(len(space.tensor_names))
         for src, dst, us in space.tensor_transfers(t, loc_of_node)
     )
     total = float(sum(g.cost_us for g in groups) + sum(t.cost_us for t in transfers))
-    return Placement(tuple(groups), transfers, total, mode, unclaimed, exact)
+    return Placement(tuple(groups), transfers, total, mode, unclaimed, exact, unclaimed_refusals)
+
+
+def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
+    return tuple(
+        LinkUse(below, link.bandwidth_gbps, link.latency_us)
+        for below, link in space.topology.hops(space.paths[src], space.paths[dst])
+    )
+
+
+def _refusals_by_node(space: SearchSpace) -> dict[int, list[Refusal]]:
+    """Every predicate refusal, per node it covers."""
+    result: dict[int, list[Refusal]] = {}
+    for r in space.matches.rejections:
+        for n in r.nodes:
+            result.setdefault(n, []).append(Refusal(space.graph.nodes[n].name, r.target, r.label, r.reason))
+    return result
+
+
+def _unclaimed_text(refusals: tuple[Refusal, ...]) -> tuple[tuple[str, str], ...]:
+    by_node: dict[str, list[Refusal]] = {}
+    for r in refusals:
+        by_node.setdefault(r.node, []).append(r)
+    return tuple((node, refusal_text(tuple(items))) for node, items in by_node.items())
 
 
 def _tilings(space: SearchSpace, c: Candidate, starts) -> dict[int, tuple[float, list[Candidate]]]:
@@ -128,29 +175,24 @@ def _reason(space, c: Candidate, mode: str, alternatives, pins: Mapping[int, Pin
         parts.append(f"least total latency of {len(alternatives) + 1} options")
     else:
         parts.append("the only target that can run it")
-    reasons = [r for r in dict.fromkeys(unclaimed) if r]
-    if reasons:
-        parts.append(f"no accelerator could take it: {'; '.join(reasons)}")
+    if any(unclaimed):  # each accelerator's refusal is in the group's `refused`
+        parts.append("no accelerator could take it")
     return "; ".join(parts)
 
 
-def unclaimed_nodes(space: SearchSpace) -> tuple[tuple[str, str], ...]:
-    """Operators no accelerator's pattern table claims, with each accelerator's reason."""
+def unclaimed_nodes(space: SearchSpace) -> tuple[Refusal, ...]:
+    """Each accelerator's refusal of each operator no accelerator's pattern table claims."""
     if not space.accelerators:
         return ()
     accelerator_paths = [space.paths[loc] for loc in space.accelerators]
     claimed = {n for m in space.matches.matches if m.target in accelerator_paths for n in m.nodes}
-    refused: dict[tuple[int, str], list[str]] = {}
-    for r in space.matches.rejections:
-        for n in r.nodes:
-            refused.setdefault((n, r.target), []).append(f"[{r.label}] {r.reason}")
+    refused = _refusals_by_node(space)
     result = []
     for n, node in enumerate(space.graph.nodes):
         if n in claimed:
             continue
-        reasons = []
         for path in accelerator_paths:
-            why = refused.get((n, path)) or [f"no pattern matches {node.op} here"]
-            reasons.extend(f"{path}: {text}" for text in dict.fromkeys(why))
-        result.append((node.name, "; ".join(reasons)))
+            mine = [r for r in refused.get(n, ()) if r.target == path]
+            mine = list(dict.fromkeys(mine)) or [Refusal(node.name, path, "", f"no pattern matches {node.op} here")]
+            result.extend(mine)
     return tuple(result)

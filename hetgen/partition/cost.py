@@ -89,16 +89,21 @@ class Topology:
 
     def route(self, src: str, dst: str) -> tuple[Link, ...]:
         """The links a tensor crosses from `src` to `dst` (both directions count the same)."""
-        links: list[Link | None] = []
+        return tuple(link for _, link in self.hops(src, dst))
+
+    def hops(self, src: str, dst: str) -> tuple[tuple[str, Link], ...]:
+        """(target below the link, link) for each link on the way from `src` to `dst`."""
+        up: list[tuple[str, Link | None]] = []
+        down: list[tuple[str, Link | None]] = []
         a, b = src, dst
         while a != b:
             if self._depth[a] >= self._depth[b]:
-                links.append(self._link[a])
+                up.append((a, self._link[a]))
                 a = self._parent[a]
             else:
-                links.append(self._link[b])
+                down.append((b, self._link[b]))
                 b = self._parent[b]
-        return tuple(link for link in links if link is not None)
+        return tuple((below, link) for below, link in (*up, *reversed(down)) if link is not None)
 
     def transfer_us(self, src: str, dst: str, nbytes: float) -> float:
         return sum(link_us(link, nbytes) for link in self.route(src, dst))

@@ -1,70 +1,222 @@
-"""Explain a placement: as text for people, as JSON for tools, as Graphviz for pictures."""
+"""Explain a placement: as text for people, as JSON for tools, as Graphviz for pictures.
+
+`explanation()` gathers every fact once (groups with their alternatives, refusals, launch overheads
+and the transfers charged to each, and why each unclaimed operator stayed off every accelerator);
+`render_text` and `render_json` only lay that value out.
+"""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
+from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.partition.cost import format_bytes
-from hetgen.partition.placement import Placement
+from hetgen.partition.placement import Group, Placement, Refusal, Transfer, refusal_text
 
 
-def explain_text(placement: Placement, graph: Graph) -> str:
+@dataclass(frozen=True)
+class GroupReport:
+    """One group as explained: the group (target, cost, alternatives, reasons, refusals, launch
+    overhead), its operators with their ONNX op types, and the transfers charged to it."""
+
+    group: Group
+    ops: tuple[tuple[str, str], ...]  # (node name, op type)
+    transfers: tuple[Transfer, ...]
+
+    @property
+    def transfer_us(self) -> float:
+        return sum(t.cost_us for t in self.transfers)
+
+
+@dataclass(frozen=True)
+class UnclaimedReport:
+    node: str
+    op: str
+    refusals: tuple[Refusal, ...]  # one or more per accelerator
+
+    @property
+    def reason(self) -> str:
+        return refusal_text(self.refusals)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Everything `explain` says, once: the text, JSON (and any other) formats only lay it out, so
+    they cannot disagree."""
+
+    graph: str
+    mode: str
+    quality: str  # "exact", "beam-bounded" or "heuristic"
+    total_us: float
+    groups: tuple[GroupReport, ...]
+    transfers: tuple[Transfer, ...]
+    unclaimed: tuple[UnclaimedReport, ...]
+
+    @property
+    def group_us(self) -> float:
+        return sum(r.group.cost_us for r in self.groups)
+
+    @property
+    def transfer_us(self) -> float:
+        return sum(t.cost_us for t in self.transfers)
+
+    @property
+    def launch_us(self) -> float:
+        return sum(r.group.launch_us for r in self.groups)
+
+
+def explanation(placement: Placement, graph: Graph) -> Explanation:
     ops = {node.name: node.op for node in graph.nodes}
-    group_us = sum(g.cost_us for g in placement.groups)
-    transfer_us = sum(t.cost_us for t in placement.transfers)
     quality = "exact" if placement.exact else ("heuristic" if placement.mode == "greedy" else "beam-bounded")
+    charged = _charged_group(placement, graph)
+    groups = tuple(
+        GroupReport(
+            group,
+            tuple((name, ops.get(name, "?")) for name in group.nodes),
+            tuple(t for t in placement.transfers if charged[t] == index),
+        )
+        for index, group in enumerate(placement.groups)
+    )
+    by_node: dict[str, list[Refusal]] = {}
+    for refusal in placement.unclaimed_refusals:
+        by_node.setdefault(refusal.node, []).append(refusal)
+    unclaimed = tuple(UnclaimedReport(node, ops.get(node, "?"), tuple(items)) for node, items in by_node.items())
+    return Explanation(graph.name, placement.mode, quality, placement.total_us, groups, placement.transfers, unclaimed)
+
+
+def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:
+    """The group each transfer is charged to: the first group on its destination that reads the
+    tensor; failing that (a graph output returning to the root), the group that produced it."""
+    index = {group.name: k for k, group in enumerate(placement.groups)}
+    readers: dict[tuple[str, str], int] = {}
+    producer: dict[str, int] = {}
+    for node in graph.nodes:
+        k = index[placement.group_of(node.name).name]
+        for tensor in node.inputs:
+            if tensor:
+                key = (tensor, placement.groups[k].target)
+                readers[key] = min(readers.get(key, k), k)
+        for tensor in node.outputs:
+            if tensor:
+                producer[tensor] = k
+    charged = {}
+    for transfer in placement.transfers:
+        k = readers.get((transfer.tensor, transfer.dst), producer.get(transfer.tensor))
+        if k is None:
+            raise InternalError(f"transfer of {transfer.tensor!r} has no reader on {transfer.dst} and no producer")
+        charged[transfer] = k
+    return charged
+
+
+def _route(transfer: Transfer) -> str:
+    return ", ".join(
+        f"{link.below} link {link.bandwidth_gbps:g} GB/s + {link.latency_us:g} us" for link in transfer.links
+    )
+
+
+def _transfer_line(t: Transfer) -> str:
+    route = f" over {_route(t)}" if t.links else ""
+    return f"{t.tensor}: {t.src} -> {t.dst}, {format_bytes(t.bytes)}{route}, {t.cost_us:.1f} us"
+
+
+def render_text(e: Explanation) -> str:
     lines = [
-        f"placement of '{graph.name}' ({placement.mode} mode, {quality}): {placement.total_us:.1f} us, "
-        f"{len(placement.groups)} groups, {len(placement.transfers)} transfers",
+        f"placement of '{e.graph}' ({e.mode} mode, {e.quality}): {e.total_us:.1f} us, "
+        f"{len(e.groups)} groups, {len(e.transfers)} transfers",
         "",
     ]
-    for group in placement.groups:
+    for report in e.groups:
+        group = report.group
         lines.append(f"{group.name}  {group.target}  [{group.label}]  {group.cost_us:.1f} us")
-        members = ", ".join(f"{name} ({ops.get(name, '?')})" for name in group.nodes)
-        lines.append(f"    ops: {members}")
-        if group.alternatives:
-            runner_up = group.alternatives[0]
-            lines.append(f"    runner-up: {runner_up.target} [{runner_up.label}] {runner_up.why}")
+        lines.append(f"    ops: {', '.join(f'{name} ({op})' for name, op in report.ops)}")
+        lines.append(f"    launch: {group.launch_us:.1f} us of the {group.cost_us:.1f} us")
+        for rank, a in enumerate(group.alternatives):
+            lines.append(
+                f"    {'runner-up' if rank == 0 else 'lost'}: {a.target} [{a.label}] {a.cost_us:.1f} us, {a.why}"
+            )
+        for r in group.refused:
+            lines.append(f"    refused: {r.node} on {r.target}: {r.text}")
         if group.reason:
             lines.append(f"    why: {group.reason}")
+        for t in report.transfers:
+            lines.append(f"    copies {_transfer_line(t)}")
     lines.append("")
-    if placement.unclaimed:
+    if e.unclaimed:
         lines.append("operators no accelerator could take:")
-        lines.extend(f"  {name} ({ops.get(name, '?')}): {reason}" for name, reason in placement.unclaimed)
+        lines.extend(f"  {u.node} ({u.op}): {u.reason}" for u in e.unclaimed)
         lines.append("")
-    if placement.transfers:
+    if e.transfers:
         lines.append("transfers:")
-        lines.extend(
-            f"  {t.tensor}: {t.src} -> {t.dst}, {format_bytes(t.bytes)}, {t.cost_us:.1f} us"
-            for t in placement.transfers
-        )
+        lines.extend(f"  {_transfer_line(t)}" for t in e.transfers)
         lines.append("")
-    lines.append(f"total: {placement.total_us:.1f} us (groups {group_us:.1f} us + transfers {transfer_us:.1f} us)")
+    lines.append(
+        f"total: {e.total_us:.1f} us (groups {e.group_us:.1f} us, of which launches {e.launch_us:.1f} us, "
+        f"+ transfers {e.transfer_us:.1f} us)"
+    )
     return "\n".join(lines) + "\n"
 
 
-def explain_json(placement: Placement, graph: Graph | None = None) -> dict:
-    """A JSON-ready dict: groups (target, ops, cost_us, label, alternatives), transfers, total, unclaimed."""
+def _transfer_json(t: Transfer) -> dict:
     return {
+        "tensor": t.tensor,
+        "src": t.src,
+        "dst": t.dst,
+        "bytes": t.bytes,
+        "cost_us": t.cost_us,
+        "links": [asdict(link) for link in t.links],
+        "route": _route(t),
+    }
+
+
+def _refusal_json(r: Refusal) -> dict:
+    return {"node": r.node, "target": r.target, "label": r.label, "reason": r.reason, "text": r.text}
+
+
+def render_json(e: Explanation) -> dict:
+    return {
+        "graph": e.graph,
+        "mode": e.mode,
+        "quality": e.quality,
         "groups": [
             {
-                "target": group.target,
-                "ops": list(group.nodes),
-                "cost_us": group.cost_us,
-                "label": group.label,
+                "name": r.group.name,
+                "target": r.group.target,
+                "ops": [name for name, _ in r.ops],
+                "op_types": [op for _, op in r.ops],
+                "cost_us": r.group.cost_us,
+                "launch_us": r.group.launch_us,
+                "label": r.group.label,
+                "reason": r.group.reason,
                 "alternatives": [
-                    {"target": a.target, "label": a.label, "cost_us": a.cost_us, "delta_us": a.delta_us}
-                    for a in group.alternatives
+                    {"target": a.target, "label": a.label, "cost_us": a.cost_us, "delta_us": a.delta_us, "why": a.why}
+                    for a in r.group.alternatives
                 ],
+                "refused": [_refusal_json(x) for x in r.group.refused],
+                "transfers": [_transfer_json(t) for t in r.transfers],
+                "transfer_us": r.transfer_us,
             }
-            for group in placement.groups
+            for r in e.groups
         ],
-        "transfers": [
-            {"tensor": t.tensor, "src": t.src, "dst": t.dst, "bytes": t.bytes, "cost_us": t.cost_us}
-            for t in placement.transfers
+        "transfers": [_transfer_json(t) for t in e.transfers],
+        "total_us": e.total_us,
+        "group_us": e.group_us,
+        "launch_us": e.launch_us,
+        "transfer_us": e.transfer_us,
+        "unclaimed": [
+            {"node": u.node, "op": u.op, "reason": u.reason, "refusals": [_refusal_json(x) for x in u.refusals]}
+            for u in e.unclaimed
         ],
-        "total_us": placement.total_us,
-        "unclaimed": [{"node": name, "reason": reason} for name, reason in placement.unclaimed],
     }
+
+
+def explain_text(placement: Placement, graph: Graph) -> str:
+    return render_text(explanation(placement, graph))
+
+
+def explain_json(placement: Placement, graph: Graph) -> dict:
+    """A JSON-ready dict: the same facts as the text, with every number and reason as its own field."""
+    return render_json(explanation(placement, graph))
 
 
 def _quoted(text: str) -> str:

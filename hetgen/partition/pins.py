@@ -25,6 +25,9 @@ def _location(space: SearchSpace, key: str, path: str) -> int:
     loc = space.loc_of_path.get(path)
     if loc is not None:
         return loc
+    root = space.platform.root.name
+    if not path.startswith(f"{root}/") and f"{root}/{path}" in space.loc_of_path:
+        return space.loc_of_path[f"{root}/{path}"]  # paths may omit the root's name, as in the platform file
     for target in space.platform.root.walk():
         if target.path_str == path and target.role is Role.COMPOSITE and target.host is not None:
             return space.loc_of_path[target.host.path_str]

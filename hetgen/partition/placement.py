@@ -33,6 +33,21 @@ class Alternative:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Why one target did not take one operator: a pattern's predicate said no (dtype, kernel size,
+    memory fit, with its numbers), or no pattern of that target matches the operator at all."""
+
+    node: str
+    target: str
+    label: str  # the refusing pattern; "" when no pattern of the target matches the operator
+    reason: str
+
+    @property
+    def text(self) -> str:
+        return f"[{self.label}] {self.reason}" if self.label else self.reason
+
+
+@dataclass(frozen=True)
 class Group:
     """Operators that run together as one launch on one target (a matched pattern)."""
 
@@ -43,6 +58,17 @@ class Group:
     cost_us: float  # estimated time of the launch on its target
     alternatives: tuple[Alternative, ...] = ()  # sorted by cost_us
     reason: str = ""
+    refused: tuple[Refusal, ...] = ()  # patterns of other targets (or its own) that refused its operators
+    launch_us: float = 0.0  # the launch overhead the cost model charged inside cost_us
+
+
+@dataclass(frozen=True)
+class LinkUse:
+    """One link a transfer crosses: the link of target `below` (from its controlling parent)."""
+
+    below: str
+    bandwidth_gbps: float
+    latency_us: float
 
 
 @dataclass(frozen=True)
@@ -54,6 +80,7 @@ class Transfer:
     dst: str
     bytes: int
     cost_us: float
+    links: tuple[LinkUse, ...] = ()  # the links crossed, from src towards dst
 
 
 @dataclass(frozen=True)
@@ -64,6 +91,8 @@ class Placement:
     mode: str  # "cost" or "greedy"
     unclaimed: tuple[tuple[str, str], ...] = ()  # (node name, why no accelerator could take it)
     exact: bool = True  # least total_us under the cost model: cost mode with no beam cut (greedy: False)
+    # Each accelerator's refusal of each unclaimed node: the structure behind `unclaimed`'s text.
+    unclaimed_refusals: tuple[Refusal, ...] = ()
     _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +140,11 @@ class Placement:
         if not math.isclose(expected, self.total_us, rel_tol=1e-9, abs_tol=1e-6):
             raise InternalError(f"placement total {self.total_us} us is not the sum of its parts ({expected} us)")
         return self
+
+
+def refusal_text(refusals: tuple[Refusal, ...]) -> str:
+    """ "target: [label] reason; ..." — one line of reasons, as `Placement.unclaimed` holds them."""
+    return "; ".join(f"{r.target}: {r.text}" for r in refusals)
 
 
 def _check_acyclic(groups: tuple[Group, ...], graph: Graph) -> None:

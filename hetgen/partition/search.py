@@ -31,30 +31,40 @@ def place(
     graph: Graph,
     platform: Platform,
     *,
-    mode: str = "cost",
+    mode: str | None = None,
     pins: Mapping[str, str] = MappingProxyType({}),
     calibration: Calibration | Mapping[str, float] | None = None,
     max_states: int = DEFAULT_MAX_STATES,
 ) -> Placement:
     """Place every operator of `graph` on a target of `platform`.
 
-    `pins` maps a node name, an ONNX node name or a pattern label to a target path; the platform's
-    own `options["pins"]` apply first. `calibration` scales group times per kind or target path.
+    `mode` and `pins` are what the caller (CLI, API) asked for; this is the one place they meet the
+    platform file's `options`: an explicit `mode` beats `options.placement`, which beats "cost"; `pins`
+    add to `options.pins`, a pin for the same key replacing the file's. `pins` map a node name, an
+    ONNX node name or a pattern label to a target path. `calibration` scales group times per kind or
+    target path.
     """
+    mode, pins = placement_request(platform, mode, pins)
     if mode not in MODES:
         raise PlacementError(f"unknown placement mode {mode!r}; accepted: {', '.join(MODES)}")
     if not isinstance(calibration, Calibration):
         calibration = calibrate(calibration or {})
     check_graph_fits(graph, platform)  # before any cost or table is computed for an impossible tensor
     space = SearchSpace(graph, platform, calibration)
-    platform_pins = platform.options.get("pins") if isinstance(platform.options, Mapping) else None
-    pinned = resolve_pins(space, {**(platform_pins or {}), **pins})
+    pinned = resolve_pins(space, pins)
     candidates = restrict(space, pinned)
     if mode == "cost":
         chosen, exact = ExactSearch(space, candidates).run(max_states)
     else:
         chosen, exact = search_greedy(space, candidates), False
     return assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned).verify(graph)
+
+
+def placement_request(platform: Platform, mode: str | None, pins: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The search mode and pins in force: the caller's, over the platform file's, over the default."""
+    options = platform.options if isinstance(platform.options, Mapping) else {}
+    chosen = mode if mode is not None else options.get("placement") or "cost"
+    return chosen, {**(options.get("pins") or {}), **pins}
 
 
 def search_greedy(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[int]:

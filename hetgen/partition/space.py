@@ -33,6 +33,7 @@ class SearchSpace:
     def __init__(self, graph: Graph, platform: Platform, calibration: Calibration):
         self.graph = graph
         self.platform = platform
+        self.calibration = calibration
         self.topology = Topology(platform)
         self.targets: tuple[Target, ...] = runnable_targets(platform)
         self.paths = tuple(target.path_str for target in self.targets)
@@ -45,6 +46,11 @@ class SearchSpace:
         self._index_links()
         self.matches: Matches = match_patterns(graph, platform)
         self.candidates = self._candidates(calibration)
+
+    def launch_us(self, loc: int) -> float:
+        """The launch overhead inside every group time on `loc` (calibration scales it too)."""
+        target = self.targets[loc]
+        return target.figures.launch_us * self.calibration.scale_for(target)
 
     def _index_tensors(self) -> None:
         graph = self.graph
