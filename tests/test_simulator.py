@@ -10,6 +10,8 @@ cycles of setup.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -195,3 +197,22 @@ def test_the_platforms_npu_parameters_take_effect(tmp_path, single):
     assert before[("kernel", "mm")] == 64 + 1024
     # 128 MACs as 16 rows x 8 columns: 4 * 8 * 64 = 2048 steps, and 10 cycles to start
     assert after[("kernel", "mm")] == 10 + 2048
+
+
+def test_bench_json_puts_estimate_beside_simulation(five):
+    _, stats, counts, out = five
+    done = subprocess.run(
+        [sys.executable, "-m", "hetgen", "bench", str(out), "--runs", "1", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    document = json.loads(done.stdout)
+    assert {"estimate_us", "simulated_us", "groups"} <= set(document)
+    (device,) = document["devices"]
+    total_cycles = stats["compute_cycles"] + stats["dma_cycles"]
+    assert document["simulated_us"] == pytest.approx(total_cycles / 1000, abs=1e-3)
+    assert document["estimate_us"] > 0 and device["path"] == NPU
+    add = next(g for g in document["groups"] if g["nodes"][0].endswith("_add"))
+    assert add["target"] == NPU and add["estimate_us"] > 0
+    assert add["simulated_us"] == pytest.approx(counts[("kernel", "add")] / 1000, abs=1e-3)
