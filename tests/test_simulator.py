@@ -216,3 +216,37 @@ def test_bench_json_puts_estimate_beside_simulation(five):
     add = next(g for g in document["groups"] if g["nodes"][0].endswith("_add"))
     assert add["target"] == NPU and add["estimate_us"] > 0
     assert add["simulated_us"] == pytest.approx(counts[("kernel", "add")] / 1000, abs=1e-3)
+
+
+def _descriptors(nodes, inputs, outputs, weights=()) -> dict:
+    from hetgen.frontend import import_model
+    from hetgen.lower.work import kernel_work
+
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(weights))
+    imported = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    return {node.source_name: kernel_work(node, node, imported) for node in imported.nodes}
+
+
+def test_descriptors_of_batched_and_one_dimensional_products_and_depthwise_convolution():
+    from hetgen.lower.work import Engine
+
+    rng = np.random.default_rng(3)
+    work = _descriptors(
+        [
+            helper.make_node("MatMul", ["a", "b"], ["ab"], name="batched"),
+            helper.make_node("MatMul", ["v", "m"], ["vm"], name="row"),
+            helper.make_node("MatMul", ["m2", "v2"], ["mv"], name="column"),
+            helper.make_node("Conv", ["x", "dw"], ["y"], group=8, pads=[1, 1, 1, 1], name="depthwise"),
+        ],
+        [_value("a", (2, 3, 5, 7)), _value("b", (2, 3, 7, 4)), _value("v", (7,)), _value("m2", (5, 7))]
+        + [_value("x", (1, 8, 6, 6))],
+        [_value("ab", (2, 3, 5, 4)), _value("vm", (4,)), _value("mv", (5,)), _value("y", (1, 8, 6, 6))],
+        [_weight("m", (7, 4), rng), _weight("v2", (7,), rng), _weight("dw", (8, 1, 3, 3), rng)],
+    )
+    shape = {name: (w.engine, w.batch, w.m, w.n, w.k) for name, w in work.items()}
+    assert shape["batched"] == (Engine.MAC_ARRAY, 6, 5, 4, 7)
+    assert shape["row"] == (Engine.MAC_ARRAY, 1, 1, 4, 7)
+    assert shape["column"] == (Engine.MAC_ARRAY, 1, 5, 1, 7)
+    # each of 8 channels is its own product of 36 pixels x 1 output channel over 9 taps
+    assert shape["depthwise"] == (Engine.MAC_ARRAY, 8, 36, 1, 9)
+    assert work["depthwise"].bytes == 4 * (8 * 36 + 8 * 9 + 8 * 36)

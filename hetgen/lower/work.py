@@ -50,17 +50,15 @@ def kernel_work(head: Node, last: Node, graph: Graph) -> Work:
         out_pixels = math.prod(output.shape[2:])
         depth = (x[1] // groups) * math.prod(w[2:])
         return Work(Engine.MAC_ARRAY, x[0] * groups, out_pixels, w[0] // groups, depth, touched)
-    if head.op in ("MatMul", "Gemm"):
-        a = inputs[0].shape
-        if head.op == "Gemm":
-            rows, cols = output.shape
-            depth = a[0] if head.attr("transA", 0) else a[1]
-            return Work(Engine.MAC_ARRAY, 1, rows, cols, depth, touched)
-        out = output.shape
-        rows = out[-2] if len(out) >= 2 and len(a) >= 2 else 1
-        cols = out[-1] if len(inputs[1].shape) >= 2 else 1
-        batch = math.prod(out[:-2]) if len(out) > 2 else 1
-        return Work(Engine.MAC_ARRAY, batch, rows, cols, a[-1], touched)
+    if head.op == "Gemm":
+        rows, cols = output.shape
+        depth = inputs[0].shape[0] if head.attr("transA", 0) else inputs[0].shape[1]
+        return Work(Engine.MAC_ARRAY, 1, rows, cols, depth, touched)
+    if head.op == "MatMul":  # numpy semantics: a 1-D operand is one row (a) or one column (b)
+        a, b = inputs[0].shape, inputs[1].shape
+        rows = a[-2] if len(a) >= 2 else 1
+        cols = b[-1] if len(b) >= 2 else 1
+        return Work(Engine.MAC_ARRAY, output.size // max(rows * cols, 1), rows, cols, a[-1], touched)
     taps = 1
     if head.op in ("MaxPool", "AveragePool"):
         taps = math.prod(head.attr("kernel_shape", (1,)))
