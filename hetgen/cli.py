@@ -195,8 +195,7 @@ def cmd_bench(args) -> int:
     result = bench(Path(args.dir), runs=args.runs)
     simulation = simulation_report(Path(args.dir))
     if args.format == "json":
-        document = {"estimate_us": 0.0, "simulated_us": 0.0, "groups": [], "devices": []}
-        document.update(simulation.to_json() if simulation else {})
+        document = simulation.to_json()
         document.update(
             {"hetgen_ms": round(result.hetgen_ms, 4), "ort_ms": round(result.ort_ms, 4), "runs": result.runs}
         )
@@ -205,7 +204,7 @@ def cmd_bench(args) -> int:
     print(f"hetgen      {result.hetgen_ms:9.3f} ms (median of {result.runs})")
     print(f"onnxruntime {result.ort_ms:9.3f} ms (median of {result.runs}, 1 thread, optimisations off)")
     print(f"ratio       {result.ratio:9.2f} x (hetgen / onnxruntime)")
-    for line in report_lines(simulation) if simulation else ():
+    for line in report_lines(simulation):
         print(line)
     return 0
 

@@ -70,13 +70,11 @@ def _rounded(record: dict) -> dict:
     }
 
 
-def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport | None:
+def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
     """Run the model `runs` times and report the last run's simulated time (every run does the same
-    work); None when the project has no simulated device."""
+    work). A project without simulated devices still lists its groups' estimates."""
     manifest = json.loads((Path(out_dir) / "hetgen.json").read_text())
     simulated = [t for t in manifest["targets"] if t["role"] == "accelerator"]
-    if not simulated:
-        return None
     model = load(Path(out_dir))
     feeds = feeds_for(model, Path(out_dir), 0)[0]  # indices inside what they index
     for _ in range(max(runs, 1)):
@@ -135,7 +133,9 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport | None:
 
 
 def report_lines(report: SimulationReport) -> list[str]:
-    """The text form of `hetgen bench`'s simulation table."""
+    """The text form of `hetgen bench`'s simulation table (none without simulated devices)."""
+    if not report.devices:
+        return []
     lines = [
         f"simulated devices (per run): estimate {report.estimate_us:.1f} us, simulated {report.simulated_us:.1f} us"
         f" ({_ratio(report.simulated_us, report.estimate_us)})"
@@ -148,13 +148,14 @@ def report_lines(report: SimulationReport) -> list[str]:
         )
     simulated = [g for g in report.groups if g.simulated_us is not None]
     if simulated:
-        width = max(len(g.name) for g in simulated)
+        names = {g.name: f"{g.name} [{g.label}]" for g in simulated}
+        width = max(len(name) for name in names.values())
         lines.append(
             f"  {'group':<{width}}  {'estimate':>10}  {'simulated':>10}  {'kernel':>9}  {'weights':>9}  sim/est"
         )
         for g in simulated:
             lines.append(
-                f"  {g.name:<{width}}  {g.estimate_us:8.1f}us  {g.simulated_us:8.1f}us  {g.kernel_us:7.1f}us"
+                f"  {names[g.name]:<{width}}  {g.estimate_us:8.1f}us  {g.simulated_us:8.1f}us  {g.kernel_us:7.1f}us"
                 f"  {g.weight_load_us:7.1f}us  {_ratio(g.simulated_us, g.estimate_us)}"
             )
     return lines
@@ -166,5 +167,4 @@ def _ratio(simulated: float, estimate: float) -> str:
 
 def device_report(out_dir: Path, runs: int = 1) -> list[str]:
     """The simulation table as text lines; empty when the project has no simulated device."""
-    report = simulation_report(out_dir, runs)
-    return report_lines(report) if report else []
+    return report_lines(simulation_report(out_dir, runs))
