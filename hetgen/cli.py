@@ -196,16 +196,21 @@ def _verify_argv(args) -> list[str]:
 
 def cmd_bench(args) -> int:
     from hetgen.runtime.bench import bench
+    from hetgen.runtime.devices import report_lines, simulation_report
 
     result = bench(Path(args.dir), runs=args.runs)
+    simulation = simulation_report(Path(args.dir))
+    if args.format == "json":
+        document = simulation.to_json()
+        document.update(
+            {"hetgen_ms": round(result.hetgen_ms, 4), "ort_ms": round(result.ort_ms, 4), "runs": result.runs}
+        )
+        print(json.dumps(document, indent=2))
+        return 0
     print(f"hetgen      {result.hetgen_ms:9.3f} ms (median of {result.runs})")
     print(f"onnxruntime {result.ort_ms:9.3f} ms (median of {result.runs}, 1 thread, optimisations off)")
     print(f"ratio       {result.ratio:9.2f} x (hetgen / onnxruntime)")
-    try:
-        from hetgen.runtime.devices import device_report
-    except ImportError:
-        return 0
-    for line in device_report(Path(args.dir)):
+    for line in report_lines(simulation):
         print(line)
     return 0
 
@@ -323,6 +328,12 @@ def parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="latency beside onnxruntime")
     bench.add_argument("dir")
     bench.add_argument("--runs", type=int, default=20)
+    bench.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="json: {estimate_us, simulated_us, groups: [...], devices: [...], hetgen_ms, ort_ms} for scripts",
+    )
     sub.add_parser("targets", help="list target kinds and their attributes")
     check = sub.add_parser("check", help="validate a platform; print its canonical tree")
     check.add_argument("platform")

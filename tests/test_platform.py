@@ -160,7 +160,17 @@ def test_shorthand_expands_to_the_full_node():
     assert short == full
     assert short.root.kind.name == "native"
     nested = load("name: p\ntarget:\n  kind: native\n  devices: {npu0: npu}\n")
-    assert nested.target("p/npu0").attrs == {"sram_kib": 512, "macs_per_cycle": 256, "clock_mhz": 800, "dma_gbps": 8.0}
+    assert nested.target("p/npu0").attrs == {
+        "sram_kib": 512,
+        "macs_per_cycle": 256,
+        "clock_mhz": 800,
+        "dma_gbps": 8.0,
+        "mac_rows": 16,
+        "vector_lanes": 16,
+        "sram_bytes_per_cycle": 64.0,
+        "dma_setup_cycles": 32,
+        "command_cycles": 64,
+    }
 
 
 def test_defaults_applied_and_runtimes_defaulted():
@@ -323,7 +333,9 @@ def test_refinement_inherits_and_overrides():
     )
     kind = platform.target("p/n").kind
     assert kind.parent == "bignpu" and kind.role is Role.ACCELERATOR and kind.doc == "more SRAM"
-    assert [spec.name for spec in kind.attributes] == ["sram_kib", "macs_per_cycle", "clock_mhz", "dma_gbps", "tiles"]
+    inherited = [spec.name for spec in builtin_kinds()["npu"].attributes]
+    assert [spec.name for spec in kind.attributes] == [*inherited, "tiles"]
+    assert inherited[:4] == ["sram_kib", "macs_per_cycle", "clock_mhz", "dma_gbps"]
     assert kind.attribute("sram_kib").default == 4096 and kind.attribute("sram_kib").type == "int"
     assert kind.attribute("tiles").choices == (1, 2, 4)
     labels = [p.label for p in kind.patterns]

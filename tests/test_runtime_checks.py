@@ -82,7 +82,7 @@ def graph_words(steps, program) -> list[int]:
     for n in nodes:
         fn = index.get(n["fn"], 0xFFFF)
         words += [OPCODES[n["op"][6:]], n["device"], fn, n["first_arg"], n["num_args"]]
-        words += [n["bytes"] & 0xFFFFFFFF, n["bytes"] >> 32, n["cycles"] & 0xFFFFFFFF, n["cycles"] >> 32]
+        words += [n["bytes"] & 0xFFFFFFFF, n["bytes"] >> 32]
     words.append(len(args))
     for a in args:
         words += [region[a["region"]], a["index"], a["offset"] & 0xFFFFFFFF, a["offset"] >> 32]
@@ -222,7 +222,7 @@ def test_vm_refuses_each_kind_of_corruption(harness, tmp_path, case):
 
 
 def _node(op, device=0, fn=0, first_arg=0, num_args=0, nbytes=0) -> list[int]:
-    return [op, device, fn, first_arg, num_args, nbytes & 0xFFFFFFFF, nbytes >> 32, 0, 0]
+    return [op, device, fn, first_arg, num_args, nbytes & 0xFFFFFFFF, nbytes >> 32]
 
 
 GRAPH_CASES = {

@@ -15,7 +15,7 @@ from hetgen.codegen.remote import (
     server_source,
 )
 from hetgen.codegen.render import render
-from hetgen.codegen.viewmodel import program_view
+from hetgen.codegen.viewmodel import estimates_manifest, program_view, simulator_manifest
 from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
@@ -143,6 +143,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
     manifest_targets = []
     # Which `<prefix>_device_stats(workspace, device, ...)` index reads each simulated device.
     stats_index = {device.path: index for index, device in enumerate(lowered.simulated)}
+    state_offsets = {device.path: device.offset for device in lowered.simulated}
     prefixes = {
         program.target.path_str: target_prefix(lowered.name, program.target.path) for program in lowered.programs
     }
@@ -190,6 +191,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
                 "clock_mhz": program.device_model.clock_mhz if program.device_model else None,
                 "capacity_bytes": program.device_model.capacity if program.device_model else None,
                 "stats_device": stats_index.get(program.target.path_str),
+                **(simulator_manifest(program, state_offsets) if program.device_model else {}),
             }
         )
     files_remote, targets, remote = _remote_files(lowered, prefixes, targets)
@@ -214,6 +216,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
         "inputs": [_tensor_json(t) for t in root.inputs],
         "outputs": [_tensor_json(t) for t in root.outputs],
         "targets": manifest_targets,
+        "estimates": estimates_manifest(lowered),
         "workspace_size": root.workspace.size,
         "workspace_align": ALIGNMENT,
         # The board build's co-processors, each a server program the root reaches over the transport.

@@ -15,12 +15,15 @@ from hetgen.lower.program import (
     Copy,
     DeviceCopyIn,
     DeviceCopyOut,
+    DeviceModel,
     Invoke,
     Program,
     ProgramRole,
     Region,
     Wait,
 )
+from hetgen.lower.work import Engine
+from hetgen.lower.workspace import STATE_HEADER_SIZE
 from hetgen.names import c_comment, c_string
 
 
@@ -129,7 +132,7 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
     """The graph runtime's node and argument tables for one step list."""
     nodes, args = [], []
 
-    def node(op, device=0, fn="NULL", refs=(), nbytes=0, cycles=0, first_arg=None, comment=""):
+    def node(op, device=0, fn="NULL", refs=(), nbytes=0, first_arg=None, comment=""):
         entry = {
             "op": Opcode[op].c_name,
             "device": device,
@@ -137,7 +140,6 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
             "first_arg": len(args) if first_arg is None else first_arg,
             "num_args": len(refs),
             "bytes": nbytes,
-            "cycles": cycles,
             "comment": c_comment(comment),
         }
         nodes.append(entry)
@@ -145,13 +147,12 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
 
     for step in steps:
         if isinstance(step, Call):
-            node("CALL", fn=step.unit.fn, refs=step.args, cycles=step.cycles, comment=step.unit.label)
+            node("CALL", fn=step.unit.fn, refs=step.args, comment=step.unit.label)
         elif isinstance(step, Copy):
             node(
                 "COPY",
                 refs=(step.src, step.dst),
                 nbytes=step.nbytes,
-                cycles=step.cycles,
                 comment=f"copy {step.dst.tensor}",
             )
         elif isinstance(step, DeviceCopyIn):
@@ -180,6 +181,41 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
         elif isinstance(step, Wait):
             node("WAIT", step.device, first_arg=0, comment=f"wait for device {step.device}")
     return nodes, args
+
+
+ENGINE_C = {Engine.MAC_ARRAY: "HG_SIM_MAC_ARRAY", Engine.VECTOR: "HG_SIM_VECTOR", Engine.DMA: "HG_SIM_DMA"}
+
+
+def work_table(steps) -> list[dict]:
+    """A simulated accelerator's work descriptors, one per node of graph_tables(steps)."""
+    table = []
+    for step in steps:
+        work = getattr(step, "work", None)
+        if work is None:
+            table.append({"engine": "HG_SIM_NONE", "batch": 0, "m": 0, "n": 0, "k": 0, "bytes": 0, "comment": "-"})
+            continue
+        what = step.unit.label if isinstance(step, Call) else f"load {step.dst.tensor}"
+        shape = dict(batch=work.batch, m=work.m, n=work.n, k=work.k, bytes=work.bytes)
+        table.append({"engine": ENGINE_C[work.engine], **shape, "comment": c_comment(what)})
+    return table
+
+
+def simulator_counters(program: Program) -> list[dict]:
+    """What each of a simulated accelerator's per-command cycle counters counts, in counter order:
+    the manifest's key for joining `hetgen bench`'s simulated times with the placement's groups."""
+    counters = []
+    for index, steps in enumerate(program.entries):
+        calls = [step for step in steps if isinstance(step, Call)]
+        for step in steps:
+            if isinstance(step, Call):
+                counters.append({"program": index, "what": "kernel", "nodes": list(step.unit.nodes)})
+            elif isinstance(step, Copy):  # a weight load, charged to the first kernel that reads it
+                reader = next((c for c in calls if any(a.tensor == step.dst.tensor for a in c.args)), None)
+                nodes = list(reader.unit.nodes) if reader else []
+                counters.append({"program": index, "what": "weight load", "tensor": step.dst.tensor, "nodes": nodes})
+            else:
+                counters.append({"program": index, "what": "other", "nodes": []})
+    return counters
 
 
 def aot_steps(steps) -> list[dict]:
@@ -251,6 +287,7 @@ def program_view(
     kernel_fns = [unit.fn for unit in program.units]
     kernel_index = {fn: index for index, fn in enumerate(kernel_fns)}
     entries = []
+    first_counter = 0
     for index, steps in enumerate(program.entries):
         nodes, args = graph_tables(steps)
         vm_lines = [
@@ -263,9 +300,11 @@ def program_view(
                 "graph_nodes": nodes,
                 "graph_args": args,
                 "vm_code_lines": vm_lines,
-                "load_cycles": sum(step.cycles for step in steps if isinstance(step, Copy)),
+                "work": work_table(steps) if program.role is ProgramRole.ACCELERATOR else [],
+                "first_counter": first_counter,
             }
         )
+        first_counter += len(steps)
     arena_buffers = [
         {"name": c_string(name), "offset": offset, "nbytes": nbytes} for name, offset, nbytes in program.memory.buffers
     ]
@@ -302,5 +341,45 @@ def program_view(
         "simulated": program.role is ProgramRole.ACCELERATOR,
         "capacity": model.capacity if model else 0,
         "clock_mhz": model.clock_mhz if model else 0,
-        "dma_bytes_per_cycle": repr(float(model.dma_bytes_per_cycle)) if model else "0.0",
+        "sim": _simulator_view(model, first_counter) if model else None,
     }
+
+
+def _simulator_view(model: DeviceModel, num_counters: int) -> dict:
+    """The simulated device's parameters (hg_sim_params) and where its counters sit."""
+    return {
+        "mac_rows": model.mac_rows,
+        "mac_cols": model.mac_cols,
+        "vector_lanes": model.vector_lanes,
+        "command_cycles": model.command_cycles,
+        "dma_setup_cycles": model.dma_setup_cycles,
+        "sram_bytes_per_cycle": repr(float(model.sram_bytes_per_cycle)),
+        "dma_bytes_per_cycle": repr(float(model.dma_bytes_per_cycle)),
+        "counters_offset": STATE_HEADER_SIZE,
+        "num_counters": num_counters,
+    }
+
+
+def simulator_manifest(program: Program, state_offsets: dict[str, int]) -> dict:
+    """A simulated accelerator's manifest fields for `hetgen bench`: where its per-command counters
+    sit in the root's workspace and what each one counts."""
+    return {
+        "counters_offset": state_offsets[program.target.path_str] + STATE_HEADER_SIZE,
+        "counters": simulator_counters(program),
+    }
+
+
+def estimates_manifest(lowered) -> list[dict]:
+    """The placement's estimate for each group and transfer, recorded when the project is generated
+    (bench joins the groups with the simulator's counters through their node names)."""
+    return [
+        {
+            "name": e.name,
+            "target": e.target,
+            "label": e.label,
+            "nodes": list(e.nodes),
+            "estimate_us": round(e.estimate_us, 3),
+            **({"tensor": e.tensor, "source": e.source} if e.tensor else {}),
+        }
+        for e in lowered.estimates
+    ]

@@ -14,7 +14,16 @@ from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
-from hetgen.lower.program import KernelUnit, Lowered, Program, ProgramRole, TensorSpec, WeightEntry, Weights
+from hetgen.lower.program import (
+    GroupEstimate,
+    KernelUnit,
+    Lowered,
+    Program,
+    ProgramRole,
+    TensorSpec,
+    WeightEntry,
+    Weights,
+)
 from hetgen.lower.resolve import Resolver, device_model
 from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
@@ -238,4 +247,18 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
         )
     layouts = plan_workspaces(programs)
     programs = [dataclasses.replace(p, workspace=layouts[p.target.path_str]) for p in programs]
-    return Lowered(platform.name, graph.name, tuple(programs), simulated_devices(programs, layouts))
+    return Lowered(
+        platform.name, graph.name, tuple(programs), simulated_devices(programs, layouts), placement_estimates(placement)
+    )
+
+
+def placement_estimates(placement) -> tuple[GroupEstimate, ...]:
+    """The cost model's figure for each group and transfer, kept for `hetgen bench` to compare."""
+    if placement is None:
+        return ()
+    groups = [GroupEstimate(g.name, g.target, tuple(g.nodes), g.label, g.cost_us) for g in placement.groups]
+    transfers = [
+        GroupEstimate(f"{t.tensor} -> {t.dst}", t.dst, (), "transfer", t.cost_us, t.tensor, t.src)
+        for t in placement.transfers
+    ]
+    return tuple(groups + transfers)

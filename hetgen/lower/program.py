@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from hetgen.ir import TensorType
 from hetgen.lower.memory import MemoryPlan
+from hetgen.lower.work import Work
 from hetgen.lower.workspace import SimulatedDevice, WorkspaceLayout
 from hetgen.ops.base import Kernel
 from hetgen.platform.model import Runtime, Target
@@ -44,7 +45,7 @@ class KernelUnit:
 class Call:
     unit: KernelUnit
     args: tuple[BufferRef, ...]
-    cycles: int = 0  # simulated device cycles (accelerators only)
+    work: Work | None = None  # what a simulated accelerator is asked to do (accelerators only)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Copy:
     src: BufferRef
     dst: BufferRef
     nbytes: int
-    cycles: int = 0  # simulated DMA cycles (accelerators loading weights)
+    work: Work | None = None  # an accelerator's weight load: a DMA of nbytes
 
 
 @dataclass(frozen=True)
@@ -130,11 +131,17 @@ class ProgramRole(enum.Enum):
 
 @dataclass(frozen=True)
 class DeviceModel:
-    """The figures a simulated accelerator's C model needs."""
+    """A simulated accelerator's own parameters (docs/simulator.md), from its kind's attributes."""
 
     clock_mhz: float
     dma_bytes_per_cycle: float
     capacity: int  # local memory bytes
+    mac_rows: int = 16  # the MAC array is mac_rows x mac_cols multipliers
+    mac_cols: int = 16
+    vector_lanes: int = 16  # elements the vector unit processes per cycle
+    sram_bytes_per_cycle: float = 64.0  # local memory bandwidth seen by the engines
+    dma_setup_cycles: int = 32  # before a DMA's first byte moves
+    command_cycles: int = 64  # decoding and starting one kernel command
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,21 @@ class Lowered:
     model_name: str
     programs: tuple[Program, ...]  # the root controller first
     simulated: tuple[SimulatedDevice, ...] = ()  # every simulated accelerator, where its state sits in the workspace
+    estimates: tuple[GroupEstimate, ...] = ()  # the placement's groups and transfers, as it priced them
 
     @property
     def root(self) -> Program:
         return self.programs[0]
+
+
+@dataclass(frozen=True)
+class GroupEstimate:
+    """What the placement's cost model expects of one group (or, with `tensor`, one transfer)."""
+
+    name: str  # the group's name (a transfer: "tensor -> dst")
+    target: str
+    nodes: tuple[str, ...]  # IR node names; empty for a transfer
+    label: str
+    estimate_us: float
+    tensor: str = ""  # a transfer's tensor
+    source: str = ""  # a transfer's source target

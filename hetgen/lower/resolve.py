@@ -8,7 +8,6 @@ in the target's arena.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
@@ -28,7 +27,7 @@ from hetgen.lower.program import (
     Weights,
 )
 from hetgen.lower.schedule import SCall, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym
-from hetgen.ops.base import Kernel
+from hetgen.lower.work import dma_work, kernel_work
 from hetgen.platform.model import Role, Target
 
 
@@ -37,16 +36,23 @@ def clock_mhz(target: Target) -> float:
 
 
 def device_model(target: Target) -> DeviceModel:
-    dma_gbps = float(target.attrs.get("dma_gbps", target.figures.bandwidth_gbps or 1.0))
-    return DeviceModel(clock_mhz(target), dma_gbps * 1e3 / clock_mhz(target), target.memory_bytes or 0)
-
-
-def accelerator_cycles(target: Target, kernel: Kernel) -> int:
-    """The simulated device's cycles for one kernel: the kind's figures, as the cost model uses them."""
-    figures = target.figures
-    compute_us = kernel.flops / (figures.peak_gflops * 1e3) if figures.peak_gflops else 0.0
-    memory_us = kernel.bytes_accessed / (figures.bandwidth_gbps * 1e3) if figures.bandwidth_gbps else 0.0
-    return math.ceil((figures.launch_us + max(compute_us, memory_us)) * clock_mhz(target))
+    """The simulator's parameters from the kind's attributes (hetgen/platform/kinds/npu.yaml); a kind
+    that declares none of them gets DeviceModel's defaults."""
+    attrs, defaults = target.attrs, DeviceModel(0.0, 0.0, 0)
+    dma_gbps = float(attrs.get("dma_gbps", target.figures.bandwidth_gbps or 1.0))
+    macs = int(attrs.get("macs_per_cycle", defaults.mac_rows * defaults.mac_cols))
+    rows = max(1, min(int(attrs.get("mac_rows", defaults.mac_rows)), macs))
+    return DeviceModel(
+        clock_mhz=clock_mhz(target),
+        dma_bytes_per_cycle=dma_gbps * 1e3 / clock_mhz(target),
+        capacity=target.memory_bytes or 0,
+        mac_rows=rows,
+        mac_cols=max(1, macs // rows),
+        vector_lanes=int(attrs.get("vector_lanes", defaults.vector_lanes)),
+        sram_bytes_per_cycle=float(attrs.get("sram_bytes_per_cycle", defaults.sram_bytes_per_cycle)),
+        dma_setup_cycles=int(attrs.get("dma_setup_cycles", defaults.dma_setup_cycles)),
+        command_cycles=int(attrs.get("command_cycles", defaults.command_cycles)),
+    )
 
 
 @dataclass
@@ -64,6 +70,7 @@ class Resolver:
         self.graph_outputs: dict[str, int] = {}
         for index, name in enumerate(self.graph.outputs):
             self.graph_outputs.setdefault(name, index)
+        self.nodes_by_name = {node.name: node for node in self.graph.nodes}
 
     def ref(self, sym: Sym | None) -> BufferRef:
         if sym is None:
@@ -85,13 +92,20 @@ class Resolver:
             args = [self.ref(sym) for sym in step.args]
             if unit.kernel.scratch_bytes:
                 args.append(BufferRef(Region.ARENA, self.plans[path].offset(f"scratch:{step.unit}"), "scratch"))
-            cycles = accelerator_cycles(target, unit.kernel) if target.role is Role.ACCELERATOR else 0
-            return Call(unit, tuple(args), cycles)
+            work = None
+            if target.role is Role.ACCELERATOR:
+                head, last = self.nodes_by_name[unit.nodes[0]], self.nodes_by_name[unit.nodes[-1]]
+                work = kernel_work(head, last, self.graph)
+            return Call(unit, tuple(args), work)
         if isinstance(step, SLoadWeight):
             nbytes = self.graph.types[step.tensor].nbytes
             source = BufferRef(Region.WEIGHTS, self.weights[path].offset(step.tensor), step.tensor)
-            cycles = math.ceil(nbytes / device_model(target).dma_bytes_per_cycle)
-            return Copy(source, self.ref(Sym(path, step.tensor)), nbytes, cycles)
+            return Copy(
+                source,
+                self.ref(Sym(path, step.tensor)),
+                nbytes,
+                dma_work(nbytes) if target.role is Role.ACCELERATOR else None,
+            )
         if isinstance(step, SCopyIn):
             nbytes = self.graph.types[step.src.tensor].nbytes
             offset = self.plans[step.dst.target].offset(step.dst.tensor)

@@ -18,6 +18,15 @@ from hetgen.lower.memory import ALIGNMENT
 # Bytes reserved at the start of each device's block for its C state struct (queue, counters); the
 # generated C asserts `sizeof` fits, for every ABI it is built for.
 STATE_HEADER_SIZE = 128
+# A simulated accelerator's header continues with one 64-bit cycle counter per command of its
+# programs (hg_sim.h), so `hetgen bench` can show each kernel's simulated time.
+COUNTER_BYTES = 8
+
+
+def simulator_counters(program) -> int:
+    """How many per-command cycle counters a program's state header holds: one per command of a
+    simulated accelerator, none elsewhere."""
+    return sum(len(entry) for entry in program.entries) if program.device_model is not None else 0
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ def plan_workspaces(programs) -> dict[str, WorkspaceLayout]:
 
     def plan(path: str, is_root: bool) -> WorkspaceLayout:
         program = by_path[path]
-        header = 0 if is_root else STATE_HEADER_SIZE
+        header = 0 if is_root else STATE_HEADER_SIZE + _aligned(COUNTER_BYTES * simulator_counters(program))
         # An accelerator's local memory is at least one aligned line, as its static storage was.
         arena = _aligned(max(program.memory.arena_size, 0 if is_root else ALIGNMENT))
         offset = header + arena

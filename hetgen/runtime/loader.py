@@ -123,6 +123,14 @@ class Model:
             what: int(getattr(stats, what)) for what in ("compute_cycles", "load_cycles", "dma_cycles", "invocations")
         }
 
+    def device_counters(self, offset: int, count: int) -> list[int]:
+        """`count` uint64 counters at byte `offset` of this thread's workspace, as its last run left
+        them: a simulated device's per-command cycles (the manifest's `counters_offset`)."""
+        if offset < 0 or offset + 8 * count > self.workspace_size:
+            raise HetgenError(f"{self.path}: counters at {offset} (+{8 * count} bytes) lie outside the workspace")
+        raw = bytes(self._ffi.buffer(self._workspace())[offset : offset + 8 * count])
+        return [int(v) for v in np.frombuffer(raw, dtype=np.uint64)]
+
     def _workspace(self):
         """This thread's workspace: WORKSPACE_SIZE bytes at a WORKSPACE_ALIGN-aligned address."""
         pointer = getattr(self._thread, "workspace", None)

@@ -68,7 +68,8 @@ static int hg_graph_node_run(const hg_graph_node *node, const hg_buffer_ref *arg
 }
 
 int hg_graph_run(const hg_graph_node *nodes, size_t num_nodes, const hg_buffer_ref *args, size_t num_args,
-                 const hg_memory *memory, struct hg_device *const *devices, size_t num_devices, uint64_t *cycles)
+                 const hg_memory *memory, struct hg_device *const *devices, size_t num_devices,
+                 const hg_graph_hook *hook)
 {
     for (size_t n = 0; n < num_nodes; ++n) {
         const hg_graph_node *node = &nodes[n];
@@ -89,8 +90,8 @@ int hg_graph_run(const hg_graph_node *nodes, size_t num_nodes, const hg_buffer_r
         if (status != HG_OK) {
             return status;
         }
-        if (cycles != NULL) {
-            *cycles += node->cycles;
+        if (hook != NULL && hook->node_done != NULL) {
+            hook->node_done(hook->context, n);
         }
     }
     return HG_OK;

@@ -122,14 +122,21 @@ typedef struct {
     uint32_t first_arg;  /* index into the argument table: CALL args; COPY*: source then destination */
     uint32_t num_args;
     uint64_t bytes;      /* COPY, COPY_IN, COPY_OUT */
-    uint64_t cycles;     /* simulated device cycles of this node (0 on controllers) */
 } hg_graph_node;
+
+/* Called after each node that ran without error, with its index in the table: how a simulated
+ * device accounts for the work it was given (hg_sim.c). Controllers pass none. */
+typedef struct {
+    void (*node_done)(void *context, size_t node);
+    void *context;
+} hg_graph_hook;
 
 /* Every node is checked before it runs (opcode, device, argument range, regions, offsets and sizes);
  * a corrupt table returns HG_ERR_BYTECODE. A kernel's argument is checked to start inside its region;
  * its extent is the memory plan's, which the generated C asserts at compile time. */
 int hg_graph_run(const hg_graph_node *nodes, size_t num_nodes, const hg_buffer_ref *args, size_t num_args,
-                 const hg_memory *memory, struct hg_device *const *devices, size_t num_devices, uint64_t *cycles);
+                 const hg_memory *memory, struct hg_device *const *devices, size_t num_devices,
+                 const hg_graph_hook *hook);
 
 /* vm runtime: a bytecode program of 32-bit words run by a small interpreter.
  *   CALL k n (region index offset_lo offset_hi)*n   call kernel k

@@ -1,4 +1,4 @@
-/* hetgen simulated accelerator: see hg_sim.c. */
+/* hetgen simulated accelerator: see hg_sim.c and docs/simulator.md. */
 #ifndef HG_SIM_H
 #define HG_SIM_H
 
@@ -10,13 +10,41 @@
 
 #define HG_SIM_QUEUE_DEPTH 16
 
+/* The engine that executes a command (hetgen/lower/work.py's Engine). */
+enum hg_sim_engine {
+    HG_SIM_NONE = 0,
+    HG_SIM_MAC_ARRAY = 1, /* batch matrix products of m x n outputs over a depth of k */
+    HG_SIM_VECTOR = 2,    /* m output elements, each reducing k taps */
+    HG_SIM_DMA = 3,       /* bytes moved from the device's weights into local memory */
+};
+
+/* What one command asks of the device: the shape of its work, not its time. */
+typedef struct {
+    uint32_t engine;
+    uint32_t reserved;
+    uint64_t batch, m, n, k;
+    uint64_t bytes; /* local-memory bytes the command reads and writes; DMA: bytes moved */
+} hg_sim_work;
+
 typedef struct {
     const hg_graph_node *nodes;
     size_t num_nodes;
     const hg_buffer_ref *args;
     size_t num_args;
-    uint64_t load_cycles;       /* of those nodes, the weight loads into local memory */
+    const hg_sim_work *work; /* one per node */
+    uint64_t first_counter;  /* node n's cycles add up in counter first_counter + n */
 } hg_sim_program;
+
+/* The device's own micro-architecture (docs/simulator.md), from its kind's attributes. */
+typedef struct {
+    uint32_t mac_rows, mac_cols;  /* the MAC array: mac_rows x mac_cols multipliers */
+    uint32_t vector_lanes;        /* elements the vector unit processes per cycle */
+    uint32_t command_cycles;      /* decoding and starting one kernel command */
+    uint32_t dma_setup_cycles;    /* before a DMA's first byte moves */
+    uint32_t reserved;
+    double sram_bytes_per_cycle;  /* local memory bandwidth the engines see */
+    double dma_bytes_per_cycle;
+} hg_sim_params;
 
 /* What the device is: constant, shared by every run (hg_device.config). */
 typedef struct {
@@ -27,12 +55,14 @@ typedef struct {
     uint64_t weights_size;
     const hg_sim_program *programs;
     size_t num_programs;
-    double dma_bytes_per_cycle;
+    uint64_t counters_offset;   /* where the per-command cycle counters start in the state block */
+    uint64_t num_counters;
+    hg_sim_params params;
 } hg_sim_config;
 
 /* What one run changes: the head of the device's state block in the caller's workspace
- * (hg_device.state), followed by local memory at config->memory_offset. Fixed-width fields, so
- * its size is the same on every ABI. */
+ * (hg_device.state), then num_counters uint64_t cycle counters at config->counters_offset, then
+ * local memory at config->memory_offset. Fixed-width fields, so its size is the same on every ABI. */
 typedef struct {
     uint32_t queue[HG_SIM_QUEUE_DEPTH];
     uint32_t queued;
@@ -42,7 +72,13 @@ typedef struct {
 
 extern const hg_device_ops hg_sim_ops;
 
-/* Empty the queue and zero the counters: the start of a run. */
-void hg_sim_reset(void *state);
+/* The cycles one command takes on a device with these parameters. */
+uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *work);
+
+/* The cycles a DMA of `bytes` takes (weight loads, copies to and from the controller). */
+uint64_t hg_sim_dma_cycles(const hg_sim_params *params, uint64_t bytes);
+
+/* Empty the queue and zero the counters: the start of a run (`config`: NULL zeroes only the head). */
+void hg_sim_reset(void *state, const hg_sim_config *config);
 
 #endif /* HG_SIM_H */

@@ -9,7 +9,7 @@
  *   num_devices (device_memory_bytes device_programs)...
  *   num_program_words, then the program:
  *     vm:    the bytecode
- *     graph: num_nodes (op device fn first_arg num_args bytes_lo bytes_hi cycles_lo cycles_hi)...
+ *     graph: num_nodes (op device fn first_arg num_args bytes_lo bytes_hi)...
  *            num_args (region index offset_lo offset_hi)...
  * Everything before the program describes the memory and is never mutated. The kernels and the
  * devices' programs do nothing (a kernel's extent is not in the program: the memory plan's
@@ -113,12 +113,15 @@ int main(int argc, char **argv)
         const uint32_t memory_bytes = next_word();
         const uint32_t num_programs = next_word() % 16;
         for (uint32_t p = 0; p < num_programs; ++p) {
-            programs[d][p] = (hg_sim_program){ no_nodes, 0, no_args, 0, 0 };
+            programs[d][p] = (hg_sim_program){ no_nodes, 0, no_args, 0, NULL, 0 };
         }
-        configs[d] = (hg_sim_config){ sizeof(hg_sim_state), memory_bytes, memory_bytes, memory.weights,
-                                      memory.weights_size, programs[d], num_programs, 1.0 };
+        configs[d] = (hg_sim_config){ .memory_offset = sizeof(hg_sim_state), .memory_size = memory_bytes,
+                                      .capacity = memory_bytes, .weights = memory.weights,
+                                      .weights_size = memory.weights_size, .programs = programs[d],
+                                      .num_programs = num_programs,
+                                      .params = { .dma_bytes_per_cycle = 1.0, .sram_bytes_per_cycle = 1.0 } };
         void *state = exact(sizeof(hg_sim_state) + memory_bytes);
-        hg_sim_reset(state);
+        hg_sim_reset(state, &configs[d]);
         devices[d] = (struct hg_device){ &hg_sim_ops, &configs[d], state };
         pointers[d] = &devices[d];
     }
@@ -137,16 +140,15 @@ int main(int argc, char **argv)
     } else {
         size_t at = 0;
         const size_t num_nodes = length > 0 ? program[at++] % 4096 : 0;
-        const size_t nodes_fit = (length - at) / 9 < num_nodes ? (length - at) / 9 : num_nodes;
+        const size_t nodes_fit = (length - at) / 7 < num_nodes ? (length - at) / 7 : num_nodes;
         hg_graph_node *nodes = malloc((nodes_fit ? nodes_fit : 1) * sizeof *nodes);
-        for (size_t n = 0; n < nodes_fit; ++n, at += 9) {
+        for (size_t n = 0; n < nodes_fit; ++n, at += 7) {
             nodes[n].op = program[at];
             nodes[n].device = program[at + 1];
             nodes[n].fn = program[at + 2] < num_kernels ? kernels[program[at + 2]] : NULL;
             nodes[n].first_arg = program[at + 3];
             nodes[n].num_args = program[at + 4];
             nodes[n].bytes = (uint64_t)program[at + 5] | ((uint64_t)program[at + 6] << 32);
-            nodes[n].cycles = (uint64_t)program[at + 7] | ((uint64_t)program[at + 8] << 32);
         }
         const size_t num_args = at < length ? program[at++] % 65536 : 0;
         const size_t args_fit = (length - at) / 4 < num_args ? (length - at) / 4 : num_args;
@@ -156,8 +158,7 @@ int main(int argc, char **argv)
             args[a].index = program[at + 1];
             args[a].offset = (uint64_t)program[at + 2] | ((uint64_t)program[at + 3] << 32);
         }
-        uint64_t cycles = 0;
-        status = hg_graph_run(nodes, nodes_fit, args, args_fit, &memory, pointers, num_devices, &cycles);
+        status = hg_graph_run(nodes, nodes_fit, args, args_fit, &memory, pointers, num_devices, NULL);
         free(nodes);
         free(args);
     }

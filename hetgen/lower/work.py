@@ -1,0 +1,67 @@
+"""What a simulated accelerator is asked to do: one work descriptor per command of its programs.
+
+The simulator (templates/runtime/hg_sim.c) counts its cycles from these descriptors and its own
+parameters (`DeviceModel`), never from the cost model's figures; docs/simulator.md describes the
+micro-architecture. A descriptor is the shape of the work, read from the graph: the matrix product a
+MAC array computes (a convolution is lowered to one, as im2col does), the elements and taps a vector
+unit reduces, the bytes a DMA moves.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from hetgen.ir import Graph, Node
+
+
+class Engine(enum.Enum):
+    """The unit of the device that executes a command. Values are the C enum's (hg_sim.h)."""
+
+    MAC_ARRAY = 1  # `batch` matrix products of m x n outputs over a depth of k
+    VECTOR = 2  # m output elements, each reducing k taps (k = 1: elementwise)
+    DMA = 3  # `bytes` moved between the device's weights and its local memory
+
+
+@dataclass(frozen=True)
+class Work:
+    engine: Engine
+    batch: int = 1
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    bytes: int = 0  # local-memory bytes the command reads and writes (DMA: bytes moved)
+
+
+def dma_work(nbytes: int) -> Work:
+    return Work(Engine.DMA, bytes=nbytes)
+
+
+def kernel_work(head: Node, last: Node, graph: Graph) -> Work:
+    """The descriptor of a kernel unit from `head` to `last`: the first operator decides the engine;
+    activations fused after it are applied as outputs are written back, at no extra cost."""
+    inputs = [graph.types[name] for name in head.inputs if name]
+    output = graph.types[last.outputs[0]]
+    touched = sum(t.nbytes for t in inputs) + sum(graph.types[name].nbytes for name in last.outputs if name)
+    if head.op == "Conv":
+        x, w = inputs[0].shape, inputs[1].shape
+        groups = int(head.attr("group", 1))
+        out_pixels = math.prod(output.shape[2:])
+        depth = (x[1] // groups) * math.prod(w[2:])
+        return Work(Engine.MAC_ARRAY, x[0] * groups, out_pixels, w[0] // groups, depth, touched)
+    if head.op == "Gemm":
+        rows, cols = output.shape
+        depth = inputs[0].shape[0] if head.attr("transA", 0) else inputs[0].shape[1]
+        return Work(Engine.MAC_ARRAY, 1, rows, cols, depth, touched)
+    if head.op == "MatMul":  # numpy semantics: a 1-D operand is one row (a) or one column (b)
+        a, b = inputs[0].shape, inputs[1].shape
+        rows = a[-2] if len(a) >= 2 else 1
+        cols = b[-1] if len(b) >= 2 else 1
+        return Work(Engine.MAC_ARRAY, output.size // max(rows * cols, 1), rows, cols, a[-1], touched)
+    taps = 1
+    if head.op in ("MaxPool", "AveragePool"):
+        taps = math.prod(head.attr("kernel_shape", (1,)))
+    elif head.op in ("GlobalAveragePool", "GlobalMaxPool"):
+        taps = math.prod(inputs[0].shape[2:])
+    return Work(Engine.VECTOR, 1, output.size, 1, taps, touched)

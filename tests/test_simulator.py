@@ -1,0 +1,252 @@
+"""The simulated npu counts cycles from what it is asked to do (docs/simulator.md), not from the
+cost model: each case below is a generated, built and run project whose counters must equal a cycle
+count worked out by hand from the documented micro-architecture and the platform's parameters.
+
+The platform: a 256-MAC array as 16 x 16, a 16-lane vector unit, 64 bytes per cycle from SRAM,
+64 cycles to start a kernel command, a DMA of 4 bytes per cycle (4 GB/s at 1000 MHz) after 32
+cycles of setup.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import hetgen
+from hetgen.platform.loader import load_platform_text
+from hetgen.runtime.devices import simulation_report
+from hetgen.runtime.reference import ort_session
+
+PLATFORM = """
+name: simt
+target:
+  kind: native
+  runtime: vm
+  devices:
+    npu0:
+      kind: npu
+      macs_per_cycle: {macs}
+      mac_rows: 16
+      clock_mhz: 1000
+      dma_gbps: {dma_gbps}
+      command_cycles: {command}
+      link: {{bandwidth_gbps: 8, latency_us: 5}}
+"""
+NPU = "simt/npu0"
+
+
+def platform(macs=256, dma_gbps=4, command=64):
+    return load_platform_text(PLATFORM.format(macs=macs, dma_gbps=dma_gbps, command=command))
+
+
+def _value(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def _weight(name, shape, rng):
+    return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
+
+
+def five_kernels() -> onnx.ModelProto:
+    """Five independent kernels for the npu, each on its own inputs."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("MatMul", ["a64", "b64"], ["y64"], name="mm64"),
+        helper.make_node("MatMul", ["a65", "b65"], ["y65"], name="mm65"),
+        helper.make_node("Conv", ["xc", "wc"], ["yc"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Add", ["p", "q"], ["ya"], name="add"),
+        helper.make_node("MaxPool", ["xp"], ["yp"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="pool"),
+    ]
+    inputs = [
+        _value("a64", (64, 64)),
+        _value("a65", (65, 64)),
+        _value("xc", (1, 8, 16, 16)),
+        _value("p", (1, 16, 32, 32)),
+        _value("q", (1, 16, 32, 32)),
+        _value("xp", (1, 16, 16, 16)),
+    ]
+    outputs = [
+        _value("y64", (64, 64)),
+        _value("y65", (65, 65)),
+        _value("yc", (1, 16, 16, 16)),
+        _value("ya", (1, 16, 32, 32)),
+        _value("yp", (1, 16, 16, 16)),
+    ]
+    weights = [_weight("b64", (64, 64), rng), _weight("b65", (64, 65), rng), _weight("wc", (16, 8, 3, 3), rng)]
+    graph = helper.make_graph(nodes, "five", inputs, outputs, initializer=weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def one_matmul() -> onnx.ModelProto:
+    rng = np.random.default_rng(1)
+    node = helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")
+    graph = helper.make_graph(
+        [node], "one", [_value("a", (64, 64))], [_value("y", (64, 64))], initializer=[_weight("b", (64, 64), rng)]
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+PIN_ALL = {name: NPU for name in ("mm64", "mm65", "conv", "add", "pool")}
+
+
+def run_counts(tmp_path, model, plat, pins):
+    """Build and run `model`; return the loaded model, the npu's totals and its per-command cycles
+    keyed by (what, ONNX node name or weight tensor)."""
+    out = hetgen.compile(plat, model, out=tmp_path / "out", pins=pins, native_only=True, opt=("-O1",))
+    loaded = hetgen.load(out)
+    rng = np.random.default_rng(2)
+    feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in loaded.inputs}
+    got = loaded.run(feeds)
+    expected = ort_session(model.SerializeToString()).run(None, feeds)
+    for info, want in zip(loaded.outputs, expected):
+        np.testing.assert_allclose(got[info.name], want, rtol=1e-4, atol=1e-4)
+    manifest = json.loads((out / "hetgen.json").read_text())
+    (npu,) = [t for t in manifest["targets"] if t["path"] == NPU]
+    by_ir_name = {node: node.split("_", 2)[2] for c in npu["counters"] for node in c["nodes"]}
+    counts = {}
+    for counter, cycles in zip(npu["counters"], loaded.device_counters(npu["counters_offset"], len(npu["counters"]))):
+        key = counter["tensor"] if counter["what"] == "weight load" else by_ir_name[counter["nodes"][0]]
+        counts[(counter["what"], key)] = cycles
+    return loaded, loaded.device_stats(npu["stats_device"]), counts, out
+
+
+@pytest.fixture(scope="module")
+def five(tmp_path_factory):
+    return run_counts(tmp_path_factory.mktemp("five"), five_kernels(), platform(), PIN_ALL)
+
+
+def test_matmul_64_cubed_fills_the_16x16_array(five):
+    _, _, counts, _ = five
+    # ceil(64/16) * ceil(64/16) * 64 = 1024 steps; SRAM: 3 * 16 KiB / 64 = 768 cycles, hidden; + 64 to start
+    assert counts[("kernel", "mm64")] == 64 + 1024
+
+
+def test_an_odd_shape_wastes_lanes(five):
+    _, _, counts, _ = five
+    # 65 x 65 outputs over 64: ceil(65/16) = 5 row and column tiles, 5 * 5 * 64 = 1600 steps for
+    # 3 % more multiply-accumulates than 64^3 (SRAM: 50180 bytes / 64 = 785 cycles, hidden)
+    assert counts[("kernel", "mm65")] == 64 + 1600
+    macs_per_step_64 = 64**3 / 1024
+    macs_per_step_65 = 65 * 65 * 64 / 1600
+    assert macs_per_step_64 == 256 and macs_per_step_65 < 0.67 * 256
+
+
+def test_convolution_is_a_matrix_product_of_pixels_by_output_channels(five):
+    _, _, counts, _ = five
+    # 16 x 16 output pixels (M = 256), 16 output channels (N), 8 * 3 * 3 taps (K = 72):
+    # 16 * 1 * 72 = 1152 steps; SRAM: (8192 + 4608 + 16384) / 64 = 456 cycles, hidden
+    assert counts[("kernel", "conv")] == 64 + 1152
+
+
+def test_elementwise_add_is_bound_by_local_memory(five):
+    _, _, counts, _ = five
+    # 16384 sums / 16 lanes = 1024 cycles, but 3 * 64 KiB / 64 bytes per cycle = 3072 cycles
+    assert counts[("kernel", "add")] == 64 + 3072
+
+
+def test_pooling_counts_its_taps(five):
+    _, _, counts, _ = five
+    # 4096 outputs of 9 taps / 16 lanes = 2304 cycles; SRAM: 2 * 16 KiB / 64 = 512, hidden
+    assert counts[("kernel", "pool")] == 64 + 2304
+
+
+def test_weight_loads_are_dma(five):
+    _, stats, counts, _ = five
+    # setup + bytes / 4 bytes per cycle
+    assert counts[("weight load", "b64")] == 32 + 64 * 64 * 4 // 4
+    assert counts[("weight load", "b65")] == 32 + 64 * 65 * 4 // 4
+    assert counts[("weight load", "wc")] == 32 + 16 * 8 * 9 * 4 // 4
+    loads = sum(v for (what, _), v in counts.items() if what == "weight load")
+    assert stats["load_cycles"] == loads
+    assert stats["compute_cycles"] == sum(counts.values())
+
+
+def test_bench_joins_each_group_with_its_counters(five):
+    _, _, counts, out = five
+    report = simulation_report(out)
+    groups = {g.nodes[0].split("_", 2)[2]: g for g in report.groups if g.target == NPU}
+    assert set(groups) == {"mm64", "mm65", "conv", "add", "pool"}
+    assert groups["mm64"].kernel_us == pytest.approx((64 + 1024) / 1000)
+    assert groups["mm64"].weight_load_us == pytest.approx(counts[("weight load", "b64")] / 1000)
+    assert all(g.estimate_us > 0 for g in groups.values())
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    # 3 GB/s at 1000 MHz: 3 bytes per cycle, so a 16 KiB transfer ends mid-cycle
+    return run_counts(tmp_path_factory.mktemp("one"), one_matmul(), platform(dma_gbps=3), {"mm": NPU})
+
+
+def test_copies_to_and_from_the_controller_are_dma(single):
+    _, stats, counts, _ = single
+    per_copy = 32 + -(-64 * 64 * 4 // 3)  # ceil(16384 / 3) = 5462
+    assert stats["dma_cycles"] == 2 * per_copy  # the input in, the output out
+    assert counts[("weight load", "b")] == per_copy
+    assert stats["invocations"] == 1
+
+
+def test_the_platforms_npu_parameters_take_effect(tmp_path, single):
+    _, _, before, _ = single
+    _, _, after, _ = run_counts(tmp_path, one_matmul(), platform(macs=128, dma_gbps=3, command=10), {"mm": NPU})
+    assert before[("kernel", "mm")] == 64 + 1024
+    # 128 MACs as 16 rows x 8 columns: 4 * 8 * 64 = 2048 steps, and 10 cycles to start
+    assert after[("kernel", "mm")] == 10 + 2048
+
+
+def test_bench_json_puts_estimate_beside_simulation(five):
+    _, stats, counts, out = five
+    done = subprocess.run(
+        [sys.executable, "-m", "hetgen", "bench", str(out), "--runs", "1", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    document = json.loads(done.stdout)
+    assert {"estimate_us", "simulated_us", "groups"} <= set(document)
+    (device,) = document["devices"]
+    total_cycles = stats["compute_cycles"] + stats["dma_cycles"]
+    assert document["simulated_us"] == pytest.approx(total_cycles / 1000, abs=1e-3)
+    assert document["estimate_us"] > 0 and device["path"] == NPU
+    add = next(g for g in document["groups"] if g["nodes"][0].endswith("_add"))
+    assert add["target"] == NPU and add["estimate_us"] > 0
+    assert add["simulated_us"] == pytest.approx(counts[("kernel", "add")] / 1000, abs=1e-3)
+
+
+def _descriptors(nodes, inputs, outputs, weights=()) -> dict:
+    from hetgen.frontend import import_model
+    from hetgen.lower.work import kernel_work
+
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(weights))
+    imported = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    return {node.source_name: kernel_work(node, node, imported) for node in imported.nodes}
+
+
+def test_descriptors_of_batched_and_one_dimensional_products_and_depthwise_convolution():
+    from hetgen.lower.work import Engine
+
+    rng = np.random.default_rng(3)
+    work = _descriptors(
+        [
+            helper.make_node("MatMul", ["a", "b"], ["ab"], name="batched"),
+            helper.make_node("MatMul", ["v", "m"], ["vm"], name="row"),
+            helper.make_node("MatMul", ["m2", "v2"], ["mv"], name="column"),
+            helper.make_node("Conv", ["x", "dw"], ["y"], group=8, pads=[1, 1, 1, 1], name="depthwise"),
+        ],
+        [_value("a", (2, 3, 5, 7)), _value("b", (2, 3, 7, 4)), _value("v", (7,)), _value("m2", (5, 7))]
+        + [_value("x", (1, 8, 6, 6))],
+        [_value("ab", (2, 3, 5, 4)), _value("vm", (4,)), _value("mv", (5,)), _value("y", (1, 8, 6, 6))],
+        [_weight("m", (7, 4), rng), _weight("v2", (7,), rng), _weight("dw", (8, 1, 3, 3), rng)],
+    )
+    shape = {name: (w.engine, w.batch, w.m, w.n, w.k) for name, w in work.items()}
+    assert shape["batched"] == (Engine.MAC_ARRAY, 6, 5, 4, 7)
+    assert shape["row"] == (Engine.MAC_ARRAY, 1, 1, 4, 7)
+    assert shape["column"] == (Engine.MAC_ARRAY, 1, 5, 1, 7)
+    # each of 8 channels is its own product of 36 pixels x 1 output channel over 9 taps
+    assert shape["depthwise"] == (Engine.MAC_ARRAY, 8, 36, 1, 9)
+    assert work["depthwise"].bytes == 4 * (8 * 36 + 8 * 9 + 8 * 36)
