@@ -101,10 +101,16 @@ class FuzzCase:
     platform_file: str | None  # a shipped platform's path (it may name files next to it), else None
     pins: dict[str, str] = field(default_factory=dict)
     ops: tuple[str, ...] = ()
+    placement: str = "cost"  # hetgen.compile's placement= ("cost" | "greedy")
+    weights: str = "blob"  # hetgen.compile's weights= ("blob" | "c_array")
 
-    def __repr__(self) -> str:  # what hypothesis prints for a falsifying example
+    def _repr_pretty_(self, printer, cycle) -> None:  # what hypothesis prints for a falsifying example
+        printer.text(repr(self))
+
+    def __repr__(self) -> str:
         return (
-            f"FuzzCase(ops={list(self.ops)}, platform={self.platform_file or 'random'}, pins={self.pins},\n"
+            f"FuzzCase(ops={list(self.ops)}, platform={self.platform_file or 'random'}, pins={self.pins}, "
+            f"placement={self.placement!r}, weights={self.weights!r},\n"
             f"{onnx.printer.to_text(self.model.graph)}\nplatform:\n{self.platform_text})"
         )
 
@@ -281,7 +287,7 @@ def op_binary(g: GraphBuilder):
     partner = broadcast_partner(g, a.shape)
     if op == "PRelu":  # the slope broadcasts to x (one-way)
         partner = tuple(1 if g.draw(st.booleans()) else d for d in a.shape[g.draw(st.integers(0, a.rank)) :])
-    same = [t for t in g.pool if t.dtype == dtype and t is not a and _broadcasts(t.shape, a.shape)]
+    same = [t for t in g.pool if t.dtype == dtype and _broadcasts(t.shape, a.shape)]  # a itself too (x * x)
     if op in ("Div", "Mod", "Pow"):  # a divisor or exponent in a safe range
         if dtype == FLOAT:
             b = g.weight(partner, FLOAT, 0.5, 2.0) if op != "Pow" else g.weight(partner, FLOAT, -1.5, 2.5)
@@ -319,9 +325,14 @@ def _one_way(small, big) -> bool:
 
 def op_variadic(g: GraphBuilder):
     dtype = g.draw(st.sampled_from((FLOAT, INT64, INT32)))
-    op = g.draw(st.sampled_from(("Sum", "Mean", "Max", "Min") if dtype == FLOAT else ("Sum", "Max", "Min")))
+    op = g.draw(st.sampled_from(("Sum", "Mean", "Max", "Min") if dtype == FLOAT else ("Max", "Min")))  # Sum: floats
     a = g.pick((dtype,))
-    operands = [a] + [g.weight(broadcast_partner(g, a.shape), dtype) for _ in range(g.draw(st.integers(1, 3)))]
+    operands = [a]
+    for _ in range(g.draw(st.integers(1, 3))):
+        partner = broadcast_partner(g, a.shape)
+        if not _broadcasts(partner, np.broadcast_shapes(*(t.shape for t in operands))):
+            partner = a.shape
+        operands.append(g.weight(partner, dtype))
     out = np.broadcast_shapes(*(t.shape for t in operands))
     exact = all(t.exact for t in operands) and (dtype != FLOAT or op in ("Max", "Min"))
     g.node1(op, operands, out, dtype, exact)
@@ -351,7 +362,7 @@ def op_compare_where(g: GraphBuilder):
     x = g.pick((x_type,))
     y = g.weight(broadcast_partner(g, x.shape), x_type)
     if not _broadcasts(cond.shape, np.broadcast_shapes(x.shape, y.shape)):
-        x = g.weight(cond.shape, x_type)
+        x, y = g.weight(cond.shape, x_type), g.weight(broadcast_partner(g, cond.shape), x_type)
     out = np.broadcast_shapes(cond.shape, x.shape, y.shape)
     g.node1("Where", [cond, x, y], out, x_type, x.exact and y.exact)
 
@@ -390,11 +401,17 @@ def op_cast(g: GraphBuilder):
 def op_conv(g: GraphBuilder):
     spatial = g.draw(st.sampled_from((2, 2, 1)))
     x = g.pick((FLOAT,), min_rank=2 + spatial, max_rank=2 + spatial, fresh_shape=None)
-    if x.rank != 2 + spatial:
+    big = spatial == 2 and g.draw(st.integers(0, 3)) == 0  # bigger than small NPU SRAMs: tiled or refused
+    if big:
+        channels = g.draw(st.sampled_from((8, 16, 32)))
+        x = g.new_input((1, channels, g.draw(st.integers(12, 40)), g.draw(st.integers(12, 40))), FLOAT)
+    elif x.rank != 2 + spatial:
         x = g.new_input((1, g.draw(st.integers(1, 6)), *g.shape(spatial, spatial, 9)), FLOAT)
     channels = x.shape[1]
     groups = g.draw(st.sampled_from([d for d in range(1, channels + 1) if channels % d == 0]))
     out_channels = groups * g.draw(st.integers(1, 3))
+    if big and groups < channels:
+        out_channels = groups * g.draw(st.integers(1, max(1, 32 // groups)))
     kernel, strides, dilations, pads = [], [], [], []
     for size in x.shape[2:]:
         k = g.draw(st.integers(1, min(size + 2, 4)))
@@ -480,8 +497,11 @@ def op_gemm(g: GraphBuilder):
 
 def op_matmul(g: GraphBuilder):
     a = g.pick((FLOAT,), min_rank=1, max_rank=4)
-    k = a.shape[-1]
     n = g.draw(st.integers(1, 6))
+    if g.draw(st.integers(0, 3)) == 0:  # bigger than small NPU SRAMs
+        a = g.new_input((g.draw(st.integers(16, 96)), g.draw(st.integers(32, 160))), FLOAT)
+        n = g.draw(st.integers(16, 96))
+    k = a.shape[-1]
     kind = g.draw(st.integers(0, 3))
     if kind == 0:  # vector on the right
         b_shape = (k,)
@@ -524,10 +544,17 @@ def op_pool(g: GraphBuilder):
         span = size + pads[i] + pads[i + len(spatial)] - dilations[i] * (kernel[i] - 1) - 1
         if span < 0:
             dilations[i], span = 1, size + pads[i] + pads[i + len(spatial)] - kernel[i]
-        steps = -(-span // strides[i]) if ceil_mode else span // strides[i]
-        if ceil_mode and steps * strides[i] >= size + pads[i]:  # the last window must start inside
-            steps -= 1
-        out.append(steps + 1)
+        out.append(span // strides[i] + 1)
+    if ceil_mode:  # the same unless a last window would start in the padding (rule differs by version)
+        ceiled = []
+        for i, size in enumerate(spatial):
+            span = size + pads[i] + pads[i + len(spatial)] - dilations[i] * (kernel[i] - 1) - 1
+            steps = -(-span // strides[i])
+            ceiled.append(steps + 1 if steps * strides[i] < size + pads[i] else None)
+        if None in ceiled:
+            ceil_mode = 0
+        else:
+            out = ceiled
     attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ceil_mode}
     if op == "MaxPool":
         attrs["dilations"] = dilations
@@ -805,6 +832,20 @@ def op_misc(g: GraphBuilder):
         g.node1(op, [x, y], np.broadcast_shapes(x.shape, y.shape), x.dtype, True)
 
 
+def op_constant_subgraph(g: GraphBuilder):
+    """An operator of initializers only (the frontend folds it), whose result feeds the graph."""
+    x = g.pick((FLOAT,))
+    c = Tensor(g.const(g.values(broadcast_partner(g, x.shape), FLOAT), "c"), (), FLOAT, True)
+    c = Tensor(c.name, tuple(numpy_helper.to_array(g.initializers[-1]).shape), FLOAT, True)
+    op = g.draw(st.sampled_from(("Relu", "Neg", "Abs", "Transpose")))
+    if op == "Transpose":
+        folded = g.node1(op, [c], c.shape[::-1], FLOAT, True)
+    else:
+        folded = g.node1(op, [c], c.shape, FLOAT, True)
+    if g.draw(st.booleans()) and _broadcasts(folded.shape, x.shape):
+        g.node1("Add", [x, folded], np.broadcast_shapes(x.shape, folded.shape), FLOAT, False)
+
+
 BUILDERS = {
     "unary": (op_unary, 4),
     "binary": (op_binary, 5),
@@ -832,6 +873,7 @@ BUILDERS = {
     "batchnorm": (op_batchnorm, 1),
     "resize": (op_resize, 1),
     "misc": (op_misc, 1),
+    "constant_subgraph": (op_constant_subgraph, 1),
 }
 WEIGHTED = tuple(name for name, (_, weight) in BUILDERS.items() for _ in range(weight))
 
@@ -845,9 +887,9 @@ def models(draw, max_ops: int = 6, hostile_names: bool | None = None):
     """(model, feeds, builder names used)."""
     g = GraphBuilder(draw, names_enabled() if hostile_names is None else hostile_names)
     first = g.draw(st.sampled_from((FLOAT, FLOAT, FLOAT, INT64, INT32, BOOL, UINT8)))
-    g.new_input(g.shape(1, 4, 6), first)
+    g.new_input(g.shape(0 if draw(st.integers(0, 7)) == 0 else 1, 4, 6), first)
     used = []
-    for _ in range(draw(st.integers(1, max_ops))):
+    for _ in range(draw(st.integers(min(2, max_ops), max_ops))):
         builder = draw(st.sampled_from(WEIGHTED))
         used.append(builder)
         BUILDERS[builder][0](g)
@@ -855,6 +897,8 @@ def models(draw, max_ops: int = 6, hostile_names: bool | None = None):
     outputs = [produced[-1]]
     extra = draw(st.sets(st.sampled_from(produced), max_size=2))
     outputs += [t for t in produced if t in extra and t is not produced[-1]]
+    if draw(st.integers(0, 9)) == 0:  # a graph input that is also an output
+        outputs.append(g.inputs[0])
     graph = helper.make_graph(
         g.nodes, g.name("graph"), [value_info(t) for t in g.inputs], [value_info(t) for t in outputs],
         initializer=g.initializers,
@@ -926,10 +970,16 @@ def random_pins(draw, model: onnx.ModelProto, platform) -> dict[str, str]:
     pins = {}
     targets = pinnable_targets(platform)
     for node in live_nodes(model):
-        if not node.name or not draw(st.integers(0, 3)) == 0:
+        if not node.name or not draw(st.booleans()):
             continue
         fitting = [path for path, ops in targets if ops is None or node.op_type in ops]
         pins[node.name] = draw(st.sampled_from(fitting))
+    labelled = [
+        (p.label, path) for path, ops in targets if ops is not None for p in platform.target(path).kind.patterns
+    ]
+    if labelled and draw(st.integers(0, 3)) == 0:  # a pattern label pins every node it matches
+        label, path = draw(st.sampled_from(labelled))
+        pins[label] = path
     return pins
 
 
@@ -945,8 +995,10 @@ def fuzz_cases(draw, max_ops: int = 6, hostile_names: bool | None = None) -> Fuz
     else:
         file = str(REPO / "platforms" / f"{shipped}.yaml")
         text, platform = Path(file).read_text(), load_platform(file)
-    pins = draw(random_pins(model, platform)) if draw(st.booleans()) else {}
-    return FuzzCase(model, feeds, text, file, pins, used)
+    pins = draw(random_pins(model, platform)) if draw(st.integers(0, 2)) else {}
+    placement = draw(st.sampled_from(("cost", "greedy")))
+    weights = draw(st.sampled_from(("blob", "c_array")))
+    return FuzzCase(model, feeds, text, file, pins, used, placement, weights)
 
 
 # -- running a case --
@@ -1001,7 +1053,10 @@ def run_case(case: FuzzCase, folder: Path) -> Outcome:
     if invalid is not None:
         return invalid
     try:
-        out = hetgen.compile(_platform(case), case.model, out=folder, pins=case.pins, opt=("-O1",), native_tuning=False)
+        out = hetgen.compile(
+            _platform(case), case.model, out=folder, pins=case.pins, placement=case.placement, weights=case.weights,
+            opt=("-O1",), native_tuning=False,
+        )  # fmt: skip
     except (ModelError, PlacementError) as exc:
         message = str(exc)
         if "internal error" in message:
@@ -1038,7 +1093,8 @@ def save_case(case: FuzzCase, outcome: Outcome, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "model.onnx").write_bytes(case.model.SerializeToString())
     (folder / "platform.yaml").write_text(case.platform_text)
-    (folder / "pins.json").write_text(json.dumps({"platform_file": case.platform_file, "pins": case.pins}, indent=1))
+    options = {"platform_file": case.platform_file, "pins": case.pins, "placement": case.placement}
+    (folder / "pins.json").write_text(json.dumps(options | {"weights": case.weights}, indent=1))
     np.savez(folder / "feeds.npz", **{f"arg{i}": v for i, v in enumerate(case.feeds.values())})
     (folder / "names.json").write_text(json.dumps(list(case.feeds)))
     (folder / "outcome.txt").write_text(f"{outcome.status}: {outcome.reason}\n\n{outcome.detail}\n\n{case!r}\n")
@@ -1052,4 +1108,5 @@ def load_case(folder: Path) -> FuzzCase:
     arrays = np.load(folder / "feeds.npz")
     feeds = {name: arrays[f"arg{i}"] for i, name in enumerate(names)}
     platform_file = meta["platform_file"]
-    return FuzzCase(model, feeds, (folder / "platform.yaml").read_text(), platform_file, meta["pins"])
+    text = (folder / "platform.yaml").read_text()
+    return FuzzCase(model, feeds, text, platform_file, meta["pins"], (), meta["placement"], meta["weights"])
