@@ -40,10 +40,12 @@ INT64 = np.dtype("int64")
 INT32 = np.dtype("int32")
 BOOL = np.dtype("bool")
 UINT8 = np.dtype("uint8")
+DOUBLE = np.dtype("float64")
 INTS = (INT64, INT32)
 
 ONNX_TYPE = {FLOAT: TensorProto.FLOAT, INT64: TensorProto.INT64, INT32: TensorProto.INT32, BOOL: TensorProto.BOOL}
 ONNX_TYPE[UINT8] = TensorProto.UINT8
+ONNX_TYPE[DOUBLE] = TensorProto.DOUBLE
 
 # Pieces of hostile names: comment and string terminators, escapes, trigraphs, ninja and path
 # metacharacters, preprocessor text, non-ASCII, and spellings that collide once made identifiers.
@@ -146,10 +148,10 @@ class GraphBuilder:
         return tuple(self.draw(st.lists(st.integers(1, max_dim), min_size=rank, max_size=rank)))
 
     def values(self, shape, dtype: np.dtype, low=None, high=None) -> np.ndarray:
-        if dtype == FLOAT:
-            array = self.rng.standard_normal(shape).astype(np.float32)
+        if dtype.kind == "f":
+            array = self.rng.standard_normal(shape).astype(dtype)
             if low is not None:
-                array = self.rng.uniform(low, high, shape).astype(np.float32)
+                array = self.rng.uniform(low, high, shape).astype(dtype)
             return array
         if dtype == BOOL:
             return self.rng.integers(0, 2, shape).astype(bool)
@@ -604,7 +606,7 @@ def op_argmax(g: GraphBuilder):
 
 
 def op_concat(g: GraphBuilder):
-    x = g.pick((FLOAT, INT64, BOOL, UINT8), min_rank=1)
+    x = g.pick((FLOAT, INT64, BOOL, UINT8, DOUBLE), min_rank=1)
     axis = g.draw(st.integers(-x.rank, x.rank - 1))
     operands, total = [x], x.shape[axis]
     for _ in range(g.draw(st.integers(1, 3))):
@@ -642,7 +644,7 @@ def op_split(g: GraphBuilder):
 
 
 def op_slice(g: GraphBuilder):
-    x = g.pick((FLOAT, INT64, BOOL), min_rank=1)
+    x = g.pick((FLOAT, INT64, BOOL, DOUBLE), min_rank=1)
     axes = sorted(set(g.draw(st.lists(st.integers(0, x.rank - 1), min_size=1, max_size=x.rank))))
     starts, ends, steps, shape = [], [], [], list(x.shape)
     for axis in axes:
@@ -665,7 +667,7 @@ def op_slice(g: GraphBuilder):
 
 
 def op_transpose(g: GraphBuilder):
-    x = g.pick((FLOAT, INT64, BOOL, UINT8), min_rank=1)
+    x = g.pick((FLOAT, INT64, BOOL, UINT8, DOUBLE), min_rank=1)
     perm = g.draw(st.permutations(range(x.rank)))
     g.node1("Transpose", [x], tuple(x.shape[p] for p in perm), x.dtype, x.exact, perm=list(perm))
 
@@ -846,6 +848,30 @@ def op_constant_subgraph(g: GraphBuilder):
         g.node1("Add", [x, folded], np.broadcast_shapes(x.shape, folded.shape), FLOAT, False)
 
 
+def op_double(g: GraphBuilder):
+    """float64 elementwise and reductions, reached by a Cast from float32 or a float64 input."""
+    x = g.pick((DOUBLE, FLOAT))
+    if x.dtype == FLOAT:
+        x = g.node1("Cast", [x], x.shape, DOUBLE, x.exact, to=TensorProto.DOUBLE)
+    kind = g.draw(st.integers(0, 3))
+    if kind == 0:
+        op = g.draw(st.sampled_from(("Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Floor", "Sqrt", "Log")))
+        if op in ("Sqrt", "Log"):
+            x = g.node1("Abs", [x], x.shape, DOUBLE, x.exact)
+        g.node1(op, [x], x.shape, DOUBLE, x.exact and op in ("Relu", "Abs", "Neg", "Floor"))
+    elif kind == 1:
+        op = g.draw(st.sampled_from(("Add", "Sub", "Mul", "Div", "Max", "Min")))
+        b = g.weight(broadcast_partner(g, x.shape), DOUBLE, 0.5, 2.0)
+        g.node1(op, [x, b], np.broadcast_shapes(x.shape, b.shape), DOUBLE, False)
+    elif kind == 2 and x.rank:
+        op = g.draw(st.sampled_from(("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")))
+        axis = g.draw(st.integers(0, x.rank - 1))
+        shape = tuple(d for i, d in enumerate(x.shape) if i != axis)
+        g.node1(op, [x, g.const(np.array([axis], np.int64), "axes")], shape, DOUBLE, False, keepdims=0)
+    else:
+        g.node1("Cast", [x], x.shape, FLOAT, x.exact, to=TensorProto.FLOAT)
+
+
 BUILDERS = {
     "unary": (op_unary, 4),
     "binary": (op_binary, 5),
@@ -874,6 +900,7 @@ BUILDERS = {
     "resize": (op_resize, 1),
     "misc": (op_misc, 1),
     "constant_subgraph": (op_constant_subgraph, 1),
+    "double": (op_double, 1),
 }
 WEIGHTED = tuple(name for name, (_, weight) in BUILDERS.items() for _ in range(weight))
 
@@ -1022,9 +1049,9 @@ def refusal_key(message: str) -> str:
     """A message with its names and numbers blanked, to count refusals by kind."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     line = lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0] if lines else ""
+    line = re.sub(r"^(\w+) \([^)]*\): ", r"\1: ", line)  # "Op (node name): why" -> "Op: why"
     line = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", line)
     line = re.sub(r"\d+", "N", line)
-    line = re.sub(r"^[^:]*\((\w+)\): ", r"\1: ", line)  # "node label (Op): why" -> "Op: why"
     return line[:140]
 
 
@@ -1088,6 +1115,32 @@ def run_case(case: FuzzCase, folder: Path) -> Outcome:
     return Outcome("pass")
 
 
+def plain_names(case: FuzzCase) -> FuzzCase:
+    """The same case with every tensor and node renamed t0, t1, ... and n0, n1, ...: a failure that
+    goes away is a name-escaping bug."""
+    model = onnx.ModelProto.FromString(case.model.SerializeToString())
+    graph = model.graph
+    tensors: dict[str, str] = {"": ""}
+    for name in [*(i.name for i in graph.input), *(i.name for i in graph.initializer)]:
+        tensors.setdefault(name, f"t{len(tensors)}")
+    for node in graph.node:
+        for name in [*node.input, *node.output]:
+            tensors.setdefault(name, f"t{len(tensors)}")
+    nodes = {node.name: f"n{index}" for index, node in enumerate(graph.node) if node.name}
+    for info in [*graph.input, *graph.output, *graph.value_info]:
+        info.name = tensors[info.name]
+    for init in graph.initializer:
+        init.name = tensors[init.name]
+    for node in graph.node:
+        node.input[:] = [tensors[n] for n in node.input]
+        node.output[:] = [tensors[n] for n in node.output]
+        node.name = nodes.get(node.name, "")
+    graph.name = "plain"
+    feeds = {tensors[name]: value for name, value in case.feeds.items()}
+    pins = {nodes.get(key, key): path for key, path in case.pins.items()}
+    return FuzzCase(model, feeds, case.platform_text, case.platform_file, pins, case.ops, case.placement, case.weights)
+
+
 def save_case(case: FuzzCase, outcome: Outcome, folder: Path) -> Path:
     """Write a case as model.onnx, platform.yaml, pins.json, feeds.npz and outcome.txt."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -1109,4 +1162,4 @@ def load_case(folder: Path) -> FuzzCase:
     feeds = {name: arrays[f"arg{i}"] for i, name in enumerate(names)}
     platform_file = meta["platform_file"]
     text = (folder / "platform.yaml").read_text()
-    return FuzzCase(model, feeds, text, platform_file, meta["pins"], (), meta["placement"], meta["weights"])
+    return FuzzCase(model, feeds, text, platform_file, meta["pins"], (), meta.get("placement", "cost"), meta.get("weights", "blob"))
