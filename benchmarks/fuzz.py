@@ -34,15 +34,17 @@ def run_forked(case: FuzzCase) -> Outcome:
     """run_case in a child process: a crash or a hang in generated code becomes an Outcome."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.alarm(CASE_TIMEOUT_S)
-        with tempfile.TemporaryDirectory(prefix="hg_fuzz_") as folder:
-            outcome = run_case(case, Path(folder) / "out")
-        with os.fdopen(write, "wb") as stream:
-            pickle.dump(outcome, stream)
-        os._exit(0)
+    if pid == 0:  # the child never returns into hypothesis
+        try:
+            os.close(read)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.alarm(CASE_TIMEOUT_S)
+            with tempfile.TemporaryDirectory(prefix="hg_fuzz_") as folder:
+                outcome = run_case(case, Path(folder) / "out")
+            with os.fdopen(write, "wb") as stream:
+                pickle.dump(outcome, stream)
+        finally:
+            os._exit(0)
     os.close(write)
     with os.fdopen(read, "rb") as stream:
         data = stream.read()

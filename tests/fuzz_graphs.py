@@ -19,6 +19,7 @@ are on by default; `HG_FUZZ_NAMES=0` turns them off.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import traceback
@@ -798,6 +799,11 @@ def op_resize(g: GraphBuilder):
         out = tuple(int(np.floor(d * s)) for d, s in zip(x.shape, scales))
         if min(out) < 1:
             scales, out = [1.0, 1.0, 2.0, 2.0], (*x.shape[:2], x.shape[2] * 2, x.shape[3] * 2)
+        if ctm in ("align_corners", "pytorch_half_pixel") and any(d * s != o for d, s, o in zip(x.shape, scales, out)):
+            # The ONNX spec and reference take the resized length as in * scale (4.5 for 3 x 1.5);
+            # onnxruntime takes the output's integer length (4). hetgen follows the spec, so the
+            # two references disagree here: give integral products only.
+            scales, out = [1.0, 1.0, 2.0, 2.0], (*x.shape[:2], x.shape[2] * 2, x.shape[3] * 2)
         inputs = [x, "", g.const(np.array(scales, np.float32), "scales")]
     else:
         out = (*x.shape[:2], *(g.draw(st.integers(1, 8)) for _ in range(2)))
@@ -872,6 +878,43 @@ def op_double(g: GraphBuilder):
         g.node1("Cast", [x], x.shape, FLOAT, x.exact, to=TensorProto.FLOAT)
 
 
+def op_decomposed(g: GraphBuilder):
+    """LayerNormalization or Gelu spelt out as exporters write them (the frontend rewrites them into
+    one operator when nothing else reads an intermediate), sometimes with an intermediate read."""
+    x = g.pick((FLOAT,), min_rank=1)
+    if g.draw(st.booleans()):
+        k = g.draw(st.integers(1, x.rank))
+        axes = g.const(np.arange(x.rank - k, x.rank, dtype=np.int64), "axes")
+        reduced = x.shape[: x.rank - k] + (1,) * k
+        mean = g.node1("ReduceMean", [x, axes], reduced, FLOAT, False, keepdims=1)
+        d = g.node1("Sub", [x, mean], x.shape, FLOAT, False)
+        if g.draw(st.booleans()):
+            sq = g.node1("Pow", [d, g.const(np.array(2.0, np.float32), "two")], x.shape, FLOAT, False)
+        else:
+            sq = g.node1("Mul", [d, d], x.shape, FLOAT, False)
+        var = g.node1("ReduceMean", [sq, axes], reduced, FLOAT, False, keepdims=1)
+        eps = g.const(np.array(g.draw(st.sampled_from((1e-5, 1e-3))), np.float32), "eps")
+        sd = g.node1("Sqrt", [g.node1("Add", [var, eps], reduced, FLOAT, False)], reduced, FLOAT, False)
+        y = g.node1("Div", [d, sd], x.shape, FLOAT, False)
+        normalized = x.shape[x.rank - k :]
+        if g.draw(st.booleans()):
+            y = g.node1("Mul", [y, g.const(g.values(normalized, FLOAT), "gamma")], x.shape, FLOAT, False)
+        if g.draw(st.booleans()):
+            y = g.node1("Add", [y, g.const(g.values(normalized, FLOAT), "beta")], x.shape, FLOAT, False)
+    else:
+        if g.draw(st.booleans()):
+            h = g.node1("Div", [x, g.const(np.array(math.sqrt(2), np.float32), "sqrt2")], x.shape, FLOAT, False)
+        else:
+            h = g.node1("Mul", [x, g.const(np.array(1 / math.sqrt(2), np.float32), "rsqrt2")], x.shape, FLOAT, False)
+        e = g.node1("Erf", [h], x.shape, FLOAT, False)
+        p = g.node1("Add", [e, g.const(np.array(1.0, np.float32), "one")], x.shape, FLOAT, False)
+        half = g.const(np.array(0.5, np.float32), "half")
+        if g.draw(st.booleans()):
+            g.node1("Mul", [g.node1("Mul", [x, p], x.shape, FLOAT, False), half], x.shape, FLOAT, False)
+        else:
+            g.node1("Mul", [g.node1("Mul", [x, half], x.shape, FLOAT, False), p], x.shape, FLOAT, False)
+
+
 BUILDERS = {
     "unary": (op_unary, 4),
     "binary": (op_binary, 5),
@@ -901,6 +944,7 @@ BUILDERS = {
     "misc": (op_misc, 1),
     "constant_subgraph": (op_constant_subgraph, 1),
     "double": (op_double, 1),
+    "decomposed": (op_decomposed, 1),
 }
 WEIGHTED = tuple(name for name, (_, weight) in BUILDERS.items() for _ in range(weight))
 
@@ -1162,4 +1206,6 @@ def load_case(folder: Path) -> FuzzCase:
     feeds = {name: arrays[f"arg{i}"] for i, name in enumerate(names)}
     platform_file = meta["platform_file"]
     text = (folder / "platform.yaml").read_text()
-    return FuzzCase(model, feeds, text, platform_file, meta["pins"], (), meta.get("placement", "cost"), meta.get("weights", "blob"))
+    return FuzzCase(
+        model, feeds, text, platform_file, meta["pins"], (), meta.get("placement", "cost"), meta.get("weights", "blob")
+    )
