@@ -1045,8 +1045,13 @@ def random_pins(draw, model: onnx.ModelProto, platform) -> dict[str, str]:
             continue
         fitting = [path for path, ops in targets if ops is None or node.op_type in ops]
         pins[node.name] = draw(st.sampled_from(fitting))
+    present = {node.op_type for node in model.graph.node}
     labelled = [
-        (p.label, path) for path, ops in targets if ops is not None for p in platform.target(path).kind.patterns
+        (p.label, path)
+        for path, ops in targets
+        if ops is not None
+        for p in platform.target(path).kind.patterns
+        if set(p.chain[0].ops) & present
     ]
     if labelled and draw(st.integers(0, 3)) == 0:  # a pattern label pins every node it matches
         label, path = draw(st.sampled_from(labelled))

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 
 from fuzz_graphs import FuzzCase, fuzz_cases, run_case
 
-EXAMPLES = int(os.environ.get("HG_FUZZ_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("HG_FUZZ_EXAMPLES", "15"))
 
 
 @settings(
