@@ -150,7 +150,8 @@ class GraphBuilder:
 
     def values(self, shape, dtype: np.dtype, low=None, high=None) -> np.ndarray:
         if dtype.kind == "f":
-            array = self.rng.standard_normal(shape).astype(dtype)
+            scale = self.draw(st.sampled_from((1.0, 1.0, 1.0, 30.0, 1e3)))  # big values test overflow care
+            array = np.asarray(self.rng.standard_normal(shape) * scale).astype(dtype)
             if low is not None:
                 array = self.rng.uniform(low, high, shape).astype(dtype)
             return array
@@ -164,7 +165,7 @@ class GraphBuilder:
     def new_input(self, shape, dtype: np.dtype = FLOAT, low=None, high=None) -> Tensor:
         tensor = Tensor(self.name("x"), tuple(shape), np.dtype(dtype), exact=True)
         self.inputs.append(tensor)
-        self.feeds[tensor.name] = self.values(tensor.shape, tensor.dtype, low, high)
+        self.feeds[tensor.name] = np.asarray(self.values(tensor.shape, tensor.dtype, low, high))
         self.pool.append(tensor)
         return tensor
 
@@ -753,8 +754,8 @@ def op_gather(g: GraphBuilder):
     index_shape = g.shape(0, 2, 4)
     if kind == 0:
         indices = g.const(g.rng.integers(-n, n, index_shape).astype(np.int64), "idx")
-    else:  # indices fed at run time, in range
-        indices = g.new_input(index_shape, INT64, 0, n)
+    else:  # indices fed at run time, in range (negative ones count from the end)
+        indices = g.new_input(index_shape, INT64, -n, n)
     a = axis % x.rank
     g.node1("Gather", [x, indices], x.shape[:a] + tuple(index_shape) + x.shape[a + 1 :], x.dtype, x.exact, axis=axis)
 
@@ -958,10 +959,10 @@ def models(draw, max_ops: int = 6, hostile_names: bool | None = None):
     """(model, feeds, builder names used)."""
     g = GraphBuilder(draw, names_enabled() if hostile_names is None else hostile_names)
     first = g.draw(st.sampled_from((FLOAT, FLOAT, FLOAT, INT64, INT32, BOOL, UINT8)))
-    g.new_input(g.shape(0 if draw(st.integers(0, 7)) == 0 else 1, 4, 6), first)
+    g.new_input(g.shape(0 if draw(st.integers(0, 7)) == 0 else 1, draw(st.sampled_from((4, 4, 6))), 6), first)
     used = []
     for _ in range(draw(st.integers(min(2, max_ops), max_ops))):
-        builder = draw(st.sampled_from(WEIGHTED))
+        builder = WEIGHTED[draw(st.integers(0, 10**6)) % len(WEIGHTED)]  # sampled_from leans to the first
         used.append(builder)
         BUILDERS[builder][0](g)
     produced = [t for t in g.pool if t not in g.inputs]
