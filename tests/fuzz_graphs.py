@@ -42,11 +42,13 @@ INT32 = np.dtype("int32")
 BOOL = np.dtype("bool")
 UINT8 = np.dtype("uint8")
 DOUBLE = np.dtype("float64")
+INT8 = np.dtype("int8")
 INTS = (INT64, INT32)
 
 ONNX_TYPE = {FLOAT: TensorProto.FLOAT, INT64: TensorProto.INT64, INT32: TensorProto.INT32, BOOL: TensorProto.BOOL}
 ONNX_TYPE[UINT8] = TensorProto.UINT8
 ONNX_TYPE[DOUBLE] = TensorProto.DOUBLE
+ONNX_TYPE[INT8] = TensorProto.INT8
 
 # Pieces of hostile names: comment and string terminators, escapes, trigraphs, ninja and path
 # metacharacters, preprocessor text, non-ASCII, and spellings that collide once made identifiers.
@@ -386,7 +388,7 @@ def op_clip(g: GraphBuilder):
 
 
 def op_cast(g: GraphBuilder):
-    kind = g.draw(st.integers(0, 3))
+    kind = g.draw(st.integers(0, 4))
     if kind == 0:  # float -> int, only of exact values (a last-ulp difference would change the integer)
         x = g.pick((FLOAT,), exact=True)
         to = g.draw(st.sampled_from((INT64, INT32)))
@@ -396,9 +398,12 @@ def op_cast(g: GraphBuilder):
     elif kind == 2:
         x = g.pick((FLOAT,))
         to = FLOAT
-    else:
+    elif kind == 3:
         x = g.pick((UINT8,))
         to = g.draw(st.sampled_from((FLOAT, INT32, UINT8)))
+    else:  # int8 both ways (out-of-range integers wrap, in C as in onnxruntime)
+        x = g.pick((INT64, INT32, INT8))
+        to = g.draw(st.sampled_from((FLOAT, INT64))) if x.dtype == INT8 else INT8
     g.node1("Cast", [x], x.shape, to, x.exact, to=ONNX_TYPE[to])
 
 
@@ -608,7 +613,7 @@ def op_argmax(g: GraphBuilder):
 
 
 def op_concat(g: GraphBuilder):
-    x = g.pick((FLOAT, INT64, BOOL, UINT8, DOUBLE), min_rank=1)
+    x = g.pick((FLOAT, INT64, BOOL, UINT8, DOUBLE, INT8), min_rank=1)
     axis = g.draw(st.integers(-x.rank, x.rank - 1))
     operands, total = [x], x.shape[axis]
     for _ in range(g.draw(st.integers(1, 3))):
@@ -646,7 +651,7 @@ def op_split(g: GraphBuilder):
 
 
 def op_slice(g: GraphBuilder):
-    x = g.pick((FLOAT, INT64, BOOL, DOUBLE), min_rank=1)
+    x = g.pick((FLOAT, INT64, BOOL, DOUBLE, INT8), min_rank=1)
     axes = sorted(set(g.draw(st.lists(st.integers(0, x.rank - 1), min_size=1, max_size=x.rank))))
     starts, ends, steps, shape = [], [], [], list(x.shape)
     for axis in axes:
@@ -669,7 +674,7 @@ def op_slice(g: GraphBuilder):
 
 
 def op_transpose(g: GraphBuilder):
-    x = g.pick((FLOAT, INT64, BOOL, UINT8, DOUBLE), min_rank=1)
+    x = g.pick((FLOAT, INT64, BOOL, UINT8, DOUBLE, INT8), min_rank=1)
     perm = g.draw(st.permutations(range(x.rank)))
     g.node1("Transpose", [x], tuple(x.shape[p] for p in perm), x.dtype, x.exact, perm=list(perm))
 
