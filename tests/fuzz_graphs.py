@@ -967,7 +967,7 @@ def models(draw, max_ops: int = 6, hostile_names: bool | None = None):
     g.new_input(g.shape(0 if draw(st.integers(0, 7)) == 0 else 1, draw(st.sampled_from((4, 4, 6))), 6), first)
     used = []
     for _ in range(draw(st.integers(min(2, max_ops), max_ops))):
-        builder = WEIGHTED[draw(st.integers(0, 10**6)) % len(WEIGHTED)]  # sampled_from leans to the first
+        builder = WEIGHTED[g.rng.integers(len(WEIGHTED))]  # evenly: hypothesis's draws lean to the first
         used.append(builder)
         BUILDERS[builder][0](g)
     produced = [t for t in g.pool if t not in g.inputs]
