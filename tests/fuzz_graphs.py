@@ -409,7 +409,7 @@ def op_cast(g: GraphBuilder):
 
 def op_conv(g: GraphBuilder):
     spatial = g.draw(st.sampled_from((2, 2, 1)))
-    x = g.pick((FLOAT,), min_rank=2 + spatial, max_rank=2 + spatial, fresh_shape=None)
+    x = g.pick((FLOAT,), min_rank=2 + spatial, max_rank=2 + spatial)
     big = spatial == 2 and g.draw(st.integers(0, 3)) == 0  # bigger than small NPU SRAMs: tiled or refused
     if big:
         channels = g.draw(st.sampled_from((8, 16, 32)))
@@ -469,8 +469,7 @@ def op_conv_transpose(g: GraphBuilder):
     kernel = [g.draw(st.integers(1, 3)) for _ in range(2)]
     strides = [g.draw(st.integers(1, 2)) for _ in range(2)]
     output_padding = [g.draw(st.integers(0, s - 1)) for s in strides]
-    pads = [g.draw(st.integers(0, k - 1)) for k in kernel for _ in range(1)]
-    pads = pads + [g.draw(st.integers(0, k - 1)) for k in kernel]
+    pads = [g.draw(st.integers(0, k - 1)) for k in kernel] + [g.draw(st.integers(0, k - 1)) for k in kernel]
     out = [
         s * (size - 1) + op + (k - 1) + 1 - pb - pe
         for size, s, op, k, pb, pe in zip(x.shape[2:], strides, output_padding, kernel, pads[:2], pads[2:])
@@ -535,9 +534,7 @@ def op_pool(g: GraphBuilder):
     if x.rank < 3:
         x = g.new_input((1, g.draw(st.integers(1, 4)), *g.shape(2, 2, 8)), FLOAT)
     spatial = x.shape[2:]
-    op = g.draw(st.sampled_from(("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool")))
-    if op == "LpPool":
-        op = "MaxPool"
+    op = g.draw(st.sampled_from(("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")))
     if op.startswith("Global"):
         g.node1(op, [x], x.shape[:2] + (1,) * len(spatial), FLOAT, x.exact and op == "GlobalMaxPool")
         return
