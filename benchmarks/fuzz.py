@@ -1,4 +1,4 @@
-"""Run the differential fuzzer (tests/fuzz_graphs.py) for many random graphs and print a summary.
+"""Run the differential fuzzer (tests/fuzz_cases.py) for many random graphs and print a summary.
 
     PYTHONPATH=. python benchmarks/fuzz.py --examples 2000 [--seed 1] [--out fuzz-failures]
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
-from fuzz_graphs import FuzzCase, Outcome, fuzz_cases, load_case, plain_names, run_case, save_case  # noqa: E402
+from fuzz_cases import FuzzCase, Outcome, fuzz_cases, load_case, plain_names, run_case, save_case  # noqa: E402
 
 CASE_TIMEOUT_S = 180
 

@@ -1,4 +1,4 @@
-"""Property-based differential test: random valid graphs, platforms and pins (tests/fuzz_graphs.py)
+"""Property-based differential test: random valid graphs, platforms and pins (tests/fuzz_cases.py)
 compiled by hetgen and run against onnxruntime with its graph optimisations off.
 
 A case passes when every output matches, or when hetgen refuses it cleanly (a ModelError or
@@ -15,7 +15,7 @@ import os
 
 from hypothesis import HealthCheck, given, settings
 
-from fuzz_graphs import FuzzCase, fuzz_cases, run_case
+from fuzz_cases import FuzzCase, fuzz_cases, run_case
 
 EXAMPLES = int(os.environ.get("HG_FUZZ_EXAMPLES", "15"))
 

@@ -8,7 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fuzz_graphs import OPSET, REPO, FuzzCase, run_case
+from fuzz_cases import FuzzCase, run_case
+from fuzz_graphs import OPSET, REPO
 
 HOST = REPO / "platforms" / "host.yaml"
 
