@@ -51,23 +51,40 @@ def test_comment_terminator_in_a_node_name_builds(tmp_path):
     check(tmp_path, model, {"x": np.array([-1, 0, 2], np.float32)})
 
 
-def test_resize_align_corners_with_a_fractional_resized_length_follows_the_onnx_reference(tmp_path):
-    """Found by the fuzzer as a mismatch with onnxruntime, which is not a hetgen bug: for 3 x 1.5 the
-    ONNX spec and reference take the resized length as 4.5 (x = y * 2 / 3.5), onnxruntime as the
-    output's 4 (x = y * 2 / 3), so the last output samples input 1 (spec) or 2 (onnxruntime).
-    hetgen follows the spec, as the ONNX backend tests expect; the fuzzer avoids the case."""
+RESIZE_DISAGREEMENTS = {
+    # 3 x 1.5: the spec's resized length is 4.5 (x = y * 2 / 3.5); onnxruntime takes 4 (x = y * 2 / 3)
+    "align_corners_fractional_length": (
+        (1, 1, 1, 3),
+        {"coordinate_transformation_mode": "align_corners", "nearest_mode": "floor"},
+        ("scales", [1, 1, 1, 1.5]),
+        (1, 1, 1, 4),
+    ),
+    # cubic to length 1 (scale 1/3): the sample positions differ between the two
+    "pytorch_half_pixel_to_length_one": (
+        (1, 2, 8, 3),
+        {"coordinate_transformation_mode": "pytorch_half_pixel"},
+        ("sizes", [1, 2, 10, 1]),
+        (1, 2, 10, 1),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESIZE_DISAGREEMENTS))
+def test_resize_where_onnxruntime_and_the_spec_disagree_follows_the_onnx_reference(tmp_path, case):
+    """Found by the fuzzer as mismatches with onnxruntime that are not hetgen bugs: onnxruntime
+    computes these Resize coordinates from the output's integer length, the ONNX spec and reference
+    (and the ONNX backend tests) from in * scale. hetgen follows the spec; the fuzzer avoids them."""
     from onnx.reference import ReferenceEvaluator
 
     import hetgen
 
-    scales = numpy_helper.from_array(np.array([1, 1, 1, 1.5], np.float32), "scales")
-    node = helper.make_node(
-        "Resize", ["x", "", "scales"], ["y"], mode="nearest", coordinate_transformation_mode="align_corners",
-        nearest_mode="floor",
-    )  # fmt: skip
-    model = model_of([node], [f32("x", (1, 1, 1, 3))], [f32("y", (1, 1, 1, 4))], [scales])
-    x = np.array([[[[10, 20, 30]]]], np.float32)
+    shape, attrs, (kind, values), out_shape = RESIZE_DISAGREEMENTS[case]
+    dtype = np.float32 if kind == "scales" else np.int64
+    initializer = numpy_helper.from_array(np.array(values, dtype), kind)
+    inputs = ["x", "", "scales"] if kind == "scales" else ["x", "", "", "sizes"]
+    node = helper.make_node("Resize", inputs, ["y"], mode="cubic" if kind == "sizes" else "nearest", **attrs)
+    model = model_of([node], [f32("x", shape)], [f32("y", out_shape)], [initializer])
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     out = hetgen.compile(HOST, model, out=tmp_path / "out", opt=("-O1",), native_tuning=False)
     got = hetgen.load(out).run({"x": x})["y"]
-    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
-    np.testing.assert_array_equal(got.ravel(), [10, 10, 20, 20])
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
