@@ -88,3 +88,17 @@ def test_resize_where_onnxruntime_and_the_spec_disagree_follows_the_onnx_referen
     out = hetgen.compile(HOST, model, out=tmp_path / "out", opt=("-O1",), native_tuning=False)
     got = hetgen.load(out).run({"x": x})["y"]
     np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+DUAL = REPO / "platforms" / "dual.yaml"
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1, 1)])
+def test_one_element_add_on_the_vector_unit_builds(tmp_path, shape):
+    """Found by the fuzzer: an elementwise kernel of one element collapses to no loop at all, and the
+    vecunit template (which strip-mines the innermost loop) failed with a Jinja UndefinedError."""
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    model = model_of(
+        [helper.make_node("Add", ["x", "half"], ["y"], name="add")], [f32("x", shape)], [f32("y", shape)], [half]
+    )
+    check(tmp_path, model, {"x": np.full(shape, 1.25, np.float32)}, DUAL, pins={"add": "dual/vec0"})
