@@ -85,6 +85,8 @@ def main() -> int:
     )
     @given(case=fuzz_cases(max_ops=args.max_ops))
     def campaign(case: FuzzCase):
+        if stop:
+            raise KeyboardInterrupt
         outcome = run_forked(case)
         if outcome.status == "fail" and run_forked(plain_names(case)).status in ("pass", "refused"):
             outcome = Outcome("fail", f"names: {outcome.reason}", outcome.detail)  # passes once renamed
@@ -99,7 +101,8 @@ def main() -> int:
         if total % 25 == 0:
             print(f"[{time.monotonic() - start:7.0f}s] {total} cases: {dict(counts)}", flush=True)
 
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill PID` still prints the summary
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))  # `kill PID` ends after the case, with the summary
     try:
         campaign()
     except KeyboardInterrupt:
