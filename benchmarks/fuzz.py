@@ -1,6 +1,6 @@
 """Run the differential fuzzer (tests/fuzz_cases.py) for many random graphs and print a summary.
 
-    PYTHONPATH=. python benchmarks/fuzz.py --examples 2000 [--seed 1] [--out fuzz-failures]
+    PYTHONPATH=. python benchmarks/fuzz.py --examples 2000 [--seed 1] [--max-ops 10] [--out DIR]
 
 Each case is compiled and run in a forked child, so a crash in generated code is counted (and
 saved) instead of ending the campaign. Every failure is saved under --out as model.onnx,
@@ -62,7 +62,7 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-ops", type=int, default=6)
-    parser.add_argument("--out", type=Path, default=Path("fuzz-failures"))
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "hetgen-fuzz-failures")
     parser.add_argument("--replay", type=Path, help="run one saved case and print its outcome")
     args = parser.parse_args()
     if args.replay:
