@@ -43,6 +43,8 @@ def elementwise_kernel(
     strides = [broadcast_strides(o.tensor.shape, out_shape) for o in operands]
     strides.append(contiguous_strides(out_shape))
     extents, collapsed = collapse(out_shape, strides)
+    if not extents:  # one element: still one loop, as templates that strip-mine the innermost one expect
+        extents, collapsed = (1,), tuple((0,) for _ in strides)
     loops = loops_for(extents)
     loads = [
         {

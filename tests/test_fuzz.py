@@ -1,0 +1,33 @@
+"""Property-based differential test: random valid graphs, platforms and pins (tests/fuzz_cases.py)
+compiled by hetgen and run against onnxruntime with its graph optimisations off.
+
+A case passes when every output matches, or when hetgen refuses it cleanly (a ModelError or
+PlacementError for something it does not claim, e.g. an operator/dtype combination or an
+impossible pin). An internal error, a build failure, any other exception or a wrong value fails.
+
+CI runs a few derandomized examples; `HG_FUZZ_EXAMPLES=2000` runs more (benchmarks/fuzz.py runs
+thousands with a summary and saves each failure).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, given, settings
+
+from fuzz_cases import FuzzCase, fuzz_cases, run_case
+
+EXAMPLES = int(os.environ.get("HG_FUZZ_EXAMPLES", "15"))
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 50,  # CI is deterministic; long runs explore
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+@given(case=fuzz_cases())
+def test_random_graph_matches_onnxruntime_or_is_refused(tmp_path_factory, case: FuzzCase):
+    outcome = run_case(case, tmp_path_factory.mktemp("fuzz") / "out")
+    assert outcome.status in ("pass", "refused"), f"{outcome.status}: {outcome.reason}\n{outcome.detail}"
