@@ -1,7 +1,7 @@
 /* hetgen simulated accelerator: a device model with its own local memory, a command queue, a DMA
  * engine, a MAC array and a vector unit. The arithmetic runs on the host CPU (the kernels compiled
  * for the device); time is what the counters say, and they count it from what each command asks
- * (its work descriptor: shapes and bytes) and the device's own parameters — never from the cost
+ * (its work descriptor: shapes and bytes) and the device's own parameters - never from the cost
  * model's figures. docs/simulator.md describes the micro-architecture.
  *
  * Re-entrant: the constant description is hg_device.config; the queue, counters and local memory
