@@ -147,7 +147,9 @@ class Scheduler:
         segments: list[tuple[int, list[int]]] = []
         for index in unit_indices:
             slot = self._slot(self.units[index].target, controller, devices)
-            isolated = self.units[index].target in self.isolated
+            # Only the controller that drives an isolated accelerator splits its work: from further
+            # up, the co-processor in front of it is one device that keeps its intermediates.
+            isolated = slot >= 0 and devices[slot].path_str in self.isolated
             if segments and segments[-1][0] == slot and not isolated:
                 segments[-1][1].append(index)
             else:
@@ -185,7 +187,7 @@ class Scheduler:
         inside = subtree_paths(device)
         memory_target = device.host.path_str if device.role is Role.COMPOSITE else device.path_str
         produced_here = {name for index in members for name in self.units[index].outputs if name}
-        isolated = any(self.units[index].target in self.isolated for index in members)
+        isolated = device.path_str in self.isolated
         needed = []
         for index in members:
             for name in self.units[index].inputs:
