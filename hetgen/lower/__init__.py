@@ -173,7 +173,7 @@ def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root
             PlacementError(
                 f"{path}: the work placed here needs {plan.arena_size} bytes of local memory "
                 f"(liveness lower bound {plan.lower_bound}); the device has {capacity} bytes. "
-                "Give it more memory (e.g. sram_kib), pin the large layers elsewhere, or use the cost placement, which avoids it"
+                "Give it more memory (e.g. sram_kib) or pin the large layers elsewhere"
             ),
         )
     touched = set(schedule.events.get(path, {})) | (keep_out & set(graph.types))
