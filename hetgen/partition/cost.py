@@ -3,9 +3,9 @@
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
                                              bytes / (bandwidth_gbps * 1e3)))          [us]
     on an accelerator that runs one group per invocation (hetgen/lower/invocation.py, the rule
-    lowering follows), its bytes that move are DMA, in sequence with the computation:
+    lowering follows), its weights are loaded by DMA before it computes from local memory:
     group time    = scale * (launch_us + flops / (peak_gflops * 1e3 * efficiency)
-                             + (weight bytes + bytes copied in and out) / (bandwidth_gbps * 1e3))
+                             + weight bytes / (bandwidth_gbps * 1e3))
     transfer time = sum over the links on the tree path between two targets of
                     (latency_us + bytes / (bandwidth_gbps * 1e3))                      [us]
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph, Node
-from hetgen.lower.invocation import invocation_bytes, one_unit_per_invocation
+from hetgen.lower.invocation import one_unit_per_invocation, weight_bytes
 from hetgen.ops.base import OpInstance
 from hetgen.ops.registry import op_def
 from hetgen.platform.model import CostFigures, Link, Platform, Target
@@ -66,19 +66,17 @@ def kernel_us(figures: CostFigures, work: Work, efficiency: float = 1.0, scale: 
 def group_us(target: Target, work: Work, efficiency: float, scale: float, graph: Graph, nodes: Iterable[Node]) -> float:
     """A placement group's time on `target`.
 
-    Where lowering runs each group as its own invocation (hetgen/lower/invocation.py), the group's
-    bytes that move are priced as what they are: its weights loaded into local memory and its inputs
-    and outputs copied between the controller and the device, at the device's DMA rate (its
-    `bandwidth_gbps`), one after the other with the computation; the kernel itself streams from
-    local memory. Elsewhere a kernel takes the longer of its compute and its memory traffic.
+    Where lowering runs each group as its own invocation (hetgen/lower/invocation.py), the group
+    loads its weights into local memory at the device's DMA rate (its `bandwidth_gbps`), then
+    computes from local memory; its activations arrive and leave as the placement's transfers.
+    Elsewhere a kernel takes the longer of its compute and its memory traffic.
     """
     figures = target.figures
     if not one_unit_per_invocation(target):
         return kernel_us(figures, work, efficiency, scale)
-    weights, copied = invocation_bytes(graph, nodes)
     compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
-    dma = (weights + copied) / (figures.bandwidth_gbps * 1e3)
-    return scale * (figures.launch_us + compute + dma)
+    load = weight_bytes(graph, nodes) / (figures.bandwidth_gbps * 1e3)
+    return scale * (figures.launch_us + compute + load)
 
 
 def link_us(link: Link, nbytes: float) -> float:
