@@ -13,6 +13,7 @@ import dataclasses
 from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
+from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.program import (
     GroupEstimate,
@@ -103,15 +104,13 @@ class _Overflow(Exception):
 
 
 def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
-    """Lower; when consecutive work overflows an accelerator's memory, run it one unit at a time there."""
-    isolated: frozenset[str] = frozenset()
-    while True:
-        try:
-            return _lower(graph, platform, placement, isolated)
-        except _Overflow as overflow:
-            if overflow.path in isolated:
-                raise overflow.error from None
-            isolated = isolated | {overflow.path}
+    """Lower the placed graph; accelerators cut their work into invocations by the rule the cost
+    model prices (`invocation.py`), never by a retry after memory overflowed."""
+    isolated = frozenset(t.path_str for t in platform.targets() if one_unit_per_invocation(t))
+    try:
+        return _lower(graph, platform, placement, isolated)
+    except _Overflow as overflow:
+        raise overflow.error from None
 
 
 # Operators whose output is their input's bytes unchanged: they become a second name for the same
@@ -174,7 +173,7 @@ def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root
             PlacementError(
                 f"{path}: the work placed here needs {plan.arena_size} bytes of local memory "
                 f"(liveness lower bound {plan.lower_bound}); the device has {capacity} bytes. "
-                "Give it more memory (e.g. sram_kib), pin the large layers elsewhere, or use the cost placement, which avoids it"
+                "Give it more memory (e.g. sram_kib) or pin the large layers elsewhere"
             ),
         )
     touched = set(schedule.events.get(path, {})) | (keep_out & set(graph.types))

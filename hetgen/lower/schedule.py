@@ -107,8 +107,9 @@ class Scheduler:
         graph_inputs: set[str],
         isolated: frozenset[str] = frozenset(),
     ):
-        """`isolated`: accelerators whose local memory cannot hold consecutive work at once. There each
-        unit is its own invocation: its inputs are copied in, its outputs copied out, nothing stays."""
+        """`isolated`: accelerators that run each unit as its own invocation (hetgen/lower/invocation.py),
+        loading only that unit's weights. Tensors stay in the device's memory between invocations as
+        anywhere else: copied in once, copied out only for a reader outside the device."""
         self.isolated = isolated
         self.units = units
         self.root = root
@@ -147,7 +148,9 @@ class Scheduler:
         segments: list[tuple[int, list[int]]] = []
         for index in unit_indices:
             slot = self._slot(self.units[index].target, controller, devices)
-            isolated = self.units[index].target in self.isolated
+            # Only the controller that drives an isolated accelerator splits its work: from further
+            # up, the co-processor in front of it is one device that keeps its intermediates.
+            isolated = slot >= 0 and devices[slot].path_str in self.isolated
             if segments and segments[-1][0] == slot and not isolated:
                 segments[-1][1].append(index)
             else:
@@ -185,12 +188,13 @@ class Scheduler:
         inside = subtree_paths(device)
         memory_target = device.host.path_str if device.role is Role.COMPOSITE else device.path_str
         produced_here = {name for index in members for name in self.units[index].outputs if name}
-        isolated = any(self.units[index].target in self.isolated for index in members)
         needed = []
         for index in members:
             for name in self.units[index].inputs:
                 if name and name not in self.constants and name not in produced_here and name not in needed:
-                    if isolated or not any(name in self.schedule.present.get(path, set()) for path in inside):
+                    # A tensor the device already holds is not sent again, isolated or not: its
+                    # memory plan keeps it live from its first use to its last either way.
+                    if not any(name in self.schedule.present.get(path, set()) for path in inside):
                         needed.append(name)
         steps: list = []
         for name in needed:
@@ -206,7 +210,7 @@ class Scheduler:
         steps += [SInvoke(slot, len(programs) - 1), SWait(slot)]
         leaving = []
         for name in sorted(produced_here, key=lambda n: (min(self.readers.get(n, [end + 1])), n)):
-            outside = any(isolated or self.units[r].target not in inside for r in self.readers.get(name, []) if r > end)
+            outside = any(self.units[r].target not in inside for r in self.readers.get(name, []) if r > end)
             if name in self.graph_outputs or outside:
                 leaving.append(name)
         for name in leaving:

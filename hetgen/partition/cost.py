@@ -2,6 +2,10 @@
 
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
                                              bytes / (bandwidth_gbps * 1e3)))          [us]
+    on an accelerator that runs one group per invocation (hetgen/lower/invocation.py, the rule
+    lowering follows), its weights are loaded by DMA before it computes from local memory:
+    group time    = scale * (launch_us + flops / (peak_gflops * 1e3 * efficiency)
+                             + weight bytes / (bandwidth_gbps * 1e3))
     transfer time = sum over the links on the tree path between two targets of
                     (latency_us + bytes / (bandwidth_gbps * 1e3))                      [us]
 
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph, Node
+from hetgen.lower.invocation import one_unit_per_invocation, weight_bytes
 from hetgen.ops.base import OpInstance
 from hetgen.ops.registry import op_def
 from hetgen.platform.model import CostFigures, Link, Platform, Target
@@ -56,6 +61,22 @@ def kernel_us(figures: CostFigures, work: Work, efficiency: float = 1.0, scale: 
     compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
     memory = work.bytes / (figures.bandwidth_gbps * 1e3)
     return scale * (figures.launch_us + max(compute, memory))
+
+
+def group_us(target: Target, work: Work, efficiency: float, scale: float, graph: Graph, nodes: Iterable[Node]) -> float:
+    """A placement group's time on `target`.
+
+    Where lowering runs each group as its own invocation (hetgen/lower/invocation.py), the group
+    loads its weights into local memory at the device's DMA rate (its `bandwidth_gbps`), then
+    computes from local memory; its activations arrive and leave as the placement's transfers.
+    Elsewhere a kernel takes the longer of its compute and its memory traffic.
+    """
+    figures = target.figures
+    if not one_unit_per_invocation(target):
+        return kernel_us(figures, work, efficiency, scale)
+    compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
+    load = weight_bytes(graph, nodes) / (figures.bandwidth_gbps * 1e3)
+    return scale * (figures.launch_us + compute + load)
 
 
 def link_us(link: Link, nbytes: float) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
-from hetgen.partition.cost import Calibration, Topology, WorkEstimator, group_work, kernel_us
+from hetgen.partition.cost import Calibration, Topology, WorkEstimator, group_us, group_work
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
 
@@ -98,7 +98,8 @@ class SearchSpace:
             loc = self.loc_of_path[match.target]
             target = self.targets[loc]
             work = group_work(estimator, (nodes[i] for i in match.nodes))
-            compute = kernel_us(target.figures, work, match.efficiency, calibration.scale_for(target))
+            scale = calibration.scale_for(target)
+            compute = group_us(target, work, match.efficiency, scale, self.graph, [nodes[i] for i in match.nodes])
             inputs, outputs = self._boundary(match.nodes)
             candidates.append(Candidate(len(candidates), loc, match.label, match.nodes, compute, inputs, outputs))
         return tuple(candidates)
