@@ -23,6 +23,15 @@ things keep the state count small without giving up optimality:
 Only when a step still holds more states than the beam allows are the costliest dropped, which
 the result reports as not exact. The beam is `max_states`, narrowed on very wide frontiers so
 that states * live tensors stays under STATE_WORK: each step's work stays bounded.
+
+Wide DAGs (many branches alive at once, in every order) are the exception: the states that differ
+only in where some not-yet-read tensor lives multiply with the frontier's width, and dominance
+removes few of them. So the whole search also has a budget, KEPT_BUDGET states kept over all its
+steps: each step keeps at most KEPT_BUDGET / steps of them (never fewer than MIN_BUDGET_BEAM). A graph
+whose steps stay narrow never meets it and is searched exactly; one that meets it is searched by
+a beam, and the result says so (`exact` False; `widest`, the most live tensors at a cut step). `place`
+then also prices the greedy placement and keeps the cheaper, so a beam result is never worse
+than greedy. `expanded` counts the states offered in all: the search's work, not its time.
 """
 
 from __future__ import annotations
@@ -39,9 +48,11 @@ from hetgen.partition.space import Candidate, SearchSpace
 
 DONE = (-1, -1)  # a tensor entry every remaining reader already has: nothing left to pay for it
 DOMINANCE_WINDOW = 8  # how many cheaper states each state is checked against
-PRE_CUT = 4  # states beyond PRE_CUT * beam are dropped before the dominance pass
+PRE_CUT = 4  # more than PRE_CUT * beam states: cut to the beam at once, no dominance pass
 STATE_WORK = 4096  # the beam keeps states * live tensors under this, so a step's work stays bounded
 MIN_BEAM = 16
+KEPT_BUDGET = 40_000  # states kept over all steps together: bounds a whole search's work (see run)
+MIN_BUDGET_BEAM = 4  # ... but a step may keep at least this many
 
 
 class ExactSearch:
@@ -78,6 +89,8 @@ class ExactSearch:
                 masks[k] = masks[k + 1] | node_locs[ordered[k]]
             self.reader_locs.append(masks)
         self.step = -1
+        self.expanded = 0  # states offered over the whole search: its work, independent of the clock
+        self.widest = 0  # the most live tensors at a step the beam cut (0: none was cut)
         self.best_cost = float("inf")
         self._after: dict[int, int] = {}
         self._pending: dict[tuple[int, ...], dict[int, int]] = {}
@@ -223,20 +236,23 @@ class ExactSearch:
         initial = tuple(sorted((t, (root, 1 << root)) for t in space.graph_inputs if space.consumers[t]))
         states: dict[tuple, tuple[float, tuple | None]] = {(initial, ()): (0.0, None)}
         exact = True
+        budget = max(MIN_BUDGET_BEAM, KEPT_BUDGET // max(1, len(self.order))) if self.prune else max_states
         for step, node in enumerate(self.order):
             self._begin(step)
             new = self._advance(states, node)
             if not new:
                 raise PlacementError(f"no placement satisfies the pins around {space.graph.nodes[node].label}")
             width = len(next(iter(new))[0])
-            beam = min(max_states, max(MIN_BEAM, STATE_WORK // max(1, width))) if self.prune else max_states
-            if len(new) > PRE_CUT * beam:  # pathological width: cut before the costlier pass
+            beam = min(max_states, budget, max(MIN_BEAM, STATE_WORK // max(1, width))) if self.prune else max_states
+            if len(new) > PRE_CUT * beam:  # pathological width: the beam cuts, dominance would not help
                 exact = False
-                new = dict(heapq.nsmallest(PRE_CUT * beam, new.items(), key=lambda item: item[1][0]))
-            if len(new) > 1 and self.prune:
+                self.widest = max(self.widest, width)
+                new = dict(heapq.nsmallest(beam, new.items(), key=lambda item: item[1][0]))
+            elif len(new) > 1 and self.prune:
                 new = self._undominated(new)
             if len(new) > beam:
                 exact = False
+                self.widest = max(self.widest, width)
                 new = dict(heapq.nsmallest(beam, new.items(), key=lambda item: item[1][0]))
             states = new
         self.best_cost, record = min(states.values(), key=lambda value: value[0])
@@ -250,6 +266,7 @@ class ExactSearch:
         new: dict[tuple, tuple[float, tuple | None]] = {}
 
         def offer(key: tuple, cost: float, record: tuple | None) -> None:
+            self.expanded += 1
             best = new.get(key)
             if best is None or cost < best[0]:
                 new[key] = (cost, record)
