@@ -53,6 +53,7 @@ STATE_WORK = 4096  # the beam keeps states * live tensors under this, so a step'
 MIN_BEAM = 16
 KEPT_BUDGET = 40_000  # states kept over all steps together: bounds a whole search's work (see run)
 MIN_BUDGET_BEAM = 4  # ... but a step may keep at least this many
+WIDE_STEP = 8  # live tensors beyond which a budget-bound step skips dominance when over PRE_CUT * beam
 
 
 class ExactSearch:
@@ -243,8 +244,14 @@ class ExactSearch:
             if not new:
                 raise PlacementError(f"no placement satisfies the pins around {space.graph.nodes[node].label}")
             width = len(next(iter(new))[0])
-            beam = min(max_states, budget, max(MIN_BEAM, STATE_WORK // max(1, width))) if self.prune else max_states
-            if len(new) > PRE_CUT * beam:  # pathological width: the beam cuts, dominance would not help
+            beam = min(max_states, max(MIN_BEAM, STATE_WORK // max(1, width))) if self.prune else max_states
+            # where the whole-search budget binds on a wide step, the dominance pass runs only when it
+            # could bring the step under the beam by itself: there it costs more than all the rest
+            if budget < beam:
+                beam, pre_cut = budget, 1 if width > WIDE_STEP else PRE_CUT
+            else:
+                pre_cut = PRE_CUT
+            if len(new) > pre_cut * beam:  # pathological width: the beam cuts, dominance would not help
                 exact = False
                 self.widest = max(self.widest, width)
                 new = dict(heapq.nsmallest(beam, new.items(), key=lambda item: item[1][0]))
