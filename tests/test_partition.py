@@ -165,7 +165,7 @@ def test_wide_5000_node_dag_places_in_bounded_work():
     search = ExactSearch(space, space.candidates)
     chosen, exact = search.run(DEFAULT_MAX_STATES)
     steps = len(graph.nodes)
-    per_step = max(MIN_BUDGET_BEAM, KEPT_BUDGET // steps)
+    per_step = max(MIN_BUDGET_BEAM, KEPT_BUDGET // steps)  # states a step keeps, at the narrowest
     most_starts = max(len(starts) for starts in search.starts)
     assert not exact and search.widest > 8
     # each step offers at most (kept states) x (groups starting at its node, or the one continuing)

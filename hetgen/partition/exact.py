@@ -26,8 +26,9 @@ that states * live tensors stays under STATE_WORK: each step's work stays bounde
 
 Wide DAGs (many branches alive at once, in every order) are the exception: the states that differ
 only in where some not-yet-read tensor lives multiply with the frontier's width, and dominance
-removes few of them. So the whole search also has a budget, KEPT_BUDGET states kept over all its
-steps: each step keeps at most KEPT_BUDGET / steps of them (never fewer than MIN_BUDGET_BEAM). A graph
+removes few of them. So the whole search also has a budget, KEPT_BUDGET frontier entries (states
+kept x live tensors) over all its steps: a step of width w keeps at most KEPT_BUDGET / steps / w
+states (never fewer than MIN_BUDGET_BEAM). A graph
 whose steps stay narrow never meets it and is searched exactly; one that meets it is searched by
 a beam, and the result says so (`exact` False; `widest`, the most live tensors at a cut step). `place`
 then also prices the greedy placement and keeps the cheaper, so a beam result is never worse
@@ -51,8 +52,8 @@ DOMINANCE_WINDOW = 8  # how many cheaper states each state is checked against
 PRE_CUT = 4  # more than PRE_CUT * beam states: cut to the beam at once, no dominance pass
 STATE_WORK = 4096  # the beam keeps states * live tensors under this, so a step's work stays bounded
 MIN_BEAM = 16
-KEPT_BUDGET = 40_000  # states kept over all steps together: bounds a whole search's work (see run)
-MIN_BUDGET_BEAM = 4  # ... but a step may keep at least this many
+KEPT_BUDGET = 300_000  # states kept x live tensors over all steps: bounds a whole search's work (see run)
+MIN_BUDGET_BEAM = 4  # ... but a step may keep at least this many states
 WIDE_STEP = 8  # live tensors beyond which a budget-bound step skips dominance when over PRE_CUT * beam
 
 
@@ -237,7 +238,7 @@ class ExactSearch:
         initial = tuple(sorted((t, (root, 1 << root)) for t in space.graph_inputs if space.consumers[t]))
         states: dict[tuple, tuple[float, tuple | None]] = {(initial, ()): (0.0, None)}
         exact = True
-        budget = max(MIN_BUDGET_BEAM, KEPT_BUDGET // max(1, len(self.order))) if self.prune else max_states
+        step_work = KEPT_BUDGET // max(1, len(self.order))  # frontier entries a step may keep
         for step, node in enumerate(self.order):
             self._begin(step)
             new = self._advance(states, node)
@@ -247,7 +248,8 @@ class ExactSearch:
             beam = min(max_states, max(MIN_BEAM, STATE_WORK // max(1, width))) if self.prune else max_states
             # where the whole-search budget binds on a wide step, the dominance pass runs only when it
             # could bring the step under the beam by itself: there it costs more than all the rest
-            if budget < beam:
+            budget = max(MIN_BUDGET_BEAM, step_work // max(1, width))
+            if self.prune and budget < beam:
                 beam, pre_cut = budget, 1 if width > WIDE_STEP else PRE_CUT
             else:
                 pre_cut = PRE_CUT

@@ -68,15 +68,24 @@ def place(
 
 
 def _no_worse_than_greedy(space, candidates, pinned, placement: Placement, search: ExactSearch) -> Placement:
-    """A beam-cut search can lose to greedy: price greedy's placement too and keep the cheaper."""
+    """A beam-cut search can lose to greedy: price greedy's placement too and keep the cheaper.
+
+    Greedy's choice is priced by the same search restricted to it (one state a step, no beam), so
+    it is assembled only when it wins.
+    """
     widest = f"frontier of {search.widest} live tensors" if search.widest else "beam cut"
     note = f"{widest}, {search.expanded} states searched"
     try:
-        greedy = assemble(space, candidates, search_greedy(space, candidates), mode="cost", exact=False, pins=pinned)
+        greedy = search_greedy(space, candidates)
     except PlacementError:  # pins greedy cannot honour: the beam's placement stands
         greedy = None
-    if greedy is not None and greedy.total_us < placement.total_us:
-        return replace(greedy, search_note=f"{note}; the greedy placement was cheaper and is used")
+    if greedy is not None:
+        by_id = {c.id: c for c in candidates}
+        replay = ExactSearch(space, tuple(by_id[i] for i in greedy))
+        replay.run(1)
+        if replay.best_cost < search.best_cost:
+            chosen = assemble(space, candidates, greedy, mode="cost", exact=False, pins=pinned)
+            return replace(chosen, search_note=f"{note}; the greedy placement was cheaper and is used")
     return replace(placement, search_note=f"{note}; no worse than greedy")
 
 
