@@ -185,6 +185,19 @@ def test_beam_bounded_placement_is_never_worse_than_greedy(seed):
         assert "beam-bounded: " in explain_text(searched, graph)  # says why it is not exact
 
 
+def test_greedy_is_used_when_a_one_state_beam_loses_to_it():
+    """max_states=1 forces the beam: for this seed greedy's placement is cheaper than the beam's,
+    and place returns it (priced, assembled), saying so."""
+    rng = random.Random(50)
+    graph = random_dag(rng, rng.randrange(10, 40))
+    platform = random_platform(rng)
+    beam, greedy = place(graph, platform, max_states=1), place(graph, platform, mode="greedy")
+    assert not beam.exact and beam.mode == "cost"
+    assert "greedy placement was cheaper" in beam.search_note
+    assert beam.total_us == pytest.approx(greedy.total_us)
+    assert "greedy placement was cheaper" in explain_text(beam, graph)
+
+
 def test_branchy_dag_stays_exact():
     """Inception-like stages of 8 parallel chains: chain-following order keeps the frontier narrow."""
     graph = wide_dag(2000, 8)
