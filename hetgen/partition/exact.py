@@ -28,11 +28,12 @@ Wide DAGs (many branches alive at once, in every order) are the exception: the s
 only in where some not-yet-read tensor lives multiply with the frontier's width, and dominance
 removes few of them. So the whole search also has a budget, KEPT_BUDGET frontier entries (states
 kept x live tensors) over all its steps: a step of width w keeps at most KEPT_BUDGET / steps / w
-states (never fewer than MIN_BUDGET_BEAM). A graph
-whose steps stay narrow never meets it and is searched exactly; one that meets it is searched by
-a beam, and the result says so (`exact` False; `widest`, the most live tensors at a cut step). `place`
-then also prices the greedy placement and keeps the cheaper, so a beam result is never worse
-than greedy. `expanded` counts the states offered in all: the search's work, not its time.
+states (never fewer than MIN_BUDGET_BEAM), and a budget-bound step wider than WIDE_STEP skips the
+dominance pass when it holds more than PRE_CUT * beam states (there that pass costs more than all
+the rest). A graph whose steps stay narrow never meets the budget and is searched exactly; one
+that meets it is searched by a beam, and the result says so (`exact` False; `widest`, the most
+live tensors at a cut step). `place` then also prices the greedy placement and keeps the cheaper,
+so a beam result is never worse than greedy. `expanded` counts the states offered in all: the search's work, not its time.
 """
 
 from __future__ import annotations
