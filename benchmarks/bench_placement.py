@@ -1,16 +1,22 @@
 """How long placement takes on 5,000-node graphs.
 
-    python benchmarks/bench_placement.py            # residual CNN and transformer, two platforms
+    python benchmarks/bench_placement.py            # residual CNN, transformer, wide DAGs
     python benchmarks/bench_placement.py --nodes 20000
 
-Graphs and platforms come from tests/partition_fixtures.py (built directly, no ONNX or YAML), so
-this measures the partition stage alone: pattern matching, costing, the exact search, assembly.
+Wide DAGs: Inception-like stages of 8 and 32 parallel 4-unit chains (the chain-following search
+order keeps their frontier narrow: exact), and random DAGs whose nodes read any of the last 16 or
+32 tensors (about that many live at every step: the search's state budget applies, the result is
+marked not exact and is never worse than greedy).
+
+Graphs come from tests/partition_fixtures.py (built directly, no ONNX), platforms from there and
+from platforms/soc.yaml and dual.yaml, so this measures the partition stage alone: pattern matching, costing, the exact search, assembly.
 CPU seconds are printed next to wall seconds because a shared machine inflates the latter.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from pathlib import Path
@@ -19,8 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from hetgen.partition import place  # noqa: E402
+from hetgen.platform import load_platform  # noqa: E402
 from hetgen.platform.model import Link  # noqa: E402
-from partition_fixtures import flat, residual_net, soc, transformer  # noqa: E402
+from partition_fixtures import flat, residual_net, soc, transformer, wide_dag, wide_random_dag  # noqa: E402
 
 
 def main() -> int:
@@ -31,11 +38,17 @@ def main() -> int:
     graphs = {
         "resnet": residual_net(max(1, args.nodes // 5)),  # 5 nodes a block
         "transformer": transformer(max(1, args.nodes // 21)),  # 21 nodes a layer
+        "inception8": wide_dag(args.nodes, 8),
+        "inception32": wide_dag(args.nodes, 32),
+        "random16": wide_random_dag(random.Random(1), args.nodes, 16),
+        "random32": wide_random_dag(random.Random(2), args.nodes, 32),
     }
     platforms = {
         "soc (composite, 4 GB/s)": soc(),
         "soc (composite, 40 GB/s)": soc(link_gbps=40.0, latency_us=1.0),
         "flat (cpu+npu+dsp)": flat(npu_link=Link(8.0, 10.0)),
+        "soc.yaml": load_platform(ROOT / "platforms" / "soc.yaml"),
+        "dual.yaml": load_platform(ROOT / "platforms" / "dual.yaml"),
     }
     header = f"{'graph':<12} {'nodes':>6}  {'platform':<26} {'mode':<6} {'wall s':>7} {'cpu s':>6}"
     print(f"{header} {'groups':>7} {'total us':>10} exact")

@@ -275,3 +275,45 @@ def random_platform(rng: random.Random) -> Platform:
         npu_link=rng.choice((None, link())),
         npu_figures=npu_figures,
     )
+
+
+def wide_dag(nodes: int, branches: int, *, channels: int = 32, size: int = 28, depth: int = 4) -> Graph:
+    """Inception-like stages: `branches` parallel Conv-Relu chains of `depth` units read one tensor
+    and are summed back into it, so `branches` tensors are live at once across each stage."""
+    b = GraphBuilder(f"wide{branches}")
+    x = b.input("x", (1, channels, size, size))
+    while len(b.nodes) < nodes:
+        tails = []
+        for _ in range(branches):
+            y = x
+            for _ in range(depth):
+                y = b.unary("Relu", b.conv(y, channels, 1))
+            tails.append(y)
+        total = tails[0]
+        for tail in tails[1:]:
+            total = b.binary("Add", total, tail)
+        x = total
+    b.output(x)
+    return b.build()
+
+
+def wide_random_dag(rng: random.Random, nodes: int, frontier: int, *, channels: int = 32, size: int = 28) -> Graph:
+    """A random DAG whose every node reads from a window of the last `frontier` tensors, so about
+    that many tensors are live at once."""
+    b = GraphBuilder(f"widerandom{frontier}")
+    pool = [b.input("x", (1, channels, size, size))]
+    for _ in range(nodes):
+        window = pool[-frontier:]
+        op = rng.choice(("Conv", "Conv", "Relu", "Add", "Mul"))
+        if op == "Conv":
+            out = b.conv(rng.choice(window), channels, 1)
+        elif op in ("Add", "Mul"):
+            out = b.binary(op, rng.choice(window), rng.choice(window))
+        else:
+            out = b.unary(op, rng.choice(window))
+        pool.append(out)
+    read = {name for node in b.nodes for name in node.inputs}
+    for name in pool[1:]:
+        if name not in read:
+            b.output(name)
+    return b.build()

@@ -21,7 +21,7 @@ from hetgen.partition import (
     place,
 )
 from hetgen.partition.cost import Calibration, Topology, Work, kernel_us
-from hetgen.partition.exact import ExactSearch, _live_width, search_order
+from hetgen.partition.exact import KEPT_BUDGET, MIN_BUDGET_BEAM, ExactSearch, _live_width, search_order
 from hetgen.partition.patterns import match_patterns
 from hetgen.partition.space import SearchSpace
 from hetgen.platform.model import Link
@@ -38,6 +38,8 @@ from partition_fixtures import (
     residual_net,
     soc,
     transformer,
+    wide_dag,
+    wide_random_dag,
 )
 
 # -- exhaustive reference ------------------------------------------------------------------------
@@ -153,6 +155,54 @@ def test_beam_bound_is_reported_and_still_valid():
     assert exact.exact and not bounded.exact
     assert bounded.total_us >= exact.total_us - 1e-9
     assert "beam-bounded" in explain_text(bounded, graph)
+
+
+def test_wide_5000_node_dag_places_in_bounded_work():
+    """A random DAG with ~16 tensors live at every step: the plain DP's states multiply with the
+    frontier (10 s and more); the search's budget bounds the states it offers, whatever the clock."""
+    graph = wide_random_dag(random.Random(1), 5000, 16)
+    space = SearchSpace(graph, soc(), Calibration())
+    search = ExactSearch(space, space.candidates)
+    chosen, exact = search.run(DEFAULT_MAX_STATES)
+    steps = len(graph.nodes)
+    per_step = max(MIN_BUDGET_BEAM, KEPT_BUDGET // steps)  # states a step keeps, at the narrowest
+    most_starts = max(len(starts) for starts in search.starts)
+    assert not exact and search.widest > 8
+    # each step offers at most (kept states) x (groups starting at its node, or the one continuing)
+    assert search.expanded <= steps * per_step * (most_starts + 1)
+    assert search.expanded < 40 * steps  # a few dozen states a node, not thousands
+    assert sorted(n for c in chosen for n in space.candidates[c].nodes) == list(range(steps))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_bounded_placement_is_never_worse_than_greedy(seed):
+    rng = random.Random(seed)
+    graph = wide_random_dag(rng, 1500, rng.choice((8, 16, 24)))
+    platform = random_platform(rng)
+    searched, greedy = place(graph, platform), place(graph, platform, mode="greedy")
+    assert searched.total_us <= greedy.total_us + 1e-6
+    if not searched.exact:
+        assert "beam-bounded: " in explain_text(searched, graph)  # says why it is not exact
+
+
+def test_greedy_is_used_when_a_one_state_beam_loses_to_it():
+    """max_states=1 forces the beam: for this seed greedy's placement is cheaper than the beam's,
+    and place returns it (priced, assembled), saying so."""
+    rng = random.Random(50)
+    graph = random_dag(rng, rng.randrange(10, 40))
+    platform = random_platform(rng)
+    beam, greedy = place(graph, platform, max_states=1), place(graph, platform, mode="greedy")
+    assert not beam.exact and beam.mode == "cost"
+    assert "greedy placement was cheaper" in beam.search_note
+    assert beam.total_us == pytest.approx(greedy.total_us)
+    assert "greedy placement was cheaper" in explain_text(beam, graph)
+
+
+def test_branchy_dag_stays_exact():
+    """Inception-like stages of 8 parallel chains: chain-following order keeps the frontier narrow."""
+    graph = wide_dag(2000, 8)
+    placement = place(graph, soc())
+    assert placement.exact and "(cost mode, exact)" in explain_text(placement, graph)
 
 
 def test_medium_graphs_stay_exact():

@@ -23,6 +23,17 @@ things keep the state count small without giving up optimality:
 Only when a step still holds more states than the beam allows are the costliest dropped, which
 the result reports as not exact. The beam is `max_states`, narrowed on very wide frontiers so
 that states * live tensors stays under STATE_WORK: each step's work stays bounded.
+
+Wide DAGs (many branches alive at once, in every order) are the exception: the states that differ
+only in where some not-yet-read tensor lives multiply with the frontier's width, and dominance
+removes few of them. So the whole search also has a budget, KEPT_BUDGET frontier entries (states
+kept x live tensors) over all its steps: a step of width w keeps at most KEPT_BUDGET / steps / w
+states (never fewer than MIN_BUDGET_BEAM), and a budget-bound step wider than WIDE_STEP skips the
+dominance pass when it holds more than PRE_CUT * beam states (there that pass costs more than all
+the rest). A graph whose steps stay narrow never meets the budget and is searched exactly; one
+that meets it is searched by a beam, and the result says so (`exact` False; `widest`, the most
+live tensors at a cut step). `place` then also prices the greedy placement and keeps the cheaper,
+so a beam result is never worse than greedy. `expanded` counts the states offered in all: the search's work, not its time.
 """
 
 from __future__ import annotations
@@ -39,9 +50,12 @@ from hetgen.partition.space import Candidate, SearchSpace
 
 DONE = (-1, -1)  # a tensor entry every remaining reader already has: nothing left to pay for it
 DOMINANCE_WINDOW = 8  # how many cheaper states each state is checked against
-PRE_CUT = 4  # states beyond PRE_CUT * beam are dropped before the dominance pass
+PRE_CUT = 4  # more than PRE_CUT * beam states: cut to the beam at once, no dominance pass
 STATE_WORK = 4096  # the beam keeps states * live tensors under this, so a step's work stays bounded
 MIN_BEAM = 16
+KEPT_BUDGET = 300_000  # states kept x live tensors over all steps: bounds a whole search's work (see run)
+MIN_BUDGET_BEAM = 4  # ... but a step may keep at least this many states
+WIDE_STEP = 8  # live tensors beyond which a budget-bound step skips dominance when over PRE_CUT * beam
 
 
 class ExactSearch:
@@ -78,6 +92,8 @@ class ExactSearch:
                 masks[k] = masks[k + 1] | node_locs[ordered[k]]
             self.reader_locs.append(masks)
         self.step = -1
+        self.expanded = 0  # states offered over the whole search: its work, independent of the clock
+        self.widest = 0  # the most live tensors at a step the beam cut (0: none was cut)
         self.best_cost = float("inf")
         self._after: dict[int, int] = {}
         self._pending: dict[tuple[int, ...], dict[int, int]] = {}
@@ -223,6 +239,7 @@ class ExactSearch:
         initial = tuple(sorted((t, (root, 1 << root)) for t in space.graph_inputs if space.consumers[t]))
         states: dict[tuple, tuple[float, tuple | None]] = {(initial, ()): (0.0, None)}
         exact = True
+        step_work = KEPT_BUDGET // max(1, len(self.order))  # frontier entries a step may keep
         for step, node in enumerate(self.order):
             self._begin(step)
             new = self._advance(states, node)
@@ -230,13 +247,22 @@ class ExactSearch:
                 raise PlacementError(f"no placement satisfies the pins around {space.graph.nodes[node].label}")
             width = len(next(iter(new))[0])
             beam = min(max_states, max(MIN_BEAM, STATE_WORK // max(1, width))) if self.prune else max_states
-            if len(new) > PRE_CUT * beam:  # pathological width: cut before the costlier pass
+            # where the whole-search budget binds on a wide step, the dominance pass runs only when it
+            # could bring the step under the beam by itself: there it costs more than all the rest
+            budget = max(MIN_BUDGET_BEAM, step_work // max(1, width))
+            if self.prune and budget < beam:
+                beam, pre_cut = budget, 1 if width > WIDE_STEP else PRE_CUT
+            else:
+                pre_cut = PRE_CUT
+            if len(new) > pre_cut * beam:  # pathological width: the beam cuts, dominance would not help
                 exact = False
-                new = dict(heapq.nsmallest(PRE_CUT * beam, new.items(), key=lambda item: item[1][0]))
-            if len(new) > 1 and self.prune:
+                self.widest = max(self.widest, width)
+                new = dict(heapq.nsmallest(beam, new.items(), key=lambda item: item[1][0]))
+            elif len(new) > 1 and self.prune:
                 new = self._undominated(new)
             if len(new) > beam:
                 exact = False
+                self.widest = max(self.widest, width)
                 new = dict(heapq.nsmallest(beam, new.items(), key=lambda item: item[1][0]))
             states = new
         self.best_cost, record = min(states.values(), key=lambda value: value[0])
@@ -250,6 +276,7 @@ class ExactSearch:
         new: dict[tuple, tuple[float, tuple | None]] = {}
 
         def offer(key: tuple, cost: float, record: tuple | None) -> None:
+            self.expanded += 1
             best = new.get(key)
             if best is None or cost < best[0]:
                 new[key] = (cost, record)

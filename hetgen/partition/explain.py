@@ -69,6 +69,8 @@ class Explanation:
 def explanation(placement: Placement, graph: Graph) -> Explanation:
     ops = {node.name: node.op for node in graph.nodes}
     quality = "exact" if placement.exact else ("heuristic" if placement.mode == "greedy" else "beam-bounded")
+    if placement.search_note:
+        quality = f"{quality}: {placement.search_note}"
     charged = _charged_group(placement, graph)
     groups = tuple(
         GroupReport(

@@ -93,6 +93,7 @@ class Placement:
     exact: bool = True  # least total_us under the cost model: cost mode with no beam cut (greedy: False)
     # Each accelerator's refusal of each unclaimed node: the structure behind `unclaimed`'s text.
     unclaimed_refusals: tuple[Refusal, ...] = ()
+    search_note: str = ""  # when not exact in cost mode: why, and what bounded the search (explain prints it)
     _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

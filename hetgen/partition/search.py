@@ -2,7 +2,9 @@
 
 cost mode (Collage-style) finds the placement of least estimated total latency, exactly under the
 cost model, by dynamic programming over the graph's topological order (`hetgen.partition.exact`);
-a beam (`max_states`) bounds pathological widths and is reported as `Placement.exact = False`.
+a beam (`max_states`, and a budget of states over the whole search) bounds pathological widths and
+is reported as `Placement.exact = False` with a `search_note`; such a result is compared with the
+greedy placement and the cheaper kept, so the cost mode is never worse than greedy.
 
 greedy mode is BYOC-style: in topological order, the largest match on the first accelerator that
 claims a node wins; everything else falls back to the root controller.
@@ -11,6 +13,7 @@ claims a node wins; everything else falls back to the root controller.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from hetgen.errors import PlacementError
@@ -53,11 +56,37 @@ def place(
     space = SearchSpace(graph, platform, calibration)
     pinned = resolve_pins(space, pins)
     candidates = restrict(space, pinned)
-    if mode == "cost":
-        chosen, exact = ExactSearch(space, candidates).run(max_states)
-    else:
-        chosen, exact = search_greedy(space, candidates), False
-    return assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned).verify(graph)
+    if mode != "cost":
+        chosen = search_greedy(space, candidates)
+        return assemble(space, candidates, chosen, mode=mode, exact=False, pins=pinned).verify(graph)
+    search = ExactSearch(space, candidates)
+    chosen, exact = search.run(max_states)
+    placement = assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned)
+    if not exact:
+        placement = _no_worse_than_greedy(space, candidates, pinned, placement, search)
+    return placement.verify(graph)
+
+
+def _no_worse_than_greedy(space, candidates, pinned, placement: Placement, search: ExactSearch) -> Placement:
+    """A beam-cut search can lose to greedy: price greedy's placement too and keep the cheaper.
+
+    Greedy's choice is priced by the same search restricted to it (one state a step, no beam), so
+    it is assembled only when it wins.
+    """
+    widest = f"frontier of {search.widest} live tensors" if search.widest else "beam cut"
+    note = f"{widest}, {search.expanded} states searched"
+    try:
+        greedy = search_greedy(space, candidates)
+    except PlacementError:  # pins greedy cannot honour: the beam's placement stands
+        greedy = None
+    if greedy is not None:
+        by_id = {c.id: c for c in candidates}
+        replay = ExactSearch(space, tuple(by_id[i] for i in greedy))
+        replay.run(1)
+        if replay.best_cost < search.best_cost:
+            chosen = assemble(space, candidates, greedy, mode="cost", exact=False, pins=pinned)
+            return replace(chosen, search_note=f"{note}; the greedy placement was cheaper and is used")
+    return replace(placement, search_note=f"{note}; no worse than greedy")
 
 
 def placement_request(platform: Platform, mode: str | None, pins: Mapping[str, str]) -> tuple[str, dict[str, str]]:
