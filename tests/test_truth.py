@@ -23,28 +23,10 @@ from hetgen.pipeline import CompileOptions, options_argv
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session
 from hetgen.templates_dir import templates_dir
+from test_platform_placement import conv_model  # on soc: cost keeps it on the host, greedy sends it to the npu
 
 REPO = Path(__file__).resolve().parent.parent
 NPU = "soc/vdevice0/npu0"
-
-
-def conv_relu(channels: int = 16, size: int = 8) -> onnx.ModelProto:
-    """On soc the cost search keeps this small convolution on the host; greedy sends it to the npu."""
-    rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32), "w")
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-        helper.make_node("Relu", ["c"], ["y"], name="relu"),
-    ]
-    shape = [1, channels, size, size]
-    graph = helper.make_graph(
-        nodes,
-        "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-        initializer=[weight],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def soc_with(options: str) -> str:
@@ -59,7 +41,7 @@ def targets_by_source(placement, graph) -> dict[str, str]:
 
 
 def test_platform_placement_option_is_honoured_and_an_explicit_mode_beats_it():
-    graph = import_model(conv_relu())
+    graph = import_model(conv_model(16, 8))
     plain = load_platform_text(soc_with(""))
     greedy_file = load_platform_text(soc_with("options: {placement: greedy}\n"))
     assert targets_by_source(place(graph, plain), graph)["conv"] == "soc"  # default: cost
@@ -71,7 +53,7 @@ def test_platform_placement_option_is_honoured_and_an_explicit_mode_beats_it():
 
 def test_explain_says_which_search_ran_from_the_platform_file(tmp_path):
     (tmp_path / "p.yaml").write_text(soc_with("options: {placement: greedy}\n"))
-    onnx.save(conv_relu(), tmp_path / "m.onnx")
+    onnx.save(conv_model(16, 8), tmp_path / "m.onnx")
     base = [sys.executable, "-m", "hetgen", "explain", str(tmp_path / "p.yaml"), str(tmp_path / "m.onnx")]
     by_file = subprocess.run(base, capture_output=True, text=True, cwd=REPO)
     assert by_file.returncode == 0, by_file.stderr
@@ -91,13 +73,13 @@ def test_regenerate_rule_leaves_the_mode_to_the_platform_file_unless_one_was_giv
 def test_cli_pins_add_to_the_file_pins_and_override_the_same_node(tmp_path):
     # The file pins the convolution to the npu; the command line pins the relu to the co-processor.
     (tmp_path / "p.yaml").write_text(soc_with("options:\n  pins: {conv: vdevice0/npu0}\n"))
-    onnx.save(conv_relu(), tmp_path / "m.onnx")
+    onnx.save(conv_model(16, 8), tmp_path / "m.onnx")
     base = [sys.executable, "-m", "hetgen", "explain", str(tmp_path / "p.yaml"), str(tmp_path / "m.onnx")]
 
     def targets(*extra):
         result = subprocess.run([*base, *extra, "--format", "json"], capture_output=True, text=True, cwd=REPO)
         assert result.returncode == 0, result.stderr
-        graph = import_model(conv_relu())
+        graph = import_model(conv_model(16, 8))
         source = {node.name: node.source_name for node in graph.nodes}
         return {source[op]: group["target"] for group in json.loads(result.stdout)["groups"] for op in group["ops"]}
 
@@ -107,7 +89,7 @@ def test_cli_pins_add_to_the_file_pins_and_override_the_same_node(tmp_path):
 
 
 def test_api_pins_add_to_the_file_pins():
-    graph = import_model(conv_relu())
+    graph = import_model(conv_model(16, 8))
     platform = load_platform_text(soc_with("options:\n  pins: {conv: vdevice0/npu0}\n"))
     merged = targets_by_source(place(graph, platform, pins={"relu": "soc"}), graph)
     assert merged == {"conv": NPU, "relu": "soc"}
@@ -218,7 +200,7 @@ def test_the_enum_parser_sees_every_entry(name):
 
 def explained_cases():
     from test_partition import explained  # a transformer on soc: alternatives, transfers, unclaimed ops
-    from test_platform_placement import conv_model, npu_platform
+    from test_platform_placement import npu_platform
 
     yield explained()
     # An npu too small for the convolution: a memory-fit refusal with its numbers.
