@@ -7,6 +7,7 @@ program starts through exec:, and as a client of the real server."""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -25,7 +26,7 @@ def pair(tmp_path_factory):
     return shared_pair(tmp_path_factory)
 
 
-def run_root(pair, tmp_path, endpoint: str, timeout_ms: int = 2000):
+def run_root(pair, tmp_path, endpoint: str, timeout_ms: int = 2000, env=None):
     write_inputs(pair.project, tmp_path / "in.bin", 0)
     start = time.monotonic()
     result = subprocess.run(
@@ -33,9 +34,20 @@ def run_root(pair, tmp_path, endpoint: str, timeout_ms: int = 2000):
         capture_output=True,
         text=True,
         timeout=30,
-        env={**os.environ, **RUN_ENV, "HG_TRANSPORT_TIMEOUT_MS": str(timeout_ms)},
+        env={**os.environ, **RUN_ENV, "HG_TRANSPORT_TIMEOUT_MS": str(timeout_ms), **(env or {})},
     )
     return result, time.monotonic() - start
+
+
+def requests_per_run(pair, tmp_path) -> int:
+    """How many requests a whole healthy run sends (start-up included), from the root's own counters."""
+    healthy = tmp_path / "healthy"
+    healthy.mkdir()
+    stats = healthy / "stats.jsonl"
+    result, _ = run_root(pair, healthy, f"exec:{pair.server}", env={"HG_TRANSPORT_STATS": str(stats)})
+    assert result.returncode == 0, result.stderr
+    (line,) = stats.read_text().splitlines()
+    return json.loads(line)["messages_sent"]
 
 
 def assert_clean_failure(result, *phrases):
@@ -47,8 +59,12 @@ def assert_clean_failure(result, *phrases):
 
 
 def test_server_killed_in_the_middle_of_a_run(pair, tmp_path):
-    # Request 20 of the run's ~58 is in flight when the server is killed.
-    result, took = run_root(pair, tmp_path, "exec:" + peer_command("kill-after", "20", str(pair.server)))
+    # Killed while the run's middle request is in flight (counted, so a schedule with fewer copies
+    # still kills it mid-run rather than after the run has finished).
+    total = requests_per_run(pair, tmp_path)
+    assert total >= 4, total  # hello and alloc at start-up, then the run's own requests
+    middle = str(max(3, total // 2))
+    result, took = run_root(pair, tmp_path, "exec:" + peer_command("kill-after", middle, str(pair.server)))
     assert_clean_failure(result, "the peer closed the connection", "failed with status -3")
     assert took < 10
     assert not (tmp_path / "out.bin").exists()
