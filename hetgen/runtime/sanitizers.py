@@ -14,10 +14,10 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from hetgen.build.toolchain import NATIVE_CC  # the compiler of native builds
 from hetgen.errors import HetgenError
 
 MANIFEST = "hetgen.json"
-NATIVE_CC = "cc"  # the compiler of native builds (hetgen.build.ninja_file.effective_toolchain)
 # sanitizer -> (its runtime library, a symbol that is present once that runtime is loaded)
 PRELOADED_RUNTIMES = {
     "address": ("libasan.so", "__asan_init"),
