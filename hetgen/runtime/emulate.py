@@ -28,14 +28,10 @@ import numpy as np
 
 from hetgen.build.toolchain import DEBIAN_PACKAGES
 from hetgen.errors import HetgenError
-from hetgen.runtime.loader import MANIFEST, TensorInfo
+from hetgen.runtime.loader import MANIFEST, checked_inputs, tensor_info
 
 DEFAULT_TIMEOUT_S = 300.0
 TRANSPORTS = ("pipe", "tcp")
-
-
-def _tensor(entry: dict) -> TensorInfo:
-    return TensorInfo(entry["name"], tuple(entry["shape"]), np.dtype(entry["dtype"]))
 
 
 def _little_endian(dtype: np.dtype) -> np.dtype:
@@ -53,8 +49,8 @@ class EmulatedModel:
                 f"{out_dir}: not a hetgen project (no {MANIFEST}); run `hetgen PLATFORM MODEL -o {out_dir}` first"
             )
         self.manifest = json.loads(manifest_path.read_text())
-        self.inputs = tuple(_tensor(t) for t in self.manifest["inputs"])
-        self.outputs = tuple(_tensor(t) for t in self.manifest["outputs"])
+        self.inputs = tuple(tensor_info(t) for t in self.manifest["inputs"])
+        self.outputs = tuple(tensor_info(t) for t in self.manifest["outputs"])
         self.timeout_s = timeout_s
         if transport not in TRANSPORTS:
             raise HetgenError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
@@ -156,17 +152,8 @@ class EmulatedModel:
         return process, int(found.group(1))
 
     def _input_bytes(self, feeds: dict[str, np.ndarray]) -> bytes:
-        parts = []
-        for info in self.inputs:
-            if info.name not in feeds:
-                raise HetgenError(f"input {info.name!r} is missing; the model takes {', '.join(map(str, self.inputs))}")
-            array = np.asarray(feeds[info.name])
-            if array.shape != info.shape:
-                raise HetgenError(
-                    f"input {info.name!r} has shape {array.shape}; the project was built for {info.shape}"
-                )
-            parts.append(np.ascontiguousarray(array, dtype=_little_endian(info.dtype)).tobytes())
-        return b"".join(parts)
+        arrays = checked_inputs(self.inputs, feeds)  # the same rules as the native library's run()
+        return b"".join(array.astype(_little_endian(info.dtype)).tobytes() for info, array in zip(self.inputs, arrays))
 
     def _run_program(self, command: list[str], env: dict[str, str]) -> None:
         try:

@@ -50,8 +50,8 @@ class Model:
                 f"run `ninja -C {out_dir}` or hetgen again to regenerate it"
             )
         self.prefix = self.manifest["prefix"]
-        self.inputs = tuple(_info(t) for t in self.manifest["inputs"])
-        self.outputs = tuple(_info(t) for t in self.manifest["outputs"])
+        self.inputs = tuple(tensor_info(t) for t in self.manifest["inputs"])
+        self.outputs = tuple(tensor_info(t) for t in self.manifest["outputs"])
         library = out_dir / library_path(self.prefix)
         check_runtime_loaded(out_dir, self.manifest)  # dlopen would abort the whole process
         if not library.is_file():
@@ -77,17 +77,8 @@ class Model:
         outs = ", ".join(map(str, self.outputs))
         return f"<hetgen model {self.manifest['model']} on {self.manifest['platform']}: ({ins}) -> ({outs})>"
 
-    def _prepare_inputs(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        missing = [t.name for t in self.inputs if t.name not in feeds]
-        unknown = sorted(set(feeds) - {t.name for t in self.inputs})
-        if missing or unknown:
-            raise HetgenError(
-                f"run() needs inputs {[t.name for t in self.inputs]}; missing {missing}, unknown {unknown}"
-            )
-        return [checked_input(info, feeds[info.name]) for info in self.inputs]
-
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        arrays = self._prepare_inputs(feeds)
+        arrays = checked_inputs(self.inputs, feeds)
         results = [np.empty(info.shape, dtype=info.dtype) for info in self.outputs]
         self.run_into(arrays, results)
         return {info.name: array for info, array in zip(self.outputs, results)}
@@ -142,6 +133,15 @@ class Model:
         return pointer
 
 
+def checked_inputs(infos: tuple[TensorInfo, ...], feeds: dict) -> list[np.ndarray]:
+    """One checked array per input, in the model's order (see `checked_input`); names must match."""
+    missing = [t.name for t in infos if t.name not in feeds]
+    unknown = sorted(set(feeds) - {t.name for t in infos})
+    if missing or unknown:
+        raise HetgenError(f"run() needs inputs {[t.name for t in infos]}; missing {missing}, unknown {unknown}")
+    return [checked_input(info, feeds[info.name]) for info in infos]
+
+
 def checked_input(info: TensorInfo, value) -> np.ndarray:
     """`value` as a contiguous array of the input's dtype and shape, or a HetgenError.
 
@@ -184,9 +184,9 @@ def _load_private_copy(ffi: cffi.FFI, library: Path):
         os.unlink(copy)
 
 
-def _info(entry: dict) -> TensorInfo:
-    dtype = np.dtype("bool") if entry["dtype"] == "bool" else np.dtype(entry["dtype"])
-    return TensorInfo(entry["name"], tuple(entry["shape"]), dtype)
+def tensor_info(entry: dict) -> TensorInfo:
+    """A manifest (hetgen.json) input or output entry."""
+    return TensorInfo(entry["name"], tuple(entry["shape"]), np.dtype(entry["dtype"]))
 
 
 def load(out_dir: str | Path) -> Model:
