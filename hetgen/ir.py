@@ -132,6 +132,9 @@ class Graph:
     constants: Mapping[str, np.ndarray] = field(default_factory=dict)  # read-only arrays
     opset: int = 17
     source: str = ""  # how messages name the model: its file, or "model 'name'"
+    # ONNX node names of the model that no node carries any more: folded into constants or into
+    # another operator, or removed (Identity, Dropout, dead code); a pin naming one is told so.
+    removed_sources: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "types", _frozen_mapping(self.types))

@@ -6,9 +6,13 @@ import json
 import math
 import random
 
+import numpy as np
+import onnx
+import onnx.numpy_helper
 import pytest
 
 from hetgen.errors import InternalError, PlacementError, PlatformError
+from hetgen.frontend import import_model
 from hetgen.ir import DType
 from hetgen.partition import (
     DEFAULT_MAX_STATES,
@@ -588,3 +592,26 @@ def test_a_controller_catch_all_pattern_replaces_the_implicit_one():
     labels = {m.label for m in match_patterns(graph, platform).matches if m.target == "cpu"}
     assert labels == {"any_op"}
     assert {g.label for g in place(graph, platform).groups if g.target == "cpu"} <= {"any_op"}
+
+
+def test_a_pin_on_a_node_the_frontend_folded_says_so():
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, (1, 3, 8, 8))
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, (1, 4, 8, 8))
+    rng = np.random.default_rng(0)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
+    for name, value in (("g", 1.5), ("b", 0.1), ("m", 0.2), ("v", 0.9)):
+        inits.append(onnx.numpy_helper.from_array(np.full(4, value, np.float32), name))
+    nodes = [
+        onnx.helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"], name="bn"),
+        onnx.helper.make_node("Identity", ["n"], ["y"], name="copy"),
+    ]
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[onnx.helper.make_opsetid("", 17)]
+    )
+    graph = import_model(model)
+    assert graph.removed_sources == {"bn", "copy"}
+    for key in ("bn", "copy"):
+        with pytest.raises(PlacementError, match=rf"pin '{key}' names an ONNX node that hetgen's frontend removed"):
+            place(graph, soc(), pins={key: "soc/vdevice0/npu0"})
+    assert place(graph, soc(), pins={"conv": "soc/vdevice0/npu0"}).target_of(graph.nodes[0].name) == "soc/vdevice0/npu0"

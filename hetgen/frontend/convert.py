@@ -65,6 +65,7 @@ def to_work(proto: onnx.ModelProto, source: str, name: str | None) -> Work:
     inputs = [vi.name for vi in graph.input if vi.name not in constants]
     outputs = [vi.name for vi in graph.output]
     work = Work(source, graph_name, inputs, outputs, nodes, constants, types, opsets)
+    work.source_names = {node.source_name for node in nodes if node.source_name}
     work.names = {n for node in nodes for n in (*node.inputs, *node.outputs)} | {*inputs, *outputs, *types}
     return work
 

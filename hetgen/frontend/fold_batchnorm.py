@@ -73,4 +73,7 @@ def fold_batchnorm(graph: Graph) -> Graph:
     produced = {name for node in nodes for name in node.outputs if name}
     keep = used | produced | set(graph.inputs)
     types = {name: t for name, t in types.items() if name in keep}
-    return dataclasses.replace(graph, nodes=nodes, types=types, constants=constants)
+    removed = graph.removed_sources | {
+        node.source_name for node in graph.nodes if node.name in dropped and node.source_name
+    }
+    return dataclasses.replace(graph, nodes=nodes, types=types, constants=constants, removed_sources=removed)

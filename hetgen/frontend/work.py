@@ -93,6 +93,7 @@ class Work:
     # folded constants much larger than what produced them: name -> (producing node, its input values)
     recipes: dict[str, tuple[WorkNode, dict[str, np.ndarray]]] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)  # every tensor name the model uses (see fresh_name)
+    source_names: set[str] = field(default_factory=set)  # the ONNX node names of the model as read
 
     @property
     def opset(self) -> int:
@@ -183,7 +184,18 @@ def to_graph(work: Work, name: str) -> Graph:
             )
         )
     constants = {n: np.require(a, requirements="C") for n, a in work.constants.items()}
-    return Graph(name, tuple(work.inputs), tuple(work.outputs), tuple(nodes), types, constants, work.opset, work.source)
+    removed = frozenset(work.source_names - {node.source_name for node in nodes})
+    return Graph(
+        name,
+        tuple(work.inputs),
+        tuple(work.outputs),
+        tuple(nodes),
+        types,
+        constants,
+        work.opset,
+        work.source,
+        removed,
+    )
 
 
 def to_attribute(name: str, value: Any) -> onnx.AttributeProto:

@@ -55,6 +55,13 @@ def resolve_pins(space: SearchSpace, pins: Mapping[str, str]) -> dict[int, Pin]:
             nodes, rank = by_source[key], 1
         elif key in by_label:
             nodes, rank = sorted(by_label[key]), 0
+        elif key in space.graph.removed_sources:
+            raise PlacementError(
+                f"pin {key!r} names an ONNX node that hetgen's frontend removed before placement (folded into a "
+                "constant or into the operator before it, e.g. BatchNormalization into Conv, or dropped as an "
+                "Identity, Dropout or dead node); pin the node it was folded into, or see `hetgen explain` for "
+                "the nodes that are placed"
+            )
         else:
             raise PlacementError(f"pin {key!r} names no node, ONNX node name or pattern label of this model")
         for node in nodes:
