@@ -88,8 +88,8 @@ def explanation(placement: Placement, graph: Graph) -> Explanation:
 
 
 def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:
-    """The group each transfer is charged to: the first group on its destination that reads the
-    tensor; failing that (a graph output returning to the root), the group that produced it."""
+    """The group each transfer is charged to: the first group on its destination (or beyond it) that
+    reads the tensor; failing that (a graph output returning to the root), the group that produced it."""
     index = {group.name: k for k, group in enumerate(placement.groups)}
     readers: dict[tuple[str, str], int] = {}
     producer: dict[str, int] = {}
@@ -102,9 +102,21 @@ def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:
         for tensor in node.outputs:
             if tensor:
                 producer[tensor] = k
+    onward: dict[tuple[str, str], list[Transfer]] = {}  # (tensor, place) -> copies leaving it
+    for transfer in placement.transfers:
+        onward.setdefault((transfer.tensor, transfer.src), []).append(transfer)
+
+    def first_reader(transfer: Transfer) -> int | None:
+        """The first group reading the tensor where this copy lands, or beyond it (a copy through a
+        co-processor's memory on the way to its accelerator)."""
+        found = [readers[key]] if (key := (transfer.tensor, transfer.dst)) in readers else []
+        found += [k for t in onward.get(key, ()) if (k := first_reader(t)) is not None]
+        return min(found, default=None)
+
     charged = {}
     for transfer in placement.transfers:
-        k = readers.get((transfer.tensor, transfer.dst), producer.get(transfer.tensor))
+        k = first_reader(transfer)
+        k = producer.get(transfer.tensor) if k is None else k
         if k is None:
             raise InternalError(f"transfer of {transfer.tensor!r} has no reader on {transfer.dst} and no producer")
         charged[transfer] = k
@@ -113,12 +125,13 @@ def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:
 
 def _route(transfer: Transfer) -> str:
     return ", ".join(
-        f"{link.below} link {link.bandwidth_gbps:g} GB/s + {link.latency_us:g} us" for link in transfer.links
+        [f"{link.below} link {link.bandwidth_gbps:g} GB/s + {link.latency_us:g} us" for link in transfer.links]
+        + [f"{dma.target} DMA {dma.bandwidth_gbps:g} GB/s" for dma in transfer.dma]
     )
 
 
 def _transfer_line(t: Transfer) -> str:
-    route = f" over {_route(t)}" if t.links else ""
+    route = f" over {_route(t)}" if t.links or t.dma else ""
     return f"{t.tensor}: {t.src} -> {t.dst}, {format_bytes(t.bytes)}{route}, {t.cost_us:.1f} us"
 
 
@@ -167,6 +180,7 @@ def _transfer_json(t: Transfer) -> dict:
         "bytes": t.bytes,
         "cost_us": t.cost_us,
         "links": [asdict(link) for link in t.links],
+        "dma": [asdict(dma) for dma in t.dma],
         "route": _route(t),
     }
 

@@ -72,8 +72,17 @@ class LinkUse:
 
 
 @dataclass(frozen=True)
+class DmaUse:
+    """An accelerator's DMA engine moving a copy into or out of its local memory."""
+
+    target: str
+    bandwidth_gbps: float
+
+
+@dataclass(frozen=True)
 class Transfer:
-    """One copy of a tensor over the platform's links (a tensor moves once per destination)."""
+    """One copy of a tensor between two places (a tensor crosses each copy once, however many
+    readers lie beyond it): over a link, by an accelerator's DMA engine, or both."""
 
     tensor: str
     src: str
@@ -81,6 +90,7 @@ class Transfer:
     bytes: int
     cost_us: float
     links: tuple[LinkUse, ...] = ()  # the links crossed, from src towards dst
+    dma: tuple[DmaUse, ...] = ()  # the accelerators whose DMA engine moves it into or out of local memory
 
 
 @dataclass(frozen=True)
