@@ -25,7 +25,7 @@ from hetgen.lower.program import (
     WeightEntry,
     Weights,
 )
-from hetgen.lower.resolve import Resolver, device_model
+from hetgen.lower.resolve import Resolver, counted_link, device_model
 from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
@@ -219,6 +219,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     estimates: dict[str, float] = {}
     for group in placement.groups if placement is not None else ():
         estimates[group.target] = estimates.get(group.target, 0.0) + group.cost_us
+    composites = {t.host.path_str: t for t in targets.values() if t.host is not None}
     programs = []
     for path in executing:
         target = targets[path]
@@ -241,6 +242,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
                 outputs=tensor_specs(graph.outputs, graph) if role is ProgramRole.ROOT else (),
                 devices=tuple(schedule.devices.get(path, ())),
                 device_model=device_model(target) if role is ProgramRole.ACCELERATOR else None,
+                counted_link=counted_link(composites[path]) if path in composites else None,
                 estimated_us=estimates.get(path, 0.0),
             )
         )

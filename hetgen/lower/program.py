@@ -142,6 +142,19 @@ class DeviceModel:
     sram_bytes_per_cycle: float = 64.0  # local memory bandwidth seen by the engines
     dma_setup_cycles: int = 32  # before a DMA's first byte moves
     command_cycles: int = 64  # decoding and starting one kernel command
+    invoke_cycles: int = 0  # each invocation: driver call, doorbell, completion interrupt
+    link_latency_cycles: float = 0.0  # the link from its controller (none: 0 bytes per cycle)
+    link_bytes_per_cycle: float = 0.0
+
+
+@dataclass(frozen=True)
+class CountedLink:
+    """The link from a co-processor's controller to it, as the co-processor's copy_in and copy_out
+    count it (hg_link): cycles at `clock_mhz`."""
+
+    clock_mhz: float
+    latency_cycles: float
+    bytes_per_cycle: float
 
 
 @dataclass(frozen=True)
@@ -162,6 +175,7 @@ class Program:
     device_model: DeviceModel | None = None  # accelerators only
     estimated_us: float = 0.0  # the cost model's estimate of this target's work per run
     workspace: WorkspaceLayout | None = None  # this program's block of the caller's workspace
+    counted_link: CountedLink | None = None  # a co-processor behind a link: it counts the copies over it
 
     @property
     def steps(self) -> tuple[Step, ...]:
