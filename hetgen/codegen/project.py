@@ -219,6 +219,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
         "outputs": [_tensor_json(t) for t in root.outputs],
         "targets": manifest_targets,
         "estimates": estimates_manifest(lowered),
+        "estimate_us": lowered.estimate_us,  # the placement's total, as explain prices it
         "workspace_size": root.workspace.size,
         "workspace_align": ALIGNMENT,
         # The board build's co-processors, each a server program the root reaches over the transport.

@@ -396,6 +396,7 @@ def estimates_manifest(lowered) -> list[dict]:
             "nodes": list(e.nodes),
             "estimate_us": round(e.estimate_us, 3),
             **({"tensor": e.tensor, "source": e.source} if e.tensor else {}),
+            **({"parts": [{"what": w, "target": t, "us": round(us, 3)} for w, t, us in e.parts]} if e.parts else {}),
         }
         for e in lowered.estimates
     ]

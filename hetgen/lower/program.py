@@ -189,6 +189,7 @@ class Lowered:
     programs: tuple[Program, ...]  # the root controller first
     simulated: tuple[SimulatedDevice, ...] = ()  # every simulated accelerator, where its state sits in the workspace
     estimates: tuple[GroupEstimate, ...] = ()  # the placement's groups and transfers, as it priced them
+    estimate_us: float = 0.0  # the placement's total (hetgen.partition.price): what explain says
 
     @property
     def root(self) -> Program:
@@ -206,3 +207,5 @@ class GroupEstimate:
     estimate_us: float
     tensor: str = ""  # a transfer's tensor
     source: str = ""  # a transfer's source target
+    # a transfer's cost by what pays it: ("link", target below the link, us) or ("dma", accelerator, us)
+    parts: tuple[tuple[str, str, float], ...] = ()

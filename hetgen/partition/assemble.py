@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from hetgen.partition.cost import format_bytes
 from hetgen.partition.pins import Pin
+from hetgen.partition.price import price
 from hetgen.partition.placement import Alternative, DmaUse, Group, LinkUse, Placement, Refusal, Transfer, refusal_text
 from hetgen.partition.space import Candidate, SearchSpace
 
@@ -54,7 +55,7 @@ def assemble(
                 alternatives,
                 reason,
                 refusals,
-                space.launch_us(c.loc),
+                0.0 if space.aliases.issuperset(c.nodes) else space.launch_us(c.loc),  # a dropped reshape
             )
         )
     transfers = tuple(
@@ -70,7 +71,7 @@ def assemble(
         for t in range(len(space.tensor_names))
         for src, dst, us in space.tensor_transfers(t, loc_of_node)
     )
-    total = float(sum(g.cost_us for g in groups) + sum(t.cost_us for t in transfers))
+    total = price(groups, transfers).total_us
     return Placement(tuple(groups), transfers, total, mode, unclaimed, exact, unclaimed_refusals)
 
 

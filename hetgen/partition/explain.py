@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.partition.cost import format_bytes
+from hetgen.partition.price import Price, placement_price, price
 from hetgen.partition.placement import Group, Placement, Refusal, Transfer, refusal_text
 
 
@@ -54,16 +55,20 @@ class Explanation:
     unclaimed: tuple[UnclaimedReport, ...]
 
     @property
+    def price(self) -> Price:
+        return price((r.group for r in self.groups), self.transfers)
+
+    @property
     def group_us(self) -> float:
-        return sum(r.group.cost_us for r in self.groups)
+        return self.price.group_us
 
     @property
     def transfer_us(self) -> float:
-        return sum(t.cost_us for t in self.transfers)
+        return self.price.transfer_us
 
     @property
     def launch_us(self) -> float:
-        return sum(r.group.launch_us for r in self.groups)
+        return self.price.launch_us
 
 
 def explanation(placement: Placement, graph: Graph) -> Explanation:
@@ -84,7 +89,8 @@ def explanation(placement: Placement, graph: Graph) -> Explanation:
     for refusal in placement.unclaimed_refusals:
         by_node.setdefault(refusal.node, []).append(refusal)
     unclaimed = tuple(UnclaimedReport(node, ops.get(node, "?"), tuple(items)) for node, items in by_node.items())
-    return Explanation(graph.name, placement.mode, quality, placement.total_us, groups, placement.transfers, unclaimed)
+    total = placement_price(placement).total_us
+    return Explanation(graph.name, placement.mode, quality, total, groups, placement.transfers, unclaimed)
 
 
 def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
+from hetgen.lower.alias import alias_source
 from hetgen.partition.cost import Calibration, Topology, WorkEstimator, group_us, group_work
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
@@ -54,14 +55,22 @@ class SearchSpace:
 
     def _index_tensors(self) -> None:
         graph = self.graph
+        # A reshape lowering drops (hetgen/lower/alias.py) runs nowhere: its output is its input's
+        # tensor, read where that tensor is.
+        self.aliases = frozenset(i for i, node in enumerate(graph.nodes) if alias_source(node, graph) is not None)
         names = [n for n in graph.inputs if not graph.is_constant(n)]
-        names += [out for node in graph.nodes for out in node.outputs if out]
+        names += [out for i, node in enumerate(graph.nodes) if i not in self.aliases for out in node.outputs if out]
         self.tensor_id = {name: tid for tid, name in enumerate(dict.fromkeys(names))}
         self.tensor_names = tuple(self.tensor_id)
+        for i in sorted(self.aliases):
+            node = graph.nodes[i]
+            self.tensor_id[node.outputs[0]] = self.tensor_id[alias_source(node, graph)]
         self.tensor_bytes = tuple(graph.types[name].nbytes for name in self.tensor_names)
         self.producer = [-1] * len(self.tensor_names)
         readers: list[set[int]] = [set() for _ in self.tensor_names]
         for index, node in enumerate(graph.nodes):
+            if index in self.aliases:
+                continue
             for name in node.outputs:
                 if name:
                     self.producer[self.tensor_id[name]] = index
@@ -130,6 +139,8 @@ class SearchSpace:
             scale = calibration.scale_for(target)
             compute = group_us(target, work, match.efficiency, scale, self.graph, [nodes[i] for i in match.nodes])
             inputs, outputs = self._boundary(match.nodes)
+            if self.aliases.issuperset(match.nodes):  # dropped by lowering: nothing runs, nothing moves
+                compute, inputs, outputs = 0.0, (), ()
             candidates.append(Candidate(len(candidates), loc, match.label, match.nodes, compute, inputs, outputs))
         return tuple(candidates)
 
