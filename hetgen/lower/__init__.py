@@ -12,6 +12,7 @@ import dataclasses
 
 from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
+from hetgen.lower.alias import alias_source
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
 from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
@@ -25,14 +26,13 @@ from hetgen.lower.program import (
     WeightEntry,
     Weights,
 )
-from hetgen.lower.alias import alias_source
-from hetgen.partition.price import placement_price
 from hetgen.lower.resolve import Resolver, counted_link, device_model
 from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.ops.base import Kernel, Unsupported
 from hetgen.ops.registry import op_def
+from hetgen.partition.price import placement_price
 from hetgen.platform.model import Platform, Role, Runtime
 
 __all__ = ["lower", "Lowered", "Program"]

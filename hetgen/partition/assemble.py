@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from hetgen.partition.cost import format_bytes
 from hetgen.partition.pins import Pin
-from hetgen.partition.price import price
 from hetgen.partition.placement import Alternative, DmaUse, Group, LinkUse, Placement, Refusal, Transfer, refusal_text
+from hetgen.partition.price import price
 from hetgen.partition.space import Candidate, SearchSpace
 
 EPSILON_US = 1e-9

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.partition.cost import format_bytes
-from hetgen.partition.price import Price, placement_price, price
 from hetgen.partition.placement import Group, Placement, Refusal, Transfer, refusal_text
+from hetgen.partition.price import Price, placement_price, price
 
 
 @dataclass(frozen=True)

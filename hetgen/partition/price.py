@@ -7,10 +7,9 @@ of its groups' times (each with its launch) and its copies' times.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from hetgen.partition.placement import Group, Transfer
 
