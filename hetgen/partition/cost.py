@@ -4,7 +4,8 @@
                                              bytes / (bandwidth_gbps * 1e3)))          [us]
     on an accelerator that runs one group per invocation (hetgen/lower/invocation.py, the rule
     lowering follows), its weights are loaded by DMA before it computes from local memory:
-    group time    = scale * (launch_us + flops / (peak_gflops * 1e3 * efficiency)
+    group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
+                                             local bytes / (local_gbps * 1e3))
                              + weight bytes / (bandwidth_gbps * 1e3))
     transfer time = sum over the copies between places on the tree path between two targets of
                     (latency_us + bytes / (bandwidth_gbps * 1e3))      over the copy's link, if any
@@ -79,9 +80,21 @@ def group_us(target: Target, work: Work, efficiency: float, scale: float, graph:
     figures = target.figures
     if not one_unit_per_invocation(target):
         return kernel_us(figures, work, efficiency, scale)
+    nodes = list(nodes)
     compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
+    if figures.local_gbps:  # the engines stream their operands and results through local memory
+        compute = max(compute, local_bytes(graph, nodes) / (figures.local_gbps * 1e3))
     load = weight_bytes(graph, nodes) / (figures.bandwidth_gbps * 1e3)
     return scale * (figures.launch_us + compute + load)
+
+
+def local_bytes(graph: Graph, nodes: list[Node]) -> int:
+    """The local-memory bytes a group's engines read and write: its first operator's operands
+    (weights too, loaded into local memory) and its last one's results; fused activations are
+    applied as results are written."""
+    head, last = nodes[0], nodes[-1]
+    names = [n for n in head.inputs if n and n in graph.types] + [n for n in last.outputs if n and n in graph.types]
+    return sum(graph.types[name].nbytes for name in names)
 
 
 def link_us(link: Link, nbytes: float) -> float:
