@@ -248,6 +248,8 @@ def test_every_reason_in_the_text_is_in_the_json():
                 ), line
             elif launch := re.match(r"    launch: ([\d.]+) us", line):
                 assert f"{group['launch_us']:.1f}" == launch.group(1)
+            elif weights := re.match(r"    weights: .* by DMA, ([\d.]+) us of", line):
+                assert f"{group['weight_loads']['us']:.1f}" == weights.group(1) and group["weight_loads"]["bytes"] > 0
             elif unclaimed := re.match(r"  (\S+) \((\w+)\): (.*)$", line):
                 entry = next(u for u in document["unclaimed"] if u["node"] == unclaimed.group(1))
                 assert entry["reason"] == unclaimed.group(3) and entry["op"] == unclaimed.group(2)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hetgen.partition.cost import format_bytes
+from hetgen.lower.invocation import weight_bytes
+from hetgen.partition.cost import format_bytes, weight_load_us
 from hetgen.partition.pins import Pin
 from hetgen.partition.placement import Alternative, DmaUse, Group, LinkUse, Placement, Refusal, Transfer, refusal_text
 from hetgen.partition.price import price
@@ -56,6 +57,7 @@ def assemble(
                 reason,
                 refusals,
                 0.0 if space.aliases.issuperset(c.nodes) else space.launch_us(c.loc),  # a dropped reshape
+                *_weights(space, c),
             )
         )
     transfers = tuple(
@@ -80,6 +82,13 @@ def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
         LinkUse(below, link.bandwidth_gbps, link.latency_us)
         for below, link in space.topology.hops(space.paths[src], space.paths[dst])
     )
+
+
+def _weights(space: SearchSpace, c: Candidate) -> tuple[int, float]:
+    """The weights a group loads into local memory, and their DMA time (as group_us prices them)."""
+    target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
+    us = weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target))
+    return (weight_bytes(space.graph, nodes) if us else 0), us
 
 
 def _dma(space: SearchSpace, src: int, dst: int) -> tuple[DmaUse, ...]:

@@ -84,8 +84,15 @@ def group_us(target: Target, work: Work, efficiency: float, scale: float, graph:
     compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
     if figures.local_gbps:  # the engines stream their operands and results through local memory
         compute = max(compute, local_bytes(graph, nodes) / (figures.local_gbps * 1e3))
-    load = weight_bytes(graph, nodes) / (figures.bandwidth_gbps * 1e3)
-    return scale * (figures.launch_us + compute + load)
+    return scale * (figures.launch_us + compute) + weight_load_us(target, graph, nodes, scale)
+
+
+def weight_load_us(target: Target, graph: Graph, nodes: Iterable[Node], scale: float = 1.0) -> float:
+    """The DMA time of the weights a group on `target` loads into local memory (0 where it runs from
+    its controller's memory): part of the group's time, shown on its own by explain."""
+    if not one_unit_per_invocation(target):
+        return 0.0
+    return scale * weight_bytes(graph, nodes) / (target.figures.bandwidth_gbps * 1e3)
 
 
 def local_bytes(graph: Graph, nodes: list[Node]) -> int:

@@ -152,6 +152,11 @@ def render_text(e: Explanation) -> str:
         lines.append(f"{group.name}  {group.target}  [{group.label}]  {group.cost_us:.1f} us")
         lines.append(f"    ops: {', '.join(f'{name} ({op})' for name, op in report.ops)}")
         lines.append(f"    launch: {group.launch_us:.1f} us of the {group.cost_us:.1f} us")
+        if group.weight_bytes:
+            lines.append(
+                f"    weights: {format_bytes(group.weight_bytes)} loaded into local memory by DMA, "
+                f"{group.weight_us:.1f} us of the {group.cost_us:.1f} us"
+            )
         for rank, a in enumerate(group.alternatives):
             lines.append(
                 f"    {'runner-up' if rank == 0 else 'lost'}: {a.target} [{a.label}] {a.cost_us:.1f} us, {a.why}"
@@ -217,6 +222,12 @@ def render_json(e: Explanation) -> dict:
                 "refused": [_refusal_json(x) for x in r.group.refused],
                 "transfers": [_transfer_json(t) for t in r.transfers],
                 "transfer_us": r.transfer_us,
+                "weight_loads": {"bytes": r.group.weight_bytes, "us": r.group.weight_us},
+                "copies": {
+                    "count": len(r.transfers),
+                    "bytes": sum(t.bytes for t in r.transfers),
+                    "us": r.transfer_us,
+                },
             }
             for r in e.groups
         ],

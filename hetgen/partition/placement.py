@@ -60,6 +60,8 @@ class Group:
     reason: str = ""
     refused: tuple[Refusal, ...] = ()  # patterns of other targets (or its own) that refused its operators
     launch_us: float = 0.0  # the launch overhead the cost model charged inside cost_us
+    weight_bytes: int = 0  # weights its invocation loads into an accelerator's local memory
+    weight_us: float = 0.0  # their DMA time, inside cost_us
 
 
 @dataclass(frozen=True)
