@@ -147,6 +147,11 @@ def cmd_explain(args) -> int:
         print(json.dumps(explain_json(placement, graph), indent=2))
     elif args.format == "dot":
         print(explain_dot(placement, graph))
+    elif args.format == "html":
+        from hetgen.partition.explain_html import built_report, explain_html
+
+        report = built_report(Path(args.built), platform, graph) if args.built else None
+        print(explain_html(placement, graph, report), end="")
     else:
         print(explain_text(placement, graph))
     return 0
@@ -305,7 +310,12 @@ def parser() -> argparse.ArgumentParser:
         )
     explain = sub.add_parser("explain", help="show where each part of the model goes and why")
     _add_compile_arguments(explain)
-    explain.add_argument("--format", choices=("text", "json", "dot"), default="text")
+    explain.add_argument("--format", choices=("text", "json", "dot", "html"), default="text")
+    explain.add_argument(
+        "--built",
+        metavar="DIR",
+        help="html: also draw the timeline the simulator counts for this project, built from the same platform and model",
+    )
     verify = sub.add_parser("verify", help="compare a built project with onnxruntime")
     verify.add_argument("dir")
     verify.add_argument("--seed", type=int, default=0)

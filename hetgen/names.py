@@ -9,7 +9,8 @@ by the context it lands in:
 - `c_string`: inside a C (or GNU as) string literal, between the quotes;
 - `c_identifier` / `unique_c_identifiers` / `target_prefix`: a C identifier;
 - `path_component`: one component of a generated file's path;
-- `ninja_path`, `ninja_value`, `ninja_command`, `ninja_comment`: build.ninja.
+- `ninja_path`, `ninja_value`, `ninja_command`, `ninja_comment`: build.ninja;
+- `html_text`: HTML text and quoted attribute values (explain's HTML page, its SVG and its script's data).
 
 JSON (hetgen.json, compile_commands.json) needs nothing here: `json.dumps` escapes everything.
 The generated C is compiled with `-std=c11`, which turns trigraphs on, so `??` is neutralised too.
@@ -18,6 +19,7 @@ The generated C is compiled with `-std=c11`, which turns trigraphs on, so `??` i
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 
@@ -144,6 +146,32 @@ def c_string(text: str) -> str:
 
 def is_printable_ascii(text: str) -> bool:
     return _PRINTABLE.fullmatch(text) is not None
+
+
+# --- HTML ------------------------------------------------------------------------------------------
+
+
+def html_text(text: str) -> str:
+    """`text` safe as HTML (and SVG) text and inside a double- or single-quoted attribute value, and
+    printable ASCII only: `&`, `<`, `>`, quotes and every character outside printable ASCII become
+    numeric character references, so no name can open a tag, end an attribute or a `<script>`."""
+    out = []
+    for char in text:
+        if "\x20" <= char <= "\x7e" and char not in "&<>\"'`":
+            out.append(char)
+        else:
+            code = ord(char)
+            # a lone surrogate or a control character is not a character HTML may reference
+            allowed = code in (0x9, 0xA) or (code >= 0x20 and code != 0x7F and not 0xD800 <= code <= 0xDFFF)
+            out.append(f"&#x{code:x};" if allowed else "&#xfffd;")
+    return "".join(out)
+
+
+def html_script_json(value) -> str:
+    """`value` as JSON inside an HTML `<script type="application/json">` element: ASCII only, and no
+    `<`, `>` or `&`, so no name can end the element or start a comment in it."""
+    text = json.dumps(value, ensure_ascii=True, sort_keys=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 # --- file names ------------------------------------------------------------------------------------

@@ -53,8 +53,9 @@ def exhaustive_best(graph, platform, pins=None) -> float:
     """Least total latency over every partition of the graph into candidate groups, by enumeration.
 
     Shares only the candidates and their compute times with the search; transfers are recounted
-    here from the definition: each tensor moves once from where it is produced (graph inputs: the
-    root controller) to each other place that reads it (graph outputs are read by the root).
+    here from the definition: each tensor moves from where it is produced (graph inputs: the root
+    controller) to each other place that reads it (graph outputs are read by the root), each copy
+    between two places on the way paid once however many readers lie beyond it.
     """
     space = SearchSpace(graph, platform, Calibration())
     topology = Topology(platform)
@@ -78,7 +79,8 @@ def exhaustive_best(graph, platform, pins=None) -> float:
         for name in [*graph.inputs, *producer]:
             src = where[producer[name]] if name in producer else root
             dsts = {where[i] for i in readers.get(name, [])} | ({root} if name in graph.outputs else set())
-            cost += sum(topology.transfer_us(src, dst, graph.types[name].nbytes) for dst in dsts if dst != src)
+            copies = {hop for dst in dsts if dst != src for hop in topology.copies(src, dst)}
+            cost += sum(hop.us(graph.types[name].nbytes) for hop in copies)
         return cost
 
     best = math.inf
@@ -231,10 +233,11 @@ def test_transfer_pays_every_link_on_the_tree_path():
     platform = soc(link_gbps=4.0, latency_us=20.0, npu_link=Link(10.0, 1.0))
     topology = Topology(platform)
     nbytes = 80_000
-    expected = (20.0 + nbytes / 4e3) + (1.0 + nbytes / 10e3)
+    dma = nbytes / (platform.target("soc/vdevice0/npu0").figures.bandwidth_gbps * 1e3)  # into its local memory
+    expected = (20.0 + nbytes / 4e3) + (1.0 + nbytes / 10e3) + dma
     assert topology.transfer_us("soc", "soc/vdevice0/npu0", nbytes) == pytest.approx(expected)
     assert topology.transfer_us("soc/vdevice0/npu0", "soc", nbytes) == pytest.approx(expected)
-    assert topology.transfer_us("soc/vdevice0/host", "soc/vdevice0/npu0", nbytes) == pytest.approx(1.0 + 8.0)
+    assert topology.transfer_us("soc/vdevice0/host", "soc/vdevice0/npu0", nbytes) == pytest.approx(1.0 + 8.0 + dma)
     assert topology.transfer_us("soc/vdevice0", "soc/vdevice0/host", nbytes) == 0.0
 
 
@@ -296,7 +299,8 @@ def test_fast_link_offloads_them():
     placement = place(graph, soc(link_gbps=40.0, latency_us=1.0))
     assert placement.target_of("conv0") == "soc/vdevice0/npu0"
     assert placement.group_of("conv0").nodes == ("conv0", "relu1")  # fused by conv_relu
-    assert {(t.src, t.dst) for t in placement.transfers} == {("soc", "soc/vdevice0/npu0"), ("soc/vdevice0/npu0", "soc")}
+    host, npu = "soc/vdevice0/host", "soc/vdevice0/npu0"  # each copy: over the link, then by the npu's DMA
+    assert {(t.src, t.dst) for t in placement.transfers} == {("soc", host), (host, npu), (npu, host), (host, "soc")}
 
 
 def test_bigger_memory_admits_a_bigger_layer():

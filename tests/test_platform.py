@@ -170,6 +170,7 @@ def test_shorthand_expands_to_the_full_node():
         "sram_bytes_per_cycle": 64.0,
         "dma_setup_cycles": 32,
         "command_cycles": 64,
+        "invoke_cycles": 1600,
     }
 
 
@@ -195,7 +196,9 @@ def test_figures_and_memory_computed_from_attributes():
     default, small = platform.target("p/a"), platform.target("p/b")
     assert default.figures.peak_gflops == pytest.approx(2 * 256 * 800 / 1000)
     assert small.figures.peak_gflops == pytest.approx(2 * 64 * 500 / 1000)
-    assert small.figures.bandwidth_gbps == 8.0 and small.figures.launch_us == 2.0
+    # launch: (invoke_cycles + command_cycles) at its 500 MHz, the cycles the simulator counts per invocation
+    assert small.figures.bandwidth_gbps == 8.0 and small.figures.launch_us == pytest.approx((1600 + 64) / 500)
+    assert small.figures.local_gbps == pytest.approx(64 * 500 / 1000)  # sram_bytes_per_cycle at its clock
     assert default.memory_bytes == 512 * 1024 and small.memory_bytes == 128 * 1024
     assert platform.root.memory_bytes is None
 

@@ -100,8 +100,10 @@ def test_simulated_counters_are_per_workspace(built):
     for target in simulated:
         stats = loaded.device_stats(target["stats_device"])
         assert stats["invocations"] > 0 and stats["compute_cycles"] > stats["load_cycles"] > 0, stats
+    targets = json.loads((out / "hetgen.json").read_text())["targets"]
+    counting = [t for t in targets if t["stats_device"] is not None]  # and co-processors counting their link
     with pytest.raises(hetgen.HetgenError, match="device_stats"):
-        loaded.device_stats(len(simulated))
+        loaded.device_stats(len(counting))
 
 
 @pytest.mark.parametrize(
@@ -215,7 +217,8 @@ def test_workspace_blocks_are_aligned_and_disjoint():
         assert all(start % 64 == 0 for start, _ in spans) and layout.size % 64 == 0
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
         assert spans[-1][1] <= layout.size
-    assert [device.path for device in lowered.simulated] == ["soc/vdevice0/npu0"]
+    # the npu, and the co-processor that counts the copies over its link
+    assert [device.path for device in lowered.simulated] == ["soc/vdevice0/host", "soc/vdevice0/npu0"]
     host = lowered.programs[0].workspace.children[0]
     npu = next(p for p in lowered.programs if p.target.path_str == host.path).workspace.children[0]
-    assert lowered.simulated[0].offset == host.offset + npu.offset
+    assert lowered.simulated[0].offset == host.offset and lowered.simulated[1].offset == host.offset + npu.offset

@@ -210,12 +210,19 @@ def test_bench_json_puts_estimate_beside_simulation(five):
     document = json.loads(done.stdout)
     assert {"estimate_us", "simulated_us", "groups"} <= set(document)
     (device,) = document["devices"]
-    total_cycles = stats["compute_cycles"] + stats["dma_cycles"]
-    assert document["simulated_us"] == pytest.approx(total_cycles / 1000, abs=1e-3)
+    counted = stats["compute_cycles"] + stats["dma_cycles"] + stats["invoke_cycles"] + stats["link_cycles"]
+    assert stats["invoke_cycles"] > 0 and stats["link_cycles"] > 0  # invocations and the link are counted
+    assert document["counted_us"] == pytest.approx(counted / 1000, abs=1e-3)
+    # the whole program: what the device counted, and the root's groups at their estimate (not simulated)
+    controllers = sum(g["estimate_us"] for g in document["groups"] if g["simulated_us"] is None)
+    assert document["controller_us"] == pytest.approx(controllers, abs=1e-3)
+    assert document["simulated_us"] == pytest.approx(document["counted_us"] + controllers, abs=2e-3)
     assert document["estimate_us"] > 0 and device["path"] == NPU
     add = next(g for g in document["groups"] if g["nodes"][0].endswith("_add"))
     assert add["target"] == NPU and add["estimate_us"] > 0
-    assert add["simulated_us"] == pytest.approx(counts[("kernel", "add")] / 1000, abs=1e-3)
+    assert add["kernel_us"] == pytest.approx(counts[("kernel", "add")] / 1000, abs=1e-3)
+    per_invocation = stats["invoke_cycles"] / stats["invocations"] / 1000
+    assert add["simulated_us"] == pytest.approx(add["kernel_us"] + per_invocation, abs=2e-3)
 
 
 def _descriptors(nodes, inputs, outputs, weights=()) -> dict:

@@ -248,6 +248,8 @@ def test_every_reason_in_the_text_is_in_the_json():
                 ), line
             elif launch := re.match(r"    launch: ([\d.]+) us", line):
                 assert f"{group['launch_us']:.1f}" == launch.group(1)
+            elif weights := re.match(r"    weights: .* by DMA, ([\d.]+) us of", line):
+                assert f"{group['weight_loads']['us']:.1f}" == weights.group(1) and group["weight_loads"]["bytes"] > 0
             elif unclaimed := re.match(r"  (\S+) \((\w+)\): (.*)$", line):
                 entry = next(u for u in document["unclaimed"] if u["node"] == unclaimed.group(1))
                 assert entry["reason"] == unclaimed.group(3) and entry["op"] == unclaimed.group(2)
@@ -280,11 +282,14 @@ def test_json_gives_refusals_with_numbers_launches_and_the_transfers_each_group_
         json.dumps(t, sort_keys=True) for t in document["transfers"]
     )  # each transfer charged to exactly one group
     assert document["transfer_us"] == pytest.approx(sum(g["transfer_us"] for g in document["groups"]))
-    for transfer in document["transfers"]:
-        assert transfer["links"] and transfer["links"][0]["below"] == "soc/vdevice0"
+    for transfer in document["transfers"]:  # each copy: over the co-processor's link, or by the npu's DMA
+        assert [link["below"] for link in transfer["links"]] + [dma["target"] for dma in transfer["dma"]] in (
+            ["soc/vdevice0"],
+            ["soc/vdevice0/npu0"],
+        )
         hops = sum(
             link["latency_us"] + transfer["bytes"] / (link["bandwidth_gbps"] * 1e3) for link in transfer["links"]
-        )
+        ) + sum(transfer["bytes"] / (dma["bandwidth_gbps"] * 1e3) for dma in transfer["dma"])
         assert transfer["cost_us"] == pytest.approx(hops)
     launches = {g["target"]: g["launch_us"] for g in document["groups"]}
     assert launches == {"soc": 1.0, "soc/vdevice0/npu0": 5.0}  # the platform's launch_us figures

@@ -188,7 +188,9 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
                 "weights_bytes": program.weights.size,
                 "kernels": len(program.units),
                 "estimated_us": round(program.estimated_us, 3),
-                "clock_mhz": program.device_model.clock_mhz if program.device_model else None,
+                "clock_mhz": program.device_model.clock_mhz
+                if program.device_model
+                else (program.counted_link.clock_mhz if program.counted_link else None),
                 "capacity_bytes": program.device_model.capacity if program.device_model else None,
                 "stats_device": stats_index.get(program.target.path_str),
                 **(simulator_manifest(program, state_offsets) if program.device_model else {}),
@@ -217,6 +219,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
         "outputs": [_tensor_json(t) for t in root.outputs],
         "targets": manifest_targets,
         "estimates": estimates_manifest(lowered),
+        "estimate_us": lowered.estimate_us,  # the placement's total, as explain prices it
         "workspace_size": root.workspace.size,
         "workspace_align": ALIGNMENT,
         # The board build's co-processors, each a server program the root reaches over the transport.

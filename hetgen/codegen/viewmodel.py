@@ -339,9 +339,22 @@ def program_view(
         "arena_buffers": arena_buffers,
         "children": children,
         "simulated": program.role is ProgramRole.ACCELERATOR,
+        "counts_link": program.counted_link is not None,
+        "link": _link_view(program.counted_link),
         "capacity": model.capacity if model else 0,
         "clock_mhz": model.clock_mhz if model else 0,
         "sim": _simulator_view(model, first_counter) if model else None,
+    }
+
+
+def _link_view(link) -> dict:
+    """hg_link's initializer for a co-processor that counts its link (0 bytes per cycle: none)."""
+    if link is None:
+        return {"latency_cycles": "0.0", "bytes_per_cycle": "0.0", "clock_mhz": 0}
+    return {
+        "latency_cycles": repr(float(link.latency_cycles)),
+        "bytes_per_cycle": repr(float(link.bytes_per_cycle)),
+        "clock_mhz": link.clock_mhz,
     }
 
 
@@ -355,6 +368,9 @@ def _simulator_view(model: DeviceModel, num_counters: int) -> dict:
         "dma_setup_cycles": model.dma_setup_cycles,
         "sram_bytes_per_cycle": repr(float(model.sram_bytes_per_cycle)),
         "dma_bytes_per_cycle": repr(float(model.dma_bytes_per_cycle)),
+        "invoke_cycles": model.invoke_cycles,
+        "link_latency_cycles": repr(float(model.link_latency_cycles)),
+        "link_bytes_per_cycle": repr(float(model.link_bytes_per_cycle)),
         "counters_offset": STATE_HEADER_SIZE,
         "num_counters": num_counters,
     }
@@ -380,6 +396,7 @@ def estimates_manifest(lowered) -> list[dict]:
             "nodes": list(e.nodes),
             "estimate_us": round(e.estimate_us, 3),
             **({"tensor": e.tensor, "source": e.source} if e.tensor else {}),
+            **({"parts": [{"what": w, "target": t, "us": round(us, 3)} for w, t, us in e.parts]} if e.parts else {}),
         }
         for e in lowered.estimates
     ]

@@ -12,6 +12,7 @@ import dataclasses
 
 from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
+from hetgen.lower.alias import alias_source
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
 from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
@@ -25,12 +26,13 @@ from hetgen.lower.program import (
     WeightEntry,
     Weights,
 )
-from hetgen.lower.resolve import Resolver, device_model
+from hetgen.lower.resolve import Resolver, counted_link, device_model
 from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.ops.base import Kernel, Unsupported
 from hetgen.ops.registry import op_def
+from hetgen.partition.price import placement_price
 from hetgen.platform.model import Platform, Role, Runtime
 
 __all__ = ["lower", "Lowered", "Program"]
@@ -113,31 +115,15 @@ def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
         raise overflow.error from None
 
 
-# Operators whose output is their input's bytes unchanged: they become a second name for the same
-# buffer instead of a copy (the kernels downstream were lowered with the right shapes already).
-ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
-
-
 def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Graph):
-    """Remove pure reshapes; return the remaining units and kernels and each unit's buffer names.
-
-    A reshape is dropped when its input is computed (not a model input or a constant) and its output
-    is not a model output, so every buffer involved lives in an arena the planner owns.
-    """
+    """Remove pure reshapes (hetgen/lower/alias.py); return the remaining units and kernels and each
+    unit's buffer names."""
     rename: dict[str, str] = {}
     kept_units, kept_kernels, buffers = [], [], []
     for unit, kernel in zip(units, kernels):
         head = unit.head
-        source = head.inputs[0] if head.inputs else ""
-        if (
-            head.op in ALIAS_OPS
-            and len(unit.nodes) == 1
-            and source
-            and source not in graph.constants
-            and source not in graph.inputs
-            and head.outputs[0] not in graph.outputs
-            and graph.types[source].nbytes == graph.types[head.outputs[0]].nbytes
-        ):
+        source = alias_source(head, graph) if len(unit.nodes) == 1 else None
+        if source is not None:
             rename[head.outputs[0]] = rename.get(source, source)
             continue
         kept_units.append(unit)
@@ -219,6 +205,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     estimates: dict[str, float] = {}
     for group in placement.groups if placement is not None else ():
         estimates[group.target] = estimates.get(group.target, 0.0) + group.cost_us
+    composites = {t.host.path_str: t for t in targets.values() if t.host is not None}
     programs = []
     for path in executing:
         target = targets[path]
@@ -241,13 +228,19 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
                 outputs=tensor_specs(graph.outputs, graph) if role is ProgramRole.ROOT else (),
                 devices=tuple(schedule.devices.get(path, ())),
                 device_model=device_model(target) if role is ProgramRole.ACCELERATOR else None,
+                counted_link=counted_link(composites[path]) if path in composites else None,
                 estimated_us=estimates.get(path, 0.0),
             )
         )
     layouts = plan_workspaces(programs)
     programs = [dataclasses.replace(p, workspace=layouts[p.target.path_str]) for p in programs]
     return Lowered(
-        platform.name, graph.name, tuple(programs), simulated_devices(programs, layouts), placement_estimates(placement)
+        platform.name,
+        graph.name,
+        tuple(programs),
+        simulated_devices(programs, layouts),
+        placement_estimates(placement),
+        placement_price(placement).total_us if placement is not None else 0.0,
     )
 
 
@@ -257,7 +250,16 @@ def placement_estimates(placement) -> tuple[GroupEstimate, ...]:
         return ()
     groups = [GroupEstimate(g.name, g.target, tuple(g.nodes), g.label, g.cost_us) for g in placement.groups]
     transfers = [
-        GroupEstimate(f"{t.tensor} -> {t.dst}", t.dst, (), "transfer", t.cost_us, t.tensor, t.src)
+        GroupEstimate(f"{t.tensor} -> {t.dst}", t.dst, (), "transfer", t.cost_us, t.tensor, t.src, _transfer_parts(t))
         for t in placement.transfers
     ]
     return tuple(groups + transfers)
+
+
+def _transfer_parts(transfer) -> tuple[tuple[str, str, float], ...]:
+    """A copy's cost split by who pays it (hetgen/partition/cost.py: Hop): each link it crosses, and
+    each accelerator whose DMA moves it."""
+    links = tuple(
+        ("link", link.below, link.latency_us + transfer.bytes / (link.bandwidth_gbps * 1e3)) for link in transfer.links
+    )
+    return links + tuple(("dma", dma.target, transfer.bytes / (dma.bandwidth_gbps * 1e3)) for dma in transfer.dma)

@@ -142,6 +142,19 @@ class DeviceModel:
     sram_bytes_per_cycle: float = 64.0  # local memory bandwidth seen by the engines
     dma_setup_cycles: int = 32  # before a DMA's first byte moves
     command_cycles: int = 64  # decoding and starting one kernel command
+    invoke_cycles: int = 0  # each invocation: driver call, doorbell, completion interrupt
+    link_latency_cycles: float = 0.0  # the link from its controller (none: 0 bytes per cycle)
+    link_bytes_per_cycle: float = 0.0
+
+
+@dataclass(frozen=True)
+class CountedLink:
+    """The link from a co-processor's controller to it, as the co-processor's copy_in and copy_out
+    count it (hg_link): cycles at `clock_mhz`."""
+
+    clock_mhz: float
+    latency_cycles: float
+    bytes_per_cycle: float
 
 
 @dataclass(frozen=True)
@@ -162,6 +175,7 @@ class Program:
     device_model: DeviceModel | None = None  # accelerators only
     estimated_us: float = 0.0  # the cost model's estimate of this target's work per run
     workspace: WorkspaceLayout | None = None  # this program's block of the caller's workspace
+    counted_link: CountedLink | None = None  # a co-processor behind a link: it counts the copies over it
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -175,6 +189,7 @@ class Lowered:
     programs: tuple[Program, ...]  # the root controller first
     simulated: tuple[SimulatedDevice, ...] = ()  # every simulated accelerator, where its state sits in the workspace
     estimates: tuple[GroupEstimate, ...] = ()  # the placement's groups and transfers, as it priced them
+    estimate_us: float = 0.0  # the placement's total (hetgen.partition.price): what explain says
 
     @property
     def root(self) -> Program:
@@ -192,3 +207,5 @@ class GroupEstimate:
     estimate_us: float
     tensor: str = ""  # a transfer's tensor
     source: str = ""  # a transfer's source target
+    # a transfer's cost by what pays it: ("link", target below the link, us) or ("dma", accelerator, us)
+    parts: tuple[tuple[str, str, float], ...] = ()

@@ -16,6 +16,7 @@ from hetgen.lower.program import (
     BufferRef,
     Call,
     Copy,
+    CountedLink,
     DeviceCopyIn,
     DeviceCopyOut,
     DeviceModel,
@@ -52,7 +53,22 @@ def device_model(target: Target) -> DeviceModel:
         sram_bytes_per_cycle=float(attrs.get("sram_bytes_per_cycle", defaults.sram_bytes_per_cycle)),
         dma_setup_cycles=int(attrs.get("dma_setup_cycles", defaults.dma_setup_cycles)),
         command_cycles=int(attrs.get("command_cycles", defaults.command_cycles)),
+        # A kind without the attribute prices its invocations with its launch_us figure: the same event.
+        invoke_cycles=int(attrs.get("invoke_cycles", round(target.figures.launch_us * clock_mhz(target)))),
+        **link_cycles(target),
     )
+
+
+def link_cycles(target: Target) -> dict[str, float]:
+    """The link from the target's controller, in the target's cycles (hg_link): what the device
+    counts for each copy over it."""
+    if target.link is None:
+        return {"link_latency_cycles": 0.0, "link_bytes_per_cycle": 0.0}
+    clock = clock_mhz(target)
+    return {
+        "link_latency_cycles": target.link.latency_us * clock,
+        "link_bytes_per_cycle": target.link.bandwidth_gbps * 1e3 / clock,
+    }
 
 
 @dataclass
@@ -135,3 +151,11 @@ class Resolver:
                 src = BufferRef(Region.WEIGHTS, self.weights[self.root_path].offset(name), name)
             copies.append(Copy(src, BufferRef(Region.OUTPUT, index, name), nbytes))
         return copies
+
+
+def counted_link(composite: Target) -> CountedLink | None:
+    """A co-processor's link from its controller (its composite's), in the co-processor's cycles."""
+    if composite.link is None or composite.host is None:
+        return None
+    clock = clock_mhz(composite.host)
+    return CountedLink(clock, composite.link.latency_us * clock, composite.link.bandwidth_gbps * 1e3 / clock)

@@ -17,7 +17,7 @@ from hetgen.lower.memory import ALIGNMENT
 
 # Bytes reserved at the start of each device's block for its C state struct (queue, counters); the
 # generated C asserts `sizeof` fits, for every ABI it is built for.
-STATE_HEADER_SIZE = 128
+STATE_HEADER_SIZE = 192
 # A simulated accelerator's header continues with one 64-bit cycle counter per command of its
 # programs (hg_sim.h), so `hetgen bench` can show each kernel's simulated time.
 COUNTER_BYTES = 8
@@ -90,13 +90,15 @@ def plan_workspaces(programs) -> dict[str, WorkspaceLayout]:
 
 
 def simulated_devices(programs, layouts: dict[str, WorkspaceLayout]) -> tuple[SimulatedDevice, ...]:
-    """Every simulated accelerator below the root, depth first, with its absolute workspace offset."""
+    """Every simulated accelerator below the root (and every co-processor that counts the copies over
+    its link), depth first, with its absolute workspace offset."""
     by_path = {program.target.path_str: program for program in programs}
     found: list[SimulatedDevice] = []
 
     def walk(path: str, base: int) -> None:
         for child in layouts[path].children:
-            if by_path[child.path].device_model is not None:  # a simulated accelerator
+            program = by_path[child.path]
+            if program.device_model is not None or program.counted_link is not None:  # it keeps counters
                 found.append(SimulatedDevice(child.path, base + child.offset))
             walk(child.path, base + child.offset)
 

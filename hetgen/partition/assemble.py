@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hetgen.partition.cost import format_bytes
+from hetgen.lower.invocation import weight_bytes
+from hetgen.partition.cost import format_bytes, weight_load_us
 from hetgen.partition.pins import Pin
-from hetgen.partition.placement import Alternative, Group, LinkUse, Placement, Refusal, Transfer, refusal_text
+from hetgen.partition.placement import Alternative, DmaUse, Group, LinkUse, Placement, Refusal, Transfer, refusal_text
+from hetgen.partition.price import price
 from hetgen.partition.space import Candidate, SearchSpace
 
 EPSILON_US = 1e-9
@@ -54,7 +56,8 @@ def assemble(
                 alternatives,
                 reason,
                 refusals,
-                space.launch_us(c.loc),
+                0.0 if space.aliases.issuperset(c.nodes) else space.launch_us(c.loc),  # a dropped reshape
+                *_weights(space, c),
             )
         )
     transfers = tuple(
@@ -65,11 +68,12 @@ def assemble(
             space.tensor_bytes[t],
             us,
             _links(space, src, dst),
+            _dma(space, src, dst),
         )
         for t in range(len(space.tensor_names))
         for src, dst, us in space.tensor_transfers(t, loc_of_node)
     )
-    total = float(sum(g.cost_us for g in groups) + sum(t.cost_us for t in transfers))
+    total = price(groups, transfers).total_us
     return Placement(tuple(groups), transfers, total, mode, unclaimed, exact, unclaimed_refusals)
 
 
@@ -77,6 +81,21 @@ def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
     return tuple(
         LinkUse(below, link.bandwidth_gbps, link.latency_us)
         for below, link in space.topology.hops(space.paths[src], space.paths[dst])
+    )
+
+
+def _weights(space: SearchSpace, c: Candidate) -> tuple[int, float]:
+    """The weights a group loads into local memory, and their DMA time (as group_us prices them)."""
+    target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
+    us = weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target))
+    return (weight_bytes(space.graph, nodes) if us else 0), us
+
+
+def _dma(space: SearchSpace, src: int, dst: int) -> tuple[DmaUse, ...]:
+    return tuple(
+        DmaUse(hop.below, hop.dma_gbps)
+        for hop in space.topology.copies(space.paths[src], space.paths[dst])
+        if hop.dma_gbps is not None
     )
 
 
@@ -152,8 +171,11 @@ def _why(space: SearchSpace, delta: float, compute: float, chosen_compute: float
     if extra:
         moved = sum(space.tensor_bytes[t] for t, _, _, _ in extra)
         links = [link for _, src, dst, _ in extra for link in space.topology.route(space.paths[src], space.paths[dst])]
-        slowest = min(links, key=lambda link: link.bandwidth_gbps)
-        parts.append(f"{format_bytes(moved)} over a {slowest.bandwidth_gbps:g} GB/s link")
+        if links:
+            slowest = min(links, key=lambda link: link.bandwidth_gbps)
+            parts.append(f"{format_bytes(moved)} over a {slowest.bandwidth_gbps:g} GB/s link")
+        else:
+            parts.append(f"{format_bytes(moved)} by DMA")
     if saved:
         parts.append(f"saves copying {format_bytes(sum(space.tensor_bytes[t] for t, _, _, _ in saved))}")
     if abs(compute - chosen_compute) > EPSILON_US:

@@ -4,14 +4,20 @@
                                              bytes / (bandwidth_gbps * 1e3)))          [us]
     on an accelerator that runs one group per invocation (hetgen/lower/invocation.py, the rule
     lowering follows), its weights are loaded by DMA before it computes from local memory:
-    group time    = scale * (launch_us + flops / (peak_gflops * 1e3 * efficiency)
+    group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
+                                             local bytes / (local_gbps * 1e3))
                              + weight bytes / (bandwidth_gbps * 1e3))
-    transfer time = sum over the links on the tree path between two targets of
-                    (latency_us + bytes / (bandwidth_gbps * 1e3))                      [us]
+    transfer time = sum over the copies between places on the tree path between two targets of
+                    (latency_us + bytes / (bandwidth_gbps * 1e3))      over the copy's link, if any
+                  + bytes / (bandwidth_gbps * 1e3)       by an accelerator's DMA, where one end is
+                                                         its local memory                     [us]
 
 A link belongs to the target below it (`Target.link`: from its controlling parent); a child with
-no link shares its parent's memory, so crossing that edge is free. A composite and its host sit at
-the same place in the tree.
+no link shares its parent's memory, so crossing that edge costs only what an accelerator's DMA
+engine takes to move the bytes into or out of its local memory. A composite and its host sit at the
+same place in the tree. A tensor crosses each copy once, however many readers lie beyond it (the
+schedule copies it once per device and keeps it there): `Topology.copies` lists the copies, and
+the search and `SearchSpace.tensor_transfers` charge each one once.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from hetgen.ir import Graph, Node
 from hetgen.lower.invocation import one_unit_per_invocation, weight_bytes
 from hetgen.ops.base import OpInstance
 from hetgen.ops.registry import op_def
-from hetgen.platform.model import CostFigures, Link, Platform, Target
+from hetgen.platform.model import CostFigures, Link, Platform, Role, Target
 
 
 @dataclass(frozen=True)
@@ -74,9 +80,28 @@ def group_us(target: Target, work: Work, efficiency: float, scale: float, graph:
     figures = target.figures
     if not one_unit_per_invocation(target):
         return kernel_us(figures, work, efficiency, scale)
+    nodes = list(nodes)
     compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
-    load = weight_bytes(graph, nodes) / (figures.bandwidth_gbps * 1e3)
-    return scale * (figures.launch_us + compute + load)
+    if figures.local_gbps:  # the engines stream their operands and results through local memory
+        compute = max(compute, local_bytes(graph, nodes) / (figures.local_gbps * 1e3))
+    return scale * (figures.launch_us + compute) + weight_load_us(target, graph, nodes, scale)
+
+
+def weight_load_us(target: Target, graph: Graph, nodes: Iterable[Node], scale: float = 1.0) -> float:
+    """The DMA time of the weights a group on `target` loads into local memory (0 where it runs from
+    its controller's memory): part of the group's time, shown on its own by explain."""
+    if not one_unit_per_invocation(target):
+        return 0.0
+    return scale * weight_bytes(graph, nodes) / (target.figures.bandwidth_gbps * 1e3)
+
+
+def local_bytes(graph: Graph, nodes: list[Node]) -> int:
+    """The local-memory bytes a group's engines read and write: its first operator's operands
+    (weights too, loaded into local memory) and its last one's results; fused activations are
+    applied as results are written."""
+    head, last = nodes[0], nodes[-1]
+    names = [n for n in head.inputs if n and n in graph.types] + [n for n in last.outputs if n and n in graph.types]
+    return sum(graph.types[name].nbytes for name in names)
 
 
 def link_us(link: Link, nbytes: float) -> float:
@@ -90,6 +115,41 @@ def format_bytes(nbytes: float) -> str:
     return f"{int(nbytes)} B"
 
 
+def dma_gbps(target: Target) -> float | None:
+    """The rate of the DMA engine that moves tensors into and out of `target`'s local memory: an
+    accelerator with a bounded local memory has one (its `bandwidth_gbps` figure); others share
+    their controller's memory (None)."""
+    if target.role is Role.ACCELERATOR and target.memory_bytes is not None:
+        return target.figures.bandwidth_gbps
+    return None
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One copy of a tensor between two places (a controller's memory, an accelerator's local
+    memory): over the link of `below` when it has one, by `below`'s DMA engine when it is an
+    accelerator with local memory (hg_sim.c counts both)."""
+
+    src: str
+    dst: str
+    below: str  # the deeper end of the tree edge crossed
+    link: Link | None
+    dma_gbps: float | None
+
+    @property
+    def latency_us(self) -> float:
+        return self.link.latency_us if self.link is not None else 0.0
+
+    @property
+    def us_per_byte(self) -> float:
+        link = 1.0 / (self.link.bandwidth_gbps * 1e3) if self.link is not None else 0.0
+        dma = 1.0 / (self.dma_gbps * 1e3) if self.dma_gbps else 0.0
+        return link + dma
+
+    def us(self, nbytes: float) -> float:
+        return self.latency_us + nbytes * self.us_per_byte
+
+
 class Topology:
     """The platform tree seen as places tensors live and the links between them."""
 
@@ -97,6 +157,7 @@ class Topology:
         self.root = platform.root.controller()
         self._parent: dict[str, str] = {}
         self._link: dict[str, Link | None] = {}
+        self._target: dict[str, Target] = {platform.root.path_str: platform.root}
         self._depth: dict[str, int] = {platform.root.path_str: 0}
         self._visit(platform.root)
 
@@ -105,8 +166,32 @@ class Topology:
         for child in children:
             self._parent[child.path_str] = target.path_str
             self._link[child.path_str] = child.link
+            self._target[child.path_str] = child
             self._depth[child.path_str] = self._depth[target.path_str] + 1
             self._visit(child)
+
+    def place(self, path: str) -> str:
+        """Where a target's tensors live: a composite's are in its host's memory."""
+        target = self._target[path]
+        return target.host.path_str if target.host is not None else path
+
+    def copies(self, src: str, dst: str) -> tuple[Hop, ...]:
+        """The copies a tensor makes from `src` to `dst`, in order: one per tree edge between two
+        different places that moves it over a link or through an accelerator's DMA."""
+        up, down = [src], [dst]
+        while up[-1] != down[-1]:
+            if self._depth[up[-1]] >= self._depth[down[-1]]:
+                up.append(self._parent[up[-1]])
+            else:
+                down.append(self._parent[down[-1]])
+        nodes = up + down[-2::-1]
+        hops = []
+        for a, b in zip(nodes, nodes[1:]):
+            below = a if self._depth[a] > self._depth[b] else b
+            link, dma = self._link[below], dma_gbps(self._target[below])
+            if self.place(a) != self.place(b) and (link is not None or dma is not None):
+                hops.append(Hop(self.place(a), self.place(b), below, link, dma))
+        return tuple(hops)
 
     def route(self, src: str, dst: str) -> tuple[Link, ...]:
         """The links a tensor crosses from `src` to `dst` (both directions count the same)."""
@@ -127,7 +212,7 @@ class Topology:
         return tuple((below, link) for below, link in (*up, *reversed(down)) if link is not None)
 
     def transfer_us(self, src: str, dst: str, nbytes: float) -> float:
-        return sum(link_us(link, nbytes) for link in self.route(src, dst))
+        return sum(hop.us(nbytes) for hop in self.copies(src, dst))
 
 
 def _signature(node: Node, graph: Graph) -> tuple:

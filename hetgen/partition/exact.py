@@ -133,21 +133,31 @@ class ExactSearch:
 
     def _execute(self, c: Candidate, entries: dict, cost: float) -> float:
         space = self.space
-        latency, per_byte, nbytes = space.latency, space.us_per_byte, space.tensor_bytes
         loc, bit, root = c.loc, 1 << c.loc, space.root
         for t in c.inputs:
             src, mask = entries[t]
             if not mask & bit:
-                cost += latency[src][loc] + nbytes[t] * per_byte[src][loc]
-                entries[t] = (src, mask | bit)
+                paid, mask = space.copy_us(src, loc, mask, t)
+                cost += paid
+                entries[t] = (src, mask)
         for t in c.outputs:
             mask = bit
             if t in space.graph_outputs and loc != root:
-                cost += latency[loc][root] + nbytes[t] * per_byte[loc][root]
-                mask |= 1 << root
+                paid, mask = space.copy_us(loc, root, mask, t)
+                cost += paid
             if space.consumers[t]:
                 entries[t] = (loc, mask)
         return cost
+
+    def _kept(self, src: int, relevant: int) -> int:
+        """The places worth remembering a tensor from `src` is in: those on its way to a place that
+        may still read it (a copy leaves it where it passed, and a later copy starts there)."""
+        relay, kept = self.space.relay[src], 1 << src
+        while relevant:
+            low = relevant & -relevant
+            kept |= relay[low.bit_length() - 1]
+            relevant ^= low
+        return kept
 
     def _canonical(self, entries: dict, open_groups: tuple[int, ...], touched) -> tuple:
         """Drop dead tensors and trim copies nobody can read any more, then freeze the frontier.
@@ -167,7 +177,7 @@ class ExactSearch:
             src, mask = entry
             if src >= 0:
                 relevant = self._relevant(t, pending)
-                mask &= relevant
+                mask &= self._kept(src, relevant)
                 entries[t] = DONE if not relevant & ~mask & ~(1 << src) else (src, mask)
         return tuple(sorted(entries.items()))
 
@@ -182,7 +192,7 @@ class ExactSearch:
             owed = tuple(
                 0.0
                 if src < 0 or not (relevant >> d) & 1 or (mask >> d) & 1 or d == src
-                else self.space.transfer_us(src, d, t)
+                else self.space.copy_us(src, d, mask, t)[0]
                 for d in range(len(self.space.paths))
             )
             self._owed_cache[key] = owed

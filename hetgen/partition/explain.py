@@ -13,6 +13,7 @@ from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.partition.cost import format_bytes
 from hetgen.partition.placement import Group, Placement, Refusal, Transfer, refusal_text
+from hetgen.partition.price import Price, placement_price, price
 
 
 @dataclass(frozen=True)
@@ -54,16 +55,20 @@ class Explanation:
     unclaimed: tuple[UnclaimedReport, ...]
 
     @property
+    def price(self) -> Price:
+        return price((r.group for r in self.groups), self.transfers)
+
+    @property
     def group_us(self) -> float:
-        return sum(r.group.cost_us for r in self.groups)
+        return self.price.group_us
 
     @property
     def transfer_us(self) -> float:
-        return sum(t.cost_us for t in self.transfers)
+        return self.price.transfer_us
 
     @property
     def launch_us(self) -> float:
-        return sum(r.group.launch_us for r in self.groups)
+        return self.price.launch_us
 
 
 def explanation(placement: Placement, graph: Graph) -> Explanation:
@@ -84,12 +89,13 @@ def explanation(placement: Placement, graph: Graph) -> Explanation:
     for refusal in placement.unclaimed_refusals:
         by_node.setdefault(refusal.node, []).append(refusal)
     unclaimed = tuple(UnclaimedReport(node, ops.get(node, "?"), tuple(items)) for node, items in by_node.items())
-    return Explanation(graph.name, placement.mode, quality, placement.total_us, groups, placement.transfers, unclaimed)
+    total = placement_price(placement).total_us
+    return Explanation(graph.name, placement.mode, quality, total, groups, placement.transfers, unclaimed)
 
 
 def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:
-    """The group each transfer is charged to: the first group on its destination that reads the
-    tensor; failing that (a graph output returning to the root), the group that produced it."""
+    """The group each transfer is charged to: the first group on its destination (or beyond it) that
+    reads the tensor; failing that (a graph output returning to the root), the group that produced it."""
     index = {group.name: k for k, group in enumerate(placement.groups)}
     readers: dict[tuple[str, str], int] = {}
     producer: dict[str, int] = {}
@@ -102,9 +108,21 @@ def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:
         for tensor in node.outputs:
             if tensor:
                 producer[tensor] = k
+    onward: dict[tuple[str, str], list[Transfer]] = {}  # (tensor, place) -> copies leaving it
+    for transfer in placement.transfers:
+        onward.setdefault((transfer.tensor, transfer.src), []).append(transfer)
+
+    def first_reader(transfer: Transfer) -> int | None:
+        """The first group reading the tensor where this copy lands, or beyond it (a copy through a
+        co-processor's memory on the way to its accelerator)."""
+        found = [readers[key]] if (key := (transfer.tensor, transfer.dst)) in readers else []
+        found += [k for t in onward.get(key, ()) if (k := first_reader(t)) is not None]
+        return min(found, default=None)
+
     charged = {}
     for transfer in placement.transfers:
-        k = readers.get((transfer.tensor, transfer.dst), producer.get(transfer.tensor))
+        k = first_reader(transfer)
+        k = producer.get(transfer.tensor) if k is None else k
         if k is None:
             raise InternalError(f"transfer of {transfer.tensor!r} has no reader on {transfer.dst} and no producer")
         charged[transfer] = k
@@ -113,12 +131,13 @@ def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:
 
 def _route(transfer: Transfer) -> str:
     return ", ".join(
-        f"{link.below} link {link.bandwidth_gbps:g} GB/s + {link.latency_us:g} us" for link in transfer.links
+        [f"{link.below} link {link.bandwidth_gbps:g} GB/s + {link.latency_us:g} us" for link in transfer.links]
+        + [f"{dma.target} DMA {dma.bandwidth_gbps:g} GB/s" for dma in transfer.dma]
     )
 
 
 def _transfer_line(t: Transfer) -> str:
-    route = f" over {_route(t)}" if t.links else ""
+    route = f" over {_route(t)}" if t.links or t.dma else ""
     return f"{t.tensor}: {t.src} -> {t.dst}, {format_bytes(t.bytes)}{route}, {t.cost_us:.1f} us"
 
 
@@ -133,6 +152,11 @@ def render_text(e: Explanation) -> str:
         lines.append(f"{group.name}  {group.target}  [{group.label}]  {group.cost_us:.1f} us")
         lines.append(f"    ops: {', '.join(f'{name} ({op})' for name, op in report.ops)}")
         lines.append(f"    launch: {group.launch_us:.1f} us of the {group.cost_us:.1f} us")
+        if group.weight_bytes:
+            lines.append(
+                f"    weights: {format_bytes(group.weight_bytes)} loaded into local memory by DMA, "
+                f"{group.weight_us:.1f} us of the {group.cost_us:.1f} us"
+            )
         for rank, a in enumerate(group.alternatives):
             lines.append(
                 f"    {'runner-up' if rank == 0 else 'lost'}: {a.target} [{a.label}] {a.cost_us:.1f} us, {a.why}"
@@ -167,6 +191,7 @@ def _transfer_json(t: Transfer) -> dict:
         "bytes": t.bytes,
         "cost_us": t.cost_us,
         "links": [asdict(link) for link in t.links],
+        "dma": [asdict(dma) for dma in t.dma],
         "route": _route(t),
     }
 
@@ -197,6 +222,12 @@ def render_json(e: Explanation) -> dict:
                 "refused": [_refusal_json(x) for x in r.group.refused],
                 "transfers": [_transfer_json(t) for t in r.transfers],
                 "transfer_us": r.transfer_us,
+                "weight_loads": {"bytes": r.group.weight_bytes, "us": r.group.weight_us},
+                "copies": {
+                    "count": len(r.transfers),
+                    "bytes": sum(t.bytes for t in r.transfers),
+                    "us": r.transfer_us,
+                },
             }
             for r in e.groups
         ],

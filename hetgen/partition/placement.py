@@ -60,6 +60,8 @@ class Group:
     reason: str = ""
     refused: tuple[Refusal, ...] = ()  # patterns of other targets (or its own) that refused its operators
     launch_us: float = 0.0  # the launch overhead the cost model charged inside cost_us
+    weight_bytes: int = 0  # weights its invocation loads into an accelerator's local memory
+    weight_us: float = 0.0  # their DMA time, inside cost_us
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,17 @@ class LinkUse:
 
 
 @dataclass(frozen=True)
+class DmaUse:
+    """An accelerator's DMA engine moving a copy into or out of its local memory."""
+
+    target: str
+    bandwidth_gbps: float
+
+
+@dataclass(frozen=True)
 class Transfer:
-    """One copy of a tensor over the platform's links (a tensor moves once per destination)."""
+    """One copy of a tensor between two places (a tensor crosses each copy once, however many
+    readers lie beyond it): over a link, by an accelerator's DMA engine, or both."""
 
     tensor: str
     src: str
@@ -81,6 +92,7 @@ class Transfer:
     bytes: int
     cost_us: float
     links: tuple[LinkUse, ...] = ()  # the links crossed, from src towards dst
+    dma: tuple[DmaUse, ...] = ()  # the accelerators whose DMA engine moves it into or out of local memory
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
+from hetgen.lower.alias import alias_source
 from hetgen.partition.cost import Calibration, Topology, WorkEstimator, group_us, group_work
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
@@ -54,14 +55,22 @@ class SearchSpace:
 
     def _index_tensors(self) -> None:
         graph = self.graph
+        # A reshape lowering drops (hetgen/lower/alias.py) runs nowhere: its output is its input's
+        # tensor, read where that tensor is.
+        self.aliases = frozenset(i for i, node in enumerate(graph.nodes) if alias_source(node, graph) is not None)
         names = [n for n in graph.inputs if not graph.is_constant(n)]
-        names += [out for node in graph.nodes for out in node.outputs if out]
+        names += [out for i, node in enumerate(graph.nodes) if i not in self.aliases for out in node.outputs if out]
         self.tensor_id = {name: tid for tid, name in enumerate(dict.fromkeys(names))}
         self.tensor_names = tuple(self.tensor_id)
+        for i in sorted(self.aliases):
+            node = graph.nodes[i]
+            self.tensor_id[node.outputs[0]] = self.tensor_id[alias_source(node, graph)]
         self.tensor_bytes = tuple(graph.types[name].nbytes for name in self.tensor_names)
         self.producer = [-1] * len(self.tensor_names)
         readers: list[set[int]] = [set() for _ in self.tensor_names]
         for index, node in enumerate(graph.nodes):
+            if index in self.aliases:
+                continue
             for name in node.outputs:
                 if name:
                     self.producer[self.tensor_id[name]] = index
@@ -76,19 +85,48 @@ class SearchSpace:
         )
 
     def _index_links(self) -> None:
+        """Per pair of places, the copies between them (Topology.copies) as (place left, place
+        reached, latency, us per byte), in order from the first to the second (-1: not a place)."""
         count = len(self.paths)
+        self.hops: list[list[tuple[tuple[int, int, float, float], ...]]] = [[()] * count for _ in range(count)]
         self.latency = [[0.0] * count for _ in range(count)]
-        self.us_per_byte = [[0.0] * count for _ in range(count)]  # summed over the links
+        self.us_per_byte = [[0.0] * count for _ in range(count)]  # summed over the copies
         for a in range(count):
             for b in range(count):
-                route = self.topology.route(self.paths[a], self.paths[b])
-                self.latency[a][b] = sum(link.latency_us for link in route)
-                self.us_per_byte[a][b] = sum(1.0 / (link.bandwidth_gbps * 1e3) for link in route)
+                hops = tuple(
+                    (
+                        self.loc_of_path.get(hop.src, -1),
+                        self.loc_of_path.get(hop.dst, -1),
+                        hop.latency_us,
+                        hop.us_per_byte,
+                    )
+                    for hop in self.topology.copies(self.paths[a], self.paths[b])
+                )
+                self.hops[a][b] = hops
+                self.latency[a][b] = sum(h[2] for h in hops)
+                self.us_per_byte[a][b] = sum(h[3] for h in hops)
+        # relay[a][b]: the places a tensor passes through (and stays in) on its way from a to b
+        self.relay = [
+            [sum(1 << h[1] for h in self.hops[a][b] if h[1] >= 0) for b in range(count)] for a in range(count)
+        ]
 
     def transfer_us(self, src: int, dst: int, tid: int) -> float:
         if src == dst:
             return 0.0
         return self.latency[src][dst] + self.tensor_bytes[tid] * self.us_per_byte[src][dst]
+
+    def copy_us(self, src: int, dst: int, held: int, tid: int) -> tuple[float, int]:
+        """What getting tensor `tid` (produced at `src`) to `dst` still costs when the places in
+        mask `held` hold it (a subtree around `src`: every copy leaves it where it passed), and
+        the mask after. Only the copies beyond the nearest holder are paid."""
+        cost, nbytes = 0.0, self.tensor_bytes[tid]
+        for _, reached, latency, per_byte in reversed(self.hops[src][dst]):
+            if reached >= 0 and held >> reached & 1:
+                break
+            cost += latency + nbytes * per_byte
+            if reached >= 0:
+                held |= 1 << reached
+        return cost, held
 
     def _candidates(self, calibration: Calibration) -> tuple[Candidate, ...]:
         estimator = WorkEstimator(self.graph)
@@ -101,6 +139,8 @@ class SearchSpace:
             scale = calibration.scale_for(target)
             compute = group_us(target, work, match.efficiency, scale, self.graph, [nodes[i] for i in match.nodes])
             inputs, outputs = self._boundary(match.nodes)
+            if self.aliases.issuperset(match.nodes):  # dropped by lowering: nothing runs, nothing moves
+                compute, inputs, outputs = 0.0, (), ()
             candidates.append(Candidate(len(candidates), loc, match.label, match.nodes, compute, inputs, outputs))
         return tuple(candidates)
 
@@ -125,9 +165,22 @@ class SearchSpace:
         return self.root if producer < 0 else loc_of_node[producer]
 
     def tensor_transfers(self, tid: int, loc_of_node) -> list[tuple[int, int, float]]:
-        """(src, dst, us) for each copy of a tensor a complete assignment of nodes implies."""
+        """(from, to, us) for each copy of a tensor a complete assignment of nodes implies: each
+        copy between two places once, however many readers lie beyond it (as the schedule copies)."""
         src = self.tensor_home(tid, loc_of_node)
         destinations = {loc_of_node[c] for c in self.consumers[tid]}
         if tid in self.graph_outputs:
             destinations.add(self.root)
-        return [(src, dst, self.transfer_us(src, dst, tid)) for dst in sorted(destinations) if dst != src]
+        held, copies = 1 << src, []
+        for dst in sorted(destinations):
+            if dst == src:
+                continue
+            fresh = []
+            for left, reached, latency, per_byte in reversed(self.hops[src][dst]):
+                if reached >= 0 and held >> reached & 1:
+                    break
+                fresh.append((left, reached, latency + self.tensor_bytes[tid] * per_byte))
+                if reached >= 0:
+                    held |= 1 << reached
+            copies.extend(reversed(fresh))
+        return copies

@@ -31,7 +31,8 @@ from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
 KIND_KEYS = ("role", "refines", "doc", "attributes", "figures", "memory", "toolchain", "templates", "patterns")
 LEGACY_KIND_KEYS = {"extends": "refines"}  # one spelling for one idea; `extends` gets pointed here
 ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
-FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
+FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us", "local_gbps")
+REQUIRED_FIGURE_KEYS = FIGURE_KEYS[:3]  # local_gbps is optional: only accelerators with local memory stream from it
 # local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one
 # program can link. null: no bound.

@@ -106,6 +106,7 @@ class CostFigures:
     peak_gflops: float  # arithmetic throughput
     bandwidth_gbps: float  # local memory bandwidth, GB/s
     launch_us: float  # fixed overhead per kernel launch / command
+    local_gbps: float | None = None  # an accelerator's local memory as its engines stream it; None: not modelled
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
-"""Simulated device time of a built project beside the cost model's estimates, per group.
+"""Simulated time of a built project beside the cost model's estimate, per group and per device.
 
-The estimates were recorded when the project was generated (the manifest's `estimates`: each
-placement group and transfer as the cost model priced it). The simulated times are what the
-simulated accelerators counted on a real run (hg_sim.c): per device its kernels, weight loads and
-copies to and from its controller, and per command a cycle counter, joined with the groups through
-the IR node names each kernel computes. Only accelerators are simulated; work on controllers runs
-natively and has an estimate but no simulated time.
+The estimates were recorded when the project was generated (the manifest's `estimate_us`, the
+placement's total as `hetgen explain` prices it, and `estimates`: each group and copy). The
+simulated times are what the project counted on a real run: each simulated accelerator (hg_sim.c)
+its kernels, weight loads, invocations, DMA copies and the copies over its link, per command a
+cycle counter joined with the groups through the IR node names each kernel computes; each
+co-processor behind a link the copies over it. Controllers run their kernels natively, so their
+groups are not simulated: the program's simulated total takes them at their estimate and says how
+much that is (`controller_us`).
 """
 
 from __future__ import annotations
@@ -25,40 +27,59 @@ class GroupTime:
     label: str
     nodes: tuple[str, ...]
     estimate_us: float  # the placement's cost for the group (launch included)
-    simulated_us: float | None  # kernel_us + weight_load_us; None where the target is not simulated
+    simulated_us: float | None  # kernel + weight loads + invocation; None where the target is not simulated
     kernel_us: float | None = None
     weight_load_us: float | None = None
+    invoke_us: float | None = None  # the invocations its commands ran in
 
 
 @dataclass(frozen=True)
 class DeviceTime:
+    """What one device counted (cycles at `clock_mhz`): a simulated accelerator, or a co-processor
+    that counts only the copies over its link."""
+
     path: str
     clock_mhz: float
     invocations: int
     kernel_us: float
     weight_load_us: float
+    invoke_us: float  # each invocation's overhead
     copy_us: float  # DMA to and from the device's controller
-    estimate_us: float  # the placement's groups on this device, plus transfers into and out of it
+    link_us: float  # copies over the link from its controller
+    link_bytes: int
+    link_copies: int
+    estimate_us: float  # the placement's groups on this device, plus the DMA and link parts of its copies
 
     @property
     def simulated_us(self) -> float:
-        return self.kernel_us + self.weight_load_us + self.copy_us
+        return self.kernel_us + self.weight_load_us + self.invoke_us + self.copy_us + self.link_us
 
 
 @dataclass(frozen=True)
 class SimulationReport:
-    """Over the simulated devices: `estimate_us` is their groups' and transfers' estimates,
-    `simulated_us` what the simulator counted (kernels, weight loads, copies)."""
+    """The whole program: `estimate_us` is explain's total; `simulated_us` what the devices counted
+    (`counted_us`) plus the controllers' groups at their estimate (`controller_us`: not simulated)."""
 
     estimate_us: float
-    simulated_us: float
+    counted_us: float
+    controller_us: float
+    transfer_estimate_us: float  # every copy as priced
+    transfer_simulated_us: float  # every copy as counted: DMA and links
     groups: tuple[GroupTime, ...]
     devices: tuple[DeviceTime, ...]
+
+    @property
+    def simulated_us(self) -> float:
+        return self.counted_us + self.controller_us
 
     def to_json(self) -> dict:
         return {
             "estimate_us": round(self.estimate_us, 3),
             "simulated_us": round(self.simulated_us, 3),
+            "counted_us": round(self.counted_us, 3),
+            "controller_us": round(self.controller_us, 3),
+            "transfer_estimate_us": round(self.transfer_estimate_us, 3),
+            "transfer_simulated_us": round(self.transfer_simulated_us, 3),
             "groups": [_rounded(asdict(group)) for group in self.groups],
             "devices": [_rounded({**asdict(device), "simulated_us": device.simulated_us}) for device in self.devices],
         }
@@ -70,11 +91,22 @@ def _rounded(record: dict) -> dict:
     }
 
 
+def _counting(manifest: dict) -> list[dict]:
+    """The manifest's targets that keep counters: simulated accelerators and linked co-processors."""
+    return [t for t in manifest["targets"] if t.get("stats_device") is not None]
+
+
+def _parts_on(estimates: list[dict], path: str) -> float:
+    """The estimated DMA and link parts of the copies a device counts: its own DMA, the link below
+    it (a co-processor counts its composite's link, whose target is the co-processor's parent)."""
+    owners = {path, path.rsplit("/", 1)[0]} if path.endswith("/host") else {path}
+    return sum(part["us"] for e in estimates for part in e.get("parts", ()) if part["target"] in owners)
+
+
 def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
     """Run the model `runs` times and report the last run's simulated time (every run does the same
     work). A project without simulated devices still lists its groups' estimates."""
     manifest = json.loads((Path(out_dir) / "hetgen.json").read_text())
-    simulated = [t for t in manifest["targets"] if t["role"] == "accelerator"]
     model = load(Path(out_dir))
     feeds = feeds_for(model, Path(out_dir), 0)[0]  # indices inside what they index
     for _ in range(max(runs, 1)):
@@ -82,39 +114,53 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
     estimates = manifest.get("estimates", [])
     kernel_cycles: dict[str, int] = {}  # by IR node name (each node is in one kernel)
     load_cycles: dict[str, int] = {}
+    programs_of: dict[str, set[tuple[str, int]]] = {}  # node -> (device, program) its commands ran in
     clocks: dict[str, float] = {}
+    per_invocation: dict[str, float] = {}  # device -> invoke us per invocation
     devices = []
-    for target in simulated:
+    for target in _counting(manifest):
         path, clock = target["path"], float(target["clock_mhz"] or 1000.0)
-        clocks[path] = clock
         stats = model.device_stats(target["stats_device"])
-        counts = model.device_counters(target["counters_offset"], len(target["counters"]))
-        for counter, cycles in zip(target["counters"], counts):
-            into = kernel_cycles if counter["what"] == "kernel" else load_cycles
-            if counter["nodes"]:
-                into[counter["nodes"][0]] = into.get(counter["nodes"][0], 0) + cycles
+        counters = target.get("counters", [])
+        if counters:
+            clocks[path] = clock
+            counts = model.device_counters(target["counters_offset"], len(counters))
+            for counter, cycles in zip(counters, counts):
+                into = kernel_cycles if counter["what"] == "kernel" else load_cycles
+                for node in counter["nodes"][:1]:
+                    into[node] = into.get(node, 0) + cycles
+                    programs_of.setdefault(node, set()).add((path, counter["program"]))
+        invocations = stats["invocations"]
+        per_invocation[path] = stats["invoke_cycles"] / clock / invocations if invocations else 0.0
         loads = stats["load_cycles"]
-        estimate = sum(e["estimate_us"] for e in estimates if path in (e["target"], e.get("source")))
+        groups_here = sum(e["estimate_us"] for e in estimates if not e.get("tensor") and e["target"] == path)
         devices.append(
             DeviceTime(
                 path,
                 clock,
-                stats["invocations"],
+                invocations,
                 (stats["compute_cycles"] - loads) / clock,
                 loads / clock,
+                stats["invoke_cycles"] / clock,
                 stats["dma_cycles"] / clock,
-                estimate,
+                stats["link_cycles"] / clock,
+                stats["link_bytes"],
+                stats["link_copies"],
+                groups_here + _parts_on(estimates, path),
             )
         )
     groups = []
     for estimate in estimates:
         if estimate.get("tensor"):
-            continue  # transfers: in the devices' estimates, not simulated one by one
+            continue  # copies: in the devices' DMA and link counts, not simulated one by one
         clock = clocks.get(estimate["target"])
-        kernel = weights = None
+        kernel = weights = invoke = None
         if clock is not None:
-            kernel = sum(kernel_cycles.get(node, 0) for node in estimate["nodes"]) / clock
-            weights = sum(load_cycles.get(node, 0) for node in estimate["nodes"]) / clock
+            nodes = estimate["nodes"]
+            kernel = sum(kernel_cycles.get(node, 0) for node in nodes) / clock
+            weights = sum(load_cycles.get(node, 0) for node in nodes) / clock
+            ran_in = set().union(*(programs_of.get(node, set()) for node in nodes))
+            invoke = len(ran_in) * per_invocation.get(estimate["target"], 0.0)
         groups.append(
             GroupTime(
                 estimate["name"],
@@ -122,41 +168,55 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
                 estimate["label"],
                 tuple(estimate["nodes"]),
                 estimate["estimate_us"],
-                None if kernel is None else kernel + weights,
+                None if kernel is None else kernel + weights + invoke,
                 kernel,
                 weights,
+                invoke,
             )
         )
+    controller_us = sum(g.estimate_us for g in groups if g.simulated_us is None)
+    transfer_estimate = sum(e["estimate_us"] for e in estimates if e.get("tensor"))
     return SimulationReport(
-        sum(d.estimate_us for d in devices), sum(d.simulated_us for d in devices), tuple(groups), tuple(devices)
+        float(manifest.get("estimate_us", sum(e["estimate_us"] for e in estimates))),
+        sum(d.simulated_us for d in devices),
+        controller_us,
+        transfer_estimate,
+        sum(d.copy_us + d.link_us for d in devices),
+        tuple(groups),
+        tuple(devices),
     )
 
 
 def report_lines(report: SimulationReport) -> list[str]:
-    """The text form of `hetgen bench`'s simulation table (none without simulated devices)."""
+    """The text form of `hetgen bench`'s simulation table (none without counting devices)."""
     if not report.devices:
         return []
     lines = [
-        f"simulated devices (per run): estimate {report.estimate_us:.1f} us, simulated {report.simulated_us:.1f} us"
-        f" ({_ratio(report.simulated_us, report.estimate_us)})"
+        f"program (per run): estimate {report.estimate_us:.1f} us, simulated {report.simulated_us:.1f} us"
+        f" ({_ratio(report.simulated_us, report.estimate_us)}): counted by the devices {report.counted_us:.1f} us"
+        f" + controllers' groups at their estimate {report.controller_us:.1f} us (not simulated)",
+        f"  copies: estimate {report.transfer_estimate_us:.1f} us, simulated {report.transfer_simulated_us:.1f} us"
+        f" ({_ratio(report.transfer_simulated_us, report.transfer_estimate_us)})",
     ]
     for d in report.devices:
         lines.append(
             f"  {d.path}: {d.simulated_us:.1f} us at {d.clock_mhz:g} MHz over {d.invocations} invocations: "
-            f"kernels {d.kernel_us:.1f} us, weight loads {d.weight_load_us:.1f} us, "
-            f"copies to and from the controller {d.copy_us:.1f} us (estimate {d.estimate_us:.1f} us)"
+            f"kernels {d.kernel_us:.1f} us, weight loads {d.weight_load_us:.1f} us, invocations {d.invoke_us:.1f} us, "
+            f"DMA copies {d.copy_us:.1f} us, link {d.link_us:.1f} us ({d.link_copies} copies, {d.link_bytes} B)"
+            f" (estimate {d.estimate_us:.1f} us)"
         )
     simulated = [g for g in report.groups if g.simulated_us is not None]
     if simulated:
         names = {g.name: f"{g.name} [{g.label}]" for g in simulated}
         width = max(len(name) for name in names.values())
         lines.append(
-            f"  {'group':<{width}}  {'estimate':>10}  {'simulated':>10}  {'kernel':>9}  {'weights':>9}  sim/est"
+            f"  {'group':<{width}}  {'estimate':>10}  {'simulated':>10}  {'kernel':>9}  {'weights':>9}"
+            f"  {'invoke':>9}  sim/est"
         )
         for g in simulated:
             lines.append(
                 f"  {names[g.name]:<{width}}  {g.estimate_us:8.1f}us  {g.simulated_us:8.1f}us  {g.kernel_us:7.1f}us"
-                f"  {g.weight_load_us:7.1f}us  {_ratio(g.simulated_us, g.estimate_us)}"
+                f"  {g.weight_load_us:7.1f}us  {g.invoke_us:7.1f}us  {_ratio(g.simulated_us, g.estimate_us)}"
             )
     return lines
 

@@ -29,6 +29,19 @@ class TensorInfo:
         return f"{self.name}: {self.dtype}[{'x'.join(map(str, self.shape))}]"
 
 
+# hg_device_stats (templates/runtime/hg_runtime.h), field by field in order.
+STATS_FIELDS = (
+    "compute_cycles",
+    "load_cycles",
+    "dma_cycles",
+    "invocations",
+    "invoke_cycles",
+    "link_cycles",
+    "link_bytes",
+    "link_copies",
+)
+
+
 class Model:
     """A built model: `run({input name: ndarray}) -> {output name: ndarray}`.
 
@@ -58,7 +71,7 @@ class Model:
             raise HetgenError(f"{library}: the library is not built; run `ninja -C {out_dir}`")
         self._ffi = cffi.FFI()
         self._ffi.cdef(
-            "typedef struct { uint64_t compute_cycles, load_cycles, dma_cycles, invocations; } hg_device_stats;"
+            f"typedef struct {{ uint64_t {', '.join(STATS_FIELDS)}; }} hg_device_stats;"
             f"int {self.prefix}_init(void);"
             f"int {self.prefix}_run(const void *const *inputs, void *const *outputs, void *workspace);"
             f"int {self.prefix}_device_stats(const void *workspace, uint32_t device, hg_device_stats *stats);"
@@ -110,9 +123,7 @@ class Model:
         status = getattr(self._lib, f"{self.prefix}_device_stats")(self._workspace(), device, stats)
         if status != 0:
             raise HetgenError(f"{self.prefix}_device_stats({device}) failed with status {status}")
-        return {
-            what: int(getattr(stats, what)) for what in ("compute_cycles", "load_cycles", "dma_cycles", "invocations")
-        }
+        return {what: int(getattr(stats, what)) for what in STATS_FIELDS}
 
     def device_counters(self, offset: int, count: int) -> list[int]:
         """`count` uint64 counters at byte `offset` of this thread's workspace, as its last run left

@@ -71,7 +71,30 @@ typedef struct {
     uint64_t load_cycles;     /* weight loads alone */
     uint64_t dma_cycles;      /* copies to and from the controller */
     uint64_t invocations;
+    uint64_t invoke_cycles;   /* each invocation's overhead: driver, doorbell, completion interrupt */
+    uint64_t link_cycles;     /* copies over the link from the controller: its latency, then its bandwidth */
+    uint64_t link_bytes;
+    uint64_t link_copies;
 } hg_device_stats;
+
+/* The link from a device's controller to the device, in the device's cycles; bytes_per_cycle 0:
+ * no link (the controller shares its memory). */
+typedef struct {
+    double latency_cycles;
+    double bytes_per_cycle;
+} hg_link;
+
+/* Count one copy of `bytes` over `link` (copy_in and copy_out of a device behind a link). */
+static inline void hg_link_account(const hg_link *link, hg_device_stats *stats, uint64_t bytes)
+{
+    if (!(link->bytes_per_cycle > 0.0)) {
+        return;
+    }
+    const double cycles = link->latency_cycles + (double)bytes / link->bytes_per_cycle;
+    stats->link_cycles += (uint64_t)(cycles + 0.5);
+    stats->link_bytes += bytes;
+    stats->link_copies += 1;
+}
 
 /* The address of `bytes` bytes at `ref`, stored in *address, or HG_ERR_BYTECODE when any of them
  * lies outside the region (or the reference is malformed). NONE resolves to NULL. */

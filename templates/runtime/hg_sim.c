@@ -112,6 +112,7 @@ static int hg_sim_copy_in(struct hg_device *device, uint64_t dst_offset, const v
     }
     memcpy(hg_sim_memory(device) + dst_offset, src, (size_t)bytes);
     hg_sim_state_of(device)->stats.dma_cycles += hg_sim_dma_cycles(&config->params, bytes);
+    hg_link_account(&config->params.link, &hg_sim_state_of(device)->stats, bytes);
     return HG_OK;
 }
 
@@ -126,6 +127,7 @@ static int hg_sim_copy_out(struct hg_device *device, void *dst, uint64_t src_off
     }
     memcpy(dst, hg_sim_memory(device) + src_offset, (size_t)bytes);
     hg_sim_state_of(device)->stats.dma_cycles += hg_sim_dma_cycles(&config->params, bytes);
+    hg_link_account(&config->params.link, &hg_sim_state_of(device)->stats, bytes);
     return HG_OK;
 }
 
@@ -162,6 +164,7 @@ static int hg_sim_wait(struct hg_device *device)
                               &hook);
         if (status == HG_OK) {
             sim->stats.invocations += 1;
+            sim->stats.invoke_cycles += config->params.invoke_cycles;
         }
     }
     sim->queued = 0;

@@ -41,9 +41,10 @@ typedef struct {
     uint32_t vector_lanes;        /* elements the vector unit processes per cycle */
     uint32_t command_cycles;      /* decoding and starting one kernel command */
     uint32_t dma_setup_cycles;    /* before a DMA's first byte moves */
-    uint32_t reserved;
+    uint32_t invoke_cycles;       /* each invocation: the controller's driver call, doorbell and completion interrupt */
     double sram_bytes_per_cycle;  /* local memory bandwidth the engines see */
     double dma_bytes_per_cycle;
+    hg_link link;                 /* from the controller, when the device sits behind one */
 } hg_sim_params;
 
 /* What the device is: constant, shared by every run (hg_device.config). */
