@@ -249,3 +249,63 @@ def test_missing_arm_toolchain_is_refused_and_native_only_verifies_natively(tmp_
     assert built.returncode == 0, built.stderr
     errors = verify(out, seed=3)
     assert errors and all(e.ok for e in errors), errors
+
+
+def test_mcu_drives_a_simulated_npu_in_process(tmp_path):
+    """platforms/mcu-npu.yaml: the NPU's device model is linked into the ELF; under qemu it counts the
+    same cycles as the native simulation of the same run, and the outputs match onnxruntime."""
+    out = hetgen.compile(
+        REPO / "platforms/mcu-npu.yaml", REPO / "examples/resnet_tiny.onnx", out=tmp_path / "o", werror=True, **FAST
+    )
+    manifest = json.loads((out / "hetgen.json").read_text())
+    assert [t["path"] for t in manifest["targets"]] == ["mcu_npu", "mcu_npu/npu0"]
+    assert manifest["targets"][1]["kernels"] > 0  # the NPU has work
+    found = assert_bare_metal_image(elf_of(out))
+    assert any(name.startswith("hg_sim_") for name in found)
+    errors = verify(out, seed=6, emulate=True)
+    assert errors and all(e.ok for e in errors), errors
+    emulated, native = EmulatedModel(out), hetgen.load(out)
+    rng = np.random.default_rng(1)
+    feeds = {info.name: rng.standard_normal(info.shape).astype(info.dtype) for info in emulated.inputs}
+    emulated.run(feeds)
+    native.run(feeds)
+    (device,) = emulated.board_report["devices"]
+    assert device["invocations"] > 0
+    assert {key: device[key] for key in native.device_stats(0)} == native.device_stats(0)
+
+
+COMPOSITE = """
+name: mm
+target:
+  kind: cortex-m7
+  runtime: aot
+  devices:
+    vdevice0:
+      kind: accelerator-with-coprocessor
+      link: {bandwidth_gbps: 1, latency_us: 5}
+      host: {kind: cortex-m4, runtime: graph}
+      devices:
+        npu0: {kind: npu, sram_kib: 128, macs_per_cycle: 64, clock_mhz: 400}
+"""
+
+
+def test_cortex_m_as_the_host_of_an_accelerator_with_coprocessor(tmp_path):
+    """A Cortex-M7 root whose accelerator has a Cortex-M4 co-processor: no OS means no transport, so
+    the co-processor's library links into the root's ELF (same ISA) and the whole runs under qemu."""
+    platform = tmp_path / "mm.yaml"
+    platform.write_text(COMPOSITE)
+    out = hetgen.compile(platform, REPO / "examples/resnet_tiny.onnx", out=tmp_path / "o", werror=True, **FAST)
+    manifest = json.loads((out / "hetgen.json").read_text())
+    assert {t["path"] for t in manifest["targets"]} == {"mm", "mm/vdevice0/host", "mm/vdevice0/npu0"}
+    assert manifest["remote_devices"] == []
+    (program,) = manifest["board"]["programs"]
+    assert program["name"] == "hg_mm_main.elf" and program["emulator"][:3] == ["qemu-system-arm", "-M", "mps2-an500"]
+    link = next(
+        line
+        for line in (out / "build.ninja").read_text().replace("$\n", "").splitlines()
+        if "build board/bin/hg_mm_main.elf" in line
+    )
+    assert "board/lib/libhg_mm_vdevice0_host.a" in link and "hg_transport" not in link
+    assert_bare_metal_image(out / program["path"])
+    errors = verify(out, seed=7, emulate=True)
+    assert errors and all(e.ok for e in errors), errors

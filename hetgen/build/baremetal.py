@@ -20,9 +20,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetgen.codegen.baremetal import is_bare_metal, memory_map
 from hetgen.errors import HetgenError
 from hetgen.lower.program import Lowered
+from hetgen.platform.baremetal import is_bare_metal, memory_map
 from hetgen.platform.model import Platform
 
 BARE_METAL_LDFLAGS = ("-nostartfiles", "-Wl,--gc-sections")

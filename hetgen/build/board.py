@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from hetgen.build.baremetal import link_flags, map_path
 from hetgen.build.graph import GraphWriter, TargetScope
 from hetgen.build.toolchain import BOARD_PROGRAM_LDFLAGS, BuildOptions, board_toolchain
-from hetgen.codegen.baremetal import memory_map
 from hetgen.codegen.project import BareMetalProgram, Sources, TargetSources
 from hetgen.names import ninja_command, ninja_comment
+from hetgen.platform.baremetal import is_bare_metal, memory_map
 from hetgen.platform.model import Platform
 
 BOARD_DIR = "board"
@@ -118,8 +118,10 @@ def _in_process(
             continue  # accelerators are in their driver's library; remote children are separate programs
         mine, theirs = _triple(platform, owner.path), _triple(platform, child_path)
         if theirs != mine:
+            bare = [p for p in (child_path, owner.path) if is_bare_metal(platform.target(p))]
+            why = f" ({' and '.join(bare)}: bare metal, no OS for a transport)" if bare else ""
             blockers.append(
-                f"{child_path} is built for {theirs or 'this machine'} and {owner.path} for {mine or 'this machine'}"
+                f"{child_path} is built for {theirs or 'this machine'} and {owner.path} for {mine or 'this machine'}{why}"
             )
             continue
         more, more_blockers = _in_process(child, by_path, platform)

@@ -1,5 +1,5 @@
-"""Bare-metal roots: a controller whose toolchain targets no operating system (`arm-none-eabi`, a
-Cortex-M microcontroller) gets a board program of its own in place of the hosted example.
+"""Bare-metal roots (hetgen/platform/baremetal.py: a controller whose toolchain targets no operating
+system, a Cortex-M microcontroller) get a board program of their own in place of the hosted example.
 
 The generated library is the same everywhere (one header, weights const in .rodata, one static
 workspace, no heap and no OS calls); what a bare-metal board adds is its program: a main that reads
@@ -12,54 +12,16 @@ still loads and verifies the same model on this machine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from hetgen.codegen.project import BareMetalProgram, GeneratedFile, Sources
 from hetgen.codegen.render import render
-from hetgen.errors import HetgenError
 from hetgen.lower.program import Lowered
 from hetgen.names import c_comment
-from hetgen.platform.model import Target
+from hetgen.platform.baremetal import is_bare_metal, memory_map
 from hetgen.templates_dir import templates_dir
 
 BOARD_RUNTIME = ("hg_board.c", "hg_board.h")  # copied into runtime/; hg_board.c is compiled for the board only
-MEMORY_ATTRIBUTES = ("flash_origin", "flash_kib", "ram_origin", "ram_kib", "stack_kib")
-KIB = 1024
-
-
-def is_bare_metal(target: Target) -> bool:
-    """A target built for no operating system: its toolchain's triple names the system `none`
-    (arm-none-eabi). Its board program needs startup code and a linker script, and may call no OS."""
-    return "none" in target.toolchain.triple.split("-")[1:]
-
-
-@dataclass(frozen=True)
-class MemoryMap:
-    """A bare-metal target's memory, from its kind's attributes (the board's map)."""
-
-    flash_origin: int
-    flash_bytes: int
-    ram_origin: int
-    ram_bytes: int
-    stack_bytes: int
-
-
-def memory_map(target: Target) -> MemoryMap:
-    missing = [name for name in MEMORY_ATTRIBUTES if name not in target.attrs]
-    if missing:
-        raise HetgenError(
-            f"{target.source.file}: target {target.path_str} (kind {target.kind.name}) is built for no operating "
-            f"system ({target.toolchain.triple}) but its kind has no memory map ({', '.join(missing)}); "
-            "use a kind that refines cortex-m, or declare these attributes"
-        )
-    attrs = target.attrs
-    return MemoryMap(
-        flash_origin=int(attrs["flash_origin"]),
-        flash_bytes=int(attrs["flash_kib"]) * KIB,
-        ram_origin=int(attrs["ram_origin"]),
-        ram_bytes=int(attrs["ram_kib"]) * KIB,
-        stack_bytes=int(attrs["stack_kib"]) * KIB,
-    )
 
 
 def program_name(prefix: str) -> str:
@@ -91,6 +53,7 @@ def with_board_support(lowered: Lowered, sources: Sources) -> Sources:
         exe_name=exe_name,
         input_buffers=_buffers("input", root.inputs),
         output_buffers=_buffers("output", root.outputs),
+        simulated_devices=len(lowered.simulated),
         **common,
     )
     script = render(

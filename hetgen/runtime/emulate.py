@@ -50,15 +50,20 @@ def semihosting_command(emulator_and_elf: tuple[str, ...], name: str, arguments:
     return [*emulator, "-nographic", "-monitor", "none", "-semihosting-config", config, "-kernel", elf]
 
 
-BOARD_REPORT = re.compile(r"hg_board: ((?:\w+=\d+ ?)+)$", re.MULTILINE)
+BOARD_REPORT = re.compile(r"^(hg_board|hg_device): ((?:\w+=\d+ ?)+)$", re.MULTILINE)
 
 
-def board_report(stdout: str) -> dict[str, int]:
-    """The `hg_board: ticks=T runs=N stack=S` line a bare-metal program prints after its runs."""
-    found = BOARD_REPORT.search(stdout)
-    if found is None:
-        return {}
-    return {key: int(value) for key, value in (item.split("=") for item in found.group(1).split())}
+def board_report(stdout: str) -> dict:
+    """What a bare-metal program prints after its runs (templates/baremetal/main.c.j2): its
+    `hg_board: ticks=T runs=N stack=S` line, and under "devices" each simulated device's counters."""
+    report: dict = {}
+    for what, fields in BOARD_REPORT.findall(stdout):
+        values = {key: int(value) for key, value in (item.split("=") for item in fields.split())}
+        if what == "hg_board":
+            report.update(values)
+        else:
+            report.setdefault("devices", []).append(values)
+    return report
 
 
 class EmulatedModel:
@@ -87,7 +92,7 @@ class EmulatedModel:
         )
         self.transport_stats: list[dict] = []
         # A bare-metal ELF runs under a system emulator and reports its ticks and stack (hg_board.h).
-        self.board_report: dict[str, int] = {}
+        self.board_report: dict = {}
 
     def _programs(self) -> dict:
         """The root program (its co-processors' servers: `_servers`)."""
