@@ -46,6 +46,12 @@ def semihosting_command(emulator_and_elf: tuple[str, ...], name: str, arguments:
     """A bare-metal ELF under a system emulator (qemu-system-arm -M BOARD): its command line reaches
     the program through semihosting (SYS_GET_CMDLINE), files are the host's (target=native)."""
     *emulator, elf = emulator_and_elf
+    spaced = [argument for argument in arguments if any(c.isspace() for c in argument)]
+    if spaced:
+        raise HetgenError(
+            f"{spaced[0]}: a bare-metal program's command line is split at spaces (semihosting gives it one "
+            "string); use paths without spaces (for verify --emulate: a TMPDIR without spaces)"
+        )
     config = ",".join(["enable=on", "target=native", *(f"arg={_qemu_option_value(a)}" for a in (name, *arguments))])
     return [*emulator, "-nographic", "-monitor", "none", "-semihosting-config", config, "-kernel", elf]
 
