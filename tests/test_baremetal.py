@@ -309,3 +309,22 @@ def test_cortex_m_as_the_host_of_an_accelerator_with_coprocessor(tmp_path):
     assert_bare_metal_image(out / program["path"])
     errors = verify(out, seed=7, emulate=True)
     assert errors and all(e.ok for e in errors), errors
+
+
+def test_bare_metal_toolchain_without_a_memory_map_is_refused(tmp_path):
+    """A kind built for no OS (its triple says so) needs a memory map for its linker script."""
+    platform = tmp_path / "bare.yaml"
+    platform.write_text(
+        "name: bare\ntarget:\n  kind: cpu\n  runtime: aot\n"
+        "  toolchain: {cc: arm-none-eabi-gcc, ar: arm-none-eabi-ar, triple: arm-none-eabi}\n"
+    )
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "hetgen", str(platform), "examples/resnet_tiny.onnx", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "is built for no operating system (arm-none-eabi) but its kind has no memory map" in result.stderr
+    assert "flash_origin, flash_kib, ram_origin, ram_kib, stack_kib" in result.stderr and not out.exists()

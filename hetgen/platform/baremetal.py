@@ -19,8 +19,10 @@ MEMORY_ATTRIBUTES = ("flash_origin", "flash_kib", "ram_origin", "ram_kib", "stac
 
 def is_bare_metal(target: Target) -> bool:
     """A target built for no operating system: its toolchain's triple names the system `none`
-    (arm-none-eabi). Its board program needs startup code and a linker script, and may call no OS."""
-    return "none" in target.toolchain.triple.split("-")[1:]
+    (arm-none-eabi, aarch64-none-elf) or only an object format (riscv64-unknown-elf). Its board
+    program needs startup code and a linker script, and may call no OS."""
+    parts = target.toolchain.triple.split("-")
+    return len(parts) > 1 and ("none" in parts[1:] or parts[-1] == "elf")
 
 
 @dataclass(frozen=True)
