@@ -20,7 +20,7 @@ import hetgen
 from hetgen.build.baremetal import image_sizes
 from hetgen.models import mlp, tiny_cnn
 from hetgen.platform.loader import load_platform, load_platform_text
-from hetgen.runtime.emulate import EmulatedModel, semihosting_command
+from hetgen.runtime.emulate import EmulatedModel, board_report, semihosting_command
 from hetgen.runtime.verify import verify
 
 REPO = Path(__file__).resolve().parent.parent
@@ -328,3 +328,36 @@ def test_bare_metal_toolchain_without_a_memory_map_is_refused(tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "is built for no operating system (arm-none-eabi) but its kind has no memory map" in result.stderr
     assert "flash_origin, flash_kib, ram_origin, ram_kib, stack_kib" in result.stderr and not out.exists()
+
+
+LOOP = r"""
+#include "hg_board.h"
+int main(void)
+{
+    char number[24];
+    uint32_t count = 10000000u;
+    hg_board_ticks_start();
+    __asm__ volatile("1: subs %0, %0, #1\n\tbne 1b" : "+r"(count)); /* two instructions a turn */
+    hg_board_print("hg_board: ticks=");
+    hg_board_print(hg_board_decimal(hg_board_ticks(), number));
+    hg_board_print("\n");
+    return 0;
+}
+"""
+
+
+def test_systick_under_icount_counts_one_tick_per_40_instructions(tmp_path, resnet_mcu):
+    """What benchmarks/bench_mcu.py relies on: under -icount shift=0 SysTick (the board's 25 MHz)
+    advances once per 40 instructions, so a loop of 20 million instructions reads 500,000 ticks."""
+    source = tmp_path / "loop.c"
+    source.write_text(LOOP)
+    elf = tmp_path / "loop.elf"
+    flags = ["-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-O2", "-nostartfiles"]
+    subprocess.run(
+        ["arm-none-eabi-gcc", *flags, "-I", str(resnet_mcu / "runtime"), "-T", str(resnet_mcu / "mcu/link.ld")]
+        + [str(source), str(resnet_mcu / "runtime/hg_board.c"), "-o", str(elf)],
+        check=True,
+    )
+    command = semihosting_command(("qemu-system-arm", "-M", "mps2-an386", "-icount", "shift=0", str(elf)), "loop", [])
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    assert abs(board_report(result.stdout)["ticks"] * 40 - 20_000_000) <= 200
