@@ -24,7 +24,7 @@ from hetgen.build.graph import GraphWriter, TargetScope
 from hetgen.build.toolchain import BOARD_PROGRAM_LDFLAGS, BuildOptions, board_toolchain
 from hetgen.codegen.project import BareMetalProgram, Sources, TargetSources
 from hetgen.names import ninja_command, ninja_comment
-from hetgen.platform.baremetal import is_bare_metal, memory_map
+from hetgen.platform.baremetal import MemoryMap, is_bare_metal, memory_map
 from hetgen.platform.model import Platform
 
 BOARD_DIR = "board"
@@ -58,10 +58,10 @@ class PlannedProgram:
     sources: tuple[str, ...]
     libraries: tuple[str, ...]  # the target's board library, then those of its in-process children
     emulator: tuple[str, ...]  # how to run it on this machine, e.g. ("qemu-aarch64", "-L", "/usr/...")
-    # A bare-metal ELF (hetgen/build/baremetal.py): its linker script and the board's memory map
-    # (flash_bytes, ram_bytes, stack_bytes); it runs under a system emulator with semihosting.
+    # A bare-metal ELF (hetgen/build/baremetal.py): its linker script and the board's memory map;
+    # it runs under a system emulator with semihosting.
     linker_script: str = ""
-    memory: dict | None = None
+    memory: MemoryMap | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class BoardPlan:
                     "target": p.target,
                     "kind": p.kind,
                     "emulator": list(p.emulator),
-                    **({"semihosting": True, "memory": p.memory} if p.linker_script else {}),
+                    **({"semihosting": True, "memory": _memory_json(p.memory)} if p.memory else {}),
                 }
                 for p in self.programs
             ],
@@ -175,9 +175,11 @@ def board_plan(sources: Sources, platform: Platform, options: BuildOptions) -> B
 def _bare_metal_fields(bare_metal: BareMetalProgram | None, platform: Platform, path: str) -> dict:
     if bare_metal is None:
         return {}
-    layout = memory_map(platform.target(path))
-    memory = {"flash_bytes": layout.flash_bytes, "ram_bytes": layout.ram_bytes, "stack_bytes": layout.stack_bytes}
-    return {"linker_script": bare_metal.linker_script, "memory": memory}
+    return {"linker_script": bare_metal.linker_script, "memory": memory_map(platform.target(path))}
+
+
+def _memory_json(memory: MemoryMap) -> dict:
+    return {"flash_bytes": memory.flash_bytes, "ram_bytes": memory.ram_bytes, "stack_bytes": memory.stack_bytes}
 
 
 def _library_objects(target_sources: TargetSources, by_path: dict[str, TargetSources]) -> list[TargetSources]:
