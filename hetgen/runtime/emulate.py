@@ -10,6 +10,11 @@ concatenated in the manifest's order, no header. A root whose co-processors are 
 would: a pipe pair to the server started through its own emulator (`transport="pipe"`, the root
 starts it), or TCP on loopback (`transport="tcp"`, the server started first, listening). The
 traffic of the last run is in `transport_stats` (one entry per device).
+
+A bare-metal root (a Cortex-M ELF, hetgen.json's `semihosting`) runs under a system emulator
+(`qemu-system-arm -M BOARD`) instead: its command line and files reach it through semihosting
+(`semihosting_command`), and what it prints after its runs (ticks, stack, simulated devices'
+counters) is in `board_report`.
 """
 
 from __future__ import annotations
