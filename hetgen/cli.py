@@ -130,6 +130,11 @@ def cmd_build(args, build: bool = True) -> int:
             print(f"board: {program['path']} (program of {program['target']})")
         for note in board["notes"]:
             print(f"board: {note}")
+        if build:
+            from hetgen.build.baremetal import image_report
+
+            for line in image_report(compiled.out_dir, manifest):
+                print(f"board: {line}")
     verb = "built" if build else "generated"
     print(f"{verb} {compiled.out_dir} ({len(compiled.changed)} files changed)")
     return 0

@@ -19,6 +19,7 @@ from onnx import external_data_helper
 
 from hetgen import codegen, frontend, lower
 from hetgen.build import BuildOptions, Regenerate, board_plan, build_files, require_tools, run_ninja
+from hetgen.build.baremetal import check_board_fit
 from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project
 from hetgen.codegen.project import GeneratedFile, manifest_bytes
 from hetgen.errors import BuildError
@@ -118,6 +119,8 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
 def generate_files(platform: Platform, graph: Graph, options: CompileOptions, model, out_dir: Path):
     placement = place(graph, platform, mode=options.placement, pins=options.pins)
     lowered = lower.lower(graph, platform, placement)
+    if not options.native_only:
+        check_board_fit(lowered, platform)  # a bare-metal board's flash and RAM, before anything is built
     sources = codegen.generate(lowered, weights=options.weights)
     regenerate = regenerate_rule(platform, model, out_dir, options)
     board = None if options.native_only else board_plan(sources, platform, options.build_options)

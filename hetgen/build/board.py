@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetgen.build.baremetal import link_flags, map_path
 from hetgen.build.graph import GraphWriter, TargetScope
 from hetgen.build.toolchain import BOARD_PROGRAM_LDFLAGS, BuildOptions, board_toolchain
-from hetgen.codegen.project import Sources, TargetSources
+from hetgen.codegen.project import BareMetalProgram, Sources, TargetSources
 from hetgen.names import ninja_command, ninja_comment
+from hetgen.platform.baremetal import MemoryMap, is_bare_metal, memory_map
 from hetgen.platform.model import Platform
 
 BOARD_DIR = "board"
@@ -56,6 +58,10 @@ class PlannedProgram:
     sources: tuple[str, ...]
     libraries: tuple[str, ...]  # the target's board library, then those of its in-process children
     emulator: tuple[str, ...]  # how to run it on this machine, e.g. ("qemu-aarch64", "-L", "/usr/...")
+    # A bare-metal ELF (hetgen/build/baremetal.py): its linker script and the board's memory map;
+    # it runs under a system emulator with semihosting.
+    linker_script: str = ""
+    memory: MemoryMap | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,14 @@ class BoardPlan:
                 {"target": lib.target, "path": lib.path, "triple": lib.triple, "cc": lib.cc} for lib in self.libraries
             ],
             "programs": [
-                {"name": p.name, "path": p.path, "target": p.target, "kind": p.kind, "emulator": list(p.emulator)}
+                {
+                    "name": p.name,
+                    "path": p.path,
+                    "target": p.target,
+                    "kind": p.kind,
+                    "emulator": list(p.emulator),
+                    **({"semihosting": True, "memory": _memory_json(p.memory)} if p.memory else {}),
+                }
                 for p in self.programs
             ],
             "notes": list(self.notes),
@@ -105,8 +118,10 @@ def _in_process(
             continue  # accelerators are in their driver's library; remote children are separate programs
         mine, theirs = _triple(platform, owner.path), _triple(platform, child_path)
         if theirs != mine:
+            bare = [p for p in (child_path, owner.path) if is_bare_metal(platform.target(p))]
+            why = f" ({' and '.join(bare)}: bare metal, no OS for a transport)" if bare else ""
             blockers.append(
-                f"{child_path} is built for {theirs or 'this machine'} and {owner.path} for {mine or 'this machine'}"
+                f"{child_path} is built for {theirs or 'this machine'} and {owner.path} for {mine or 'this machine'}{why}"
             )
             continue
         more, more_blockers = _in_process(child, by_path, platform)
@@ -126,7 +141,10 @@ def board_plan(sources: Sources, platform: Platform, options: BuildOptions) -> B
             PlannedLibrary(target_sources.path, board_library(target_sources.prefix), toolchain.triple, toolchain.cc)
         )
         wanted = [(p.name, "program", p.sources) for p in target_sources.board_programs]
-        if target_sources.example:
+        bare_metal = target_sources.bare_metal
+        if bare_metal is not None:  # its own main, startup and linker script (hetgen/codegen/baremetal.py)
+            wanted.insert(0, (bare_metal.name, "root", bare_metal.sources))
+        elif target_sources.example:
             wanted.insert(0, (f"{target_sources.prefix}_main", "root", (target_sources.example,)))
         if not wanted:
             continue
@@ -148,9 +166,20 @@ def board_plan(sources: Sources, platform: Platform, options: BuildOptions) -> B
                     sources=tuple(program_sources),
                     libraries=tuple(board_library(t.prefix) for t in linked),
                     emulator=toolchain.emulator,
+                    **_bare_metal_fields(bare_metal if kind == "root" else None, platform, target_sources.path),
                 )
             )
     return BoardPlan(tuple(libraries), tuple(programs), tuple(notes))
+
+
+def _bare_metal_fields(bare_metal: BareMetalProgram | None, platform: Platform, path: str) -> dict:
+    if bare_metal is None:
+        return {}
+    return {"linker_script": bare_metal.linker_script, "memory": memory_map(platform.target(path))}
+
+
+def _memory_json(memory: MemoryMap) -> dict:
+    return {"flash_bytes": memory.flash_bytes, "ram_bytes": memory.ram_bytes, "stack_bytes": memory.stack_bytes}
 
 
 def _library_objects(target_sources: TargetSources, by_path: dict[str, TargetSources]) -> list[TargetSources]:
@@ -209,6 +238,21 @@ def board_graph(
             if obj not in compiled:
                 compiled.add(graph.compile(scope, src, obj))
             main_objects.append(obj)
-        outputs.append(graph.link(scope, "board_link", program.path, [*main_objects, *program.libraries], static))
+        inputs = [*main_objects, *program.libraries]
+        if program.linker_script:  # a bare-metal ELF: its own link flags, script and map file
+            flags = ninja_command((*link_flags(program.linker_script, map_path(program.path)),))
+            outputs.append(
+                graph.link(
+                    scope,
+                    "board_link",
+                    program.path,
+                    inputs,
+                    f"{scope.ref('cflags')} {flags}",
+                    implicit=(program.linker_script,),
+                    implicit_outputs=(map_path(program.path),),
+                )
+            )
+            continue
+        outputs.append(graph.link(scope, "board_link", program.path, inputs, static))
     ninja.newline()
     return outputs

@@ -90,8 +90,26 @@ class GraphWriter:
         )
         return library
 
-    def link(self, scope: TargetScope, rule: str, output: str, inputs: list[str], ldflags: str = "") -> str:
+    def link(
+        self,
+        scope: TargetScope,
+        rule: str,
+        output: str,
+        inputs: list[str],
+        ldflags: str = "",
+        implicit: tuple[str, ...] = (),
+        implicit_outputs: tuple[str, ...] = (),
+    ) -> str:
+        """`implicit`: inputs the command reads that are not linked (a linker script);
+        `implicit_outputs`: what else it writes (a map file)."""
         flags = scope.ref("ldflags") + (f" {ldflags}" if ldflags else "")
         variables = [("cc", scope.ref("cc")), ("ldflags", flags)]
-        self.ninja.build(ninja_path(output), rule, [ninja_path(i) for i in inputs], variables=variables)
+        self.ninja.build(
+            ninja_path(output),
+            rule,
+            [ninja_path(i) for i in inputs],
+            implicit=[ninja_path(i) for i in implicit] or None,
+            implicit_outputs=[ninja_path(o) for o in implicit_outputs] or None,
+            variables=variables,
+        )
         return output

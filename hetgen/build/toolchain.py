@@ -41,6 +41,7 @@ DEBIAN_PACKAGES = {
     "qemu-aarch64": "qemu-user",
     "qemu-riscv64": "qemu-user",
     "qemu-arm": "qemu-user",
+    "qemu-system-arm": "qemu-system-arm",
     "ccache": "ccache",
     "distcc": "distcc",
     "sccache": "sccache",

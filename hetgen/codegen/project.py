@@ -43,6 +43,16 @@ class BoardProgram:
 
 
 @dataclass(frozen=True)
+class BareMetalProgram:
+    """A bare-metal root's board program (hetgen/codegen/baremetal.py): its own main, startup and
+    linker script in place of the hosted example, linked into an ELF with a map file."""
+
+    name: str  # the ELF's file name, e.g. "hg_mcu_main.elf"
+    sources: tuple[str, ...]  # the semihosting main and the board support, compiled for the board only
+    linker_script: str  # e.g. "mcu/link.ld"
+
+
+@dataclass(frozen=True)
 class TargetSources:
     """What the build stage needs to know about one target's files."""
 
@@ -62,6 +72,7 @@ class TargetSources:
     # Child controllers the board build reaches over the transport (their device calls are served by
     # `board_sources`), so they are not linked into this target's programs.
     remote_children: tuple[str, ...] = ()
+    bare_metal: BareMetalProgram | None = None  # a bare-metal root: the board program replaces `example`
 
 
 @dataclass(frozen=True)

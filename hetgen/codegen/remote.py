@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from hetgen.codegen.render import render
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string
+from hetgen.platform.baremetal import is_bare_metal
 
 # The runtime sources each side of the transport needs, compiled only in the board build.
 CLIENT_RUNTIME = ("runtime/hg_transport.c", "runtime/hg_remote.c")
@@ -53,6 +54,8 @@ def remote_devices(lowered: Lowered, prefixes: dict[str, str]) -> tuple[RemoteDe
         child: Program = by_path[block.path]
         if child.role is not ProgramRole.COPROCESSOR:
             continue  # an accelerator under the root is simulated inside the root's own program
+        if is_bare_metal(root.target) or is_bare_metal(child.target):
+            continue  # no OS, so no pipe or socket: a bare-metal core links its co-processor in-process or not at all
         name = device_path.removeprefix(root.target.path_str + "/").replace("/", ".")
         prefix = prefixes[block.path]
         found.append(

@@ -10,6 +10,11 @@ concatenated in the manifest's order, no header. A root whose co-processors are 
 would: a pipe pair to the server started through its own emulator (`transport="pipe"`, the root
 starts it), or TCP on loopback (`transport="tcp"`, the server started first, listening). The
 traffic of the last run is in `transport_stats` (one entry per device).
+
+A bare-metal root (a Cortex-M ELF, hetgen.json's `semihosting`) runs under a system emulator
+(`qemu-system-arm -M BOARD`) instead: its command line and files reach it through semihosting
+(`semihosting_command`), and what it prints after its runs (ticks, stack, simulated devices'
+counters) is in `board_report`.
 """
 
 from __future__ import annotations
@@ -38,6 +43,40 @@ def _little_endian(dtype: np.dtype) -> np.dtype:
     return dtype.newbyteorder("<")
 
 
+def _qemu_option_value(text: str) -> str:
+    return text.replace(",", ",,")  # qemu's option syntax: a comma inside a value is doubled
+
+
+def semihosting_command(emulator_and_elf: tuple[str, ...], name: str, arguments: list[str]) -> list[str]:
+    """A bare-metal ELF under a system emulator (qemu-system-arm -M BOARD): its command line reaches
+    the program through semihosting (SYS_GET_CMDLINE), files are the host's (target=native)."""
+    *emulator, elf = emulator_and_elf
+    spaced = [argument for argument in arguments if any(c.isspace() for c in argument)]
+    if spaced:
+        raise HetgenError(
+            f"{spaced[0]}: a bare-metal program's command line is split at spaces (semihosting gives it one "
+            "string); use paths without spaces (for verify --emulate: a TMPDIR without spaces)"
+        )
+    config = ",".join(["enable=on", "target=native", *(f"arg={_qemu_option_value(a)}" for a in (name, *arguments))])
+    return [*emulator, "-nographic", "-monitor", "none", "-semihosting-config", config, "-kernel", elf]
+
+
+BOARD_REPORT = re.compile(r"^(hg_board|hg_device): ((?:\w+=\d+ ?)+)$", re.MULTILINE)
+
+
+def board_report(stdout: str) -> dict:
+    """What a bare-metal program prints after its runs (templates/baremetal/main.c.j2): its
+    `hg_board: ticks=T runs=N stack=S` line, and under "devices" each simulated device's counters."""
+    report: dict = {}
+    for what, fields in BOARD_REPORT.findall(stdout):
+        values = {key: int(value) for key, value in (item.split("=") for item in fields.split())}
+        if what == "hg_board":
+            report.update(values)
+        else:
+            report.setdefault("devices", []).append(values)
+    return report
+
+
 class EmulatedModel:
     """The board build's root program, run once per `run` under the emulator its kind names."""
 
@@ -63,6 +102,8 @@ class EmulatedModel:
             for device, server in self._servers()
         )
         self.transport_stats: list[dict] = []
+        # A bare-metal ELF runs under a system emulator and reports its ticks and stack (hg_board.h).
+        self.board_report: dict = {}
 
     def _programs(self) -> dict:
         """The root program (its co-processors' servers: `_servers`)."""
@@ -126,8 +167,13 @@ class EmulatedModel:
                         process, port = self._start_listening(name, server)
                         listening.append(process)
                         devices += ["--device", f"{name}=tcp:127.0.0.1:{port}"]
-                command = [*self.command, *devices, str(inputs), str(outputs), *([str(runs)] if runs != 1 else [])]
-                self._run_program(command, {"HG_TRANSPORT_STATS": str(stats)} if self.servers else {})
+                arguments = [str(inputs), str(outputs), *([str(runs)] if runs != 1 else [])]
+                if self.program.get("semihosting"):
+                    command = semihosting_command(self.command, self.program["name"], arguments)
+                else:
+                    command = [*self.command, *devices, *arguments]
+                stdout = self._run_program(command, {"HG_TRANSPORT_STATS": str(stats)} if self.servers else {})
+                self.board_report = board_report(stdout)
             finally:
                 for process in listening:
                     process.kill()
@@ -155,7 +201,7 @@ class EmulatedModel:
         arrays = checked_inputs(self.inputs, feeds)  # the same rules as the native library's run()
         return b"".join(array.astype(_little_endian(info.dtype)).tobytes() for info, array in zip(self.inputs, arrays))
 
-    def _run_program(self, command: list[str], env: dict[str, str]) -> None:
+    def _run_program(self, command: list[str], env: dict[str, str]) -> str:
         try:
             result = subprocess.run(
                 command, capture_output=True, text=True, timeout=self.timeout_s, env={**os.environ, **env}
@@ -169,6 +215,7 @@ class EmulatedModel:
         if result.returncode != 0:
             detail = result.stderr.strip()[-2000:] or "(nothing on stderr)"
             raise HetgenError(f"the board program failed (exit {result.returncode}): {' '.join(command)}\n{detail}")
+        return result.stdout
 
     def _read_outputs(self, path: Path) -> dict[str, np.ndarray]:
         data = path.read_bytes() if path.is_file() else b""

@@ -1,0 +1,81 @@
+"""Bare-metal roots (hetgen/platform/baremetal.py: a controller whose toolchain targets no operating
+system, a Cortex-M microcontroller) get a board program of their own in place of the hosted example.
+
+The generated library is the same everywhere (one header, weights const in .rodata, one static
+workspace, no heap and no OS calls); what a bare-metal board adds is its program: a main that reads
+its inputs and writes its outputs through semihosting (templates/baremetal/main.c.j2), the startup
+code and board support (templates/baremetal/hg_board.c: vector table, reset handler, semihosting,
+SysTick ticks, stack high-water mark) and a linker script from the platform's memory map
+(templates/baremetal/link.ld.j2). The native build keeps compiling the hosted example, so Python
+still loads and verifies the same model on this machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hetgen.codegen.project import BareMetalProgram, GeneratedFile, Sources
+from hetgen.codegen.render import render
+from hetgen.lower.program import Lowered
+from hetgen.names import c_comment
+from hetgen.platform.baremetal import is_bare_metal, memory_map
+from hetgen.templates_dir import templates_dir
+
+BOARD_RUNTIME = ("hg_board.c", "hg_board.h")  # copied into runtime/; hg_board.c is compiled for the board only
+
+
+def program_name(prefix: str) -> str:
+    return f"{prefix}_main.elf"
+
+
+def _buffers(kind: str, tensors) -> list[dict]:
+    # A zero-sized tensor still gets a one-byte buffer: C has no zero-length arrays.
+    return [{"name": f"{kind}_{index}", "size": max(spec.type.nbytes, 1)} for index, spec in enumerate(tensors)]
+
+
+def with_board_support(lowered: Lowered, sources: Sources) -> Sources:
+    """`sources` with a bare-metal root's board program added (unchanged for any other root)."""
+    root = lowered.root
+    if not is_bare_metal(root.target):
+        return sources
+    layout = memory_map(root.target)
+    root_sources = sources.targets[0]
+    folder, prefix = root_sources.path, root_sources.prefix
+    common = {
+        "model_name": c_comment(lowered.model_name),
+        "target_path": c_comment(root.target.path_str),
+        "prefix": prefix,
+        "PREFIX": prefix.upper(),
+    }
+    exe_name = program_name(prefix)
+    main = render(
+        "baremetal/main.c.j2",
+        exe_name=exe_name,
+        input_buffers=_buffers("input", root.inputs),
+        output_buffers=_buffers("output", root.outputs),
+        simulated_devices=len(lowered.simulated),
+        **common,
+    )
+    script = render(
+        "baremetal/link.ld.j2",
+        kind=c_comment(root.target.kind.name),
+        flash_origin=f"0x{layout.flash_origin:08x}",
+        flash_bytes=layout.flash_bytes,
+        ram_origin=f"0x{layout.ram_origin:08x}",
+        ram_bytes=layout.ram_bytes,
+        stack_bytes=layout.stack_bytes,
+        **common,
+    )
+    board_dir = templates_dir() / "baremetal"
+    files = [
+        GeneratedFile(f"{folder}/board_main.c", main.encode()),
+        GeneratedFile(f"{folder}/link.ld", script.encode()),
+        *(GeneratedFile(f"runtime/{name}", (board_dir / name).read_bytes()) for name in BOARD_RUNTIME),
+    ]
+    program = BareMetalProgram(
+        name=exe_name,
+        sources=(f"{folder}/board_main.c", "runtime/hg_board.c"),
+        linker_script=f"{folder}/link.ld",
+    )
+    targets = (replace(root_sources, bare_metal=program), *sources.targets[1:])
+    return replace(sources, files=(*sources.files, *files), targets=targets)
