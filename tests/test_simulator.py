@@ -257,3 +257,15 @@ def test_descriptors_of_batched_and_one_dimensional_products_and_depthwise_convo
     # each of 8 channels is its own product of 36 pixels x 1 output channel over 9 taps
     assert shape["depthwise"] == (Engine.MAC_ARRAY, 8, 36, 1, 9)
     assert work["depthwise"].bytes == 4 * (8 * 36 + 8 * 9 + 8 * 36)
+
+
+def test_stats_fields_are_the_c_structs_fields_in_order():
+    """The loader's cffi struct and the board program's report both follow STATS_FIELDS."""
+    import re
+
+    from hetgen.codegen.project import STATS_FIELDS
+    from hetgen.templates_dir import templates_dir
+
+    header = (templates_dir() / "runtime" / "hg_runtime.h").read_text()
+    body = re.search(r"typedef struct \{([^}]*)\} hg_device_stats;", header).group(1)
+    assert tuple(re.findall(r"uint64_t (\w+);", body)) == STATS_FIELDS

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hetgen.codegen.project import BareMetalProgram, GeneratedFile, Sources
+from hetgen.codegen.project import STATS_FIELDS, BareMetalProgram, GeneratedFile, Sources
 from hetgen.codegen.render import render
 from hetgen.lower.program import Lowered
 from hetgen.names import c_comment
@@ -54,6 +54,7 @@ def with_board_support(lowered: Lowered, sources: Sources) -> Sources:
         input_buffers=_buffers("input", root.inputs),
         output_buffers=_buffers("output", root.outputs),
         simulated_devices=len(lowered.simulated),
+        stats_fields=STATS_FIELDS,
         **common,
     )
     script = render(

@@ -27,6 +27,19 @@ RUNTIME_FILES = ("hg_runtime.h", "hg_device.h", "hg_kernels.h", "hg_graph.c", "h
 RUNTIME_VERSION = 2
 
 
+# hg_device_stats (templates/runtime/hg_runtime.h), field by field in order.
+STATS_FIELDS = (
+    "compute_cycles",
+    "load_cycles",
+    "dma_cycles",
+    "invocations",
+    "invoke_cycles",
+    "link_cycles",
+    "link_bytes",
+    "link_copies",
+)
+
+
 @dataclass(frozen=True)
 class GeneratedFile:
     path: str  # relative to the output folder, '/'-separated

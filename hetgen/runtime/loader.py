@@ -13,6 +13,7 @@ import cffi
 import numpy as np
 
 from hetgen.build.ninja_file import library_path
+from hetgen.codegen.project import STATS_FIELDS
 from hetgen.errors import HetgenError
 from hetgen.runtime.sanitizers import check_runtime_loaded
 
@@ -27,19 +28,6 @@ class TensorInfo:
 
     def __str__(self) -> str:
         return f"{self.name}: {self.dtype}[{'x'.join(map(str, self.shape))}]"
-
-
-# hg_device_stats (templates/runtime/hg_runtime.h), field by field in order.
-STATS_FIELDS = (
-    "compute_cycles",
-    "load_cycles",
-    "dma_cycles",
-    "invocations",
-    "invoke_cycles",
-    "link_cycles",
-    "link_bytes",
-    "link_copies",
-)
 
 
 class Model:
