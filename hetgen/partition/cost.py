@@ -3,9 +3,10 @@
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
                                              bytes / (bandwidth_gbps * 1e3)))          [us]
     on an accelerator that runs one group per invocation (hetgen/lower/invocation.py, the rule
-    lowering follows), its weights are loaded by DMA before it computes from local memory:
-    group time    = scale * (launch_us + flops / (peak_gflops * 1e3 * efficiency)
-                             + weight bytes / (bandwidth_gbps * 1e3))
+    lowering follows), its units' tile plans (hetgen/lower/tiling.py) timed command by command:
+    group time    = scale * (launch_us + sum over units of plan_us(plan, rates)), where a tile's
+                    compute takes flops / (peak_gflops * 1e3 * efficiency), its DMA bytes /
+                    (bandwidth_gbps * 1e3), and DMA overlaps compute where the plan double-buffers
     transfer time = sum over the links on the tree path between two targets of
                     (latency_us + bytes / (bandwidth_gbps * 1e3))                      [us]
 
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph, Node
-from hetgen.lower.invocation import one_unit_per_invocation, weight_bytes
+from hetgen.lower.invocation import group_plans, one_unit_per_invocation, tile_rates
+from hetgen.lower.tiling import Unfit, plan_us
 from hetgen.ops.base import OpInstance
 from hetgen.ops.registry import op_def
 from hetgen.platform.model import CostFigures, Link, Platform, Target
@@ -66,17 +68,23 @@ def kernel_us(figures: CostFigures, work: Work, efficiency: float = 1.0, scale: 
 def group_us(target: Target, work: Work, efficiency: float, scale: float, graph: Graph, nodes: Iterable[Node]) -> float:
     """A placement group's time on `target`.
 
-    Where lowering runs each group as its own invocation (hetgen/lower/invocation.py), the group
-    loads its weights into local memory at the device's DMA rate (its `bandwidth_gbps`), then
-    computes from local memory; its activations arrive and leave as the placement's transfers.
-    Elsewhere a kernel takes the longer of its compute and its memory traffic.
+    Where lowering runs each group as its own invocation on a device with local SRAM
+    (hetgen/lower/invocation.py), the group runs its units' tile plans (hetgen/lower/tiling.py): the
+    plans' commands timed with the device's figures, DMA (tile loads incl. halos and weight
+    re-loads, stores) overlapping compute where the plan double-buffers. Its activations arrive
+    and leave as the placement's transfers. Elsewhere a kernel takes the longer of its compute and
+    its memory traffic.
     """
     figures = target.figures
     if not one_unit_per_invocation(target):
         return kernel_us(figures, work, efficiency, scale)
-    compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
-    load = weight_bytes(graph, nodes) / (figures.bandwidth_gbps * 1e3)
-    return scale * (figures.launch_us + compute + load)
+    rates = tile_rates(target, efficiency)
+    total = 0.0
+    for plan in group_plans(list(nodes), graph, target):
+        if isinstance(plan, Unfit):
+            raise PlacementError(f"{target.path_str}: {plan.reason}")
+        total += plan_us(plan, rates)
+    return scale * (figures.launch_us + total)
 
 
 def link_us(link: Link, nbytes: float) -> float:
