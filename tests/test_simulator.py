@@ -111,7 +111,7 @@ def run_counts(tmp_path, model, plat, pins):
     by_ir_name = {node: node.split("_", 2)[2] for c in npu["counters"] for node in c["nodes"]}
     counts = {}
     for counter, cycles in zip(npu["counters"], loaded.device_counters(npu["counters_offset"], len(npu["counters"]))):
-        key = counter["tensor"] if counter["what"] == "weight load" else by_ir_name[counter["nodes"][0]]
+        key = counter["tensor"] if counter["what"] != "kernel" else by_ir_name[counter["nodes"][0]]
         counts[(counter["what"], key)] = cycles
     return loaded, loaded.device_stats(npu["stats_device"]), counts, out
 
@@ -156,14 +156,18 @@ def test_pooling_counts_its_taps(five):
     assert counts[("kernel", "pool")] == 64 + 2304
 
 
-def test_weight_loads_are_dma(five):
+def test_tile_loads_and_stores_are_dma(five):
+    """Each kernel here fits the 512 KiB SRAM whole: one tile that DMAs its inputs and weights in,
+    computes, and DMAs its output back, one command after the other (no second tile to overlap)."""
     _, stats, counts, _ = five
     # setup + bytes / 4 bytes per cycle
-    assert counts[("weight load", "b64")] == 32 + 64 * 64 * 4 // 4
-    assert counts[("weight load", "b65")] == 32 + 64 * 65 * 4 // 4
-    assert counts[("weight load", "wc")] == 32 + 16 * 8 * 9 * 4 // 4
-    loads = sum(v for (what, _), v in counts.items() if what == "weight load")
-    assert stats["load_cycles"] == loads
+    assert counts[("tile load", "b64")] == 32 + 64 * 64 * 4 // 4
+    assert counts[("tile load", "a64")] == 32 + 64 * 64 * 4 // 4
+    assert counts[("tile store", "y64")] == 32 + 64 * 64 * 4 // 4
+    assert counts[("tile load", "b65")] == 32 + 64 * 65 * 4 // 4
+    assert counts[("tile load", "wc")] == 32 + 16 * 8 * 9 * 4 // 4
+    dma = sum(v for (what, _), v in counts.items() if what != "kernel")
+    assert stats["load_cycles"] == dma
     assert stats["compute_cycles"] == sum(counts.values())
 
 
@@ -173,7 +177,8 @@ def test_bench_joins_each_group_with_its_counters(five):
     groups = {g.nodes[0].split("_", 2)[2]: g for g in report.groups if g.target == NPU}
     assert set(groups) == {"mm64", "mm65", "conv", "add", "pool"}
     assert groups["mm64"].kernel_us == pytest.approx((64 + 1024) / 1000)
-    assert groups["mm64"].weight_load_us == pytest.approx(counts[("weight load", "b64")] / 1000)
+    dma = counts[("tile load", "a64")] + counts[("tile load", "b64")] + counts[("tile store", "y64")]
+    assert groups["mm64"].weight_load_us == pytest.approx(dma / 1000)
     assert all(g.estimate_us > 0 for g in groups.values())
 
 
@@ -187,7 +192,7 @@ def test_copies_to_and_from_the_controller_are_dma(single):
     _, stats, counts, _ = single
     per_copy = 32 + -(-64 * 64 * 4 // 3)  # ceil(16384 / 3) = 5462
     assert stats["dma_cycles"] == 2 * per_copy  # the input in, the output out
-    assert counts[("weight load", "b")] == per_copy
+    assert counts[("tile load", "b")] == per_copy
     assert stats["invocations"] == 1
 
 
@@ -215,7 +220,8 @@ def test_bench_json_puts_estimate_beside_simulation(five):
     assert document["estimate_us"] > 0 and device["path"] == NPU
     add = next(g for g in document["groups"] if g["nodes"][0].endswith("_add"))
     assert add["target"] == NPU and add["estimate_us"] > 0
-    assert add["simulated_us"] == pytest.approx(counts[("kernel", "add")] / 1000, abs=1e-3)
+    moved = counts[("tile load", "p")] + counts[("tile load", "q")] + counts[("tile store", "ya")]
+    assert add["simulated_us"] == pytest.approx((counts[("kernel", "add")] + moved) / 1000, abs=1e-3)
 
 
 def _descriptors(nodes, inputs, outputs, weights=()) -> dict:

@@ -32,6 +32,9 @@ KIND_KEYS = ("role", "refines", "doc", "attributes", "figures", "memory", "toolc
 LEGACY_KIND_KEYS = {"extends": "refines"}  # one spelling for one idea; `extends` gets pointed here
 ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
 FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
+# Figures a kind may declare: command_us, the overhead of each command of a tiled accelerator.
+OPTIONAL_FIGURE_KEYS = ("command_us",)
+ALL_FIGURE_KEYS = FIGURE_KEYS + OPTIONAL_FIGURE_KEYS
 # local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one
 # program can link. null: no bound.
@@ -110,7 +113,7 @@ def _parse_kind(key: YScalar, node: YNode, problems: Problems, base: Path, built
         elif name.value == "attributes":
             draft.attributes = _parse_attributes(value, what, problems)
         elif name.value == "figures":
-            draft.figures = _parse_formulas(value, FIGURE_KEYS, field_what, problems, draft.formula_pos)
+            draft.figures = _parse_formulas(value, ALL_FIGURE_KEYS, field_what, problems, draft.formula_pos)
         elif name.value == "memory":
             draft.memory = _parse_formulas(value, MEMORY_KEYS, field_what, problems, draft.formula_pos)
         elif name.value == "toolchain":

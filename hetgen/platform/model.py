@@ -106,6 +106,7 @@ class CostFigures:
     peak_gflops: float  # arithmetic throughput
     bandwidth_gbps: float  # local memory bandwidth, GB/s
     launch_us: float  # fixed overhead per kernel launch / command
+    command_us: float = 0.0  # a tiled accelerator's overhead per command (DMA or kernel) within a launch
 
 
 @dataclass(frozen=True)
