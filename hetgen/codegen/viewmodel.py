@@ -354,6 +354,7 @@ def program_view(
         "capacity": model.capacity if model else 0,
         # Kernels compute only below this offset of local memory: a tiled device's SRAM.
         "sram_size": (program.sram_size or program.memory.arena_size) if model else 0,
+        "emulation_scratch": program.emulation_scratch,
         "clock_mhz": model.clock_mhz if model else 0,
         "sim": _simulator_view(model, first_counter) if model else None,
     }

@@ -187,12 +187,14 @@ def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root
     return plan, pack_weights(used, graph)
 
 
-def plan_tiled_target(path, target, schedule, plans: list[TilePlan], graph) -> tuple[MemoryPlan, int]:
+def plan_tiled_target(path, target, schedule, plans: list[TilePlan], graph) -> tuple[MemoryPlan, int, int]:
     """A tiled accelerator's memory: its SRAM (the largest unit's tile buffers, units run one at a
-    time) at offset 0, then its activations planned by liveness. Weights stay in the weight store;
-    tiles DMA their slices."""
+    time) at offset 0, the emulating kernels' workspace, then its activations planned by liveness.
+    Weights stay in the weight store; tiles DMA their slices. Returns (plan, SRAM, workspace)."""
     sram = max((plan.sram_bytes for plan in plans), default=0)
     sram = (sram + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+    scratch = max((plan.scratch_bytes for plan in plans), default=0)
+    scratch = (scratch + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
     intervals = [
         Interval(tensor, graph.types[tensor].nbytes, min(times), max(times))
         for tensor, times in sorted(schedule.events.get(path, {}).items())
@@ -201,11 +203,12 @@ def plan_tiled_target(path, target, schedule, plans: list[TilePlan], graph) -> t
     activations = plan_memory(intervals)
     if sram > (target.memory_bytes or 0):
         raise PlacementError(f"{path}: tile buffers need {sram} bytes of SRAM; the device has {target.memory_bytes}")
-    shifted = tuple((name, offset + sram, nbytes) for name, offset, nbytes in activations.buffers)
+    base = sram + scratch
+    shifted = tuple((name, offset + base, nbytes) for name, offset, nbytes in activations.buffers)
     plan = MemoryPlan(
-        shifted, sram + activations.arena_size, sram + activations.total_bytes, sram + activations.lower_bound
+        shifted, base + activations.arena_size, base + activations.total_bytes, base + activations.lower_bound
     )
-    return plan, sram
+    return plan, sram, scratch
 
 
 def tiled_units(units, infos, graph, targets, tiled_paths) -> dict[int, TilePlan]:
@@ -242,10 +245,11 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     plans: dict[str, MemoryPlan] = {}
     weights: dict[str, Weights] = {}
     sram_sizes: dict[str, int] = {}
+    scratch_sizes: dict[str, int] = {}
     for path in executing:
         on_target = [(index, info) for index, info in enumerate(infos) if info.target == path]
         if path in isolated:
-            plans[path], sram_sizes[path] = plan_tiled_target(
+            plans[path], sram_sizes[path], scratch_sizes[path] = plan_tiled_target(
                 path, targets[path], schedule, [tile_plans[i] for i, _ in on_target], graph
             )
             used = list(dict.fromkeys(n for _, info in on_target for n in info.inputs if n in graph.constants))
@@ -307,6 +311,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
                 device_model=device_model(target) if role is ProgramRole.ACCELERATOR else None,
                 estimated_us=estimates.get(path, 0.0),
                 sram_size=sram_sizes.get(path, 0),
+                emulation_scratch=scratch_sizes.get(path, 0),
             )
         )
     layouts = plan_workspaces(programs)
@@ -330,7 +335,7 @@ def _tiled_entry(resolver, path, entry, tiled, unit_inputs, units, sram_size) ->
                 return BufferRef(Region.WEIGHTS, resolver.weights[path].offset(name), name)
             return resolver.ref(Sym(path, renamed.get(name, name)))
 
-        steps += tiled_steps(tiled[step.unit], tensor_ref, sram_size)
+        steps += tiled_steps(tiled[step.unit], tensor_ref, sram_size, sram_size)
     return steps
 
 

@@ -170,6 +170,8 @@ class Program:
     # A tiled accelerator's SRAM: its local memory's first bytes, where every kernel call's buffers
     # lie (hetgen/lower/tiled.py); activations live past it. 0: not tiled.
     sram_size: int = 0
+    # Past the SRAM: the emulating C kernels' workspace (im2col, GEMM packing), not the device's.
+    emulation_scratch: int = 0
 
     @property
     def steps(self) -> tuple[Step, ...]:

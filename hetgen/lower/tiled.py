@@ -1,8 +1,10 @@
 """A tile plan (hetgen/lower/tiling.py) becomes the command list a simulated accelerator runs.
 
 The device's memory is one block: its SRAM first (`sram_size` bytes, where every kernel call's
-buffers lie, as the plan laid them out), then the rest of its memory, where activations live
-between invocations (planned by liveness like any arena). A LOAD is a strided DMA from a tensor
+operands lie, as the plan laid them out), then the emulating C kernels' workspace (im2col, GEMM
+packing: how the host imitates a MAC array that streams operands from SRAM; not the device's
+memory), then the rest of its memory, where activations live between invocations (planned by
+liveness like any arena). A LOAD is a strided DMA from a tensor
 there (or from the weight store) into an SRAM buffer, a COMPUTE calls the tile's kernel on SRAM
 buffers, a STORE is a strided DMA back. Each command's work descriptor carries how many commands
 back the command it waits for is, so the simulator overlaps DMA and compute as the plan allows.
@@ -35,7 +37,7 @@ def tile_functions(plan: TilePlan, fn: str, nodes: tuple[str, ...], label: str) 
     )
 
 
-def tiled_steps(unit: TiledUnit, tensor_ref, sram_size: int) -> list:
+def tiled_steps(unit: TiledUnit, tensor_ref, sram_size: int, scratch_base: int) -> list:
     """The steps of one invocation running `unit`; `tensor_ref(name)` is where a tensor lives in
     device memory (an ARENA offset past the SRAM) or the weight store (WEIGHTS)."""
     plan = unit.plan
@@ -43,7 +45,7 @@ def tiled_steps(unit: TiledUnit, tensor_ref, sram_size: int) -> list:
     for command in plan.commands:
         tile = plan.tiles[command.tile]
         if command.action is Action.COMPUTE:
-            steps.append(_call(unit, command, sram_size))
+            steps.append(_call(unit, command, sram_size, scratch_base))
             continue
         block = plan.block_of(command)
         buffer = plan.buffers[command.buffer]
@@ -69,7 +71,7 @@ def tiled_steps(unit: TiledUnit, tensor_ref, sram_size: int) -> list:
     return steps
 
 
-def _call(unit: TiledUnit, command, sram_size: int) -> Call:
+def _call(unit: TiledUnit, command, sram_size: int, scratch_base: int) -> Call:
     plan = unit.plan
     tile = plan.tiles[command.tile]
     tile_kernel = plan.kernels[tile.kernel]
@@ -84,8 +86,9 @@ def _call(unit: TiledUnit, command, sram_size: int) -> Call:
         args.append(BufferRef(Region.ARENA, plan.buffers[command.writes[j]].offset, "sram"))
     if tile_kernel.kernel.scratch_bytes:
         scratch = next(b for b in plan.buffers if b.role == "scratch")
-        args.append(BufferRef(Region.ARENA, scratch.offset, "scratch"))
-    end = max(plan.buffers[b].offset + plan.buffers[b].nbytes for b in (*command.reads, *command.writes))
+        args.append(BufferRef(Region.ARENA, scratch_base + scratch.offset, "scratch"))
+    operands = [b for b in (*command.reads, *command.writes) if plan.buffers[b].role != "scratch"]
+    end = max(plan.buffers[b].offset + plan.buffers[b].nbytes for b in operands)
     if end > sram_size:
         raise InternalError(f"a tile kernel's buffers end at {end}, past the SRAM ({sram_size})")
     work = instance_work(tile_kernel.instance, after=command.after)

@@ -120,7 +120,8 @@ class TilePlan:
     buffers: tuple[Buffer, ...]
     commands: tuple[Command, ...]
     double_buffered: bool
-    sram_bytes: int
+    sram_bytes: int  # the tile buffers
+    scratch_bytes: int = 0  # the emulating C kernels' workspace, outside SRAM (build_plan)
 
     @property
     def count(self) -> int:
@@ -646,12 +647,13 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
             out_buffer[(j, slot)] = len(buffers)
             buffers.append(Buffer("output", j, slot, offset, size))
             offset += _aligned(size)
+    # The host C kernel's workspace (im2col, GEMM packing) emulates how the MAC array streams its
+    # operands; it is the emulator's, not the device's, so it lies outside SRAM (offset 0 of its own).
     scratch = max(k.kernel.scratch_bytes for k in kernels)
     scratch_buffer = -1
     if scratch:
         scratch_buffer = len(buffers)
-        buffers.append(Buffer("scratch", -1, 0, offset, scratch))
-        offset += _aligned(scratch)
+        buffers.append(Buffer("scratch", -1, 0, 0, scratch))
     if offset > capacity:
         return None
 
@@ -699,6 +701,7 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
         commands,
         double and len(tiles) > 1,
         offset,
+        scratch,
     )
 
 
@@ -789,7 +792,7 @@ def footprint(candidate: Candidate, scratch: int, double: bool) -> int:
         if size
     ]
     outs = [_aligned(size) * (2 if double and candidate.tiles > 1 else 1) for size in candidate.output_blocks]
-    return sum(slots) + sum(outs) + _aligned(scratch)
+    return sum(slots) + sum(outs)
 
 
 @functools.lru_cache(maxsize=2048)

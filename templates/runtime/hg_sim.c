@@ -93,7 +93,8 @@ static int hg_sim_strided_copy(const hg_memory *memory, const hg_graph_node *nod
     return HG_OK;
 }
 
-/* A kernel computes from SRAM only: every local-memory argument lies below the SRAM's end. */
+/* A kernel computes from SRAM only: every local-memory argument lies below the SRAM's end, or in
+ * the emulating kernels' workspace right after it. */
 static int hg_sim_in_sram(const hg_sim_config *config, const hg_graph_node *node, const hg_buffer_ref *args,
                           size_t num_args)
 {
@@ -102,7 +103,8 @@ static int hg_sim_in_sram(const hg_sim_config *config, const hg_graph_node *node
     }
     for (uint32_t a = 0; a < node->num_args; ++a) {
         const hg_buffer_ref ref = args[node->first_arg + a];
-        if (config->sram_size != 0 && ref.region == HG_REGION_ARENA && ref.offset >= config->sram_size) {
+        if (config->sram_size != 0 && ref.region == HG_REGION_ARENA
+            && ref.offset >= config->sram_size + config->emulation_scratch) {
             return 0;
         }
     }

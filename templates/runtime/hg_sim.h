@@ -62,6 +62,7 @@ typedef struct {
     uint64_t num_counters;
     hg_sim_params params;
     uint64_t sram_size;         /* kernels compute only on local memory below this offset (its SRAM) */
+    uint64_t emulation_scratch; /* then the emulating C kernels' workspace (im2col, packing): not SRAM */
 } hg_sim_config;
 
 /* What one run changes: the head of the device's state block in the caller's workspace
