@@ -215,3 +215,28 @@ def test_the_cost_model_prices_the_plan():
         assert group.cost_us == pytest.approx(expected)
         costs[sram] = group.cost_us
     assert costs[64] < costs[8]
+
+
+def test_explain_shows_each_groups_tiling_in_text_and_json():
+    from hetgen.partition import explain_json, explain_text
+
+    model = odd_layers()
+    platform = load_platform_text(PLATFORM.format(sram_kib=16))
+    graph = import_model(model)
+    placement = place(graph, platform, pins={"conv_dil": NPU, "matmul": NPU})
+    plans = _plans(graph, platform)
+    document = explain_json(placement, graph)
+    by_unit = {t["unit"]: (g, t) for g in document["groups"] for t in g["tiling"]}
+    conv = next(n.name for n in graph.nodes if n.source_name == "conv_dil")
+    group, tiling = by_unit[conv]
+    plan = plans["conv_dil"]
+    assert group["target"] == NPU
+    assert tiling["split"] == plan.split and tiling["count"] == plan.count > 1
+    assert tiling["tile_shape"] == list(plan.tile_shape)
+    assert tiling["dma_bytes"] == plan.dma_bytes == tiling["load_bytes"] + tiling["store_bytes"]
+    assert tiling["double_buffered"] is plan.double_buffered and tiling["sram_bytes"] == plan.sram_bytes
+    root_groups = [g for g in document["groups"] if g["target"] != NPU]
+    assert root_groups and all(g["tiling"] == [] for g in root_groups)
+    text = explain_text(placement, graph)
+    shape = "x".join(map(str, plan.tile_shape))
+    assert f"tiles: {conv}: {plan.split}, {plan.count} tiles of {shape}, DMA" in text

@@ -6,9 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from hetgen.lower.invocation import group_plans, kernel_units_of, one_unit_per_invocation
+from hetgen.lower.tiling import Action, TilePlan
 from hetgen.partition.cost import format_bytes
 from hetgen.partition.pins import Pin
-from hetgen.partition.placement import Alternative, Group, LinkUse, Placement, Refusal, Transfer, refusal_text
+from hetgen.partition.placement import (
+    Alternative,
+    Group,
+    LinkUse,
+    Placement,
+    Refusal,
+    Tiling,
+    Transfer,
+    refusal_text,
+)
 from hetgen.partition.space import Candidate, SearchSpace
 
 EPSILON_US = 1e-9
@@ -55,6 +66,7 @@ def assemble(
                 reason,
                 refusals,
                 space.launch_us(c.loc),
+                _tile_plans(space, c),
             )
         )
     transfers = tuple(
@@ -196,3 +208,27 @@ def unclaimed_nodes(space: SearchSpace) -> tuple[Refusal, ...]:
             mine = list(dict.fromkeys(mine)) or [Refusal(node.name, path, "", f"no pattern matches {node.op} here")]
             result.extend(mine)
     return tuple(result)
+
+
+def _tile_plans(space: SearchSpace, c) -> tuple[Tiling, ...]:
+    """The tile plans the cost model priced this group with (hetgen/lower/tiling.py), summarised."""
+    target = space.targets[c.loc]
+    if not one_unit_per_invocation(target):
+        return ()
+    nodes = [space.graph.nodes[n] for n in c.nodes]
+    tilings = []
+    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph), group_plans(nodes, space.graph, target)):
+        if isinstance(plan, TilePlan):
+            tilings.append(
+                Tiling(
+                    chain[0].name,
+                    plan.split,
+                    plan.tile_shape,
+                    plan.count,
+                    plan.moved(Action.LOAD),
+                    plan.moved(Action.STORE),
+                    plan.double_buffered,
+                    plan.sram_bytes,
+                )
+            )
+    return tuple(tilings)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.partition.cost import format_bytes
-from hetgen.partition.placement import Group, Placement, Refusal, Transfer, refusal_text
+from hetgen.partition.placement import Group, Placement, Refusal, Tiling, Transfer, refusal_text
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,8 @@ def render_text(e: Explanation) -> str:
             lines.append(f"    why: {group.reason}")
         for t in report.transfers:
             lines.append(f"    copies {_transfer_line(t)}")
+        for tiling in group.tilings:
+            lines.append(f"    tiles: {_tiling_line(tiling)}")
     lines.append("")
     if e.unclaimed:
         lines.append("operators no accelerator could take:")
@@ -157,6 +159,20 @@ def render_text(e: Explanation) -> str:
         f"+ transfers {e.transfer_us:.1f} us)"
     )
     return "\n".join(lines) + "\n"
+
+
+def _tiling_line(t: Tiling) -> str:
+    shape = "x".join(map(str, t.tile_shape))
+    buffering = "double-buffered" if t.double_buffered else "single-buffered"
+    return (
+        f"{t.unit}: {t.split}, {t.count} tile{'s' if t.count != 1 else ''} of {shape}, DMA {format_bytes(t.dma_bytes)} "
+        f"(in {format_bytes(t.load_bytes)}, out {format_bytes(t.store_bytes)}), {buffering}, "
+        f"SRAM {format_bytes(t.sram_bytes)}"
+    )
+
+
+def _tiling_json(t: Tiling) -> dict:
+    return {**asdict(t), "tile_shape": list(t.tile_shape), "dma_bytes": t.dma_bytes}
 
 
 def _transfer_json(t: Transfer) -> dict:
@@ -197,6 +213,7 @@ def render_json(e: Explanation) -> dict:
                 "refused": [_refusal_json(x) for x in r.group.refused],
                 "transfers": [_transfer_json(t) for t in r.transfers],
                 "transfer_us": r.transfer_us,
+                "tiling": [_tiling_json(t) for t in r.group.tilings],
             }
             for r in e.groups
         ],
