@@ -30,7 +30,7 @@ from hetgen.lower.program import (
 from hetgen.lower.resolve import Resolver, device_model
 from hetgen.lower.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
 from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
-from hetgen.lower.tiling import TilePlan, Unfit, unit_plan
+from hetgen.lower.tiling import TilePlan, Unfit, tensor_names, unit_plan
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.ops.base import Kernel, Unsupported
@@ -329,8 +329,10 @@ def _tiled_entry(resolver, path, entry, tiled, unit_inputs, units, sram_size) ->
             steps.append(resolver.step(path, step))
             continue
         renamed = dict(zip(units[step.unit].inputs, unit_inputs[step.unit]))
+        positions = tensor_names(units[step.unit].nodes)  # a plan names tensors by position
 
-        def tensor_ref(name, renamed=renamed):
+        def tensor_ref(position, renamed=renamed, positions=positions):
+            name = positions[position]
             if name in resolver.graph.constants:  # tiles DMA weights straight from the weight store
                 return BufferRef(Region.WEIGHTS, resolver.weights[path].offset(name), name)
             return resolver.ref(Sym(path, renamed.get(name, name)))

@@ -50,8 +50,8 @@ def tiled_steps(unit: TiledUnit, tensor_ref, sram_size: int, scratch_base: int) 
         block = plan.block_of(command)
         buffer = plan.buffers[command.buffer]
         base = tensor_ref(block.tensor)
-        far = BufferRef(base.region, base.position + block.offset, block.tensor)
-        near = BufferRef(Region.ARENA, buffer.offset, f"sram:{block.tensor}")
+        far = BufferRef(base.region, base.position + block.offset, base.tensor)
+        near = BufferRef(Region.ARENA, buffer.offset, f"sram:{base.tensor}")
         if buffer.offset + block.nbytes > sram_size:
             raise InternalError(f"tile buffer at {buffer.offset} + {block.nbytes} is past the SRAM ({sram_size})")
         loading = command.action is Action.LOAD

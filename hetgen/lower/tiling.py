@@ -186,18 +186,30 @@ class UnitOp:
 
 
 def unit_op(nodes: Sequence[Node], graph: Graph, epilogue: tuple[Epilogue, ...]) -> UnitOp:
+    """The unit with its tensors named by position (`in0`, `out0`, ...) and its node named `unit`,
+    so that every unit of the same operator, attributes and shapes shares one plan; a plan's
+    blocks name tensors that way (`tensor_names` maps them back)."""
     head, last = nodes[0], nodes[-1]
     types = graph.types
     outputs = tuple(name for name in last.outputs if name)
+    inputs = tuple(f"in{i}" if name else "" for i, name in enumerate(head.inputs))
+    canonical = Node("unit", head.op, inputs, tuple(f"out{j}" for j in range(len(outputs))), head.attrs)
     return UnitOp(
-        head,
-        head.inputs,
-        outputs,
+        canonical,
+        inputs,
+        canonical.outputs,
         tuple(types.get(name) if name else None for name in head.inputs),
         tuple(types[name] for name in outputs),
         tuple(bool(name) and name in graph.constants for name in head.inputs),
         epilogue,
     )
+
+
+def tensor_names(nodes: Sequence[Node]) -> dict[str, str]:
+    """A unit's position names (`in0`, `out0`, ...: what its plan's blocks say) -> its tensors."""
+    names = {f"in{i}": name for i, name in enumerate(nodes[0].inputs) if name}
+    names.update({f"out{j}": name for j, name in enumerate(n for n in nodes[-1].outputs if n)})
+    return names
 
 
 @dataclass(frozen=True)
@@ -232,7 +244,7 @@ def _window_geometry(op: UnitOp) -> tuple:
     return win.kernel[-2:], win.strides[-2:], win.dilations[-2:], win.pads_begin[-2:], win.pads_end[-2:]
 
 
-def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool, limit: int = 0) -> list[TileSpec]:
+def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> list[TileSpec]:
     """Conv or window pooling: output rows x output channels per tile, one batch item at a time."""
     x, y = op.input_types[0].shape, op.output_types[0].shape
     n_batch, c_in, height, width = x
@@ -273,8 +285,6 @@ def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool, limit
             else:
                 blocks, types = [x_block], [x_type]
             specs.append(TileSpec(tuple(types), (y_type,), tuple(attrs.items()), tuple(blocks), (y_block,)))
-            if len(specs) == limit:
-                return specs
     return specs
 
 
@@ -317,7 +327,7 @@ def _matrix_view(op: UnitOp) -> tuple[int, int, int, int, bool] | None:
     return None
 
 
-def _matrix_tiles(op: UnitOp, rows: int, cols: int, rows_outer: bool, limit: int = 0) -> list[TileSpec]:
+def _matrix_tiles(op: UnitOp, rows: int, cols: int, rows_outer: bool) -> list[TileSpec]:
     batch, m, k, n, per_batch = _matrix_view(op)
     trans_b = op.node.op == "Gemm" and bool(op.node.attr("transB", 0))
     row_ranges, col_ranges = _ranges(m, rows), _ranges(n, cols)
@@ -347,8 +357,6 @@ def _matrix_tiles(op: UnitOp, rows: int, cols: int, rows_outer: bool, limit: int
                     types.append(_t(n1 - n0))
             y_block = _block(op.outputs[0], y_base + (m0 * n + n0) * 4, m1 - m0, (n1 - n0) * 4, n * 4)
             specs.append(TileSpec(tuple(types), (_t(m1 - m0, n1 - n0),), (), tuple(blocks), (y_block,)))
-            if len(specs) == limit:
-                return specs
     return specs
 
 
@@ -400,7 +408,6 @@ class Candidate:
     split: str
     tile_shape: tuple[int, ...]
     specs: Callable[[], list[TileSpec]]
-    sample: Callable[[], TileSpec]  # a full tile: its kernel's scratch sizes the scratch buffer
     tiles: int
     dma_bytes: int
     input_blocks: tuple[int, ...]  # largest block per input (0: omitted)
@@ -457,7 +464,6 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
                         split,
                         (1, chans, rows, out_w),
                         functools.partial(_window_tiles, op, rows, chans, outer),
-                        functools.partial(_first_window_tile, op, rows, chans),
                         tiles,
                         n_batch * (in_total + (w_total if n_batch == 1 else weights * tiles // max(1, n_batch)))
                         + n_batch * out_bytes,
@@ -467,10 +473,6 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
                     )
                 )
     return found
-
-
-def _first_window_tile(op: UnitOp, rows: int, chans: int) -> TileSpec:
-    return _window_tiles(op, rows, chans, True, limit=1)[0]
 
 
 def _matrix_candidates(op: UnitOp) -> list[Candidate]:
@@ -500,7 +502,6 @@ def _matrix_candidates(op: UnitOp) -> list[Candidate]:
                         split,
                         (rows, cols),
                         functools.partial(_matrix_tiles, op, rows, cols, outer),
-                        functools.partial(_first_matrix_tile, op, rows, cols),
                         batch * mt * nt,
                         batch * (a_moved + b_moved + m * n * 4),
                         tuple(blocks),
@@ -509,10 +510,6 @@ def _matrix_candidates(op: UnitOp) -> list[Candidate]:
                     )
                 )
     return found
-
-
-def _first_matrix_tile(op: UnitOp, rows: int, cols: int) -> TileSpec:
-    return _matrix_tiles(op, rows, cols, True, limit=1)[0]
 
 
 def _simple_candidate(op: UnitOp, split: str, shape, make: Callable[[], list[TileSpec]], tiles: int, chunk_bytes):
@@ -524,7 +521,6 @@ def _simple_candidate(op: UnitOp, split: str, shape, make: Callable[[], list[Til
         split,
         tuple(shape),
         make,
-        lambda: make()[0],
         tiles,
         moved,
         inputs,
@@ -600,19 +596,20 @@ def _kernel_of(op: UnitOp, spec: TileSpec, whole: bool) -> OpInstance:
 def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: int, double: bool) -> TilePlan | None:
     """The plan for these tiles, or None when its SRAM buffers exceed `capacity`."""
     whole = split == "whole"
-    instances: dict[OpInstance, int] = {}
+    instances: dict[tuple, int] = {}
     kernels: list[TileKernel] = []
     tiles: list[Tile] = []
     for spec in specs:
-        instance = _kernel_of(op, spec, whole)
-        if instance not in instances:
+        key = (spec.input_types, spec.output_types, spec.attrs)
+        if key not in instances:
+            instance = _kernel_of(op, spec, whole)
             try:
                 kernel = _lowered(instance)
             except Unsupported:
                 return None
-            instances[instance] = len(kernels)
+            instances[key] = len(kernels)
             kernels.append(TileKernel(instance, kernel))
-        index = instances[instance]
+        index = instances[key]
         tiles.append(Tile(index, spec.inputs, spec.outputs, kernels[index].kernel.flops))
     n_in, n_out = len(op.inputs), len(op.outputs)
     # Which tiles load which input: a block still resident from the previous load is reused.
@@ -777,15 +774,8 @@ def estimate_us(candidate: Candidate, flops: int, rates: Rates, double: bool) ->
     return dma + compute + commands * rates.command_us
 
 
-def _scratch(op: UnitOp, candidate: Candidate) -> int | None:
-    spec = candidate.sample()
-    try:
-        return _lowered(_kernel_of(op, spec, candidate.split == "whole")).scratch_bytes
-    except Unsupported:
-        return None
-
-
-def footprint(candidate: Candidate, scratch: int, double: bool) -> int:
+def footprint(candidate: Candidate, double: bool) -> int:
+    """The SRAM a candidate's buffers take (the kernels' emulation workspace is not SRAM)."""
     slots = [
         _aligned(size) * (min(2, loads) if double else 1)
         for size, loads in zip(candidate.input_blocks, candidate.input_loads)
@@ -806,18 +796,18 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
     for candidate in candidates(op):
         if candidate.tiles > MAX_TILES:
             continue
-        scratch = _scratch(op, candidate)
-        if scratch is None:
-            continue
         for double in (True, False):
-            size = footprint(candidate, scratch, double)
+            size = footprint(candidate, double)
             if size <= capacity:
                 ranked.append(
                     (estimate_us(candidate, flops, rates, double), candidate.tiles, len(ranked), candidate, double)
                 )
             elif smallest is None or size < smallest[0]:
                 smallest = (size, f"{candidate.split} {'x'.join(map(str, candidate.tile_shape))}")
-    for *_, candidate, double in sorted(ranked, key=lambda item: item[:3]):
+    # Split no finer than pays: the fewest tiles within 1 % of the fastest estimate go first.
+    fastest = min((item[0] for item in ranked), default=0.0)
+    order = sorted(ranked, key=lambda item: (item[0] > fastest * 1.01, item[1], item[0], item[2]))
+    for *_, candidate, double in order:
         plan = build_plan(op, candidate.split, candidate.tile_shape, candidate.specs(), capacity, double)
         if plan is not None:
             return plan
