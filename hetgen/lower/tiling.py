@@ -369,7 +369,7 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
         plan = build_plan(op, candidate.split, candidate.tile_shape, candidate.specs(), capacity, double)
         if plan is not None:
             return plan
-    detail = f"; the smallest tiling needs {smallest[0]} bytes ({smallest[1]})" if smallest else ""
+    detail = f" (the smallest tiling needs {smallest[0]} bytes: {smallest[1]})" if smallest else ""
     return Unfit(f"no tiling of {op.node.op} fits {capacity} bytes of local memory{detail}")
 
 
