@@ -25,7 +25,8 @@ of that target can take: layers bigger than an npu's SRAM are tiled (hetgen/lowe
 it takes every layer one of its tilings fits. `--npu-sram-kib` gives the npus other SRAM sizes.
 
 `--simulate DIR` also builds the searched and the best single-device placements (native build,
-in DIR) and runs `hetgen bench DIR --format json` on each: the simulated accelerators' time
+in DIR), checks each against onnxruntime (`hetgen verify`) and runs `hetgen bench DIR --format
+json` on each: the simulated accelerators' time
 replaces their groups' estimates ("sim" columns: estimate - simulated devices' estimate +
 simulated devices' time; the controllers' own kernels and the links are not simulated, so
 they stay estimates).
@@ -101,6 +102,8 @@ def simulated_total(graph, model, platform, placement, out: Path) -> float:
 
     pins = {group_node: group.target for group in placement.groups for group_node in group.nodes}
     hetgen.compile(platform, model, out=out, pins=pins, native_only=True, opt=("-O2",))
+    # The build computes what onnxruntime computes (`hetgen verify` exits non-zero otherwise).
+    subprocess.run([sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, check=True, cwd=ROOT)
     done = subprocess.run(
         [sys.executable, "-m", "hetgen", "bench", str(out), "--runs", "1", "--format", "json"],
         capture_output=True,

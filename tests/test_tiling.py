@@ -240,3 +240,21 @@ def test_explain_shows_each_groups_tiling_in_text_and_json():
     text = explain_text(placement, graph)
     shape = "x".join(map(str, plan.tile_shape))
     assert f"tiles: {conv}: {plan.split}, {plan.count} tiles of {shape}, DMA" in text
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2"])
+def test_224_cnns_put_every_convolution_on_the_512_kib_npu(name):
+    """At 224 x 224 no convolution of these fits the soc's npu whole; tiled, every one runs there
+    (benchmarks/bench_placement_pays.py --simulate builds them and checks them against onnxruntime)."""
+    from hetgen.models import cnn
+    from hetgen.platform import load_platform
+
+    model = (
+        cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=224) if name == "resnet18" else cnn.mobilenet_v2(size=224)
+    )
+    graph = import_model(model)
+    placement = place(graph, load_platform("soc"))
+    convs = [node.name for node in graph.nodes if node.op == "Conv"]
+    assert convs and all(placement.target_of(conv) == "soc/vdevice0/npu0" for conv in convs)
+    tilings = [t for g in placement.groups for t in g.tilings if t.unit in convs]
+    assert len(tilings) == len(convs) and sum(t.count > 1 for t in tilings) >= len(convs) // 2
