@@ -12,7 +12,7 @@ what lowering emits, so no fallback changes the program behind the placement's b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from hetgen.ir import Graph, Node
 from hetgen.lower.tiling import Rates, TilePlan, Unfit, unit_plan
@@ -22,12 +22,6 @@ from hetgen.platform.model import Role, Target
 
 def one_unit_per_invocation(target: Target) -> bool:
     return target.role is Role.ACCELERATOR and target.memory_bytes is not None
-
-
-def weight_bytes(graph: Graph, nodes: Iterable[Node]) -> int:
-    """Bytes of constants one invocation running `nodes` loads into local memory (each once)."""
-    loaded = {name for node in nodes for name in node.inputs if name and name in graph.constants}
-    return sum(graph.types[name].nbytes for name in loaded)
 
 
 def tile_rates(target: Target, efficiency: float = 1.0) -> Rates:
