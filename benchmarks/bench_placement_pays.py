@@ -26,10 +26,9 @@ it takes every layer one of its tilings fits. `--npu-sram-kib` gives the npus ot
 
 `--simulate DIR` also builds the searched and the best single-device placements (native build,
 in DIR), checks each against onnxruntime (`hetgen verify`) and runs `hetgen bench DIR --format
-json` on each: the simulated accelerators' time
-replaces their groups' estimates ("sim" columns: estimate - simulated devices' estimate +
-simulated devices' time; the controllers' own kernels and the links are not simulated, so
-they stay estimates).
+json` on each: each group on a simulated accelerator has its estimate replaced by its
+simulated time (kernels and tile DMA; "sim" figures). The controllers' own kernels and the
+copies over links are not simulated, so they stay estimates.
 """
 
 from __future__ import annotations
@@ -111,8 +110,8 @@ def simulated_total(graph, model, platform, placement, out: Path) -> float:
         check=True,
         cwd=ROOT,
     )
-    document = json.loads(done.stdout)
-    return placement.total_us - document["estimate_us"] + document["simulated_us"]
+    groups = [g for g in json.loads(done.stdout)["groups"] if g["simulated_us"] is not None]
+    return placement.total_us - sum(g["estimate_us"] for g in groups) + sum(g["simulated_us"] for g in groups)
 
 
 def main() -> int:
