@@ -21,14 +21,22 @@ one thing at a time), not a simulation or a run:
 
 Printed ratios: best-single / searched, greedy / searched, and root-alone / searched (above 1: the
 search is faster). The "(N nodes)" after each target is how many of the graph's nodes any pattern
-of that target can take: an npu whose local memory cannot hold a layer's tensors takes none of it.
-`--npu-sram-kib` gives the npus more SRAM to show what memory fit costs (placement has no tiling).
+of that target can take: layers bigger than an npu's SRAM are tiled (hetgen/lower/tiling.py), so
+it takes every layer one of its tilings fits. `--npu-sram-kib` gives the npus other SRAM sizes.
+
+`--simulate DIR` also builds the searched and the best single-device placements (native build,
+in DIR), checks each against onnxruntime (`hetgen verify`) and runs `hetgen bench DIR --format
+json` on each: each group on a simulated accelerator has its estimate replaced by its
+simulated time (kernels and tile DMA; "sim" figures). The controllers' own kernels and the
+copies over links are not simulated, so they stay estimates.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -86,6 +94,26 @@ def platform_with_sram(file: str, sram_kib: int | None):
     return load_platform_text(text, file=file)
 
 
+def simulated_total(graph, model, platform, placement, out: Path) -> float:
+    """The placement built (every node pinned where it placed it) and run: its estimate with the
+    simulated devices' estimate replaced by what the simulator counted."""
+    import hetgen
+
+    pins = {group_node: group.target for group in placement.groups for group_node in group.nodes}
+    hetgen.compile(platform, model, out=out, pins=pins, native_only=True, opt=("-O2",))
+    # The build computes what onnxruntime computes (`hetgen verify` exits non-zero otherwise).
+    subprocess.run([sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, check=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "hetgen", "bench", str(out), "--runs", "1", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    groups = [g for g in json.loads(done.stdout)["groups"] if g["simulated_us"] is not None]
+    return placement.total_us - sum(g["estimate_us"] for g in groups) + sum(g["simulated_us"] for g in groups)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--platform", action="append", help="platform file (default: soc.yaml and dual.yaml)")
@@ -93,6 +121,7 @@ def main() -> int:
         "--npu-sram-kib", type=int, help="give every npu this much SRAM (what memory fit costs the npu)"
     )
     parser.add_argument("--models", nargs="*", choices=sorted(MODELS), default=list(MODELS))
+    parser.add_argument("--simulate", metavar="DIR", help="build and simulate searched and best single in DIR")
     args = parser.parse_args()
     platforms = args.platform or [str(ROOT / p) for p in PLATFORMS]
     graphs = {name: import_model(MODELS[name]()) for name in args.models}
@@ -119,6 +148,16 @@ def main() -> int:
             searched = place(graph, platform)
             seconds = time.process_time() - start
             quality = "exact" if searched.exact else f"beam-bounded: {searched.search_note}"
+            if args.simulate:
+                best = single_device(space, space.paths.index(best_path))
+                simulated = {
+                    which: simulated_total(graph, MODELS[name](), platform, chosen, Path(args.simulate) / f"{name}_{Path(file).stem}_{which}")
+                    for which, chosen in (("searched", searched), ("single", best))
+                }  # fmt: skip
+                quality += (
+                    f"; sim: searched {simulated['searched']:.0f} us, single {simulated['single']:.0f} us, "
+                    f"single/searched {simulated['single'] / simulated['searched']:.2f}"
+                )
             per_target = ", ".join(
                 f"{path.rsplit('/', 1)[-1]} {us:.0f} ({takes[path]} nodes)" for path, us in singles.items()
             )

@@ -94,15 +94,16 @@ def test_a_chain_on_the_npu_crosses_the_link_once_each_way(sram_kib):
 
 
 def test_the_estimate_prices_weight_loads_and_copies_at_the_dma_rate():
-    """One conv on the npu: 36864 bytes of weights loaded into SRAM. Going from 8 to 1 GB/s of DMA
-    adds exactly their time: the weight load, priced beside the computation."""
+    """One conv on the npu, one tile (4 MiB of SRAM holds it whole): its 36864 bytes of weights and
+    its 8192-byte input DMA'd into SRAM, its 8192-byte output DMA'd back (hetgen/lower/tiling.py).
+    Going from 8 to 1 GB/s of DMA adds exactly their time, priced beside the computation."""
     model, costs = conv_chain(1), {}
     for dma in (8, 1):
         platform = load_platform_text(SOC.format(sram_kib=4096, dma_gbps=dma))
         placement = place(import_model(model), platform, pins={"conv0": NPU, "relu0": NPU})
         (group,) = [g for g in placement.groups if g.target == NPU]
         costs[dma] = group.cost_us
-    moved = 36864
+    moved = 36864 + 8192 + 8192
     assert costs[1] - costs[8] == pytest.approx(moved * (1 / 1e3 - 1 / 8e3))
 
 

@@ -192,11 +192,17 @@ def work_table(steps) -> list[dict]:
     for step in steps:
         work = getattr(step, "work", None)
         if work is None:
-            table.append({"engine": "HG_SIM_NONE", "batch": 0, "m": 0, "n": 0, "k": 0, "bytes": 0, "comment": "-"})
+            table.append(
+                {"engine": "HG_SIM_NONE", "batch": 0, "m": 0, "n": 0, "k": 0, "bytes": 0, "after": 0}
+                | {"src_stride": 0, "dst_stride": 0, "comment": "-"}
+            )
             continue
         what = step.unit.label if isinstance(step, Call) else f"load {step.dst.tensor}"
+        if isinstance(step, Copy) and "sram:" in step.src.tensor + step.dst.tensor:
+            what = f"tile DMA {step.src.tensor} -> {step.dst.tensor}"
         shape = dict(batch=work.batch, m=work.m, n=work.n, k=work.k, bytes=work.bytes)
-        table.append({"engine": ENGINE_C[work.engine], **shape, "comment": c_comment(what)})
+        strides = dict(after=work.after, src_stride=work.src_stride, dst_stride=work.dst_stride)
+        table.append({"engine": ENGINE_C[work.engine], **shape, **strides, "comment": c_comment(what)})
     return table
 
 
@@ -209,6 +215,12 @@ def simulator_counters(program: Program) -> list[dict]:
         for step in steps:
             if isinstance(step, Call):
                 counters.append({"program": index, "what": "kernel", "nodes": list(step.unit.nodes)})
+            elif isinstance(step, Copy) and step.src.tensor.startswith("sram:"):  # a tile's store
+                nodes = list(calls[0].unit.nodes) if calls else []
+                counters.append({"program": index, "what": "tile store", "tensor": step.dst.tensor, "nodes": nodes})
+            elif isinstance(step, Copy) and step.dst.tensor.startswith("sram:"):  # a tile's load
+                nodes = list(calls[0].unit.nodes) if calls else []
+                counters.append({"program": index, "what": "tile load", "tensor": step.src.tensor, "nodes": nodes})
             elif isinstance(step, Copy):  # a weight load, charged to the first kernel that reads it
                 reader = next((c for c in calls if any(a.tensor == step.dst.tensor for a in c.args)), None)
                 nodes = list(reader.unit.nodes) if reader else []
@@ -342,6 +354,9 @@ def program_view(
         "counts_link": program.counted_link is not None,
         "link": _link_view(program.counted_link),
         "capacity": model.capacity if model else 0,
+        # Kernels compute only below this offset of local memory: a tiled device's SRAM.
+        "sram_size": (program.sram_size or program.memory.arena_size) if model else 0,
+        "emulation_scratch": program.emulation_scratch,
         "clock_mhz": model.clock_mhz if model else 0,
         "sim": _simulator_view(model, first_counter) if model else None,
     }

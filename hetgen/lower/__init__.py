@@ -14,20 +14,24 @@ from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
-from hetgen.lower.invocation import one_unit_per_invocation
+from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.program import (
+    BufferRef,
     GroupEstimate,
     KernelUnit,
     Lowered,
     Program,
     ProgramRole,
+    Region,
     TensorSpec,
     WeightEntry,
     Weights,
 )
 from hetgen.lower.resolve import Resolver, counted_link, device_model
-from hetgen.lower.schedule import Scheduler, SCopyOut, UnitInfo
+from hetgen.lower.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
+from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
+from hetgen.lower.tiling import TilePlan, Unfit, tensor_names, unit_plan
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.ops.base import Kernel, Unsupported
@@ -169,6 +173,47 @@ def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root
     return plan, pack_weights(used, graph)
 
 
+def plan_tiled_target(path, target, schedule, plans: list[TilePlan], graph) -> tuple[MemoryPlan, int, int]:
+    """A tiled accelerator's memory: its SRAM (the largest unit's tile buffers, units run one at a
+    time) at offset 0, the emulating kernels' workspace, then its activations planned by liveness.
+    Weights stay in the weight store; tiles DMA their slices. Returns (plan, SRAM, workspace)."""
+    sram = max((plan.sram_bytes for plan in plans), default=0)
+    sram = (sram + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+    scratch = max((plan.scratch_bytes for plan in plans), default=0)
+    scratch = (scratch + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+    intervals = [
+        Interval(tensor, graph.types[tensor].nbytes, min(times), max(times))
+        for tensor, times in sorted(schedule.events.get(path, {}).items())
+        if tensor not in graph.constants
+    ]
+    activations = plan_memory(intervals)
+    if sram > (target.memory_bytes or 0):
+        raise PlacementError(f"{path}: tile buffers need {sram} bytes of SRAM; the device has {target.memory_bytes}")
+    base = sram + scratch
+    shifted = tuple((name, offset + base, nbytes) for name, offset, nbytes in activations.buffers)
+    plan = MemoryPlan(
+        shifted, base + activations.arena_size, base + activations.total_bytes, base + activations.lower_bound
+    )
+    return plan, sram, scratch
+
+
+def tiled_units(units, infos, graph, targets, tiled_paths) -> dict[int, TilePlan]:
+    """The tile plan of each unit placed on a tiled accelerator: the plan placement priced."""
+    plans: dict[int, TilePlan] = {}
+    for index, (unit, info) in enumerate(zip(units, infos)):
+        if info.target not in tiled_paths:
+            continue
+        target = targets[info.target]
+        plan = unit_plan(unit.nodes, graph, unit.epilogue, target.memory_bytes, tile_rates(target))
+        if isinstance(plan, Unfit):
+            raise PlacementError(
+                f"{info.target}: {unit.head.label} was placed here but {plan.reason}; pin it elsewhere "
+                "or give the device more memory"
+            )
+        plans[index] = plan
+    return plans
+
+
 def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]) -> Lowered:
     root = platform.root.controller()
     root_path = root.path_str
@@ -182,20 +227,35 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
 
     targets = {t.path_str: t for t in platform.targets()}
     executing = [path for path in targets if path == root_path or path in schedule.entries]
+    tile_plans = tiled_units(units, infos, graph, targets, isolated)
     plans: dict[str, MemoryPlan] = {}
     weights: dict[str, Weights] = {}
+    sram_sizes: dict[str, int] = {}
+    scratch_sizes: dict[str, int] = {}
     for path in executing:
         on_target = [(index, info) for index, info in enumerate(infos) if info.target == path]
+        if path in isolated:
+            plans[path], sram_sizes[path], scratch_sizes[path] = plan_tiled_target(
+                path, targets[path], schedule, [tile_plans[i] for i, _ in on_target], graph
+            )
+            used = list(dict.fromkeys(n for _, info in on_target for n in info.inputs if n in graph.constants))
+            weights[path] = pack_weights(used, graph)
+            continue
         plans[path], weights[path] = plan_target(
             path, targets[path], schedule, on_target, kernels, graph, path == root_path
         )
 
     prefixes = target_prefixes(platform)
     functions = {}
+    tiled: dict[int, TiledUnit] = {}
     for index, (unit, kernel) in enumerate(zip(units, kernels)):
         fn = f"{prefixes[infos[index].target]}_k_{unit.head.name}"
         label = " + ".join(node.label for node in unit.nodes)
-        functions[index] = KernelUnit(fn, tuple(node.name for node in unit.nodes), label, kernel)
+        names = tuple(node.name for node in unit.nodes)
+        functions[index] = KernelUnit(fn, names, label, kernel)
+        if index in tile_plans:
+            plan = tile_plans[index]
+            tiled[index] = TiledUnit(plan, tile_functions(plan, fn, names, label))
     written_at_root = {name for info in infos if info.target == root_path for name in info.outputs if name}
     written_at_root |= {
         step.dst.tensor for entry in schedule.entries.get(root_path, []) for step in entry if isinstance(step, SCopyOut)
@@ -209,7 +269,15 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     programs = []
     for path in executing:
         target = targets[path]
-        entries = [tuple(resolver.step(path, step) for step in entry) for entry in schedule.entries.get(path, [[]])]
+        if path in isolated:
+            entries = [
+                tuple(_tiled_entry(resolver, path, entry, tiled, unit_inputs, units, sram_sizes[path]))
+                for entry in schedule.entries.get(path, [[]])
+            ]
+            program_units = tuple(f for i, info in enumerate(infos) if info.target == path for f in tiled[i].functions)
+        else:
+            entries = [tuple(resolver.step(path, step) for step in entry) for entry in schedule.entries.get(path, [[]])]
+            program_units = tuple(functions[i] for i, info in enumerate(infos) if info.target == path)
         if path == root_path:
             entries[0] += tuple(resolver.output_copies())
             role = ProgramRole.ROOT
@@ -220,7 +288,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
                 target=target,
                 role=role,
                 runtime=target.runtime or Runtime.GRAPH,
-                units=tuple(functions[i] for i, info in enumerate(infos) if info.target == path),
+                units=program_units,
                 entries=tuple(entries),
                 memory=plans[path],
                 weights=weights[path],
@@ -230,6 +298,8 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
                 device_model=device_model(target) if role is ProgramRole.ACCELERATOR else None,
                 counted_link=counted_link(composites[path]) if path in composites else None,
                 estimated_us=estimates.get(path, 0.0),
+                sram_size=sram_sizes.get(path, 0),
+                emulation_scratch=scratch_sizes.get(path, 0),
             )
         )
     layouts = plan_workspaces(programs)
@@ -242,6 +312,26 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
         placement_estimates(placement),
         placement_price(placement).total_us if placement is not None else 0.0,
     )
+
+
+def _tiled_entry(resolver, path, entry, tiled, unit_inputs, units, sram_size) -> list:
+    """A tiled accelerator's sub-program: each kernel call becomes its unit's tile commands."""
+    steps = []
+    for step in entry:
+        if not isinstance(step, SCall):
+            steps.append(resolver.step(path, step))
+            continue
+        renamed = dict(zip(units[step.unit].inputs, unit_inputs[step.unit]))
+        positions = tensor_names(units[step.unit].nodes)  # a plan names tensors by position
+
+        def tensor_ref(position, renamed=renamed, positions=positions):
+            name = positions[position]
+            if name in resolver.graph.constants:  # tiles DMA weights straight from the weight store
+                return BufferRef(Region.WEIGHTS, resolver.weights[path].offset(name), name)
+            return resolver.ref(Sym(path, renamed.get(name, name)))
+
+        steps += tiled_steps(tiled[step.unit], tensor_ref, sram_size, sram_size)
+    return steps
 
 
 def placement_estimates(placement) -> tuple[GroupEstimate, ...]:

@@ -1,20 +1,22 @@
 """How work is cut into invocations of an accelerator: one rule that lowering follows and the cost
 model prices, so the program that runs is the program that was priced.
 
-An accelerator with a bounded local memory runs each kernel unit (a placement group: an operator
-and the activations fused into it) as its own invocation, which loads that unit's weights into
-local memory and computes. Activations stay in the device's memory from the first use to the last,
-as they would in one invocation: copied in once, and out only for a reader elsewhere (those copies
-are the placement's transfers). Only weights are loaded per invocation, so an accelerator never
-holds more than one unit's weights. Whether consecutive work would fit together is never asked
-after placement, so no fallback changes the program behind the placement's back.
+An accelerator with a bounded local memory (SRAM) runs each kernel unit (a placement group: an
+operator and the activations fused into it) as its own invocation. Activations stay in the device's
+memory (outside SRAM) from the first use to the last: copied in once, and out only for a reader
+elsewhere (those copies are the placement's transfers). An invocation runs its unit's tiling
+(hetgen/lower/tiling.py): tiles of inputs and weights DMA'd into SRAM, computed, DMA'd out. The
+same plan decides whether the unit fits (the fits_memory predicate), what it costs (cost.py) and
+what lowering emits, so no fallback changes the program behind the placement's back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from hetgen.ir import Graph, Node
+from hetgen.lower.tiling import Action, Rates, TilePlan, Unfit, unit_plan
+from hetgen.ops.base import Epilogue
 from hetgen.platform.model import Role, Target
 
 
@@ -22,7 +24,73 @@ def one_unit_per_invocation(target: Target) -> bool:
     return target.role is Role.ACCELERATOR and target.memory_bytes is not None
 
 
-def weight_bytes(graph: Graph, nodes: Iterable[Node]) -> int:
-    """Bytes of constants one invocation running `nodes` loads into local memory (each once)."""
-    loaded = {name for node in nodes for name in node.inputs if name and name in graph.constants}
-    return sum(graph.types[name].nbytes for name in loaded)
+def tile_rates(target: Target, efficiency: float = 1.0) -> Rates:
+    """What a tile's commands take on `target` by its cost figures: compute at `efficiency` of its
+    peak but no faster than its engines stream the tile's buffers from SRAM (`local_gbps`, where the
+    kind has it), DMA at its bandwidth, and `command_us` (a figure; 0 where the kind has none) per
+    command. Plans are chosen at efficiency 1 (a device property); patterns price them at their own."""
+    figures = target.figures
+    return Rates(
+        1.0 / (figures.peak_gflops * 1e3 * efficiency),
+        1.0 / (figures.bandwidth_gbps * 1e3),
+        float(figures.command_us or 0.0),
+        1.0 / (figures.local_gbps * 1e3) if figures.local_gbps else 0.0,
+    )
+
+
+_last_consumers: list = [None, None]  # (graph, its consumers): placement asks about one graph many times
+
+
+def _consumers(graph: Graph) -> dict[str, list[Node]]:
+    if _last_consumers[0] is not graph:
+        _last_consumers[:] = [graph, graph.consumers()]
+    return _last_consumers[1]
+
+
+def kernel_units_of(nodes: Sequence[Node], graph: Graph) -> list[tuple[tuple[Node, ...], tuple[Epilogue, ...]]]:
+    """How lowering's fusion (hetgen/lower/fuse.py) cuts a placed group into kernel units: an
+    operator absorbs each following activation that only it feeds."""
+    from hetgen.lower.fuse import epilogue_of
+    from hetgen.ops.registry import op_def
+
+    units: list[tuple[list[Node], list[Epilogue]]] = []
+    consumers = _consumers(graph) if len(nodes) > 1 else {}
+    for node in nodes:
+        if units:
+            chain, epilogue = units[-1]
+            previous = chain[-1]
+            definition = op_def(chain[0].op)
+            produced = previous.outputs[0] if len(previous.outputs) == 1 else None
+            fused = epilogue_of(node, graph) if definition is not None and definition.fusable_epilogue else None
+            if (
+                fused is not None
+                and produced
+                and node.inputs[:1] == (produced,)
+                and produced not in graph.outputs
+                and len(consumers.get(produced, [])) == 1
+            ):
+                chain.append(node)
+                epilogue.append(fused)
+                continue
+        units.append(([node], []))
+    return [(tuple(chain), tuple(epilogue)) for chain, epilogue in units]
+
+
+def group_plans(nodes: Sequence[Node], graph: Graph, target: Target) -> list[TilePlan | Unfit]:
+    """The tiling of each kernel unit of a group placed on a tiled accelerator (`tiling.unit_plan`):
+    what the fits_memory predicate, the cost model and lowering all read."""
+    capacity, rates = target.memory_bytes, tile_rates(target)
+    return [unit_plan(chain, graph, epilogue, capacity, rates) for chain, epilogue in kernel_units_of(nodes, graph)]
+
+
+def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target) -> int:
+    """Bytes of constants (weights, biases) a group's tile plans DMA into local memory, a weight
+    slice loaded again for a later tile counted each time: the weight part of what the plans price."""
+    total = 0
+    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target)):
+        if not isinstance(plan, TilePlan):
+            continue
+        for command in plan.commands:
+            if command.action is Action.LOAD and chain[0].inputs[command.operand] in graph.constants:
+                total += plan.block_of(command).nbytes
+    return total

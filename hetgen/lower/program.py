@@ -55,7 +55,12 @@ class Copy:
     src: BufferRef
     dst: BufferRef
     nbytes: int
-    work: Work | None = None  # an accelerator's weight load: a DMA of nbytes
+    work: Work | None = None  # an accelerator's DMA (a weight load, a tile's load or store)
+    # A tile's DMA is strided: `count` segments of nbytes / count, `src_stride` and `dst_stride`
+    # bytes apart at each end (the simulator runs it; hetgen/lower/tiled.py).
+    count: int = 1
+    src_stride: int = 0
+    dst_stride: int = 0
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,11 @@ class Program:
     estimated_us: float = 0.0  # the cost model's estimate of this target's work per run
     workspace: WorkspaceLayout | None = None  # this program's block of the caller's workspace
     counted_link: CountedLink | None = None  # a co-processor behind a link: it counts the copies over it
+    # A tiled accelerator's SRAM: its local memory's first bytes, where every kernel call's buffers
+    # lie (hetgen/lower/tiled.py); activations live past it. 0: not tiled.
+    sram_size: int = 0
+    # Past the SRAM: the emulating C kernels' workspace (im2col, GEMM packing), not the device's.
+    emulation_scratch: int = 0
 
     @property
     def steps(self) -> tuple[Step, ...]:

@@ -221,6 +221,8 @@ class Scheduler:
 
     def accelerator_entry(self, device: Target, members: list[int]) -> list:
         target = device.path_str
+        if target in self.isolated:  # tiled: each tile DMAs its slice of the weights (tiling.py)
+            return [self.local_call(target, index) for index in members]
         steps: list = []
         loaded: set[str] = set()
         for index in members:

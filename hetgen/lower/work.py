@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from hetgen.ir import Graph, Node
+from hetgen.ir import Graph, Node, TensorType
+from hetgen.ops.base import OpInstance
 
 
 class Engine(enum.Enum):
@@ -32,6 +33,12 @@ class Work:
     n: int = 0
     k: int = 0
     bytes: int = 0  # local-memory bytes the command reads and writes (DMA: bytes moved)
+    # How many commands back the command this one waits for is (0: none): a tiled program's DMA
+    # and compute overlap, each waiting only for the buffers it needs (hetgen/lower/tiling.py).
+    after: int = 0
+    # A strided DMA moves m segments of n bytes; the bytes between segment starts at each end.
+    src_stride: int = 0
+    dst_stride: int = 0
 
 
 def dma_work(nbytes: int) -> Work:
@@ -42,8 +49,19 @@ def kernel_work(head: Node, last: Node, graph: Graph) -> Work:
     """The descriptor of a kernel unit from `head` to `last`: the first operator decides the engine;
     activations fused after it are applied as outputs are written back, at no extra cost."""
     inputs = [graph.types[name] for name in head.inputs if name]
-    output = graph.types[last.outputs[0]]
-    touched = sum(t.nbytes for t in inputs) + sum(graph.types[name].nbytes for name in last.outputs if name)
+    outputs = [graph.types[name] for name in last.outputs if name]
+    return shape_work(head, inputs, outputs)
+
+
+def instance_work(instance: OpInstance, after: int = 0) -> Work:
+    """The descriptor of one tile's kernel call (its operator on the tile's shapes)."""
+    inputs = [t for t in instance.input_types if t is not None]
+    return replace(shape_work(instance.node, inputs, list(instance.output_types)), after=after)
+
+
+def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) -> Work:
+    output = outputs[0]
+    touched = sum(t.nbytes for t in inputs) + sum(t.nbytes for t in outputs)
     if head.op == "Conv":
         x, w = inputs[0].shape, inputs[1].shape
         groups = int(head.attr("group", 1))

@@ -6,10 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hetgen.lower.invocation import weight_bytes
+from hetgen.lower.invocation import group_plans, kernel_units_of, one_unit_per_invocation
+from hetgen.lower.tiling import Action, TilePlan
 from hetgen.partition.cost import format_bytes, weight_load_us
 from hetgen.partition.pins import Pin
-from hetgen.partition.placement import Alternative, DmaUse, Group, LinkUse, Placement, Refusal, Transfer, refusal_text
+from hetgen.partition.placement import (
+    Alternative,
+    DmaUse,
+    Group,
+    LinkUse,
+    Placement,
+    Refusal,
+    Tiling,
+    Transfer,
+    refusal_text,
+)
 from hetgen.partition.price import price
 from hetgen.partition.space import Candidate, SearchSpace
 
@@ -58,6 +69,7 @@ def assemble(
                 refusals,
                 0.0 if space.aliases.issuperset(c.nodes) else space.launch_us(c.loc),  # a dropped reshape
                 *_weights(space, c),
+                _tile_plans(space, c),
             )
         )
     transfers = tuple(
@@ -87,8 +99,7 @@ def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
 def _weights(space: SearchSpace, c: Candidate) -> tuple[int, float]:
     """The weights a group loads into local memory, and their DMA time (as group_us prices them)."""
     target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
-    us = weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target))
-    return (weight_bytes(space.graph, nodes) if us else 0), us
+    return weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target))
 
 
 def _dma(space: SearchSpace, src: int, dst: int) -> tuple[DmaUse, ...]:
@@ -218,3 +229,27 @@ def unclaimed_nodes(space: SearchSpace) -> tuple[Refusal, ...]:
             mine = list(dict.fromkeys(mine)) or [Refusal(node.name, path, "", f"no pattern matches {node.op} here")]
             result.extend(mine)
     return tuple(result)
+
+
+def _tile_plans(space: SearchSpace, c) -> tuple[Tiling, ...]:
+    """The tile plans the cost model priced this group with (hetgen/lower/tiling.py), summarised."""
+    target = space.targets[c.loc]
+    if not one_unit_per_invocation(target):
+        return ()
+    nodes = [space.graph.nodes[n] for n in c.nodes]
+    tilings = []
+    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph), group_plans(nodes, space.graph, target)):
+        if isinstance(plan, TilePlan):
+            tilings.append(
+                Tiling(
+                    chain[0].name,
+                    plan.split,
+                    plan.tile_shape,
+                    plan.count,
+                    plan.moved(Action.LOAD),
+                    plan.moved(Action.STORE),
+                    plan.double_buffered,
+                    plan.sram_bytes,
+                )
+            )
+    return tuple(tilings)

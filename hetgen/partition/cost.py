@@ -3,10 +3,12 @@
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
                                              bytes / (bandwidth_gbps * 1e3)))          [us]
     on an accelerator that runs one group per invocation (hetgen/lower/invocation.py, the rule
-    lowering follows), its weights are loaded by DMA before it computes from local memory:
-    group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
-                                             local bytes / (local_gbps * 1e3))
-                             + weight bytes / (bandwidth_gbps * 1e3))
+    lowering follows), its units' tile plans (hetgen/lower/tiling.py) timed command by command:
+    group time    = scale * (launch_us + sum over units of plan_us(plan, rates)), where a tile's
+                    compute takes max(flops / (peak_gflops * 1e3 * efficiency),
+                    its SRAM bytes / (local_gbps * 1e3)), its DMA (input blocks with halos,
+                    weight slices, output blocks) bytes / (bandwidth_gbps * 1e3), each command
+                    command_us more, and DMA overlaps compute where the plan double-buffers
     transfer time = sum over the copies between places on the tree path between two targets of
                     (latency_us + bytes / (bandwidth_gbps * 1e3))      over the copy's link, if any
                   + bytes / (bandwidth_gbps * 1e3)       by an accelerator's DMA, where one end is
@@ -28,7 +30,8 @@ from dataclasses import dataclass, field
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph, Node
-from hetgen.lower.invocation import one_unit_per_invocation, weight_bytes
+from hetgen.lower.invocation import group_plans, one_unit_per_invocation, tile_rates, weight_load_bytes
+from hetgen.lower.tiling import Unfit, plan_us
 from hetgen.ops.base import OpInstance
 from hetgen.ops.registry import op_def
 from hetgen.platform.model import CostFigures, Link, Platform, Role, Target
@@ -72,36 +75,33 @@ def kernel_us(figures: CostFigures, work: Work, efficiency: float = 1.0, scale: 
 def group_us(target: Target, work: Work, efficiency: float, scale: float, graph: Graph, nodes: Iterable[Node]) -> float:
     """A placement group's time on `target`.
 
-    Where lowering runs each group as its own invocation (hetgen/lower/invocation.py), the group
-    loads its weights into local memory at the device's DMA rate (its `bandwidth_gbps`), then
-    computes from local memory; its activations arrive and leave as the placement's transfers.
-    Elsewhere a kernel takes the longer of its compute and its memory traffic.
+    Where lowering runs each group as its own invocation on a device with local SRAM
+    (hetgen/lower/invocation.py), the group runs its units' tile plans (hetgen/lower/tiling.py): the
+    plans' commands timed with the device's figures, DMA (tile loads incl. halos and weight
+    re-loads, stores) overlapping compute where the plan double-buffers. Its activations arrive
+    and leave as the placement's transfers. Elsewhere a kernel takes the longer of its compute and
+    its memory traffic.
     """
     figures = target.figures
     if not one_unit_per_invocation(target):
         return kernel_us(figures, work, efficiency, scale)
-    nodes = list(nodes)
-    compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
-    if figures.local_gbps:  # the engines stream their operands and results through local memory
-        compute = max(compute, local_bytes(graph, nodes) / (figures.local_gbps * 1e3))
-    return scale * (figures.launch_us + compute) + weight_load_us(target, graph, nodes, scale)
+    rates = tile_rates(target, efficiency)
+    total = 0.0
+    for plan in group_plans(list(nodes), graph, target):
+        if isinstance(plan, Unfit):
+            raise PlacementError(f"{target.path_str}: {plan.reason}")
+        total += plan_us(plan, rates)
+    return scale * (figures.launch_us + total)
 
 
-def weight_load_us(target: Target, graph: Graph, nodes: Iterable[Node], scale: float = 1.0) -> float:
-    """The DMA time of the weights a group on `target` loads into local memory (0 where it runs from
-    its controller's memory): part of the group's time, shown on its own by explain."""
+def weight_load_us(target: Target, graph: Graph, nodes: Iterable[Node], scale: float = 1.0) -> tuple[int, float]:
+    """The weight bytes a group on `target` loads into local memory by DMA (re-loads across tiles
+    included) and their DMA time: part of the group's time, shown on its own by explain. (0, 0.0)
+    where the group runs from its controller's memory."""
     if not one_unit_per_invocation(target):
-        return 0.0
-    return scale * weight_bytes(graph, nodes) / (target.figures.bandwidth_gbps * 1e3)
-
-
-def local_bytes(graph: Graph, nodes: list[Node]) -> int:
-    """The local-memory bytes a group's engines read and write: its first operator's operands
-    (weights too, loaded into local memory) and its last one's results; fused activations are
-    applied as results are written."""
-    head, last = nodes[0], nodes[-1]
-    names = [n for n in head.inputs if n and n in graph.types] + [n for n in last.outputs if n and n in graph.types]
-    return sum(graph.types[name].nbytes for name in names)
+        return 0, 0.0
+    loaded = weight_load_bytes(list(nodes), graph, target)
+    return loaded, scale * loaded / (target.figures.bandwidth_gbps * 1e3)
 
 
 def link_us(link: Link, nbytes: float) -> float:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.partition.cost import format_bytes
-from hetgen.partition.placement import Group, Placement, Refusal, Transfer, refusal_text
+from hetgen.partition.placement import Group, Placement, Refusal, Tiling, Transfer, refusal_text
 from hetgen.partition.price import Price, placement_price, price
 
 
@@ -167,6 +167,8 @@ def render_text(e: Explanation) -> str:
             lines.append(f"    why: {group.reason}")
         for t in report.transfers:
             lines.append(f"    copies {_transfer_line(t)}")
+        for tiling in group.tilings:
+            lines.append(f"    tiles: {_tiling_line(tiling)}")
     lines.append("")
     if e.unclaimed:
         lines.append("operators no accelerator could take:")
@@ -181,6 +183,20 @@ def render_text(e: Explanation) -> str:
         f"+ transfers {e.transfer_us:.1f} us)"
     )
     return "\n".join(lines) + "\n"
+
+
+def _tiling_line(t: Tiling) -> str:
+    shape = "x".join(map(str, t.tile_shape))
+    buffering = "double-buffered" if t.double_buffered else "single-buffered"
+    return (
+        f"{t.unit}: {t.split}, {t.count} tile{'s' if t.count != 1 else ''} of {shape}, DMA {format_bytes(t.dma_bytes)} "
+        f"(in {format_bytes(t.load_bytes)}, out {format_bytes(t.store_bytes)}), {buffering}, "
+        f"SRAM {format_bytes(t.sram_bytes)}"
+    )
+
+
+def _tiling_json(t: Tiling) -> dict:
+    return {**asdict(t), "tile_shape": list(t.tile_shape), "dma_bytes": t.dma_bytes}
 
 
 def _transfer_json(t: Transfer) -> dict:
@@ -228,6 +244,7 @@ def render_json(e: Explanation) -> dict:
                     "bytes": sum(t.bytes for t in r.transfers),
                     "us": r.transfer_us,
                 },
+                "tiling": [_tiling_json(t) for t in r.group.tilings],
             }
             for r in e.groups
         ],

@@ -62,6 +62,25 @@ class Group:
     launch_us: float = 0.0  # the launch overhead the cost model charged inside cost_us
     weight_bytes: int = 0  # weights its invocation loads into an accelerator's local memory
     weight_us: float = 0.0  # their DMA time, inside cost_us
+    tilings: tuple[Tiling, ...] = ()  # on a tiled accelerator: each kernel unit's tile plan, as priced
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How one kernel unit of a group runs on an accelerator with SRAM (hetgen/lower/tiling.py)."""
+
+    unit: str  # the unit's head node
+    split: str  # "whole", "rows", "channels", "rows x channels", "rows x columns", "chunks", ...
+    tile_shape: tuple[int, ...]  # a full tile's output block
+    count: int  # tiles
+    load_bytes: int  # DMA into SRAM: inputs with their halos, weights with their re-loads
+    store_bytes: int  # DMA out of SRAM
+    double_buffered: bool
+    sram_bytes: int  # the tile buffers
+
+    @property
+    def dma_bytes(self) -> int:
+        return self.load_bytes + self.store_bytes
 
 
 @dataclass(frozen=True)

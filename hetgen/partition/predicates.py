@@ -116,8 +116,18 @@ def _check_attrs(value: Any, view: MatchView) -> str | None:
 
 
 def _check_fits_memory(value: Any, view: MatchView) -> str | None:
+    """A match fits when each of its kernel units has a tiling whose SRAM buffers fit
+    (hetgen/lower/tiling.py); on other targets with bounded memory, when its working set does."""
     capacity = view.target.memory_bytes
     if not value or capacity is None:
+        return None
+    from hetgen.lower.invocation import group_plans, one_unit_per_invocation
+    from hetgen.lower.tiling import Unfit
+
+    if one_unit_per_invocation(view.target):
+        for plan in group_plans(view.nodes, view.graph, view.target):
+            if isinstance(plan, Unfit):
+                return f"does not fit memory: {plan.reason} of {view.target.path_str}"
         return None
     inputs, outputs, weights = working_set(view)
     scratch = max((_scratch_bytes(node, view.graph) for node in view.nodes), default=0)

@@ -88,6 +88,7 @@ def _target_document(target: Target) -> dict[str, Any]:
         document["link"] = {"bandwidth_gbps": target.link.bandwidth_gbps, "latency_us": target.link.latency_us}
     if target.role is not Role.COMPOSITE:
         computed = kind_figures(target.kind, target.attrs)
+        computed.setdefault("command_us", 0.0)  # an optional figure: absent means 0
         overrides = {k: v for k, v in vars(target.figures).items() if computed.get(k) != v}
         if overrides:
             document["figures"] = overrides

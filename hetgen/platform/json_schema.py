@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from hetgen.platform.kind_parts import (
+    ALL_FIGURE_KEYS,
     ATTRIBUTE_KEYS,
-    FIGURE_KEYS,
     KIND_KEYS,
     MEMORY_KEYS,
     PATTERN_KEYS,
@@ -91,7 +91,7 @@ def _node_schema(kinds: dict[str, Kind]) -> dict[str, Any]:
             "host": {"$ref": "#/$defs/node", "description": "Composites only: the controller driving its devices."},
             "link": {"$ref": "#/$defs/link"},
             "toolchain": {"$ref": "#/$defs/toolchain"},
-            "figures": _closed({key: {"type": "number", "minimum": 0} for key in FIGURE_KEYS}),
+            "figures": _closed({key: {"type": "number", "minimum": 0} for key in ALL_FIGURE_KEYS}),
         },
         "allOf": [_kind_branch(kind) for _, kind in sorted(kinds.items())],
         "unevaluatedProperties": False,
@@ -156,7 +156,7 @@ def _kind_definition_schema() -> dict[str, Any]:
         refines={"type": "string"},
         doc={"type": "string"},
         attributes={"type": "object", "additionalProperties": _closed(attribute)},
-        figures=_closed({key: formula for key in FIGURE_KEYS}),
+        figures=_closed({key: formula for key in ALL_FIGURE_KEYS}),
         memory=_closed({key: {"anyOf": [formula, {"type": "null"}]} for key in MEMORY_KEYS}),
         toolchain={"$ref": "#/$defs/toolchain"},
         templates={"type": "string"},

@@ -31,8 +31,12 @@ from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
 KIND_KEYS = ("role", "refines", "doc", "attributes", "figures", "memory", "toolchain", "templates", "patterns")
 LEGACY_KIND_KEYS = {"extends": "refines"}  # one spelling for one idea; `extends` gets pointed here
 ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
-FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us", "local_gbps")
-REQUIRED_FIGURE_KEYS = FIGURE_KEYS[:3]  # local_gbps is optional: only accelerators with local memory stream from it
+FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
+# Figures a kind may declare: local_gbps, an accelerator's local memory as its engines stream it
+# (only accelerators with local memory); command_us, the overhead of each command of a tiled
+# accelerator.
+OPTIONAL_FIGURE_KEYS = ("local_gbps", "command_us")
+ALL_FIGURE_KEYS = FIGURE_KEYS + OPTIONAL_FIGURE_KEYS
 # local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one
 # program can link. null: no bound.
@@ -111,7 +115,7 @@ def _parse_kind(key: YScalar, node: YNode, problems: Problems, base: Path, built
         elif name.value == "attributes":
             draft.attributes = _parse_attributes(value, what, problems)
         elif name.value == "figures":
-            draft.figures = _parse_formulas(value, FIGURE_KEYS, field_what, problems, draft.formula_pos)
+            draft.figures = _parse_formulas(value, ALL_FIGURE_KEYS, field_what, problems, draft.formula_pos)
         elif name.value == "memory":
             draft.memory = _parse_formulas(value, MEMORY_KEYS, field_what, problems, draft.formula_pos)
         elif name.value == "toolchain":

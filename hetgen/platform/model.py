@@ -107,6 +107,7 @@ class CostFigures:
     bandwidth_gbps: float  # local memory bandwidth, GB/s
     launch_us: float  # fixed overhead per kernel launch / command
     local_gbps: float | None = None  # an accelerator's local memory as its engines stream it; None: not modelled
+    command_us: float = 0.0  # a tiled accelerator's overhead per command (DMA or kernel) within a launch
 
 
 @dataclass(frozen=True)

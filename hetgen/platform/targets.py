@@ -20,7 +20,7 @@ from typing import Any
 
 from hetgen.names import MAX_IDENTIFIER
 from hetgen.platform.expressions import ExpressionError, evaluate
-from hetgen.platform.kind_parts import FIGURE_KEYS, MEMORY_KEYS, NODE_KEYS, parse_toolchain
+from hetgen.platform.kind_parts import ALL_FIGURE_KEYS, MEMORY_KEYS, NODE_KEYS, parse_toolchain
 from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
 from hetgen.platform.schema import (
     Problems,
@@ -63,7 +63,7 @@ def build_tree(
 
 def kind_figures(kind: Kind, attrs: Mapping[str, Any]) -> dict[str, float]:
     """A kind's figures for these attribute values; raises ExpressionError."""
-    return {key: evaluate(kind.figures[key], attrs) for key in FIGURE_KEYS if key in kind.figures}
+    return {key: evaluate(kind.figures[key], attrs) for key in ALL_FIGURE_KEYS if key in kind.figures}
 
 
 def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Target | None:
@@ -266,9 +266,9 @@ def _figures(body: YMap, kind: Kind, attrs: Mapping[str, Any], what: str, proble
     node = body.get("figures")
     overrides = expect_map(node, f"the figures of {what}", problems, node.pos) if node is not None else None
     if overrides is not None:
-        check_keys(overrides, FIGURE_KEYS, f"the figures of {what}", problems)
+        check_keys(overrides, ALL_FIGURE_KEYS, f"the figures of {what}", problems)
         for key, value in overrides.entries:
-            if key.value in FIGURE_KEYS:
+            if key.value in ALL_FIGURE_KEYS:
                 figures[key.value] = read_number(value, f"figure '{key.value}' of {what}", problems, minimum=0)
     for key in ("peak_gflops", "bandwidth_gbps", "local_gbps"):
         if figures.get(key) is not None and figures[key] <= 0:

@@ -69,36 +69,103 @@ uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *w
     return params->command_cycles + (compute > memory ? compute : memory);
 }
 
-/* The accounting hook the graph executor calls after each command of a program ran. */
-typedef struct {
-    const hg_sim_config *config;
-    const hg_sim_program *program;
-    hg_sim_state *sim;
-    uint64_t *counters;
-} hg_sim_run;
-
-static void hg_sim_account(void *context, size_t node)
+/* A strided DMA: m segments of n bytes, src_stride and dst_stride bytes apart (a tile's block of a
+ * tensor to or from SRAM). Both spans are bounds-checked before a byte moves. */
+static int hg_sim_strided_copy(const hg_memory *memory, const hg_graph_node *node, const hg_buffer_ref *args,
+                               size_t num_args, const hg_sim_work *work)
 {
-    hg_sim_run *run = (hg_sim_run *)context;
-    if (run->program->work == NULL || node >= run->program->num_nodes) {
-        return;
+    void *src;
+    void *dst;
+    if (node->op != HG_OP_COPY || node->num_args != 2 || node->first_arg > num_args
+        || num_args - node->first_arg < 2 || work->m == 0 || work->m * work->n != node->bytes) {
+        return HG_ERR_BYTECODE;
     }
-    const hg_sim_work *work = &run->program->work[node];
-    const uint64_t cycles = hg_sim_command_cycles(&run->config->params, work);
-    run->sim->stats.compute_cycles += cycles;
-    if (work->engine == HG_SIM_DMA) {
-        run->sim->stats.load_cycles += cycles;
+    const uint64_t src_span = (work->m - 1) * work->src_stride + work->n;
+    const uint64_t dst_span = (work->m - 1) * work->dst_stride + work->n;
+    if (hg_resolve(memory, args[node->first_arg], src_span, &src) != HG_OK
+        || hg_resolve(memory, args[node->first_arg + 1], dst_span, &dst) != HG_OK) {
+        return HG_ERR_BYTECODE;
     }
-    const uint64_t counter = run->program->first_counter + node;
-    if (counter < run->config->num_counters) {
-        run->counters[counter] += cycles;
+    for (uint64_t s = 0; s < work->m; ++s) {
+        memmove((unsigned char *)dst + s * work->dst_stride, (const unsigned char *)src + s * work->src_stride,
+                (size_t)work->n);
     }
+    return HG_OK;
+}
+
+/* A kernel computes from SRAM only: every local-memory argument lies below the SRAM's end, or in
+ * the emulating kernels' workspace right after it. */
+static int hg_sim_in_sram(const hg_sim_config *config, const hg_graph_node *node, const hg_buffer_ref *args,
+                          size_t num_args)
+{
+    if (node->op != HG_OP_CALL || node->first_arg > num_args || node->num_args > num_args - node->first_arg) {
+        return 1; /* not a call, or malformed: hg_graph_run refuses the latter */
+    }
+    for (uint32_t a = 0; a < node->num_args; ++a) {
+        const hg_buffer_ref ref = args[node->first_arg + a];
+        if (config->sram_size != 0 && ref.region == HG_REGION_ARENA
+            && ref.offset >= config->sram_size + config->emulation_scratch) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Run one program command by command. The DMA engine and the compute engines (MAC array, vector
+ * unit) each run their commands in order; a command starts when its engine is free and the command
+ * it waits for (work->after) has finished. Each command's counter gets the cycles by which it moved
+ * the program's end, so a program's counters add up to its elapsed cycles, overlap included. */
+static int hg_sim_run_program(const hg_sim_config *config, hg_sim_state *sim, const hg_sim_program *program,
+                              const hg_memory *memory, uint64_t *counters)
+{
+    uint64_t finish[HG_SIM_RING] = { 0 };
+    uint64_t dma_free = 0;
+    uint64_t compute_free = 0;
+    uint64_t end = 0;
+    for (size_t n = 0; n < program->num_nodes; ++n) {
+        const hg_graph_node *node = &program->nodes[n];
+        const hg_sim_work *work = program->work != NULL ? &program->work[n] : NULL;
+        int status;
+        if (work != NULL && work->engine == HG_SIM_DMA && work->m > 1) {
+            status = hg_sim_strided_copy(memory, node, program->args, program->num_args, work);
+        } else if (!hg_sim_in_sram(config, node, program->args, program->num_args)) {
+            status = HG_ERR_CAPACITY;
+        } else {
+            status = hg_graph_run(node, 1, program->args, program->num_args, memory, NULL, 0, NULL);
+        }
+        if (status != HG_OK) {
+            return status;
+        }
+        if (work == NULL || work->engine == HG_SIM_NONE) {
+            continue;
+        }
+        const uint64_t cycles = hg_sim_command_cycles(&config->params, work);
+        const uint64_t ready = work->after != 0 && work->after <= n && work->after < HG_SIM_RING
+                                   ? finish[(n - work->after) % HG_SIM_RING]
+                                   : 0;
+        uint64_t *engine_free = work->engine == HG_SIM_DMA ? &dma_free : &compute_free;
+        const uint64_t done = (*engine_free > ready ? *engine_free : ready) + cycles;
+        *engine_free = done;
+        finish[n % HG_SIM_RING] = done;
+        const uint64_t advance = done > end ? done - end : 0;
+        end = done > end ? done : end;
+        sim->stats.compute_cycles += advance;
+        if (work->engine == HG_SIM_DMA) {
+            sim->stats.load_cycles += advance;
+        }
+        const uint64_t counter = program->first_counter + n;
+        if (counter < config->num_counters) {
+            counters[counter] += advance;
+        }
+    }
+    return HG_OK;
 }
 
 static int hg_sim_alloc(struct hg_device *device, uint64_t bytes)
 {
     const hg_sim_config *config = hg_sim_config_of(device);
-    return bytes <= config->capacity && bytes <= config->memory_size ? HG_OK : HG_ERR_CAPACITY;
+    /* Local memory is the SRAM (at most `capacity`) and, past it, where activations live. */
+    return config->sram_size <= config->capacity && bytes <= config->memory_size ? HG_OK : HG_ERR_CAPACITY;
 }
 
 static int hg_sim_copy_in(struct hg_device *device, uint64_t dst_offset, const void *src, uint64_t bytes)
@@ -158,10 +225,8 @@ static int hg_sim_wait(struct hg_device *device)
             break;
         }
         const hg_sim_program *program = &config->programs[sim->queue[q]];
-        hg_sim_run run = { config, program, sim, (uint64_t *)((unsigned char *)device->state + config->counters_offset) };
-        const hg_graph_hook hook = { hg_sim_account, &run };
-        status = hg_graph_run(program->nodes, program->num_nodes, program->args, program->num_args, &memory, NULL, 0,
-                              &hook);
+        status = hg_sim_run_program(config, sim, program, &memory,
+                                    (uint64_t *)((unsigned char *)device->state + config->counters_offset));
         if (status == HG_OK) {
             sim->stats.invocations += 1;
             sim->stats.invoke_cycles += config->params.invoke_cycles;

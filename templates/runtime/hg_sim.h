@@ -9,6 +9,8 @@
 #include "hg_runtime.h"
 
 #define HG_SIM_QUEUE_DEPTH 16
+/* A command may wait for one of the last HG_SIM_RING commands before it (hg_sim_work.after). */
+#define HG_SIM_RING 64
 
 /* The engine that executes a command (hetgen/lower/work.py's Engine). */
 enum hg_sim_engine {
@@ -21,9 +23,10 @@ enum hg_sim_engine {
 /* What one command asks of the device: the shape of its work, not its time. */
 typedef struct {
     uint32_t engine;
-    uint32_t reserved;
+    uint32_t after; /* this command waits for the one `after` commands back to finish (0: none) */
     uint64_t batch, m, n, k;
     uint64_t bytes; /* local-memory bytes the command reads and writes; DMA: bytes moved */
+    uint64_t src_stride, dst_stride; /* a strided DMA: m segments of n bytes, these bytes apart */
 } hg_sim_work;
 
 typedef struct {
@@ -59,6 +62,8 @@ typedef struct {
     uint64_t counters_offset;   /* where the per-command cycle counters start in the state block */
     uint64_t num_counters;
     hg_sim_params params;
+    uint64_t sram_size;         /* kernels compute only on local memory below this offset (its SRAM) */
+    uint64_t emulation_scratch; /* then the emulating C kernels' workspace (im2col, packing): not SRAM */
 } hg_sim_config;
 
 /* What one run changes: the head of the device's state block in the caller's workspace

@@ -1,0 +1,461 @@
+"""Tile shapes: what one tile of a kernel unit computes and which blocks of its tensors it reads.
+
+For each operator hetgen tiles (hetgen/lower/tiling.py decides among them): convolutions and window
+pooling by output rows (with the input rows their windows reach, the halo) and output channels (with
+their slice of the weights), global pooling by channels, matrix products by rows and columns of the
+output (a batch item at a time), elementwise operators by chunks; any operator as one whole tile.
+A `Candidate` says what choosing needs before the tiles are built: the bytes its DMA moves (halo
+re-reads and weight re-loads included), its tile count and its largest block per operand.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from hetgen.ir import DType, Graph, Node, TensorType
+from hetgen.ops.base import Epilogue, OpInstance
+
+F32 = DType.FLOAT32
+ELEMENTWISE = frozenset(
+    {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish"}
+)
+WINDOW_POOLS = frozenset({"MaxPool", "AveragePool"})
+GLOBAL_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
+
+
+@dataclass(frozen=True)
+class Block:
+    """A strided piece of a tensor in device memory: `count` segments of `seg_bytes`, `stride`
+    bytes apart, starting `offset` bytes into the tensor. In SRAM the segments lie packed."""
+
+    tensor: str
+    offset: int
+    count: int
+    seg_bytes: int
+    stride: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.seg_bytes
+
+
+def _block(tensor: str, offset: int, count: int, seg_bytes: int, stride: int) -> Block:
+    if count > 1 and seg_bytes == stride:  # back to back: one contiguous segment
+        return Block(tensor, offset, 1, count * seg_bytes, count * seg_bytes)
+    return Block(tensor, offset, count, seg_bytes, stride if count > 1 else seg_bytes)
+
+
+@dataclass(frozen=True)
+class UnitOp:
+    """The kernel unit as tiling sees it: its head operator, tensor names and types, epilogue."""
+
+    node: Node
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    input_types: tuple[TensorType | None, ...]
+    output_types: tuple[TensorType, ...]
+    constant: tuple[bool, ...]  # per input: a weight (from the weight store), not an activation
+    epilogue: tuple[Epilogue, ...]
+
+    def instance(self, input_types, output_types, attrs: dict | None = None) -> OpInstance:
+        node = self.node
+        if attrs is not None:
+            kept = tuple((k, v) for k, v in node.attrs if k not in attrs)
+            node = replace(node, attrs=kept + tuple((k, v) for k, v in attrs.items() if v is not None))
+        return OpInstance(node, tuple(input_types), tuple(output_types), (None,) * len(input_types), self.epilogue)
+
+
+def unit_op(nodes: Sequence[Node], graph: Graph, epilogue: tuple[Epilogue, ...]) -> UnitOp:
+    """The unit with its tensors named by position (`in0`, `out0`, ...) and its node named `unit`,
+    so that every unit of the same operator, attributes and shapes shares one plan; a plan's
+    blocks name tensors that way (`tensor_names` maps them back)."""
+    head, last = nodes[0], nodes[-1]
+    types = graph.types
+    outputs = tuple(name for name in last.outputs if name)
+    inputs = tuple(f"in{i}" if name else "" for i, name in enumerate(head.inputs))
+    canonical = Node("unit", head.op, inputs, tuple(f"out{j}" for j in range(len(outputs))), head.attrs)
+    return UnitOp(
+        canonical,
+        inputs,
+        canonical.outputs,
+        tuple(types.get(name) if name else None for name in head.inputs),
+        tuple(types[name] for name in outputs),
+        tuple(bool(name) and name in graph.constants for name in head.inputs),
+        epilogue,
+    )
+
+
+def tensor_names(nodes: Sequence[Node]) -> dict[str, str]:
+    """A unit's position names (`in0`, `out0`, ...: what its plan's blocks say) -> its tensors."""
+    names = {f"in{i}": name for i, name in enumerate(nodes[0].inputs) if name}
+    names.update({f"out{j}": name for j, name in enumerate(n for n in nodes[-1].outputs if n)})
+    return names
+
+
+@dataclass(frozen=True)
+class TileSpec:
+    """One tile before lowering: its operator instance's shapes and attributes, and its blocks."""
+
+    input_types: tuple[TensorType | None, ...]
+    output_types: tuple[TensorType, ...]
+    attrs: tuple[tuple[str, object], ...]
+    inputs: tuple[Block | None, ...]
+    outputs: tuple[Block, ...]
+
+
+def _t(*shape: int) -> TensorType:
+    return TensorType(F32, tuple(int(s) for s in shape))
+
+
+def _ranges(total: int, size: int) -> list[tuple[int, int]]:
+    return [(start, min(start + size, total)) for start in range(0, total, size)]
+
+
+def _window_geometry(op: UnitOp) -> tuple:
+    """(kernel, strides, dilations, pads_begin, pads_end) over H and W of a rank-4 window op."""
+    from hetgen.ops._spatial import window
+
+    x, y = op.input_types[0], op.output_types[0]
+    if op.node.op == "Conv":
+        kernel = tuple(op.node.attr("kernel_shape") or op.input_types[1].shape[2:])
+    else:
+        kernel = tuple(op.node.attr("kernel_shape"))
+    win = window(op.instance(op.input_types, op.output_types), x.shape[2:], y.shape[2:], kernel)
+    return win.kernel[-2:], win.strides[-2:], win.dilations[-2:], win.pads_begin[-2:], win.pads_end[-2:]
+
+
+def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> list[TileSpec]:
+    """Conv or window pooling: output rows x output channels per tile, one batch item at a time."""
+    x, y = op.input_types[0].shape, op.output_types[0].shape
+    n_batch, c_in, height, width = x
+    _, c_out, out_h, out_w = y
+    (kh, _), (sh, _), (dh, _), (pt, pl), (_, pr) = _window_geometry(op)
+    is_conv = op.node.op == "Conv"
+    groups = int(op.node.attr("group", 1)) if is_conv else c_out
+    cout_g, cin_g = c_out // groups, c_in // groups
+    row_ranges, chan_ranges = _ranges(out_h, rows), _ranges(c_out, chans)
+    order = (
+        [(c, r) for c in chan_ranges for r in row_ranges]
+        if channels_outer
+        else [(c, r) for r in row_ranges for c in chan_ranges]
+    )
+    specs = []
+    for n in range(n_batch):
+        for (c0, c1), (r0, r1) in order:
+            first, last = r0 * sh - pt, (r1 - 1) * sh - pt + (kh - 1) * dh
+            lo, hi = max(first, 0), min(last, height - 1)
+            pad_top, pad_bottom = lo - first, last - hi
+            i0, i1 = (0, c_in) if groups == 1 else (c0 // cout_g * cin_g, c1 // cout_g * cin_g)
+            slab = hi - lo + 1
+            x_block = _block(op.inputs[0], ((n * c_in + i0) * height + lo) * width * 4, i1 - i0, slab * width * 4,
+                             height * width * 4)  # fmt: skip
+            y_block = _block(op.outputs[0], ((n * c_out + c0) * out_h + r0) * out_w * 4, c1 - c0,
+                             (r1 - r0) * out_w * 4, out_h * out_w * 4)  # fmt: skip
+            x_type, y_type = _t(1, i1 - i0, slab, width), _t(1, c1 - c0, r1 - r0, out_w)
+            attrs = {"pads": (pad_top, pl, pad_bottom, pr), "auto_pad": None}
+            if is_conv:
+                w = op.input_types[1].shape
+                per_channel = math.prod(w[1:]) * 4
+                blocks = [x_block, _block(op.inputs[1], c0 * per_channel, 1, (c1 - c0) * per_channel, 0)]
+                types = [x_type, _t(c1 - c0, *w[1:])]
+                if len(op.inputs) > 2 and op.inputs[2]:
+                    blocks.append(_block(op.inputs[2], c0 * 4, 1, (c1 - c0) * 4, 0))
+                    types.append(_t(c1 - c0))
+                attrs["group"] = 1 if groups == 1 else (c1 - c0) // cout_g
+            else:
+                blocks, types = [x_block], [x_type]
+            specs.append(TileSpec(tuple(types), (y_type,), tuple(attrs.items()), tuple(blocks), (y_block,)))
+    return specs
+
+
+def _global_pool_tiles(op: UnitOp, chans: int) -> list[TileSpec]:
+    n_batch, c, height, width = op.input_types[0].shape
+    specs = []
+    for n in range(n_batch):
+        for c0, c1 in _ranges(c, chans):
+            x_block = _block(op.inputs[0], (n * c + c0) * height * width * 4, 1, (c1 - c0) * height * width * 4, 0)
+            y_block = _block(op.outputs[0], (n * c + c0) * 4, 1, (c1 - c0) * 4, 0)
+            specs.append(
+                TileSpec((_t(1, c1 - c0, height, width),), (_t(1, c1 - c0, 1, 1),), (), (x_block,), (y_block,))
+            )
+    return specs
+
+
+def _matrix_view(op: UnitOp) -> tuple[int, int, int, int, bool] | None:
+    """(batch, M, K, N, b_per_batch) of a MatMul or Gemm that tiles as a 2-D product, else None."""
+    a, b = op.input_types[0].shape, op.input_types[1].shape
+    if op.node.op == "Gemm":
+        if (
+            op.node.attr("transA", 0)
+            or len(op.inputs) > 2
+            and op.inputs[2]
+            and op.input_types[2].size
+            not in (
+                1,
+                op.output_types[0].shape[1],
+            )
+        ):
+            return None
+        n = b[0] if op.node.attr("transB", 0) else b[1]
+        return 1, a[0], a[1], n, False
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if len(b) == 2:
+        return 1, math.prod(a[:-1]), a[-1], b[-1], False
+    if a[:-2] == b[:-2]:
+        return math.prod(a[:-2]), a[-2], a[-1], b[-1], True
+    return None
+
+
+def _matrix_tiles(op: UnitOp, rows: int, cols: int, rows_outer: bool) -> list[TileSpec]:
+    batch, m, k, n, per_batch = _matrix_view(op)
+    trans_b = op.node.op == "Gemm" and bool(op.node.attr("transB", 0))
+    row_ranges, col_ranges = _ranges(m, rows), _ranges(n, cols)
+    order = (
+        [(r, c) for r in row_ranges for c in col_ranges]
+        if rows_outer
+        else [(r, c) for c in col_ranges for r in row_ranges]
+    )
+    specs = []
+    for bi in range(batch):
+        a_base, b_base, y_base = bi * m * k * 4, (bi * k * n * 4 if per_batch else 0), bi * m * n * 4
+        for (m0, m1), (n0, n1) in order:
+            a_block = _block(op.inputs[0], a_base + m0 * k * 4, 1, (m1 - m0) * k * 4, 0)
+            if trans_b:
+                b_block = _block(op.inputs[1], n0 * k * 4, 1, (n1 - n0) * k * 4, 0)
+                b_type = _t(n1 - n0, k)
+            else:
+                b_block = _block(op.inputs[1], b_base + n0 * 4, k, (n1 - n0) * 4, n * 4)
+                b_type = _t(k, n1 - n0)
+            blocks, types = [a_block, b_block], [_t(m1 - m0, k), b_type]
+            if op.node.op == "Gemm" and len(op.inputs) > 2 and op.inputs[2]:
+                if op.input_types[2].size == 1:
+                    blocks.append(_block(op.inputs[2], 0, 1, 4, 0))
+                    types.append(_t(1))
+                else:
+                    blocks.append(_block(op.inputs[2], n0 * 4, 1, (n1 - n0) * 4, 0))
+                    types.append(_t(n1 - n0))
+            y_block = _block(op.outputs[0], y_base + (m0 * n + n0) * 4, m1 - m0, (n1 - n0) * 4, n * 4)
+            specs.append(TileSpec(tuple(types), (_t(m1 - m0, n1 - n0),), (), tuple(blocks), (y_block,)))
+    return specs
+
+
+def _chunk_tiles(op: UnitOp, chunk: int) -> list[TileSpec]:
+    total = op.output_types[0].size
+    specs = []
+    for e0, e1 in _ranges(total, chunk):
+        blocks, types = [], []
+        for name, typ in zip(op.inputs, op.input_types):
+            if typ.size == 1:
+                blocks.append(_block(name, 0, 1, 4, 0))
+                types.append(_t(1))
+            else:
+                blocks.append(_block(name, e0 * 4, 1, (e1 - e0) * 4, 0))
+                types.append(_t(e1 - e0))
+        y_block = _block(op.outputs[0], e0 * 4, 1, (e1 - e0) * 4, 0)
+        specs.append(TileSpec(tuple(types), (_t(e1 - e0),), (), tuple(blocks), (y_block,)))
+    return specs
+
+
+def _whole_tile(op: UnitOp) -> list[TileSpec]:
+    blocks = tuple(
+        _block(name, 0, 1, typ.nbytes, 0) if name and typ is not None else None
+        for name, typ in zip(op.inputs, op.input_types)
+    )
+    outputs = tuple(_block(name, 0, 1, typ.nbytes, 0) for name, typ in zip(op.outputs, op.output_types))
+    return [TileSpec(op.input_types, op.output_types, (), blocks, outputs)]
+
+
+def _halvings(total: int, align: int = 1) -> list[int]:
+    """Tile extents to try: total, then about a half, a quarter, ... (multiples of `align`), down to `align`."""
+    sizes, size = [], total
+    while True:
+        aligned = max(align, -(-size // align) * align)
+        if aligned not in sizes:
+            sizes.append(min(aligned, total))
+        if size <= align:
+            break
+        size = -(-size // 2)
+    return sizes
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A tiling to try, with what choosing among tilings needs to know before building it: the
+    DMA bytes it moves (halo re-reads and weight re-loads included), its tiles, and the largest
+    block of each operand (its SRAM buffer)."""
+
+    split: str
+    tile_shape: tuple[int, ...]
+    specs: Callable[[], list[TileSpec]]
+    tiles: int
+    dma_bytes: int
+    input_blocks: tuple[int, ...]  # largest block per input (0: omitted)
+    input_loads: tuple[int, ...]  # how many times each input is loaded
+    output_blocks: tuple[int, ...]
+
+
+def _window_candidates(op: UnitOp) -> list[Candidate]:
+    x, y = op.input_types[0].shape, op.output_types[0].shape
+    n_batch, c_in, height, width = x
+    _, c_out, out_h, out_w = y
+    (kh, _), (sh, _), (dh, _), (pt, _), _ = _window_geometry(op)
+    is_conv = op.node.op == "Conv"
+    groups = int(op.node.attr("group", 1)) if is_conv else c_out
+    cout_g, cin_g = c_out // groups, c_in // groups
+    per_channel = math.prod(op.input_types[1].shape[1:]) * 4 if is_conv else 0
+    has_bias = is_conv and len(op.inputs) > 2 and bool(op.inputs[2])
+    found = []
+    for rows in _halvings(out_h):
+        row_tiles = -(-out_h // rows)
+        slab = min((rows - 1) * sh + (kh - 1) * dh + 1, height)
+        rows_read = sum(  # input rows each row tile reads, its halo included
+            min((r1 - 1) * sh - pt + (kh - 1) * dh, height - 1) - max(r0 * sh - pt, 0) + 1
+            for r0, r1 in _ranges(out_h, rows)
+        )
+        for chans in _halvings(c_out, cout_g if groups > 1 else 1):
+            if rows == out_h and chans == c_out and n_batch == 1:
+                continue
+            chan_tiles = -(-c_out // chans)
+            in_ch = c_in if groups == 1 else chans // cout_g * cin_g
+            split = "rows x channels" if rows < out_h and chans < c_out else ("rows" if chans == c_out else "channels")
+            weights = c_out * per_channel + (c_out * 4 if has_bias else 0)
+            out_bytes = c_out * out_h * out_w * 4
+            one_pass = rows_read * width * 4  # one input channel, every row tile
+            for outer in (True, False) if rows < out_h and chans < c_out else (True,):
+                if outer:  # channels outer: a channel tile's weights stay; its inputs are read per row tile
+                    in_total = one_pass * (c_in * chan_tiles if groups == 1 else c_in)
+                    w_total, in_loads, w_loads = weights, row_tiles * chan_tiles, chan_tiles
+                else:  # rows outer: a row tile's input stays (ungrouped); weights are re-loaded per tile
+                    in_total = one_pass * c_in
+                    in_loads = row_tiles if groups == 1 else row_tiles * chan_tiles
+                    w_loads = row_tiles * chan_tiles if chan_tiles > 1 else 1
+                    w_total = weights * (row_tiles if chan_tiles > 1 else 1)
+                tiles = n_batch * row_tiles * chan_tiles
+                blocks = [in_ch * slab * width * 4]
+                loads = [n_batch * in_loads]
+                if is_conv:
+                    blocks.append(chans * per_channel)
+                    loads.append(n_batch * w_loads if n_batch == 1 else tiles)
+                    if len(op.inputs) > 2:
+                        blocks.append(chans * 4 if has_bias else 0)
+                        loads.append(loads[-1] if has_bias else 0)
+                found.append(
+                    Candidate(
+                        split,
+                        (1, chans, rows, out_w),
+                        functools.partial(_window_tiles, op, rows, chans, outer),
+                        tiles,
+                        n_batch * (in_total + (w_total if n_batch == 1 else weights * tiles // max(1, n_batch)))
+                        + n_batch * out_bytes,
+                        tuple(blocks),
+                        tuple(loads),
+                        (chans * rows * out_w * 4,),
+                    )
+                )
+    return found
+
+
+def _matrix_candidates(op: UnitOp) -> list[Candidate]:
+    batch, m, k, n, per_batch = _matrix_view(op)
+    has_c = op.node.op == "Gemm" and len(op.inputs) > 2 and bool(op.inputs[2])
+    a_total, b_total = m * k * 4, k * n * 4
+    found = []
+    for rows in _halvings(m):
+        for cols in _halvings(n, 16 if n >= 16 else 1):
+            if rows == m and cols == n and batch == 1:
+                continue
+            mt, nt = -(-m // rows), -(-n // cols)
+            split = "rows x columns" if rows < m and cols < n else ("rows" if cols == n else "columns")
+            for outer in (True, False) if rows < m and cols < n else (True,):
+                if outer:  # rows outer: A's rows stay, B's columns are re-loaded per tile
+                    a_loads, b_loads = mt, (mt * nt if nt > 1 else 1)
+                else:
+                    a_loads, b_loads = (mt * nt if mt > 1 else 1), nt
+                a_moved = a_total * (a_loads // mt)
+                b_moved = b_total * (b_loads // nt)
+                blocks = [rows * k * 4, k * cols * 4] + ([cols * 4] if has_c else [])
+                loads = [batch * a_loads, batch * b_loads if per_batch or batch == 1 else batch * b_loads]
+                if has_c:
+                    loads.append(loads[1])
+                found.append(
+                    Candidate(
+                        split,
+                        (rows, cols),
+                        functools.partial(_matrix_tiles, op, rows, cols, outer),
+                        batch * mt * nt,
+                        batch * (a_moved + b_moved + m * n * 4),
+                        tuple(blocks),
+                        tuple(loads),
+                        (rows * cols * 4,),
+                    )
+                )
+    return found
+
+
+def _simple_candidate(op: UnitOp, split: str, shape, make: Callable[[], list[TileSpec]], tiles: int, chunk_bytes):
+    inputs = tuple(
+        t.nbytes if t is not None and (t.size == 1 or split == "whole") else chunk_bytes(t) for t in op.input_types
+    )
+    moved = sum(t.nbytes for t in op.input_types if t is not None) + sum(t.nbytes for t in op.output_types)
+    return Candidate(
+        split,
+        tuple(shape),
+        make,
+        tiles,
+        moved,
+        inputs,
+        tuple(tiles if t is not None else 0 for t in op.input_types),
+        tuple(chunk_bytes(t) for t in op.output_types),
+    )
+
+
+def candidates(op: UnitOp) -> list[Candidate]:
+    """Every tiling worth trying for `op`. The whole operator as one tile comes first; the others
+    only where the operator's shapes allow."""
+    whole = _simple_candidate(
+        op, "whole", op.output_types[0].shape if op.output_types else (), functools.partial(_whole_tile, op), 1,
+        lambda t: t.nbytes if t is not None else 0,
+    )  # fmt: skip
+    found = [whole]
+    name = op.node.op
+    all_f32 = all(t is None or t.dtype is F32 for t in (*op.input_types, *op.output_types))
+    if not all_f32 or len(op.output_types) != 1:
+        return found
+    x = op.input_types[0]
+    if name in ("Conv", *WINDOW_POOLS) and x.rank == 4 and not op.node.attr("ceil_mode", 0):
+        found += _window_candidates(op)
+    elif name in GLOBAL_POOLS and x.rank == 4:
+        n_batch, c, height, width = x.shape
+        for chans in _halvings(c)[1:]:
+            found.append(
+                _simple_candidate(
+                    op,
+                    "channels",
+                    (1, chans, 1, 1),
+                    functools.partial(_global_pool_tiles, op, chans),
+                    n_batch * -(-c // chans),
+                    lambda t, chans=chans: chans * (t.nbytes // max(1, t.shape[0] * t.shape[1])),
+                )  # fmt: skip
+            )
+    elif name in ("MatMul", "Gemm") and _matrix_view(op) is not None:
+        found += _matrix_candidates(op)
+    elif name in ELEMENTWISE and all(
+        t.shape == op.output_types[0].shape or t.size == 1 for t in op.input_types if t is not None
+    ):
+        total = op.output_types[0].size
+        for chunk in _halvings(total, 16 if total >= 16 else 1)[1:]:
+            found.append(
+                _simple_candidate(
+                    op,
+                    "chunks",
+                    (chunk,),
+                    functools.partial(_chunk_tiles, op, chunk),
+                    -(-total // chunk),
+                    lambda t, chunk=chunk: min(chunk, t.size) * 4,
+                )  # fmt: skip
+            )
+    return found

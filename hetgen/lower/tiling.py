@@ -1,0 +1,386 @@
+"""Tiling: how an accelerator with a small local memory (SRAM) runs a kernel unit.
+
+An accelerator's tensors live in its device memory (the co-processor's DRAM it reaches by DMA); its
+engines compute only from SRAM. Each kernel unit (an operator and the activations fused into it)
+is cut into tiles whose buffers fit the SRAM: output rows (with the input rows their windows reach,
+the halo, for convolutions and pooling), output channels (with their slice of the weights), or
+both; rows and columns of a matrix product; chunks of an elementwise operator. Each tile is a DMA
+of its input blocks into SRAM (a block the previous tile left in SRAM is not loaded again), one
+kernel call on the SRAM buffers, and a DMA of its output block back. When two tiles' buffers fit,
+they are double-buffered: the next tile's loads and the previous tile's store overlap the compute.
+
+`unit_plan` is the one function that decides. Its `TilePlan` is read by the `fits_memory`
+predicate (a unit fits when a plan exists), the cost model (`plan_us`: the plan's commands timed
+with the platform's figures), lowering (the command list the device runs) and the simulator's work
+descriptors. A unit no plan fits is refused with the numbers; nothing falls back later.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hetgen.ir import Graph, Node
+from hetgen.lower.tile_shapes import Block, Candidate, TileSpec, UnitOp, candidates, tensor_names, unit_op
+from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
+from hetgen.ops.registry import op_def
+
+__all__ = ["Action", "Block", "Rates", "TilePlan", "Unfit", "plan_us", "tensor_names", "unit_plan"]
+
+ALIGNMENT = 64
+# The simulator remembers when the last RING commands finished; a command waits for one of them.
+RING = 64
+
+
+def _aligned(value: int) -> int:
+    return (value + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+@dataclass(frozen=True)
+class Tile:
+    kernel: int  # index into TilePlan.kernels
+    inputs: tuple[Block | None, ...]  # one per kernel input (None: an omitted optional input)
+    outputs: tuple[Block, ...]
+    flops: int
+
+
+class Action(enum.Enum):
+    LOAD = "load"  # DMA a block of an input from device memory (or the weights) into SRAM
+    COMPUTE = "compute"  # run the tile's kernel on SRAM buffers
+    STORE = "store"  # DMA an output block from SRAM to device memory
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """An SRAM buffer: input or output `operand`'s slot, or the kernels' scratch (operand -1)."""
+
+    role: str  # "input" | "output" | "scratch"
+    operand: int
+    slot: int
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Command:
+    action: Action
+    tile: int
+    operand: int  # LOAD: input index; STORE: output index; COMPUTE: -1
+    buffer: int  # index into TilePlan.buffers (COMPUTE: -1; its buffers are in `reads`/`writes`)
+    reads: tuple[int, ...]  # buffers read
+    writes: tuple[int, ...]  # buffers written
+    after: int  # how many commands back the command this one waits for is (0: none); < RING
+
+    @property
+    def is_dma(self) -> bool:
+        return self.action is not Action.COMPUTE
+
+
+@dataclass(frozen=True)
+class TileKernel:
+    instance: OpInstance  # the operator on one tile's shapes
+    kernel: Kernel
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    op: str
+    split: str  # "whole" | "rows" | "channels" | "rows x channels" | "columns" | "chunks" ...
+    tile_shape: tuple[int, ...]  # the output block of a full tile
+    kernels: tuple[TileKernel, ...]
+    tiles: tuple[Tile, ...]
+    buffers: tuple[Buffer, ...]
+    commands: tuple[Command, ...]
+    double_buffered: bool
+    sram_bytes: int  # the tile buffers
+    scratch_bytes: int = 0  # the emulating C kernels' workspace, outside SRAM (build_plan)
+
+    @property
+    def count(self) -> int:
+        return len(self.tiles)
+
+    def moved(self, action: Action) -> int:
+        """Bytes the DMA moves for `action` (LOAD or STORE), every tile included."""
+        total = 0
+        for command in self.commands:
+            if command.action is action:
+                tile = self.tiles[command.tile]
+                block = tile.inputs[command.operand] if action is Action.LOAD else tile.outputs[command.operand]
+                total += block.nbytes
+        return total
+
+    @property
+    def dma_bytes(self) -> int:
+        return self.moved(Action.LOAD) + self.moved(Action.STORE)
+
+    def block_of(self, command: Command) -> Block:
+        tile = self.tiles[command.tile]
+        return tile.inputs[command.operand] if command.action is Action.LOAD else tile.outputs[command.operand]
+
+    def describe(self) -> str:
+        shape = "x".join(map(str, self.tile_shape))
+        buffering = "double-buffered" if self.double_buffered else "single-buffered"
+        return (
+            f"{self.split}: {self.count} tile{'s' if self.count != 1 else ''} of {shape}, "
+            f"DMA {self.dma_bytes} bytes, {buffering}, SRAM {self.sram_bytes} bytes"
+        )
+
+
+@dataclass(frozen=True)
+class Unfit:
+    """Why no plan fits: the smallest footprint any tiling reached, and what it holds."""
+
+    reason: str
+
+
+# ---------------------------------------------------------------------------------------------
+# From tiles to a plan: kernels, SRAM buffers, the command list
+
+
+@functools.lru_cache(maxsize=4096)
+def _lowered(instance: OpInstance) -> Kernel:
+    definition = op_def(instance.node.op)
+    return definition.lower(instance)
+
+
+def _kernel_of(op: UnitOp, spec: TileSpec, whole: bool) -> OpInstance:
+    if whole:
+        return op.instance(op.input_types, op.output_types)
+    return op.instance(spec.input_types, spec.output_types, dict(spec.attrs))
+
+
+def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: int, double: bool) -> TilePlan | None:
+    """The plan for these tiles, or None when its SRAM buffers exceed `capacity`."""
+    whole = split == "whole"
+    instances: dict[tuple, int] = {}
+    kernels: list[TileKernel] = []
+    tiles: list[Tile] = []
+    for spec in specs:
+        key = (spec.input_types, spec.output_types, spec.attrs)
+        if key not in instances:
+            instance = _kernel_of(op, spec, whole)
+            try:
+                kernel = _lowered(instance)
+            except Unsupported:
+                return None
+            instances[key] = len(kernels)
+            kernels.append(TileKernel(instance, kernel))
+        index = instances[key]
+        tiles.append(Tile(index, spec.inputs, spec.outputs, kernels[index].kernel.flops))
+    n_in, n_out = len(op.inputs), len(op.outputs)
+    # Which tiles load which input: a block still resident from the previous load is reused.
+    loads: list[list[int]] = [[] for _ in range(n_in)]  # per input: the tile of each load
+    resident: list[Block | None] = [None] * n_in
+    load_at: dict[tuple[int, int], int] = {}  # (tile, input) -> load number of that input
+    for t, tile in enumerate(tiles):
+        for i, block in enumerate(tile.inputs):
+            if block is None:
+                continue
+            if block != resident[i]:
+                loads[i].append(t)
+                resident[i] = block
+            load_at[(t, i)] = len(loads[i]) - 1
+    slots_in = [min(2 if double else 1, max(len(loads[i]), 1)) for i in range(n_in)]
+    slots_out = [min(2 if double else 1, len(tiles)) for _ in range(n_out)]
+    buffers: list[Buffer] = []
+    offset = 0
+    in_buffer: dict[tuple[int, int], int] = {}
+    for i in range(n_in):
+        size = max((tile.inputs[i].nbytes for tile in tiles if tile.inputs[i] is not None), default=0)
+        if size == 0:
+            continue
+        for slot in range(slots_in[i]):
+            in_buffer[(i, slot)] = len(buffers)
+            buffers.append(Buffer("input", i, slot, offset, size))
+            offset += _aligned(size)
+    out_buffer: dict[tuple[int, int], int] = {}
+    for j in range(n_out):
+        size = max(tile.outputs[j].nbytes for tile in tiles)
+        for slot in range(slots_out[j]):
+            out_buffer[(j, slot)] = len(buffers)
+            buffers.append(Buffer("output", j, slot, offset, size))
+            offset += _aligned(size)
+    # The host C kernel's workspace (im2col, GEMM packing) emulates how the MAC array streams its
+    # operands; it is the emulator's, not the device's, so it lies outside SRAM (offset 0 of its own).
+    scratch = max(k.kernel.scratch_bytes for k in kernels)
+    scratch_buffer = -1
+    if scratch:
+        scratch_buffer = len(buffers)
+        buffers.append(Buffer("scratch", -1, 0, 0, scratch))
+    if offset > capacity:
+        return None
+
+    def load_cmd(t: int) -> list[tuple]:
+        out = []
+        for i, block in enumerate(tiles[t].inputs):
+            if block is not None and loads[i][load_at[(t, i)]] == t:
+                buf = in_buffer[(i, load_at[(t, i)] % slots_in[i])]
+                out.append((Action.LOAD, t, i, buf, (), (buf,)))
+        return out
+
+    def compute_cmd(t: int) -> tuple:
+        reads = tuple(in_buffer[(i, load_at[(t, i)] % slots_in[i])] for i, b in enumerate(tiles[t].inputs) if b)
+        writes = tuple(out_buffer[(j, t % slots_out[j])] for j in range(n_out))
+        extra = (scratch_buffer,) if scratch_buffer >= 0 else ()
+        return (Action.COMPUTE, t, -1, -1, reads + extra, writes + extra)
+
+    def store_cmd(t: int) -> list[tuple]:
+        return [
+            (Action.STORE, t, j, out_buffer[(j, t % slots_out[j])], (out_buffer[(j, t % slots_out[j])],), ())
+            for j in range(n_out)
+        ]
+
+    raw: list[tuple] = []
+    if double and len(tiles) > 1:  # software pipeline: the next tile's loads before this tile's compute
+        raw += load_cmd(0)
+        for t in range(len(tiles)):
+            if t + 1 < len(tiles):
+                raw += load_cmd(t + 1)
+            raw.append(compute_cmd(t))
+            raw += store_cmd(t)
+    else:
+        for t in range(len(tiles)):
+            raw += load_cmd(t)
+            raw.append(compute_cmd(t))
+            raw += store_cmd(t)
+    commands = _with_waits(raw)
+    return TilePlan(
+        op.node.op,
+        split,
+        tuple(shape),
+        tuple(kernels),
+        tuple(tiles),
+        tuple(buffers),
+        commands,
+        double and len(tiles) > 1,
+        offset,
+        scratch,
+    )
+
+
+def _with_waits(raw: list[tuple]) -> tuple[Command, ...]:
+    """Each command waits for the latest earlier command of the other engine (DMA or compute) that
+    touches one of its buffers; commands of one engine run in order, so that one suffices."""
+    commands: list[Command] = []
+    last_write: dict[int, int] = {}
+    last_read: dict[int, int] = {}
+    for index, (action, t, operand, buf, reads, writes) in enumerate(raw):
+        dma = action is not Action.COMPUTE
+        conflicts = [last_write.get(b, -1) for b in reads + writes] + [last_read.get(b, -1) for b in writes]
+        other = [c for c in conflicts if c >= 0 and commands[c].is_dma != dma]
+        wait = max(other, default=-1)
+        if wait >= 0 and index - wait >= RING:
+            # Too far back for the simulator's memory: wait instead for the oldest command of that
+            # engine it still remembers, which finishes later (engines run in order).
+            wait = next((c for c in range(index - RING + 1, index) if commands[c].is_dma != dma), -1)
+            if wait < 0:
+                from hetgen.errors import InternalError
+
+                raise InternalError(f"tiling: command {index} has no command of the other engine within {RING}")
+        for b in reads:
+            last_read[b] = index
+        for b in writes:
+            last_write[b] = index
+        commands.append(Command(action, t, operand, buf, reads, writes, index - wait if wait >= 0 else 0))
+    return tuple(commands)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing a plan and choosing one
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What a plan's commands take: us per flop of compute, per byte of DMA, per command."""
+
+    us_per_flop: float
+    us_per_byte: float
+    command_us: float = 0.0
+    us_per_local_byte: float = 0.0  # the engines stream a tile's buffers from SRAM (0: not modelled)
+
+
+def _tile_bytes(tile: Tile) -> int:
+    """The SRAM bytes a tile's kernel reads and writes."""
+    return sum(block.nbytes for block in (*tile.inputs, *tile.outputs) if block is not None)
+
+
+def plan_us(plan: TilePlan, rates: Rates) -> float:
+    """The plan's time on two engines that run in order and wait as its commands say."""
+    finish: list[float] = []
+    free = {True: 0.0, False: 0.0}
+    end = 0.0
+    for index, command in enumerate(plan.commands):
+        if command.is_dma:
+            took = plan.block_of(command).nbytes * rates.us_per_byte
+        else:
+            tile = plan.tiles[command.tile]
+            took = max(tile.flops * rates.us_per_flop, _tile_bytes(tile) * rates.us_per_local_byte)
+        ready = finish[index - command.after] if command.after else 0.0
+        done = max(free[command.is_dma], ready) + took + rates.command_us
+        free[command.is_dma] = done
+        finish.append(done)
+        end = max(end, done)
+    return end
+
+
+# Tile counts past this make command lists no device would be given.
+MAX_TILES = 4096
+
+
+def estimate_us(candidate: Candidate, flops: int, rates: Rates, double: bool) -> float:
+    """What choosing among tilings assumes a candidate takes: DMA and compute, overlapped but for
+    one tile's worth when double-buffered, and each command's overhead."""
+    dma, compute = candidate.dma_bytes * rates.us_per_byte, flops * rates.us_per_flop
+    commands = candidate.tiles * 2 + sum(candidate.input_loads)
+    if double and candidate.tiles > 1:
+        return max(dma, compute) + (dma + compute) / candidate.tiles + commands * rates.command_us
+    return dma + compute + commands * rates.command_us
+
+
+def footprint(candidate: Candidate, double: bool) -> int:
+    """The SRAM a candidate's buffers take (the kernels' emulation workspace is not SRAM)."""
+    slots = [
+        _aligned(size) * (min(2, loads) if double else 1)
+        for size, loads in zip(candidate.input_blocks, candidate.input_loads)
+        if size
+    ]
+    outs = [_aligned(size) * (2 if double and candidate.tiles > 1 else 1) for size in candidate.output_blocks]
+    return sum(slots) + sum(outs)
+
+
+@functools.lru_cache(maxsize=2048)
+def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
+    try:
+        flops = _lowered(op.instance(op.input_types, op.output_types)).flops
+    except Unsupported as exc:
+        return Unfit(f"{op.node.op} cannot be lowered: {exc}")
+    ranked = []
+    smallest: tuple[int, str] | None = None
+    for candidate in candidates(op):
+        if candidate.tiles > MAX_TILES:
+            continue
+        for double in (True, False):
+            size = footprint(candidate, double)
+            if size <= capacity:
+                ranked.append(
+                    (estimate_us(candidate, flops, rates, double), candidate.tiles, len(ranked), candidate, double)
+                )
+            elif smallest is None or size < smallest[0]:
+                smallest = (size, f"{candidate.split} {'x'.join(map(str, candidate.tile_shape))}")
+    # Split no finer than pays: the fewest tiles within 1 % of the fastest estimate go first.
+    fastest = min((item[0] for item in ranked), default=0.0)
+    order = sorted(ranked, key=lambda item: (item[0] > fastest * 1.01, item[1], item[0], item[2]))
+    for *_, candidate, double in order:
+        plan = build_plan(op, candidate.split, candidate.tile_shape, candidate.specs(), capacity, double)
+        if plan is not None:
+            return plan
+    detail = f" (the smallest tiling needs {smallest[0]} bytes: {smallest[1]})" if smallest else ""
+    return Unfit(f"no tiling of {op.node.op} fits {capacity} bytes of local memory{detail}")
+
+
+def unit_plan(nodes: Sequence[Node], graph: Graph, epilogue: tuple[Epilogue, ...], capacity: int, rates: Rates):
+    """The tiling of the kernel unit `nodes` (its head, then the activations fused into it) on a
+    device with `capacity` bytes of SRAM: a TilePlan, or an Unfit that says why none fits."""
+    return _best_plan(unit_op(nodes, graph, epilogue), capacity, rates)
