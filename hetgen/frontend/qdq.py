@@ -9,6 +9,9 @@ with fake quantisation. Here each such island becomes:
 - MatMul → QLinearMatMul (per-tensor or per-column B);
 - Gemm (rank-2, transA=0, alpha=beta=1, constant weights) → Reshape → 1x1 QLinearConv → Reshape,
   so its bias is fused too;
+- MaxPool, Reshape, Flatten, Transpose, Concat and other operators that only move or select
+  elements run on the quantized tensor itself when their inputs and output share one scale and
+  zero point (exact: Q(DQ(q)) = q and quantisation preserves order);
 - a Relu or Clip between the operator and its QuantizeLinear → a Clip on the quantized output with
   the bounds quantized exactly as QuantizeLinear would (quantisation is monotonic, so
   Q(clip(y, lo, hi)) = clip(Q(y), Q(lo), Q(hi))); hetgen fuses it into the integer kernel.
@@ -386,7 +389,34 @@ def _match_gemm(work: Work, gemm: WorkNode, reader: _Reader):
     return [gemm, *out.nodes], _finish(work, gemm, out, produce)
 
 
+# Operators that only select or move elements: on a quantized tensor they give what quantizing
+# their float result gives, when every input and the output share one scale and zero point
+# (Q(DQ(q)) = q, and quantisation preserves order). Inputs beyond the first are constants, except
+# Concat's.
+PASSTHROUGH = ("MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Concat")
+
+
+def _match_passthrough(work: Work, node: WorkNode, reader: _Reader):
+    if len([name for name in node.outputs if name]) != 1 or node.outputs[0] == "":
+        return None
+    data = node.inputs if node.op == "Concat" else node.inputs[:1]
+    sources = [reader.dequantized_input(name) for name in data]
+    if not sources or any(s is None or not s.per_tensor or s.dtype not in QUANTIZED for s in sources):
+        return None
+    if any(name and name not in work.constants for name in node.inputs[len(data) :]):
+        return None
+    out = _quantized_output(work, reader, node.outputs[0])
+    if out is None or out.clip is not None or out.dtype != sources[0].dtype:
+        return None
+    params = {(s.dtype, float(s.scale[0]), int(s.zero_point[0])) for s in sources}
+    if params != {(out.dtype, float(out.scale_value), out.zp_value)}:
+        return None
+    inputs = [s.q for s in sources] + list(node.inputs[len(data) :])
+    return [node, *out.nodes], [node.derive(node.op, inputs, [out.name], node.attrs, node.opset)]
+
+
 MATCHERS = {"Conv": _match_conv, "MatMul": _match_matmul, "Gemm": _match_gemm}
+MATCHERS.update(dict.fromkeys(PASSTHROUGH, _match_passthrough))
 
 
 # -- what the rewrite left --------------------------------------------------------------------

@@ -142,6 +142,7 @@ class DeviceModel:
     sram_bytes_per_cycle: float = 64.0  # local memory bandwidth seen by the engines
     dma_setup_cycles: int = 32  # before a DMA's first byte moves
     command_cycles: int = 64  # decoding and starting one kernel command
+    int8_mac_cols: int = 16  # columns of the MAC array when it multiplies int8 operands
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ def device_model(target: Target) -> DeviceModel:
         sram_bytes_per_cycle=float(attrs.get("sram_bytes_per_cycle", defaults.sram_bytes_per_cycle)),
         dma_setup_cycles=int(attrs.get("dma_setup_cycles", defaults.dma_setup_cycles)),
         command_cycles=int(attrs.get("command_cycles", defaults.command_cycles)),
+        int8_mac_cols=max(1, int(attrs.get("int8_macs_per_cycle", macs)) // rows),
     )
 
 

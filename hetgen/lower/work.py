@@ -22,6 +22,16 @@ class Engine(enum.Enum):
     MAC_ARRAY = 1  # `batch` matrix products of m x n outputs over a depth of k
     VECTOR = 2  # m output elements, each reducing k taps (k = 1: elementwise)
     DMA = 3  # `bytes` moved between the device's weights and its local memory
+    MAC_ARRAY_INT8 = 4  # as MAC_ARRAY, on int8 operands (the array's int8 columns: int8_mac_cols)
+
+
+# Integer kernels and the float operator whose shape rule they share; (x, w) input indices.
+INTEGER_KERNELS = {
+    "QLinearConv": ("Conv", 0, 3),
+    "ConvInteger": ("Conv", 0, 1),
+    "QLinearMatMul": ("MatMul", 0, 3),
+    "MatMulInteger": ("MatMul", 0, 1),
+}
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,11 @@ def kernel_work(head: Node, last: Node, graph: Graph) -> Work:
     inputs = [graph.types[name] for name in head.inputs if name]
     output = graph.types[last.outputs[0]]
     touched = sum(t.nbytes for t in inputs) + sum(graph.types[name].nbytes for name in last.outputs if name)
+    if head.op in INTEGER_KERNELS:
+        op, x, w = INTEGER_KERNELS[head.op]
+        float_head = Node(head.name, op, (head.inputs[x], head.inputs[w]), head.outputs, head.attrs)
+        shaped = kernel_work(float_head, last, graph)
+        return Work(Engine.MAC_ARRAY_INT8, shaped.batch, shaped.m, shaped.n, shaped.k, touched)
     if head.op == "Conv":
         x, w = inputs[0].shape, inputs[1].shape
         groups = int(head.attr("group", 1))

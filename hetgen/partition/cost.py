@@ -57,8 +57,22 @@ def calibrate(measured: Mapping[str, float], base: Calibration | None = None) ->
     return Calibration(scales)
 
 
-def kernel_us(figures: CostFigures, work: Work, efficiency: float = 1.0, scale: float = 1.0) -> float:
-    compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
+# Integer kernels: priced at the kind's int8 throughput (`peak_int8_gops`) where it declares one.
+INTEGER_OPS = frozenset({"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+
+
+def peak_gops(figures: CostFigures, nodes: Iterable[Node] = ()) -> float:
+    """The arithmetic throughput a group reaches: int8 for an integer kernel on an int8 datapath."""
+    head = next(iter(nodes), None)
+    if head is not None and head.op in INTEGER_OPS and figures.peak_int8_gops:
+        return figures.peak_int8_gops
+    return figures.peak_gflops
+
+
+def kernel_us(
+    figures: CostFigures, work: Work, efficiency: float = 1.0, scale: float = 1.0, nodes: Iterable[Node] = ()
+) -> float:
+    compute = work.flops / (peak_gops(figures, nodes) * 1e3 * efficiency)
     memory = work.bytes / (figures.bandwidth_gbps * 1e3)
     return scale * (figures.launch_us + max(compute, memory))
 
@@ -72,9 +86,10 @@ def group_us(target: Target, work: Work, efficiency: float, scale: float, graph:
     Elsewhere a kernel takes the longer of its compute and its memory traffic.
     """
     figures = target.figures
+    nodes = tuple(nodes)
     if not one_unit_per_invocation(target):
-        return kernel_us(figures, work, efficiency, scale)
-    compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
+        return kernel_us(figures, work, efficiency, scale, nodes)
+    compute = work.flops / (peak_gops(figures, nodes) * 1e3 * efficiency)
     load = weight_bytes(graph, nodes) / (figures.bandwidth_gbps * 1e3)
     return scale * (figures.launch_us + compute + load)
 

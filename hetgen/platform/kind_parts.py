@@ -31,7 +31,9 @@ from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
 KIND_KEYS = ("role", "refines", "doc", "attributes", "figures", "memory", "toolchain", "templates", "patterns")
 LEGACY_KIND_KEYS = {"extends": "refines"}  # one spelling for one idea; `extends` gets pointed here
 ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
-FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
+FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us", "peak_int8_gops")
+# int8 throughput (QLinearConv, QLinearMatMul, ...): only kinds with an int8 datapath declare it.
+OPTIONAL_FIGURE_KEYS = ("peak_int8_gops",)
 # local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one
 # program can link. null: no bound.

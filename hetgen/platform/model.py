@@ -106,6 +106,7 @@ class CostFigures:
     peak_gflops: float  # arithmetic throughput
     bandwidth_gbps: float  # local memory bandwidth, GB/s
     launch_us: float  # fixed overhead per kernel launch / command
+    peak_int8_gops: float | None = None  # integer-kernel throughput where the kind has an int8 datapath
 
 
 @dataclass(frozen=True)
