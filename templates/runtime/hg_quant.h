@@ -38,29 +38,44 @@ static inline int32_t hg_quantize_scaled(float v, int32_t zero_point, int32_t qm
     return hg_round_even(hg_clamp_q(v, (float)(qmin - zero_point), (float)(qmax - zero_point))) + zero_point;
 }
 
-/* C[m x n] (row stride ldc) = A[m x k] (row-major) * B[k x n] (row stride ldb): int16 operands with
-   their zero points already subtracted, exact int32 sums. Columns are blocked so a block of B's rows
-   stays in cache while every row of A passes over it. */
-#define HG_IGEMM_NB 256
-
-static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, const int16_t *b, size_t ldb,
-                                int32_t *c, size_t ldc)
+/* C[m x n] (row stride ldc) = A[m x k] * B[k x n], with B given transposed (bt: n rows of k), both
+   int16 with their zero points already subtracted; exact int32 sums. Every output is a dot product
+   along k of two contiguous rows, which compilers turn into pairwise multiply-adds (pmaddwd,
+   vpdpwssd); four columns at a time reuse each load of A's row. */
+static inline int32_t hg_idot_s16(const int16_t *a, const int16_t *b, size_t k)
 {
-    for (size_t j0 = 0; j0 < n; j0 += HG_IGEMM_NB) {
-        const size_t nb = n - j0 < HG_IGEMM_NB ? n - j0 : HG_IGEMM_NB;
+    int32_t sum = 0;
+    for (size_t p = 0; p < k; ++p)
+        sum += (int32_t)a[p] * (int32_t)b[p];
+    return sum;
+}
+
+static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, const int16_t *bt, int32_t *c,
+                                size_t ldc)
+{
+    size_t j0 = 0;
+    for (; j0 + 4 <= n; j0 += 4) {
+        const int16_t *b0 = bt + j0 * k, *b1 = b0 + k, *b2 = b1 + k, *b3 = b2 + k;
         for (size_t i = 0; i < m; ++i) {
-            int32_t *restrict row = c + i * ldc + j0;
-            const int16_t *arow = a + i * k;
-            for (size_t j = 0; j < nb; ++j)
-                row[j] = 0;
+            const int16_t *ai = a + i * k;
+            int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
             for (size_t p = 0; p < k; ++p) {
-                const int32_t av = arow[p];
-                const int16_t *restrict brow = b + p * ldb + j0;
-                for (size_t j = 0; j < nb; ++j)
-                    row[j] += av * (int32_t)brow[j];
+                const int32_t x = ai[p];
+                s0 += x * b0[p];
+                s1 += x * b1[p];
+                s2 += x * b2[p];
+                s3 += x * b3[p];
             }
+            int32_t *ci = c + i * ldc + j0;
+            ci[0] = s0;
+            ci[1] = s1;
+            ci[2] = s2;
+            ci[3] = s3;
         }
     }
+    for (; j0 < n; ++j0)
+        for (size_t i = 0; i < m; ++i)
+            c[i * ldc + j0] = hg_idot_s16(a + i * k, bt + j0 * k, k);
 }
 
 #endif /* HG_QUANT_H */
