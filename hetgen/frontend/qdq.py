@@ -9,6 +9,8 @@ with fake quantisation. Here each such island becomes:
 - MatMul → QLinearMatMul (per-tensor or per-column B);
 - Gemm (rank-2, transA=0, alpha=beta=1, constant weights) → Reshape → 1x1 QLinearConv → Reshape,
   so its bias is fused too;
+- Add and Mul → QLinearAdd and QLinearMul, GlobalAveragePool → QLinearGlobalAveragePool
+  (onnxruntime's com.microsoft operators, channels first; hetgen/ops/qelementwise.py);
 - MaxPool, Reshape, Flatten, Transpose, Concat and other operators that only move or select
   elements run on the quantized tensor itself when their inputs and output share one scale and
   zero point (exact: Q(DQ(q)) = q and quantisation preserves order);
@@ -415,7 +417,41 @@ def _match_passthrough(work: Work, node: WorkNode, reader: _Reader):
     return [node, *out.nodes], [node.derive(node.op, inputs, [out.name], node.attrs, node.opset)]
 
 
+def _match_binary(work: Work, node: WorkNode, reader: _Reader):
+    if len(node.inputs) != 2:
+        return None
+    a, b = (reader.dequantized_input(name) for name in node.inputs)
+    if a is None or b is None or not (a.per_tensor and b.per_tensor) or {a.dtype, b.dtype} - set(QUANTIZED):
+        return None
+    out = _quantized_output(work, reader, node.outputs[0])
+    if out is None:
+        return None
+    inputs = []
+    for name, source in zip(node.inputs, (a, b)):
+        inputs += [source.q, reader.producers[name].inputs[1], _zero_point_input(work, source, source.q)]
+    inputs += [out.scale, out.zero_point]
+    op = {"Add": "QLinearAdd", "Mul": "QLinearMul"}[node.op]
+
+    def produce(name: str) -> list[WorkNode]:
+        return [node.derive(op, inputs, [name], {}, work.opset)]
+
+    return [node, *out.nodes], _finish(work, node, out, produce)
+
+
+def _match_global_average_pool(work: Work, node: WorkNode, reader: _Reader):
+    x = reader.dequantized_input(node.inputs[0])
+    if x is None or not x.per_tensor or x.dtype not in QUANTIZED:
+        return None
+    out = _quantized_output(work, reader, node.outputs[0])
+    if out is None or out.clip is not None:
+        return None
+    scale = reader.producers[node.inputs[0]].inputs[1]
+    inputs = [x.q, scale, _zero_point_input(work, x, x.q), out.scale, out.zero_point]
+    return [node, *out.nodes], [node.derive("QLinearGlobalAveragePool", inputs, [out.name], {}, work.opset)]
+
+
 MATCHERS = {"Conv": _match_conv, "MatMul": _match_matmul, "Gemm": _match_gemm}
+MATCHERS.update(Add=_match_binary, Mul=_match_binary, GlobalAveragePool=_match_global_average_pool)
 MATCHERS.update(dict.fromkeys(PASSTHROUGH, _match_passthrough))
 
 

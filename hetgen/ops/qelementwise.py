@@ -1,0 +1,90 @@
+"""Quantized Add, Mul and GlobalAveragePool: onnxruntime's com.microsoft QLinearAdd, QLinearMul and
+QLinearGlobalAveragePool (channels first), which the QDQ rewrite makes of DequantizeLinear → Add/Mul/
+GlobalAveragePool → QuantizeLinear islands (hetgen/frontend/qdq.py).
+
+Add and Mul compute, per element, exactly what the island computes in float32: dequantize each
+operand ((float)(q - zero_point) * scale), add or multiply, divide by the output scale, round half
+to even, saturate; so they agree bit for bit with the float path while reading and writing int8,
+and operands of different scales are requantized on the way. GlobalAveragePool sums the integers
+exactly and requantizes the sum as onnxruntime's MLAS does: (sum - count * x_zero_point) *
+(x_scale / (y_scale * count)). Scales and zero points must be compile-time constants (they are,
+in every quantized model; the rewrite only fires then).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetgen.ops._cexpr import c_float
+from hetgen.ops._common import input_arg_count, total_bytes
+from hetgen.ops._elementwise import Operand, elementwise_kernel
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.qlinear import output_clamp
+from hetgen.ops.quantize import QUANTIZED
+
+
+def _constant_scalar(op: OpInstance, index: int, what: str, dtype=None):
+    value = op.constant(index) if op.has_input(index) else (np.zeros((), dtype) if dtype is not None else None)
+    if value is None or value.size != 1:
+        raise Unsupported(f"{op.node.op} {what} must be a compile-time constant scalar")
+    return value.reshape(-1)[0]
+
+
+def _dequantized(op: OpInstance, q: int, var: str) -> str:
+    """The C expression of operand `q` dequantized, as DequantizeLinear computes it."""
+    scale = np.float32(_constant_scalar(op, q + 1, "scale"))
+    zero_point = int(_constant_scalar(op, q + 2, "zero point", op.input_types[q].dtype.numpy))
+    return f"(float)((int32_t){var} - {zero_point}) * {c_float(scale)}"
+
+
+def lower_binary(op: OpInstance) -> Kernel:
+    a_type, b_type, y_type = op.input_types[0], op.input_types[3], op.output_types[0]
+    for tensor_type in (a_type, b_type, y_type):
+        if tensor_type.dtype not in QUANTIZED:
+            raise Unsupported(f"{op.node.op} on {tensor_type.dtype.label}; accepted: int8, uint8")
+    symbol = "+" if op.node.op == "QLinearAdd" else "*"
+    y_scale = np.float32(_constant_scalar(op, 6, "output scale"))
+    y_zero_point = int(_constant_scalar(op, 7, "output zero point", y_type.dtype.numpy))
+    qmin, qmax = output_clamp(op, y_type.dtype)
+    value = f"({_dequantized(op, 0, 'a')} {symbol} {_dequantized(op, 3, 'b')}) / {c_float(y_scale)}"
+    expression = f"({y_type.dtype.c_type})hg_quantize_scaled({value}, {y_zero_point}, {qmin}, {qmax})"
+    return elementwise_kernel(
+        [Operand("a", 0, a_type), Operand("b", 3, b_type)],
+        y_type,
+        expression,
+        out_arg=input_arg_count(op),
+        flops_per_element=6,
+    )
+
+
+def lower_global_average_pool(op: OpInstance) -> Kernel:
+    x_type, y_type = op.input_types[0], op.output_types[0]
+    if int(op.attr("channels_last", 0)):
+        raise Unsupported("QLinearGlobalAveragePool with channels_last=1; accepted: channels first (NCHW)")
+    if x_type.dtype not in QUANTIZED or y_type.dtype not in QUANTIZED or x_type.rank < 3:
+        raise Unsupported(f"QLinearGlobalAveragePool of {x_type} to {y_type}; accepted: int8/uint8 N x C x spatial")
+    count = x_type.size // (x_type.shape[0] * x_type.shape[1])
+    x_scale, y_scale = np.float32(_constant_scalar(op, 1, "input scale")), np.float32(_constant_scalar(op, 3, "scale"))
+    x_zero_point = int(_constant_scalar(op, 2, "input zero point", x_type.dtype.numpy))
+    y_zero_point = int(_constant_scalar(op, 4, "output zero point", y_type.dtype.numpy))
+    qmin, qmax = output_clamp(op, y_type.dtype)
+    params = {
+        "planes": x_type.shape[0] * x_type.shape[1],
+        "count": count,
+        "x_ctype": x_type.dtype.c_type,
+        "y_ctype": y_type.dtype.c_type,
+        "bias": -x_zero_point * count,
+        "scale": c_float(x_scale / (y_scale * np.float32(count))),
+        "y_zero_point": y_zero_point,
+        "qmin": qmin,
+        "qmax": qmax,
+        "out_index": input_arg_count(op),
+    }
+    return Kernel("kernels/qpool.c.j2", params, flops=x_type.size, bytes_accessed=total_bytes(x_type, y_type))
+
+
+DEFS = (
+    OpDef("QLinearAdd", lower_binary, fusable_epilogue=True),
+    OpDef("QLinearMul", lower_binary, fusable_epilogue=True),
+    OpDef("QLinearGlobalAveragePool", lower_global_average_pool),
+)
