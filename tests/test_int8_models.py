@@ -28,7 +28,7 @@ from hetgen.runtime.reference import ort_session
 ort = pytest.importorskip("onnxruntime")
 quantized_model = pytest.importorskip("hetgen.models.quantized").quantized
 
-FLOAT_COMPUTE = {"Conv", "Gemm", "MatMul", "ConvTranspose"}
+FLOAT_COMPUTE = {"Conv", "Gemm", "MatMul", "ConvTranspose", "Add", "Mul", "GlobalAveragePool"}
 
 # (model, format, per-channel weights, activation type)
 CASES = [

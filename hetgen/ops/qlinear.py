@@ -37,12 +37,17 @@ def _operand(op: OpInstance, index: int, what: str) -> TensorType:
     return tensor_type
 
 
+def _vector_like(tensor_type: TensorType) -> bool:
+    """A scalar, a 1-D tensor, or one whose dimensions are 1 but the last (onnxruntime's [1, N])."""
+    return all(d == 1 for d in tensor_type.shape[:-1])
+
+
 def _zero_point(op: OpInstance, index: int | None, sizes: tuple[int, ...], what: str) -> dict | None:
     """The view of an optional zero-point input: its arg slot, C type, and whether it varies."""
     if index is None or not op.has_input(index):
         return None
     zp_type = op.input_types[index]
-    if zp_type.size not in sizes or zp_type.rank > 1:
+    if zp_type.size not in sizes or not _vector_like(zp_type):
         accepted = " or ".join(f"{s} values" for s in sizes)
         raise Unsupported(f"{op.node.op} {what} zero point of shape {zp_type.shape}; accepted: {accepted}")
     if zp_type.dtype not in QUANTIZED:
@@ -54,7 +59,7 @@ def _scale(op: OpInstance, index: int, sizes: tuple[int, ...], what: str) -> dic
     scale_type = op.input_types[index]
     if scale_type.dtype is not DType.FLOAT32:
         raise Unsupported(f"{op.node.op} {what} scale of {scale_type.dtype.label}; accepted: float32")
-    if scale_type.size not in sizes or scale_type.rank > 1:
+    if scale_type.size not in sizes or not _vector_like(scale_type):
         accepted = " or ".join(f"{s} values" for s in sizes)
         raise Unsupported(f"{op.node.op} {what} scale of shape {scale_type.shape}; accepted: {accepted}")
     return {"arg": index, "per_item": scale_type.size > 1}
@@ -112,9 +117,10 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     out_rows = win.out_shape[0] * win.out_shape[1]
     chunk_rows = max(1, min(out_rows, IM2COL_CHUNK_VALUES // max(1, k_dim * win.out_shape[2])))
     chunk_cols = chunk_rows * win.out_shape[2]
+    variant = "direct" if cin_group == 1 and groups > 1 else "gemm"
     w_bytes = align(2 * out_channels * k_dim)
-    col_bytes = align(2 * k_dim * chunk_cols)
-    acc_bytes = align(4 * cout_group * chunk_cols) if requant else 0
+    col_bytes = align(2 * k_dim * chunk_cols) if variant == "gemm" else align(4 * win.out_shape[2])
+    acc_bytes = align(4 * cout_group * chunk_cols) if requant and variant == "gemm" else 0
     scale_bytes = align(4 * out_channels) if requant else 0
     bias = None
     if requant and op.has_input(8):
@@ -124,6 +130,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         bias = 8
     params = {
         **win.view(),
+        "variant": variant,
         "batch": batch,
         "groups": groups,
         "in_channels": channels,
