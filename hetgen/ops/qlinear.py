@@ -98,6 +98,16 @@ def _requant(op: OpInstance, y_type: TensorType, x_scale: int, w_scale: int, y_s
 # -- convolution ---------------------------------------------------------------------------------
 
 
+def padded_plane(win) -> tuple[int, int, int]:
+    """(depth, height, width) of an input plane with its padding: every position a tap reads."""
+    return tuple(
+        max(size + begin + end, (out - 1) * stride + (k - 1) * dil + 1)
+        for size, begin, end, out, stride, k, dil in zip(
+            win.in_shape, win.pads_begin, win.pads_end, win.out_shape, win.strides, win.kernel, win.dilations
+        )
+    )
+
+
 def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | None, requant: dict | None) -> Kernel:
     x_type, w_type = _operand(op, x, "input"), _operand(op, w, "weights")
     y_type = op.output_types[0]
@@ -118,9 +128,12 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     chunk_rows = max(1, min(out_rows, IM2COL_CHUNK_VALUES // max(1, k_dim * win.out_shape[2])))
     chunk_cols = chunk_rows * win.out_shape[2]
     variant = "direct" if cin_group == 1 and groups > 1 else "gemm"
+    padded = padded_plane(win)
     w_bytes = align(2 * out_channels * k_dim)
-    col_bytes = align(2 * k_dim * chunk_cols) if variant == "gemm" else align(4 * win.out_shape[2])
-    acc_bytes = align(4 * cout_group * chunk_cols) if requant and variant == "gemm" else 0
+    if variant == "direct":
+        col_bytes, acc_bytes = align(2 * math.prod(padded)), align(4 * win.out_size)
+    else:
+        col_bytes, acc_bytes = align(2 * k_dim * chunk_cols), align(4 * cout_group * chunk_cols) if requant else 0
     scale_bytes = align(4 * out_channels) if requant else 0
     bias = None
     if requant and op.has_input(8):
@@ -131,6 +144,9 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     params = {
         **win.view(),
         "variant": variant,
+        "pad_plane_d": padded[0],
+        "pad_plane_h": padded[1],
+        "pad_plane_w": padded[2],
         "batch": batch,
         "groups": groups,
         "in_channels": channels,
