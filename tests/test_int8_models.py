@@ -151,3 +151,20 @@ def test_fused_relu_and_clip_quantize_exactly(tmp_path):
     for name, want in zip(("y1", "y2"), expected):
         np.testing.assert_array_equal(got[name], want)
     assert got["y1"].min() == 0.0 and got["y2"].min() < 0  # the clamps were active
+
+
+def test_dynamically_quantized_mlp_matches_onnxruntime(tmp_path):
+    """quantize_dynamic's form: DynamicQuantizeLinear on activations, MatMulInteger against int8
+    weights, the scales multiplied back in float."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    onnx.save(BUILDERS["mlp"](), tmp_path / "mlp.onnx")
+    quantize_dynamic(tmp_path / "mlp.onnx", tmp_path / "dynamic.onnx", weight_type=QuantType.QInt8)
+    model = onnx.load(tmp_path / "dynamic.onnx")
+    ops = Counter(node.op for node in import_model(model).nodes)
+    assert ops["DynamicQuantizeLinear"] == ops["MatMulInteger"] == 3 and not FLOAT_COMPUTE & set(ops) - {"Add", "Mul"}
+    library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True))
+    feeds = random_feeds(model, 3)
+    expected = ort_session(model.SerializeToString()).run(None, feeds)[0]
+    got = library.run(feeds)[model.graph.output[0].name]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)  # integer products, float epilogue
