@@ -39,7 +39,17 @@ CASES = [
     ("resnet", "QDQ", True, "int8"),
     ("mobilenet_v2", "QDQ", True, "int8"),
     ("squeezenet", "QOperator", True, "uint8"),
+    ("densenet", "QDQ", True, "int8"),
 ]
+# Where fewer than 95 % of the output elements agree exactly, and why.
+LOOSER = {
+    # densenet's 2x2 AveragePool stays float between Q/DQ. The average of four values of one scale
+    # is k/4 steps: every other output is a rounding tie (k + 1/2), decided by the last bit of the
+    # float32 sum. hetgen sums as the plain formula does (numpy agrees bit for bit,
+    # tests/test_int8_ops.py); onnxruntime's pooling kernel differs in that bit on ~4 % of them,
+    # and the one-step differences propagate to the logits (still within one step).
+    "densenet": 0.5,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +97,7 @@ def test_quantized_model_matches_onnxruntime(tmp_path, name, fmt, per_channel, a
     steps = output_steps(model)
     references = {"onnxruntime (no optimisation)": ort_session(model.SerializeToString()), "onnxruntime int8": None}
     references["onnxruntime int8"] = ort_optimized(model)
-    exact = 0
+    exact = total = 0
     for seed in (1, 2):
         feeds = random_feeds(model, seed)
         got = library.run(feeds)
@@ -95,8 +105,10 @@ def test_quantized_model_matches_onnxruntime(tmp_path, name, fmt, per_channel, a
             for output, expected in zip(session.get_outputs(), session.run(None, feeds)):
                 error = np.abs(got[output.name].astype(np.float64) - expected) / steps[output.name]
                 assert error.max() <= 1.0 + 1e-3, f"{label}: {error.max():.2f} quantisation steps off"
-                exact += int(error.max() == 0)
-    assert exact > 0, "no output agreed exactly: the integer arithmetic is not onnxruntime's"
+                exact += int((error == 0).sum())
+                total += error.size
+    # the same arithmetic as onnxruntime's: nearly every element equal, not just within a step
+    assert exact >= LOOSER.get(name, 0.95) * total, f"only {exact} of {total} output elements agree exactly"
 
 
 def test_fused_relu_and_clip_quantize_exactly(tmp_path):

@@ -177,3 +177,31 @@ def test_qdq_add_and_mul_requantize_exactly_across_scales(op):
     got = harness.run_model(model, inputs)["y"]
     np.testing.assert_array_equal(got, expected)
     assert len(np.unique(expected)) > 16
+
+
+def test_float_average_pool_between_qdq_rounds_ties_as_the_plain_formula():
+    """The reason tests/test_int8_models.py allows densenet one step: a 2x2 average of one scale's
+    values is k/4 steps, so half the outputs are ties decided by the float sum's last bit. hetgen
+    computes ((a + b) + c) + d, / 4, / scale, exactly like numpy; onnxruntime differs on a few."""
+    inits = {"s": np.float32(0.0421), "z": np.array(-5, np.int8)}
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
+        helper.make_node("AveragePool", ["f"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("QuantizeLinear", ["p", "s", "z"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "avg",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 16, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+        initializer=[numpy_helper.from_array(v, n) for n, v in inits.items()],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = q_random((1, 16, 16, 16), np.int8)
+    got = harness.run_model(model, {"x": x})["y"]
+    f = ((x.astype(np.int32) + 5).astype(np.float32) * np.float32(0.0421)).reshape(1, 16, 8, 2, 8, 2)
+    total = ((f[:, :, :, 0, :, 0] + f[:, :, :, 0, :, 1]) + f[:, :, :, 1, :, 0]) + f[:, :, :, 1, :, 1]
+    plain = np.clip(np.rint(total / np.float32(4) / np.float32(0.0421)) - 5, -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(got, plain)
+    onnxruntime = ort_session(model.SerializeToString()).run(None, {"x": x})[0]
+    assert np.abs(onnxruntime.astype(int) - plain).max() <= 1
