@@ -38,10 +38,31 @@ static inline int32_t hg_quantize_scaled(float v, int32_t zero_point, int32_t qm
     return hg_round_even(hg_clamp_q(v, (float)(qmin - zero_point), (float)(qmax - zero_point))) + zero_point;
 }
 
-/* C[m x n] (row stride ldc) = A[m x k] * B[k x n], with B given transposed (bt: n rows of k), both
-   int16 with their zero points already subtracted; exact int32 sums. Every output is a dot product
-   along k of two contiguous rows, which compilers turn into pairwise multiply-adds (pmaddwd,
-   vpdpwssd); four columns at a time reuse each load of A's row. */
+/* The dot product of two int16 rows: exact int32 sum. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#include <arm_acle.h>
+
+/* Cortex-M with the DSP extension (M4, M7, M33, M55): SMLAD multiplies two int16 pairs and adds
+   both products to the sum in one instruction; pairs are loaded as one (unaligned) 32-bit word. */
+static inline uint32_t hg_int16_pair(const int16_t *p)
+{
+    uint32_t pair;
+    memcpy(&pair, p, sizeof pair);
+    return pair;
+}
+
+static inline int32_t hg_idot_s16(const int16_t *a, const int16_t *b, size_t k)
+{
+    int32_t sum = 0;
+    size_t p = 0;
+    for (; p + 2 <= k; p += 2)
+        sum = __smlad(hg_int16_pair(a + p), hg_int16_pair(b + p), sum);
+    if (p < k)
+        sum += (int32_t)a[p] * (int32_t)b[p];
+    return sum;
+}
+#define HG_IGEMM_BY_DOT 1
+#else
 static inline int32_t hg_idot_s16(const int16_t *a, const int16_t *b, size_t k)
 {
     int32_t sum = 0;
@@ -49,12 +70,18 @@ static inline int32_t hg_idot_s16(const int16_t *a, const int16_t *b, size_t k)
         sum += (int32_t)a[p] * (int32_t)b[p];
     return sum;
 }
+#define HG_IGEMM_BY_DOT 0
+#endif
 
+/* C[m x n] (row stride ldc) = A[m x k] * B[k x n], with B given transposed (bt: n rows of k), both
+   int16 with their zero points already subtracted; exact int32 sums. Every output is a dot product
+   along k of two contiguous rows, which compilers turn into pairwise multiply-adds (pmaddwd,
+   vpdpwssd); four columns at a time reuse each load of A's row (one SMLAD dot product at a time on Cortex-M). */
 static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, const int16_t *bt, int32_t *c,
                                 size_t ldc)
 {
     size_t j0 = 0;
-    for (; j0 + 4 <= n; j0 += 4) {
+    for (; !HG_IGEMM_BY_DOT && j0 + 4 <= n; j0 += 4) {
         const int16_t *b0 = bt + j0 * k, *b1 = b0 + k, *b2 = b1 + k, *b3 = b2 + k;
         for (size_t i = 0; i < m; ++i) {
             const int16_t *ai = a + i * k;
