@@ -205,3 +205,27 @@ def test_float_average_pool_between_qdq_rounds_ties_as_the_plain_formula():
     np.testing.assert_array_equal(got, plain)
     onnxruntime = ort_session(model.SerializeToString()).run(None, {"x": x})[0]
     assert np.abs(onnxruntime.astype(int) - plain).max() <= 1
+
+
+def test_qdq_concat_of_different_scales_requantizes_exactly():
+    """DequantizeLinear x3 (three scales) → Concat → QuantizeLinear: one QLinearConcat that copies the
+    input already at the output's scale and requantizes the others, bit-exact with the float path."""
+    constants = {"s0": np.float32(0.02), "s1": np.float32(0.05), "s2": np.float32(0.013), "z": np.array(4, np.int8)}
+    nodes = [helper.make_node("DequantizeLinear", [f"x{i}", f"s{i}", "z"], [f"f{i}"]) for i in range(3)]
+    nodes += [
+        helper.make_node("Concat", ["f0", "f1", "f2"], ["c"], axis=1),
+        helper.make_node("QuantizeLinear", ["c", "s1", "z"], ["y"]),
+    ]
+    inputs = {f"x{i}": q_random((2, 3 + i, 5, 4), np.int8) for i in range(3)}
+    graph = helper.make_graph(
+        nodes,
+        "qcat",
+        [helper.make_tensor_value_info(n, TensorProto.INT8, v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+        initializer=[numpy_helper.from_array(v, n) for n, v in constants.items()],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert [n.op for n in import_model(model).nodes] == ["QLinearConcat"]
+    expected = ort_session(model.SerializeToString()).run(None, inputs)[0]
+    np.testing.assert_array_equal(harness.run_model(model, inputs)["y"], expected)
+    assert np.array_equal(expected[:, 3:7], inputs["x1"])  # the input at the output's scale, copied

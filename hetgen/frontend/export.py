@@ -16,6 +16,7 @@ from hetgen.ir import Graph
 CONTRIB_OPS = {
     "QLinearAdd": "com.microsoft",
     "QLinearMul": "com.microsoft",
+    "QLinearConcat": "com.microsoft",
     "QLinearGlobalAveragePool": "com.microsoft",
 }
 

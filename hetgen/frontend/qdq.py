@@ -9,7 +9,8 @@ with fake quantisation. Here each such island becomes:
 - MatMul → QLinearMatMul (per-tensor or per-column B);
 - Gemm (rank-2, transA=0, alpha=beta=1, constant weights) → Reshape → 1x1 QLinearConv → Reshape,
   so its bias is fused too;
-- Add and Mul → QLinearAdd and QLinearMul, GlobalAveragePool → QLinearGlobalAveragePool
+- Add and Mul → QLinearAdd and QLinearMul, GlobalAveragePool → QLinearGlobalAveragePool, Concat of
+  inputs at different scales → QLinearConcat
   (onnxruntime's com.microsoft operators, channels first; hetgen/ops/qelementwise.py);
 - MaxPool, Reshape, Flatten, Transpose, Concat and other operators that only move or select
   elements run on the quantized tensor itself when their inputs and output share one scale and
@@ -450,9 +451,28 @@ def _match_global_average_pool(work: Work, node: WorkNode, reader: _Reader):
     return [node, *out.nodes], [node.derive("QLinearGlobalAveragePool", inputs, [out.name], {}, work.opset)]
 
 
+def _match_concat(work: Work, node: WorkNode, reader: _Reader):
+    """Concat whose inputs have different scales (one shared scale is a passthrough, matched first)."""
+    found = _match_passthrough(work, node, reader)
+    if found is not None:
+        return found
+    sources = [reader.dequantized_input(name) for name in node.inputs]
+    if not sources or any(s is None or not s.per_tensor or s.dtype not in QUANTIZED for s in sources):
+        return None
+    out = _quantized_output(work, reader, node.outputs[0])
+    if out is None or out.clip is not None or any(s.dtype != out.dtype for s in sources):
+        return None
+    inputs = [out.scale, out.zero_point]
+    for name, source in zip(node.inputs, sources):
+        inputs += [source.q, reader.producers[name].inputs[1], _zero_point_input(work, source, source.q)]
+    attrs = {"axis": node.attrs.get("axis", 0)}
+    return [node, *out.nodes], [node.derive("QLinearConcat", inputs, [out.name], attrs, work.opset)]
+
+
 MATCHERS = {"Conv": _match_conv, "MatMul": _match_matmul, "Gemm": _match_gemm}
 MATCHERS.update(Add=_match_binary, Mul=_match_binary, GlobalAveragePool=_match_global_average_pool)
 MATCHERS.update(dict.fromkeys(PASSTHROUGH, _match_passthrough))
+MATCHERS["Concat"] = _match_concat  # a passthrough when the scales agree, else QLinearConcat
 
 
 # -- what the rewrite left --------------------------------------------------------------------

@@ -1,6 +1,8 @@
-"""Quantized Add, Mul and GlobalAveragePool: onnxruntime's com.microsoft QLinearAdd, QLinearMul and
-QLinearGlobalAveragePool (channels first), which the QDQ rewrite makes of DequantizeLinear → Add/Mul/
-GlobalAveragePool → QuantizeLinear islands (hetgen/frontend/qdq.py).
+"""Quantized Add, Mul, Concat and GlobalAveragePool: onnxruntime's com.microsoft QLinearAdd,
+QLinearMul, QLinearConcat and QLinearGlobalAveragePool (channels first), which the QDQ rewrite makes
+of DequantizeLinear → Add/Mul/Concat/GlobalAveragePool → QuantizeLinear islands
+(hetgen/frontend/qdq.py). Concat copies inputs already at the output's scale and requantizes the
+others per element as their float path does.
 
 Add and Mul compute, per element, exactly what the island computes in float32: dequantize each
 operand ((float)(q - zero_point) * scale), add or multiply, divide by the output scale, round half
@@ -83,8 +85,47 @@ def lower_global_average_pool(op: OpInstance) -> Kernel:
     return Kernel("kernels/qpool.c.j2", params, flops=x_type.size, bytes_accessed=total_bytes(x_type, y_type))
 
 
+def lower_concat(op: OpInstance) -> Kernel:
+    """QLinearConcat (Y_scale, Y_zero_point, then X, X_scale, X_zero_point per input): inputs of the
+    output's scale are copied, the others requantized as their float path does (dequantize, then
+    quantize to the output's scale)."""
+    y_type = op.output_types[0]
+    if y_type.dtype not in QUANTIZED:
+        raise Unsupported(f"QLinearConcat to {y_type.dtype.label}; accepted: int8, uint8")
+    axis = int(op.attr("axis", 0)) % y_type.rank
+    y_scale = np.float32(_constant_scalar(op, 0, "output scale"))
+    y_zero_point = int(_constant_scalar(op, 1, "output zero point", y_type.dtype.numpy))
+    qmin, qmax = output_clamp(op, y_type.dtype)
+    outer = int(np.prod(y_type.shape[:axis], dtype=np.int64))
+    row = y_type.size // max(1, outer)
+    pieces, offset = [], 0
+    for arg in range(2, len(op.input_types), 3):
+        x_type = op.input_types[arg]
+        if x_type.dtype is not y_type.dtype:
+            raise Unsupported(f"QLinearConcat of {x_type.dtype.label} into {y_type.dtype.label}; accepted: one type")
+        scale = np.float32(_constant_scalar(op, arg + 1, "input scale"))
+        zero_point = int(_constant_scalar(op, arg + 2, "input zero point", x_type.dtype.numpy))
+        size = x_type.size // max(1, outer)
+        same = scale == y_scale and zero_point == y_zero_point
+        value = f"(float)((int32_t)x[j] - {zero_point}) * {c_float(scale)} / {c_float(y_scale)}"
+        pieces.append({"arg": arg, "size": size, "offset": offset, "verbatim": bool(same), "value": value})
+        offset += size
+    params = {
+        "pieces": pieces,
+        "outer": outer,
+        "row": row,
+        "ctype": y_type.dtype.c_type,
+        "y_zero_point": y_zero_point,
+        "qmin": qmin,
+        "qmax": qmax,
+        "out_index": input_arg_count(op),
+    }
+    return Kernel("kernels/qconcat.c.j2", params, flops=y_type.size, bytes_accessed=2 * y_type.nbytes)
+
+
 DEFS = (
     OpDef("QLinearAdd", lower_binary, fusable_epilogue=True),
     OpDef("QLinearMul", lower_binary, fusable_epilogue=True),
     OpDef("QLinearGlobalAveragePool", lower_global_average_pool),
+    OpDef("QLinearConcat", lower_concat),
 )
