@@ -77,6 +77,6 @@ def kernel_work(head: Node, last: Node, graph: Graph) -> Work:
     taps = 1
     if head.op in ("MaxPool", "AveragePool"):
         taps = math.prod(head.attr("kernel_shape", (1,)))
-    elif head.op in ("GlobalAveragePool", "GlobalMaxPool"):
+    elif head.op in ("GlobalAveragePool", "GlobalMaxPool", "QLinearGlobalAveragePool"):
         taps = math.prod(inputs[0].shape[2:])
     return Work(Engine.VECTOR, 1, output.size, 1, taps, touched)
