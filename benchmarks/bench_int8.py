@@ -1,7 +1,7 @@
 """int8 beside float32: latency, weight and arena bytes of hetgen's generated code for quantized CNNs,
 beside onnxruntime's float32 and int8 runs (one thread each).
 
-    python benchmarks/bench_int8.py [--runs 30] [--platform host] [--models resnet,mobilenet_v2]
+    python benchmarks/bench_int8.py [--runs 30] [--platform host] [--models resnet,mobilenet_v2] [--npu soc]
 
 Each float model is quantized as users do it (onnxruntime's quant_pre_process + quantize_static,
 QDQ format, int8 activations, per-channel int8 weights; hetgen/models/quantized.py). onnxruntime's
@@ -9,6 +9,9 @@ float32 run has its graph optimiser off, as everywhere in hetgen; its int8 run h
 that is what turns QDQ into its integer kernels (off, QDQ runs as float with fake quantisation).
 hetgen lowers QDQ to integer kernels itself. Machines here are shared and noisy: all runs are
 interleaved and medians are quoted.
+
+`--npu PLATFORM` adds, for a platform with a simulated npu, the time the simulator counts on its
+devices (kernels, weight loads, copies) for the float32 and the int8 model, each placed by cost.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import onnx
 import hetgen
 from hetgen.models import cnn, tiny
 from hetgen.models.quantized import quantized
+from hetgen.runtime.devices import simulation_report
 from hetgen.runtime.loader import checked_input
 from hetgen.runtime.reference import ort_session
 
@@ -118,11 +122,21 @@ def max_error_steps(library, model: onnx.ModelProto, session, feeds) -> float:
     return worst
 
 
+def simulated(model: onnx.ModelProto, platform: str, out: Path) -> str:
+    """Device time the simulator counts for one run of `model` placed on `platform` by cost, and
+    how many of its groups went to the simulated devices."""
+    report = simulation_report(hetgen.compile(platform, model, out=out, native_only=True))
+    devices = {device.path for device in report.devices}
+    placed = sum(1 for group in report.groups if group.target in devices)
+    return f"{report.simulated_us:7.1f} us ({placed:2} groups)"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--platform", default="host")
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--npu", default=None, help="a platform with a simulated npu: adds its simulated time")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # quantize_static's advice to pre-process (done)
     header = (
@@ -135,10 +149,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-int8-") as tmp:
         for name in args.models.split(","):
             r = measure(name, args.platform, args.runs, Path(tmp))
+            npu = ""
+            if args.npu:
+                float_model = MODELS[name]()
+                int8_model = quantized(float_model, "QDQ", per_channel=True)
+                f32 = simulated(float_model, args.npu, Path(tmp) / f"{name}_npu_f32")
+                i8 = simulated(int8_model, args.npu, Path(tmp) / f"{name}_npu_i8")
+                npu = f"  npu f32 {f32} / i8 {i8}"
             print(
                 f"{r['model']:22} {r['hetgen f32']:10.3f} {r['hetgen int8']:10.3f} {r['ort f32']:8.3f} "
                 f"{r['ort int8']:8.3f}  {r['weights f32'] / 1e3:8.1f} /{r['weights int8'] / 1e3:7.1f} "
-                f"{r['arena f32'] / 1e3:7.1f} /{r['arena int8'] / 1e3:6.1f} {r['steps off']:9.2f}"
+                f"{r['arena f32'] / 1e3:7.1f} /{r['arena int8'] / 1e3:6.1f} {r['steps off']:9.2f}{npu}"
             )
     return 0
 
