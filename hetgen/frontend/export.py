@@ -54,5 +54,5 @@ def export_onnx(graph: Graph) -> onnx.ModelProto:
         helper.make_opsetid(d, 1) for d in sorted({CONTRIB_OPS[n.op] for n in graph.nodes if n.op in CONTRIB_OPS})
     ]
     model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="hetgen")
-    model.ir_version = helper.find_min_ir_version_for(opsets)
+    model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)  # com.microsoft: unknown to onnx
     return model
