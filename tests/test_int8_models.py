@@ -43,11 +43,10 @@ CASES = [
 ]
 # Where fewer than 95 % of the output elements agree exactly, and why.
 LOOSER = {
-    # densenet's 2x2 AveragePool stays float between Q/DQ. The average of four values of one scale
-    # is k/4 steps: every other output is a rounding tie (k + 1/2), decided by the last bit of the
-    # float32 sum. hetgen sums as the plain formula does (numpy agrees bit for bit,
-    # tests/test_int8_ops.py); onnxruntime's pooling kernel differs in that bit on ~4 % of them,
-    # and the one-step differences propagate to the logits (still within one step).
+    # densenet's 2x2 AveragePool: the average of four values of one scale is k/4 steps, so every
+    # other output is a rounding tie (k + 1/2). hetgen sums the integers exactly and rounds ties to
+    # even (tests/test_int8_ops.py); onnxruntime's float path decides them by the last bit of a
+    # float32 sum, differently on a few percent, and the one-step differences reach the logits.
     "densenet": 0.5,
 }
 

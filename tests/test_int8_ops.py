@@ -179,10 +179,11 @@ def test_qdq_add_and_mul_requantize_exactly_across_scales(op):
     assert len(np.unique(expected)) > 16
 
 
-def test_float_average_pool_between_qdq_rounds_ties_as_the_plain_formula():
-    """The reason tests/test_int8_models.py allows densenet one step: a 2x2 average of one scale's
-    values is k/4 steps, so half the outputs are ties decided by the float sum's last bit. hetgen
-    computes ((a + b) + c) + d, / 4, / scale, exactly like numpy; onnxruntime differs on a few."""
+def test_qdq_average_pool_sums_exactly_and_rounds_ties_to_even():
+    """DequantizeLinear → AveragePool → QuantizeLinear becomes QLinearAveragePool. A 2x2 average of
+    one scale's values is k/4 steps, so half the outputs are ties; the float path decides them by
+    the last bit of a float32 sum (onnxruntime's pooling kernel and a plain float formula disagree
+    on a few), hetgen by the rule: exact integer sums, rounded half to even."""
     inits = {"s": np.float32(0.0421), "z": np.array(-5, np.int8)}
     nodes = [
         helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
@@ -197,14 +198,14 @@ def test_float_average_pool_between_qdq_rounds_ties_as_the_plain_formula():
         initializer=[numpy_helper.from_array(v, n) for n, v in inits.items()],
     )
     model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [n.op for n in import_model(model).nodes] == ["QLinearAveragePool"]
     x = q_random((1, 16, 16, 16), np.int8)
     got = harness.run_model(model, {"x": x})["y"]
-    f = ((x.astype(np.int32) + 5).astype(np.float32) * np.float32(0.0421)).reshape(1, 16, 8, 2, 8, 2)
-    total = ((f[:, :, :, 0, :, 0] + f[:, :, :, 0, :, 1]) + f[:, :, :, 1, :, 0]) + f[:, :, :, 1, :, 1]
-    plain = np.clip(np.rint(total / np.float32(4) / np.float32(0.0421)) - 5, -128, 127).astype(np.int8)
-    np.testing.assert_array_equal(got, plain)
+    sums = (x.astype(np.int64) + 5).reshape(1, 16, 8, 2, 8, 2).sum(axis=(3, 5))
+    exact = np.clip(np.rint(sums / 4) - 5, -128, 127).astype(np.int8)  # numpy's rint: half to even
+    np.testing.assert_array_equal(got, exact)
     onnxruntime = ort_session(model.SerializeToString()).run(None, {"x": x})[0]
-    assert np.abs(onnxruntime.astype(int) - plain).max() <= 1
+    assert np.abs(onnxruntime.astype(int) - exact).max() <= 1
 
 
 def test_qdq_concat_of_different_scales_requantizes_exactly():

@@ -17,6 +17,7 @@ CONTRIB_OPS = {
     "QLinearAdd": "com.microsoft",
     "QLinearMul": "com.microsoft",
     "QLinearConcat": "com.microsoft",
+    "QLinearAveragePool": "com.microsoft",
     "QLinearGlobalAveragePool": "com.microsoft",
 }
 

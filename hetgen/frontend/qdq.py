@@ -9,6 +9,7 @@ with fake quantisation. Here each such island becomes:
 - MatMul → QLinearMatMul (per-tensor or per-column B);
 - Gemm (rank-2, transA=0, alpha=beta=1, constant weights) → Reshape → 1x1 QLinearConv → Reshape,
   so its bias is fused too;
+- AveragePool → QLinearAveragePool (exact integer window sums),
 - Add and Mul → QLinearAdd and QLinearMul, GlobalAveragePool → QLinearGlobalAveragePool, Concat of
   inputs at different scales → QLinearConcat
   (onnxruntime's com.microsoft operators, channels first; hetgen/ops/qelementwise.py);
@@ -469,10 +470,27 @@ def _match_concat(work: Work, node: WorkNode, reader: _Reader):
     return [node, *out.nodes], [node.derive("QLinearConcat", inputs, [out.name], attrs, work.opset)]
 
 
+def _match_average_pool(work: Work, node: WorkNode, reader: _Reader):
+    if any(int(d) != 1 for d in node.attrs.get("dilations", ())):
+        return None  # onnxruntime's QLinearAveragePool has no dilations
+    x = reader.dequantized_input(node.inputs[0])
+    if x is None or not x.per_tensor or x.dtype not in QUANTIZED or len(node.outputs) != 1:
+        return None
+    out = _quantized_output(work, reader, node.outputs[0])
+    if out is None or out.clip is not None:
+        return None
+    scale = reader.producers[node.inputs[0]].inputs[1]
+    inputs = [x.q, scale, _zero_point_input(work, x, x.q), out.scale, out.zero_point]
+    kept = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
+    attrs = {k: v for k, v in node.attrs.items() if k in kept}
+    return [node, *out.nodes], [node.derive("QLinearAveragePool", inputs, [out.name], attrs, work.opset)]
+
+
 MATCHERS = {"Conv": _match_conv, "MatMul": _match_matmul, "Gemm": _match_gemm}
 MATCHERS.update(Add=_match_binary, Mul=_match_binary, GlobalAveragePool=_match_global_average_pool)
 MATCHERS.update(dict.fromkeys(PASSTHROUGH, _match_passthrough))
-MATCHERS["Concat"] = _match_concat  # a passthrough when the scales agree, else QLinearConcat
+MATCHERS["Concat"] = _match_concat
+MATCHERS["AveragePool"] = _match_average_pool  # a passthrough when the scales agree, else QLinearConcat
 
 
 # -- what the rewrite left --------------------------------------------------------------------

@@ -75,7 +75,7 @@ def kernel_work(head: Node, last: Node, graph: Graph) -> Work:
         cols = b[-1] if len(b) >= 2 else 1
         return Work(Engine.MAC_ARRAY, output.size // max(rows * cols, 1), rows, cols, a[-1], touched)
     taps = 1
-    if head.op in ("MaxPool", "AveragePool"):
+    if head.op in ("MaxPool", "AveragePool", "QLinearAveragePool"):
         taps = math.prod(head.attr("kernel_shape", (1,)))
     elif head.op in ("GlobalAveragePool", "GlobalMaxPool", "QLinearGlobalAveragePool"):
         taps = math.prod(inputs[0].shape[2:])

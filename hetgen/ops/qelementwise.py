@@ -20,7 +20,9 @@ import numpy as np
 from hetgen.ops._cexpr import c_float
 from hetgen.ops._common import input_arg_count, total_bytes
 from hetgen.ops._elementwise import Operand, elementwise_kernel
+from hetgen.ops._spatial import window
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.pool import axis_tables
 from hetgen.ops.qlinear import output_clamp
 from hetgen.ops.quantize import QUANTIZED
 
@@ -123,9 +125,47 @@ def lower_concat(op: OpInstance) -> Kernel:
     return Kernel("kernels/qconcat.c.j2", params, flops=y_type.size, bytes_accessed=2 * y_type.nbytes)
 
 
+def lower_average_pool(op: OpInstance) -> Kernel:
+    """QLinearAveragePool (channels first): exact integer window sums, then sum * (x_scale /
+    y_scale) / count quantized. Where a float average would land within an ulp of a rounding tie,
+    the exact sum decides it by the rule (half to even) instead of by the float summation order."""
+    x_type, y_type = op.input_types[0], op.output_types[0]
+    if int(op.attr("channels_last", 0)):
+        raise Unsupported("QLinearAveragePool with channels_last=1; accepted: channels first (NCHW)")
+    if x_type.dtype not in QUANTIZED or y_type.dtype not in QUANTIZED or x_type.rank < 3:
+        raise Unsupported(f"QLinearAveragePool of {x_type} to {y_type}; accepted: int8/uint8 N x C x spatial")
+    kernel = op.attr("kernel_shape")
+    if kernel is None:
+        raise Unsupported("QLinearAveragePool without kernel_shape")
+    win = window(op, x_type.shape[2:], y_type.shape[2:], tuple(kernel))
+    x_scale, y_scale = np.float32(_constant_scalar(op, 1, "input scale")), np.float32(_constant_scalar(op, 3, "scale"))
+    qmin, qmax = output_clamp(op, y_type.dtype)
+    params = {
+        **win.view(),
+        "axes": tuple(axis_tables(win, i, bool(op.attr("count_include_pad", 0))) for i in range(3)),
+        "planes": x_type.shape[0] * x_type.shape[1],
+        "x_ctype": x_type.dtype.c_type,
+        "y_ctype": y_type.dtype.c_type,
+        "x_zero_point": int(_constant_scalar(op, 2, "input zero point", x_type.dtype.numpy)),
+        "y_zero_point": int(_constant_scalar(op, 4, "output zero point", y_type.dtype.numpy)),
+        "ratio": c_float(x_scale / y_scale),
+        "qmin": qmin,
+        "qmax": qmax,
+        "out_index": input_arg_count(op),
+    }
+    return Kernel(
+        "kernels/qavgpool.c.j2",
+        params,
+        scratch_bytes=4 * win.out_shape[2],
+        flops=y_type.size * win.kernel_size,
+        bytes_accessed=total_bytes(x_type, y_type),
+    )
+
+
 DEFS = (
     OpDef("QLinearAdd", lower_binary, fusable_epilogue=True),
     OpDef("QLinearMul", lower_binary, fusable_epilogue=True),
     OpDef("QLinearGlobalAveragePool", lower_global_average_pool),
     OpDef("QLinearConcat", lower_concat),
+    OpDef("QLinearAveragePool", lower_average_pool),
 )
