@@ -179,3 +179,41 @@ def test_dynamically_quantized_mlp_matches_onnxruntime(tmp_path):
     expected = ort_session(model.SerializeToString()).run(None, feeds)[0]
     got = library.run(feeds)[model.graph.output[0].name]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)  # integer products, float epilogue
+
+
+def test_qoperator_contrib_operators_expand_and_match(tmp_path):
+    """quantize_static's QOperator form of LeakyRelu, AveragePool, Sigmoid and GlobalAveragePool is
+    com.microsoft QLinearLeakyRelu, QLinearAveragePool, QLinearSigmoid, QLinearGlobalAveragePool:
+    each compiles (as its QDQ island) and agrees with onnxruntime within one step."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w1"),
+        numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("LeakyRelu", ["c1"], ["l"], alpha=0.1),
+        helper.make_node("AveragePool", ["l"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c2"], ["s"]),
+        helper.make_node("GlobalAveragePool", ["s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "contrib",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1, 1])],
+        initializer=inits,
+    )
+    float_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = quantized_model(float_model, "QOperator", activations="uint8")
+    contrib = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
+    assert {"QLinearLeakyRelu", "QLinearAveragePool", "QLinearSigmoid", "QLinearGlobalAveragePool"} <= contrib
+    library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True))
+    step = output_steps(model)["y"]
+    for seed in (1, 2):
+        feeds = random_feeds(model, seed)
+        expected = ort_session(model.SerializeToString()).run(None, feeds)[0]
+        assert np.abs(library.run(feeds)["y"] - expected).max() <= step * (1 + 1e-3)
