@@ -211,6 +211,8 @@ def test_qoperator_contrib_operators_expand_and_match(tmp_path):
     model = quantized_model(float_model, "QOperator", activations="uint8")
     contrib = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
     assert {"QLinearLeakyRelu", "QLinearAveragePool", "QLinearSigmoid", "QLinearGlobalAveragePool"} <= contrib
+    ops = {node.op for node in import_model(model).nodes}
+    assert contrib <= ops and not ops & {"LeakyRelu", "Sigmoid", "AveragePool", "GlobalAveragePool", "Conv"}
     library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True))
     step = output_steps(model)["y"]
     for seed in (1, 2):

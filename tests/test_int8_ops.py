@@ -230,3 +230,33 @@ def test_qdq_concat_of_different_scales_requantizes_exactly():
     expected = ort_session(model.SerializeToString()).run(None, inputs)[0]
     np.testing.assert_array_equal(harness.run_model(model, inputs)["y"], expected)
     assert np.array_equal(expected[:, 3:7], inputs["x1"])  # the input at the output's scale, copied
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "LeakyRelu"])
+def test_qdq_activation_becomes_a_table(op):
+    """DequantizeLinear → Sigmoid/LeakyRelu → QuantizeLinear: one 256-entry table (QLinearSigmoid,
+    QLinearLeakyRelu); every input level against onnxruntime's float path, within one step and
+    nearly all equal (the two exp implementations differ in the last bits)."""
+    inits = {"s": np.float32(0.06), "z": np.array(-10, np.int8), "t": np.float32(1 / 250), "u": np.array(-128, np.int8)}
+    if op == "LeakyRelu":
+        inits.update(t=np.float32(0.05), u=np.array(0, np.int8))
+    attrs = {"alpha": 0.2} if op == "LeakyRelu" else {}
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
+        helper.make_node(op, ["f"], ["a"], **attrs),
+        helper.make_node("QuantizeLinear", ["a", "t", "u"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "lut",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [2, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+        initializer=[numpy_helper.from_array(v, n) for n, v in inits.items()],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [n.op for n in import_model(model).nodes] == [f"QLinear{op}"]
+    x = np.arange(-128, 128, dtype=np.int8).reshape(2, 128)  # every level
+    got = harness.run_model(model, {"x": x})["y"].astype(int)
+    expected = ort_session(model.SerializeToString()).run(None, {"x": x})[0].astype(int)
+    assert np.abs(got - expected).max() <= 1 and (got == expected).mean() >= 0.98
+    assert len(np.unique(got)) > 32

@@ -18,6 +18,8 @@ CONTRIB_OPS = {
     "QLinearMul": "com.microsoft",
     "QLinearConcat": "com.microsoft",
     "QLinearAveragePool": "com.microsoft",
+    "QLinearSigmoid": "com.microsoft",
+    "QLinearLeakyRelu": "com.microsoft",
     "QLinearGlobalAveragePool": "com.microsoft",
 }
 

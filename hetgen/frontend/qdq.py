@@ -9,7 +9,8 @@ with fake quantisation. Here each such island becomes:
 - MatMul → QLinearMatMul (per-tensor or per-column B);
 - Gemm (rank-2, transA=0, alpha=beta=1, constant weights) → Reshape → 1x1 QLinearConv → Reshape,
   so its bias is fused too;
-- AveragePool → QLinearAveragePool (exact integer window sums),
+- AveragePool → QLinearAveragePool (exact integer window sums), Sigmoid and LeakyRelu →
+  QLinearSigmoid and QLinearLeakyRelu (a table over the 256 input levels),
 - Add and Mul → QLinearAdd and QLinearMul, GlobalAveragePool → QLinearGlobalAveragePool, Concat of
   inputs at different scales → QLinearConcat
   (onnxruntime's com.microsoft operators, channels first; hetgen/ops/qelementwise.py);
@@ -486,11 +487,28 @@ def _match_average_pool(work: Work, node: WorkNode, reader: _Reader):
     return [node, *out.nodes], [node.derive("QLinearAveragePool", inputs, [out.name], attrs, work.opset)]
 
 
+def _match_lookup(work: Work, node: WorkNode, reader: _Reader):
+    """Sigmoid and LeakyRelu: onnxruntime's table-driven QLinearSigmoid and QLinearLeakyRelu."""
+    x = reader.dequantized_input(node.inputs[0])
+    if x is None or not x.per_tensor or x.dtype not in QUANTIZED:
+        return None
+    out = _quantized_output(work, reader, node.outputs[0])
+    if out is None or out.clip is not None:
+        return None
+    scale = reader.producers[node.inputs[0]].inputs[1]
+    inputs = [x.q, scale, _zero_point_input(work, x, x.q), out.scale, out.zero_point]
+    attrs = {"alpha": node.attrs.get("alpha", 0.01)} if node.op == "LeakyRelu" else {}
+    return [node, *out.nodes], [node.derive(f"QLinear{node.op}", inputs, [out.name], attrs, work.opset)]
+
+
 MATCHERS = {"Conv": _match_conv, "MatMul": _match_matmul, "Gemm": _match_gemm}
 MATCHERS.update(Add=_match_binary, Mul=_match_binary, GlobalAveragePool=_match_global_average_pool)
 MATCHERS.update(dict.fromkeys(PASSTHROUGH, _match_passthrough))
 MATCHERS["Concat"] = _match_concat
-MATCHERS["AveragePool"] = _match_average_pool  # a passthrough when the scales agree, else QLinearConcat
+MATCHERS["AveragePool"] = _match_average_pool
+MATCHERS.update(
+    Sigmoid=_match_lookup, LeakyRelu=_match_lookup
+)  # a passthrough when the scales agree, else QLinearConcat
 
 
 # -- what the rewrite left --------------------------------------------------------------------

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from hetgen.ops._activation import DEFAULTS, activation_c
 from hetgen.ops._cexpr import c_float
 from hetgen.ops._common import input_arg_count, total_bytes
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops._spatial import window
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import Epilogue, Kernel, OpDef, OpInstance, Unsupported
 from hetgen.ops.pool import axis_tables
 from hetgen.ops.qlinear import output_clamp
-from hetgen.ops.quantize import QUANTIZED
+from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
 
 def _constant_scalar(op: OpInstance, index: int, what: str, dtype=None):
@@ -162,10 +163,44 @@ def lower_average_pool(op: OpInstance) -> Kernel:
     )
 
 
+def lower_lookup(op: OpInstance) -> Kernel:
+    """QLinearSigmoid and QLinearLeakyRelu: a table over every input level, each entry the float
+    path's result (the activation's C expression from hetgen/ops/_activation.py, as the float
+    kernel computes it), so the table agrees with DequantizeLinear → activation → QuantizeLinear."""
+    x_type, y_type = op.input_types[0], op.output_types[0]
+    if x_type.dtype not in QUANTIZED or y_type.dtype not in QUANTIZED:
+        raise Unsupported(f"{op.node.op} of {x_type.dtype.label} to {y_type.dtype.label}; accepted: int8, uint8")
+    kind = op.node.op.removeprefix("QLinear")
+    alpha = float(op.attr("alpha", DEFAULTS.get(kind, (0.0, 0.0))[0]))
+    x_min, x_max = Q_RANGE[x_type.dtype]
+    qmin, qmax = output_clamp(op, y_type.dtype)
+    params = {
+        "op": op.node.op,
+        "activation": kind,
+        "size": x_type.size,
+        "levels": x_max - x_min + 1,
+        "x_min": x_min,
+        "x_max": x_max,
+        "x_ctype": x_type.dtype.c_type,
+        "y_ctype": y_type.dtype.c_type,
+        "x_scale": c_float(np.float32(_constant_scalar(op, 1, "input scale"))),
+        "x_zero_point": int(_constant_scalar(op, 2, "input zero point", x_type.dtype.numpy)),
+        "y_scale": c_float(np.float32(_constant_scalar(op, 3, "output scale"))),
+        "y_zero_point": int(_constant_scalar(op, 4, "output zero point", y_type.dtype.numpy)),
+        "expression": activation_c(Epilogue(kind, alpha=alpha), "v"),
+        "qmin": qmin,
+        "qmax": qmax,
+        "out_index": input_arg_count(op),
+    }
+    return Kernel("kernels/qlut.c.j2", params, flops=x_type.size, bytes_accessed=total_bytes(x_type, y_type))
+
+
 DEFS = (
     OpDef("QLinearAdd", lower_binary, fusable_epilogue=True),
     OpDef("QLinearMul", lower_binary, fusable_epilogue=True),
     OpDef("QLinearGlobalAveragePool", lower_global_average_pool),
     OpDef("QLinearConcat", lower_concat),
     OpDef("QLinearAveragePool", lower_average_pool),
+    OpDef("QLinearSigmoid", lower_lookup),
+    OpDef("QLinearLeakyRelu", lower_lookup),
 )
