@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 from hetgen.frontend.convert import constant_node_value, value_type
 from hetgen.frontend.evaluate import evaluate
 from hetgen.frontend.normalize import normalize
-from hetgen.frontend.qdq import keeps_quantized
+from hetgen.frontend.qdq_match import keeps_quantized
 from hetgen.frontend.work import ValueType, Work, WorkNode, to_node_proto
 from hetgen.ir import DType, Node, TensorType
 from hetgen.ops.base import OpInstance
