@@ -163,6 +163,7 @@ def test_shorthand_expands_to_the_full_node():
     assert nested.target("p/npu0").attrs == {
         "sram_kib": 512,
         "macs_per_cycle": 256,
+        "int8_macs_per_cycle": 1024,
         "clock_mhz": 800,
         "dma_gbps": 8.0,
         "mac_rows": 16,
@@ -342,7 +343,8 @@ def test_refinement_inherits_and_overrides():
     assert kind.attribute("sram_kib").default == 4096 and kind.attribute("sram_kib").type == "int"
     assert kind.attribute("tiles").choices == (1, 2, 4)
     labels = [p.label for p in kind.patterns]
-    assert labels == ["conv2d", "depthwise_conv2d", "matmul", "add", "pool", "softmax"]  # same label replaces
+    int8 = ["qconv2d", "depthwise_qconv2d", "qmatmul", "qadd", "qpool", "maxpool_int8", "qlookup"]
+    assert labels == ["conv2d", "depthwise_conv2d", "matmul", "add", "pool", *int8, "softmax"]  # same label replaces
     assert next(p for p in kind.patterns if p.label == "add").chain[0].ops == ("Add", "Sub")
     assert platform.target("p/n").figures.peak_gflops == pytest.approx(2 * 256 * 800 * 4 / 1000)
     assert kind.templates == builtin_kinds()["npu"].templates

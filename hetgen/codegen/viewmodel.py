@@ -184,6 +184,7 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
 
 
 ENGINE_C = {Engine.MAC_ARRAY: "HG_SIM_MAC_ARRAY", Engine.VECTOR: "HG_SIM_VECTOR", Engine.DMA: "HG_SIM_DMA"}
+ENGINE_C[Engine.MAC_ARRAY_INT8] = "HG_SIM_MAC_ARRAY_INT8"
 
 
 def work_table(steps) -> list[dict]:
@@ -378,6 +379,7 @@ def _simulator_view(model: DeviceModel, num_counters: int) -> dict:
     return {
         "mac_rows": model.mac_rows,
         "mac_cols": model.mac_cols,
+        "int8_mac_cols": model.int8_mac_cols,
         "vector_lanes": model.vector_lanes,
         "command_cycles": model.command_cycles,
         "dma_setup_cycles": model.dma_setup_cycles,

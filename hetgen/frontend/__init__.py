@@ -5,10 +5,14 @@
 - `load`: read and check the file (protobuf, onnx checker, opset 7..21, outputs, input types and
   static input shapes, with `shapes=` to fix dynamic ones);
 - `convert`: onnx's whole-model shape inference, then the frontend's working graph;
+- `contrib_quant`: onnxruntime's com.microsoft QOperator nodes become DequantizeLinear → float
+  operator → QuantizeLinear;
 - `resolve` (with `normalize`, `evaluate`): node by node, rewrite old-opset forms into the newest
   one (see `normalize` for the `_opset` convention lowerings follow), fold constant nodes, and type
   what onnx left untyped;
 - `cleanup`: Identity/Dropout removal, dead nodes, unused training outputs;
+- `qdq`: DequantizeLinear → Conv/MatMul/Gemm → QuantizeLinear islands become integer kernels; the
+  dequantized constants no pattern used are folded;
 - `rewrite`: decomposed LayerNormalization and Gelu become the single operators;
 - `check`: every unsupported operator, untypable tensor, non-constant shape input and unsupported
   element type, each kind reported in one message;
@@ -23,7 +27,7 @@ from pathlib import Path
 
 import onnx
 
-from hetgen.frontend import check, cleanup, convert, load, resolve, rewrite
+from hetgen.frontend import check, cleanup, contrib_quant, convert, load, qdq, resolve, rewrite
 from hetgen.frontend.export import export_onnx
 from hetgen.frontend.fold_batchnorm import fold_batchnorm
 from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
@@ -50,9 +54,13 @@ def import_model(
     load.check_model(proto, source)
     prepared = load.prepare(proto, source, shapes)
     work = convert.to_work(convert.infer_onnx_shapes(prepared), source, c_identifier(name, "model") if name else None)
+    contrib_quant.expand_contrib(work)
     resolve.resolve(work)
     cleanup.remove_identities(work)
     cleanup.remove_dead(work)
+    qdq.rewrite_qdq(work)
+    cleanup.remove_dead(work)
+    qdq.fold_dequantize(work, resolve.fold)
     rewrite.rewrite_patterns(work)
     cleanup.unfold_large_constants(work)
     cleanup.trim_optional_outputs(work)

@@ -12,11 +12,25 @@ from onnx import helper, numpy_helper
 from hetgen.frontend.work import WorkNode, to_node_proto
 from hetgen.ir import Graph
 
+# Operators of the IR that are onnxruntime's contrib operators (the QDQ rewrite makes them).
+CONTRIB_OPS = {
+    "QLinearAdd": "com.microsoft",
+    "QLinearMul": "com.microsoft",
+    "QLinearConcat": "com.microsoft",
+    "QLinearAveragePool": "com.microsoft",
+    "QLinearSigmoid": "com.microsoft",
+    "QLinearLeakyRelu": "com.microsoft",
+    "QLinearGlobalAveragePool": "com.microsoft",
+}
+
 
 def export_onnx(graph: Graph) -> onnx.ModelProto:
     opset = max([graph.opset, *(node.attr("_opset", graph.opset) for node in graph.nodes)])
     nodes = [
-        to_node_proto(WorkNode(n.op, list(n.inputs), list(n.outputs), dict(n.attrs)), name=n.name) for n in graph.nodes
+        to_node_proto(
+            WorkNode(n.op, list(n.inputs), list(n.outputs), dict(n.attrs), CONTRIB_OPS.get(n.op, "")), name=n.name
+        )
+        for n in graph.nodes
     ]
     initializers = []
     for name, array in sorted(graph.constants.items()):
@@ -39,6 +53,9 @@ def export_onnx(graph: Graph) -> onnx.ModelProto:
         value_info=[info(n) for n in sorted(produced - set(graph.outputs))],
     )
     opsets = [helper.make_opsetid("", opset)]
+    opsets += [
+        helper.make_opsetid(d, 1) for d in sorted({CONTRIB_OPS[n.op] for n in graph.nodes if n.op in CONTRIB_OPS})
+    ]
     model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="hetgen")
-    model.ir_version = helper.find_min_ir_version_for(opsets)
+    model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)  # com.microsoft: unknown to onnx
     return model

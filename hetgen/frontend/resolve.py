@@ -22,6 +22,7 @@ from onnx import helper, numpy_helper
 from hetgen.frontend.convert import constant_node_value, value_type
 from hetgen.frontend.evaluate import evaluate
 from hetgen.frontend.normalize import normalize
+from hetgen.frontend.qdq_match import keeps_quantized
 from hetgen.frontend.work import ValueType, Work, WorkNode, to_node_proto
 from hetgen.ir import DType, Node, TensorType
 from hetgen.ops.base import OpInstance
@@ -53,6 +54,8 @@ def resolve(work: Work) -> None:
 
 def fold(node: WorkNode, work: Work) -> bool:
     """Evaluate the node now if its outputs are compile-time constants; True when it was folded."""
+    if keeps_quantized(node, work):
+        return False  # the QDQ rewrite needs the integer weights; qdq.fold_dequantize folds the rest
     values = _static_shape_value(node, work)
     if values is None and all(not name or name in work.constants for name in node.inputs):
         if node.op == "Constant" and node.is_default_domain:

@@ -37,7 +37,10 @@ class Unit:
 
 def epilogue_of(node: Node, graph: Graph) -> Epilogue | None:
     """The epilogue equivalent to activation `node`, or None when it cannot be fused."""
-    if node.op not in FUSABLE_ACTIVATIONS or graph.types[node.outputs[0]].dtype is not DType.FLOAT32:
+    dtype = graph.types[node.outputs[0]].dtype
+    # On int8/uint8 (after QLinearConv/QLinearMatMul) a Relu or Clip is a clamp of the stored integer.
+    integer_clamp = node.op in ("Relu", "Clip") and dtype in (DType.INT8, DType.UINT8)
+    if node.op not in FUSABLE_ACTIVATIONS or (dtype is not DType.FLOAT32 and not integer_clamp):
         return None
     if node.op == "Clip":
         low, high = float(node.attr("min", -3.4028234663852886e38)), float(node.attr("max", 3.4028234663852886e38))

@@ -12,26 +12,37 @@ what lowering emits, so no fallback changes the program behind the placement's b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from hetgen.ir import Graph, Node
 from hetgen.lower.tiling import Action, Rates, TilePlan, Unfit, unit_plan
 from hetgen.ops.base import Epilogue
-from hetgen.platform.model import Role, Target
+from hetgen.platform.model import CostFigures, Role, Target
 
 
 def one_unit_per_invocation(target: Target) -> bool:
     return target.role is Role.ACCELERATOR and target.memory_bytes is not None
 
 
-def tile_rates(target: Target, efficiency: float = 1.0) -> Rates:
+INTEGER_OPS = frozenset({"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+
+
+def peak_gops(figures: CostFigures, nodes: Iterable[Node] = ()) -> float:
+    """The arithmetic throughput a group reaches: int8 for an integer kernel on an int8 datapath."""
+    head = next(iter(nodes), None)
+    if head is not None and head.op in INTEGER_OPS and figures.peak_int8_gops:
+        return figures.peak_int8_gops
+    return figures.peak_gflops
+
+
+def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = ()) -> Rates:
     """What a tile's commands take on `target` by its cost figures: compute at `efficiency` of its
     peak but no faster than its engines stream the tile's buffers from SRAM (`local_gbps`, where the
     kind has it), DMA at its bandwidth, and `command_us` (a figure; 0 where the kind has none) per
     command. Plans are chosen at efficiency 1 (a device property); patterns price them at their own."""
     figures = target.figures
     return Rates(
-        1.0 / (figures.peak_gflops * 1e3 * efficiency),
+        1.0 / (peak_gops(figures, nodes) * 1e3 * efficiency),
         1.0 / (figures.bandwidth_gbps * 1e3),
         float(figures.command_us or 0.0),
         1.0 / (figures.local_gbps * 1e3) if figures.local_gbps else 0.0,
@@ -79,8 +90,11 @@ def kernel_units_of(nodes: Sequence[Node], graph: Graph) -> list[tuple[tuple[Nod
 def group_plans(nodes: Sequence[Node], graph: Graph, target: Target) -> list[TilePlan | Unfit]:
     """The tiling of each kernel unit of a group placed on a tiled accelerator (`tiling.unit_plan`):
     what the fits_memory predicate, the cost model and lowering all read."""
-    capacity, rates = target.memory_bytes, tile_rates(target)
-    return [unit_plan(chain, graph, epilogue, capacity, rates) for chain, epilogue in kernel_units_of(nodes, graph)]
+    capacity = target.memory_bytes
+    return [
+        unit_plan(chain, graph, epilogue, capacity, tile_rates(target, 1.0, chain))
+        for chain, epilogue in kernel_units_of(nodes, graph)
+    ]
 
 
 def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target) -> int:

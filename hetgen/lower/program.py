@@ -150,6 +150,7 @@ class DeviceModel:
     invoke_cycles: int = 0  # each invocation: driver call, doorbell, completion interrupt
     link_latency_cycles: float = 0.0  # the link from its controller (none: 0 bytes per cycle)
     link_bytes_per_cycle: float = 0.0
+    int8_mac_cols: int = 16  # columns of the MAC array when it multiplies int8 operands
 
 
 @dataclass(frozen=True)

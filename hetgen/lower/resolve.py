@@ -56,6 +56,7 @@ def device_model(target: Target) -> DeviceModel:
         # A kind without the attribute prices its invocations with its launch_us figure: the same event.
         invoke_cycles=int(attrs.get("invoke_cycles", round(target.figures.launch_us * clock_mhz(target)))),
         **link_cycles(target),
+        int8_mac_cols=max(1, int(attrs.get("int8_macs_per_cycle", macs)) // rows),
     )
 
 

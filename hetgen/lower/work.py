@@ -23,6 +23,16 @@ class Engine(enum.Enum):
     MAC_ARRAY = 1  # `batch` matrix products of m x n outputs over a depth of k
     VECTOR = 2  # m output elements, each reducing k taps (k = 1: elementwise)
     DMA = 3  # `bytes` moved between the device's weights and its local memory
+    MAC_ARRAY_INT8 = 4  # as MAC_ARRAY, on int8 operands (the array's int8 columns: int8_mac_cols)
+
+
+# Integer kernels and the float operator whose shape rule they share; (x, w) input indices.
+INTEGER_KERNELS = {
+    "QLinearConv": ("Conv", 0, 3),
+    "ConvInteger": ("Conv", 0, 1),
+    "QLinearMatMul": ("MatMul", 0, 3),
+    "MatMulInteger": ("MatMul", 0, 1),
+}
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,11 @@ def instance_work(instance: OpInstance, after: int = 0) -> Work:
 def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) -> Work:
     output = outputs[0]
     touched = sum(t.nbytes for t in inputs) + sum(t.nbytes for t in outputs)
+    if head.op in INTEGER_KERNELS:  # the float operator's shape, on the int8 MAC array
+        op, x, w = INTEGER_KERNELS[head.op]
+        float_head = Node(head.name, op, (head.inputs[x], head.inputs[w]), head.outputs, head.attrs)
+        shaped = shape_work(float_head, [inputs[x], inputs[w]], outputs)
+        return Work(Engine.MAC_ARRAY_INT8, shaped.batch, shaped.m, shaped.n, shaped.k, touched)
     if head.op == "Conv":
         x, w = inputs[0].shape, inputs[1].shape
         groups = int(head.attr("group", 1))
@@ -78,8 +93,8 @@ def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) 
         cols = b[-1] if len(b) >= 2 else 1
         return Work(Engine.MAC_ARRAY, output.size // max(rows * cols, 1), rows, cols, a[-1], touched)
     taps = 1
-    if head.op in ("MaxPool", "AveragePool"):
+    if head.op in ("MaxPool", "AveragePool", "QLinearAveragePool"):
         taps = math.prod(head.attr("kernel_shape", (1,)))
-    elif head.op in ("GlobalAveragePool", "GlobalMaxPool"):
+    elif head.op in ("GlobalAveragePool", "GlobalMaxPool", "QLinearGlobalAveragePool"):
         taps = math.prod(inputs[0].shape[2:])
     return Work(Engine.VECTOR, 1, output.size, 1, taps, touched)

@@ -11,6 +11,7 @@ from __future__ import annotations
 # -- elementwise, reduction and data-movement operators --
 from hetgen.ops import (
     _compute_list,  # noqa: E402
+    _quant_list,  # noqa: E402
     _tensor_list,  # noqa: E402
 )
 from hetgen.ops.base import OpDef
@@ -18,6 +19,8 @@ from hetgen.ops.base import OpDef
 # fmt: on
 
 OPS: dict[str, OpDef] = {d.op: d for module in (*_compute_list.MODULES, *_tensor_list.MODULES) for d in module.DEFS}
+
+OPS.update({d.op: d for module in _quant_list.MODULES for d in module.DEFS})
 
 
 def supported_ops() -> frozenset[str]:

@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph, Node
-from hetgen.lower.invocation import group_plans, one_unit_per_invocation, tile_rates, weight_load_bytes
+from hetgen.lower.invocation import (
+    group_plans,
+    kernel_units_of,
+    one_unit_per_invocation,
+    peak_gops,
+    tile_rates,
+    weight_load_bytes,
+)
 from hetgen.lower.tiling import Unfit, plan_us
 from hetgen.ops.base import OpInstance
 from hetgen.ops.registry import op_def
@@ -66,8 +73,11 @@ def calibrate(measured: Mapping[str, float], base: Calibration | None = None) ->
     return Calibration(scales)
 
 
-def kernel_us(figures: CostFigures, work: Work, efficiency: float = 1.0, scale: float = 1.0) -> float:
-    compute = work.flops / (figures.peak_gflops * 1e3 * efficiency)
+# Integer kernels: priced at the kind's int8 throughput (`peak_int8_gops`) where it declares one.
+def kernel_us(
+    figures: CostFigures, work: Work, efficiency: float = 1.0, scale: float = 1.0, nodes: Iterable[Node] = ()
+) -> float:
+    compute = work.flops / (peak_gops(figures, nodes) * 1e3 * efficiency)
     memory = work.bytes / (figures.bandwidth_gbps * 1e3)
     return scale * (figures.launch_us + max(compute, memory))
 
@@ -83,14 +93,14 @@ def group_us(target: Target, work: Work, efficiency: float, scale: float, graph:
     its memory traffic.
     """
     figures = target.figures
+    nodes = tuple(nodes)
     if not one_unit_per_invocation(target):
-        return kernel_us(figures, work, efficiency, scale)
-    rates = tile_rates(target, efficiency)
+        return kernel_us(figures, work, efficiency, scale, nodes)
     total = 0.0
-    for plan in group_plans(list(nodes), graph, target):
+    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target)):
         if isinstance(plan, Unfit):
             raise PlacementError(f"{target.path_str}: {plan.reason}")
-        total += plan_us(plan, rates)
+        total += plan_us(plan, tile_rates(target, efficiency, chain))
     return scale * (figures.launch_us + total)
 
 

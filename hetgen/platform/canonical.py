@@ -104,8 +104,9 @@ def _figures_comment(target: Target) -> str:
     figures = target.figures
     memory = "unbounded" if target.memory_bytes is None else f"{target.memory_bytes} bytes"
     owner = " (its host's)" if target.role is Role.COMPOSITE else ""
+    int8 = f" ({figures.peak_int8_gops:g} int8 GOP/s)" if figures.peak_int8_gops else ""
     return (
-        f"{target.path_str}: {target.role.value}; peak {figures.peak_gflops:g} GFLOP/s, "
+        f"{target.path_str}: {target.role.value}; peak {figures.peak_gflops:g} GFLOP/s{int8}, "
         f"bandwidth {figures.bandwidth_gbps:g} GB/s, launch {figures.launch_us:g} us{owner}; memory {memory}"
     )
 

@@ -34,8 +34,9 @@ ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
 FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
 # Figures a kind may declare: local_gbps, an accelerator's local memory as its engines stream it
 # (only accelerators with local memory); command_us, the overhead of each command of a tiled
-# accelerator.
-OPTIONAL_FIGURE_KEYS = ("local_gbps", "command_us")
+# accelerator; peak_int8_gops, integer-kernel throughput (QLinearConv, QLinearMatMul, ...) where
+# the kind has an int8 datapath.
+OPTIONAL_FIGURE_KEYS = ("local_gbps", "command_us", "peak_int8_gops")
 ALL_FIGURE_KEYS = FIGURE_KEYS + OPTIONAL_FIGURE_KEYS
 # local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one

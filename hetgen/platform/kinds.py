@@ -14,7 +14,14 @@ from pathlib import Path
 
 from hetgen.errors import InternalError, PlatformError
 from hetgen.platform.expressions import ExpressionError, expression_names
-from hetgen.platform.kind_parts import FIGURE_KEYS, NODE_KEYS, AttrDraft, KindDraft, parse_kind_block
+from hetgen.platform.kind_parts import (
+    FIGURE_KEYS,
+    NODE_KEYS,
+    OPTIONAL_FIGURE_KEYS,
+    AttrDraft,
+    KindDraft,
+    parse_kind_block,
+)
 from hetgen.platform.model import AttrSpec, FrozenMap, Kind, Role, SourcePos, Toolchain
 from hetgen.platform.schema import Problems, check_keys, close_match, is_c_identifier, listing, read_typed
 from hetgen.platform.yaml_positions import YMap, YNode, YSeq, parse_yaml
@@ -165,7 +172,7 @@ def _check_role_rules(draft: KindDraft, role: Role, figures, patterns, problems:
                     "devices carry figures, memory, patterns and toolchains",
                 )
         return
-    missing = [key for key in FIGURE_KEYS if key not in figures]
+    missing = [key for key in FIGURE_KEYS if key not in figures and key not in OPTIONAL_FIGURE_KEYS]
     if missing:
         problems.add(draft.pos, f"{what} has no figures {', '.join(missing)}; declare them or refine a kind that does")
     if role is Role.ACCELERATOR and not patterns and "patterns" not in draft.key_pos:  # else: its entries failed

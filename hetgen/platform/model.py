@@ -108,6 +108,7 @@ class CostFigures:
     launch_us: float  # fixed overhead per kernel launch / command
     local_gbps: float | None = None  # an accelerator's local memory as its engines stream it; None: not modelled
     command_us: float = 0.0  # a tiled accelerator's overhead per command (DMA or kernel) within a launch
+    peak_int8_gops: float | None = None  # integer-kernel throughput where the kind has an int8 datapath
 
 
 @dataclass(frozen=True)

@@ -149,4 +149,7 @@ static inline float hg_row_max(const float *restrict x, size_t n)
     return hg_f32_from_bits((best >> 31) ? (best & 0x7fffffffu) : ~best);
 }
 
+/* int8/uint8 quantisation arithmetic (the quantized kernels' expressions call it) */
+#include "hg_quant.h"
+
 #endif /* HG_KERNELS_H */

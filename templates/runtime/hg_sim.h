@@ -18,6 +18,7 @@ enum hg_sim_engine {
     HG_SIM_MAC_ARRAY = 1, /* batch matrix products of m x n outputs over a depth of k */
     HG_SIM_VECTOR = 2,    /* m output elements, each reducing k taps */
     HG_SIM_DMA = 3,       /* bytes moved from the device's weights into local memory */
+    HG_SIM_MAC_ARRAY_INT8 = 4, /* as HG_SIM_MAC_ARRAY on int8 operands: int8_mac_cols columns */
 };
 
 /* What one command asks of the device: the shape of its work, not its time. */
@@ -45,6 +46,7 @@ typedef struct {
     uint32_t command_cycles;      /* decoding and starting one kernel command */
     uint32_t dma_setup_cycles;    /* before a DMA's first byte moves */
     uint32_t invoke_cycles;       /* each invocation: the controller's driver call, doorbell and completion interrupt */
+    uint32_t int8_mac_cols;       /* the MAC array's columns on int8 operands (several int8 MACs per multiplier) */
     double sram_bytes_per_cycle;  /* local memory bandwidth the engines see */
     double dma_bytes_per_cycle;
     hg_link link;                 /* from the controller, when the device sits behind one */

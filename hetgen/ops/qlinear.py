@@ -1,0 +1,264 @@
+"""Integer convolution and matrix product: QLinearConv, ConvInteger, QLinearMatMul, MatMulInteger.
+
+Operands are int8 or uint8 (mixed is fine); each is widened to int16 with its zero point subtracted
+(per tensor, or per output channel / column for the weights), multiplied with exact int32
+accumulation (`hg_igemm_s16` in templates/runtime/hg_quant.h), and either stored as int32 (the
+*Integer ops) or requantized as onnxruntime does: (acc + bias) * ((x_scale * w_scale) / y_scale) in
+float32, clamped, rounded half to even, plus the output zero point. Padding contributes nothing
+(the padded value is the input's zero point, as onnxruntime pads). A following Relu or Clip on the
+quantized output (the QDQ rewrite emits these) is fused as a narrower clamp of the stored integer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hetgen.ir import DType, TensorType
+from hetgen.ops._common import input_arg_count, total_bytes
+from hetgen.ops._spatial import window
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.matmul import batch_strides
+from hetgen.ops.quantize import Q_RANGE, QUANTIZED
+
+# int16 values of unfolded input per chunk: bounded so the chunk stays in L2.
+IM2COL_CHUNK_VALUES = 128 * 1024
+
+
+def align(size: int, to: int = 64) -> int:
+    return (size + to - 1) // to * to
+
+
+def _operand(op: OpInstance, index: int, what: str) -> TensorType:
+    tensor_type = op.input_types[index]
+    if tensor_type.dtype not in QUANTIZED:
+        raise Unsupported(f"{op.node.op} {what} of {tensor_type.dtype.label}; accepted: int8, uint8")
+    return tensor_type
+
+
+def _vector_like(tensor_type: TensorType) -> bool:
+    """A scalar, a 1-D tensor, or one whose dimensions are 1 but the last (onnxruntime's [1, N])."""
+    return all(d == 1 for d in tensor_type.shape[:-1])
+
+
+def _zero_point(op: OpInstance, index: int | None, sizes: tuple[int, ...], what: str) -> dict | None:
+    """The view of an optional zero-point input: its arg slot, C type, and whether it varies."""
+    if index is None or not op.has_input(index):
+        return None
+    zp_type = op.input_types[index]
+    if zp_type.size not in sizes or not _vector_like(zp_type):
+        accepted = " or ".join(f"{s} values" for s in sizes)
+        raise Unsupported(f"{op.node.op} {what} zero point of shape {zp_type.shape}; accepted: {accepted}")
+    if zp_type.dtype not in QUANTIZED:
+        raise Unsupported(f"{op.node.op} {what} zero point of {zp_type.dtype.label}; accepted: int8, uint8")
+    return {"arg": index, "ctype": zp_type.dtype.c_type, "per_item": zp_type.size > 1}
+
+
+def _scale(op: OpInstance, index: int, sizes: tuple[int, ...], what: str) -> dict:
+    scale_type = op.input_types[index]
+    if scale_type.dtype is not DType.FLOAT32:
+        raise Unsupported(f"{op.node.op} {what} scale of {scale_type.dtype.label}; accepted: float32")
+    if scale_type.size not in sizes or not _vector_like(scale_type):
+        accepted = " or ".join(f"{s} values" for s in sizes)
+        raise Unsupported(f"{op.node.op} {what} scale of shape {scale_type.shape}; accepted: {accepted}")
+    return {"arg": index, "per_item": scale_type.size > 1}
+
+
+def output_clamp(op: OpInstance, dtype: DType) -> tuple[int, int]:
+    """The stored integer's range: the type's, narrowed by fused Relu/Clip on the quantized output."""
+    qmin, qmax = Q_RANGE[dtype]
+    for epilogue in op.epilogue:
+        if epilogue.kind == "Relu":
+            qmin = max(qmin, 0)
+        elif epilogue.kind == "Clip":
+            qmin = max(qmin, math.ceil(epilogue.alpha)) if math.isfinite(epilogue.alpha) else qmin
+            qmax = min(qmax, math.floor(epilogue.beta)) if math.isfinite(epilogue.beta) else qmax
+        else:
+            raise Unsupported(f"{op.node.op} with a fused {epilogue.kind}; accepted: Relu, Clip")
+    return qmin, qmax  # lo > hi stores hi, as Clip does
+
+
+def _requant(op: OpInstance, y_type: TensorType, x_scale: int, w_scale: int, y_scale: int, y_zp: int, count: int):
+    """The requantisation view: scale inputs, the output zero point and the clamp range."""
+    if y_type.dtype not in QUANTIZED:
+        raise Unsupported(f"{op.node.op} output of {y_type.dtype.label}; accepted: int8, uint8")
+    qmin, qmax = output_clamp(op, y_type.dtype)
+    return {
+        "x_scale": _scale(op, x_scale, (1,), "input"),
+        "w_scale": _scale(op, w_scale, (1, count), "weight"),
+        "y_scale": _scale(op, y_scale, (1,), "output"),
+        "y_zp": _zero_point(op, y_zp, (1,), "output"),
+        "count": count,
+        "qmin": qmin,
+        "qmax": qmax,
+    }
+
+
+# -- convolution ---------------------------------------------------------------------------------
+
+
+def padded_plane(win) -> tuple[int, int, int]:
+    """(depth, height, width) of an input plane with its padding: every position a tap reads."""
+    return tuple(
+        max(size + begin + end, (out - 1) * stride + (k - 1) * dil + 1)
+        for size, begin, end, out, stride, k, dil in zip(
+            win.in_shape, win.pads_begin, win.pads_end, win.out_shape, win.strides, win.kernel, win.dilations
+        )
+    )
+
+
+def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | None, requant: dict | None) -> Kernel:
+    x_type, w_type = _operand(op, x, "input"), _operand(op, w, "weights")
+    y_type = op.output_types[0]
+    if x_type.rank < 3:
+        raise Unsupported(f"{op.node.op} on a rank-{x_type.rank} input; accepted: N x C x spatial (rank 3 to 5)")
+    batch, channels = x_type.shape[:2]
+    out_channels = w_type.shape[0]
+    groups = int(op.attr("group", 1))
+    if channels % groups or out_channels % groups or w_type.shape[1] * groups != channels:
+        raise Unsupported(f"{op.node.op} group={groups} does not divide {channels} / {out_channels} channels")
+    kernel = tuple(op.attr("kernel_shape") or w_type.shape[2:])
+    if kernel != tuple(w_type.shape[2:]):
+        raise Unsupported(f"{op.node.op} kernel_shape {kernel} differs from the weights' {w_type.shape[2:]}")
+    win = window(op, x_type.shape[2:], y_type.shape[2:], kernel)
+    cin_group, cout_group = channels // groups, out_channels // groups
+    k_dim = cin_group * win.kernel_size
+    out_rows = win.out_shape[0] * win.out_shape[1]
+    chunk_rows = max(1, min(out_rows, IM2COL_CHUNK_VALUES // max(1, k_dim * win.out_shape[2])))
+    chunk_cols = chunk_rows * win.out_shape[2]
+    variant = "direct" if cin_group == 1 and groups > 1 else "gemm"
+    padded = padded_plane(win)
+    w_bytes = align(2 * out_channels * k_dim)
+    if variant == "direct":
+        col_bytes, acc_bytes = align(2 * math.prod(padded)), align(4 * win.out_size)
+    else:
+        col_bytes, acc_bytes = align(2 * k_dim * chunk_cols), align(4 * cout_group * chunk_cols) if requant else 0
+    scale_bytes = align(4 * out_channels) if requant else 0
+    bias = None
+    if requant and op.has_input(8):
+        b_type = op.input_types[8]
+        if b_type.dtype is not DType.INT32 or tuple(b_type.shape) != (out_channels,):
+            raise Unsupported(f"{op.node.op} bias of {b_type}; accepted: int32[{out_channels}]")
+        bias = 8
+    params = {
+        **win.view(),
+        "variant": variant,
+        "pad_plane_d": padded[0],
+        "pad_plane_h": padded[1],
+        "pad_plane_w": padded[2],
+        "batch": batch,
+        "groups": groups,
+        "in_channels": channels,
+        "out_channels": out_channels,
+        "cin_group": cin_group,
+        "cout_group": cout_group,
+        "k_dim": k_dim,
+        "out_rows": out_rows,
+        "chunk_rows": chunk_rows,
+        "x_arg": x,
+        "w_arg": w,
+        "x_ctype": x_type.dtype.c_type,
+        "w_ctype": w_type.dtype.c_type,
+        "y_ctype": y_type.dtype.c_type,
+        "x_zp": _zero_point(op, x_zp, (1,), "input"),
+        "w_zp": _zero_point(op, w_zp, (1, out_channels), "weight"),
+        "bias_arg": bias,
+        "requant": requant,
+        "w_offset": 0,
+        "col_offset": w_bytes,
+        "acc_offset": w_bytes + col_bytes,
+        "scale_offset": w_bytes + col_bytes + acc_bytes,
+        "out_index": input_arg_count(op),
+    }
+    return Kernel(
+        template="kernels/qconv.c.j2",
+        params=params,
+        scratch_bytes=w_bytes + col_bytes + acc_bytes + scale_bytes,
+        flops=2 * batch * out_channels * win.out_size * k_dim,
+        bytes_accessed=total_bytes(*op.input_types, y_type),
+    )
+
+
+def lower_qlinear_conv(op: OpInstance) -> Kernel:
+    out_channels = op.input_types[3].shape[0]
+    requant = _requant(op, op.output_types[0], 1, 4, 6, 7, out_channels)
+    return lower_conv(op, 0, 3, 2, 5, requant)
+
+
+def lower_conv_integer(op: OpInstance) -> Kernel:
+    if op.epilogue:
+        raise Unsupported("ConvInteger with a fused activation")
+    return lower_conv(op, 0, 1, 2, 3, None)
+
+
+# -- matrix product ------------------------------------------------------------------------------
+
+
+def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | None, requant_at) -> Kernel:
+    a_type, b_type = _operand(op, a, "A"), _operand(op, b, "B")
+    y_type = op.output_types[0]
+    a_shape, b_shape = a_type.shape, b_type.shape
+    if len(a_shape) < 1 or len(b_shape) < 1:
+        raise Unsupported(f"{op.node.op} on a scalar; accepted: operands of rank >= 1")
+    (m, k) = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
+    (k_b, n) = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
+    if k != k_b:
+        raise Unsupported(f"{op.node.op} inner dimensions differ: {a_shape} x {b_shape}")
+    a_batch, b_batch = tuple(a_shape[:-2]), tuple(b_shape[:-2])
+    try:
+        out_batch = tuple(np.broadcast_shapes(a_batch, b_batch))
+    except ValueError:
+        raise Unsupported(f"{op.node.op} batch dimensions of {a_shape} and {b_shape} do not broadcast") from None
+    batches = math.prod(out_batch)
+    requant = requant_at(n) if requant_at else None
+    a_bytes, b_bytes = align(2 * m * k), align(2 * k * n)
+    acc_bytes = align(4 * m * n) if requant else 0
+    scale_bytes = align(4 * n) if requant else 0
+    params = {
+        "m": m,
+        "n": n,
+        "k": k,
+        "batches": batches,
+        "batch_dims": out_batch or (1,),
+        "a_strides": batch_strides(a_batch, out_batch, m * k) or (0,),
+        "b_strides": batch_strides(b_batch, out_batch, k * n) or (0,),
+        "a_arg": a,
+        "b_arg": b,
+        "a_ctype": a_type.dtype.c_type,
+        "b_ctype": b_type.dtype.c_type,
+        "y_ctype": y_type.dtype.c_type,
+        "a_zp": _zero_point(op, a_zp, (1, m), "A"),
+        "b_zp": _zero_point(op, b_zp, (1, n), "B"),
+        "requant": requant,
+        "a_offset": 0,
+        "b_offset": a_bytes,
+        "acc_offset": a_bytes + b_bytes,
+        "scale_offset": a_bytes + b_bytes + acc_bytes,
+        "out_index": input_arg_count(op),
+    }
+    return Kernel(
+        template="kernels/qmatmul.c.j2",
+        params=params,
+        scratch_bytes=a_bytes + b_bytes + acc_bytes + scale_bytes,
+        flops=2 * batches * m * n * k,
+        bytes_accessed=total_bytes(*op.input_types, y_type),
+    )
+
+
+def lower_qlinear_matmul(op: OpInstance) -> Kernel:
+    return lower_matmul(op, 0, 3, 2, 5, lambda n: _requant(op, op.output_types[0], 1, 4, 6, 7, n))
+
+
+def lower_matmul_integer(op: OpInstance) -> Kernel:
+    if op.epilogue:
+        raise Unsupported("MatMulInteger with a fused activation")
+    return lower_matmul(op, 0, 1, 2, 3, None)
+
+
+DEFS = (
+    OpDef("QLinearConv", lower_qlinear_conv, fusable_epilogue=True),
+    OpDef("ConvInteger", lower_conv_integer),
+    OpDef("QLinearMatMul", lower_qlinear_matmul, fusable_epilogue=True),
+    OpDef("MatMulInteger", lower_matmul_integer),
+)

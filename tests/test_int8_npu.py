@@ -1,0 +1,98 @@
+"""int8 on the simulated npu: its int8 patterns take QLinearConv, the placement chooses them because
+they pay, the device computes exactly what the CPU computes (the same kernels, hg_quant.h's
+rounding), and its MAC array counts int8 work at its own rate (int8_macs_per_cycle).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import hetgen
+from hetgen.platform.loader import load_platform_text
+from hetgen.runtime.reference import ort_session
+
+PLATFORM = """
+name: q8
+target:
+  kind: native
+  runtime: vm
+  devices:
+    npu0:
+      kind: npu
+      macs_per_cycle: 256
+      int8_macs_per_cycle: 1024
+      mac_rows: 16
+      clock_mhz: 1000
+      command_cycles: 64
+      link: {bandwidth_gbps: 8, latency_us: 5}
+"""
+NPU = "q8/npu0"
+
+
+def conv_pair() -> onnx.ModelProto:
+    """The same 8 -> 64 channel 3x3 convolution on 16 x 16, once quantized (QDQ) and once float."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 8, 3, 3)).astype(np.float32) * 0.1
+    w_scale = (np.abs(w).reshape(64, -1).max(axis=1) / 127).astype(np.float32)
+    w_q = np.clip(np.rint(w / w_scale[:, None, None, None]), -127, 127).astype(np.int8)
+    inits = [
+        numpy_helper.from_array(np.float32(0.03), "xs"),
+        numpy_helper.from_array(np.int8(0), "xz"),
+        numpy_helper.from_array(w_q, "wq"),
+        numpy_helper.from_array(w_scale, "ws"),
+        numpy_helper.from_array(np.zeros(64, np.int8), "wz"),
+        numpy_helper.from_array(np.float32(0.02), "ys"),
+        numpy_helper.from_array(np.int8(-128), "yz"),
+        numpy_helper.from_array(w, "wf"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="quantize"),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="dq_x"),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0, name="dq_w"),
+        helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1], name="qconv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["yq"], name="quantize_y"),
+        helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"], name="dq_y"),
+        helper.make_node("Conv", ["x", "wf"], ["f"], pads=[1, 1, 1, 1], name="fconv"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_pair",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 64, 16, 16]) for n in ("y", "f")],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_int8_conv_runs_on_the_npu_bit_exactly_at_the_int8_rate(tmp_path):
+    model = conv_pair()
+    platform = load_platform_text(PLATFORM)
+    out = hetgen.compile(platform, model, out=tmp_path / "npu", native_only=True)
+    host = hetgen.compile("host", model, out=tmp_path / "host", native_only=True)
+
+    manifest = json.loads((out / "hetgen.json").read_text())
+    (npu,) = [t for t in manifest["targets"] if t["path"] == NPU]
+    kernels = {c["nodes"][0].split("_", 2)[2]: i for i, c in enumerate(npu["counters"]) if c["what"] == "kernel"}
+    assert "qconv" in kernels, "the cost placement should put the int8 convolution on the npu"
+    groups = {e["nodes"][0].split("_", 2)[2]: e for e in manifest["estimates"] if e["nodes"] and not e.get("tensor")}
+    assert groups["qconv"]["label"] == "qconv2d" and groups["fconv"]["label"] == "conv2d"
+    # the int8 pattern is priced at peak_int8_gops (4x the float peak here): same MACs, less time
+    assert groups["qconv"]["estimate_us"] < groups["fconv"]["estimate_us"]
+
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    on_npu = hetgen.load(out)
+    got = on_npu.run(feeds)
+    np.testing.assert_array_equal(got["y"], hetgen.load(host).run(feeds)["y"])  # the device rounds as the CPU
+    np.testing.assert_array_equal(got["y"], ort_session(model.SerializeToString()).run(["y"], feeds)[0])
+
+    cycles = on_npu.device_counters(npu["counters_offset"], len(npu["counters"]))
+    # M = 256 output pixels, N = 64 output channels, K = 8 * 3 * 3 = 72 taps on 16 rows:
+    # int8: 1024 MACs = 16 x 64, so 16 * 1 * 72 = 1152 steps (+64 to start the command)
+    assert cycles[kernels["qconv"]] == 64 + 1152
+    # float: 256 MACs = 16 x 16, so 16 * 4 * 72 = 4608 steps: the same convolution, 4x the time
+    assert cycles[kernels["fconv"]] == 64 + 4608

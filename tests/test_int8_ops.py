@@ -1,0 +1,262 @@
+"""The integer operators beyond what the ONNX node tests exercise, each against onnxruntime's own
+kernel, bit for bit: grouped, depthwise, strided, dilated and 1-D/3-D QLinearConv with per-channel
+weights and bias, mixed uint8/int8 operands, batched and broadcast QLinearMatMul, per-row and
+per-column zero points of MatMulInteger, ConvInteger with per-channel zero points, and
+QuantizeLinear's rounding ties (half to even, as MLAS rounds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import harness
+from hetgen.frontend import import_model
+from hetgen.runtime.reference import ort_session
+
+RNG = np.random.default_rng(7)
+TYPES = {np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.int32: TensorProto.INT32}
+
+
+def q_random(shape, dtype):
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def run_both(node: onnx.NodeProto, inputs: dict[str, np.ndarray], constants: dict[str, np.ndarray], exact_ints=False):
+    """(hetgen's outputs, the reference's) for a one-node model; `constants` become initializers. The
+    reference is onnxruntime, or onnx's reference evaluator for integer-only operators with zero
+    points onnxruntime refuses (per row / per channel: exact integer arithmetic either way)."""
+    graph = helper.make_graph(
+        [node],
+        "one",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for n, v in inputs.items()
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in node.output],
+        initializer=[numpy_helper.from_array(v, n) for n, v in constants.items()],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    if exact_ints:
+        try:
+            expected = ReferenceEvaluator(model).run(None, inputs)
+        except ValueError:  # the evaluator's own limits; the caller checks another way
+            expected = [None] * len(node.output)
+    else:
+        expected = ort_session(model.SerializeToString()).run(None, inputs)
+    got = harness.run_model(model, inputs)
+    return [got[n] for n in node.output], expected
+
+
+CONV_CASES = {
+    "grouped_strided": dict(x=(1, 8, 9, 11), w=(12, 2, 3, 3), group=4, strides=[2, 1], pads=[1, 0, 1, 2]),
+    "depthwise": dict(x=(2, 6, 10, 10), w=(6, 1, 3, 3), group=6, pads=[1, 1, 1, 1]),
+    "depthwise_multiplier_dilated": dict(
+        x=(1, 4, 12, 12), w=(8, 1, 3, 3), group=4, dilations=[2, 2], pads=[2, 2, 2, 2]
+    ),
+    "conv1d": dict(x=(1, 5, 20), w=(7, 5, 4), strides=[3], pads=[2, 1]),
+    "conv3d": dict(x=(1, 3, 5, 6, 6), w=(4, 3, 2, 3, 3), pads=[0, 1, 1, 1, 1, 0]),
+    "pointwise_large": dict(x=(1, 64, 16, 16), w=(96, 64, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=list(CONV_CASES))
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_qlinearconv_matches_onnxruntime(case, x_dtype):
+    spec = dict(CONV_CASES[case])
+    x_shape, w_shape = spec.pop("x"), spec.pop("w")
+    channels = w_shape[0]
+    zero_x = np.array(3 if x_dtype is np.int8 else 131, x_dtype)
+    constants = {
+        "xs": np.float32(0.05),
+        "xz": zero_x,
+        "w": q_random(w_shape, np.int8),
+        "ws": (RNG.random(channels) * 0.01 + 0.002).astype(np.float32),
+        "wz": np.zeros(channels, np.int8),
+        "ys": np.float32(0.37),
+        "yz": np.array(-7 if x_dtype is np.int8 else 120, x_dtype),
+        "b": RNG.integers(-3000, 3000, channels).astype(np.int32),
+    }
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], **spec)
+    (got,), (expected,) = run_both(node, {"x": q_random(x_shape, x_dtype)}, constants)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+    assert len(np.unique(expected)) > 8  # not saturated: the comparison means something
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "b_params"),
+    [((3, 5, 33), (4, 1, 33, 17), ()), ((6, 33), (33, 17), (1, 17))],
+    ids=["batched_broadcast", "per_column"],
+)
+def test_qlinearmatmul_matches_onnxruntime(a_shape, b_shape, b_params):
+    constants = {
+        "as": np.float32(0.02),
+        "az": np.array(128, np.uint8),
+        "b": q_random(b_shape, np.int8),
+        "bs": (RNG.random(b_params) * 0.02 + 0.001).astype(np.float32),
+        "bz": np.zeros(b_params, np.int8),
+        "ys": np.float32(0.11),
+        "yz": np.array(100, np.uint8),
+    }
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    (got,), (expected,) = run_both(node, {"a": q_random(a_shape, np.uint8)}, constants)
+    np.testing.assert_array_equal(got, expected)
+    assert len(np.unique(expected)) > 8
+
+
+def test_matmulinteger_per_row_and_column_zero_points():
+    inputs = {"a": q_random((2, 6, 9), np.uint8), "b": q_random((9, 5), np.int8)}
+    constants = {"az": q_random((6,), np.uint8), "bz": q_random((5,), np.int8)}
+    node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
+    (got,), _ = run_both(node, inputs, constants, exact_ints=True)
+    # neither onnxruntime nor onnx's evaluator takes a per-row A zero point: the spec, in numpy
+    a = inputs["a"].astype(np.int32) - constants["az"].astype(np.int32)[:, None]
+    b = inputs["b"].astype(np.int32) - constants["bz"].astype(np.int32)[None, :]
+    np.testing.assert_array_equal(got, a @ b)
+
+
+def test_convinteger_per_channel_zero_points():
+    inputs = {"x": q_random((1, 3, 8, 8), np.uint8)}
+    constants = {"w": q_random((4, 3, 3, 3), np.uint8), "xz": np.array(100, np.uint8), "wz": q_random((4,), np.uint8)}
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])
+    (got,), (expected,) = run_both(node, inputs, constants, exact_ints=True)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_quantize_rounds_ties_to_even_and_saturates(dtype):
+    ties = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, 1e9, -1e9, 300.0, -300.0], np.float32)
+    x = np.concatenate([ties, RNG.standard_normal(52).astype(np.float32) * 50]).reshape(4, 16)
+    constants = {"s": np.float32(1.0), "z": np.array(0 if dtype is np.int8 else 10, dtype)}
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+    (got,), (expected,) = run_both(node, {"x": x}, constants)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_per_axis_dequantize_along_a_middle_axis():
+    constants = {"s": (RNG.random(5) + 0.1).astype(np.float32), "z": q_random((5,), np.int8)}
+    node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], axis=-2)
+    (got,), (expected,) = run_both(node, {"x": q_random((2, 3, 5, 4), np.int8)}, constants)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_qdq_add_and_mul_requantize_exactly_across_scales(op):
+    """DequantizeLinear → Add/Mul (broadcast) → QuantizeLinear with three different scales becomes one
+    int8 kernel (QLinearAdd/QLinearMul) that agrees bit for bit with the float path."""
+    constants = {
+        "sa": np.float32(0.031),
+        "za": np.array(-3, np.int8),
+        "sb": np.float32(0.17),
+        "zb": np.array(9, np.int8),
+        "sy": np.float32(0.045 if op == "Add" else 0.09),
+        "zy": np.array(-20, np.int8),
+    }
+    nodes = [
+        helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["fa"]),
+        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
+        helper.make_node(op, ["fa", "fb"], ["f"]),
+        helper.make_node("QuantizeLinear", ["f", "sy", "zy"], ["y"]),
+    ]
+    inputs = {"a": q_random((2, 4, 6, 6), np.int8), "b": q_random((4, 1, 6), np.int8)}
+    graph = helper.make_graph(
+        nodes,
+        "qdq",
+        [helper.make_tensor_value_info(n, TensorProto.INT8, v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+        initializer=[numpy_helper.from_array(v, n) for n, v in constants.items()],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert [n.op for n in import_model(model).nodes] == [f"QLinear{op}"]
+    expected = ort_session(model.SerializeToString()).run(None, inputs)[0]
+    got = harness.run_model(model, inputs)["y"]
+    np.testing.assert_array_equal(got, expected)
+    assert len(np.unique(expected)) > 16
+
+
+def test_qdq_average_pool_sums_exactly_and_rounds_ties_to_even():
+    """DequantizeLinear → AveragePool → QuantizeLinear becomes QLinearAveragePool. A 2x2 average of
+    one scale's values is k/4 steps, so half the outputs are ties; the float path decides them by
+    the last bit of a float32 sum (onnxruntime's pooling kernel and a plain float formula disagree
+    on a few), hetgen by the rule: exact integer sums, rounded half to even."""
+    inits = {"s": np.float32(0.0421), "z": np.array(-5, np.int8)}
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
+        helper.make_node("AveragePool", ["f"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("QuantizeLinear", ["p", "s", "z"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "avg",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 16, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+        initializer=[numpy_helper.from_array(v, n) for n, v in inits.items()],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [n.op for n in import_model(model).nodes] == ["QLinearAveragePool"]
+    x = q_random((1, 16, 16, 16), np.int8)
+    got = harness.run_model(model, {"x": x})["y"]
+    sums = (x.astype(np.int64) + 5).reshape(1, 16, 8, 2, 8, 2).sum(axis=(3, 5))
+    exact = np.clip(np.rint(sums / 4) - 5, -128, 127).astype(np.int8)  # numpy's rint: half to even
+    np.testing.assert_array_equal(got, exact)
+    onnxruntime = ort_session(model.SerializeToString()).run(None, {"x": x})[0]
+    assert np.abs(onnxruntime.astype(int) - exact).max() <= 1
+
+
+def test_qdq_concat_of_different_scales_requantizes_exactly():
+    """DequantizeLinear x3 (three scales) → Concat → QuantizeLinear: one QLinearConcat that copies the
+    input already at the output's scale and requantizes the others, bit-exact with the float path."""
+    constants = {"s0": np.float32(0.02), "s1": np.float32(0.05), "s2": np.float32(0.013), "z": np.array(4, np.int8)}
+    nodes = [helper.make_node("DequantizeLinear", [f"x{i}", f"s{i}", "z"], [f"f{i}"]) for i in range(3)]
+    nodes += [
+        helper.make_node("Concat", ["f0", "f1", "f2"], ["c"], axis=1),
+        helper.make_node("QuantizeLinear", ["c", "s1", "z"], ["y"]),
+    ]
+    inputs = {f"x{i}": q_random((2, 3 + i, 5, 4), np.int8) for i in range(3)}
+    graph = helper.make_graph(
+        nodes,
+        "qcat",
+        [helper.make_tensor_value_info(n, TensorProto.INT8, v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+        initializer=[numpy_helper.from_array(v, n) for n, v in constants.items()],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert [n.op for n in import_model(model).nodes] == ["QLinearConcat"]
+    expected = ort_session(model.SerializeToString()).run(None, inputs)[0]
+    np.testing.assert_array_equal(harness.run_model(model, inputs)["y"], expected)
+    assert np.array_equal(expected[:, 3:7], inputs["x1"])  # the input at the output's scale, copied
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "LeakyRelu"])
+def test_qdq_activation_becomes_a_table(op):
+    """DequantizeLinear → Sigmoid/LeakyRelu → QuantizeLinear: one 256-entry table (QLinearSigmoid,
+    QLinearLeakyRelu); every input level against onnxruntime's float path, within one step and
+    nearly all equal (the two exp implementations differ in the last bits)."""
+    inits = {"s": np.float32(0.06), "z": np.array(-10, np.int8), "t": np.float32(1 / 250), "u": np.array(-128, np.int8)}
+    if op == "LeakyRelu":
+        inits.update(t=np.float32(0.05), u=np.array(0, np.int8))
+    attrs = {"alpha": 0.2} if op == "LeakyRelu" else {}
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
+        helper.make_node(op, ["f"], ["a"], **attrs),
+        helper.make_node("QuantizeLinear", ["a", "t", "u"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "lut",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [2, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+        initializer=[numpy_helper.from_array(v, n) for n, v in inits.items()],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [n.op for n in import_model(model).nodes] == [f"QLinear{op}"]
+    x = np.arange(-128, 128, dtype=np.int8).reshape(2, 128)  # every level
+    got = harness.run_model(model, {"x": x})["y"].astype(int)
+    expected = ort_session(model.SerializeToString()).run(None, {"x": x})[0].astype(int)
+    assert np.abs(got - expected).max() <= 1 and (got == expected).mean() >= 0.98
+    assert len(np.unique(got)) > 32
