@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -183,3 +184,16 @@ def test_weights_given_at_run_time_are_packed_by_the_kernel(tmp_path):
     assert ".a = w" in sources["n0_conv"] and ".a_panels = w" in sources["n2_conv"]
     errors = verify(out, seed=2)
     assert errors and all(e.ok for e in errors), errors
+
+
+def test_packed_kernels_are_clean_under_asan_and_ubsan(tmp_path):
+    """Generate-time panels, implicit im2col and the epilogues, in a sanitized native build."""
+    model = tmp_path / "packed.onnx"
+    onnx.save(conv_gemm_matmul_model(), model)
+    out = tmp_path / "out"
+    hetgen.compile("host", model, out=out, native_only=True, werror=True, sanitize=("address", "undefined"))
+    result = subprocess.run(
+        [sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "1 of 1 outputs match onnxruntime" in result.stdout
