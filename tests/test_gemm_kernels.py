@@ -197,3 +197,46 @@ def test_packed_kernels_are_clean_under_asan_and_ubsan(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "1 of 1 outputs match onnxruntime" in result.stdout
+
+
+def winograd_model() -> onnx.ModelProto:
+    """Two 3x3 stride-1 convolutions that take Winograd F(2x2, 3x3): batch 2, odd output sizes
+    (partial tiles), symmetric and asymmetric padding, with and without bias, a fused Relu."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[0, 2, 1, 0]),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((24, 16, 3, 3)).astype(np.float32) * 0.2, "w1"),
+        numpy_helper.from_array(rng.standard_normal(24).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.standard_normal((16, 24, 3, 3)).astype(np.float32) * 0.2, "w2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "winograd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 11, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 10, 13])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_winograd_convolutions_match_onnxruntime(tmp_path):
+    out = hetgen.compile("host", winograd_model(), out=tmp_path / "out", native_only=True, werror=True)
+    sources = kernel_sources(out)
+    assert all("Winograd F(2x2, 3x3)" in sources[name] for name in ("n0_conv", "n2_conv"))
+    errors = verify(out, seed=3)
+    assert errors and all(e.ok for e in errors), errors
+
+
+def test_winograd_is_clean_under_asan_and_ubsan(tmp_path):
+    model = tmp_path / "winograd.onnx"
+    onnx.save(winograd_model(), model)
+    out = tmp_path / "out"
+    hetgen.compile("host", model, out=out, native_only=True, werror=True, sanitize=("address", "undefined"))
+    result = subprocess.run(
+        [sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert result.returncode == 0 and "1 of 1 outputs match onnxruntime" in result.stdout, result.stderr[-3000:]

@@ -40,7 +40,7 @@ def apply_prepacked(
             new_kernels.append(kernel)
             new_inputs.append(inputs)
             continue
-        inputs, params = list(inputs), dict(kernel.params)
+        inputs, params, scratch = list(inputs), dict(kernel.params), kernel.scratch_bytes
         for offer in kernel.prepacked:
             source = inputs[offer.index]
             value = np.ascontiguousarray(offer.layout(graph.constants[source]), dtype=np.float32).reshape(-1)
@@ -49,7 +49,8 @@ def apply_prepacked(
             types[name] = TensorType(DType.FLOAT32, value.shape)
             inputs[offer.index] = name
             params.update(offer.params)
-        new_kernels.append(dataclasses.replace(kernel, params=params, prepacked=()))
+            scratch = scratch if offer.scratch_bytes is None else offer.scratch_bytes
+        new_kernels.append(dataclasses.replace(kernel, params=params, scratch_bytes=scratch, prepacked=()))
         new_inputs.append(tuple(inputs))
     if len(constants) == len(graph.constants):
         return graph, tuple(new_kernels), new_inputs

@@ -5,6 +5,7 @@ Three strategies, chosen here so the template only lays out loops:
   output row, bias and activation applied while the row is in cache;
 - `pointwise` for 1x1 kernels with unit strides and no padding: the NCHW input already is the
   GEMM's B matrix [channels x pixels];
+- `winograd` for 3x3 stride-1 layers with enough channels and constant weights (`_winograd.py`);
 - `implicit` otherwise (implicit GEMM): no im2col buffer; the GEMM asks a packing function for
   each block of B it needs, and that function gathers the taps straight into the micro-kernel's
   panels (zeros for padding).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetgen.ops import _gemm_plan
+from hetgen.ops import _gemm_plan, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import window
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
@@ -93,7 +94,10 @@ def lower(op: OpInstance) -> Kernel:
         "epilogue": op.epilogue,
     }
     prepacked = ()
-    if variant != "direct" and op.constant(1) is not None:
+    if variant != "direct" and op.constant(1) is not None and _winograd.eligible(win, groups, channels, out_channels):
+        wino_params, wino_scratch = _winograd.plan(win, channels, out_channels)
+        prepacked = (Prepacked(1, _winograd.weight_panels, wino_params, wino_scratch),)
+    elif variant != "direct" and op.constant(1) is not None:
         group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
         prepacked = (
             Prepacked(1, lambda w: weight_panels(w, groups), {"w_packed": True, "w_group_floats": group_floats}),
