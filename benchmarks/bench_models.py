@@ -4,8 +4,10 @@
 
 Per model: the median latency of each (interleaved in one process, so both see the same noise on a
 shared machine), their ratio (below 1: hetgen is faster), the GFLOP/s of hetgen's convolutions and
-matrix products against this core's peak (measured with a small FMA loop, `_peak.c`), and the
-largest difference from onnxruntime relative to the largest reference value. Last, the geometric
+matrix products (counted as direct convolution: Winograd layers do fewer) against this core's peak
+(measured with a small FMA loop, `_peak.c`), the largest difference from onnxruntime relative to
+the largest reference value, and the generated program's memory (arena + weights, as packed)
+against the model's weights plus the liveness lower bound of its activations. Last, the geometric
 mean of the ratios.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import math
 import statistics
 import subprocess
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -41,11 +45,14 @@ MODELS = {
     "mobilenetv2": lambda: cnn.mobilenet_v2(size=224),
     "vgg@64": lambda: cnn.vgg(widths=(64, 128, 256), size=64),
     "transformer": lambda: transformer.transformer_encoder(seq=128, dim=256, heads=4, layers=4, ffn=1024),
+    "alexnet@224": lambda: cnn.alexnet(size=224),
+    "googlenet@224": lambda: cnn.googlenet(size=224),
+    "squeezenet@224": lambda: cnn.squeezenet(size=224),
 }
 MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 
 
-def peak_gflops(seconds: float = 0.3) -> float:
+def peak_gflops() -> float:
     """One core's float32 FMA throughput, from a loop of independent vector FMAs (-march=native)."""
     source = Path(__file__).with_name("_peak.c")
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,8 +63,10 @@ def peak_gflops(seconds: float = 0.3) -> float:
         peak.hg_peak_fma.argtypes = [ctypes.c_long]
         peak.hg_peak_fma(1000)  # warm up the clock
         rates = []
-        for _ in range(5):
-            iterations = 2_000_000
+        # the best of many short runs (under a millisecond, shorter than a scheduler slice): other
+        # processes on a shared machine only ever make it look slower
+        for _ in range(300):
+            iterations = 200_000
             start = time.perf_counter()
             flops = peak.hg_peak_fma(iterations)
             rates.append(flops / (time.perf_counter() - start) / 1e9)
@@ -68,6 +77,13 @@ def matrix_flops(model: onnx.ModelProto) -> int:
     """Arithmetic of the model's convolutions and matrix products (2 per multiply-add)."""
     graph = import_graph(model, {})
     return sum(op_def(node.op).lower(OpInstance.of(node, graph)).flops for node in graph.nodes if node.op in MATRIX_OPS)
+
+
+def memory_mb(out: Path, model: onnx.ModelProto) -> tuple[float, float]:
+    """(the generated program's arena + weights, the model's weights + liveness lower bound), MB."""
+    root = json.loads((out / "hetgen.json").read_text())["targets"][0]
+    weights = sum(numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
+    return (root["arena_size"] + root["weights_bytes"]) / 1e6, (weights + root["liveness_lower_bound"]) / 1e6
 
 
 def measure(out: Path, runs: int) -> tuple[float, float, float]:
@@ -107,7 +123,10 @@ def main() -> int:
         parser.error(f"unknown model(s) {', '.join(unknown)}; accepted: {', '.join(MODELS)}")
     peak = peak_gflops()
     print(f"core peak (FMA loop): {peak:.1f} GFLOP/s, 1 thread")
-    print(f"{'model':14} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7} {'rel err':>9}")
+    print(
+        f"{'model':14} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7} {'rel err':>9}"
+        f" {'mem MB':>8} {'bound MB':>9}"
+    )
     ratios = []
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-") as tmp:
         for name in names:
@@ -117,10 +136,11 @@ def main() -> int:
             out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem, native_only=True)
             ours, theirs, error = measure(out, args.runs)
             gflops = matrix_flops(model) / ours / 1e6
+            used, bound = memory_mb(out, model)
             ratios.append(ours / theirs)
             print(
                 f"{name:14} {ours:10.2f} {theirs:10.2f} {ours / theirs:6.2f} {gflops:8.1f} "
-                f"{100 * gflops / peak:6.0f}% {error:9.1e}",
+                f"{100 * gflops / peak:6.0f}% {error:9.1e} {used:8.1f} {bound:9.1f}",
                 flush=True,
             )
     print(f"geometric mean ratio: {math.exp(statistics.fmean(math.log(r) for r in ratios)):.2f}")
