@@ -201,7 +201,8 @@ def test_packed_kernels_are_clean_under_asan_and_ubsan(tmp_path):
 
 def winograd_model() -> onnx.ModelProto:
     """Two 3x3 stride-1 convolutions that take Winograd F(2x2, 3x3): batch 2, odd output sizes
-    (partial tiles), symmetric and asymmetric padding, with and without bias, a fused Relu."""
+    (partial tiles), several chunks of tile rows (the last one partial), symmetric and asymmetric
+    padding, with and without bias, a fused Relu."""
     rng = np.random.default_rng(5)
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
@@ -216,8 +217,8 @@ def winograd_model() -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "winograd",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 11, 13])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 10, 13])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 151, 61])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 150, 61])],
         inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -227,6 +228,7 @@ def test_winograd_convolutions_match_onnxruntime(tmp_path):
     out = hetgen.compile("host", winograd_model(), out=tmp_path / "out", native_only=True, werror=True)
     sources = kernel_sources(out)
     assert all("Winograd F(2x2, 3x3)" in sources[name] for name in ("n0_conv", "n2_conv"))
+    assert "(26 rows of them)" in sources["n0_conv"]  # 76 rows of tiles: chunks of 26, 26 and 24
     errors = verify(out, seed=3)
     assert errors and all(e.ok for e in errors), errors
 

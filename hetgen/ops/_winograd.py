@@ -22,6 +22,9 @@ MIN_CHANNELS = 16
 # ... and from this many output tiles: with fewer, the transformed weights (16/9 of the model's)
 # are read for too little work (512 -> 512 channels at 4x4 output: 1.8x slower than the GEMM).
 MIN_TILES = 16
+# V and M of the rows of tiles transformed and multiplied at a time: a couple of L2s, so they are
+# re-read from cache rather than memory, and the workspace stays small on large images.
+CHUNK_BYTES = 2 * 1024 * 1024
 TRANSFORM_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 
 
@@ -39,10 +42,12 @@ def eligible(win, groups: int, cin: int, cout: int) -> bool:
 
 
 def plan(win, cin: int, cout: int) -> tuple[dict, int]:
-    """(template parameters, scratch bytes): tile counts and the offsets of V, M and the GEMM's
-    packing workspace in the scratch buffer."""
+    """(template parameters, scratch bytes): tile counts, how many rows of tiles go through the
+    transforms and GEMMs at a time, and the offsets of V, M and the GEMM's workspace in scratch."""
     tiles_h, tiles_w = -(-win.out_shape[1] // 2), -(-win.out_shape[2] // 2)
-    tiles = tiles_h * tiles_w
+    row_bytes = 4 * 16 * (cin + cout) * tiles_w  # V and M of one row of tiles
+    chunk_rows = max(1, min(tiles_h, CHUNK_BYTES // row_bytes))
+    tiles = chunk_rows * tiles_w  # the GEMMs' n
     v_bytes = _gemm_plan.align(4 * 16 * cin * tiles)
     m_bytes = _gemm_plan.align(4 * 16 * cout * tiles)
     pack = _gemm_plan.pack_bytes(cout, tiles, cin)
@@ -51,6 +56,7 @@ def plan(win, cin: int, cout: int) -> tuple[dict, int]:
         "w_packed": True,
         "tiles_h": tiles_h,
         "tiles_w": tiles_w,
+        "chunk_rows": chunk_rows,
         "tiles": tiles,
         "v_offset": 0,
         "m_offset": v_bytes,
