@@ -269,7 +269,7 @@ def test_json_gives_refusals_with_numbers_launches_and_the_transfers_each_group_
     document = explain_json(conv, conv_graph)
     conv_group = next(g for g in document["groups"] if "Conv" in g["op_types"])
     memory = next(r for r in conv_group["refused"] if r["label"] == "conv2d")
-    assert memory["target"] == "p/npu0" and "working set 757888 bytes" in memory["reason"]
+    assert memory["target"] == "p/npu0" and "working set 438400 bytes" in memory["reason"]
     assert "131072 bytes of p/npu0" in memory["reason"]
     unclaimed = {u["node"]: u for u in document["unclaimed"]}
     assert {r["target"] for r in unclaimed[conv_group["ops"][0]]["refusals"]} == {"p/npu0"}
