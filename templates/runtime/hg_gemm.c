@@ -47,6 +47,16 @@ static void pack_b(size_t kc, size_t nc, const float *b, ptrdiff_t rs, ptrdiff_t
 {
     for (size_t j0 = 0; j0 < nc; j0 += PN) {
         const size_t cols = min_size(PN, nc - j0);
+        if (cs == 1 && cols == PN) {
+            /* a fixed-size copy the compiler keeps inline (a memcpy call per row costs more) */
+            for (size_t p = 0; p < kc; ++p) {
+                const float *restrict row = b + (ptrdiff_t)p * rs + (ptrdiff_t)j0;
+                for (size_t j = 0; j < PN; ++j)
+                    pb[j] = row[j];
+                pb += PN;
+            }
+            continue;
+        }
         if (cs == 1) {
             for (size_t p = 0; p < kc; ++p) {
                 const float *restrict row = b + (ptrdiff_t)p * rs + (ptrdiff_t)j0;
@@ -141,8 +151,9 @@ void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, flo
                         const size_t rows = min_size(PM, mc - ir);
                         const float *panel_a = a_block + (ir / PM) * a_step;
                         float *tile = c + (ic + ir) * ldc + jc + jr;
-                        if (rows == PM && cols == PN)
-                            hg_sgemm_tile(kc, panel_a, panel_b, tile, ldc, add, PM, PN);
+                        /* every ISA writes exactly 32 or 16 columns when asked for them */
+                        if (rows == PM && (cols == PN || cols == PN / 2))
+                            hg_sgemm_tile(kc, panel_a, panel_b, tile, ldc, add, PM, cols);
                         else
                             edge_tile(kc, panel_a, panel_b, tile, ldc, rows, cols, add);
                         /* the tile is finished and still in L1: bias and activations now */

@@ -3,7 +3,8 @@
    hg_sgemm_tile(kc, pa, pb, c, ldc, add, rows, cols): the HG_SGEMM_PANEL_M x HG_SGEMM_PANEL_N
    (8 x 32) tile of C (+)= an A panel (kc steps of 8 floats) times a B panel (kc steps of 32
    floats). At least the leading `rows` x `cols` of the tile are written (a kernel may skip whole
-   sub-tiles beyond them, and computes whatever it writes from the zero-padded panels).
+   sub-tiles beyond them, and computes whatever it writes from the zero-padded panels); with
+   rows = 8 and cols = 32 or 16, exactly those.
 
    The ISA is the one the compiler targets, so a target only ever receives the instructions its
    toolchain flags (the kind's -march/-mcpu, or -march=native in the native build) allow:
