@@ -1,45 +1,149 @@
-"""Latency of hetgen's generated code beside onnxruntime (one thread each, optimisations off in
-onnxruntime as everywhere in hetgen), on a ResNet-style and a transformer-style model, in one run.
+"""Latency of hetgen's generated host code beside onnxruntime, one thread each, on real-sized models.
 
-    python benchmarks/bench_models.py [--runs 30] [--platform host]
+    python benchmarks/bench_models.py [--runs 15] [--models resnet18,mobilenetv2,...] [--platform host]
 
-Prints the median latency of each and the ratio hetgen / onnxruntime (below 1: hetgen is faster).
-Machines here are shared and noisy: both run interleaved, and medians are quoted.
+Per model: the median latency of each (interleaved in one process, so both see the same noise on a
+shared machine), their ratio (below 1: hetgen is faster), the GFLOP/s of hetgen's convolutions and
+matrix products (counted as direct convolution: Winograd layers do fewer) against this core's peak
+(measured with a small FMA loop, `_peak.c`), the largest difference from onnxruntime relative to
+the largest reference value, and the generated program's memory (arena + weights, as packed)
+against the model's weights plus the liveness lower bound of its activations. Last, the geometric
+mean of the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import json
+import math
+import statistics
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
-import hetgen
-from hetgen.models import cnn, transformer
-from hetgen.runtime.bench import bench
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hetgen  # noqa: E402
+from hetgen.models import cnn, transformer  # noqa: E402
+from hetgen.ops.base import OpInstance  # noqa: E402
+from hetgen.ops.registry import op_def  # noqa: E402
+from hetgen.pipeline import import_graph  # noqa: E402
+from hetgen.runtime.loader import checked_input, load  # noqa: E402
+from hetgen.runtime.reference import ort_session  # noqa: E402
+from hetgen.runtime.verify import MODEL_COPY, feeds_for  # noqa: E402
+
+MODELS = {
+    "resnet18": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=224),
+    "resnet18@64": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=64),
+    "mobilenetv2": lambda: cnn.mobilenet_v2(size=224),
+    "vgg@64": lambda: cnn.vgg(widths=(64, 128, 256), size=64),
+    "transformer": lambda: transformer.transformer_encoder(seq=128, dim=256, heads=4, layers=4, ffn=1024),
+    "alexnet@224": lambda: cnn.alexnet(size=224),
+    "googlenet@224": lambda: cnn.googlenet(size=224),
+    "squeezenet@224": lambda: cnn.squeezenet(size=224),
+}
+MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 
 
-def models() -> dict[str, onnx.ModelProto]:
-    return {
-        "resnet (3x64x64)": cnn.resnet(size=64),
-        "transformer encoder": transformer.transformer_encoder(),
-    }
+def peak_gflops() -> float:
+    """One core's float32 FMA throughput, from a loop of independent vector FMAs (-march=native)."""
+    source = Path(__file__).with_name("_peak.c")
+    with tempfile.TemporaryDirectory() as tmp:
+        library = Path(tmp) / "peak.so"
+        subprocess.run(["cc", "-O2", "-march=native", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+        peak = ctypes.CDLL(str(library))
+        peak.hg_peak_fma.restype = ctypes.c_double
+        peak.hg_peak_fma.argtypes = [ctypes.c_long]
+        peak.hg_peak_fma(1000)  # warm up the clock
+        rates = []
+        # the best of many short runs (under a millisecond, shorter than a scheduler slice): other
+        # processes on a shared machine only ever make it look slower
+        for _ in range(300):
+            iterations = 200_000
+            start = time.perf_counter()
+            flops = peak.hg_peak_fma(iterations)
+            rates.append(flops / (time.perf_counter() - start) / 1e9)
+        return max(rates)
+
+
+def matrix_flops(model: onnx.ModelProto) -> int:
+    """Arithmetic of the model's convolutions and matrix products (2 per multiply-add)."""
+    graph = import_graph(model, {})
+    return sum(op_def(node.op).lower(OpInstance.of(node, graph)).flops for node in graph.nodes if node.op in MATRIX_OPS)
+
+
+def memory_mb(out: Path, model: onnx.ModelProto) -> tuple[float, float]:
+    """(the generated program's arena + weights, the model's weights + liveness lower bound), MB."""
+    root = json.loads((out / "hetgen.json").read_text())["targets"][0]
+    weights = sum(numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
+    return (root["arena_size"] + root["weights_bytes"]) / 1e6, (weights + root["liveness_lower_bound"]) / 1e6
+
+
+def measure(out: Path, runs: int) -> tuple[float, float, float]:
+    """(hetgen ms, onnxruntime ms, max |difference| / max |reference|), medians of interleaved runs."""
+    model = load(out)
+    session = ort_session(str(out / MODEL_COPY), threads=1)
+    feeds = feeds_for(model, out, 0)[0]
+    inputs = [checked_input(t, feeds[t.name]) for t in model.inputs]
+    outputs = [np.empty(t.shape, dtype=t.dtype) for t in model.outputs]
+    for _ in range(2):
+        model.run_into(inputs, outputs)
+        reference = session.run(None, feeds)
+    error = max(
+        float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
+        for got, want in zip(outputs, reference)
+    )
+    ours, theirs = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        model.run_into(inputs, outputs)
+        middle = time.perf_counter()
+        session.run(None, feeds)
+        ours.append((middle - start) * 1e3)
+        theirs.append((time.perf_counter() - middle) * 1e3)
+    return statistics.median(ours), statistics.median(theirs), error
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--platform", default="host")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     args = parser.parse_args()
+    names = [name for name in args.models.split(",") if name]
+    unknown = [name for name in names if name not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; accepted: {', '.join(MODELS)}")
+    peak = peak_gflops()
+    print(f"core peak (FMA loop): {peak:.1f} GFLOP/s, 1 thread")
+    print(
+        f"{'model':14} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7} {'rel err':>9}"
+        f" {'mem MB':>8} {'bound MB':>9}"
+    )
+    ratios = []
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-") as tmp:
-        print(f"{'model':24} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>7}")
-        for name, model in models().items():
-            path = Path(tmp) / f"{abs(hash(name))}.onnx"
+        for name in names:
+            model = MODELS[name]()
+            path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
             onnx.save(model, path)
-            out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem)
-            result = bench(out, runs=args.runs)
-            print(f"{name:24} {result.hetgen_ms:10.3f} {result.ort_ms:10.3f} {result.ratio:7.2f}")
+            out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem, native_only=True)
+            ours, theirs, error = measure(out, args.runs)
+            gflops = matrix_flops(model) / ours / 1e6
+            used, bound = memory_mb(out, model)
+            ratios.append(ours / theirs)
+            print(
+                f"{name:14} {ours:10.2f} {theirs:10.2f} {ours / theirs:6.2f} {gflops:8.1f} "
+                f"{100 * gflops / peak:6.0f}% {error:9.1e} {used:8.1f} {bound:9.1f}",
+                flush=True,
+            )
+    print(f"geometric mean ratio: {math.exp(statistics.fmean(math.log(r) for r in ratios)):.2f}")
     return 0
 
 

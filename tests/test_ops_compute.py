@@ -429,7 +429,7 @@ def test_conv_strategies_and_cost():
     assert pointwise.params["variant"] == "pointwise"
     assert pointwise.flops == 2 * 16 * 100 * 8
     im2col = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 3, 3)], [(1, 16, 8, 8)])
-    assert im2col.params["variant"] == "im2col" and im2col.scratch_bytes > 0
+    assert im2col.params["variant"] == "implicit" and im2col.scratch_bytes > 0
 
 
 def test_unsupported_dtype_is_reported():

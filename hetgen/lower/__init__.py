@@ -16,6 +16,7 @@ from hetgen.lower.alias import alias_source
 from hetgen.lower.fuse import Unit, kernel_units, op_instance
 from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
+from hetgen.lower.prepack import apply_prepacked
 from hetgen.lower.program import (
     BufferRef,
     GroupEstimate,
@@ -222,6 +223,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     ordered = dataclasses.replace(graph, nodes=tuple(nodes))
     all_units = kernel_units(ordered, assignment)
     units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, graph), graph)
+    graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
     infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
     schedule = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()
 

@@ -79,6 +79,20 @@ class OpInstance:
 
 
 @dataclass(frozen=True)
+class Prepacked:
+    """A constant input that the kernel reads faster in a layout of its own, made at generate time.
+
+    Lowering applies it where the unit runs on a CPU controller (accelerators load weights as the
+    model has them): the input becomes `layout(value)` and the template gets `params` on top of
+    the kernel's own. `layout` runs only then, so lowering for the cost model stays cheap."""
+
+    index: int  # which input
+    layout: Callable[[np.ndarray], np.ndarray]  # the model's value -> the kernel's (float32) array
+    params: Mapping[str, Any] = field(default_factory=dict)
+    scratch_bytes: int | None = None  # the workspace the kernel needs then, when it differs
+
+
+@dataclass(frozen=True)
 class Kernel:
     """A lowered operator: which template renders it and the view-model the template needs."""
 
@@ -88,6 +102,7 @@ class Kernel:
     flops: int = 0  # arithmetic operations, for the cost model
     bytes_accessed: int = 0  # bytes read + written, for the cost model
     helpers: tuple[str, ...] = ()  # shared C sources under templates/runtime/ the kernel calls
+    prepacked: tuple[Prepacked, ...] = ()  # constant inputs it can read in a generate-time layout
 
 
 class Unsupported(Exception):

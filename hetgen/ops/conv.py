@@ -3,22 +3,26 @@
 Three strategies, chosen here so the template only lays out loops:
 - `direct` when each group has one input channel (depthwise): a direct loop, vectorised along the
   output row, bias and activation applied while the row is in cache;
-- `pointwise` for 1x1 kernels with unit strides and no padding: the input already is the GEMM's
-  B matrix;
-- `im2col` otherwise: output rows are unfolded chunk by chunk into the scratch buffer (bounded, so
-  it stays in cache) and multiplied with the weights by `hg_sgemm`.
-Bias and fused activations run in the GEMM epilogue, on each finished block of the output.
+- `pointwise` for 1x1 kernels with unit strides and no padding: the NCHW input already is the
+  GEMM's B matrix [channels x pixels];
+- `winograd` for 3x3 stride-1 layers with enough channels and constant weights (`_winograd.py`);
+- `implicit` otherwise (implicit GEMM): no im2col buffer; the GEMM asks a packing function for
+  each block of B it needs, and that function gathers the taps straight into the micro-kernel's
+  panels (zeros for padding).
+The weights are the GEMM's A operand; when they are constant they are packed into the
+micro-kernel's panels at generate time (`Prepacked`), so no run packs them. Bias and fused
+activations run in the GEMM epilogue, on each finished tile of the output while it is in L1.
 """
 
 from __future__ import annotations
 
-from hetgen.ops import _gemm_plan
+import numpy as np
+
+from hetgen.ops import _gemm_plan, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import window
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
 
-# Floats of unfolded input per chunk: big enough to amortise packing, small enough for L2.
-IM2COL_CHUNK_FLOATS = 256 * 1024
 # The direct loop sums all taps of a row in one expression up to this kernel width.
 MAX_UNROLLED_TAPS = 8
 
@@ -27,7 +31,7 @@ def strategy(groups: int, cin_group: int, win) -> str:
     if cin_group == 1 and groups > 1:
         return "direct"
     unit = win.kernel_size == 1 and set(win.strides) == {1} and not any(win.pads_begin + win.pads_end)
-    return "pointwise" if unit else "im2col"
+    return "pointwise" if unit else "implicit"
 
 
 def interior_columns(win) -> tuple[int, int, tuple[int, ...]]:
@@ -63,12 +67,7 @@ def lower(op: OpInstance) -> Kernel:
     cin_group, cout_group = channels // groups, out_channels // groups
     variant = strategy(groups, cin_group, win)
     k_dim = cin_group * win.kernel_size
-    out_rows = win.out_shape[0] * win.out_shape[1]
-    chunk_rows = max(1, min(out_rows, IM2COL_CHUNK_FLOATS // max(1, k_dim * win.out_shape[2])))
-    chunk_cols = chunk_rows * win.out_shape[2]
-    col_bytes = _gemm_plan.align(4 * k_dim * chunk_cols) if variant == "im2col" else 0
-    gemm_cols = chunk_cols if variant == "im2col" else win.out_size
-    pack = _gemm_plan.pack_bytes(cout_group, gemm_cols, k_dim) if variant != "direct" else 0
+    pack = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim) if variant != "direct" else 0
     has_bias = op.has_input(2)
     if has_bias and tuple(op.input_types[2].shape) != (out_channels,):
         # The kernel reads one bias value per output channel; anything else would read past it.
@@ -84,11 +83,9 @@ def lower(op: OpInstance) -> Kernel:
         "cin_group": cin_group,
         "cout_group": cout_group,
         "k_dim": k_dim,
-        "out_rows": out_rows,
-        "chunk_rows": chunk_rows,
-        "col_offset": 0,
-        "pack_offset": col_bytes,
         "pack_bytes": pack,
+        "w_packed": False,
+        "w_group_floats": 0,
         "inner_lo": inner_lo,
         "inner_hi": inner_hi,
         "w_offsets": w_offsets,
@@ -96,14 +93,30 @@ def lower(op: OpInstance) -> Kernel:
         "out_index": input_arg_count(op),
         "epilogue": op.epilogue,
     }
+    prepacked = ()
+    if variant != "direct" and op.constant(1) is not None and _winograd.eligible(win, groups, channels, out_channels):
+        wino_params, wino_scratch = _winograd.plan(win, channels, out_channels)
+        prepacked = (Prepacked(1, _winograd.weight_panels, wino_params, wino_scratch),)
+    elif variant != "direct" and op.constant(1) is not None:
+        group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
+        prepacked = (
+            Prepacked(1, lambda w: weight_panels(w, groups), {"w_packed": True, "w_group_floats": group_floats}),
+        )
     return Kernel(
         template="kernels/conv.c.j2",
         params=params,
-        scratch_bytes=col_bytes + pack,
+        scratch_bytes=pack,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
         helpers=() if variant == "direct" else (_gemm_plan.HELPER,),
+        prepacked=prepacked,
     )
+
+
+def weight_panels(w: np.ndarray, groups: int) -> np.ndarray:
+    """Each group's weights [cout_group x cin_group * kernel] as the GEMM's A panels, group after group."""
+    per_group = w.astype(np.float32).reshape(groups, w.shape[0] // groups, -1)
+    return np.concatenate([_gemm_plan.a_panels(matrix) for matrix in per_group])
 
 
 DEFS = (OpDef("Conv", lower, fusable_epilogue=True),)

@@ -1,14 +1,16 @@
 """Gemm: Y = alpha * A' B' + beta * C, with A' = A or A^T, B' = B or B^T, C broadcast to Y.
 
-Transposes cost nothing: `hg_sgemm` reads its operands through strides. alpha, beta * C and fused
-activations are applied in the GEMM epilogue, on each finished block of Y while it is in cache.
+Transposes cost nothing: `hg_sgemm_ex` reads its operands through strides, and a constant B (the
+weights, transposed or not) is packed into the micro-kernel's panels at generate time
+(`Prepacked`). alpha, beta * C and fused activations are applied in the GEMM epilogue, on each
+finished tile of Y while it is in L1.
 """
 
 from __future__ import annotations
 
 from hetgen.ops import _gemm_plan
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
 
 
 def bias_strides(op: OpInstance, m: int, n: int) -> tuple[int, int] | None:
@@ -53,9 +55,13 @@ def lower(op: OpInstance) -> Kernel:
         "bias_cs": strides[1] if has_bias else 0,
         "bias_index": 2,
         "pack_bytes": _gemm_plan.pack_bytes(m, n, k),
+        "b_packed": False,
         "out_index": input_arg_count(op),
         "epilogue": op.epilogue,
     }
+    prepacked = ()
+    if op.constant(1) is not None:
+        prepacked = (Prepacked(1, lambda b: _gemm_plan.b_panels(b.T if trans_b else b), {"b_packed": True}),)
     return Kernel(
         template="kernels/gemm.c.j2",
         params=params,
@@ -63,6 +69,7 @@ def lower(op: OpInstance) -> Kernel:
         flops=2 * m * n * k,
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
         helpers=(_gemm_plan.HELPER,),
+        prepacked=prepacked,
     )
 
 

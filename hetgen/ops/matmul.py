@@ -1,7 +1,8 @@
 """MatMul with numpy semantics: 1-D operands, broadcast batch dimensions.
 
 When B has no batch (the common activations x weights case), A's batch is folded into the rows
-of one large GEMM. Otherwise each output batch is one `hg_sgemm` call whose operand offsets come
+of one large GEMM, and a constant B is packed into the micro-kernel's panels at generate time
+(`Prepacked`). Otherwise each output batch is one `hg_sgemm` call whose operand offsets come
 from per-dimension strides (0 along broadcast dimensions).
 """
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from hetgen.ops import _gemm_plan
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
 
 
 def batch_strides(batch: tuple[int, ...], out_batch: tuple[int, ...], matrix: int) -> tuple[int, ...]:
@@ -54,9 +55,13 @@ def lower(op: OpInstance) -> Kernel:
         "b_strides": batch_strides(b_batch, out_batch, k * n),
         "c_stride": m * n,
         "pack_bytes": _gemm_plan.pack_bytes(rows, n, k),
+        "b_packed": False,
         "out_index": input_arg_count(op),
         "epilogue": op.epilogue,
     }
+    prepacked = ()
+    if op.constant(1) is not None and math.prod(b_batch) == 1:
+        prepacked = (Prepacked(1, lambda b: _gemm_plan.b_panels(b.reshape(k, n)), {"b_packed": True}),)
     return Kernel(
         template="kernels/matmul.c.j2",
         params=params,
@@ -64,6 +69,7 @@ def lower(op: OpInstance) -> Kernel:
         flops=2 * batches * m * n * k,
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
         helpers=(_gemm_plan.HELPER,),
+        prepacked=prepacked,
     )
 
 

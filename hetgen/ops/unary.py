@@ -32,7 +32,12 @@ def _gelu(x: str, t: DType, op: OpInstance) -> str:
         return f"{_f(t, 0.5)} * {x} * ({_f(t, 1)} + {libm('tanh', t)}({inner}))"
     if approximate != "none":
         raise Unsupported(f"Gelu approximate={approximate!r}; accepted: 'none', 'tanh'")
-    return f"{_f(t, 0.5)} * {x} * ({_f(t, 1)} + {libm('erf', t)}({x} * {_f(t, math.sqrt(0.5))}))"
+    return f"{_f(t, 0.5)} * {x} * ({_f(t, 1)} + {_erf(t)}({x} * {_f(t, math.sqrt(0.5))}))"
+
+
+def _erf(t: DType) -> str:
+    # float32: hg_erff (hg_kernels.h) vectorises where libm's erff is a call per element
+    return "hg_erff" if t is DType.FLOAT32 else "erf"
 
 
 def _alpha(op: OpInstance, default: float) -> float:
@@ -70,7 +75,7 @@ FLOAT_BUILDERS: dict[str, FloatBuilder] = {
     "Floor": _libm_call("floor"),
     "Ceil": _libm_call("ceil"),
     "Round": _libm_call("rint"),  # ties to even, as ONNX asks (default rounding mode)
-    "Erf": _libm_call("erf"),
+    "Erf": lambda x, t, op: f"{_erf(t)}({x})",
     "Sin": _libm_call("sin"),
     "Cos": _libm_call("cos"),
     "Tan": _libm_call("tan"),

@@ -12,30 +12,56 @@
 /* ---- hg_gemm.c: single-precision GEMM ------------------------------------------------------
 
    C[m x n] (row-major, row stride ldc) = A[m x k] * B[k x n]   (or += when `accumulate`).
-   A and B are read through element strides (row stride, column stride), so transposed operands
-   need no copy: A[i][p] = a[i * a_rs + p * a_cs], B[p][j] = b[p * b_rs + j * b_cs].
-   `epilogue`, when not NULL, is called once for every finished block of C (all k summed), while
-   the block is still in cache: it applies bias and fused activations in place. `pack` is a
-   workspace of at least HG_SGEMM_PACK_BYTES(m, n, k) bytes. */
+   `epilogue`, when not NULL, is called once for every finished tile of C (all k summed), while
+   the tile is still in L1: it applies bias and fused activations in place. `work` is a workspace
+   of at least HG_SGEMM_PACK_BYTES(m, n, k) bytes.
 
+   The micro-kernels (hg_sgemm_tile.h) multiply panels: an A panel holds HG_SGEMM_PANEL_M rows of
+   A, column after column (panel[p * PANEL_M + i] = A[i][p]); a B panel holds HG_SGEMM_PANEL_N
+   columns of B, row after row (panel[p * PANEL_N + j] = B[p][j]); rows and columns past the
+   matrix are zeros. A constant operand is packed whole at generate time (hetgen/ops/_gemm_plan.py:
+   its panels one after another, each spanning all k); any other operand is packed here, block by
+   block, from strides or by the caller's `pack_b` function (a convolution's implicit im2col). */
+
+/* Panel sizes: the layout contract with hetgen/ops/_gemm_plan.py, the same for every ISA. */
+#define HG_SGEMM_PANEL_M 8
+#define HG_SGEMM_PANEL_N 32
 /* Cache blocking: mirrored by hetgen/ops/_gemm_plan.py, which sizes the workspace. */
-#define HG_SGEMM_MC 144
+#define HG_SGEMM_MC 128
 #define HG_SGEMM_KC 256
-#define HG_SGEMM_NC 2048
-#define HG_SGEMM_MAX_MR 16
-#define HG_SGEMM_MAX_NR 32
+#define HG_SGEMM_NC 1024
 
 #define HG_SGEMM_MIN_(x, y) ((x) < (y) ? (x) : (y))
 #define HG_SGEMM_PACK_BYTES(m, n, k)                                                               \
-    (4u * ((HG_SGEMM_MIN_((size_t)(m), (size_t)HG_SGEMM_MC) + HG_SGEMM_MAX_MR) *                   \
+    (4u * ((HG_SGEMM_MIN_((size_t)(m), (size_t)HG_SGEMM_MC) + HG_SGEMM_PANEL_M) *                  \
                HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC) +                                   \
-           (HG_SGEMM_MIN_((size_t)(n), (size_t)HG_SGEMM_NC) + HG_SGEMM_MAX_NR) *                   \
+           (HG_SGEMM_MIN_((size_t)(n), (size_t)HG_SGEMM_NC) + HG_SGEMM_PANEL_N) *                  \
                HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC)) +                                  \
      128u)
 
 typedef void (*hg_gemm_epilogue_fn)(float *c, size_t ldc, size_t row0, size_t col0, size_t rows,
                                     size_t cols, const void *ctx);
 
+/* Writes rows [p0, p0 + kc) x columns [j0, j0 + nc) of B as ceil(nc / PANEL_N) B panels of kc
+   rows each, one after another, zero-padded. */
+typedef void (*hg_sgemm_pack_fn)(const void *src, size_t p0, size_t kc, size_t j0, size_t nc,
+                                 float *panels);
+
+typedef struct {
+    const float *a_panels; /* A packed whole at generate time; else A[i][p] = a[i * a_rs + p * a_cs] */
+    const float *a;
+    ptrdiff_t a_rs, a_cs;
+    const float *b_panels; /* B packed whole at generate time; else pack_b(b_src, ...); else strides */
+    hg_sgemm_pack_fn pack_b;
+    const void *b_src;
+    const float *b; /* B[p][j] = b[p * b_rs + j * b_cs] */
+    ptrdiff_t b_rs, b_cs;
+} hg_sgemm_operands;
+
+void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, float *c, size_t ldc,
+                 int accumulate, hg_gemm_epilogue_fn epilogue, const void *ctx, void *work);
+
+/* Both operands read through element strides (transposes need no copy). */
 void hg_sgemm(size_t m, size_t n, size_t k, const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
               const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs, float *c, size_t ldc, int accumulate,
               hg_gemm_epilogue_fn epilogue, const void *ctx, void *pack);
@@ -95,6 +121,37 @@ static inline float hg_expf(float x)
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     return p * hg_f32_from_bits((ki + 127u) << 23);
+}
+
+/* erf(x) within ~3e-7 relative, branch-free so loops over it vectorise (libm's erff is a call
+   per element). |x| < 0.5: its odd Taylor series to x^13 (truncation < 2e-8 relative); otherwise
+   1 - erfc(|x|), with erfc from the Chebyshev-fitted form t exp(-x^2 + P(t)), t = 1 / (1 + |x| / 2)
+   (fractional error < 1.2e-7, Numerical Recipes' erfcc), the sign restored last. */
+static inline float hg_erff(float x)
+{
+    const float z = fabsf(x), z2 = x * x;
+    float s = -1.0f / 9360.0f;
+    s = s * z2 + 1.0f / 1320.0f;
+    s = s * z2 - 1.0f / 216.0f;
+    s = s * z2 + 1.0f / 42.0f;
+    s = s * z2 - 1.0f / 10.0f;
+    s = s * z2 + 1.0f / 3.0f;
+    s = s * z2 - 1.0f;
+    const float small = -1.12837916709551257f * x * s; /* 2 / sqrt(pi) * (x - x^3 / 3 + ...) */
+    const float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    const float large = 1.0f - t * hg_expf(p - z2);
+    const float magnitude = z < 0.5f ? fabsf(small) : large;
+    return copysignf(magnitude, x);
 }
 
 /* ---- row reductions ------------------------------------------------------------------------

@@ -1,0 +1,75 @@
+"""Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with constant weights.
+
+Each 2x2 block of output needs 16 multiplications per (input, output) channel pair instead of 36:
+the input is transformed tile by tile (V = B^T d B over 4x4 input tiles), the weights once, here
+(U = G g G^T), then 16 GEMMs U[xi] [cout x cin] x V[xi] [cin x tiles] run on the micro-kernels,
+and the output transform (Y = A^T M A) applies bias and activation. The transforms cost about
+16 additions per tile and channel, so it pays only with enough channels on both sides to amortise
+them (MIN_CHANNELS, measured); smaller layers keep the implicit GEMM. F(2x2, 3x3)'s constants are
+0, +-1 and 1/2, so it stays within float32 rounding of the direct sum (well inside 1e-4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetgen.ops import _gemm_plan
+
+# Winograd pays from this many input and output channels: measured on Zen 4 (one thread) against
+# the implicit GEMM, 16 -> 16 channels at 32x32 took 0.55x the time, 64 -> 64 at 32x32 0.5x,
+# 256 -> 256 at 14x14 0.5x; the stem (3 input channels) has too little work per transform.
+MIN_CHANNELS = 16
+# ... and from this many output tiles: with fewer, the transformed weights (16/9 of the model's)
+# are read for too little work (512 -> 512 channels at 4x4 output: 1.8x slower than the GEMM).
+MIN_TILES = 16
+# V and M of the rows of tiles transformed and multiplied at a time: a couple of L2s, so they are
+# re-read from cache rather than memory, and the workspace stays small on large images.
+CHUNK_BYTES = 2 * 1024 * 1024
+TRANSFORM_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+
+
+def eligible(win, groups: int, cin: int, cout: int) -> bool:
+    """A 2-D 3x3 convolution with unit strides and dilations, one group, enough channels."""
+    return (
+        win.kernel == (1, 3, 3)
+        and win.in_shape[0] == 1
+        and set(win.strides) == {1}
+        and set(win.dilations) == {1}
+        and groups == 1
+        and min(cin, cout) >= MIN_CHANNELS
+        and -(-win.out_shape[1] // 2) * -(-win.out_shape[2] // 2) >= MIN_TILES
+    )
+
+
+def plan(win, cin: int, cout: int) -> tuple[dict, int]:
+    """(template parameters, scratch bytes): tile counts, how many rows of tiles go through the
+    transforms and GEMMs at a time, and the offsets of V, M and the GEMM's workspace in scratch."""
+    tiles_h, tiles_w = -(-win.out_shape[1] // 2), -(-win.out_shape[2] // 2)
+    row_bytes = 4 * 16 * (cin + cout) * tiles_w  # V and M of one row of tiles
+    chunk_rows = max(1, min(tiles_h, CHUNK_BYTES // row_bytes))
+    tiles = chunk_rows * tiles_w  # the GEMMs' n
+    v_bytes = _gemm_plan.align(4 * 16 * cin * tiles)
+    m_bytes = _gemm_plan.align(4 * 16 * cout * tiles)
+    pack = _gemm_plan.pack_bytes(cout, tiles, cin)
+    params = {
+        "variant": "winograd",
+        "w_packed": True,
+        "tiles_h": tiles_h,
+        "tiles_w": tiles_w,
+        "chunk_rows": chunk_rows,
+        "tiles": tiles,
+        "v_offset": 0,
+        "m_offset": v_bytes,
+        "wino_pack_offset": v_bytes + m_bytes,
+        "wino_pack_bytes": pack,
+        "u_block_floats": _gemm_plan.a_panel_floats(cout, cin),
+    }
+    return params, v_bytes + m_bytes + pack
+
+
+def weight_panels(w: np.ndarray) -> np.ndarray:
+    """U[xi] = (G g G^T)[xi] for each 4x4 position xi, as 16 blocks of the GEMM's A panels."""
+    g = w.astype(np.float64)  # [cout, cin, 3, 3]
+    u = np.einsum("pa,ocab,qb->pqoc", TRANSFORM_G, g, TRANSFORM_G)  # [4, 4, cout, cin]
+    blocks = u.reshape(16, w.shape[0], w.shape[1]).astype(np.float32)
+    return np.concatenate([_gemm_plan.a_panels(block) for block in blocks])

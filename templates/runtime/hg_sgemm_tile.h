@@ -1,0 +1,221 @@
+/* hetgen's GEMM micro-kernels, one per vector ISA, all reading the same panel layouts.
+
+   hg_sgemm_tile(kc, pa, pb, c, ldc, add, rows, cols): the HG_SGEMM_PANEL_M x HG_SGEMM_PANEL_N
+   (8 x 32) tile of C (+)= an A panel (kc steps of 8 floats) times a B panel (kc steps of 32
+   floats). At least the leading `rows` x `cols` of the tile are written (a kernel may skip whole
+   sub-tiles beyond them, and computes whatever it writes from the zero-padded panels); with
+   rows = 8 and cols = 32 or 16, exactly those.
+
+   The ISA is the one the compiler targets, so a target only ever receives the instructions its
+   toolchain flags (the kind's -march/-mcpu, or -march=native in the native build) allow:
+   AVX-512F, else AVX2 + FMA, else NEON (AArch64), else portable C that the compiler vectorises. */
+#ifndef HG_SGEMM_TILE_H
+#define HG_SGEMM_TILE_H
+
+#include "hg_kernels.h"
+
+_Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kernels below assume 8 x 32 tiles");
+
+/* Floats ahead of the A panel to prefetch (64 k steps). Weights packed at generate time stream
+   from L3 or DRAM when a layer's exceed L2 (deep layers, small images): measured on Zen 4, a
+   512 x 16 x 4608 product went from ~80 to ~109 GFLOP/s; no shape got slower. A prefetch never
+   faults, so reading past the panel's end is harmless. */
+#define HG_SGEMM_PREFETCH_A 512
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define HG_SGEMM_ISA "avx512"
+
+/* 8 rows x (2 x 16 lanes): 16 accumulators, 2 loads of B and 8 broadcasts of A per 16 FMAs. */
+#define HG_T_ZERO(i) __m512 c##i##a = _mm512_setzero_ps(), c##i##b = _mm512_setzero_ps();
+#define HG_T_STEP(i)                                                                               \
+    {                                                                                              \
+        const __m512 ai = _mm512_set1_ps(pa[i]);                                                   \
+        c##i##a = _mm512_fmadd_ps(ai, b0, c##i##a);                                                \
+        c##i##b = _mm512_fmadd_ps(ai, b1, c##i##b);                                                \
+    }
+#define HG_T_STORE(i)                                                                              \
+    {                                                                                              \
+        float *row = c + (i) * ldc;                                                                \
+        if (add) {                                                                                 \
+            c##i##a = _mm512_add_ps(c##i##a, _mm512_loadu_ps(row));                                \
+            c##i##b = _mm512_add_ps(c##i##b, _mm512_loadu_ps(row + 16));                           \
+        }                                                                                          \
+        _mm512_storeu_ps(row, c##i##a);                                                            \
+        _mm512_storeu_ps(row + 16, c##i##b);                                                       \
+    }
+/* 8 rows x 16 lanes, for tiles with at most 16 columns */
+#define HG_H_ZERO(i) __m512 c##i = _mm512_setzero_ps();
+#define HG_H_STEP(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(pa[i]), b0, c##i);
+#define HG_H_STORE(i)                                                                              \
+    {                                                                                              \
+        float *row = c + (i) * ldc;                                                                \
+        if (add)                                                                                   \
+            c##i = _mm512_add_ps(c##i, _mm512_loadu_ps(row));                                      \
+        _mm512_storeu_ps(row, c##i);                                                               \
+    }
+#define HG_T_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const float *restrict pb, float *restrict c,
+                                 size_t ldc, int add, size_t rows, size_t cols)
+{
+    HG_UNUSED(rows);
+    if (cols <= 16) {
+        HG_T_ROWS(HG_H_ZERO)
+        for (size_t p = 0; p < kc; ++p) {
+            const __m512 b0 = _mm512_loadu_ps(pb);
+            _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+            HG_T_ROWS(HG_H_STEP)
+            pa += 8;
+            pb += 32;
+        }
+        HG_T_ROWS(HG_H_STORE)
+        return;
+    }
+    HG_T_ROWS(HG_T_ZERO)
+    for (size_t p = 0; p < kc; ++p) {
+        const __m512 b0 = _mm512_loadu_ps(pb), b1 = _mm512_loadu_ps(pb + 16);
+        _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+        HG_T_ROWS(HG_T_STEP)
+        pa += 8;
+        pb += 32;
+    }
+    HG_T_ROWS(HG_T_STORE)
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define HG_SGEMM_ISA "avx2"
+
+/* 4 rows x (2 x 8 lanes) per pass: 8 accumulators + 2 B + 1 A fit the 16 ymm registers. */
+#define HG_Q_ZERO(i) __m256 c##i##a = _mm256_setzero_ps(), c##i##b = _mm256_setzero_ps();
+#define HG_Q_STEP(i)                                                                               \
+    {                                                                                              \
+        const __m256 ai = _mm256_broadcast_ss(pa + (i));                                           \
+        c##i##a = _mm256_fmadd_ps(ai, b0, c##i##a);                                                \
+        c##i##b = _mm256_fmadd_ps(ai, b1, c##i##b);                                                \
+    }
+#define HG_Q_STORE(i)                                                                              \
+    {                                                                                              \
+        float *row = c + (i) * ldc;                                                                \
+        if (add) {                                                                                 \
+            c##i##a = _mm256_add_ps(c##i##a, _mm256_loadu_ps(row));                                \
+            c##i##b = _mm256_add_ps(c##i##b, _mm256_loadu_ps(row + 8));                            \
+        }                                                                                          \
+        _mm256_storeu_ps(row, c##i##a);                                                            \
+        _mm256_storeu_ps(row + 8, c##i##b);                                                        \
+    }
+#define HG_Q_ROWS(X) X(0) X(1) X(2) X(3)
+
+static inline void hg_sgemm_tile_4x16(size_t kc, const float *restrict pa, const float *restrict pb,
+                                      float *restrict c, size_t ldc, int add)
+{
+    HG_Q_ROWS(HG_Q_ZERO)
+    for (size_t p = 0; p < kc; ++p) {
+        const __m256 b0 = _mm256_loadu_ps(pb), b1 = _mm256_loadu_ps(pb + 8);
+        _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+        HG_Q_ROWS(HG_Q_STEP)
+        pa += 8;
+        pb += 32;
+    }
+    HG_Q_ROWS(HG_Q_STORE)
+}
+
+static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const float *restrict pb, float *restrict c,
+                                 size_t ldc, int add, size_t rows, size_t cols)
+{
+    for (size_t i = 0; i < rows; i += 4)
+        for (size_t j = 0; j < cols; j += 16)
+            hg_sgemm_tile_4x16(kc, pa + i, pb + j, c + i * ldc + j, ldc, add);
+}
+
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define HG_SGEMM_ISA "neon"
+
+/* 8 rows x (2 x 4 lanes) per pass: 16 accumulators; A's 8 values sit in two registers and each
+   FMA takes its row's value by lane, so a step is 4 loads for 16 FMAs. */
+#define HG_N_ZERO(i) float32x4_t c##i##a = vdupq_n_f32(0.0f), c##i##b = vdupq_n_f32(0.0f);
+#define HG_N_STEP(i, reg, lane)                                                                    \
+    c##i##a = vfmaq_laneq_f32(c##i##a, b0, reg, lane);                                             \
+    c##i##b = vfmaq_laneq_f32(c##i##b, b1, reg, lane);
+#define HG_N_STORE(i)                                                                              \
+    {                                                                                              \
+        float *row = c + (i) * ldc;                                                                \
+        if (add) {                                                                                 \
+            c##i##a = vaddq_f32(c##i##a, vld1q_f32(row));                                          \
+            c##i##b = vaddq_f32(c##i##b, vld1q_f32(row + 4));                                      \
+        }                                                                                          \
+        vst1q_f32(row, c##i##a);                                                                   \
+        vst1q_f32(row + 4, c##i##b);                                                               \
+    }
+#define HG_N_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+static inline void hg_sgemm_tile_8x8(size_t kc, const float *restrict pa, const float *restrict pb,
+                                     float *restrict c, size_t ldc, int add)
+{
+    HG_N_ROWS(HG_N_ZERO)
+    for (size_t p = 0; p < kc; ++p) {
+        const float32x4_t a0 = vld1q_f32(pa), a1 = vld1q_f32(pa + 4);
+        const float32x4_t b0 = vld1q_f32(pb), b1 = vld1q_f32(pb + 4);
+        HG_N_STEP(0, a0, 0)
+        HG_N_STEP(1, a0, 1)
+        HG_N_STEP(2, a0, 2)
+        HG_N_STEP(3, a0, 3)
+        HG_N_STEP(4, a1, 0)
+        HG_N_STEP(5, a1, 1)
+        HG_N_STEP(6, a1, 2)
+        HG_N_STEP(7, a1, 3)
+        pa += 8;
+        pb += 32;
+    }
+    HG_N_ROWS(HG_N_STORE)
+}
+
+static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const float *restrict pb, float *restrict c,
+                                 size_t ldc, int add, size_t rows, size_t cols)
+{
+    HG_UNUSED(rows);
+    for (size_t j = 0; j < cols; j += 8)
+        hg_sgemm_tile_8x8(kc, pa, pb + j, c + j, ldc, add);
+}
+
+#else
+#define HG_SGEMM_ISA "portable"
+
+/* fmaf is one instruction where FP_FAST_FMAF says so; elsewhere it would be a slow call. */
+#ifdef FP_FAST_FMAF
+#define HG_MADD(a, b, c) fmaf((a), (b), (c))
+#else
+#define HG_MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* 4 rows x 8 columns per pass: fixed-size loops the compiler keeps in (vector) registers. */
+static inline void hg_sgemm_tile_4x8(size_t kc, const float *restrict pa, const float *restrict pb,
+                                     float *restrict c, size_t ldc, int add)
+{
+    float acc[4][8] = {{0.0f}};
+    for (size_t p = 0; p < kc; ++p) {
+        for (size_t i = 0; i < 4; ++i)
+            for (size_t j = 0; j < 8; ++j)
+                acc[i][j] = HG_MADD(pa[i], pb[j], acc[i][j]);
+        pa += 8;
+        pb += 32;
+    }
+    for (size_t i = 0; i < 4; ++i) {
+        float *restrict row = c + i * ldc;
+        for (size_t j = 0; j < 8; ++j)
+            row[j] = add ? row[j] + acc[i][j] : acc[i][j];
+    }
+}
+
+static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const float *restrict pb, float *restrict c,
+                                 size_t ldc, int add, size_t rows, size_t cols)
+{
+    for (size_t i = 0; i < rows; i += 4)
+        for (size_t j = 0; j < cols; j += 8)
+            hg_sgemm_tile_4x8(kc, pa + i, pb + j, c + i * ldc + j, ldc, add);
+}
+#endif
+
+#endif
