@@ -56,6 +56,58 @@ EXPECTED_FAILURES: dict[str, str] = {
 }
 
 
+# Every skipped case of a claimed operator, pinned with its reason (tests/conformance_skips.txt).
+# tests/test_conformance.py fails when a case skips that is not pinned, skips for another reason,
+# or passes while pinned: a case can no longer stop being supported without anyone noticing.
+PINNED_SKIPS_FILE = Path(__file__).resolve().parent / "conformance_skips.txt"
+_PIN_HEADER = """\
+# ONNX node cases of operators hetgen claims that it skips, one per line: `case: reason`.
+# The reason is the skip's detail on one line. tests/test_conformance.py fails when a case
+# skips that is not here, skips for another reason, or passes while listed here.
+# Regenerate after a deliberate change: PYTHONPATH=. python tests/conformance.py --pin
+"""
+
+
+def skip_reason(detail: str) -> str:
+    """How a skip's detail is pinned: one line, spaces collapsed, at most 300 characters."""
+    return " ".join(detail.split())[:300].strip()
+
+
+def read_pinned_skips(path: Path = PINNED_SKIPS_FILE) -> dict[str, str]:
+    pinned = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, reason = line.partition(": ")
+            pinned[name.strip()] = reason.strip()
+    return pinned
+
+
+def write_pinned_skips(outcomes: dict[str, tuple[str, str]], path: Path = PINNED_SKIPS_FILE) -> int:
+    lines = [
+        f"{name}: {skip_reason(detail)}" for name, (status, detail) in sorted(outcomes.items()) if status == "skip"
+    ]
+    path.write_text(_PIN_HEADER + "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+PINNED_SKIPS: dict[str, str] = read_pinned_skips() if PINNED_SKIPS_FILE.exists() else {}
+
+
+def pin_mismatch(name: str, status: str, detail: str) -> str | None:
+    """Why the outcome of case `name` disagrees with the pinned skips; None when it agrees."""
+    pinned = PINNED_SKIPS.get(name)
+    fix = f"fix it, or pin it in {PINNED_SKIPS_FILE.name} (PYTHONPATH=. python tests/conformance.py --pin)"
+    if status == "skip" and pinned is None:
+        return f"{name} newly skips ({skip_reason(detail)}); {fix}"
+    if status == "skip" and pinned != skip_reason(detail):
+        return f"{name} skips for another reason now: {skip_reason(detail)!r}, pinned {pinned!r}; {fix}"
+    if status == "pass" and pinned is not None:
+        return (
+            f"{name} passes now: take it off {PINNED_SKIPS_FILE.name} (PYTHONPATH=. python tests/conformance.py --pin)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Outcome:
     status: str  # "pass" | "skip" | "fail" | "xfail" (a failure listed in EXPECTED_FAILURES)
@@ -289,6 +341,16 @@ def record(name: str, status: str, detail: str) -> None:
     RESULTS[name] = Outcome(status, detail)
 
 
+def coverage() -> str:
+    """The claimed operators and their node cases, for CI's summary."""
+    exercised = {op for case in _all_cases() for op in case_ops(case)} - FOLDED_OPS
+    claimed = supported_ops()
+    return (
+        f"operators claimed: {len(claimed)} ({len(claimed & exercised)} of the {len(exercised)} the ONNX node "
+        f"tests exercise); node cases of claimed operators: {len(cases())}; pinned skips: {len(PINNED_SKIPS)}"
+    )
+
+
 def summary() -> str | None:
     if not RESULTS:
         return None
@@ -308,3 +370,18 @@ def summary() -> str | None:
     )
     lines += [f"  skip x{n}: {reason}" for reason, n in reasons.most_common(10)]
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--pin"]:
+        sys.exit("usage: PYTHONPATH=. python tests/conformance.py --pin   (rewrites tests/conformance_skips.txt)")
+    every = run_cases(cases())
+    failed = sorted(name for name, (status, _) in every.items() if status == "fail" and name not in EXPECTED_FAILURES)
+    print(f"pinned {write_pinned_skips(every)} skips in {PINNED_SKIPS_FILE}")
+    PINNED_SKIPS.clear()
+    PINNED_SKIPS.update(read_pinned_skips())
+    print(coverage())
+    if failed:
+        sys.exit(f"{len(failed)} cases fail (not pinned; fix them): {', '.join(failed)}")
