@@ -36,7 +36,7 @@ from hetgen.errors import ModelError
 from hetgen.frontend.onnx_import import import_onnx
 from hetgen.ir import DType, Graph
 from hetgen.ops.base import Unsupported
-from hetgen.ops.registry import op_def, supported_ops
+from hetgen.ops.registry import const_inputs, op_def, supported_ops
 from hetgen.templates_dir import templates_dir
 
 # Nodes the frontend folds away before any lowering sees them.
@@ -149,8 +149,7 @@ def _frozen_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
     graph_inputs = {vi.name for vi in model.graph.input}
     frozen = []
     for node in model.graph.node:
-        definition = op_def(node.op_type)
-        for index in definition.const_inputs if definition else ():
+        for index in const_inputs(node.op_type):
             if index < len(node.input) and node.input[index] in graph_inputs:
                 frozen.append(node.input[index])
     return tuple(dict.fromkeys(frozen))

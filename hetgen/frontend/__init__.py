@@ -4,6 +4,7 @@
 
 - `load`: read and check the file (protobuf, onnx checker, opset 7..21, outputs, input types and
   static input shapes, with `shapes=` to fix dynamic ones);
+- `functions`: function operators (Attention, GroupNormalization, ...) become their ONNX bodies;
 - `convert`: onnx's whole-model shape inference, then the frontend's working graph;
 - `resolve` (with `normalize`, `evaluate`): node by node, rewrite old-opset forms into the newest
   one (see `normalize` for the `_opset` convention lowerings follow), fold constant nodes, and type
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import onnx
 
-from hetgen.frontend import check, cleanup, convert, load, resolve, rewrite
+from hetgen.frontend import check, cleanup, convert, functions, load, resolve, rewrite
 from hetgen.frontend.export import export_onnx
 from hetgen.frontend.fold_batchnorm import fold_batchnorm
 from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
@@ -48,7 +49,7 @@ def import_model(
     """
     proto, source = load.read_model(model)
     load.check_model(proto, source)
-    prepared = load.prepare(proto, source, shapes)
+    prepared = functions.expand_functions(load.prepare(proto, source, shapes), source)
     work = convert.to_work(convert.infer_onnx_shapes(prepared), source, c_identifier(name, "model") if name else None)
     resolve.resolve(work)
     cleanup.remove_identities(work)

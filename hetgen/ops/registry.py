@@ -13,6 +13,7 @@ from hetgen.ops import (
     _compute_list,  # noqa: E402
     _tensor_list,  # noqa: E402
 )
+from hetgen.ops._function_list import EXPANDED_CONST_INPUTS, EXPANDED_OPS  # compiled through their ONNX function body
 from hetgen.ops.base import OpDef
 
 # fmt: on
@@ -21,8 +22,14 @@ OPS: dict[str, OpDef] = {d.op: d for module in (*_compute_list.MODULES, *_tensor
 
 
 def supported_ops() -> frozenset[str]:
-    return frozenset(OPS)
+    return frozenset(OPS) | EXPANDED_OPS
 
 
 def op_def(op: str) -> OpDef | None:
     return OPS.get(op)
+
+
+def const_inputs(op: str) -> tuple[int, ...]:
+    """The inputs of `op` that must be known at compile time (registered or expanded operators)."""
+    definition = OPS.get(op)
+    return definition.const_inputs if definition else EXPANDED_CONST_INPUTS.get(op, ())

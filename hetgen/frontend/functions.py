@@ -1,0 +1,136 @@
+"""Replace nodes of function operators (`hetgen/ops/_function_list.py`) by their ONNX function body.
+
+Runs on the prepared model, before shape inference: onnx types the model first (a context-dependent
+body depends on its inputs' element types and ranks), then each node is replaced by its body with
+the body's values renamed apart, its attribute references bound to the node's attributes or the
+schema's defaults. Bodies may hold function operators themselves, so it repeats until none is left.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import defs
+
+from hetgen.errors import ModelError
+from hetgen.frontend.work import DEFAULT_DOMAINS
+from hetgen.ops._function_list import EXPANDED_OPS
+
+MAX_DEPTH = 8  # bodies within bodies; the standard's deepest is 2
+
+
+def expand_functions(proto: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    opset = next((o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS), 0)
+    for _ in range(MAX_DEPTH):
+        if not any(_expands(node) for node in proto.graph.node):
+            return proto
+        types = _value_types(proto)
+        nodes: list[onnx.NodeProto] = []
+        for index, node in enumerate(proto.graph.node):
+            if _expands(node):
+                nodes += _body(node, index, opset, types, source)
+            else:
+                nodes.append(node)
+        del proto.graph.node[:]
+        proto.graph.node.extend(nodes)
+    raise ModelError(f"{source}: function operators nest deeper than {MAX_DEPTH} levels")
+
+
+def _expands(node: onnx.NodeProto) -> bool:
+    return node.domain in DEFAULT_DOMAINS and node.op_type in EXPANDED_OPS
+
+
+def _value_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except Exception:  # contradicting declared shapes: the types onnx can still give
+        inferred = proto
+    graph = inferred.graph
+    types = {vi.name: vi.type for vi in (*graph.input, *graph.value_info, *graph.output)}
+    for tensor in graph.initializer:
+        types[tensor.name] = onnx.helper.make_tensor_type_proto(tensor.data_type, tuple(tensor.dims))
+    return types
+
+
+def _newest(versions, opset: int) -> int | None:
+    usable = [v for v in versions if v <= opset]
+    return max(usable) if usable else None
+
+
+def _function(node: onnx.NodeProto, opset: int, types: dict, source: str) -> onnx.FunctionProto:
+    what = f"{source}: {node.op_type} node {node.name or node.output[0]!r}"
+    try:
+        schema = defs.get_schema(node.op_type, opset)
+    except defs.SchemaError:
+        raise ModelError(f"{what}: {node.op_type} does not exist in opset {opset}") from None
+    version = _newest(schema.function_opset_versions, opset) if schema.has_function else None
+    if version is not None:
+        return _parsed(schema.get_function_with_opset_version(version))
+    version = _newest(schema.context_dependent_function_opset_versions, opset)
+    if version is None:
+        raise ModelError(f"{what}: onnx defines no function body for it at opset {opset}; hetgen has no kernel for it")
+    input_types = [types.get(name, onnx.TypeProto()).SerializeToString() for name in node.input]
+    try:
+        body = schema.get_context_dependent_function_with_opset_version(version, node.SerializeToString(), input_types)
+    except Exception as exc:  # onnx refuses to build the body (e.g. an input's type is unknown)
+        raise ModelError(f"{what}: onnx cannot build its function body: {exc}") from None
+    function = _parsed(body)
+    if not function.node:
+        raise ModelError(f"{what}: onnx cannot build its function body (input types {[n for n in node.input]})")
+    return function
+
+
+def _parsed(body: bytes | onnx.FunctionProto) -> onnx.FunctionProto:
+    if isinstance(body, onnx.FunctionProto):
+        return body
+    function = onnx.FunctionProto()
+    function.ParseFromString(body)
+    return function
+
+
+def _bound_attribute(attribute: onnx.AttributeProto, node_attrs: dict, schema_defaults: dict):
+    """The body attribute with its `ref_attr_name` resolved; None when neither node nor schema sets it."""
+    if not attribute.ref_attr_name:
+        return attribute
+    bound = node_attrs.get(attribute.ref_attr_name) or schema_defaults.get(attribute.ref_attr_name)
+    if bound is None:
+        return None
+    copy = onnx.AttributeProto()
+    copy.CopyFrom(bound)
+    copy.name = attribute.name
+    return copy
+
+
+def _body(node: onnx.NodeProto, index: int, opset: int, types: dict, source: str) -> list[onnx.NodeProto]:
+    function = _function(node, opset, types, source)
+    schema = defs.get_schema(node.op_type, opset)
+    defaults = {name: attr.default_value for name, attr in schema.attributes.items() if attr.default_value.name}
+    node_attrs = {a.name: a for a in node.attribute}
+    prefix = f"{node.op_type}_{index}_{node.name or node.output[0]}__"
+    renamed = {name: actual for name, actual in zip(function.input, node.input)}
+    renamed.update({name: "" for name in list(function.input)[len(node.input) :]})
+    renamed.update({name: actual for name, actual in zip(function.output, node.output)})
+    renamed.update({name: "" for name in list(function.output)[len(node.output) :]})
+
+    def rename(name: str) -> str:
+        if not name:
+            return ""
+        if name not in renamed:
+            renamed[name] = prefix + name
+        return renamed[name]
+
+    nodes = []
+    for k, inner in enumerate(function.node):
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        copy.name = f"{prefix}{inner.name or k}"
+        del copy.input[:]
+        copy.input.extend(rename(n) for n in inner.input)
+        del copy.output[:]
+        copy.output.extend(rename(n) for n in inner.output)
+        del copy.attribute[:]
+        for attribute in inner.attribute:
+            bound = _bound_attribute(attribute, node_attrs, defaults)
+            if bound is not None:
+                copy.attribute.append(bound)
+        nodes.append(copy)
+    return nodes
