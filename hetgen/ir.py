@@ -28,6 +28,7 @@ class DType(enum.Enum):
     INT64 = ("int64", "int64_t", np.int64, 7)
     BOOL = ("bool", "uint8_t", np.bool_, 9)
     FLOAT64 = ("float64", "double", np.float64, 11)
+    FLOAT16 = ("float16", "uint16_t", np.float16, 10)  # stored as its bits; kernels compute in float32
 
     @property
     def label(self) -> str:
