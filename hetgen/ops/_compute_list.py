@@ -10,7 +10,9 @@ from hetgen.ops import (
     lrn,
     matmul,
     pool,
+    recurrent,
     softmax,
 )
 
 MODULES: tuple = (batchnorm, conv, conv_transpose, gemm, instancenorm, layernorm, lrn, matmul, pool, softmax)
+MODULES += (recurrent,)  # RNN, GRU, LSTM

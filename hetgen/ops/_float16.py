@@ -62,7 +62,10 @@ def lower_at_float32(lower, op: OpInstance) -> Kernel:
     offset = _aligned(inner.scratch_bytes)
     slots, widen, narrow = [], [], []
     tensors = [(i, t, widen) for i, t in enumerate(op.input_types)]
-    tensors += [(len(op.node.inputs) + j, t, narrow) for j, t in enumerate(op.output_types)]
+    # one args slot per node output (NULL for an omitted one); output_types has the present ones
+    present = iter(op.output_types)
+    outputs = op.node.outputs if len(op.node.outputs) >= len(op.output_types) else op.output_types
+    tensors += [(len(op.node.inputs) + j, next(present) if name else None, narrow) for j, name in enumerate(outputs)]
     for arg, tensor, conversions in tensors:
         if _is_half(tensor):
             conversions.append({"arg": arg, "offset": offset, "count": tensor.size})
@@ -80,7 +83,7 @@ def lower_at_float32(lower, op: OpInstance) -> Kernel:
             "slots": slots,
             "widen": widen,
             "narrow": narrow,
-            "scratch_arg": len(op.node.inputs) + len(op.output_types),
+            "scratch_arg": len(op.node.inputs) + len(outputs),
         },
         scratch_bytes=offset,
         flops=inner.flops + converted,
