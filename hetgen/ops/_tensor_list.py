@@ -9,6 +9,7 @@ from hetgen.ops import (
     cumsum,
     depth_to_space,
     expand,
+    folded,
     gather,
     onehot,
     pad,
@@ -55,3 +56,4 @@ MODULES: tuple = (
     shape,
     range,
 )
+MODULES += (folded,)  # compile-time only: NonZero, NonMaxSuppression, Unique, Compress, MelWeightMatrix
