@@ -101,6 +101,8 @@ def _bound_attribute(attribute: onnx.AttributeProto, node_attrs: dict, schema_de
 
 
 def _body(node: onnx.NodeProto, index: int, opset: int, types: dict, source: str) -> list[onnx.NodeProto]:
+    if node.op_type in HETGEN_BODIES:
+        return HETGEN_BODIES[node.op_type](node, f"{node.op_type}_{index}_{node.name or node.output[0]}__", opset)
     function = _function(node, opset, types, source)
     schema = defs.get_schema(node.op_type, opset)
     defaults = {name: attr.default_value for name, attr in schema.attributes.items() if attr.default_value.name}
@@ -134,3 +136,67 @@ def _body(node: onnx.NodeProto, index: int, opset: int, types: dict, source: str
                 copy.attribute.append(bound)
         nodes.append(copy)
     return nodes
+
+
+# -- bodies hetgen writes itself, for operators onnx defines without one --------------------------
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _scalar(name: str, value: float) -> onnx.NodeProto:
+    return onnx.helper.make_node("Constant", [], [name], value_float=float(value))
+
+
+def _lp_normalization(node: onnx.NodeProto, prefix: str, opset: int) -> list[onnx.NodeProto]:
+    """x / ||x||_p along `axis` (p 1 or 2), as ReduceL1/ReduceL2 with kept dimensions and a Div.
+    (CastLike needs opset 15; older models get Cast to float32, their only float type here.)"""
+    attrs = _attrs(node)
+    p, axis = int(attrs.get("p", 2)), int(attrs.get("axis", -1))
+    if p not in (1, 2):
+        raise ModelError(f"LpNormalization {node.name or node.output[0]!r}: p={p}; accepted: 1, 2")
+    reduce = "ReduceL2" if p == 2 else "ReduceL1"
+    norm = prefix + "norm"
+    if opset >= 18:
+        axes = onnx.helper.make_node("Constant", [], [prefix + "axes"], value_ints=[axis])
+        nodes = [axes, onnx.helper.make_node(reduce, [node.input[0], prefix + "axes"], [norm], keepdims=1)]
+    else:
+        nodes = [onnx.helper.make_node(reduce, [node.input[0]], [norm], axes=[axis], keepdims=1)]
+    # a zero norm divides zeros: by 1 instead, so they stay zeros (not NaN), as the reference gives
+    safe = [
+        _scalar(prefix + "zero", 0.0),
+        onnx.helper.make_node("Equal", [norm, prefix + "zero"], [prefix + "is_zero"]),
+        onnx.helper.make_node("CastLike", [prefix + "is_zero", norm], [prefix + "one_if_zero"])
+        if opset >= 15
+        else onnx.helper.make_node("Cast", [prefix + "is_zero"], [prefix + "one_if_zero"], to=onnx.TensorProto.FLOAT),
+        onnx.helper.make_node("Add", [norm, prefix + "one_if_zero"], [prefix + "divisor"]),
+    ]
+    return [*nodes, *safe, onnx.helper.make_node("Div", [node.input[0], prefix + "divisor"], [node.output[0]])]
+
+
+def _lp_pool(node: onnx.NodeProto, prefix: str, opset: int) -> list[onnx.NodeProto]:
+    """(sum over each window of |x|^p)^(1/p): an AveragePool of |x|^p counting the padding, times
+    the window's size."""
+    attrs = _attrs(node)
+    p = float(attrs.pop("p", 2))
+    window = 1
+    for extent in attrs["kernel_shape"]:
+        window *= int(extent)
+    if "dilations" in attrs and opset < 19:
+        opset_note = "dilations need opset 19 (AveragePool's)"
+        raise ModelError(f"LpPool {node.name or node.output[0]!r}: {opset_note}")
+    n = lambda suffix: prefix + suffix  # noqa: E731
+    return [
+        onnx.helper.make_node("Abs", [node.input[0]], [n("abs")]),
+        _scalar(n("p"), p),
+        onnx.helper.make_node("Pow", [n("abs"), n("p")], [n("pow")]),
+        onnx.helper.make_node("AveragePool", [n("pow")], [n("mean")], count_include_pad=1, **attrs),
+        _scalar(n("window"), window),
+        onnx.helper.make_node("Mul", [n("mean"), n("window")], [n("sum")]),
+        _scalar(n("inverse_p"), 1.0 / p),
+        onnx.helper.make_node("Pow", [n("sum"), n("inverse_p")], [node.output[0]]),
+    ]
+
+
+HETGEN_BODIES = {"LpNormalization": _lp_normalization, "LpPool": _lp_pool}

@@ -21,6 +21,9 @@ EXPANDED_OPS: frozenset[str] = frozenset(
         "SoftmaxCrossEntropyLoss",
         "AffineGrid",
         "SwiGLU",
+        # no ONNX body: hetgen writes one (hetgen/frontend/functions.py, HETGEN_BODIES)
+        "LpNormalization",
+        "LpPool",
         "CausalConvWithState",
     }
 )
