@@ -8,6 +8,7 @@ from hetgen.ops import (
     concat,
     cumsum,
     depth_to_space,
+    einsum,
     expand,
     folded,
     gather,
@@ -21,6 +22,7 @@ from hetgen.ops import (
     shape,
     slice,
     split,
+    topk,
     transpose,
     trilu,
     unary,
@@ -57,3 +59,4 @@ MODULES: tuple = (
     range,
 )
 MODULES += (folded,)  # compile-time only: NonZero, NonMaxSuppression, Unique, Compress, MelWeightMatrix
+MODULES += (einsum, topk)
