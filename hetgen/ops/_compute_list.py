@@ -5,6 +5,7 @@ from hetgen.ops import (
     conv,
     conv_transpose,
     gemm,
+    grid_sample,
     instancenorm,
     layernorm,
     lrn,
@@ -15,4 +16,4 @@ from hetgen.ops import (
 )
 
 MODULES: tuple = (batchnorm, conv, conv_transpose, gemm, instancenorm, layernorm, lrn, matmul, pool, softmax)
-MODULES += (recurrent,)  # RNN, GRU, LSTM
+MODULES += (recurrent, grid_sample)  # RNN, GRU, LSTM; GridSample
