@@ -79,6 +79,21 @@ def _function(node: onnx.NodeProto, opset: int, types: dict, source: str) -> onn
     return function
 
 
+def rename_outer(graph: onnx.GraphProto, renamed: dict[str, str]) -> None:
+    """Rename, in place, the names a subgraph reads from its enclosing scope (not its own ones)."""
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    local.update(name for node in graph.node for name in node.output)
+    outer = {name: new for name, new in renamed.items() if name not in local}
+    for node in graph.node:
+        node.input[:] = [outer.get(name, name) for name in node.input]
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                rename_outer(attribute.g, outer)
+    for output in graph.output:
+        if output.name in outer:  # a branch that returns an outer value as it is
+            output.name = outer[output.name]
+
+
 def _parsed(body: bytes | onnx.FunctionProto) -> onnx.FunctionProto:
     if isinstance(body, onnx.FunctionProto):
         return body
@@ -133,6 +148,8 @@ def _body(node: onnx.NodeProto, index: int, opset: int, types: dict, source: str
         for attribute in inner.attribute:
             bound = _bound_attribute(attribute, node_attrs, defaults)
             if bound is not None:
+                if bound.type == onnx.AttributeProto.GRAPH:  # a branch or body reads the function's values
+                    rename_outer(bound.g, renamed)
                 copy.attribute.append(bound)
         nodes.append(copy)
     return nodes

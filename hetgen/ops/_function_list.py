@@ -30,6 +30,7 @@ EXPANDED_OPS: frozenset[str] = frozenset(
 
 # Inputs of expanded operators that must be known at compile time (they set an output's shape).
 EXPANDED_CONST_INPUTS: dict[str, tuple[int, ...]] = {
+    "AffineGrid": (1,),
     "BlackmanWindow": (0,),
     "CenterCropPad": (1,),
     "HammingWindow": (0,),

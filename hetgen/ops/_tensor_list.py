@@ -6,6 +6,7 @@ from hetgen.ops import (
     cast,
     clip,
     concat,
+    control_flow,
     cumsum,
     depth_to_space,
     einsum,
@@ -60,3 +61,4 @@ MODULES: tuple = (
 )
 MODULES += (folded,)  # compile-time only: NonZero, NonMaxSuppression, Unique, Compress, MelWeightMatrix
 MODULES += (einsum, topk)
+MODULES += (control_flow,)  # If, Loop: decided at compile time
