@@ -20,6 +20,7 @@ from hetgen.ops import (
     reshape,
     resize,
     scatter,
+    sequence_ops,
     shape,
     slice,
     split,
@@ -62,3 +63,4 @@ MODULES: tuple = (
 MODULES += (folded,)  # compile-time only: NonZero, NonMaxSuppression, Unique, Compress, MelWeightMatrix
 MODULES += (einsum, topk)
 MODULES += (control_flow,)  # If, Loop: decided at compile time
+MODULES += (sequence_ops,)  # BitCast, MaxUnpool, ReverseSequence, TensorScatter
