@@ -31,7 +31,7 @@ def replacement(node: WorkNode, work: Work) -> list[WorkNode] | None:
         return _next_iteration(node, work)
     if not node.is_default_domain:
         return None
-    if node.op in ("If", "Loop"):  # onnx typed the outputs from both branches: type them again
+    if node.op in ("If", "Loop", "Scan"):  # onnx typed the outputs from both branches: type them again
         for name in node.outputs:
             work.types.pop(name, None)
     if node.op == "If" and node.inputs[0] in work.constants:
@@ -39,6 +39,8 @@ def replacement(node: WorkNode, work: Work) -> list[WorkNode] | None:
         return _inline(node.attrs[taken], {}, list(node.outputs), work, work.fresh_name(f"{node.outputs[0]}__if"))
     if node.op == "Loop" and _constant_or_omitted(node, 0, work) and _constant_or_omitted(node, 1, work):
         return _start_loop(node, work)
+    if node.op == "Scan" and node.opset >= 9:
+        return _unrolled_scan(node, work)
     return None
 
 
@@ -173,4 +175,55 @@ def _finish(state: dict, work: Work) -> list[WorkNode]:
                 nodes.append(WorkNode("Unsqueeze", [per_iteration[k]], [part], {"axes": (0,)}, "", work.opset))
             parts.append(part)
         nodes.append(WorkNode("Concat", parts, [target], {"axis": 0}, "", work.opset))
+    return nodes
+
+
+def _unrolled_scan(node: WorkNode, work: Work) -> list[WorkNode] | None:
+    """Scan (opset 9 on) always has a static length, its scan inputs' extent: one body per step,
+    each scan input's step taken with a constant-index Gather, the scan outputs stacked."""
+    body: onnx.GraphProto = node.attrs["body"]
+    scans = int(node.attrs["num_scan_inputs"])
+    states = len(node.inputs) - scans
+    scan_inputs = node.inputs[states:]
+    if any(name not in work.types for name in scan_inputs):
+        return None
+    in_axes = list(node.attrs.get("scan_input_axes", ()) or [0] * scans)
+    in_reverse = list(node.attrs.get("scan_input_directions", ()) or [0] * scans)
+    outputs_count = len(body.output) - states
+    out_axes = list(node.attrs.get("scan_output_axes", ()) or [0] * outputs_count)
+    out_reverse = list(node.attrs.get("scan_output_directions", ()) or [0] * outputs_count)
+    ranks = [work.types[name].rank for name in scan_inputs]
+    in_axes = [a + r if a < 0 else a for a, r in zip(in_axes, ranks)]
+    lengths = {work.types[name].shape[axis] for name, axis in zip(scan_inputs, in_axes)}
+    if len(lengths) != 1:
+        raise ModelError(f"{work.source}: {node.label}: scan inputs of different lengths {sorted(lengths)}")
+    (length,) = lengths
+    nodes: list[WorkNode] = []
+    carried = list(node.inputs[:states])
+    per_step: list[list[str]] = []
+    names = [i.name for i in body.input]
+    for step in range(length):
+        prefix = work.fresh_name(f"{node.outputs[0]}__step{step}_")
+        bound = dict(zip(names[:states], carried))
+        for k, (name, axis) in enumerate(zip(scan_inputs, in_axes)):
+            index = work.add_constant(prefix + "index", np.asarray(length - 1 - step if in_reverse[k] else step))
+            sliced = work.fresh_name(f"{prefix}in{k}")
+            nodes.append(WorkNode("Gather", [name, index], [sliced], {"axis": axis}, "", work.opset))
+            bound[names[states + k]] = sliced
+        step_outputs = [work.fresh_name(prefix + o.name) for o in body.output]
+        nodes += _inline(body, bound, step_outputs, work, prefix)
+        carried = step_outputs[:states]
+        per_step.append(step_outputs[states:])
+    nodes += [WorkNode("Identity", [v], [o], {}, "", work.opset) for v, o in zip(carried, node.outputs) if o]
+    for k, target in enumerate(node.outputs[states:]):
+        if not target:
+            continue
+        order = range(length - 1, -1, -1) if out_reverse[k] else range(length)
+        parts = []
+        for step in order:
+            part = work.fresh_name(f"{target}__part")
+            axes = work.add_constant(f"{target}__axes", np.asarray([out_axes[k]], dtype=np.int64))
+            nodes.append(WorkNode("Unsqueeze", [per_step[step][k], axes], [part], {}, "", max(work.opset, 13)))
+            parts.append(part)
+        nodes.append(WorkNode("Concat", parts, [target], {"axis": out_axes[k]}, "", work.opset))
     return nodes

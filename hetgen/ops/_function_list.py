@@ -21,6 +21,7 @@ EXPANDED_OPS: frozenset[str] = frozenset(
         "SoftmaxCrossEntropyLoss",
         "AffineGrid",
         "SwiGLU",
+        "LinearAttention",  # its body is a Scan, unrolled
         # no ONNX body: hetgen writes one (hetgen/frontend/functions.py, HETGEN_BODIES)
         "LpNormalization",
         "LpPool",
