@@ -2,8 +2,10 @@
 
 from hetgen.ops import (
     batchnorm,
+    col2im,
     conv,
     conv_transpose,
+    det,
     gemm,
     grid_sample,
     instancenorm,
@@ -16,4 +18,4 @@ from hetgen.ops import (
 )
 
 MODULES: tuple = (batchnorm, conv, conv_transpose, gemm, instancenorm, layernorm, lrn, matmul, pool, softmax)
-MODULES += (recurrent, grid_sample)  # RNN, GRU, LSTM; GridSample
+MODULES += (recurrent, grid_sample, det, col2im)  # RNN, GRU, LSTM; GridSample; Det; Col2Im
