@@ -14,8 +14,9 @@ from hetgen.ops import (
     matmul,
     pool,
     recurrent,
+    roi_align,
     softmax,
 )
 
 MODULES: tuple = (batchnorm, conv, conv_transpose, gemm, instancenorm, layernorm, lrn, matmul, pool, softmax)
-MODULES += (recurrent, grid_sample, det, col2im)  # RNN, GRU, LSTM; GridSample; Det; Col2Im
+MODULES += (recurrent, grid_sample, det, col2im, roi_align)  # RNN, GRU, LSTM; GridSample; Det; Col2Im; RoiAlign
