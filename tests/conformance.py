@@ -52,7 +52,13 @@ _FLOAT16_ROUNDING = (
     "float16 Attention: hetgen rounds each operator of the body to float16 (as onnxruntime does per "
     "node); the expected output keeps float32 between them: 2 of 192 elements differ by one float16 ulp"
 )
+_DFT_NOISE = (
+    "inverse DFT: where the exact result is 0, the expected output holds numpy's float32 FFT rounding "
+    "noise (1.9e-7); hetgen's double-precision transform gives 3e-15, past the case's atol of 1e-7"
+)
 EXPECTED_FAILURES: dict[str, str] = {
+    "test_dft_inverse": _DFT_NOISE,
+    "test_dft_inverse_opset19": _DFT_NOISE,
     "test_attention_4d_causal_fp16": _FLOAT16_ROUNDING,
     "test_attention_4d_causal_fp16_expanded": _FLOAT16_ROUNDING,
     "test_training_dropout": _RANDOM_DROPOUT,

@@ -6,6 +6,7 @@ from hetgen.ops import (
     conv,
     conv_transpose,
     det,
+    dft,
     gemm,
     grid_sample,
     instancenorm,
@@ -19,4 +20,11 @@ from hetgen.ops import (
 )
 
 MODULES: tuple = (batchnorm, conv, conv_transpose, gemm, instancenorm, layernorm, lrn, matmul, pool, softmax)
-MODULES += (recurrent, grid_sample, det, col2im, roi_align)  # RNN, GRU, LSTM; GridSample; Det; Col2Im; RoiAlign
+MODULES += (
+    recurrent,
+    grid_sample,
+    det,
+    col2im,
+    roi_align,
+    dft,
+)  # RNN, GRU, LSTM; GridSample; Det; Col2Im; RoiAlign; DFT, STFT
