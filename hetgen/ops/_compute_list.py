@@ -5,6 +5,7 @@ from hetgen.ops import (
     col2im,
     conv,
     conv_transpose,
+    deform_conv,
     det,
     dft,
     gemm,
@@ -27,4 +28,5 @@ MODULES += (
     col2im,
     roi_align,
     dft,
-)  # RNN, GRU, LSTM; GridSample; Det; Col2Im; RoiAlign; DFT, STFT
+    deform_conv,
+)  # RNN, GRU, LSTM; GridSample; Det; Col2Im; RoiAlign; DFT, STFT; DeformConv
