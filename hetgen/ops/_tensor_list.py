@@ -21,6 +21,7 @@ from hetgen.ops import (
     resize,
     scatter,
     sequence_ops,
+    tfidf,
     shape,
     slice,
     split,
@@ -64,3 +65,4 @@ MODULES += (folded,)  # compile-time only: NonZero, NonMaxSuppression, Unique, C
 MODULES += (einsum, topk)
 MODULES += (control_flow,)  # If, Loop: decided at compile time
 MODULES += (sequence_ops,)  # BitCast, MaxUnpool, ReverseSequence, TensorScatter
+MODULES += (tfidf,)  # TfIdfVectorizer
