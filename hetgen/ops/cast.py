@@ -27,8 +27,8 @@ def cast_expression(x: str, src: DType, dst: DType) -> tuple[str, bool]:
     if dst is DType.BOOL:
         return f"({x} != 0)", False
     if src.is_float and not dst.is_float:
-        if dst is DType.INT64:
-            return f"hg_f2i64({x})", True
+        if dst in (DType.INT64, DType.UINT64, DType.UINT32):  # through int64: uint32 past 2^31 too
+            return (f"hg_f2i64({x})" if dst is DType.INT64 else f"({dst.c_type})hg_f2i64({x})"), True
         return f"({dst.c_type})hg_f2i32({x})", True
     return f"({dst.c_type}){x}", False
 
