@@ -28,6 +28,11 @@ class DType(enum.Enum):
     INT64 = ("int64", "int64_t", np.int64, 7)
     BOOL = ("bool", "uint8_t", np.bool_, 9)
     FLOAT64 = ("float64", "double", np.float64, 11)
+    FLOAT16 = ("float16", "uint16_t", np.float16, 10)  # stored as its bits; kernels compute in float32
+    INT16 = ("int16", "int16_t", np.int16, 5)
+    UINT16 = ("uint16", "uint16_t", np.uint16, 4)
+    UINT32 = ("uint32", "uint32_t", np.uint32, 12)
+    UINT64 = ("uint64", "uint64_t", np.uint64, 13)
 
     @property
     def label(self) -> str:

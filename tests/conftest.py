@@ -34,6 +34,8 @@ def pytest_terminal_summary(terminalreporter):
             )
     conformance = sys.modules.get("conformance")
     details = conformance.summary() if conformance is not None else None
+    if lines and conformance is not None:
+        lines.append(conformance.coverage())
     if details:  # skip reasons, when the cases ran in this process (no xdist)
         lines += details.splitlines()[1:]
     if lines:

@@ -42,7 +42,7 @@ def op_instances(graph: Graph):
             OpInstance(
                 node=node,
                 input_types=tuple(graph.types.get(n) if n else None for n in node.inputs),
-                output_types=tuple(graph.types[n] for n in node.outputs),
+                output_types=tuple(graph.types[n] for n in node.outputs if n),
                 constants=tuple(graph.constants.get(n) if n else None for n in node.inputs),
             ),
         )
@@ -83,11 +83,10 @@ def execute(lib: ctypes.CDLL, kernels, graph: Graph, feeds: dict[str, np.ndarray
     for name in graph.inputs:
         values[name] = np.array(feeds[name], dtype=graph.types[name].dtype.numpy, order="C")
     for node, fn, kernel in kernels:
-        for out in node.outputs:
+        for out in filter(None, node.outputs):
             t = graph.types[out]
             values[out] = np.zeros(t.shape, dtype=t.dtype.numpy)
-        pointers = [values[n].ctypes.data if n else None for n in node.inputs]
-        pointers += [values[n].ctypes.data for n in node.outputs]
+        pointers = [values[n].ctypes.data if n else None for n in (*node.inputs, *node.outputs)]
         scratch = None
         if kernel.scratch_bytes:
             scratch = np.zeros(kernel.scratch_bytes + 64, dtype=np.uint8)

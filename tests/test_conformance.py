@@ -2,7 +2,8 @@
 
 One test per case (the id is the case's name). Outcomes are computed once per session for the
 selected cases, compiled together (`conformance.run_cases`); a summary of pass/skip/fail counts is
-printed at the end of the run (see `conftest.py`).
+printed at the end of the run (see `conftest.py`). Every skip is pinned with its reason in
+`tests/conformance_skips.txt`; a case whose outcome disagrees with that list fails.
 """
 
 from __future__ import annotations
@@ -32,9 +33,27 @@ def test_onnx_node_case(case, outcomes):
         conformance.record(case.name, "xfail", detail)
         pytest.xfail(expected_failure)
     conformance.record(case.name, status, detail)
+    mismatch = conformance.pin_mismatch(case.name, status, detail)
+    if mismatch:
+        pytest.fail(mismatch, pytrace=False)
     if expected_failure and status == "pass":
         pytest.fail(f"{case.name} passes now: take it off conformance.EXPECTED_FAILURES", pytrace=False)
     if status == "skip":
         pytest.skip(detail)
     if status == "fail":
         pytest.fail(detail, pytrace=False)
+
+
+def test_pinned_skips_are_cases_of_claimed_operators():
+    """A pinned case that is no longer selected (its operator unclaimed, the case gone) is stale."""
+    stale = sorted(set(conformance.PINNED_SKIPS) - {c.name for c in CASES})
+    assert not stale, f"pinned in {conformance.PINNED_SKIPS_FILE.name} but not a case of a claimed operator: {stale}"
+
+
+def test_pin_mismatch_names_the_case_and_the_fix():
+    pinned_name, pinned_reason = next(iter(conformance.PINNED_SKIPS.items()))
+    assert conformance.pin_mismatch(pinned_name, "skip", pinned_reason) is None
+    assert "passes now" in conformance.pin_mismatch(pinned_name, "pass", "")
+    assert "another reason" in conformance.pin_mismatch(pinned_name, "skip", "unsupported: something else")
+    assert "newly skips" in conformance.pin_mismatch("test_not_pinned", "skip", "unsupported: x")
+    assert conformance.pin_mismatch("test_not_pinned", "pass", "") is None

@@ -13,6 +13,10 @@ def kernel_source(kernel: Kernel, fn: str, label: str, extra_dirs: tuple[str, ..
 
     `device` holds the target's attributes, for a kind's own templates (e.g. a vector unit's lanes).
     """
+    params = dict(kernel.params)
+    inner = params.pop("inner_kernel", None)
+    if inner is not None:  # a kernel around another one (float16 storage around a float32 kernel)
+        params["inner_source"] = kernel_source(inner, f"{fn}_f32", label, extra_dirs, device)
     return render(
         "kernels/_kernel_file.c.j2",
         extra_dirs,
@@ -21,5 +25,5 @@ def kernel_source(kernel: Kernel, fn: str, label: str, extra_dirs: tuple[str, ..
         label=c_comment(label),
         scratch_bytes=kernel.scratch_bytes,
         device=dict(device or {}),
-        **kernel.params,
+        **params,
     )

@@ -4,6 +4,7 @@
 
 - `load`: read and check the file (protobuf, onnx checker, opset 7..21, outputs, input types and
   static input shapes, with `shapes=` to fix dynamic ones);
+- `functions`: function operators (Attention, GroupNormalization, ...) become their ONNX bodies;
 - `convert`: onnx's whole-model shape inference, then the frontend's working graph;
 - `contrib_quant`: onnxruntime's com.microsoft QOperator nodes become DequantizeLinear → float
   operator → QuantizeLinear;
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import onnx
 
-from hetgen.frontend import check, cleanup, contrib_quant, convert, load, qdq, resolve, rewrite
+from hetgen.frontend import check, cleanup, contrib_quant, convert, functions, load, qdq, resolve, rewrite
 from hetgen.frontend.export import export_onnx
 from hetgen.frontend.fold_batchnorm import fold_batchnorm
 from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
@@ -52,7 +53,7 @@ def import_model(
     """
     proto, source = load.read_model(model)
     load.check_model(proto, source)
-    prepared = load.prepare(proto, source, shapes)
+    prepared = functions.expand_functions(load.prepare(proto, source, shapes), source)
     work = convert.to_work(convert.infer_onnx_shapes(prepared), source, c_identifier(name, "model") if name else None)
     contrib_quant.expand_contrib(work)
     resolve.resolve(work)

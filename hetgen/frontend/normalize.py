@@ -215,6 +215,8 @@ def _split(node: WorkNode, work: Work) -> list[WorkNode]:
     axis = _nonneg(attrs.pop("axis", 0), len(shape))[0]
     count = attrs.pop("num_outputs", None)
     split = attrs.pop("split", None) if node.opset < 13 else _constant(work, _input(node, 1))
+    if not 0 <= axis < len(shape):
+        return [node]  # an invalid model; leave it to onnx's message
     dim = shape[axis]
     if split is None or np.asarray(split).size == 0:
         parts = len(node.outputs)

@@ -15,10 +15,13 @@ when the big value would otherwise end up in the compiled model.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from hetgen.frontend import control_flow
 from hetgen.frontend.convert import constant_node_value, value_type
 from hetgen.frontend.evaluate import evaluate
 from hetgen.frontend.normalize import normalize
@@ -41,8 +44,13 @@ FOLD_LIMIT_BYTES = 256 << 20
 
 
 def resolve(work: Work) -> None:
-    pending, work.nodes = work.nodes, []
-    for original in pending:
+    pending, work.nodes = collections.deque(work.nodes), []
+    while pending:
+        original = pending.popleft()
+        replaced = control_flow.replacement(original, work)  # If/Loop decided at compile time
+        if replaced is not None:
+            pending.extendleft(reversed(replaced))
+            continue
         for node in normalize(original, work):
             if not fold(node, work):
                 infer_types(node, work)

@@ -12,7 +12,17 @@ import numpy as np
 from hetgen.ir import DType
 from hetgen.ops.base import Unsupported
 
-INTEGER_DTYPES = (DType.UINT8, DType.INT8, DType.INT32, DType.INT64)
+INTEGER_DTYPES = (
+    DType.UINT8,
+    DType.INT8,
+    DType.INT32,
+    DType.INT64,
+    DType.INT16,
+    DType.UINT16,
+    DType.UINT32,
+    DType.UINT64,
+)
+UNSIGNED_DTYPES = (DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64)
 FLOAT_DTYPES = (DType.FLOAT32, DType.FLOAT64)
 
 # Unsigned twin of each integer type: arithmetic that may overflow runs there (wraps, no UB).
@@ -22,6 +32,11 @@ UNSIGNED = {
     DType.INT32: "uint32_t",
     DType.INT64: "uint64_t",
     DType.BOOL: "uint8_t",
+    # 16-bit values promote to int: their wrapping arithmetic runs in uint32_t (no signed overflow)
+    DType.INT16: "uint32_t",
+    DType.UINT16: "uint32_t",
+    DType.UINT32: "uint32_t",
+    DType.UINT64: "uint64_t",
 }
 
 # Element-size types used to move data of any dtype without looking at it.
@@ -36,6 +51,10 @@ SUFFIX = {
     DType.FLOAT32: "f32",
     DType.FLOAT64: "f64",
     DType.BOOL: "u8",
+    DType.INT16: "i16",
+    DType.UINT16: "u16",
+    DType.UINT32: "u32",
+    DType.UINT64: "u64",
 }
 
 _INT_LIMITS = {
@@ -44,6 +63,10 @@ _INT_LIMITS = {
     DType.INT32: (-(2**31), 2**31 - 1),
     DType.INT64: (-(2**63), 2**63 - 1),
     DType.BOOL: (0, 1),
+    DType.INT16: (-(2**15), 2**15 - 1),
+    DType.UINT16: (0, 2**16 - 1),
+    DType.UINT32: (0, 2**32 - 1),
+    DType.UINT64: (0, 2**64 - 1),
 }
 
 
@@ -82,6 +105,10 @@ def c_int(value: int, dtype: DType) -> str:
         return f"INT64_C({value})" if value >= 0 else f"(-INT64_C({-value}))"
     if dtype is DType.INT32 and value == -(2**31):
         return "INT32_MIN"
+    if dtype is DType.UINT64:
+        return f"UINT64_C({value})"
+    if dtype is DType.UINT32:
+        return f"{value}u"
     return str(value) if value >= 0 else f"({value})"
 
 

@@ -6,9 +6,12 @@ from hetgen.ops import (
     cast,
     clip,
     concat,
+    control_flow,
     cumsum,
     depth_to_space,
+    einsum,
     expand,
+    folded,
     gather,
     onehot,
     pad,
@@ -17,9 +20,12 @@ from hetgen.ops import (
     reshape,
     resize,
     scatter,
+    sequence_ops,
     shape,
     slice,
     split,
+    tfidf,
+    topk,
     transpose,
     trilu,
     unary,
@@ -55,3 +61,8 @@ MODULES: tuple = (
     shape,
     range,
 )
+MODULES += (folded,)  # compile-time only: NonZero, NonMaxSuppression, Unique, Compress, MelWeightMatrix
+MODULES += (einsum, topk)
+MODULES += (control_flow,)  # If, Loop: decided at compile time
+MODULES += (sequence_ops,)  # BitCast, MaxUnpool, ReverseSequence, TensorScatter
+MODULES += (tfidf,)  # TfIdfVectorizer

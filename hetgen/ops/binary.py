@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import reduce
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import INTEGER_DTYPES, SUFFIX, UNSIGNED, libm, literal, scalar_value
+from hetgen.ops._cexpr import INTEGER_DTYPES, SUFFIX, UNSIGNED, UNSIGNED_DTYPES, libm, literal, scalar_value
 from hetgen.ops._elementwise import Operand, check_epilogue, elementwise_kernel
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
@@ -76,7 +76,7 @@ def _pow(op: OpInstance, a: str, b: str) -> tuple[str, bool]:
 def _bitshift(t: DType, direction: str, a: str, b: str) -> str:
     """Shifts by a negative or too large amount give 0 (or -1 for a negative value shifted right)."""
     width = 8 * t.itemsize
-    signed = t is not DType.UINT8
+    signed = t not in UNSIGNED_DTYPES
     out_of_range = f"({b} < 0 || {b} >= {width})" if signed else f"{b} >= {width}"
     if direction == "LEFT":
         return f"{out_of_range} ? ({t.c_type})0 : ({t.c_type})(({UNSIGNED[t]}){a} << {b})"

@@ -1,4 +1,4 @@
-"""CumSum along a constant axis (exclusive, reverse): rows of the input, viewed as
+"""CumSum and CumProd along a constant axis (exclusive, reverse): rows of the input, viewed as
 (outer, n, inner), are added in order, so the inner loop is unit-stride."""
 
 from __future__ import annotations
@@ -12,15 +12,18 @@ from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 def lower(op: OpInstance) -> Kernel:
     x_type = op.input_types[0]
-    dtype = require_dtype(x_type.dtype, (*FLOAT_DTYPES, *INTEGER_DTYPES), "CumSum")
+    name = op.node.op
+    dtype = require_dtype(x_type.dtype, (*FLOAT_DTYPES, *INTEGER_DTYPES), name)
     axis_value = op.constant(1)
     if axis_value is None:
-        raise Unsupported("CumSum axis must be a compile-time constant")
+        raise Unsupported(f"{name} axis must be a compile-time constant")
     shape = x_type.shape
-    axis = normalize_axis(int(scalar_value(axis_value, "CumSum axis")), len(shape))
+    axis = normalize_axis(int(scalar_value(axis_value, f"{name} axis")), len(shape))
     n = shape[axis]
     reverse = bool(op.attr("reverse", 0))
-    add = "a + b" if dtype.is_float else f"({dtype.c_type})(({UNSIGNED[dtype]})a + ({UNSIGNED[dtype]})b)"
+    sign = "*" if name == "CumProd" else "+"
+    # integers wrap around, as numpy's, through the unsigned type (no undefined overflow)
+    add = f"a {sign} b" if dtype.is_float else f"({dtype.c_type})(({UNSIGNED[dtype]})a {sign} ({UNSIGNED[dtype]})b)"
     return Kernel(
         template="kernels/cumsum.c.j2",
         params={
@@ -35,6 +38,7 @@ def lower(op: OpInstance) -> Kernel:
             "previous": f"({n} - s)" if reverse else "(s - 1)",
             "first": n - 1 if reverse else 0,
             "add": add,
+            "identity": "1" if name == "CumProd" else "0",
             "out_arg": len(op.node.inputs),
         },
         flops=x_type.size,
@@ -42,4 +46,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("CumSum", lower, const_inputs=(1,)),)
+DEFS = (OpDef("CumSum", lower, const_inputs=(1,)), OpDef("CumProd", lower, const_inputs=(1,)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.ir import DType, TensorType
-from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED, highest, libm, literal, lowest
+from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED, UNSIGNED_DTYPES, highest, libm, literal, lowest
 from hetgen.ops._layout import collapse, contiguous_strides, index_expr, loops_for, normalize_axis
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
@@ -56,7 +56,7 @@ def _min(t: DType) -> str:
 def _abs(t: DType) -> str:
     if t.is_float:
         return f"{libm('fabs', t)}(x)"
-    if t is DType.UINT8:
+    if t in UNSIGNED_DTYPES:
         return "x"
     return f"x < 0 ? ({t.c_type})(0u - ({UNSIGNED[t]})x) : x"
 

@@ -86,4 +86,8 @@ def lower_scatter_nd(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("ScatterElements", lower_scatter_elements), OpDef("ScatterND", lower_scatter_nd))
+DEFS = (
+    OpDef("ScatterElements", lower_scatter_elements),
+    OpDef("ScatterND", lower_scatter_nd),
+    OpDef("Scatter", lower_scatter_elements),  # opset 9-10; the frontend renames it ScatterElements
+)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from hetgen.ir import DType
 from hetgen.ops._activation import ACTIVATIONS, epilogue_from_attributes, sigmoid
-from hetgen.ops._cexpr import INTEGER_DTYPES, UNSIGNED, libm, literal
+from hetgen.ops._cexpr import INTEGER_DTYPES, UNSIGNED, UNSIGNED_DTYPES, libm, literal
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
@@ -108,7 +108,7 @@ FLOAT_BUILDERS: dict[str, FloatBuilder] = {
 
 
 def _int_expression(name: str, x: str, t: DType) -> str:
-    unsigned = t is DType.UINT8
+    unsigned = t in UNSIGNED_DTYPES
     wrap_neg = f"({t.c_type})(0u - ({UNSIGNED[t]}){x})"  # -x modulo 2^n, as numpy
     if name == "Neg":
         return wrap_neg

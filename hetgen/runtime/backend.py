@@ -20,7 +20,7 @@ from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep
 
 from hetgen.build import BuildOptions
-from hetgen.ops.registry import op_def
+from hetgen.ops.registry import const_inputs
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.loader import load
 
@@ -34,8 +34,7 @@ def constant_inputs(model: onnx.ModelProto) -> set[str]:
     names = {vi.name for vi in model.graph.input}
     frozen = set()
     for node in model.graph.node:
-        definition = op_def(node.op_type)
-        for index in definition.const_inputs if definition else ():
+        for index in const_inputs(node.op_type):
             if index < len(node.input) and node.input[index] in names:
                 frozen.add(node.input[index])
     return frozen

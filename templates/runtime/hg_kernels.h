@@ -209,4 +209,66 @@ static inline float hg_row_max(const float *restrict x, size_t n)
 /* int8/uint8 quantisation arithmetic (the quantized kernels' expressions call it) */
 #include "hg_quant.h"
 
+/* ---- float16 storage ------------------------------------------------------------------------
+   float16 tensors are stored as their IEEE binary16 bits (uint16_t); kernels compute in float32
+   (see hetgen/ops/_float16.py). Both conversions are exact: widening always is, and narrowing
+   rounds to nearest, ties to even, from the double value (so a float64 is rounded once, not twice),
+   with subnormals, infinities and NaN as numpy gives them. */
+
+static inline float hg_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exponent = (h >> 10) & 0x1fu;
+    uint32_t mantissa = h & 0x3ffu;
+    if (exponent == 0) { /* zero or subnormal: mantissa * 2^-24, exact in float */
+        float magnitude = (float)mantissa * 5.9604644775390625e-8f;
+        return sign ? -magnitude : magnitude;
+    }
+    if (exponent == 0x1fu)
+        return hg_f32_from_bits(sign | 0x7f800000u | (mantissa << 13));
+    return hg_f32_from_bits(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+static inline uint16_t hg_f64_to_f16(double x)
+{
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    uint16_t sign = (uint16_t)((bits >> 48) & 0x8000u);
+    uint64_t magnitude = bits & 0x7fffffffffffffffull;
+    if (magnitude >= 0x7ff0000000000000ull) /* inf stays inf; NaN stays a quiet NaN */
+        return (uint16_t)(sign | (magnitude > 0x7ff0000000000000ull ? 0x7e00u : 0x7c00u));
+    int exponent = (int)(magnitude >> 52) - 1023;
+    if (exponent > 15)
+        return (uint16_t)(sign | 0x7c00u);
+    if (exponent < -25) /* below half the smallest subnormal: rounds to zero */
+        return sign;
+    uint64_t significand = (magnitude & 0xfffffffffffffull) | (1ull << 52);
+    /* subnormal results count units of 2^-24; normal ones keep 10 mantissa bits */
+    int shift = exponent < -14 ? 28 - exponent : 42;
+    uint64_t kept = significand >> shift;
+    if (exponent >= -14)
+        kept = ((uint64_t)(exponent + 15) << 10) | (kept & 0x3ffu);
+    uint64_t rest = significand & ((1ull << shift) - 1), halfway = 1ull << (shift - 1);
+    if (rest > halfway || (rest == halfway && (kept & 1u)))
+        kept++; /* a carry moves into the exponent, up to infinity: as it should */
+    return (uint16_t)(sign | kept);
+}
+
+static inline uint16_t hg_f32_to_f16(float x)
+{
+    return hg_f64_to_f16((double)x);
+}
+
+static inline void hg_f16_widen(const uint16_t *restrict src, float *restrict dst, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        dst[i] = hg_f16_to_f32(src[i]);
+}
+
+static inline void hg_f16_narrow(const float *restrict src, uint16_t *restrict dst, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        dst[i] = hg_f32_to_f16(src[i]);
+}
+
 #endif /* HG_KERNELS_H */

@@ -53,6 +53,38 @@ static inline int64_t hg_f2i64(double x)
 HG_SIGNED_DIVMOD(int8_t, uint8_t, i8)
 HG_SIGNED_DIVMOD(int32_t, uint32_t, i32)
 HG_SIGNED_DIVMOD(int64_t, uint64_t, i64)
+HG_SIGNED_DIVMOD(int16_t, uint32_t, i16) /* uint32_t: 16-bit products would overflow int */
+
+/* Unsigned Div and Mod: a zero divisor gives 0 (numpy); Pow wraps. WT holds a product without
+   promotion to int. */
+#define HG_UNSIGNED_DIVMOD(T, WT, S)                                                               \
+    static inline T hg_div_##S(T a, T b)                                                           \
+    {                                                                                              \
+        return b == 0 ? (T)0 : (T)(a / b);                                                         \
+    }                                                                                              \
+    static inline T hg_mod_##S(T a, T b)                                                           \
+    {                                                                                              \
+        return b == 0 ? (T)0 : (T)(a % b);                                                         \
+    }                                                                                              \
+    static inline T hg_fmod_##S(T a, T b)                                                          \
+    {                                                                                              \
+        return hg_mod_##S(a, b);                                                                   \
+    }                                                                                              \
+    static inline T hg_pow_##S(T a, T b)                                                           \
+    {                                                                                              \
+        WT result = 1u, base = a;                                                                  \
+        while (b) {                                                                                \
+            if (b & 1u)                                                                            \
+                result = (T)(result * base);                                                       \
+            base = (T)(base * base);                                                               \
+            b = (T)(b >> 1);                                                                       \
+        }                                                                                          \
+        return (T)result;                                                                          \
+    }
+
+HG_UNSIGNED_DIVMOD(uint16_t, uint32_t, u16)
+HG_UNSIGNED_DIVMOD(uint32_t, uint32_t, u32)
+HG_UNSIGNED_DIVMOD(uint64_t, uint64_t, u64)
 
 static inline uint8_t hg_div_u8(uint8_t a, uint8_t b)
 {

@@ -132,9 +132,9 @@ def bad_models() -> dict[str, tuple[bytes, str]]:
             relu_model(x_shape=("batch", 3)).SerializeToString(),
             "{file}: input 'x' dimension 0 is dynamic ('batch'); hetgen needs static shapes",
         ),
-        "float16_input": (
-            relu_model(elem=TensorProto.FLOAT16).SerializeToString(),
-            "{file}: input 'x' has element type float16;",
+        "bfloat16_input": (
+            relu_model(elem=TensorProto.BFLOAT16).SerializeToString(),
+            "{file}: input 'x' has element type bfloat16;",
         ),
         "unsupported_ops": (custom.SerializeToString(), "{file}: 2 operators are not supported by hetgen:"),
         "shape_from_input": (
@@ -145,10 +145,10 @@ def bad_models() -> dict[str, tuple[bytes, str]]:
             model([helper.make_node("Relu", ["x"], ["y"])], [value("x", [2])], []).SerializeToString(),
             "{file}: the graph has no outputs",
         ),
-        "float16_inside": (
+        "bfloat16_inside": (
             model(
                 [
-                    helper.make_node("Cast", ["x"], ["half"], to=TensorProto.FLOAT16, name="to_half"),
+                    helper.make_node("Cast", ["x"], ["half"], to=TensorProto.BFLOAT16, name="to_half"),
                     helper.make_node("Cast", ["half"], ["y"], to=F, name="to_float"),
                 ],
                 [value("x", [2])],
