@@ -5,6 +5,8 @@ of any output (each element is summed by one thread, in the one-thread order).""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -124,3 +126,71 @@ def test_threads_on_bare_metal_are_refused():
         Path("platforms/mcu.yaml").read_text() + "\noptions: {threads: 1}\n", "mcu.yaml", "platforms"
     )
     assert one.options["threads"] == 1
+
+
+DRIVER = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "hg_host.h"
+
+#define CALLERS 3
+#define RUNS 4
+#define IN_FLOATS (16 * 16 * 16)
+#define OUT_FLOATS 300
+
+static float input[IN_FLOATS], expected[OUT_FLOATS];
+
+static int run_once(float *out, void *workspace) {
+    const void *inputs[1] = { input };
+    void *outputs[1] = { out };
+    return hg_host_run(inputs, outputs, workspace);
+}
+
+/* Several callers at once: one owns the pool, the others run their GEMMs alone. */
+static void *caller(void *arg) {
+    (void)arg;
+    void *workspace = aligned_alloc(HG_HOST_WORKSPACE_ALIGN, HG_HOST_WORKSPACE_SIZE);
+    float out[OUT_FLOATS];
+    for (int r = 0; r < RUNS; ++r)
+        if (run_once(out, workspace) != HG_OK || memcmp(out, expected, sizeof out) != 0) {
+            fprintf(stderr, "run %d: wrong result\n", r);
+            exit(3);
+        }
+    free(workspace);
+    return NULL;
+}
+
+int main(void) {
+    for (int i = 0; i < IN_FLOATS; ++i) input[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    if (hg_host_init() != HG_OK || run_once(expected, NULL) != HG_OK) return 2;
+    pthread_t threads[CALLERS];
+    for (int t = 0; t < CALLERS; ++t) pthread_create(&threads[t], NULL, caller, NULL);
+    for (int t = 0; t < CALLERS; ++t) pthread_join(threads[t], NULL);
+    puts("ok");
+    return 0;
+}
+"""
+
+
+def test_pool_is_clean_under_thread_sanitizer(tmp_path, monkeypatch):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed")
+    monkeypatch.delenv("HG_THREADS", raising=False)
+    out = hetgen.compile(
+        host_platform(tmp_path, 2),
+        conv_gemm_model(),
+        out=tmp_path / "out",
+        opt=("-O1", "-g"),
+        native_tuning=False,
+        sanitize=("thread",),
+    )
+    (tmp_path / "driver.c").write_text(DRIVER)
+    exe = tmp_path / "driver"
+    command = ["gcc", "-std=c11", "-O1", "-g", "-fsanitize=thread", "-I", str(out / "host"), "-I", str(out / "runtime")]
+    command += [str(tmp_path / "driver.c"), str(out / "lib" / "libhg_host.a"), "-pthread", "-lm", "-o", str(exe)]
+    subprocess.run(command, check=True)
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "ThreadSanitizer" not in result.stderr, result.stderr[-4000:]
+    assert result.stdout.strip() == "ok"
