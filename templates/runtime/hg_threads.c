@@ -1,6 +1,7 @@
 /* hetgen's worker pool (see hg_threads.h). Workers sleep on a condition variable between calls;
-   a call publishes its job under the lock, bumps the generation, and waits for every worker to
-   report its share done. No allocation after the pool starts. */
+   a call publishes its job under the lock and bumps the generation; the caller and the workers
+   claim tasks one at a time, and the call returns when every task is done. No allocation after the
+   pool starts. */
 #define _POSIX_C_SOURCE 200809L
 #include "hg_threads.h"
 
@@ -14,13 +15,12 @@ static struct {
     size_t threads;
     void *scratch[HG_THREADS_MAX];
     pthread_mutex_t busy; /* held by the one caller that owns the workers */
-    pthread_mutex_t lock; /* guards the job, the generation and `pending` */
+    pthread_mutex_t lock; /* guards everything below */
     pthread_cond_t start, done;
     unsigned long generation;
-    size_t pending;
     hg_task_fn fn;
     void *ctx;
-    size_t n;
+    size_t n, next, finished; /* tasks, the next unclaimed one, those done */
 } pool = {
     .once = PTHREAD_ONCE_INIT,
     .threads = 1,
@@ -45,31 +45,33 @@ static size_t requested_threads(void)
     return (size_t)value;
 }
 
-static void run_share(size_t worker, hg_task_fn fn, void *ctx, size_t n, size_t threads)
+/* Claims and runs tasks until none is left; called with the lock held, returns with it held. A
+   worker that wakes late finds every task claimed (the caller ran them) and costs the call nothing:
+   the caller waits only for tasks that were claimed, never for a worker to show up. */
+static void run_tasks(size_t thread)
 {
-    for (size_t task = worker; task < n; task += threads)
-        fn(ctx, task, pool.scratch[worker]);
+    while (pool.next < pool.n) {
+        const size_t task = pool.next++;
+        const hg_task_fn fn = pool.fn;
+        void *ctx = pool.ctx;
+        pthread_mutex_unlock(&pool.lock);
+        fn(ctx, task, pool.scratch[thread]);
+        pthread_mutex_lock(&pool.lock);
+        if (++pool.finished == pool.n)
+            pthread_cond_signal(&pool.done);
+    }
 }
 
 static void *worker_main(void *arg)
 {
-    const size_t worker = (size_t)arg;
+    const size_t thread = (size_t)arg;
     unsigned long seen = 0;
+    pthread_mutex_lock(&pool.lock);
     for (;;) {
-        pthread_mutex_lock(&pool.lock);
         while (pool.generation == seen)
             pthread_cond_wait(&pool.start, &pool.lock);
         seen = pool.generation;
-        const hg_task_fn fn = pool.fn;
-        void *ctx = pool.ctx;
-        const size_t n = pool.n;
-        const size_t threads = pool.threads;
-        pthread_mutex_unlock(&pool.lock);
-        run_share(worker, fn, ctx, n, threads);
-        pthread_mutex_lock(&pool.lock);
-        if (--pool.pending == 0)
-            pthread_cond_signal(&pool.done);
-        pthread_mutex_unlock(&pool.lock);
+        run_tasks(thread);
     }
     return NULL;
 }
@@ -90,7 +92,7 @@ static void start_pool(void)
             break;
         pthread_detach(thread);
     }
-    /* workers beyond `started` never ran; those that did only take tasks t % threads */
+    /* if a worker could not start, the pool runs with the ones that did */
     pool.threads = started;
 }
 
@@ -112,13 +114,12 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
-    pool.pending = threads - 1;
+    pool.next = 0;
+    pool.finished = 0;
     ++pool.generation;
     pthread_cond_broadcast(&pool.start);
-    pthread_mutex_unlock(&pool.lock);
-    run_share(0, fn, ctx, n, threads);
-    pthread_mutex_lock(&pool.lock);
-    while (pool.pending != 0)
+    run_tasks(0);
+    while (pool.finished != pool.n)
         pthread_cond_wait(&pool.done, &pool.lock);
     pthread_mutex_unlock(&pool.lock);
     pthread_mutex_unlock(&pool.busy);

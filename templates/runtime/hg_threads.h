@@ -25,9 +25,11 @@ typedef void (*hg_task_fn)(void *ctx, size_t task, void *scratch);
 /* The number of threads parallel calls use (1: everything runs on the caller). */
 size_t hg_threads_count(void);
 
-/* Runs fn(ctx, task, scratch) for every task in [0, n) and returns when all are done. Task t runs
-   on thread t % hg_threads_count(). While another caller holds the pool, every task runs on this
-   caller, one after another, with scratch NULL (the generated code stays re-entrant). */
+/* Runs fn(ctx, task, scratch) for every task in [0, n) and returns when all are done. The caller
+   and the workers claim tasks one at a time, so a worker the OS is slow to wake costs nothing: the
+   caller runs its share too. Which thread runs a task must not change its result. While another
+   caller holds the pool, every task runs on this caller, one after another, with scratch NULL
+   (the generated code stays re-entrant). */
 void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx);
 
 #endif
