@@ -1,6 +1,7 @@
 """Latency of hetgen's generated host code beside onnxruntime, one thread each, on real-sized models.
 
     python benchmarks/bench_models.py [--runs 15] [--models resnet18,mobilenetv2,...] [--platform host]
+    python benchmarks/bench_models.py --threads 1,2 [--runs 15] [--models resnet18@64]
 
 Per model: the median latency of each (interleaved in one process, so both see the same noise on a
 shared machine), their ratio (below 1: hetgen is faster), the GFLOP/s of hetgen's convolutions and
@@ -9,6 +10,10 @@ matrix products (counted as direct convolution: Winograd layers do fewer) agains
 the largest reference value, and the generated program's memory (arena + weights, as packed)
 against the model's weights plus the liveness lower bound of its activations. Last, the geometric
 mean of the ratios.
+
+With `--threads 1,2` it instead compares, per model and thread count T, hetgen run with HG_THREADS=T
+(its GEMM's worker pool, templates/runtime/hg_threads.c; one build, each count loaded as its own
+copy with its own pool) beside onnxruntime with intra_op_num_threads=T, all interleaved in one loop.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import ctypes
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -111,16 +117,82 @@ def measure(out: Path, runs: int) -> tuple[float, float, float]:
     return statistics.median(ours), statistics.median(theirs), error
 
 
+def measure_threads(out: Path, runs: int, counts: list[int]) -> dict[int, tuple[float, float, float]]:
+    """Per thread count: (hetgen ms, onnxruntime ms, max relative difference), medians of runs that
+    interleave every count of both, so all see the same noise."""
+    models, sessions = {}, {}
+    for count in counts:
+        os.environ["HG_THREADS"] = str(count)  # read when this copy's pool starts, at its first run
+        models[count] = load(out)
+        sessions[count] = ort_session(str(out / MODEL_COPY), threads=count)
+    os.environ.pop("HG_THREADS")
+    first = models[counts[0]]
+    feeds = feeds_for(first, out, 0)[0]
+    inputs = [checked_input(t, feeds[t.name]) for t in first.inputs]
+    outputs = {count: [np.empty(t.shape, dtype=t.dtype) for t in first.outputs] for count in counts}
+    errors = {}
+    for count in counts:
+        for _ in range(2):
+            models[count].run_into(inputs, outputs[count])
+            reference = sessions[count].run(None, feeds)
+        errors[count] = max(
+            float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
+            for got, want in zip(outputs[count], reference)
+        )
+    ours: dict[int, list[float]] = {count: [] for count in counts}
+    theirs: dict[int, list[float]] = {count: [] for count in counts}
+    for _ in range(runs):
+        for count in counts:
+            start = time.perf_counter()
+            models[count].run_into(inputs, outputs[count])
+            middle = time.perf_counter()
+            sessions[count].run(None, feeds)
+            ours[count].append((middle - start) * 1e3)
+            theirs[count].append((time.perf_counter() - middle) * 1e3)
+    return {
+        count: (statistics.median(ours[count]), statistics.median(theirs[count]), errors[count]) for count in counts
+    }
+
+
+def thread_table(names: list[str], platform: str, runs: int, counts: list[int]) -> int:
+    print(
+        f"{'model':14} {'threads':>7} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'hg speedup':>10} {'rel err':>9}"
+    )
+    with tempfile.TemporaryDirectory(prefix="hetgen-bench-") as tmp:
+        for name in names:
+            model = MODELS[name]()
+            path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
+            onnx.save(model, path)
+            out = hetgen.compile(platform, path, out=Path(tmp) / path.stem, native_only=True)
+            figures = measure_threads(out, runs, counts)
+            base = figures[counts[0]][0]
+            for count, (ours, theirs, error) in figures.items():
+                print(
+                    f"{name:14} {count:7d} {ours:10.2f} {theirs:10.2f} {ours / theirs:6.2f} {base / ours:10.2f}"
+                    f" {error:9.1e}",
+                    flush=True,
+                )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--platform", default="host")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
+    parser.add_argument(
+        "--threads", default="", help="e.g. 1,2: hetgen (HG_THREADS) beside onnxruntime at each thread count"
+    )
     args = parser.parse_args()
     names = [name for name in args.models.split(",") if name]
     unknown = [name for name in names if name not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; accepted: {', '.join(MODELS)}")
+    if args.threads:
+        counts = [int(c) for c in args.threads.split(",") if c.strip().isdigit() and 1 <= int(c) <= 64]
+        if len(counts) != len(args.threads.split(",")):
+            parser.error(f"--threads {args.threads}: expected thread counts from 1 to 64, e.g. 1,2")
+        return thread_table(names, args.platform, args.runs, counts)
     peak = peak_gflops()
     print(f"core peak (FMA loop): {peak:.1f} GFLOP/s, 1 thread")
     print(

@@ -121,7 +121,8 @@ def generate_files(platform: Platform, graph: Graph, options: CompileOptions, mo
     lowered = lower.lower(graph, platform, placement)
     if not options.native_only:
         check_board_fit(lowered, platform)  # a bare-metal board's flash and RAM, before anything is built
-    sources = codegen.generate(lowered, weights=options.weights)
+    threads = platform.options.get("threads", 1)  # the worker pool's default (hg_threads_config.h)
+    sources = codegen.generate(lowered, weights=options.weights, threads=threads)
     regenerate = regenerate_rule(platform, model, out_dir, options)
     board = None if options.native_only else board_plan(sources, platform, options.build_options)
     build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve(), board)

@@ -93,8 +93,11 @@ def test_micro_kernels_of_every_isa_match_numpy_in_every_operand_mode(name, case
     if not runnable:
         pytest.skip(f"this CPU cannot run {name} code")
     program = tmp_path / "gemm_check"
+    # the worker pool at two threads: the 13x70x300 product is split between them
+    (tmp_path / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 2\n#define HG_THREADS_POOL 1\n")
+    sources = [str(HARNESS), str(RUNTIME / "hg_gemm.c"), str(RUNTIME / "hg_threads.c")]
     compiled = subprocess.run(
-        [cc, *flags, f"-I{RUNTIME}", str(HARNESS), str(RUNTIME / "hg_gemm.c"), "-lm", "-o", str(program)],
+        [cc, *flags, f"-I{RUNTIME}", f"-I{tmp_path}", *sources, "-pthread", "-lm", "-o", str(program)],
         capture_output=True,
         text=True,
     )

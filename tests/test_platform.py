@@ -187,7 +187,7 @@ def test_defaults_applied_and_runtimes_defaulted():
     assert platform.target("p/v/host").runtime is Runtime.VM  # a composite's host drives its devices
     assert platform.target("p/v").runtime is None and npu.runtime is None
     assert load("name: p\ntarget: native\n").root.runtime is Runtime.AOT  # a lone CPU
-    assert platform.options == {"placement": "cost", "pins": {}}
+    assert platform.options == {"placement": "cost", "pins": {}, "threads": 1}
 
 
 def test_figures_and_memory_computed_from_attributes():

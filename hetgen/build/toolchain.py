@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass
 
 from hetgen.errors import HetgenError
+from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Target, Toolchain
 
 WARNINGS = ("-Wall", "-Wextra")
@@ -70,7 +71,7 @@ def native_toolchain(target: Target, options: BuildOptions) -> Toolchain:
         flags.append("-march=native")
     if options.werror:
         flags.append("-Werror")
-    ldflags: list[str] = []
+    ldflags: list[str] = ["-pthread"]  # the GEMM's worker pool (templates/runtime/hg_threads.c)
     if options.sanitize:
         sanitize = f"-fsanitize={','.join(options.sanitize)}"
         flags += [sanitize, "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
@@ -97,7 +98,7 @@ def board_toolchain(target: Target, options: BuildOptions) -> Toolchain:
     return Toolchain(
         cc=own.cc,
         cflags=tuple(flags),
-        ldflags=(*sysroot, *own.ldflags),
+        ldflags=(*sysroot, *own.ldflags, *(() if is_bare_metal(target) else ("-pthread",))),
         ar=own.ar,
         launcher=options.launcher or own.launcher,
         sysroot=own.sysroot,

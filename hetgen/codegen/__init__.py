@@ -8,9 +8,9 @@ from hetgen.codegen.baremetal import with_board_support
 from hetgen.codegen.project import GeneratedFile, Sources
 
 
-def generate(lowered, weights: str = "blob") -> Sources:
+def generate(lowered, weights: str = "blob", threads: int = 1) -> Sources:
     """All files of the project, in memory; a bare-metal root also gets its board program."""
-    return with_board_support(lowered, project.generate(lowered, weights=weights))
+    return with_board_support(lowered, project.generate(lowered, weights=weights, threads=threads))
 
 
 __all__ = ["GeneratedFile", "Sources", "generate"]

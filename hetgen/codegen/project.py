@@ -20,11 +20,14 @@ from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
+from hetgen.platform.baremetal import is_bare_metal
 from hetgen.templates_dir import templates_dir
 
 # Runtime sources every generated project carries, so a board project needs no Python.
 RUNTIME_FILES = ("hg_runtime.h", "hg_device.h", "hg_kernels.h", "hg_graph.c", "hg_vm.c")
 RUNTIME_VERSION = 2
+# Runtime sources that another runtime source calls: the GEMM splits its work over the worker pool.
+RUNTIME_NEEDS = {"hg_gemm.c": ("hg_threads.c",)}
 
 
 # hg_device_stats (templates/runtime/hg_runtime.h), field by field in order.
@@ -159,8 +162,9 @@ def _program_files(
     return files, sources
 
 
-def generate(lowered: Lowered, weights: str = "blob") -> Sources:
-    """All files of the project, in memory. `weights`: "blob" (linked by .incbin) or "c_array"."""
+def generate(lowered: Lowered, weights: str = "blob", threads: int = 1) -> Sources:
+    """All files of the project, in memory. `weights`: "blob" (linked by .incbin) or "c_array";
+    `threads`: the platform's `options.threads`, the worker pool's compiled-in default."""
     files: list[GeneratedFile] = []
     targets = []
     helpers: set[str] = set()
@@ -225,6 +229,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
     runtime_dir = templates_dir() / "runtime"
     # Every shared header travels (kernels may include any); C sources only when something needs them.
     needed = set(RUNTIME_FILES) | helpers | {path.name for path in runtime_dir.glob("*.h")}
+    needed |= {extra for name, extras in RUNTIME_NEEDS.items() if name in needed for extra in extras}
     if any(program.role is ProgramRole.ACCELERATOR for program in lowered.programs):
         needed |= {"hg_sim.c", "hg_sim.h"}
     board_only = set(RUNTIME_SOURCES) if files_remote else set()
@@ -233,6 +238,7 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
         files.append(GeneratedFile(f"runtime/{name}", (runtime_dir / name).read_bytes()))
         if name.endswith(".c") and name not in board_only:
             runtime_c.append(f"runtime/{name}")
+    files.append(_threads_config(lowered, threads))
     root = lowered.root
     manifest = {
         "hetgen_manifest": 1,
@@ -253,6 +259,14 @@ def generate(lowered: Lowered, weights: str = "blob") -> Sources:
         ],
     }
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
+
+
+def _threads_config(lowered: Lowered, threads: int) -> GeneratedFile:
+    """runtime/hg_threads_config.h: the pool's default thread count, and whether there is a pool at
+    all (not where any target is bare metal: no OS, no pthreads; the loader refuses threads > 1)."""
+    pool = not any(is_bare_metal(program.target) for program in lowered.programs)
+    text = render("model/hg_threads_config.h.j2", threads=threads, pool=int(pool))
+    return GeneratedFile("runtime/hg_threads_config.h", text.encode())
 
 
 def _remote_files(lowered: Lowered, prefixes: dict[str, str], targets: list[TargetSources]):

@@ -129,6 +129,7 @@ def _options_schema() -> dict[str, Any]:
         {
             "placement": {"enum": list(PLACEMENTS)},
             "pins": {"type": "object", "additionalProperties": {"type": "string"}},
+            "threads": {"type": "integer", "minimum": 1, "maximum": 64},
         }
     )
 

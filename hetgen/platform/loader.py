@@ -13,18 +13,28 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hetgen.errors import Diagnostic, PlatformError
+from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.kind_parts import parse_kind_block
 from hetgen.platform.kinds import builtin_kinds, resolve_kinds
 from hetgen.platform.model import FrozenMap, Platform, Role, SourcePos, Target
-from hetgen.platform.schema import Problems, check_keys, close_match, expect_map, read_identifier, read_str
+from hetgen.platform.schema import (
+    Problems,
+    check_keys,
+    close_match,
+    expect_map,
+    read_identifier,
+    read_number,
+    read_str,
+)
 from hetgen.platform.search_path import find_platform
 from hetgen.platform.targets import build_tree
 from hetgen.platform.yaml_positions import YMap, YNode, parse_yaml
 
 PLATFORM_KEYS = ("name", "target", "kinds", "options")
-OPTION_KEYS = ("placement", "pins")
+OPTION_KEYS = ("placement", "pins", "threads")
+MAX_THREADS = 64  # HG_THREADS_MAX in templates/runtime/hg_threads.h
 PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
-DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap()})
+DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap(), "threads": 1})
 MAX_FILE_BYTES = 256 << 10  # shipped platforms are under 2 KiB; PyYAML parses ~200 KiB/s
 
 
@@ -118,7 +128,28 @@ def _options(node: YNode | None, root: Target | None, problems: Problems) -> Fro
     if body.get("placement") is not None:
         placement = read_str(body.get("placement"), "'placement' of options", problems, PLACEMENTS)
     pins = _pins(body.get("pins"), root, problems) if body.get("pins") is not None else FrozenMap()
-    return FrozenMap({"placement": placement, "pins": pins})
+    threads = _threads(body.get("threads"), root, problems) if body.get("threads") is not None else 1
+    return FrozenMap({"placement": placement, "pins": pins, "threads": threads})
+
+
+def _threads(node: YNode, root: Target | None, problems: Problems) -> int:
+    """`threads: N`: the GEMM's worker pool (templates/runtime/hg_threads.c), compiled in as the
+    default that HG_THREADS overrides at run time. A bare-metal target has no OS threads."""
+    threads = read_number(node, "'threads' of options", problems, integer=True, minimum=1)
+    if threads is None:
+        return 1
+    if threads > MAX_THREADS:
+        problems.add(node.pos, f"'threads' of options must be at most {MAX_THREADS}, not {threads}")
+        return 1
+    bare = [target.path_str for target in root.walk() if is_bare_metal(target)] if root is not None else []
+    if threads > 1 and bare:
+        problems.add(
+            node.pos,
+            f"'threads: {threads}' needs OS threads, but {', '.join(bare)} is bare metal (no pthreads);"
+            " remove 'threads' or set it to 1",
+        )
+        return 1
+    return threads
 
 
 def _pins(node: YNode, root: Target | None, problems: Problems) -> FrozenMap:

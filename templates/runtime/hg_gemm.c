@@ -3,6 +3,7 @@
    the contract, including the panel layouts that generate-time packing writes. */
 #include "hg_kernels.h"
 #include "hg_sgemm_tile.h"
+#include "hg_threads.h"
 
 #define PM HG_SGEMM_PANEL_M
 #define PN HG_SGEMM_PANEL_N
@@ -99,25 +100,19 @@ static void edge_tile(size_t kc, const float *pa, const float *pb, float *c, siz
     }
 }
 
-void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, float *c, size_t ldc,
-                 int accumulate, hg_gemm_epilogue_fn epilogue, const void *ctx, void *work)
+/* Rows [i0, i1) x columns [j0, j1) of C, serially. i0 is a multiple of PM and j0 of PN, so the tiles
+   are the very tiles a call over all of C computes, each summed over k in the same order: splitting
+   C between threads changes no bit of the result. */
+static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, size_t k, const hg_sgemm_operands *ops,
+                        float *c, size_t ldc, int accumulate, hg_gemm_epilogue_fn epilogue, const void *ctx,
+                        void *work)
 {
-    if (m == 0 || n == 0)
-        return;
-    if (k == 0) {
-        for (size_t i = 0; i < m && !accumulate; ++i)
-            for (size_t j = 0; j < n; ++j)
-                c[i * ldc + j] = 0.0f;
-        if (epilogue)
-            epilogue(c, ldc, 0, 0, m, n, ctx);
-        return;
-    }
     /* 64-byte aligned packing buffers carved out of the workspace (HG_SGEMM_PACK_BYTES) */
     float *pa = align64(work);
     float *pb = align64(pa + (min_size(m, HG_SGEMM_MC) + PM) * min_size(k, HG_SGEMM_KC));
 
-    for (size_t jc = 0; jc < n; jc += HG_SGEMM_NC) {
-        const size_t nc = min_size(HG_SGEMM_NC, n - jc);
+    for (size_t jc = j0; jc < j1; jc += HG_SGEMM_NC) {
+        const size_t nc = min_size(HG_SGEMM_NC, j1 - jc);
         for (size_t pc = 0; pc < k; pc += HG_SGEMM_KC) {
             const size_t kc = min_size(HG_SGEMM_KC, k - pc);
             const int add = accumulate || pc > 0;
@@ -133,8 +128,8 @@ void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, flo
                 pack_b(kc, nc, ops->b + (ptrdiff_t)pc * ops->b_rs + (ptrdiff_t)jc * ops->b_cs, ops->b_rs,
                        ops->b_cs, pb);
             }
-            for (size_t ic = 0; ic < m; ic += HG_SGEMM_MC) {
-                const size_t mc = min_size(HG_SGEMM_MC, m - ic);
+            for (size_t ic = i0; ic < i1; ic += HG_SGEMM_MC) {
+                const size_t mc = min_size(HG_SGEMM_MC, i1 - ic);
                 const float *a_block = pa;
                 size_t a_step = kc * PM;
                 if (ops->a_panels) {
@@ -164,6 +159,65 @@ void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, flo
             }
         }
     }
+}
+
+/* One thread's share of a split GEMM: a run of whole A panels (rows) or B panels (columns). */
+typedef struct {
+    size_t m, n, k, panels, parts;
+    int split_rows;
+    const hg_sgemm_operands *ops;
+    float *c;
+    size_t ldc;
+    int accumulate;
+    hg_gemm_epilogue_fn epilogue;
+    const void *ctx;
+    void *work;
+} sgemm_job;
+
+static void sgemm_part(void *arg, size_t part, void *scratch)
+{
+    const sgemm_job *job = arg;
+    const size_t first = part * job->panels / job->parts, end = (part + 1) * job->panels / job->parts;
+    void *work = scratch ? scratch : job->work;
+    if (job->split_rows)
+        sgemm_range(job->m, first * PM, min_size(end * PM, job->m), 0, job->n, job->k, job->ops, job->c, job->ldc,
+                    job->accumulate, job->epilogue, job->ctx, work);
+    else
+        sgemm_range(job->m, 0, job->m, first * PN, min_size(end * PN, job->n), job->k, job->ops, job->c, job->ldc,
+                    job->accumulate, job->epilogue, job->ctx, work);
+}
+
+/* Below this many multiply-adds, waking a worker costs more than it saves. */
+#define HG_SGEMM_SPLIT_MACS (1u << 18)
+
+void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, float *c, size_t ldc,
+                 int accumulate, hg_gemm_epilogue_fn epilogue, const void *ctx, void *work)
+{
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {
+        for (size_t i = 0; i < m && !accumulate; ++i)
+            for (size_t j = 0; j < n; ++j)
+                c[i * ldc + j] = 0.0f;
+        if (epilogue)
+            epilogue(c, ldc, 0, 0, m, n, ctx);
+        return;
+    }
+    const size_t threads = (double)m * n * k < HG_SGEMM_SPLIT_MACS ? 1 : hg_threads_count();
+    const size_t row_panels = (m + PM - 1) / PM, col_panels = (n + PN - 1) / PN;
+    /* Columns first: each thread then packs only its own B (a convolution's im2col), while A is
+       usually the weights, packed at generate time. */
+    const int split_rows = col_panels < threads;
+    const size_t panels = split_rows ? row_panels : col_panels;
+    if (threads == 1 || panels < threads) {
+        sgemm_range(m, 0, m, 0, n, k, ops, c, ldc, accumulate, epilogue, ctx, work);
+        return;
+    }
+    sgemm_job job = {
+        .m = m, .n = n, .k = k, .panels = panels, .parts = threads, .split_rows = split_rows, .ops = ops,
+        .c = c, .ldc = ldc, .accumulate = accumulate, .epilogue = epilogue, .ctx = ctx, .work = work,
+    };
+    hg_parallel_for(threads, sgemm_part, &job);
 }
 
 void hg_sgemm(size_t m, size_t n, size_t k, const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *b,

@@ -1,0 +1,35 @@
+/* hetgen's worker pool: one fork/join loop, used by the GEMM (hg_gemm.c) to split its outermost
+   independent loop. The pool exists only where the platform allows threads (hg_threads_config.h,
+   written by hetgen from the platform's `options: {threads: N}`; never on bare-metal targets).
+
+   Thread count: HG_THREADS_DEFAULT (the platform's `threads`), overridden at run time by the
+   environment variable HG_THREADS (1..HG_THREADS_MAX), read once, when the pool first starts.
+   Workers are created once, on the first parallel call, and live as long as the process. */
+#ifndef HG_THREADS_H
+#define HG_THREADS_H
+
+#include <stddef.h>
+
+#include "hg_kernels.h"
+#include "hg_threads_config.h"
+
+#define HG_THREADS_MAX 64
+
+/* Each worker's own scratch: the GEMM's packing buffers for a full MC x KC x NC block. */
+#define HG_THREADS_SCRATCH_BYTES HG_SGEMM_PACK_BYTES(HG_SGEMM_MC, HG_SGEMM_NC, HG_SGEMM_KC)
+
+/* One task. `scratch` is HG_THREADS_SCRATCH_BYTES bytes (64-byte aligned) owned by the thread
+   that runs the task, or NULL when all tasks run on the caller (the caller's own buffers then). */
+typedef void (*hg_task_fn)(void *ctx, size_t task, void *scratch);
+
+/* The number of threads parallel calls use (1: everything runs on the caller). */
+size_t hg_threads_count(void);
+
+/* Runs fn(ctx, task, scratch) for every task in [0, n) and returns when all are done. The caller
+   and the workers claim tasks one at a time, so a worker the OS is slow to wake costs nothing: the
+   caller runs its share too. Which thread runs a task must not change its result. While another
+   caller holds the pool, every task runs on this caller, one after another, with scratch NULL
+   (the generated code stays re-entrant). */
+void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx);
+
+#endif

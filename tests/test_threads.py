@@ -1,0 +1,196 @@
+"""The GEMM's worker pool (templates/runtime/hg_threads.c): `options: {threads: N}` compiles in the
+default, HG_THREADS overrides it at run time, and splitting a GEMM between threads changes no bit
+of any output (each element is summed by one thread, in the one-thread order)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import hetgen
+from hetgen.errors import HetgenError
+from hetgen.platform.loader import load_platform_text
+from hetgen.runtime.reference import ort_session
+
+SHAPE = [1, 16, 16, 16]
+
+
+def conv_gemm_model() -> onnx.ModelProto:
+    """Three GEMMs big enough to split: conv1 by columns (256 output pixels, im2col packed by each
+    thread), conv2 by rows (64 output channels over only 16 pixels), the Gemm by columns (300
+    outputs). A 5x5 kernel keeps conv1 off Winograd, whose GEMMs are too small to split."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[2, 2, 2, 2], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[4, 4], strides=[4, 4], name="conv2"),
+        helper.make_node("Flatten", ["c2"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1, name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "threads",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 300])],
+        initializer=[
+            weight("w1", (32, 16, 5, 5)),
+            weight("b1", (32,)),
+            weight("w2", (64, 32, 4, 4)),
+            weight("w3", (300, 1024)),
+            weight("b3", (300,)),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def host_platform(folder: Path, threads: int) -> Path:
+    path = folder / f"host{threads}.yaml"
+    path.write_text(f"name: host\ntarget: {{kind: native, runtime: aot}}\noptions: {{threads: {threads}}}\n")
+    return path
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    model = conv_gemm_model()
+    folder = tmp_path_factory.mktemp("threads")
+    outs = {
+        threads: hetgen.compile(host_platform(folder, threads), model, out=folder / f"out{threads}", opt=("-O2",))
+        for threads in (1, 2)
+    }
+    return model, outs
+
+
+def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkeypatch):
+    model, outs = builds
+    monkeypatch.delenv("HG_THREADS", raising=False)
+    x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
+    expected = ort_session(model.SerializeToString()).run(None, {"x": x})[0]
+    one = hetgen.load(outs[1]).run({"x": x})["y"]
+    before = thread_count()
+    two = hetgen.load(outs[2]).run({"x": x})["y"]
+    assert thread_count() == before + 1, "the threads: 2 build started no worker"
+    np.testing.assert_allclose(two, expected, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(one.view(np.uint32), two.view(np.uint32)), "splitting the GEMM changed bits"
+    assert (outs[2] / "runtime" / "hg_threads_config.h").read_text().count("HG_THREADS_DEFAULT 2") == 1
+
+
+def test_hg_threads_overrides_the_platform_at_run_time(builds, monkeypatch):
+    model, outs = builds
+    x = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
+    monkeypatch.setenv("HG_THREADS", "1")
+    before = thread_count()
+    one = hetgen.load(outs[2]).run({"x": x})["y"]  # each load is a private copy: its own pool
+    assert thread_count() == before, "HG_THREADS=1 still started a worker"
+    monkeypatch.setenv("HG_THREADS", "3")
+    three = hetgen.load(outs[1]).run({"x": x})["y"]
+    assert thread_count() == before + 2, "HG_THREADS=3 did not start two workers in a threads: 1 build"
+    assert np.array_equal(one.view(np.uint32), three.view(np.uint32))
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "'threads' of options must be at least 1, not 0"),
+        ("two", "'threads' of options must be an integer"),
+        ("1000", "'threads' of options must be at most 64, not 1000"),
+    ],
+)
+def test_bad_thread_counts_are_refused(value, message):
+    with pytest.raises(HetgenError) as error:
+        load_platform_text(f"name: host\ntarget: {{kind: native}}\noptions: {{threads: {value}}}\n", "p.yaml")
+    assert message in str(error.value) and "p.yaml:3" in str(error.value)
+
+
+def test_threads_on_bare_metal_are_refused():
+    text = Path("platforms/mcu.yaml").read_text() + "\noptions: {threads: 2}\n"
+    with pytest.raises(HetgenError) as error:
+        load_platform_text(text, "platforms/mcu.yaml", "platforms")
+    text = str(error.value)
+    assert "platforms/mcu.yaml:" in text and "is bare metal (no pthreads)" in text, text
+    one = load_platform_text(
+        Path("platforms/mcu.yaml").read_text() + "\noptions: {threads: 1}\n", "mcu.yaml", "platforms"
+    )
+    assert one.options["threads"] == 1
+
+
+DRIVER = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "hg_host.h"
+
+#define CALLERS 3
+#define RUNS 4
+#define IN_FLOATS (16 * 16 * 16)
+#define OUT_FLOATS 300
+
+static float input[IN_FLOATS], expected[OUT_FLOATS];
+
+static int run_once(float *out, void *workspace) {
+    const void *inputs[1] = { input };
+    void *outputs[1] = { out };
+    return hg_host_run(inputs, outputs, workspace);
+}
+
+/* Several callers at once: one owns the pool, the others run their GEMMs alone. */
+static void *caller(void *arg) {
+    (void)arg;
+    void *workspace = aligned_alloc(HG_HOST_WORKSPACE_ALIGN, HG_HOST_WORKSPACE_SIZE);
+    float out[OUT_FLOATS];
+    for (int r = 0; r < RUNS; ++r)
+        if (run_once(out, workspace) != HG_OK || memcmp(out, expected, sizeof out) != 0) {
+            fprintf(stderr, "run %d: wrong result\n", r);
+            exit(3);
+        }
+    free(workspace);
+    return NULL;
+}
+
+int main(void) {
+    for (int i = 0; i < IN_FLOATS; ++i) input[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    if (hg_host_init() != HG_OK || run_once(expected, NULL) != HG_OK) return 2;
+    pthread_t threads[CALLERS];
+    for (int t = 0; t < CALLERS; ++t) pthread_create(&threads[t], NULL, caller, NULL);
+    for (int t = 0; t < CALLERS; ++t) pthread_join(threads[t], NULL);
+    puts("ok");
+    return 0;
+}
+"""
+
+
+def test_pool_is_clean_under_thread_sanitizer(tmp_path, monkeypatch):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed")
+    monkeypatch.delenv("HG_THREADS", raising=False)
+    out = hetgen.compile(
+        host_platform(tmp_path, 2),
+        conv_gemm_model(),
+        out=tmp_path / "out",
+        opt=("-O1", "-g"),
+        native_tuning=False,
+        sanitize=("thread",),
+    )
+    (tmp_path / "driver.c").write_text(DRIVER)
+    exe = tmp_path / "driver"
+    command = ["gcc", "-std=c11", "-O1", "-g", "-fsanitize=thread", "-I", str(out / "host"), "-I", str(out / "runtime")]
+    command += [str(tmp_path / "driver.c"), str(out / "lib" / "libhg_host.a"), "-pthread", "-lm", "-o", str(exe)]
+    subprocess.run(command, check=True)
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "ThreadSanitizer" not in result.stderr, result.stderr[-4000:]
+    assert result.stdout.strip() == "ok"
