@@ -188,9 +188,9 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
     offset = 0
     in_buffer: dict[tuple[int, int], int] = {}
     for i in range(n_in):
-        size = max((tile.inputs[i].nbytes for tile in tiles if tile.inputs[i] is not None), default=0)
-        if size == 0:
-            continue
+        if not loads[i]:
+            continue  # an omitted optional input: nothing to load
+        size = max(tile.inputs[i].nbytes for tile in tiles if tile.inputs[i] is not None)  # may be 0: an empty tensor
         for slot in range(slots_in[i]):
             in_buffer[(i, slot)] = len(buffers)
             buffers.append(Buffer("input", i, slot, offset, size))
