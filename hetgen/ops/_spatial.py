@@ -58,6 +58,42 @@ def lift(values, fill: int) -> tuple[int, ...]:
     return (fill,) * (SPATIAL_RANK - len(values)) + values
 
 
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A convolution's shapes, checked: batch, channels, groups and its window."""
+
+    batch: int
+    channels: int
+    out_channels: int
+    groups: int
+    window: Window
+
+    @property
+    def cin_group(self) -> int:
+        return self.channels // self.groups
+
+    @property
+    def cout_group(self) -> int:
+        return self.out_channels // self.groups
+
+
+def conv_geometry(op: OpInstance, x_type, w_type, y_type) -> ConvGeometry:
+    """The geometry of a Conv-like node (Conv, QLinearConv, ConvInteger), or Unsupported saying why."""
+    if x_type.rank < 3:
+        raise Unsupported(f"{op.node.op} on a rank-{x_type.rank} input; accepted: N x C x spatial (rank 3 to 5)")
+    batch, channels = x_type.shape[:2]
+    out_channels = w_type.shape[0]
+    groups = int(op.attr("group", 1))
+    if groups < 1 or channels % groups or out_channels % groups or w_type.shape[1] * groups != channels:
+        raise Unsupported(
+            f"{op.node.op} group={groups} does not divide {channels} input / {out_channels} output channels"
+        )
+    kernel = tuple(op.attr("kernel_shape") or w_type.shape[2:])
+    if kernel != tuple(w_type.shape[2:]):
+        raise Unsupported(f"{op.node.op} kernel_shape {kernel} differs from the weights' {w_type.shape[2:]}")
+    return ConvGeometry(batch, channels, out_channels, groups, window(op, x_type.shape[2:], y_type.shape[2:], kernel))
+
+
 def spatial_attr(op: OpInstance, key: str, rank: int, default: int) -> tuple[int, ...]:
     value = op.attr(key)
     if value is None:

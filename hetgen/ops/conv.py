@@ -20,7 +20,7 @@ import numpy as np
 
 from hetgen.ops import _gemm_plan, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
-from hetgen.ops._spatial import window
+from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
 
 # The direct loop sums all taps of a row in one expression up to this kernel width.
@@ -53,18 +53,15 @@ def lower(op: OpInstance) -> Kernel:
     require_float32(op)
     x_type, w_type = op.input_types[0], op.input_types[1]
     y_type = op.output_types[0]
-    if x_type.rank < 3:
-        raise Unsupported(f"Conv on a rank-{x_type.rank} input; accepted: N x C x spatial (rank 3 to 5)")
-    batch, channels = x_type.shape[:2]
-    out_channels = w_type.shape[0]
-    groups = int(op.attr("group", 1))
-    if channels % groups or out_channels % groups or w_type.shape[1] * groups != channels:
-        raise Unsupported(f"Conv group={groups} does not divide {channels} input / {out_channels} output channels")
-    kernel = tuple(op.attr("kernel_shape") or w_type.shape[2:])
-    if kernel != tuple(w_type.shape[2:]):
-        raise Unsupported(f"Conv kernel_shape {kernel} differs from the weights' {w_type.shape[2:]}")
-    win = window(op, x_type.shape[2:], y_type.shape[2:], kernel)
-    cin_group, cout_group = channels // groups, out_channels // groups
+    geometry = conv_geometry(op, x_type, w_type, y_type)
+    batch, channels, out_channels, groups, win = (
+        geometry.batch,
+        geometry.channels,
+        geometry.out_channels,
+        geometry.groups,
+        geometry.window,
+    )
+    cin_group, cout_group = geometry.cin_group, geometry.cout_group
     variant = strategy(groups, cin_group, win)
     k_dim = cin_group * win.kernel_size
     pack = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim) if variant != "direct" else 0

@@ -17,7 +17,7 @@ import numpy as np
 
 from hetgen.ir import DType, TensorType
 from hetgen.ops._common import input_arg_count, total_bytes
-from hetgen.ops._spatial import window
+from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 from hetgen.ops.matmul import batch_strides
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
@@ -111,18 +111,15 @@ def padded_plane(win) -> tuple[int, int, int]:
 def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | None, requant: dict | None) -> Kernel:
     x_type, w_type = _operand(op, x, "input"), _operand(op, w, "weights")
     y_type = op.output_types[0]
-    if x_type.rank < 3:
-        raise Unsupported(f"{op.node.op} on a rank-{x_type.rank} input; accepted: N x C x spatial (rank 3 to 5)")
-    batch, channels = x_type.shape[:2]
-    out_channels = w_type.shape[0]
-    groups = int(op.attr("group", 1))
-    if channels % groups or out_channels % groups or w_type.shape[1] * groups != channels:
-        raise Unsupported(f"{op.node.op} group={groups} does not divide {channels} / {out_channels} channels")
-    kernel = tuple(op.attr("kernel_shape") or w_type.shape[2:])
-    if kernel != tuple(w_type.shape[2:]):
-        raise Unsupported(f"{op.node.op} kernel_shape {kernel} differs from the weights' {w_type.shape[2:]}")
-    win = window(op, x_type.shape[2:], y_type.shape[2:], kernel)
-    cin_group, cout_group = channels // groups, out_channels // groups
+    geometry = conv_geometry(op, x_type, w_type, y_type)
+    batch, channels, out_channels, groups, win = (
+        geometry.batch,
+        geometry.channels,
+        geometry.out_channels,
+        geometry.groups,
+        geometry.window,
+    )
+    cin_group, cout_group = geometry.cin_group, geometry.cout_group
     k_dim = cin_group * win.kernel_size
     out_rows = win.out_shape[0] * win.out_shape[1]
     chunk_rows = max(1, min(out_rows, IM2COL_CHUNK_VALUES // max(1, k_dim * win.out_shape[2])))

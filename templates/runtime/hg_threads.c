@@ -125,14 +125,4 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
     pthread_mutex_unlock(&pool.busy);
 }
 
-#else /* no pool on this platform (bare metal, or threads are not wanted): the caller runs all */
-
-size_t hg_threads_count(void) { return 1; }
-
-void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
-{
-    for (size_t task = 0; task < n; ++task)
-        fn(ctx, task, NULL);
-}
-
 #endif

@@ -11,7 +11,20 @@
 #include <stddef.h>
 
 #include "hg_kernels.h"
+
+/* A generated project always has hg_threads_config.h beside this file; a kernel compiled on its
+   own (tests, a user's harness) gets no pool, so it needs neither pthreads nor hg_threads.c. */
+#if defined(__has_include)
+#if __has_include("hg_threads_config.h")
 #include "hg_threads_config.h"
+#endif
+#endif
+#ifndef HG_THREADS_DEFAULT
+#define HG_THREADS_DEFAULT 1
+#endif
+#ifndef HG_THREADS_POOL
+#define HG_THREADS_POOL 0
+#endif
 
 #define HG_THREADS_MAX 64
 
@@ -22,6 +35,8 @@
    that runs the task, or NULL when all tasks run on the caller (the caller's own buffers then). */
 typedef void (*hg_task_fn)(void *ctx, size_t task, void *scratch);
 
+#if HG_THREADS_POOL
+
 /* The number of threads parallel calls use (1: everything runs on the caller). */
 size_t hg_threads_count(void);
 
@@ -31,5 +46,17 @@ size_t hg_threads_count(void);
    caller holds the pool, every task runs on this caller, one after another, with scratch NULL
    (the generated code stays re-entrant). */
 void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx);
+
+#else /* no pool on this platform (bare metal, or threads are not wanted): the caller runs all */
+
+static inline size_t hg_threads_count(void) { return 1; }
+
+static inline void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
+{
+    for (size_t task = 0; task < n; ++task)
+        fn(ctx, task, NULL);
+}
+
+#endif
 
 #endif
