@@ -1,8 +1,13 @@
 """The ONNX backend node tests through the hetgen Backend: the whole pipeline (frontend, placement,
-lowering with the memory planner, codegen, ninja, cffi) for every case of every operator hetgen
-claims. test_conformance.py runs the same cases op by op, kernels alone, in batches."""
+lowering with the memory planner, codegen, ninja, cffi). test_conformance.py runs every case of
+every operator hetgen claims op by op, kernels alone, in batches; here each set of operators gets up
+to three of its cases (the first, middle and last by name), which keeps CI in its time budget
+(all 1,786 cases take about 10 minutes on 2 cores). HG_BACKEND_ALL=1 runs every case."""
 
 from __future__ import annotations
+
+import os
+from collections import defaultdict
 
 import numpy as np
 import onnx
@@ -20,7 +25,23 @@ def as_array(value) -> np.ndarray:
     return onnx.numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
 
 
-CASES = [case for case in conformance.cases() if case.name not in conformance.EXPECTED_FAILURES]
+ALL_CASES = [case for case in conformance.cases() if case.name not in conformance.EXPECTED_FAILURES]
+PER_OPERATOR_SET = 3
+
+
+def sample(cases: list) -> list:
+    """Up to PER_OPERATOR_SET cases of each set of operators, spread over its cases by name."""
+    by_ops: dict[frozenset[str], list] = defaultdict(list)
+    for case in sorted(cases, key=lambda c: c.name):
+        by_ops[conformance.case_ops(case)].append(case)
+    kept = set()
+    for group in by_ops.values():
+        picks = {0, len(group) // 2, len(group) - 1} if len(group) > PER_OPERATOR_SET else range(len(group))
+        kept.update(group[i].name for i in picks)
+    return [case for case in cases if case.name in kept]
+
+
+CASES = ALL_CASES if os.environ.get("HG_BACKEND_ALL") == "1" else sample(ALL_CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

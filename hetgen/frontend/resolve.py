@@ -90,7 +90,7 @@ def _output_bytes(node: WorkNode, work: Work) -> int:
     if len(types) < len([name for name in node.outputs if name]):
         types.update(_onnx_node_types(node, work))
     try:
-        return sum(types[name].nbytes for name in node.outputs if name in types)
+        return sum(types[name].nbytes for name in node.outputs if types.get(name) is not None)  # None: a sequence
     except (TypeError, ValueError):  # an element type numpy lacks: typing will say so
         return 0
 
