@@ -68,6 +68,10 @@ class ConvGeometry:
     groups: int
     window: Window
 
+    def __iter__(self):
+        """Unpacks as (batch, channels, out_channels, groups, window)."""
+        return iter((self.batch, self.channels, self.out_channels, self.groups, self.window))
+
     @property
     def cin_group(self) -> int:
         return self.channels // self.groups

@@ -54,13 +54,7 @@ def lower(op: OpInstance) -> Kernel:
     x_type, w_type = op.input_types[0], op.input_types[1]
     y_type = op.output_types[0]
     geometry = conv_geometry(op, x_type, w_type, y_type)
-    batch, channels, out_channels, groups, win = (
-        geometry.batch,
-        geometry.channels,
-        geometry.out_channels,
-        geometry.groups,
-        geometry.window,
-    )
+    batch, channels, out_channels, groups, win = geometry
     cin_group, cout_group = geometry.cin_group, geometry.cout_group
     variant = strategy(groups, cin_group, win)
     k_dim = cin_group * win.kernel_size

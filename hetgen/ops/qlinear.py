@@ -112,13 +112,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     x_type, w_type = _operand(op, x, "input"), _operand(op, w, "weights")
     y_type = op.output_types[0]
     geometry = conv_geometry(op, x_type, w_type, y_type)
-    batch, channels, out_channels, groups, win = (
-        geometry.batch,
-        geometry.channels,
-        geometry.out_channels,
-        geometry.groups,
-        geometry.window,
-    )
+    batch, channels, out_channels, groups, win = geometry
     cin_group, cout_group = geometry.cin_group, geometry.cout_group
     k_dim = cin_group * win.kernel_size
     out_rows = win.out_shape[0] * win.out_shape[1]
