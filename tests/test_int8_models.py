@@ -92,7 +92,8 @@ def test_quantized_model_matches_onnxruntime(tmp_path, name, fmt, per_channel, a
     assert not FLOAT_COMPUTE & set(ops), f"float compute left in the int8 graph: {ops}"
     assert ops["QLinearConv"] + ops["QLinearMatMul"] > 0
 
-    library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True))
+    # -Werror: the integer kernels must be warning-free (-Wall -Wextra) at -O3 -march=native too
+    library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True, werror=True))
     steps = output_steps(model)
     references = {"onnxruntime (no optimisation)": ort_session(model.SerializeToString()), "onnxruntime int8": None}
     references["onnxruntime int8"] = ort_optimized(model)
@@ -174,7 +175,8 @@ def test_dynamically_quantized_mlp_matches_onnxruntime(tmp_path):
     model = onnx.load(tmp_path / "dynamic.onnx")
     ops = Counter(node.op for node in import_model(model).nodes)
     assert ops["DynamicQuantizeLinear"] == ops["MatMulInteger"] == 3 and not FLOAT_COMPUTE & set(ops) - {"Add", "Mul"}
-    library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True))
+    # -Werror: the integer kernels must be warning-free (-Wall -Wextra) at -O3 -march=native too
+    library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True, werror=True))
     feeds = random_feeds(model, 3)
     expected = ort_session(model.SerializeToString()).run(None, feeds)[0]
     got = library.run(feeds)[model.graph.output[0].name]
@@ -213,7 +215,8 @@ def test_qoperator_contrib_operators_expand_and_match(tmp_path):
     assert {"QLinearLeakyRelu", "QLinearAveragePool", "QLinearSigmoid", "QLinearGlobalAveragePool"} <= contrib
     ops = {node.op for node in import_model(model).nodes}
     assert contrib <= ops and not ops & {"LeakyRelu", "Sigmoid", "AveragePool", "GlobalAveragePool", "Conv"}
-    library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True))
+    # -Werror: the integer kernels must be warning-free (-Wall -Wextra) at -O3 -march=native too
+    library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True, werror=True))
     step = output_steps(model)["y"]
     for seed in (1, 2):
         feeds = random_feeds(model, seed)

@@ -80,8 +80,10 @@ static inline int32_t hg_idot_s16(const int16_t *a, const int16_t *b, size_t k)
 static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, const int16_t *bt, int32_t *c,
                                 size_t ldc)
 {
-    size_t j0 = 0;
-    for (; !HG_IGEMM_BY_DOT && j0 + 4 <= n; j0 += 4) {
+    /* The column count of the 4-wide part is computed up front (not left in j0 after the loop) so
+       that with constant sizes the compiler sees the tail's exact trip count. */
+    const size_t n4 = HG_IGEMM_BY_DOT ? 0 : n - n % 4;
+    for (size_t j0 = 0; j0 < n4; j0 += 4) {
         const int16_t *b0 = bt + j0 * k, *b1 = b0 + k, *b2 = b1 + k, *b3 = b2 + k;
         for (size_t i = 0; i < m; ++i) {
             const int16_t *ai = a + i * k;
@@ -100,9 +102,9 @@ static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, 
             ci[3] = s3;
         }
     }
-    for (; j0 < n; ++j0)
+    for (size_t j = n4; j < n; ++j)
         for (size_t i = 0; i < m; ++i)
-            c[i * ldc + j0] = hg_idot_s16(a + i * k, bt + j0 * k, k);
+            c[i * ldc + j] = hg_idot_s16(a + i * k, bt + j * k, k);
 }
 
 #endif /* HG_QUANT_H */
