@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 
+from hetgen.build.vector_unit import vector_cflags, vector_emulator
 from hetgen.errors import HetgenError
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Target, Toolchain
@@ -88,13 +89,14 @@ def native_toolchain(target: Target, options: BuildOptions) -> Toolchain:
 
 def board_toolchain(target: Target, options: BuildOptions) -> Toolchain:
     """The target's own toolchain with hetgen's portable flags: no -march=native, no sanitizers.
-    The platform's cflags come after hetgen's, so a board's `-O2` or `-mcpu` wins."""
+    The platform's cflags come after hetgen's, so a board's `-O2` or `-mcpu` wins; the kind's vector
+    unit is made effective in them and in the emulator (vector_unit.py)."""
     own = target.toolchain
     sysroot = (f"--sysroot={own.sysroot}",) if own.sysroot else ()
     flags = [*COMMON_CFLAGS, *options.opt, *WARNINGS]
     if options.werror:
         flags.append("-Werror")
-    flags += [*sysroot, *own.cflags, *options.extra_cflags]
+    flags += [*sysroot, *vector_cflags(target, own.cflags), *options.extra_cflags]
     return Toolchain(
         cc=own.cc,
         cflags=tuple(flags),
@@ -103,7 +105,7 @@ def board_toolchain(target: Target, options: BuildOptions) -> Toolchain:
         launcher=options.launcher or own.launcher,
         sysroot=own.sysroot,
         triple=own.triple,
-        emulator=own.emulator,
+        emulator=vector_emulator(target, own.emulator),
     )
 
 

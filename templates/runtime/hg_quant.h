@@ -39,7 +39,23 @@ static inline int32_t hg_quantize_scaled(float v, int32_t zero_point, int32_t qm
 }
 
 /* The dot product of two int16 rows: exact int32 sum. */
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
+#include <arm_mve.h>
+
+/* Cortex-M with Helium (M55, M85): VMLADAVA multiplies 8 int16 pairs and adds all the products to
+   the sum in one instruction; the last partial vector is tail-predicated (VCTP), so its lanes
+   past k are neither loaded nor added. */
+static inline int32_t hg_idot_s16(const int16_t *a, const int16_t *b, size_t k)
+{
+    int32_t sum = 0;
+    for (size_t p = 0; p < k; p += 8) {
+        const mve_pred16_t live = vctp16q((uint32_t)(k - p));
+        sum = vmladavaq_p_s16(sum, vldrhq_z_s16(a + p, live), vldrhq_z_s16(b + p, live), live);
+    }
+    return sum;
+}
+#define HG_IGEMM_BY_DOT 1
+#elif defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 #include <arm_acle.h>
 
 /* Cortex-M with the DSP extension (M4, M7, M33, M55): SMLAD multiplies two int16 pairs and adds

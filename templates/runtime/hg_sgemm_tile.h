@@ -8,7 +8,8 @@
 
    The ISA is the one the compiler targets, so a target only ever receives the instructions its
    toolchain flags (the kind's -march/-mcpu, or -march=native in the native build) allow:
-   AVX-512F, else AVX2 + FMA, else NEON (AArch64), else portable C that the compiler vectorises. */
+   AVX-512F, else AVX2 + FMA, else NEON (AArch64), else RVV 1.0 (a riscv64 kind with `vector: rvv`),
+   else Helium with floating point (Cortex-M55), else portable C that the compiler vectorises. */
 #ifndef HG_SGEMM_TILE_H
 #define HG_SGEMM_TILE_H
 
@@ -178,6 +179,158 @@ static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const floa
     HG_UNUSED(rows);
     for (size_t j = 0; j < cols; j += 8)
         hg_sgemm_tile_8x8(kc, pa, pb + j, c + j, ldc, add);
+}
+
+#elif defined(__riscv_v) && __riscv_v >= 1000000 && defined(__riscv_v_elen_fp) && __riscv_v_elen_fp >= 32
+#define HG_SGEMM_ISA "rvv"
+
+/* RISC-V Vector 1.0, vector-length agnostic: the tile is cut into column strips of vl floats
+   (vsetvli on the columns left, e32 with LMUL 2: 8 floats at VLEN 128, 32 from VLEN 512), each
+   strip 8 rows in 8 register groups (v8..v22) with B's row in v24, A's 8 values in ft0..ft7
+   (vfmacc.vf takes its scalar from an FP register): a step is 1 vector load and 8 flw for 8 FMAs.
+   Written as one inline-assembly block, not intrinsics: the riscv64 kind's compiler (gcc 12) has
+   no RVV intrinsics and those it later got (and clang's) changed names between versions, while
+   RVV 1.0 mnemonics are ratified and assembled by binutils >= 2.38 and clang alike. The whole k
+   loop is one block because no compiler keeps vector registers alive between blocks for us. */
+#define HG_RVV_VREGS                                                                               \
+    , "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", \
+        "v22", "v23", "v24", "v25"
+/* compilers that use the vector unit themselves must be told what the block changes (gcc 12 never
+   does, and knows no vector register names; clang 14 knows the registers but not vl and vtype) */
+#if defined(__clang__)
+#define HG_RVV_CLOBBERS HG_RVV_VREGS
+#elif __GNUC__ >= 13
+#define HG_RVV_CLOBBERS HG_RVV_VREGS, "vl", "vtype"
+#else
+#define HG_RVV_CLOBBERS
+#endif
+
+static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const float *restrict pb, float *restrict c,
+                                 size_t ldc, int add, size_t rows, size_t cols)
+{
+    HG_UNUSED(rows);
+    const size_t row_bytes = ldc * sizeof(float);
+    for (size_t j = 0; j < cols;) {
+        const float *a = pa, *b = pb + j;
+        float *out = c + j, *row;
+        size_t k = kc, vl;
+        __asm__ volatile(
+            "vsetvli    %[vl], %[left], e32, m2, ta, ma\n\t"
+            "vmv.v.i    v8, 0\n\t"
+            "vmv.v.i    v10, 0\n\t"
+            "vmv.v.i    v12, 0\n\t"
+            "vmv.v.i    v14, 0\n\t"
+            "vmv.v.i    v16, 0\n\t"
+            "vmv.v.i    v18, 0\n\t"
+            "vmv.v.i    v20, 0\n\t"
+            "vmv.v.i    v22, 0\n\t"
+            "beqz       %[k], 2f\n"
+            "1:\n\t"
+            "vle32.v    v24, (%[b])\n\t"
+            "flw        ft0, 0(%[a])\n\t"
+            "flw        ft1, 4(%[a])\n\t"
+            "flw        ft2, 8(%[a])\n\t"
+            "flw        ft3, 12(%[a])\n\t"
+            "flw        ft4, 16(%[a])\n\t"
+            "flw        ft5, 20(%[a])\n\t"
+            "flw        ft6, 24(%[a])\n\t"
+            "flw        ft7, 28(%[a])\n\t"
+            "vfmacc.vf  v8, ft0, v24\n\t"
+            "vfmacc.vf  v10, ft1, v24\n\t"
+            "vfmacc.vf  v12, ft2, v24\n\t"
+            "vfmacc.vf  v14, ft3, v24\n\t"
+            "vfmacc.vf  v16, ft4, v24\n\t"
+            "vfmacc.vf  v18, ft5, v24\n\t"
+            "vfmacc.vf  v20, ft6, v24\n\t"
+            "vfmacc.vf  v22, ft7, v24\n\t"
+            "addi       %[a], %[a], 32\n\t"
+            "addi       %[b], %[b], 128\n\t"
+            "addi       %[k], %[k], -1\n\t"
+            "bnez       %[k], 1b\n"
+            "2:\n\t"
+            "beqz       %[add], 3f\n\t"
+            "mv         %[row], %[out]\n\t"
+            "vle32.v    v24, (%[row])\n\t"
+            "vfadd.vv   v8, v8, v24\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vle32.v    v24, (%[row])\n\t"
+            "vfadd.vv   v10, v10, v24\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vle32.v    v24, (%[row])\n\t"
+            "vfadd.vv   v12, v12, v24\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vle32.v    v24, (%[row])\n\t"
+            "vfadd.vv   v14, v14, v24\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vle32.v    v24, (%[row])\n\t"
+            "vfadd.vv   v16, v16, v24\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vle32.v    v24, (%[row])\n\t"
+            "vfadd.vv   v18, v18, v24\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vle32.v    v24, (%[row])\n\t"
+            "vfadd.vv   v20, v20, v24\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vle32.v    v24, (%[row])\n\t"
+            "vfadd.vv   v22, v22, v24\n"
+            "3:\n\t"
+            "mv         %[row], %[out]\n\t"
+            "vse32.v    v8, (%[row])\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vse32.v    v10, (%[row])\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vse32.v    v12, (%[row])\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vse32.v    v14, (%[row])\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vse32.v    v16, (%[row])\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vse32.v    v18, (%[row])\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vse32.v    v20, (%[row])\n\t"
+            "add        %[row], %[row], %[stride]\n\t"
+            "vse32.v    v22, (%[row])\n\t"
+            : [vl] "=&r"(vl), [a] "+&r"(a), [b] "+&r"(b), [k] "+&r"(k), [row] "=&r"(row)
+            : [left] "r"(cols - j), [add] "r"(add), [out] "r"(out), [stride] "r"(row_bytes)
+            : "ft0", "ft1", "ft2", "ft3", "ft4", "ft5", "ft6", "ft7", "memory" HG_RVV_CLOBBERS);
+        j += vl;
+    }
+}
+
+#elif defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)
+#include <arm_mve.h>
+#define HG_SGEMM_ISA "helium"
+
+/* Arm Helium (M-profile Vector Extension with floating point, e.g. Cortex-M55): 4 rows x 4 lanes
+   per pass. Helium has 8 vector registers, so 4 accumulators and B's 4 columns leave room; A's
+   values stay in core registers, where VFMA takes its scalar operand (vfmaq_n_f32). */
+#define HG_H_PASS_STEP(i) c##i = vfmaq_n_f32(c##i, b0, pa[i]);
+#define HG_H_PASS_STORE(i)                                                                         \
+    {                                                                                              \
+        float *row = c + (i) * ldc;                                                                \
+        vst1q_f32(row, add ? vaddq_f32(c##i, vld1q_f32(row)) : c##i);                               \
+    }
+#define HG_H_PASS_ROWS(X) X(0) X(1) X(2) X(3)
+
+static inline void hg_sgemm_tile_4x4(size_t kc, const float *restrict pa, const float *restrict pb,
+                                     float *restrict c, size_t ldc, int add)
+{
+    float32x4_t c0 = vdupq_n_f32(0.0f), c1 = c0, c2 = c0, c3 = c0;
+    for (size_t p = 0; p < kc; ++p) {
+        const float32x4_t b0 = vld1q_f32(pb);
+        HG_H_PASS_ROWS(HG_H_PASS_STEP)
+        pa += 8;
+        pb += 32;
+    }
+    HG_H_PASS_ROWS(HG_H_PASS_STORE)
+}
+
+static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const float *restrict pb, float *restrict c,
+                                 size_t ldc, int add, size_t rows, size_t cols)
+{
+    for (size_t i = 0; i < rows; i += 4)
+        for (size_t j = 0; j < cols; j += 4)
+            hg_sgemm_tile_4x4(kc, pa + i, pb + j, c + i * ldc + j, ldc, add);
 }
 
 #else
