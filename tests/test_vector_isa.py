@@ -226,9 +226,7 @@ def test_int8_dot_products_use_helium_on_the_m55_and_smlad_on_the_m4(tmp_path, k
     from hetgen.models.quantized import quantized
 
     model = quantized(tiny_cnn(seed=2), "QOperator")  # QLinearConv and QGemm: hg_igemm_s16
-    # werror off: the native build's portable int16 dot product trips a gcc -O2 false positive
-    # (-Waggressive-loop-optimizations) that is not this test's subject
-    out = hetgen.compile(mcu_platform(tmp_path, kind), model, out=tmp_path / "out", **FAST)
+    out = hetgen.compile(mcu_platform(tmp_path, kind), model, out=tmp_path / "out", werror=True, **FAST)
     listing = arm_listing(out)
     assert re.search(rf"\b{dot}", listing) and not re.search(rf"\b{'smlad' if dot == 'vmlava' else 'vmlava'}", listing)
     errors = verify(out, seed=5, emulate=True)
