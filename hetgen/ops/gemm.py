@@ -54,7 +54,7 @@ def lower(op: OpInstance) -> Kernel:
         "bias_rs": strides[0] if has_bias else 0,
         "bias_cs": strides[1] if has_bias else 0,
         "bias_index": 2,
-        "pack_bytes": _gemm_plan.pack_bytes(m, n, k),
+        "pack_bytes": _gemm_plan.pack_bytes(m, n, k, op.gemm_blocks),
         "b_packed": False,
         "out_index": input_arg_count(op),
         "epilogue": op.epilogue,

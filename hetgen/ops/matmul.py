@@ -54,7 +54,7 @@ def lower(op: OpInstance) -> Kernel:
         "a_strides": batch_strides(a_batch, out_batch, m * k),
         "b_strides": batch_strides(b_batch, out_batch, k * n),
         "c_stride": m * n,
-        "pack_bytes": _gemm_plan.pack_bytes(rows, n, k),
+        "pack_bytes": _gemm_plan.pack_bytes(rows, n, k, op.gemm_blocks),
         "b_packed": False,
         "out_index": input_arg_count(op),
         "epilogue": op.epilogue,
