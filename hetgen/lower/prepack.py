@@ -10,11 +10,13 @@ are alternatives, the faster first; one is taken per input:
 - an offer that only pads the model's weights (at most BARE_METAL_GROWTH larger: GEMM panels) is
   always taken;
 - a larger one (Winograd's transformed 4x4 taps are 16/9 of the 3x3 ones) is declined on a
-  bare-metal target, whose weights sit in a small flash; on other CPUs with `options.memory: fast`
-  it is taken; with `lean` (the default) it is taken only while the target's packed weights, its
-  largest kernel workspace and its activations stay within MEMORY_SLACK of the model's weights plus
-  the liveness lower bound of the activations, layers with the most arithmetic per extra byte
-  first (hetgen/lower/peak_memory.py measures the result; tests/test_memory_bound.py checks it).
+  bare-metal target, whose weights sit in a small flash; on other CPUs it is taken where it is the
+  only offer (declining panels that pad a few rows would only move the packing to run time, with
+  its workspace) or with `options.memory: fast`; with `lean` (the default) a larger alternative is
+  taken only while the target's packed weights, its largest kernel workspace and its activations
+  stay within MEMORY_SLACK of the model's weights plus the liveness lower bound of the
+  activations, layers with the most arithmetic per extra byte first (hetgen/lower/peak_memory.py
+  measures the result; tests/test_memory_bound.py checks it).
 
 Every unit that calls the GEMM is lowered again with the platform's cache blocks
 (`options.tuning`, measured by `hetgen tune`) where they differ from the defaults, so its
@@ -164,7 +166,7 @@ def chosen_offers(layouts: Layouts, units, kernels, assignment, platform, contro
         for offers in by_input.values():
             small = next((o for o in offers if layouts.growth(index, o) <= BARE_METAL_GROWTH), None)
             first = offers[0]
-            if first is small or is_bare_metal(target) or not lean:
+            if first is small or is_bare_metal(target) or not lean or len(offers) == 1:
                 taken = small if is_bare_metal(target) else first
                 if taken is not None:
                     chosen.setdefault(index, []).append(taken)

@@ -50,11 +50,16 @@ MAX_BLOCK = {"mc": 1024, "kc": 2048, "nc": 8192}
 DEFAULT_BLOCKS = GemmBlocks()
 
 
-def pack_bytes(m: int, n: int, k: int, blocks: GemmBlocks = DEFAULT_BLOCKS) -> int:
+def pack_bytes(
+    m: int, n: int, k: int, blocks: GemmBlocks = DEFAULT_BLOCKS, a_packed: bool = False, b_packed: bool = False
+) -> int:
     """Bytes of packing workspace hg_sgemm needs for an m x n x k product (64-byte aligned), with
-    the cache blocks the generated runtime/hg_gemm_config.h gives HG_SGEMM_MC/KC/NC."""
+    the cache blocks the generated runtime/hg_gemm_config.h gives HG_SGEMM_MC/KC/NC; an operand
+    packed at generate time needs no buffer (HG_SGEMM_PACK_BYTES_FOR)."""
     kc = min(k, blocks.kc)
-    floats = (min(m, blocks.mc) + PANEL_M) * kc + (min(n, blocks.nc) + PANEL_N) * kc
+    a_floats = 0 if a_packed else (min(m, blocks.mc) + PANEL_M) * kc
+    b_floats = 0 if b_packed else (min(n, blocks.nc) + PANEL_N) * kc
+    floats = a_floats + b_floats
     return align(4 * floats + 128)
 
 

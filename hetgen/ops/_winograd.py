@@ -50,7 +50,7 @@ def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DE
     tiles = chunk_rows * tiles_w  # the GEMMs' n
     v_bytes = _gemm_plan.align(4 * 16 * cin * tiles)
     m_bytes = _gemm_plan.align(4 * 16 * cout * tiles)
-    pack = _gemm_plan.pack_bytes(cout, tiles, cin, blocks)
+    pack = _gemm_plan.pack_bytes(cout, tiles, cin, blocks, a_packed=True)
     params = {
         "variant": "winograd",
         "w_packed": True,

@@ -87,7 +87,9 @@ def lower(op: OpInstance) -> Kernel:
     prepacked = ()
     if variant != "direct" and op.constant(1) is not None:
         group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
-        panels = Prepacked(1, lambda w: weight_panels(w, groups), {"w_packed": True, "w_group_floats": group_floats})
+        packed = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks, a_packed=True)
+        panel_params = {"w_packed": True, "w_group_floats": group_floats, "pack_bytes": packed}
+        panels = Prepacked(1, lambda w: weight_panels(w, groups), panel_params, packed)
         prepacked = (panels,)
         if _winograd.eligible(win, groups, channels, out_channels):
             # Alternatives for the same weights, the faster first: Winograd's 16/9 larger weights

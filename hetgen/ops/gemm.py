@@ -61,7 +61,9 @@ def lower(op: OpInstance) -> Kernel:
     }
     prepacked = ()
     if op.constant(1) is not None:
-        prepacked = (Prepacked(1, lambda b: _gemm_plan.b_panels(b.T if trans_b else b), {"b_packed": True}),)
+        packed = _gemm_plan.pack_bytes(m, n, k, op.gemm_blocks, b_packed=True)
+        layout = lambda b: _gemm_plan.b_panels(b.T if trans_b else b)  # noqa: E731
+        prepacked = (Prepacked(1, layout, {"b_packed": True, "pack_bytes": packed}, packed),)
     return Kernel(
         template="kernels/gemm.c.j2",
         params=params,

@@ -66,7 +66,7 @@ def tune(
             progress(f"  mc {blocks.mc:4d} kc {blocks.kc:4d} nc {blocks.nc:4d}: {flops / seconds / 1e9:6.1f} GFLOP/s")
             return seconds
 
-        progress(f"{target.path_str}: GEMM cache blocks ({len(plan.shapes)} products, median of {plan.repeats})")
+        progress(f"{target.path_str}: GEMM cache blocks ({len(plan.shapes)} products, best of {plan.repeats})")
         blocks, trials = search.search(plan, score)
         bench = benches[blocks]
         fma = bench.peak_gflops(runs=20 if quick else 200)

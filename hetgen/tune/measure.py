@@ -2,14 +2,14 @@
 
 Each candidate compiles templates/tune/hg_tune_bench.c with the very runtime/hg_gemm.c that generated
 projects link, under the native build's own flags (hetgen/build/toolchain.py) plus
--DHG_SGEMM_MC/KC/NC, and is loaded with ctypes. Every figure is a median of repeats after a warm-up,
-so another process taking the core for a moment moves it less than a mean would.
+-DHG_SGEMM_MC/KC/NC, and is loaded with ctypes. Every figure is the best of repeats after a warm-up:
+on a shared machine other processes only ever make a run slower, so the fastest run is the one
+closest to what the code itself costs (a median still moves with the load).
 """
 
 from __future__ import annotations
 
 import ctypes
-import statistics
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +58,7 @@ class Bench:
         times = (ctypes.c_double * repeats)()
         if self.lib.hg_tune_gemm(shape.m, shape.n, shape.k, int(shape.a_packed), repeats, times) != 0:
             raise HetgenError(f"hetgen tune: out of memory for a {shape.m} x {shape.n} x {shape.k} product")
-        return statistics.median(times)
+        return min(times)
 
     def peak_gflops(self, runs: int = 200) -> float:
         """The best of many short FMA loops (under a millisecond, shorter than a scheduler slice):
@@ -78,4 +78,4 @@ class Bench:
         times = (ctypes.c_double * repeats)()
         if self.lib.hg_tune_copy(nbytes, repeats, times) != 0:
             raise HetgenError(f"hetgen tune: cannot allocate {nbytes >> 20} MiB for the bandwidth measurement")
-        return 2 * nbytes / statistics.median(times) / 1e9
+        return 2 * nbytes / min(times) / 1e9

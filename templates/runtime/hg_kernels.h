@@ -51,6 +51,13 @@
            (HG_SGEMM_MIN_((size_t)(n), (size_t)HG_SGEMM_NC) + HG_SGEMM_PANEL_N) *                  \
                HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC)) +                                  \
      128u)
+/* The same where A or B comes packed at generate time: its packing buffer is not needed. */
+#define HG_SGEMM_PACK_BYTES_FOR(m, n, k, a_packed, b_packed)                                       \
+    (4u * (((a_packed) ? 0u : HG_SGEMM_MIN_((size_t)(m), (size_t)HG_SGEMM_MC) + HG_SGEMM_PANEL_M) * \
+               HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC) +                                   \
+           ((b_packed) ? 0u : HG_SGEMM_MIN_((size_t)(n), (size_t)HG_SGEMM_NC) + HG_SGEMM_PANEL_N) * \
+               HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC)) +                                  \
+     128u)
 
 typedef void (*hg_gemm_epilogue_fn)(float *c, size_t ldc, size_t row0, size_t col0, size_t rows,
                                     size_t cols, const void *ctx);
