@@ -60,13 +60,17 @@ def tune(
         benches: dict[GemmBlocks, Bench] = {}
 
         def score(blocks: GemmBlocks) -> float:
-            benches[blocks] = Bench(target, blocks, Path(tmp))
+            if blocks not in benches:
+                benches[blocks] = Bench(target, blocks, Path(tmp))
             seconds = sum(benches[blocks].gemm_seconds(shape, plan.repeats) for shape in plan.shapes)
             flops = sum(shape.flops for shape in plan.shapes)
             progress(f"  mc {blocks.mc:4d} kc {blocks.kc:4d} nc {blocks.nc:4d}: {flops / seconds / 1e9:6.1f} GFLOP/s")
             return seconds
 
-        progress(f"{target.path_str}: GEMM cache blocks ({len(plan.shapes)} products, best of {plan.repeats})")
+        progress(
+            f"{target.path_str}: GEMM cache blocks ({len(plan.shapes)} products, best of {plan.repeats} runs,"
+            f" {plan.rounds} rounds)"
+        )
         blocks, trials = search.search(plan, score)
         bench = benches[blocks]
         fma = bench.peak_gflops(runs=20 if quick else 200)

@@ -27,7 +27,8 @@ class Plan:
 
     candidates: tuple[tuple[str, tuple[int, ...]], ...]
     shapes: tuple[GemmShape, ...]
-    repeats: int
+    repeats: int  # runs of each product per score (the best counts)
+    rounds: int = 1  # the candidates of one block size are scored round-robin this often (the best counts)
 
 
 FULL = Plan(
@@ -38,7 +39,8 @@ FULL = Plan(
         GemmShape(128, 1024, 256, a_packed=False),  # a transformer's FFN up-projection, 128 tokens
         GemmShape(128, 256, 1024, a_packed=False),  # ... and down-projection
     ),
-    repeats=5,
+    repeats=3,
+    rounds=3,
 )
 # seconds, for tests: two candidates of kc, one product
 QUICK = Plan(candidates=(("kc", (128, 256)),), shapes=(GemmShape(64, 512, 288, a_packed=True),), repeats=3)
@@ -51,14 +53,16 @@ class Trial:
 
 
 def search(plan: Plan, score: Callable[[GemmBlocks], float]) -> tuple[GemmBlocks, tuple[Trial, ...]]:
-    """The best blocks `score` (seconds, lower is better) finds, and every trial in order."""
+    """The best blocks `score` (seconds, lower is better) finds, and every trial in order. The
+    candidates of one block size are scored in `plan.rounds` interleaved rounds, so a burst of load
+    from another process slows one round of all of them rather than all rounds of one."""
     best = DEFAULT_BLOCKS
     trials: dict[GemmBlocks, float] = {}
     for key, values in plan.candidates:
-        for value in values:
-            blocks = dataclasses.replace(best, **{key: value})
-            if blocks not in trials:
-                trials[blocks] = score(blocks)
+        for _ in range(plan.rounds):
+            for value in values:
+                blocks = dataclasses.replace(best, **{key: value})
+                trials[blocks] = min(trials.get(blocks, float("inf")), score(blocks))
         best = min((b for b in trials if _same_but(b, best, key)), key=lambda b: trials[b])
     return best, tuple(Trial(b, s) for b, s in trials.items())
 
