@@ -100,13 +100,18 @@ def memory_figures_for(platform: str, model: onnx.ModelProto, memory: str | None
 
 
 RSS_CHILD = """
-import json, resource, sys
+import json, sys
 from pathlib import Path
 import numpy as np
 out, which = Path(sys.argv[1]), sys.argv[2]
 rng = np.random.default_rng(0)
 inputs = json.loads((out / "hetgen.json").read_text())["inputs"]
-feeds = {t["name"]: rng.standard_normal(t["shape"]).astype(np.float32) for t in inputs}
+feeds = {  # floats; integers (token ids) below every bench model's vocabulary
+    t["name"]: rng.standard_normal(t["shape"]).astype(t["dtype"])
+    if np.issubdtype(np.dtype(t["dtype"]), np.floating)
+    else rng.integers(0, 8, t["shape"]).astype(t["dtype"])
+    for t in inputs
+}
 if which == "hetgen":
     from hetgen.runtime.loader import checked_input, load
 else:
@@ -114,14 +119,16 @@ else:
     from hetgen.runtime.verify import MODEL_COPY
     import onnxruntime
     model_bytes = (out / MODEL_COPY).read_bytes()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak_kb():  # VmHWM starts afresh at exec (getrusage's ru_maxrss inherits the parent's)
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+before = peak_kb()
 if which == "hetgen":
     model = load(out)
     args = [checked_input(t, feeds[t.name]) for t in model.inputs]
     model.run_into(args, [np.empty(t.shape, dtype=t.dtype) for t in model.outputs])
 else:
     ort_session(model_bytes, threads=1).run(None, feeds)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1e3)
+print((peak_kb() - before) / 1e3)
 """
 
 
