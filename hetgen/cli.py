@@ -250,7 +250,7 @@ def cmd_tune(args) -> int:
         out=Path(args.out) if args.out else None,
         quick=args.quick,
         search_path=_search_path(),
-        progress=lambda line: print(line, flush=True),
+        progress=lambda line: print(line, file=sys.stderr, flush=True),  # stdout: the file, when no --out
     )
     blocks = result.blocks
     print(f"{result.target}: mc {blocks.mc}, kc {blocks.kc}, nc {blocks.nc}; figures {result.calibration.figures}")

@@ -131,7 +131,11 @@ def test_a_quick_tune_on_this_machine_writes_blocks_and_figures_that_explain_use
     assert after.total_us != pytest.approx(before.total_us, rel=1e-3)
 
 
-def test_a_cross_target_is_refused_not_timed_under_qemu():
+def test_a_cross_target_is_refused_not_timed_under_qemu(capfd):
     board = "board-riscv64.yaml" if host.machine() == "aarch64" else "board-aarch64.yaml"
     with pytest.raises(HetgenError, match="qemu-user would measure the emulator"):
         tune(REPO / "platforms" / board, quick=True)
+    assert main(["tune", str(REPO / "platforms" / board), "--quick"]) == 1
+    err = capfd.readouterr().err
+    assert err.startswith("hetgen: error: ") and "Run `hetgen tune` on the board itself" in err
+    assert "Traceback" not in err
