@@ -4,12 +4,23 @@
     python benchmarks/bench_models.py --threads 1,2 [--runs 15] [--models resnet18@64]
 
 Per model: the median latency of each (interleaved in one process, so both see the same noise on a
-shared machine), their ratio (below 1: hetgen is faster), the GFLOP/s of hetgen's convolutions and
-matrix products (counted as direct convolution: Winograd layers do fewer) against this core's peak
-(measured with a small FMA loop, `_peak.c`), the largest difference from onnxruntime relative to
-the largest reference value, and the generated program's memory (arena + weights, as packed)
-against the model's weights plus the liveness lower bound of its activations. Last, the geometric
-mean of the ratios.
+shared machine), their ratio (below 1: hetgen is faster), the cost model's estimate of hetgen's
+latency (`hetgen explain`'s total: with the platform's figures, measured by `hetgen tune` where the
+platform file comes from it), the GFLOP/s of hetgen's convolutions and matrix products (counted as
+direct convolution: Winograd layers do fewer) against this core's peak (a small FMA loop,
+templates/tune/hg_tune_bench.c, as `hetgen tune` measures it), the largest difference from
+onnxruntime relative to the largest reference value. Last, the geometric mean of the ratios.
+
+Then memory, per model, in MB:
+  hetgen    the generated program as built: arena (activations + kernel workspaces) + weights (as
+            packed) + the caller's input and output buffers (hetgen/lower/peak_memory.py), with the
+            platform's `options.memory` (default lean)
+  fast      the same with `memory: fast` (every Winograd layer takes its 16/9 larger weights)
+  bound     the model's weights + the liveness lower bound of its activations
+  hg rss    the peak RSS growth of a fresh Python process that loads the built library and runs it once
+  ort rss   the same for onnxruntime: session creation (optimisations off, 1 thread) and one run
+(RSS counts what each touches: for hetgen the weights mapped from its library, for onnxruntime
+its own copy of the initializers and its arena.)
 
 With `--threads 1,2` it instead compares, per model and thread count T, hetgen run with HG_THREADS=T
 (its GEMM's worker pool, templates/runtime/hg_threads.c; one build, each count loaded as its own
@@ -19,7 +30,7 @@ copy with its own pool) beside onnxruntime with intra_op_num_threads=T, all inte
 from __future__ import annotations
 
 import argparse
-import ctypes
+import dataclasses
 import json
 import math
 import os
@@ -37,13 +48,21 @@ from onnx import numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hetgen  # noqa: E402
+from hetgen import lower  # noqa: E402
+from hetgen.lower.peak_memory import MemoryFigures, memory_figures  # noqa: E402
 from hetgen.models import cnn, transformer  # noqa: E402
+from hetgen.ops._gemm_plan import DEFAULT_BLOCKS  # noqa: E402
 from hetgen.ops.base import OpInstance  # noqa: E402
 from hetgen.ops.registry import op_def  # noqa: E402
-from hetgen.pipeline import import_graph  # noqa: E402
+from hetgen.partition.search import place  # noqa: E402
+from hetgen.pipeline import import_graph, resolve_platform  # noqa: E402
+from hetgen.platform.loader import load_platform  # noqa: E402
+from hetgen.platform.model import FrozenMap  # noqa: E402
+from hetgen.platform.search_path import default_search_path  # noqa: E402
 from hetgen.runtime.loader import checked_input, load  # noqa: E402
 from hetgen.runtime.reference import ort_session  # noqa: E402
 from hetgen.runtime.verify import MODEL_COPY, feeds_for  # noqa: E402
+from hetgen.tune.measure import Bench  # noqa: E402
 
 MODELS = {
     "resnet18": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=224),
@@ -59,24 +78,9 @@ MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 
 
 def peak_gflops() -> float:
-    """One core's float32 FMA throughput, from a loop of independent vector FMAs (-march=native)."""
-    source = Path(__file__).with_name("_peak.c")
+    """One core's float32 FMA throughput, as `hetgen tune` measures it (the best of many short runs)."""
     with tempfile.TemporaryDirectory() as tmp:
-        library = Path(tmp) / "peak.so"
-        subprocess.run(["cc", "-O2", "-march=native", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
-        peak = ctypes.CDLL(str(library))
-        peak.hg_peak_fma.restype = ctypes.c_double
-        peak.hg_peak_fma.argtypes = [ctypes.c_long]
-        peak.hg_peak_fma(1000)  # warm up the clock
-        rates = []
-        # the best of many short runs (under a millisecond, shorter than a scheduler slice): other
-        # processes on a shared machine only ever make it look slower
-        for _ in range(300):
-            iterations = 200_000
-            start = time.perf_counter()
-            flops = peak.hg_peak_fma(iterations)
-            rates.append(flops / (time.perf_counter() - start) / 1e9)
-        return max(rates)
+        return Bench(load_platform("host").root, DEFAULT_BLOCKS, Path(tmp)).peak_gflops(runs=300)
 
 
 def matrix_flops(model: onnx.ModelProto) -> int:
@@ -85,11 +89,56 @@ def matrix_flops(model: onnx.ModelProto) -> int:
     return sum(op_def(node.op).lower(OpInstance.of(node, graph)).flops for node in graph.nodes if node.op in MATRIX_OPS)
 
 
-def memory_mb(out: Path, model: onnx.ModelProto) -> tuple[float, float]:
-    """(the generated program's arena + weights, the model's weights + liveness lower bound), MB."""
-    root = json.loads((out / "hetgen.json").read_text())["targets"][0]
+def memory_figures_for(platform: str, model: onnx.ModelProto, memory: str | None = None) -> MemoryFigures:
+    """The program's memory and its bound, from the lowered program (`memory` overrides the platform's)."""
+    resolved = resolve_platform(platform, default_search_path(os.environ))
+    if memory is not None:
+        resolved = dataclasses.replace(resolved, options=FrozenMap({**resolved.options, "memory": memory}))
+    graph = import_graph(model, {})
     weights = sum(numpy_helper.to_array(init).nbytes for init in model.graph.initializer)
-    return (root["arena_size"] + root["weights_bytes"]) / 1e6, (weights + root["liveness_lower_bound"]) / 1e6
+    return memory_figures(lower.lower(graph, resolved, place(graph, resolved)), weights)
+
+
+RSS_CHILD = """
+import json, sys
+from pathlib import Path
+import numpy as np
+out, which = Path(sys.argv[1]), sys.argv[2]
+rng = np.random.default_rng(0)
+inputs = json.loads((out / "hetgen.json").read_text())["inputs"]
+feeds = {  # floats; integers (token ids) below every bench model's vocabulary
+    t["name"]: rng.standard_normal(t["shape"]).astype(t["dtype"])
+    if np.issubdtype(np.dtype(t["dtype"]), np.floating)
+    else rng.integers(0, 8, t["shape"]).astype(t["dtype"])
+    for t in inputs
+}
+if which == "hetgen":
+    from hetgen.runtime.loader import checked_input, load
+else:
+    from hetgen.runtime.reference import ort_session
+    from hetgen.runtime.verify import MODEL_COPY
+    import onnxruntime
+    model_bytes = (out / MODEL_COPY).read_bytes()
+def peak_kb():  # VmHWM starts afresh at exec (getrusage's ru_maxrss inherits the parent's)
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+before = peak_kb()
+if which == "hetgen":
+    model = load(out)
+    args = [checked_input(t, feeds[t.name]) for t in model.inputs]
+    model.run_into(args, [np.empty(t.shape, dtype=t.dtype) for t in model.outputs])
+else:
+    ort_session(model_bytes, threads=1).run(None, feeds)
+print((peak_kb() - before) / 1e3)
+"""
+
+
+def rss_mb(out: Path, which: str) -> float:
+    """The peak RSS growth (MB) of a fresh process running `which` (hetgen or ort) once on `out`'s model."""
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    result = subprocess.run(
+        [sys.executable, "-c", RSS_CHILD, str(out), which], capture_output=True, text=True, env=environment, check=True
+    )
+    return float(result.stdout.split()[-1])
 
 
 def measure(out: Path, runs: int) -> tuple[float, float, float]:
@@ -196,10 +245,10 @@ def main() -> int:
     peak = peak_gflops()
     print(f"core peak (FMA loop): {peak:.1f} GFLOP/s, 1 thread")
     print(
-        f"{'model':14} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7} {'rel err':>9}"
-        f" {'mem MB':>8} {'bound MB':>9}"
+        f"{'model':14} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'est ms':>8} {'GFLOP/s':>8} {'% peak':>7}"
+        f" {'rel err':>9}"
     )
-    ratios = []
+    ratios, memory = [], []
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-") as tmp:
         for name in names:
             model = MODELS[name]()
@@ -207,15 +256,25 @@ def main() -> int:
             onnx.save(model, path)
             out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem, native_only=True)
             ours, theirs, error = measure(out, args.runs)
+            estimate = json.loads((out / "hetgen.json").read_text())["estimate_us"] / 1e3
             gflops = matrix_flops(model) / ours / 1e6
-            used, bound = memory_mb(out, model)
             ratios.append(ours / theirs)
             print(
-                f"{name:14} {ours:10.2f} {theirs:10.2f} {ours / theirs:6.2f} {gflops:8.1f} "
-                f"{100 * gflops / peak:6.0f}% {error:9.1e} {used:8.1f} {bound:9.1f}",
+                f"{name:14} {ours:10.2f} {theirs:10.2f} {ours / theirs:6.2f} {estimate:8.2f} {gflops:8.1f} "
+                f"{100 * gflops / peak:6.0f}% {error:9.1e}",
                 flush=True,
             )
-    print(f"geometric mean ratio: {math.exp(statistics.fmean(math.log(r) for r in ratios)):.2f}")
+            built, fast = memory_figures_for(args.platform, model), memory_figures_for(args.platform, model, "fast")
+            memory.append((name, built, fast, rss_mb(out, "hetgen"), rss_mb(out, "ort")))
+        print(f"geometric mean ratio: {math.exp(statistics.fmean(math.log(r) for r in ratios)):.2f}")
+        print(
+            f"{'model':14} {'hetgen MB':>9} {'fast MB':>8} {'bound MB':>9} {'hg/bound':>8} {'hg rss':>7} {'ort rss':>7}"
+        )
+        for name, built, fast, ours_rss, theirs_rss in memory:
+            print(
+                f"{name:14} {built.program / 1e6:9.1f} {fast.program / 1e6:8.1f} {built.bound / 1e6:9.1f} "
+                f"{built.program / built.bound:8.2f} {ours_rss:7.1f} {theirs_rss:7.1f}"
+            )
     return 0
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hetgen.errors import HetgenError, InternalError
 
-COMMANDS = ("build", "generate", "explain", "verify", "bench", "targets", "check", "schema")
+COMMANDS = ("build", "generate", "explain", "verify", "bench", "targets", "check", "schema", "tune")
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE, as a shell reports them
@@ -241,6 +241,27 @@ def cmd_check(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    from hetgen.tune import tune
+
+    result = tune(
+        args.platform,
+        target_path=args.target,
+        out=Path(args.out) if args.out else None,
+        quick=args.quick,
+        search_path=_search_path(),
+        progress=lambda line: print(line, file=sys.stderr, flush=True),  # stdout: the file, when no --out
+    )
+    blocks = result.blocks
+    print(f"{result.target}: mc {blocks.mc}, kc {blocks.kc}, nc {blocks.nc}; figures {result.calibration.figures}")
+    if args.out:
+        Path(args.out).write_text(result.text)
+        print(f"wrote {args.out}")
+    else:
+        print(result.text, end="")
+    return 0
+
+
 def cmd_schema(args) -> int:
     from hetgen.platform.json_schema import json_schema
 
@@ -353,6 +374,13 @@ def parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a platform; print its canonical tree")
     check.add_argument("platform")
     sub.add_parser("schema", help="print the JSON Schema of platform files")
+    tune = sub.add_parser(
+        "tune", help="measure this machine's CPU: GEMM cache blocks and cost figures, as a tuned platform file"
+    )
+    tune.add_argument("platform")
+    tune.add_argument("--target", metavar="PATH", help="the CPU to tune (default: the root controller)")
+    tune.add_argument("--out", metavar="FILE", help="write the tuned platform here (default: print it)")
+    tune.add_argument("--quick", action="store_true", help="a few candidates and small probes (seconds; for tests)")
     return top
 
 
@@ -420,4 +448,5 @@ HANDLERS = {
     "targets": cmd_targets,
     "check": cmd_check,
     "schema": cmd_schema,
+    "tune": cmd_tune,
 }

@@ -29,6 +29,7 @@ from hetgen.ir import Graph
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
 from hetgen.platform.model import Platform
+from hetgen.platform.tuning import gemm_blocks
 from hetgen.runtime.verify import MODEL_COPY
 from hetgen.templates_dir import templates_dir
 
@@ -122,7 +123,7 @@ def generate_files(platform: Platform, graph: Graph, options: CompileOptions, mo
     if not options.native_only:
         check_board_fit(lowered, platform)  # a bare-metal board's flash and RAM, before anything is built
     threads = platform.options.get("threads", 1)  # the worker pool's default (hg_threads_config.h)
-    sources = codegen.generate(lowered, weights=options.weights, threads=threads)
+    sources = codegen.generate(lowered, weights=options.weights, threads=threads, gemm_blocks=gemm_blocks(platform))
     regenerate = regenerate_rule(platform, model, out_dir, options)
     board = None if options.native_only else board_plan(sources, platform, options.build_options)
     build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve(), board)

@@ -370,14 +370,16 @@ def test_systick_under_icount_counts_one_tick_per_40_instructions(tmp_path, resn
 
 
 def test_flash_holds_the_models_weights_not_a_larger_packed_copy(tmp_path):
-    """On a host, 3x3 layers take Winograd-transformed weights (16/9 of the model's); a board's
-    flash gets the model's own weights (or GEMM panels that only pad them)."""
+    """On a host with `memory: fast`, 3x3 layers take Winograd-transformed weights (16/9 of the
+    model's); a board's flash gets the model's own weights (or GEMM panels that only pad them)."""
     from hetgen.lower.prepack import BARE_METAL_GROWTH
 
     model = REPO / "examples/resnet_tiny.onnx"
     weights = sum(onnx.numpy_helper.to_array(t).nbytes for t in onnx.load(str(model)).graph.initializer)
     mcu = hetgen.compile(REPO / "platforms/mcu.yaml", model, out=tmp_path / "mcu", native_only=True, **FAST)
-    host = hetgen.compile("host", model, out=tmp_path / "host", native_only=True, **FAST)
+    fast = tmp_path / "fast.yaml"
+    fast.write_text("name: host\ntarget: {kind: native, runtime: aot}\noptions: {memory: fast}\n")
+    host = hetgen.compile(fast, model, out=tmp_path / "host", native_only=True, **FAST)
     blob = {out: sum(p.stat().st_size for p in out.rglob("*weights*.bin")) for out in (mcu, host)}
     assert 0 < blob[mcu] <= weights * BARE_METAL_GROWTH
     assert blob[host] > blob[mcu]  # the host did take the larger, faster layout for some layers

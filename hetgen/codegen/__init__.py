@@ -6,11 +6,13 @@ Entry point: `generate(lowered, platform) -> Sources` (files in memory; nothing 
 from hetgen.codegen import project
 from hetgen.codegen.baremetal import with_board_support
 from hetgen.codegen.project import GeneratedFile, Sources
+from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
 
 
-def generate(lowered, weights: str = "blob", threads: int = 1) -> Sources:
+def generate(lowered, weights: str = "blob", threads: int = 1, gemm_blocks: GemmBlocks = DEFAULT_BLOCKS) -> Sources:
     """All files of the project, in memory; a bare-metal root also gets its board program."""
-    return with_board_support(lowered, project.generate(lowered, weights=weights, threads=threads))
+    sources = project.generate(lowered, weights=weights, threads=threads, gemm_blocks=gemm_blocks)
+    return with_board_support(lowered, sources)
 
 
 __all__ = ["GeneratedFile", "Sources", "generate"]

@@ -20,6 +20,7 @@ from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
+from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.templates_dir import templates_dir
 
@@ -162,9 +163,12 @@ def _program_files(
     return files, sources
 
 
-def generate(lowered: Lowered, weights: str = "blob", threads: int = 1) -> Sources:
+def generate(
+    lowered: Lowered, weights: str = "blob", threads: int = 1, gemm_blocks: GemmBlocks = DEFAULT_BLOCKS
+) -> Sources:
     """All files of the project, in memory. `weights`: "blob" (linked by .incbin) or "c_array";
-    `threads`: the platform's `options.threads`, the worker pool's compiled-in default."""
+    `threads`: the platform's `options.threads`, the worker pool's compiled-in default;
+    `gemm_blocks`: the platform's `options.tuning`, the GEMM's cache blocks (hg_gemm_config.h)."""
     files: list[GeneratedFile] = []
     targets = []
     helpers: set[str] = set()
@@ -239,6 +243,7 @@ def generate(lowered: Lowered, weights: str = "blob", threads: int = 1) -> Sourc
         if name.endswith(".c") and name not in board_only:
             runtime_c.append(f"runtime/{name}")
     files.append(_threads_config(lowered, threads))
+    files.append(_gemm_config(gemm_blocks))
     root = lowered.root
     manifest = {
         "hetgen_manifest": 1,
@@ -267,6 +272,12 @@ def _threads_config(lowered: Lowered, threads: int) -> GeneratedFile:
     pool = not any(is_bare_metal(program.target) for program in lowered.programs)
     text = render("model/hg_threads_config.h.j2", threads=threads, pool=int(pool))
     return GeneratedFile("runtime/hg_threads_config.h", text.encode())
+
+
+def _gemm_config(blocks: GemmBlocks) -> GeneratedFile:
+    """runtime/hg_gemm_config.h: the GEMM's cache blocks, the same the kernels' workspaces were sized for."""
+    text = render("model/hg_gemm_config.h.j2", mc=blocks.mc, kc=blocks.kc, nc=blocks.nc)
+    return GeneratedFile("runtime/hg_gemm_config.h", text.encode())
 
 
 def _remote_files(lowered: Lowered, prefixes: dict[str, str], targets: list[TargetSources]):

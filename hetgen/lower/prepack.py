@@ -1,12 +1,26 @@
-"""Constant operands in the layout their kernel reads fastest, made once at generate time.
+"""Constant operands in the layout their kernel reads fastest, made once at generate time; and the
+one place that fits CPU kernels to the platform (cache blocks, memory budget).
 
 A lowering may offer `Kernel.prepacked` (e.g. a convolution's weights as GEMM panels). Where the
 unit runs on a CPU controller, the constant is replaced by a new constant in that layout and the
 kernel reads it with the offered template parameters; accelerators keep the model's layout (they
-load weights as the model has them, and their own templates read it). On a bare-metal target,
-whose weights sit in a small flash, an offer whose layout is much larger than the model's (Winograd's
-transformed 4x4 taps are 16/9 of the 3x3 ones) is declined: the kernel then reads the model's layout
-as it reads weights given at run time.
+load weights as the model has them, and their own templates read it). Offers for the same input
+are alternatives, the faster first; one is taken per input:
+
+- an offer that only pads the model's weights (at most BARE_METAL_GROWTH larger: GEMM panels) is
+  always taken;
+- a larger one (Winograd's transformed 4x4 taps are 16/9 of the 3x3 ones) is declined on a
+  bare-metal target, whose weights sit in a small flash; on other CPUs it is taken where it is the
+  only offer (declining panels that pad a few rows would only move the packing to run time, with
+  its workspace) or with `options.memory: fast`; with `lean` (the default) a larger alternative is
+  taken only while the target's packed weights, its largest kernel workspace and its activations
+  stay within MEMORY_SLACK of the model's weights plus the liveness lower bound of the
+  activations, layers with the most arithmetic per extra byte first (hetgen/lower/peak_memory.py
+  measures the result; tests/test_memory_bound.py checks it).
+
+Every unit that calls the GEMM is lowered again with the platform's cache blocks
+(`options.tuning`, measured by `hetgen tune`) where they differ from the defaults, so its
+workspace matches the generated runtime/hg_gemm_config.h.
 """
 
 from __future__ import annotations
@@ -15,18 +29,45 @@ import dataclasses
 
 import numpy as np
 
+from hetgen.errors import PlacementError
 from hetgen.ir import DType, Graph, TensorType
-from hetgen.lower.fuse import Unit
-from hetgen.ops.base import Kernel
+from hetgen.lower.fuse import Unit, op_instance
+from hetgen.ops import _gemm_plan
+from hetgen.ops.base import Kernel, Prepacked
+from hetgen.ops.registry import op_def
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role
+from hetgen.platform.tuning import gemm_blocks, memory_mode
 
 # How much larger than the model's a packed constant may be on a bare-metal target (panel padding).
 BARE_METAL_GROWTH = 1.15
+# How far above its memory bound (weights + liveness lower bound of activations) a lean program may be;
+# the budget keeps a little of it back for the arena planner, which may not reach the lower bound.
+MEMORY_SLACK = 0.10
+PLANNER_RESERVE = 0.02
 
 
-def _growth(offer, value: np.ndarray) -> float:
-    return offer.layout(value).size / max(value.size, 1)
+class Layouts:
+    """Each offer's layout of its constant, made once (Winograd's transform is not free)."""
+
+    def __init__(self, graph: Graph, unit_inputs: list[tuple[str, ...]]):
+        self.graph, self.unit_inputs, self.made = graph, unit_inputs, {}
+
+    def model(self, index: int, offer: Prepacked) -> np.ndarray:
+        return self.graph.constants[self.unit_inputs[index][offer.index]]
+
+    def packed(self, index: int, offer: Prepacked) -> np.ndarray:
+        key = (index, id(offer))
+        if key not in self.made:
+            value = offer.layout(self.model(index, offer))
+            self.made[key] = np.ascontiguousarray(value, dtype=np.float32).reshape(-1)
+        return self.made[key]
+
+    def growth(self, index: int, offer: Prepacked) -> float:
+        return self.packed(index, offer).size / max(self.model(index, offer).size, 1)
+
+    def extra_bytes(self, index: int, offer: Prepacked | None) -> int:
+        return 0 if offer is None else self.packed(index, offer).nbytes - self.model(index, offer).nbytes
 
 
 def packed_name(tensor: str, unit: Unit) -> str:
@@ -43,23 +84,22 @@ def apply_prepacked(
     platform: Platform,
 ) -> tuple[Graph, tuple[Kernel, ...], list[tuple[str, ...]]]:
     """The graph with the packed constants added, the kernels reading them, each unit's inputs."""
-    controllers = {t.path_str for t in platform.targets() if t.role is Role.CONTROLLER}
-    small_flash = {t.path_str for t in platform.targets() if t.role is Role.CONTROLLER and is_bare_metal(t)}
+    kernels = with_blocks(graph, units, kernels, assignment, platform)
+    controllers = {t.path_str: t for t in platform.targets() if t.role is Role.CONTROLLER}
+    layouts = Layouts(graph, unit_inputs)
+    chosen = chosen_offers(layouts, units, kernels, assignment, platform, controllers)
     constants, types = dict(graph.constants), dict(graph.types)
     new_kernels, new_inputs = [], []
-    for unit, kernel, inputs in zip(units, kernels, unit_inputs):
-        target = assignment[unit.head.name]
-        offers = kernel.prepacked
-        if target in small_flash:
-            offers = tuple(o for o in offers if _growth(o, graph.constants[inputs[o.index]]) <= BARE_METAL_GROWTH)
-        if not offers or target not in controllers:
+    for index, (unit, kernel, inputs) in enumerate(zip(units, kernels, unit_inputs)):
+        offers = chosen.get(index, ())
+        if not offers:
             new_kernels.append(kernel)
             new_inputs.append(inputs)
             continue
         inputs, params, scratch = list(inputs), dict(kernel.params), kernel.scratch_bytes
         for offer in offers:
             source = inputs[offer.index]
-            value = np.ascontiguousarray(offer.layout(graph.constants[source]), dtype=np.float32).reshape(-1)
+            value = layouts.packed(index, offer)
             name = packed_name(source, unit)
             constants[name] = value
             types[name] = TensorType(DType.FLOAT32, value.shape)
@@ -71,3 +111,126 @@ def apply_prepacked(
     if len(constants) == len(graph.constants):
         return graph, tuple(new_kernels), new_inputs
     return dataclasses.replace(graph, constants=constants, types=types), tuple(new_kernels), new_inputs
+
+
+def with_blocks(graph, units, kernels, assignment, platform) -> tuple[Kernel, ...]:
+    """The kernels, those that call the GEMM lowered again for the platform's cache blocks.
+
+    The generated runtime (and its hg_gemm_config.h) is shared by every target of the platform, so
+    every GEMM kernel follows the same blocks. A tiled accelerator's C kernels are lowered per tile
+    elsewhere with the defaults; blocks larger than those would overrun their workspace, so they are
+    refused there."""
+    blocks = gemm_blocks(platform)
+    if blocks == _gemm_plan.DEFAULT_BLOCKS:
+        return kernels
+    default = _gemm_plan.DEFAULT_BLOCKS
+    if any(getattr(blocks, key) > getattr(default, key) for key in ("mc", "kc", "nc")):
+        tiled = sorted(
+            {
+                assignment[unit.head.name]
+                for unit in units
+                if any(
+                    t.path_str == assignment[unit.head.name] and t.role is Role.ACCELERATOR and t.memory_bytes
+                    for t in platform.targets()
+                )
+            }
+        )
+        if tiled:
+            raise PlacementError(
+                f"{platform.file}: options.tuning sets cache blocks larger than hetgen's defaults "
+                f"({vars(default)}), but {', '.join(tiled)} runs tiled kernels sized for the defaults; "
+                "remove options.tuning or keep each of mc, kc, nc at most its default"
+            )
+    relowered = []
+    for unit, kernel in zip(units, kernels):
+        if _gemm_plan.HELPER in kernel.helpers:
+            instance = dataclasses.replace(op_instance(unit, graph), gemm_blocks=blocks)
+            kernel = op_def(unit.head.op).lower(instance)
+        relowered.append(kernel)
+    return tuple(relowered)
+
+
+def chosen_offers(layouts: Layouts, units, kernels, assignment, platform, controllers) -> dict[int, tuple]:
+    """Per unit index on a CPU controller, the offers taken: at most one per input (see the module doc)."""
+    lean = memory_mode(platform) == "lean"
+    chosen: dict[int, list[Prepacked]] = {}
+    growing: dict[str, list[tuple[int, Prepacked, Prepacked | None]]] = {}  # per target: (unit, big, fallback)
+    for index, (unit, kernel) in enumerate(zip(units, kernels)):
+        path = assignment[unit.head.name]
+        target = controllers.get(path)
+        if target is None or not kernel.prepacked:
+            continue
+        by_input: dict[int, list[Prepacked]] = {}
+        for offer in kernel.prepacked:
+            by_input.setdefault(offer.index, []).append(offer)
+        for offers in by_input.values():
+            small = next((o for o in offers if layouts.growth(index, o) <= BARE_METAL_GROWTH), None)
+            first = offers[0]
+            if first is small or is_bare_metal(target) or not lean or len(offers) == 1:
+                taken = small if is_bare_metal(target) else first
+                if taken is not None:
+                    chosen.setdefault(index, []).append(taken)
+                continue
+            growing.setdefault(path, []).append((index, first, small))
+    for path, candidates in growing.items():
+        taken = within_budget(path, candidates, layouts, units, kernels, assignment, chosen)
+        for index, big, small in candidates:
+            offer = big if (index, id(big)) in taken else small
+            if offer is not None:
+                chosen.setdefault(index, []).append(offer)
+    return {index: tuple(offers) for index, offers in chosen.items()}
+
+
+def within_budget(path, candidates, layouts: Layouts, units, kernels, assignment, chosen) -> set[tuple[int, int]]:
+    """Which growing offers on `path` fit its lean memory budget, the most arithmetic per extra byte first.
+
+    The budget is MEMORY_SLACK (less PLANNER_RESERVE) of the target's bound (its constants in the
+    model's layout plus the liveness lower bound of its activations, over the unit order the
+    schedule follows), less what the offers taken anyway add (panel padding) and the largest
+    workspace of its kernels, which lives in the arena beside the activations."""
+    graph, unit_inputs = layouts.graph, layouts.unit_inputs
+    on_target = [i for i, unit in enumerate(units) if assignment[unit.head.name] == path]
+    model_bytes = sum(graph.constants[name].nbytes for name in _constants_of(on_target, unit_inputs, graph))
+    activations = _activation_lower_bound(on_target, units, unit_inputs, graph)
+    padding = sum(
+        layouts.extra_bytes(index, offer)
+        for index, offers in chosen.items()
+        if assignment[units[index].head.name] == path
+        for offer in offers
+    )
+    scratch = max((kernels[i].scratch_bytes for i in on_target), default=0)
+    budget = (MEMORY_SLACK - PLANNER_RESERVE) * (model_bytes + activations) - padding - scratch
+    budget -= sum(layouts.extra_bytes(index, small) for index, _, small in candidates)  # fallbacks' padding
+    ranked = []
+    for index, big, small in candidates:
+        extra = layouts.extra_bytes(index, big) - layouts.extra_bytes(index, small)
+        ranked.append((-kernels[index].flops / max(extra, 1), index, big, extra))
+    taken: set[tuple[int, int]] = set()
+    for _, index, big, extra in sorted(ranked, key=lambda r: (r[0], r[1])):
+        more_scratch = max(0, (big.scratch_bytes or 0) - scratch)
+        if extra + more_scratch <= budget:
+            budget -= extra + more_scratch
+            scratch = max(scratch, big.scratch_bytes or 0)
+            taken.add((index, id(big)))
+    return taken
+
+
+def _constants_of(on_target, unit_inputs, graph) -> list[str]:
+    return list(dict.fromkeys(name for i in on_target for name in unit_inputs[i] if name in graph.constants))
+
+
+def _activation_lower_bound(on_target, units, unit_inputs, graph) -> int:
+    """The most bytes of activations live at once over the units on one target, in their order."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    end = len(on_target)
+    for step, index in enumerate(on_target):
+        for name in (*unit_inputs[index], *units[index].outputs):
+            if name and name not in graph.constants and name in graph.types:
+                first.setdefault(name, 0 if name in graph.inputs else step)
+                last[name] = end if name in graph.outputs else step
+    live = [0] * (end + 1)
+    for name, start in first.items():
+        for step in range(start, last[name] + 1):
+            live[step] += graph.types[name].nbytes
+    return max(live, default=0)

@@ -12,17 +12,54 @@ zero-padded, each panel spanning all of k.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 PANEL_M, PANEL_N = 8, 32
-MC, KC, NC = 128, 256, 1024
 HELPER = "hg_gemm.c"
 
 
-def pack_bytes(m: int, n: int, k: int) -> int:
-    """Bytes of packing workspace hg_sgemm needs for an m x n x k product (64-byte aligned)."""
-    kc = min(k, KC)
-    floats = (min(m, MC) + PANEL_M) * kc + (min(n, NC) + PANEL_N) * kc
+@dataclass(frozen=True)
+class GemmBlocks:
+    """The GEMM's cache blocks: A blocks of mc x kc (L2), B blocks of kc x nc (L3), per platform.
+
+    The defaults suit a core with 1-2 MiB of L2; `hetgen tune` measures better ones for the machine
+    at hand and writes them as `options: {tuning: {mc, kc, nc}}`, which the generated
+    runtime/hg_gemm_config.h and every kernel's workspace (`pack_bytes`) then follow."""
+
+    mc: int = 128
+    kc: int = 256
+    nc: int = 1024
+
+    def problems(self) -> list[str]:
+        """What makes these blocks unusable, as (key, what is wrong) lines; empty when they are fine."""
+        wrong = []
+        for key, value, multiple, low, high in (
+            ("mc", self.mc, PANEL_M, PANEL_M, MAX_BLOCK["mc"]),
+            ("kc", self.kc, 1, 8, MAX_BLOCK["kc"]),
+            ("nc", self.nc, PANEL_N, PANEL_N, MAX_BLOCK["nc"]),
+        ):
+            if not low <= value <= high or value % multiple:
+                wrong.append(f"'{key}' must be a multiple of {multiple} from {low} to {high}, not {value}")
+        return wrong
+
+
+# Past these a block no longer fits any cache level it is meant for, and the workspace grows for nothing.
+MAX_BLOCK = {"mc": 1024, "kc": 2048, "nc": 8192}
+DEFAULT_BLOCKS = GemmBlocks()
+
+
+def pack_bytes(
+    m: int, n: int, k: int, blocks: GemmBlocks = DEFAULT_BLOCKS, a_packed: bool = False, b_packed: bool = False
+) -> int:
+    """Bytes of packing workspace hg_sgemm needs for an m x n x k product (64-byte aligned), with
+    the cache blocks the generated runtime/hg_gemm_config.h gives HG_SGEMM_MC/KC/NC; an operand
+    packed at generate time needs no buffer (HG_SGEMM_PACK_BYTES_FOR)."""
+    kc = min(k, blocks.kc)
+    a_floats = 0 if a_packed else (min(m, blocks.mc) + PANEL_M) * kc
+    b_floats = 0 if b_packed else (min(n, blocks.nc) + PANEL_N) * kc
+    floats = a_floats + b_floats
     return align(4 * floats + 128)
 
 

@@ -41,7 +41,7 @@ def eligible(win, groups: int, cin: int, cout: int) -> bool:
     )
 
 
-def plan(win, cin: int, cout: int) -> tuple[dict, int]:
+def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DEFAULT_BLOCKS) -> tuple[dict, int]:
     """(template parameters, scratch bytes): tile counts, how many rows of tiles go through the
     transforms and GEMMs at a time, and the offsets of V, M and the GEMM's workspace in scratch."""
     tiles_h, tiles_w = -(-win.out_shape[1] // 2), -(-win.out_shape[2] // 2)
@@ -50,7 +50,7 @@ def plan(win, cin: int, cout: int) -> tuple[dict, int]:
     tiles = chunk_rows * tiles_w  # the GEMMs' n
     v_bytes = _gemm_plan.align(4 * 16 * cin * tiles)
     m_bytes = _gemm_plan.align(4 * 16 * cout * tiles)
-    pack = _gemm_plan.pack_bytes(cout, tiles, cin)
+    pack = _gemm_plan.pack_bytes(cout, tiles, cin, blocks, a_packed=True)
     params = {
         "variant": "winograd",
         "w_packed": True,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hetgen.ir import Graph, Node, TensorType
+from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
 
 # Activations that may be fused into the kernel that produces their input (Conv, Gemm, MatMul, Add).
 FUSABLE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
@@ -54,6 +55,8 @@ class OpInstance:
     output_types: tuple[TensorType, ...]
     constants: tuple[np.ndarray | None, ...]  # the value of each input known at compile time
     epilogue: tuple[Epilogue, ...] = ()
+    # the GEMM's cache blocks on the CPU that runs it (the platform's `options.tuning`); sizes workspaces
+    gemm_blocks: GemmBlocks = DEFAULT_BLOCKS
 
     @classmethod
     def of(cls, node: Node, graph: Graph, epilogue: tuple[Epilogue, ...] = (), outputs: tuple[str, ...] | None = None):
@@ -84,7 +87,8 @@ class Prepacked:
 
     Lowering applies it where the unit runs on a CPU controller (accelerators load weights as the
     model has them): the input becomes `layout(value)` and the template gets `params` on top of
-    the kernel's own. `layout` runs only then, so lowering for the cost model stays cheap."""
+    the kernel's own. `layout` runs only then, so lowering for the cost model stays cheap. Offers for
+    the same input are alternatives, the preferred first (hetgen/lower/prepack.py takes one)."""
 
     index: int  # which input
     layout: Callable[[np.ndarray], np.ndarray]  # the model's value -> the kernel's (float32) array

@@ -58,7 +58,7 @@ def lower(op: OpInstance) -> Kernel:
     cin_group, cout_group = geometry.cin_group, geometry.cout_group
     variant = strategy(groups, cin_group, win)
     k_dim = cin_group * win.kernel_size
-    pack = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim) if variant != "direct" else 0
+    pack = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks) if variant != "direct" else 0
     has_bias = op.has_input(2)
     if has_bias and tuple(op.input_types[2].shape) != (out_channels,):
         # The kernel reads one bias value per output channel; anything else would read past it.
@@ -85,14 +85,17 @@ def lower(op: OpInstance) -> Kernel:
         "epilogue": op.epilogue,
     }
     prepacked = ()
-    if variant != "direct" and op.constant(1) is not None and _winograd.eligible(win, groups, channels, out_channels):
-        wino_params, wino_scratch = _winograd.plan(win, channels, out_channels)
-        prepacked = (Prepacked(1, _winograd.weight_panels, wino_params, wino_scratch),)
-    elif variant != "direct" and op.constant(1) is not None:
+    if variant != "direct" and op.constant(1) is not None:
         group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
-        prepacked = (
-            Prepacked(1, lambda w: weight_panels(w, groups), {"w_packed": True, "w_group_floats": group_floats}),
-        )
+        packed = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks, a_packed=True)
+        panel_params = {"w_packed": True, "w_group_floats": group_floats, "pack_bytes": packed}
+        panels = Prepacked(1, lambda w: weight_panels(w, groups), panel_params, packed)
+        prepacked = (panels,)
+        if _winograd.eligible(win, groups, channels, out_channels):
+            # Alternatives for the same weights, the faster first: Winograd's 16/9 larger weights
+            # where the memory budget allows them (hetgen/lower/prepack.py), else the GEMM's panels.
+            wino_params, wino_scratch = _winograd.plan(win, channels, out_channels, op.gemm_blocks)
+            prepacked = (Prepacked(1, _winograd.weight_panels, wino_params, wino_scratch), panels)
     return Kernel(
         template="kernels/conv.c.j2",
         params=params,

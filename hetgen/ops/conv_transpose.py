@@ -41,7 +41,7 @@ def lower(op: OpInstance) -> Kernel:
     in_rows = win.in_shape[0] * win.in_shape[1]
     chunk_rows = max(1, min(in_rows, COL_CHUNK_FLOATS // max(1, rows * win.in_shape[2])))
     col_bytes = _gemm_plan.align(4 * rows * chunk_rows * win.in_shape[2])
-    pack = _gemm_plan.pack_bytes(rows, chunk_rows * win.in_shape[2], cin_group)
+    pack = _gemm_plan.pack_bytes(rows, chunk_rows * win.in_shape[2], cin_group, op.gemm_blocks)
     params = {
         **win.view(),
         "batch": batch,

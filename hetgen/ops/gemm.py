@@ -54,14 +54,16 @@ def lower(op: OpInstance) -> Kernel:
         "bias_rs": strides[0] if has_bias else 0,
         "bias_cs": strides[1] if has_bias else 0,
         "bias_index": 2,
-        "pack_bytes": _gemm_plan.pack_bytes(m, n, k),
+        "pack_bytes": _gemm_plan.pack_bytes(m, n, k, op.gemm_blocks),
         "b_packed": False,
         "out_index": input_arg_count(op),
         "epilogue": op.epilogue,
     }
     prepacked = ()
     if op.constant(1) is not None:
-        prepacked = (Prepacked(1, lambda b: _gemm_plan.b_panels(b.T if trans_b else b), {"b_packed": True}),)
+        packed = _gemm_plan.pack_bytes(m, n, k, op.gemm_blocks, b_packed=True)
+        layout = lambda b: _gemm_plan.b_panels(b.T if trans_b else b)  # noqa: E731
+        prepacked = (Prepacked(1, layout, {"b_packed": True, "pack_bytes": packed}, packed),)
     return Kernel(
         template="kernels/gemm.c.j2",
         params=params,

@@ -54,14 +54,16 @@ def lower(op: OpInstance) -> Kernel:
         "a_strides": batch_strides(a_batch, out_batch, m * k),
         "b_strides": batch_strides(b_batch, out_batch, k * n),
         "c_stride": m * n,
-        "pack_bytes": _gemm_plan.pack_bytes(rows, n, k),
+        "pack_bytes": _gemm_plan.pack_bytes(rows, n, k, op.gemm_blocks),
         "b_packed": False,
         "out_index": input_arg_count(op),
         "epilogue": op.epilogue,
     }
     prepacked = ()
     if op.constant(1) is not None and math.prod(b_batch) == 1:
-        prepacked = (Prepacked(1, lambda b: _gemm_plan.b_panels(b.reshape(k, n)), {"b_packed": True}),)
+        packed = _gemm_plan.pack_bytes(rows, n, k, op.gemm_blocks, b_packed=True)
+        layout = lambda b: _gemm_plan.b_panels(b.reshape(k, n))  # noqa: E731
+        prepacked = (Prepacked(1, layout, {"b_packed": True, "pack_bytes": packed}, packed),)
     return Kernel(
         template="kernels/matmul.c.j2",
         params=params,

@@ -130,6 +130,8 @@ def _options_schema() -> dict[str, Any]:
             "placement": {"enum": list(PLACEMENTS)},
             "pins": {"type": "object", "additionalProperties": {"type": "string"}},
             "threads": {"type": "integer", "minimum": 1, "maximum": 64},
+            "tuning": _closed({key: {"type": "integer", "minimum": 1} for key in ("mc", "kc", "nc")}),
+            "memory": {"enum": ["lean", "fast"]},
         }
     )
 

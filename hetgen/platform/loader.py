@@ -28,10 +28,11 @@ from hetgen.platform.schema import (
 )
 from hetgen.platform.search_path import find_platform
 from hetgen.platform.targets import build_tree
+from hetgen.platform.tuning import parse_memory, parse_tuning
 from hetgen.platform.yaml_positions import YMap, YNode, parse_yaml
 
 PLATFORM_KEYS = ("name", "target", "kinds", "options")
-OPTION_KEYS = ("placement", "pins", "threads")
+OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory")
 MAX_THREADS = 64  # HG_THREADS_MAX in templates/runtime/hg_threads.h
 PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
 DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap(), "threads": 1})
@@ -129,7 +130,13 @@ def _options(node: YNode | None, root: Target | None, problems: Problems) -> Fro
         placement = read_str(body.get("placement"), "'placement' of options", problems, PLACEMENTS)
     pins = _pins(body.get("pins"), root, problems) if body.get("pins") is not None else FrozenMap()
     threads = _threads(body.get("threads"), root, problems) if body.get("threads") is not None else 1
-    return FrozenMap({"placement": placement, "pins": pins, "threads": threads})
+    options = {"placement": placement, "pins": pins, "threads": threads}
+    # present only where the file gives them (hetgen.platform.tuning reads them with their defaults)
+    if body.get("tuning") is not None:
+        options["tuning"] = parse_tuning(body.get("tuning"), problems)
+    if body.get("memory") is not None:
+        options["memory"] = parse_memory(body.get("memory"), problems)
+    return FrozenMap(options)
 
 
 def _threads(node: YNode, root: Target | None, problems: Problems) -> int:

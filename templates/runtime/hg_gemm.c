@@ -107,9 +107,10 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
                         float *c, size_t ldc, int accumulate, hg_gemm_epilogue_fn epilogue, const void *ctx,
                         void *work)
 {
-    /* 64-byte aligned packing buffers carved out of the workspace (HG_SGEMM_PACK_BYTES) */
+    /* 64-byte aligned packing buffers carved out of the workspace (HG_SGEMM_PACK_BYTES_FOR): none
+       for an operand packed at generate time */
     float *pa = align64(work);
-    float *pb = align64(pa + (min_size(m, HG_SGEMM_MC) + PM) * min_size(k, HG_SGEMM_KC));
+    float *pb = ops->a_panels ? pa : align64(pa + (min_size(m, HG_SGEMM_MC) + PM) * min_size(k, HG_SGEMM_KC));
 
     for (size_t jc = j0; jc < j1; jc += HG_SGEMM_NC) {
         const size_t nc = min_size(HG_SGEMM_NC, j1 - jc);

@@ -26,16 +26,36 @@
 /* Panel sizes: the layout contract with hetgen/ops/_gemm_plan.py, the same for every ISA. */
 #define HG_SGEMM_PANEL_M 8
 #define HG_SGEMM_PANEL_N 32
-/* Cache blocking: mirrored by hetgen/ops/_gemm_plan.py, which sizes the workspace. */
+/* Cache blocking: the platform's (`options: {tuning: ...}`, measured by `hetgen tune`) from the
+   generated hg_gemm_config.h, else these defaults; hetgen/ops/_gemm_plan.py (GemmBlocks) sizes
+   every kernel's workspace with the same values, and the kernels check it with _Static_assert. */
+#if defined(__has_include)
+#if __has_include("hg_gemm_config.h")
+#include "hg_gemm_config.h"
+#endif
+#endif
+#ifndef HG_SGEMM_MC
 #define HG_SGEMM_MC 128
+#endif
+#ifndef HG_SGEMM_KC
 #define HG_SGEMM_KC 256
+#endif
+#ifndef HG_SGEMM_NC
 #define HG_SGEMM_NC 1024
+#endif
 
 #define HG_SGEMM_MIN_(x, y) ((x) < (y) ? (x) : (y))
 #define HG_SGEMM_PACK_BYTES(m, n, k)                                                               \
     (4u * ((HG_SGEMM_MIN_((size_t)(m), (size_t)HG_SGEMM_MC) + HG_SGEMM_PANEL_M) *                  \
                HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC) +                                   \
            (HG_SGEMM_MIN_((size_t)(n), (size_t)HG_SGEMM_NC) + HG_SGEMM_PANEL_N) *                  \
+               HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC)) +                                  \
+     128u)
+/* The same where A or B comes packed at generate time: its packing buffer is not needed. */
+#define HG_SGEMM_PACK_BYTES_FOR(m, n, k, a_packed, b_packed)                                       \
+    (4u * (((a_packed) ? 0u : HG_SGEMM_MIN_((size_t)(m), (size_t)HG_SGEMM_MC) + HG_SGEMM_PANEL_M) * \
+               HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC) +                                   \
+           ((b_packed) ? 0u : HG_SGEMM_MIN_((size_t)(n), (size_t)HG_SGEMM_NC) + HG_SGEMM_PANEL_N) * \
                HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC)) +                                  \
      128u)
 
