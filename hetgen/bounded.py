@@ -30,6 +30,14 @@ def is_shape_output(name: str) -> bool:
     return name.endswith(SHAPE_SUFFIX)
 
 
+def bounded_note(name: str) -> str:
+    """What the generated header says beside output `name` ("" for an ordinary one)."""
+    if is_shape_output(name):
+        base = name.removesuffix(SHAPE_SUFFIX)
+        return f': the shape of "{base}" at run time; "{base}" holds its values row-major at its buffer\'s start'
+    return ""
+
+
 def trimmed(outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The outputs as the model defines them: each bounded one cut to the actual shape its kernel
     reported, the shape outputs dropped."""

@@ -103,6 +103,8 @@ def test_nonzero_of_run_time_values_matches_onnxruntime(tmp_path, runtime):
     # the C API: a buffer of the bound, and the actual shape beside it
     manifest = {t["name"]: t["shape"] for t in json.loads((out / "hetgen.json").read_text())["outputs"]}
     assert manifest["idx"] == [3, 60] and manifest[shape_output("idx")] == [2]
+    header = next(out.glob("*/hg_host.h")).read_text()
+    assert '"idx::run_time_shape" int64[2] (16 bytes): the shape of "idx" at run time' in header
     assert all(error.ok for error in verify(out, seed=4))
 
 
