@@ -173,3 +173,31 @@ def test_fp16_kind_compiles_for_armv8_2_fp16_and_plain_kind_does_not(tmp_path):
     for fp16, wanted in (("true", True), ("false", False)):
         target = load_platform_text(platform(fp16)).root
         assert ("-march=armv8.2-a+fp16" in board_toolchain(target, BuildOptions()).cflags) is wanted
+
+
+# ONNX node cases on float16 whose kernels compute natively (elementwise, activations), and one with
+# a Conv (float32 accumulation); the whole float16 set passes so (40 of 46, the rest as on float32).
+NODE_CASES = ("test_celu_float16", "test_max_float16", "test_mod_mixed_sign_float16", "test_swiglu_float16")
+NODE_CASES += ("test_isinf_float16", "test_causal_conv_with_state_silu_fp16")
+
+
+@needs_cross
+def test_float16_node_cases_on_the_fp16_kind_under_qemu(tmp_path):
+    import conformance
+    import harness
+
+    cases = {case.name: case for case in conformance.cases() if case.name in NODE_CASES}
+    assert sorted(cases) == sorted(NODE_CASES)
+    target = load_platform_text(platform("true"))
+    for name, case in sorted(cases.items()):
+        graph_inputs, problem = conformance._checked_inputs(case)
+        assert problem is None, problem
+        frozen = conformance._frozen_inputs(case.model)
+        for k, (inputs, outputs) in enumerate(case.data_sets):
+            feeds = {vi.name: conformance._as_array(v) for vi, v in zip(graph_inputs, inputs)}
+            model = harness.freeze_inputs(case.model, feeds, frozen)
+            out = hetgen.compile(target, model, out=tmp_path / f"{name}_{k}", **FAST)
+            got = EmulatedModel(out).run({n: v for n, v in feeds.items() if n not in frozen})
+            for vi, expected in zip(case.model.graph.output, outputs):
+                mismatch = conformance._compare(vi.name, got[vi.name], expected, case.rtol, case.atol)
+                assert mismatch is None, f"{name}: {mismatch}"
