@@ -25,6 +25,9 @@ WARNINGS = ("-Wall", "-Wextra")
 COMMON_CFLAGS = ("-std=c11", "-fno-math-errno")
 NATIVE_CC = "cc"
 NATIVE_AR = "ar"
+# Kind attributes that switch on an ISA extension the board compiler must target; the platform's
+# own cflags come after, so a board's -mcpu still wins (hetgen/ops/_float16.py for fp16).
+ATTRIBUTE_CFLAGS = {"fp16": ("-march=armv8.2-a+fp16",)}
 # Board programs are linked statically: they run on a board (or under qemu-user) with no search for
 # the target's shared C library, so the emulator needs no `-L SYSROOT`.
 BOARD_PROGRAM_LDFLAGS = ("-static",)
@@ -96,6 +99,7 @@ def board_toolchain(target: Target, options: BuildOptions) -> Toolchain:
     flags = [*COMMON_CFLAGS, *options.opt, *WARNINGS]
     if options.werror:
         flags.append("-Werror")
+    flags += [flag for attr, extra in ATTRIBUTE_CFLAGS.items() if target.attrs.get(attr) is True for flag in extra]
     flags += [*sysroot, *vector_cflags(target, own.cflags), *options.extra_cflags]
     return Toolchain(
         cc=own.cc,

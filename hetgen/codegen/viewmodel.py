@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 
+from hetgen.bounded import bounded_note
 from hetgen.lower.program import (
     BufferRef,
     Call,
@@ -111,6 +112,7 @@ def tensor_view(spec) -> dict:
         "shape_padded": (shape + [0] * 8)[:8] if shape else [0],
         "shape_text": "x".join(map(str, shape)) or "scalar",
         "nbytes": spec.type.nbytes,
+        "note": c_comment(bounded_note(spec.name)),  # run-time lengths (hetgen/bounded.py)
     }
 
 

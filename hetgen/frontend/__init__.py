@@ -15,6 +15,7 @@
 - `qdq`: DequantizeLinear → Conv/MatMul/Gemm → QuantizeLinear islands become integer kernels; the
   dequantized constants no pattern used are folded;
 - `rewrite`: decomposed LayerNormalization and Gelu become the single operators;
+- `bounded`: NonZero/NonMaxSuppression outputs of run-time length get their shape as an output;
 - `check`: every unsupported operator, untypable tensor, non-constant shape input and unsupported
   element type, each kind reported in one message;
 - `work.to_graph`: unique C-identifier node names (`n{index}_{op}[_{onnx name}]`), the frozen Graph.
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import onnx
 
-from hetgen.frontend import check, cleanup, contrib_quant, convert, functions, load, qdq, resolve, rewrite
+from hetgen.frontend import bounded, check, cleanup, contrib_quant, convert, functions, load, qdq, resolve, rewrite
 from hetgen.frontend.export import export_onnx
 from hetgen.frontend.fold_batchnorm import fold_batchnorm
 from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
@@ -66,6 +67,7 @@ def import_model(
     cleanup.unfold_large_constants(work)
     cleanup.trim_optional_outputs(work)
     cleanup.remove_dead(work)
+    bounded.add_shape_outputs(work)  # NonZero, NonMaxSuppression on run-time values
     check.check(work)
     return fold_batchnorm(to_graph(work, work.name)).verify()
 

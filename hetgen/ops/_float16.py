@@ -8,6 +8,19 @@ provider and numpy do for most float16 operators (compute wider, round the resul
 agree to the last float16 bit on elementwise operators and within float16 resolution elsewhere.
 
 Operators in `NATIVE_FLOAT16` handle float16 themselves (Cast, where the conversion is the point).
+
+Native float16 arithmetic. On a CPU kind with `fp16: true` (aarch64: ARMv8.2-A FP16, built with
+`-march=armv8.2-a+fp16`) the template renders, from the same kernel, code that computes in
+`_Float16`, decided at render time from the target's attributes (lowering never sees the target):
+- elementwise operators (`elementwise.c.j2`: arithmetic, comparisons, activations, Where...) load,
+  compute and store `_Float16` directly, with no float32 buffers. One IEEE operation on two float16
+  values rounds once either way, so Add/Sub/Mul/Div/Sqrt/Min/Max agree with onnxruntime bit for bit;
+  functions without a half form (expf, tanhf) promote to float and round once, as before; an
+  expression of several operations rounds after each one (Mean, Sum of 3: within one ulp).
+- every other operator (MatMul, Gemm, Conv, pooling, reductions, Softmax...) keeps float32
+  accumulation, as onnxruntime's CPU kernels do for float16 (its MatMul widens to float32 and
+  rounds the result once: a float16 accumulator would lose ~1 in 2^11 per add), and converts at its
+  boundary with the hardware's conversions instead of the portable bit-twiddling ones.
 """
 
 from __future__ import annotations
@@ -21,6 +34,8 @@ from hetgen.ir import DType, TensorType
 from hetgen.ops.base import Kernel, OpDef, OpInstance
 
 TEMPLATE = "kernels/float16_boundary.c.j2"
+ELEMENTWISE = "kernels/elementwise.c.j2"  # kernels that may compute in native float16
+HALF_CTYPE = "_Float16"  # C's interchange half type (ISO/IEC TS 18661-3), on aarch64 and x86 gcc/clang
 NATIVE_FLOAT16 = frozenset({"Cast", "CastLike"})
 ALIGN = 64  # each widened buffer starts on a cache line (and a vector register's alignment)
 
@@ -76,6 +91,7 @@ def lower_at_float32(lower, op: OpInstance) -> Kernel:
     if inner.scratch_bytes:
         slots.append("scratch")
     converted = sum(c["count"] for c in (*widen, *narrow))
+    half_args = {c["arg"] for c in (*widen, *narrow)}
     return Kernel(
         template=TEMPLATE,
         params={
@@ -84,9 +100,24 @@ def lower_at_float32(lower, op: OpInstance) -> Kernel:
             "widen": widen,
             "narrow": narrow,
             "scratch_arg": len(op.node.inputs) + len(outputs),
+            "native": native_elementwise(inner, half_args),
         },
         scratch_bytes=offset,
         flops=inner.flops + converted,
         bytes_accessed=inner.bytes_accessed + 6 * converted,
         helpers=inner.helpers,
     )
+
+
+def native_elementwise(inner: Kernel, half_args: set[int]) -> dict | None:
+    """The elementwise kernel's view-model with its float16 operands and result in `_Float16`
+    (rendered instead of the boundary on kinds with float16 arithmetic); None for other kernels."""
+    if inner.template != ELEMENTWISE or inner.scratch_bytes:
+        return None
+    params = dict(inner.params)
+    params["loads"] = [
+        {**load, "ctype": HALF_CTYPE} if load["arg"] in half_args else load for load in inner.params["loads"]
+    ]
+    if inner.params["out_arg"] in half_args:
+        params["out_ctype"] = HALF_CTYPE
+    return params

@@ -13,6 +13,8 @@ from hetgen.ops import (
     expand,
     folded,
     gather,
+    nms,
+    nonzero,
     onehot,
     pad,
     range,
@@ -61,7 +63,8 @@ MODULES: tuple = (
     shape,
     range,
 )
-MODULES += (folded,)  # compile-time only: NonZero, NonMaxSuppression, Unique, Compress, MelWeightMatrix
+MODULES += (folded,)  # compile-time only: Unique, Compress, MelWeightMatrix
+MODULES += (nonzero, nms)  # run-time length up to a static bound (hetgen/bounded.py)
 MODULES += (einsum, topk)
 MODULES += (control_flow,)  # If, Loop: decided at compile time
 MODULES += (sequence_ops,)  # BitCast, MaxUnpool, ReverseSequence, TensorScatter

@@ -1,5 +1,6 @@
-"""Operators whose output shape depends on their input values: NonZero, NonMaxSuppression, Unique,
-Compress, MelWeightMatrix.
+"""Operators whose output shape depends on their input values: Unique, Compress, MelWeightMatrix.
+(NonZero and NonMaxSuppression also run on run-time values, into a buffer of their output's bound:
+hetgen/ops/nonzero.py, nms.py.)
 
 hetgen needs static shapes, so these compile where every input is known at compile time: the
 frontend then folds the node (onnx's reference evaluator computes it) and no kernel runs. With an
@@ -15,8 +16,6 @@ from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 FOLDED = {
     "Compress": (0, 1),
     "MelWeightMatrix": (0, 1, 2, 3, 4),
-    "NonMaxSuppression": (0, 1, 2, 3, 4),
-    "NonZero": (0,),
     "Unique": (0,),
 }
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import cffi
 import numpy as np
 
+from hetgen.bounded import trimmed
 from hetgen.build.ninja_file import library_path
 from hetgen.codegen.project import STATS_FIELDS
 from hetgen.errors import HetgenError
@@ -82,7 +83,7 @@ class Model:
         arrays = checked_inputs(self.inputs, feeds)
         results = [np.empty(info.shape, dtype=info.dtype) for info in self.outputs]
         self.run_into(arrays, results)
-        return {info.name: array for info, array in zip(self.outputs, results)}
+        return trimmed({info.name: array for info, array in zip(self.outputs, results)})  # hetgen/bounded.py
 
     def function(self, declaration: str, name: str):
         """Another C function of the library, e.g. a simulated device's counters."""
