@@ -26,10 +26,12 @@ from hetgen.errors import BuildError
 from hetgen.frontend.external_data import is_external, model_tensors
 from hetgen.frontend.load import read_model
 from hetgen.ir import Graph
+from hetgen.lower.memory import check_graph_fits
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
 from hetgen.platform.model import Platform
 from hetgen.runtime.verify import MODEL_COPY
+from hetgen.spec import build_kernel_specs
 from hetgen.templates_dir import templates_dir
 
 
@@ -117,8 +119,10 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
 
 
 def generate_files(platform: Platform, graph: Graph, options: CompileOptions, model, out_dir: Path):
-    placement = place(graph, platform, mode=options.placement, pins=options.pins)
-    lowered = lower.lower(graph, platform, placement)
+    check_graph_fits(graph, platform)  # before any kernel is lowered for an impossible tensor
+    kernels = build_kernel_specs(graph)  # every operator lowered once, read by placement and lowering
+    placement = place(graph, platform, mode=options.placement, pins=options.pins, kernels=kernels)
+    lowered = lower.lower(graph, platform, placement, kernels)
     if not options.native_only:
         check_board_fit(lowered, platform)  # a bare-metal board's flash and RAM, before anything is built
     threads = platform.options.get("threads", 1)  # the worker pool's default (hg_threads_config.h)

@@ -18,6 +18,7 @@ from hetgen.ir import Graph, Node
 from hetgen.lower.tiling import Action, Rates, TilePlan, Unfit, unit_plan
 from hetgen.ops.base import Epilogue
 from hetgen.platform.model import CostFigures, Role, Target
+from hetgen.spec.fusion import cut_units, unit_chains
 
 
 def one_unit_per_invocation(target: Target) -> bool:
@@ -49,42 +50,12 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
     )
 
 
-_last_consumers: list = [None, None]  # (graph, its consumers): placement asks about one graph many times
-
-
-def _consumers(graph: Graph) -> dict[str, list[Node]]:
-    if _last_consumers[0] is not graph:
-        _last_consumers[:] = [graph, graph.consumers()]
-    return _last_consumers[1]
-
-
 def kernel_units_of(nodes: Sequence[Node], graph: Graph) -> list[tuple[tuple[Node, ...], tuple[Epilogue, ...]]]:
-    """How lowering's fusion (hetgen/lower/fuse.py) cuts a placed group into kernel units: an
-    operator absorbs each following activation that only it feeds."""
-    from hetgen.lower.fuse import epilogue_of
-    from hetgen.ops.registry import op_def
-
-    units: list[tuple[list[Node], list[Epilogue]]] = []
-    consumers = _consumers(graph) if len(nodes) > 1 else {}
-    for node in nodes:
-        if units:
-            chain, epilogue = units[-1]
-            previous = chain[-1]
-            definition = op_def(chain[0].op)
-            produced = previous.outputs[0] if len(previous.outputs) == 1 else None
-            fused = epilogue_of(node, graph) if definition is not None and definition.fusable_epilogue else None
-            if (
-                fused is not None
-                and produced
-                and node.inputs[:1] == (produced,)
-                and produced not in graph.outputs
-                and len(consumers.get(produced, [])) == 1
-            ):
-                chain.append(node)
-                epilogue.append(fused)
-                continue
-        units.append(([node], []))
-    return [(tuple(chain), tuple(epilogue)) for chain, epilogue in units]
+    """How lowering cuts a placed group into kernel units: by the one fusion rule
+    (hetgen/spec/fusion.py), within the group."""
+    if len(nodes) == 1:
+        return [(tuple(nodes), ())]
+    return cut_units(nodes, unit_chains(graph), lambda head, activation: True)
 
 
 def group_plans(nodes: Sequence[Node], graph: Graph, target: Target) -> list[TilePlan | Unfit]:

@@ -39,8 +39,6 @@ from hetgen.lower.invocation import (
     weight_load_bytes,
 )
 from hetgen.lower.tiling import Unfit, plan_us
-from hetgen.ops.base import OpInstance
-from hetgen.ops.registry import op_def
 from hetgen.platform.model import CostFigures, Link, Platform, Role, Target
 
 
@@ -223,79 +221,3 @@ class Topology:
 
     def transfer_us(self, src: str, dst: str, nbytes: float) -> float:
         return sum(hop.us(nbytes) for hop in self.copies(src, dst))
-
-
-def _signature(node: Node, graph: Graph) -> tuple:
-    attrs = tuple(
-        (key, (value.shape, value.dtype.str, value.tobytes()) if hasattr(value, "tobytes") else value)
-        for key, value in node.attrs
-    )
-    inputs = tuple((graph.types.get(n), graph.is_constant(n)) if n else None for n in node.inputs)
-    outputs = tuple(graph.types.get(n) if n else None for n in node.outputs)
-    return node.op, attrs, inputs, outputs
-
-
-class WorkEstimator:
-    """Flops and bytes of each node, from its lowering when it has one, else from its shapes.
-
-    Results are cached per (operator, attributes, tensor types): big graphs repeat a few layers.
-    """
-
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        self._cache: dict[tuple, Work] = {}
-
-    def node_work(self, node: Node) -> Work:
-        key = _signature(node, self.graph)
-        try:
-            work = self._cache.get(key)
-        except TypeError:  # an attribute value that cannot be hashed: do not cache this node
-            return self._lowered(node) or self._estimated(node)
-        if work is None:
-            work = self._lowered(node) or self._estimated(node)
-            self._cache[key] = work
-        return work
-
-    def _lowered(self, node: Node) -> Work | None:
-        definition = op_def(node.op)
-        if definition is None:
-            return None
-        try:
-            kernel = definition.lower(OpInstance.of(node, self.graph))
-        except Exception:  # noqa: BLE001 - any lowering failure only means "estimate from shapes"
-            return None
-        if kernel.flops <= 0 and kernel.bytes_accessed <= 0:
-            return None
-        return Work(float(kernel.flops), float(kernel.bytes_accessed))
-
-    def _estimated(self, node: Node) -> Work:
-        types = self.graph.types
-        ins = [types[n] for n in node.inputs if n and n in types]
-        outs = [types[n] for n in node.outputs if n and n in types]
-        out_size = sum(t.size for t in outs)
-        flops = float(max(out_size, sum(t.size for t in ins)))
-        if node.op in ("Conv", "ConvTranspose") and len(ins) >= 2:
-            source = out_size if node.op == "Conv" else ins[0].size
-            flops = 2.0 * source * math.prod(ins[1].shape[1:])
-        elif node.op == "MatMul" and len(ins) >= 2 and ins[0].rank >= 1:
-            flops = 2.0 * out_size * ins[0].shape[-1]
-        elif node.op == "Gemm" and len(ins) >= 2 and ins[0].rank == 2:
-            flops = 2.0 * out_size * ins[0].shape[0 if node.attr("transA", 0) else 1]
-        return Work(flops, float(sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)))
-
-
-def group_work(estimator: WorkEstimator, nodes: Iterable[Node]) -> Work:
-    """A fused group's work: its nodes' flops, and bytes less the intermediates kept on chip."""
-    nodes = list(nodes)
-    works = [estimator.node_work(node) for node in nodes]
-    flops = sum(w.flops for w in works)
-    total_bytes = sum(w.bytes for w in works)
-    if len(nodes) == 1:
-        return Work(flops, total_bytes)
-    types = estimator.graph.types
-    produced = {name for node in nodes[:-1] for name in node.outputs if name and name in types}
-    read = {name for node in nodes for name in node.inputs if name and name not in produced and name in types}
-    written = {name for name in nodes[-1].outputs if name and name in types}
-    external = sum(types[name].nbytes for name in read | written)
-    internal = sum(types[name].nbytes for name in produced)
-    return Work(flops, float(max(total_bytes - 2 * internal, external)))

@@ -1,0 +1,139 @@
+"""The kernel table as its own stage (issue 8, item 6): every operator is lowered once, before
+placement; placement reads work and memory fit from the table as data and lowering takes its
+kernels from it, so neither re-runs a lowering, and a lowering that fails is never silently
+replaced by a guess."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from hetgen import lower, pipeline
+from hetgen.errors import ModelError
+from hetgen.frontend import import_model
+from hetgen.lower.fuse import kernel_units
+from hetgen.lower.invocation import kernel_units_of
+from hetgen.models import mobilenet_v2, tiny_cnn
+from hetgen.ops import registry
+from hetgen.ops.base import Unsupported
+from hetgen.partition.search import place
+from hetgen.platform.loader import load_platform
+from hetgen.spec import build_kernel_specs
+
+PLATFORMS = Path(__file__).resolve().parent.parent / "platforms"
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Every registered operator lowering, counted: `counted["Conv"]` is how often Conv's ran."""
+    calls: dict[str, int] = {}
+
+    def counting(definition):
+        def lower_counted(instance):
+            calls[definition.op] = calls.get(definition.op, 0) + 1
+            return definition.lower(instance)
+
+        return dataclasses.replace(definition, lower=lower_counted)
+
+    for op, definition in list(registry.OPS.items()):
+        monkeypatch.setitem(registry.OPS, op, counting(definition))
+    return calls
+
+
+def test_each_node_and_each_unit_it_can_head_is_lowered_once_and_nothing_after(counted):
+    graph = import_model(tiny_cnn())
+    kernels = build_kernel_specs(graph)
+    assert sum(counted.values()) == len(kernels.units)  # once per unit, nothing more
+    assert all((node.name,) in kernels.units for node in graph.nodes)
+    fused = [names for names in kernels.units if len(names) > 1]
+    assert fused, "tiny_cnn has Conv -> Relu chains"
+    counted.clear()
+    platform = load_platform(str(PLATFORMS / "host.yaml"))
+    placement = place(graph, platform, kernels=kernels)
+    lowered = lower.lower(graph, platform, placement, kernels)
+    assert counted == {}  # placement and lowering read the table; neither lowers an operator again
+    labels = [unit.label for program in lowered.programs for unit in program.units]
+    assert any("Relu" in label and "Conv" in label for label in labels)  # the fused unit was used
+
+
+def test_a_unit_spec_carries_its_resolved_epilogue_and_work():
+    graph = import_model(mobilenet_v2(opset=13))  # Clip's bounds are inputs at opset 13
+    kernels = build_kernel_specs(graph)
+    clipped = [spec for spec in kernels.units.values() if spec.epilogue and spec.epilogue[-1].kind == "Clip"]
+    assert clipped
+    for spec in clipped:
+        assert (spec.epilogue[-1].alpha, spec.epilogue[-1].beta) == (0.0, 6.0)
+        assert spec.op == "Conv" and spec.kernel is not None and spec.refusal is None
+        assert spec.flops == spec.kernel.flops > 0 and spec.device_work.m > 0
+    conv = kernels.node(clipped[0].nodes[0])
+    assert conv.epilogue == () and conv.flops == clipped[0].flops  # the activation is free
+
+
+def test_the_table_is_frozen():
+    kernels = build_kernel_specs(import_model(tiny_cnn()))
+    spec = next(iter(kernels.units.values()))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.flops = 0.0
+    with pytest.raises(TypeError):
+        kernels.units[("x",)] = spec
+
+
+def test_an_unsupported_instance_is_a_refusal_in_the_lowerings_words(monkeypatch):
+    def refuse(instance):
+        raise Unsupported("this Conv is not for us")
+
+    monkeypatch.setitem(registry.OPS, "Conv", dataclasses.replace(registry.OPS["Conv"], lower=refuse))
+    graph = import_model(tiny_cnn())
+    kernels = build_kernel_specs(graph)
+    conv = next(node for node in graph.nodes if node.op == "Conv")
+    spec = kernels.node(conv.name)
+    assert spec.kernel is None and spec.refusal == "this Conv is not for us"
+    assert spec.flops > 0 and spec.bytes > 0  # placement still prices it, from its shapes
+    platform = load_platform(str(PLATFORMS / "host.yaml"))
+    placement = place(graph, platform, kernels=kernels)
+    with pytest.raises(ModelError, match=f"{conv.label}: this Conv is not for us"):
+        lower.lower(graph, platform, placement, kernels)
+
+
+def test_a_lowering_that_crashes_is_a_bug_not_a_guess(monkeypatch):
+    """Placement used to swallow any exception of a lowering and estimate from shapes instead."""
+
+    def broken(instance):
+        raise ZeroDivisionError("a bug in the Relu lowering")
+
+    monkeypatch.setitem(registry.OPS, "Relu", dataclasses.replace(registry.OPS["Relu"], lower=broken))
+    graph = import_model(tiny_cnn())
+    with pytest.raises(ZeroDivisionError):
+        place(graph, load_platform(str(PLATFORMS / "soc.yaml")))
+
+
+def test_placement_and_lowering_cut_a_group_into_the_same_units():
+    graph = import_model(mobilenet_v2())
+    kernels = build_kernel_specs(graph)
+    everywhere = {node.name: "one target" for node in graph.nodes}
+    lowered = [unit.names for unit in kernel_units(graph, everywhere, kernels)]
+    priced = [tuple(node.name for node in chain) for chain, _ in kernel_units_of(graph.nodes, graph)]
+    assert lowered == priced
+    assert any(len(names) > 1 for names in lowered)
+
+
+def test_generation_builds_the_table_once(monkeypatch):
+    built = []
+
+    def build_once(graph):
+        built.append(graph)
+        return build_kernel_specs(graph)
+
+    def never(graph):
+        raise AssertionError("a stage built its own kernel table")
+
+    monkeypatch.setattr(pipeline, "build_kernel_specs", build_once)
+    monkeypatch.setattr("hetgen.partition.space.build_kernel_specs", never)
+    monkeypatch.setattr("hetgen.lower.build_kernel_specs", never)
+    platform = load_platform(str(PLATFORMS / "soc.yaml"))
+    graph = import_model(tiny_cnn())
+    pipeline.generate_files(platform, graph, pipeline.CompileOptions(build=False), tiny_cnn(), Path("unused"))
+    assert len(built) == 1
+
