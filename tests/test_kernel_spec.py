@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from hetgen import lower, pipeline
-from hetgen.errors import ModelError
+from hetgen.errors import InternalError, ModelError
 from hetgen.frontend import import_model
 from hetgen.lower.fuse import kernel_units
 from hetgen.lower.invocation import kernel_units_of
-from hetgen.models import mobilenet_v2, tiny_cnn
+from hetgen.lower.program import Invoke
+from hetgen.lower.verify import verify_lowered
+from hetgen.models import mobilenet_v2, resnet, tiny_cnn
 from hetgen.ops import registry
 from hetgen.ops.base import Unsupported
 from hetgen.partition.search import place
@@ -136,4 +138,49 @@ def test_generation_builds_the_table_once(monkeypatch):
     graph = import_model(tiny_cnn())
     pipeline.generate_files(platform, graph, pipeline.CompileOptions(build=False), tiny_cnn(), Path("unused"))
     assert len(built) == 1
+
+
+# -- the lowered program's own verify() ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lowered_soc():
+    graph = import_model(resnet())  # its convolutions go to the npu
+    platform = load_platform(str(PLATFORMS / "soc.yaml"))
+    return lower.lower(graph, platform, place(graph, platform))  # lower verifies what it returns
+
+
+def _with_program(lowered, index, **changes):
+    programs = list(lowered.programs)
+    programs[index] = dataclasses.replace(programs[index], **changes)
+    return dataclasses.replace(lowered, programs=tuple(programs))
+
+
+def _device_index(lowered):
+    return next(i for i, p in enumerate(lowered.programs) if p.device_model is not None)
+
+
+def test_verify_refuses_buffers_that_share_bytes_while_live(lowered_soc):
+    index = _device_index(lowered_soc)
+    memory = lowered_soc.programs[index].memory
+    assert len(memory.buffers) > 1
+    stacked = dataclasses.replace(memory, buffers=tuple((name, 0, size) for name, _, size in memory.buffers))
+    with pytest.raises(InternalError, match="share bytes while both are live"):
+        verify_lowered(_with_program(lowered_soc, index, memory=stacked))
+
+
+def test_verify_refuses_a_call_to_another_programs_kernel(lowered_soc):
+    index = _device_index(lowered_soc)
+    with pytest.raises(InternalError, match="which is not one of its kernels"):
+        verify_lowered(_with_program(lowered_soc, index, units=lowered_soc.root.units))
+
+
+def test_verify_refuses_an_invocation_of_a_missing_sub_program(lowered_soc):
+    root = lowered_soc.root
+    entries = tuple(
+        tuple(dataclasses.replace(step, program=99) if isinstance(step, Invoke) else step for step in entry)
+        for entry in root.entries
+    )
+    with pytest.raises(InternalError, match="invokes sub-program 99"):
+        verify_lowered(_with_program(lowered_soc, 0, entries=entries))
 

@@ -33,6 +33,7 @@ from hetgen.lower.resolve import Resolver, counted_link, device_model
 from hetgen.lower.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
 from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
 from hetgen.lower.tiling import TilePlan, Unfit, tensor_names, unit_plan
+from hetgen.lower.verify import verify_lowered
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.ops.base import Kernel
@@ -103,7 +104,7 @@ def lower(graph: Graph, platform: Platform, placement=None, kernels: KernelTable
     (`invocation.py`)."""
     isolated = frozenset(t.path_str for t in platform.targets() if one_unit_per_invocation(t))
     table = kernels if kernels is not None else build_kernel_specs(graph)
-    return _lower(graph, platform, placement, isolated, table)
+    return verify_lowered(_lower(graph, platform, placement, isolated, table))
 
 
 def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Graph):
