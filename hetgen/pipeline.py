@@ -6,6 +6,7 @@ decides where files go. The CLI and `hetgen.compile` call it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -21,7 +22,7 @@ from hetgen import codegen, frontend, lower
 from hetgen.build import BuildOptions, Regenerate, board_plan, build_files, require_tools, run_ninja
 from hetgen.build.baremetal import check_board_fit
 from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project
-from hetgen.codegen.project import GeneratedFile, manifest_bytes
+from hetgen.codegen.project import GeneratedFile
 from hetgen.errors import BuildError
 from hetgen.frontend.external_data import is_external, model_tensors
 from hetgen.frontend.load import read_model
@@ -132,12 +133,12 @@ def generate_files(platform: Platform, graph: Graph, options: CompileOptions, mo
     build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve(), board)
     # The loader needs to know a library was built with sanitizers before it dlopens it; verify
     # --emulate finds the board programs and their emulators under "board".
-    manifest = {
-        **sources.manifest,
-        "sanitize": list(options.build_options.sanitize),
-        "board": board.manifest() if board is not None else None,
-    }
-    manifest_file = GeneratedFile("hetgen.json", manifest_bytes(manifest))
+    manifest = dataclasses.replace(
+        sources.manifest,
+        sanitize=tuple(options.build_options.sanitize),
+        board=board.manifest() if board is not None else None,
+    )
+    manifest_file = GeneratedFile("hetgen.json", manifest.to_bytes())
     model_copy = model_copy_files(model)  # what verify and bench compare against
     return placement, lowered, (*sources.files, *build, manifest_file, *model_copy)
 

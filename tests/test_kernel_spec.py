@@ -6,11 +6,13 @@ replaced by a guess."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 from hetgen import lower, pipeline
+from hetgen.codegen.manifest import CounterEntry, Manifest
 from hetgen.errors import InternalError, ModelError
 from hetgen.frontend import import_model
 from hetgen.lower.fuse import kernel_units
@@ -184,3 +186,21 @@ def test_verify_refuses_an_invocation_of_a_missing_sub_program(lowered_soc):
     with pytest.raises(InternalError, match="invokes sub-program 99"):
         verify_lowered(_with_program(lowered_soc, 0, entries=entries))
 
+
+# -- the codegen-to-runtime manifest is a typed value ------------------------------------------------
+
+
+def test_the_manifest_is_a_typed_value_that_round_trips_through_hetgen_json():
+    model = resnet()
+    platform = load_platform(str(PLATFORMS / "soc.yaml"))
+    graph = import_model(model)
+    _, _, files = pipeline.generate_files(platform, graph, pipeline.CompileOptions(build=False), model, Path("x"))
+    written = next(f.content for f in files if f.path == "hetgen.json")
+    manifest = Manifest.from_json(json.loads(written))
+    assert manifest.to_bytes() == written  # every key is a field: nothing travels as a loose dict
+    assert manifest.inputs[0].shape == (1, 3, 32, 32) and manifest.board is not None
+    simulated = [t for t in manifest.targets if t.simulator is not None]
+    assert simulated and all(isinstance(c, CounterEntry) for t in simulated for c in t.simulator.counters)
+    assert {c.what for t in simulated for c in t.simulator.counters} >= {"kernel"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        manifest.prefix = "other"

@@ -207,30 +207,6 @@ def work_table(steps) -> list[dict]:
     return table
 
 
-def simulator_counters(program: Program) -> list[dict]:
-    """What each of a simulated accelerator's per-command cycle counters counts, in counter order:
-    the manifest's key for joining `hetgen bench`'s simulated times with the placement's groups."""
-    counters = []
-    for index, steps in enumerate(program.entries):
-        calls = [step for step in steps if isinstance(step, Call)]
-        for step in steps:
-            if isinstance(step, Call):
-                counters.append({"program": index, "what": "kernel", "nodes": list(step.unit.nodes)})
-            elif isinstance(step, Copy) and step.src.tensor.startswith("sram:"):  # a tile's store
-                nodes = list(calls[0].unit.nodes) if calls else []
-                counters.append({"program": index, "what": "tile store", "tensor": step.dst.tensor, "nodes": nodes})
-            elif isinstance(step, Copy) and step.dst.tensor.startswith("sram:"):  # a tile's load
-                nodes = list(calls[0].unit.nodes) if calls else []
-                counters.append({"program": index, "what": "tile load", "tensor": step.src.tensor, "nodes": nodes})
-            elif isinstance(step, Copy):  # a weight load, charged to the first kernel that reads it
-                reader = next((c for c in calls if any(a.tensor == step.dst.tensor for a in c.args)), None)
-                nodes = list(reader.unit.nodes) if reader else []
-                counters.append({"program": index, "what": "weight load", "tensor": step.dst.tensor, "nodes": nodes})
-            else:
-                counters.append({"program": index, "what": "other", "nodes": []})
-    return counters
-
-
 def aot_steps(steps) -> list[dict]:
     out = []
     for step in steps:
@@ -391,29 +367,3 @@ def _simulator_view(model: DeviceModel, num_counters: int) -> dict:
         "counters_offset": STATE_HEADER_SIZE,
         "num_counters": num_counters,
     }
-
-
-def simulator_manifest(program: Program, state_offsets: dict[str, int]) -> dict:
-    """A simulated accelerator's manifest fields for `hetgen bench`: where its per-command counters
-    sit in the root's workspace and what each one counts."""
-    return {
-        "counters_offset": state_offsets[program.target.path_str] + STATE_HEADER_SIZE,
-        "counters": simulator_counters(program),
-    }
-
-
-def estimates_manifest(lowered) -> list[dict]:
-    """The placement's estimate for each group and transfer, recorded when the project is generated
-    (bench joins the groups with the simulator's counters through their node names)."""
-    return [
-        {
-            "name": e.name,
-            "target": e.target,
-            "label": e.label,
-            "nodes": list(e.nodes),
-            "estimate_us": round(e.estimate_us, 3),
-            **({"tensor": e.tensor, "source": e.source} if e.tensor else {}),
-            **({"parts": [{"what": w, "target": t, "us": round(us, 3)} for w, t, us in e.parts]} if e.parts else {}),
-        }
-        for e in lowered.estimates
-    ]
