@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from hetgen import lower, pipeline
+from hetgen.codegen.encode import Opcode, encode_steps
 from hetgen.codegen.manifest import CounterEntry, Manifest
+from hetgen.codegen.viewmodel import aot_steps, graph_tables, vm_code
 from hetgen.errors import InternalError, ModelError
 from hetgen.frontend import import_model
 from hetgen.lower.fuse import kernel_units
@@ -204,3 +206,26 @@ def test_the_manifest_is_a_typed_value_that_round_trips_through_hetgen_json():
     assert {c.what for t in simulated for c in t.simulator.counters} >= {"kernel"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         manifest.prefix = "other"
+
+
+# -- one encoder of program steps, laid out per runtime --------------------------------------------
+
+
+def test_every_runtime_lays_out_the_same_instructions(lowered_soc):
+    """The VM's bytecode, the graph runtime's node table and the straight-line C come from one
+    encoding of each step: same operations, devices and byte counts, in the same order."""
+    for program in lowered_soc.programs:
+        for steps in program.entries:
+            instructions = encode_steps(steps)
+            kernel_index = {unit.fn: index for index, unit in enumerate(program.units)}
+            vm = [words for words, _ in vm_code(steps, kernel_index)]
+            nodes, _ = graph_tables(steps)
+            aot = aot_steps(steps)
+            assert [words[0] for words in vm] == [ins.opcode.value for ins in instructions] + [Opcode.END.value]
+            assert [node["op"] for node in nodes] == [ins.opcode.c_name for ins in instructions]
+            assert [step["kind"] for step in aot] == [ins.opcode.name.lower() for ins in instructions]
+            assert [node["bytes"] for node in nodes] == [ins.nbytes for ins in instructions]
+            copies = [(s["device"], s["nbytes"]) for s in aot if s["kind"] in ("copy_in", "copy_out")]
+            assert copies == [
+                (i.device, i.nbytes) for i in instructions if i.opcode in (Opcode.COPY_IN, Opcode.COPY_OUT)
+            ]
