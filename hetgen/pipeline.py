@@ -121,7 +121,7 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
 
 def generate_files(platform: Platform, graph: Graph, options: CompileOptions, model, out_dir: Path):
     check_graph_fits(graph, platform)  # before any kernel is lowered for an impossible tensor
-    kernels = build_kernel_specs(graph)  # every operator lowered once, read by placement and lowering
+    kernels = build_kernel_specs(graph, platform)  # every operator lowered once, read by placement and lowering
     placement = place(graph, platform, mode=options.placement, pins=options.pins, kernels=kernels)
     lowered = lower.lower(graph, platform, placement, kernels)
     if not options.native_only:

@@ -128,11 +128,11 @@ def test_placement_and_lowering_cut_a_group_into_the_same_units():
 def test_generation_builds_the_table_once(monkeypatch):
     built = []
 
-    def build_once(graph):
+    def build_once(graph, platform):
         built.append(graph)
-        return build_kernel_specs(graph)
+        return build_kernel_specs(graph, platform)
 
-    def never(graph):
+    def never(*args):
         raise AssertionError("a stage built its own kernel table")
 
     monkeypatch.setattr(pipeline, "build_kernel_specs", build_once)
@@ -229,3 +229,21 @@ def test_every_runtime_lays_out_the_same_instructions(lowered_soc):
             assert copies == [
                 (i.device, i.nbytes) for i in instructions if i.opcode in (Opcode.COPY_IN, Opcode.COPY_OUT)
             ]
+
+
+def test_tilings_are_planned_with_the_table_and_only_read_after(monkeypatch):
+    """The fits_memory predicate, the cost model, explain's tiling lines and lowering all read the
+    table's tile plans: none of them plans a tiling again."""
+    import hetgen.lower.tiling as tiling
+
+    graph = import_model(resnet(size=96))
+    platform = load_platform(str(PLATFORMS / "soc.yaml"))
+    kernels = build_kernel_specs(graph, platform)
+    assert kernels.plans and any(getattr(plan, "count", 1) > 1 for plan in kernels.plans.values())
+    planned = []
+    monkeypatch.setattr(tiling, "_best_plan", lambda *args: planned.append(args))  # what unit_plan calls
+    placement = place(graph, platform, kernels=kernels)
+    lowered = lower.lower(graph, platform, placement, kernels)
+    assert planned == []
+    npu = next(program for program in lowered.programs if program.device_model is not None)
+    assert npu.units and any(group.tilings for group in placement.groups)

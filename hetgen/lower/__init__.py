@@ -14,7 +14,7 @@ from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
 from hetgen.lower.fuse import Unit, kernel_units
-from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
+from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
 from hetgen.lower.program import (
@@ -32,7 +32,7 @@ from hetgen.lower.program import (
 from hetgen.lower.resolve import Resolver, counted_link, device_model
 from hetgen.lower.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
 from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
-from hetgen.lower.tiling import TilePlan, Unfit, tensor_names, unit_plan
+from hetgen.lower.tiling import TilePlan, Unfit, tensor_names
 from hetgen.lower.verify import verify_lowered
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
@@ -103,7 +103,7 @@ def lower(graph: Graph, platform: Platform, placement=None, kernels: KernelTable
     not given); accelerators cut their work into invocations by the rule the cost model prices
     (`invocation.py`)."""
     isolated = frozenset(t.path_str for t in platform.targets() if one_unit_per_invocation(t))
-    table = kernels if kernels is not None else build_kernel_specs(graph)
+    table = kernels if kernels is not None else build_kernel_specs(graph, platform)
     return verify_lowered(_lower(graph, platform, placement, isolated, table))
 
 
@@ -182,14 +182,13 @@ def plan_tiled_target(path, target, schedule, plans: list[TilePlan], graph) -> t
     return plan, sram, scratch
 
 
-def tiled_units(units, infos, graph, targets, tiled_paths) -> dict[int, TilePlan]:
+def tiled_units(units, infos, kernels: KernelTable, tiled_paths) -> dict[int, TilePlan]:
     """The tile plan of each unit placed on a tiled accelerator: the plan placement priced."""
     plans: dict[int, TilePlan] = {}
     for index, (unit, info) in enumerate(zip(units, infos)):
         if info.target not in tiled_paths:
             continue
-        target = targets[info.target]
-        plan = unit_plan(unit.nodes, graph, unit.epilogue, target.memory_bytes, tile_rates(target))
+        plan = kernels.tile_plan(info.target, unit.names)
         if isinstance(plan, Unfit):
             raise PlacementError(
                 f"{info.target}: {unit.head.label} was placed here but {plan.reason}; pin it elsewhere "
@@ -213,7 +212,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
 
     targets = {t.path_str: t for t in platform.targets()}
     executing = [path for path in targets if path == root_path or path in schedule.entries]
-    tile_plans = tiled_units(units, infos, graph, targets, isolated)
+    tile_plans = tiled_units(units, infos, kernel_table, isolated)
     plans: dict[str, MemoryPlan] = {}
     weights: dict[str, Weights] = {}
     sram_sizes: dict[str, int] = {}

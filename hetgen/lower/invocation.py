@@ -58,9 +58,13 @@ def kernel_units_of(nodes: Sequence[Node], graph: Graph) -> list[tuple[tuple[Nod
     return cut_units(nodes, unit_chains(graph), lambda head, activation: True)
 
 
-def group_plans(nodes: Sequence[Node], graph: Graph, target: Target) -> list[TilePlan | Unfit]:
+def group_plans(nodes: Sequence[Node], graph: Graph, target: Target, kernels=None) -> list[TilePlan | Unfit]:
     """The tiling of each kernel unit of a group placed on a tiled accelerator (`tiling.unit_plan`):
-    what the fits_memory predicate, the cost model and lowering all read."""
+    what the fits_memory predicate, the cost model and lowering all read, from the kernel table
+    (`kernels`, hetgen/spec) where there is one."""
+    if kernels is not None:
+        units = kernel_units_of(nodes, graph)
+        return [kernels.tile_plan(target.path_str, tuple(node.name for node in chain)) for chain, _ in units]
     capacity = target.memory_bytes
     return [
         unit_plan(chain, graph, epilogue, capacity, tile_rates(target, 1.0, chain))
@@ -68,11 +72,11 @@ def group_plans(nodes: Sequence[Node], graph: Graph, target: Target) -> list[Til
     ]
 
 
-def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target) -> int:
+def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target, kernels=None) -> int:
     """Bytes of constants (weights, biases) a group's tile plans DMA into local memory, a weight
     slice loaded again for a later tile counted each time: the weight part of what the plans price."""
     total = 0
-    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target)):
+    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target, kernels)):
         if not isinstance(plan, TilePlan):
             continue
         for command in plan.commands:

@@ -80,7 +80,9 @@ def kernel_us(
     return scale * (figures.launch_us + max(compute, memory))
 
 
-def group_us(target: Target, work: Work, efficiency: float, scale: float, graph: Graph, nodes: Iterable[Node]) -> float:
+def group_us(
+    target: Target, work: Work, efficiency: float, scale: float, graph: Graph, nodes: Iterable[Node], kernels=None
+) -> float:
     """A placement group's time on `target`.
 
     Where lowering runs each group as its own invocation on a device with local SRAM
@@ -95,20 +97,22 @@ def group_us(target: Target, work: Work, efficiency: float, scale: float, graph:
     if not one_unit_per_invocation(target):
         return kernel_us(figures, work, efficiency, scale, nodes)
     total = 0.0
-    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target)):
+    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target, kernels)):
         if isinstance(plan, Unfit):
             raise PlacementError(f"{target.path_str}: {plan.reason}")
         total += plan_us(plan, tile_rates(target, efficiency, chain))
     return scale * (figures.launch_us + total)
 
 
-def weight_load_us(target: Target, graph: Graph, nodes: Iterable[Node], scale: float = 1.0) -> tuple[int, float]:
+def weight_load_us(
+    target: Target, graph: Graph, nodes: Iterable[Node], scale: float = 1.0, kernels=None
+) -> tuple[int, float]:
     """The weight bytes a group on `target` loads into local memory by DMA (re-loads across tiles
     included) and their DMA time: part of the group's time, shown on its own by explain. (0, 0.0)
     where the group runs from its controller's memory."""
     if not one_unit_per_invocation(target):
         return 0, 0.0
-    loaded = weight_load_bytes(list(nodes), graph, target)
+    loaded = weight_load_bytes(list(nodes), graph, target, kernels)
     return loaded, scale * loaded / (target.figures.bandwidth_gbps * 1e3)
 
 

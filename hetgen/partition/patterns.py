@@ -112,7 +112,7 @@ def chains(steps: Sequence[PatternStep], start: int, ops: Sequence[str], success
 
 def match_patterns(graph: Graph, platform: Platform, kernels: KernelTable | None = None) -> Matches:
     """Run every runnable target's pattern table over the graph (its kernel table: `kernels`)."""
-    kernels = kernels if kernels is not None else build_kernel_specs(graph)
+    kernels = kernels if kernels is not None else build_kernel_specs(graph, platform)
     successors = chain_successors(graph)
     ops = [node.op for node in graph.nodes]
     matches: dict[Match, None] = {}

@@ -128,7 +128,7 @@ def _check_fits_memory(value: Any, view: MatchView) -> str | None:
     from hetgen.lower.tiling import Unfit
 
     if one_unit_per_invocation(view.target):
-        for plan in group_plans(view.nodes, view.graph, view.target):
+        for plan in group_plans(view.nodes, view.graph, view.target, view.kernels):
             if isinstance(plan, Unfit):
                 return f"does not fit memory: {plan.reason} of {view.target.path_str}"
         return None

@@ -34,7 +34,7 @@ class Candidate:
 class SearchSpace:
     def __init__(self, graph: Graph, platform: Platform, calibration: Calibration, kernels: KernelTable | None = None):
         self.graph = graph
-        self.kernels = kernels if kernels is not None else build_kernel_specs(graph)
+        self.kernels = kernels if kernels is not None else build_kernel_specs(graph, platform)
         self.platform = platform
         self.calibration = calibration
         self.topology = Topology(platform)
@@ -138,7 +138,8 @@ class SearchSpace:
             target = self.targets[loc]
             work = Work(*self.kernels.group_work(nodes[i] for i in match.nodes))
             scale = calibration.scale_for(target)
-            compute = group_us(target, work, match.efficiency, scale, self.graph, [nodes[i] for i in match.nodes])
+            members = [nodes[i] for i in match.nodes]
+            compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels)
             inputs, outputs = self._boundary(match.nodes)
             if self.aliases.issuperset(match.nodes):  # dropped by lowering: nothing runs, nothing moves
                 compute, inputs, outputs = 0.0, (), ()

@@ -1,26 +1,34 @@
 """The kernel table: every operator lowered once, before placement, into typed, frozen specs.
 
-Entry point: `build_kernel_specs(graph) -> KernelTable`. For each node it holds the spec of the node
-as a kernel of its own, and for each head that can absorb activations (`fusion.py`) the spec of every
-unit it can form: its nodes, resolved epilogue, the lowered kernel (or why the operator cannot be
-lowered), the work the cost model prices (flops, bytes), the scratch the kernel needs and the work
-descriptor a simulated accelerator counts. Placement reads costs and memory fit from it as data;
-lowering takes its kernels from it; nothing re-runs an operator lowering to learn a number.
+Entry point: `build_kernel_specs(graph, platform) -> KernelTable`. For each node it holds the spec
+of the node as a kernel of its own, and for each head that can absorb activations (`fusion.py`) the
+spec of every unit it can form: its nodes, resolved epilogue, the lowered kernel (or why the
+operator cannot be lowered), the work the cost model prices (flops, bytes), the scratch the kernel
+needs and the work descriptor a simulated accelerator counts; and, per accelerator with a bounded
+SRAM, each unit's tiling there (`tiles.py`). Placement reads costs and memory fit from it as data;
+lowering takes its kernels and tilings from it; nothing re-runs an operator lowering or a tiling
+to learn a number.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from hetgen.errors import InternalError
 from hetgen.ir import Graph, Node
 from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
 from hetgen.ops.registry import op_def
+from hetgen.platform.model import Platform
 from hetgen.spec.fusion import fusion_chains
+from hetgen.spec.tiles import tile_plans
 from hetgen.spec.work import Work, kernel_work
+
+if TYPE_CHECKING:
+    from hetgen.lower.tiling import TilePlan, Unfit
 
 __all__ = ["KernelSpec", "KernelTable", "build_kernel_specs"]
 
@@ -42,9 +50,23 @@ class KernelSpec:
 
 @dataclass(frozen=True)
 class KernelTable:
+    """The graph's kernel units, lowered, and their tilings on the platform's tiled accelerators."""
+
     graph: Graph  # the graph the specs were built from
     units: Mapping[tuple[str, ...], KernelSpec]  # every unit a placement can form, by its node names
     chains: Mapping[str, tuple[tuple[str, Epilogue], ...]]  # head -> the activations it may absorb
+    # (tiled accelerator's path, unit) -> the unit's tiling there, or why none fits (`tiles.py`)
+    plans: Mapping[tuple[str, tuple[str, ...]], TilePlan | Unfit] = field(default_factory=lambda: MappingProxyType({}))
+
+    def tile_plan(self, target_path: str, names: tuple[str, ...]) -> TilePlan | Unfit:
+        """The tiling of unit `names` on the tiled accelerator `target_path`."""
+        plan = self.plans.get((target_path, names))
+        if plan is None:
+            raise InternalError(
+                f"the kernel table has no tiling of {' + '.join(names)} on {target_path}; "
+                "it was built without the platform, or for operators the device's patterns do not name"
+            )
+        return plan
 
     def node(self, name: str) -> KernelSpec:
         """The spec of node `name` as a kernel of its own."""
@@ -74,8 +96,9 @@ class KernelTable:
         return flops, float(max(total_bytes - 2 * internal, external))
 
 
-def build_kernel_specs(graph: Graph) -> KernelTable:
-    """Lower every node, and every fused unit it can head, once."""
+def build_kernel_specs(graph: Graph, platform: Platform | None = None) -> KernelTable:
+    """Lower every node, and every fused unit it can head, once; with `platform`, plan the tiling
+    of each unit its tiled accelerators may be given."""
     chains = fusion_chains(graph)
     by_name = {node.name: node for node in graph.nodes}
     units: dict[tuple[str, ...], KernelSpec] = {}
@@ -86,7 +109,8 @@ def build_kernel_specs(graph: Graph) -> KernelTable:
             members.append(by_name[name])
             epilogue.append(fused)
             units[tuple(n.name for n in members)] = unit_spec(members, epilogue, graph)
-    return KernelTable(graph, MappingProxyType(units), MappingProxyType(chains))
+    plans = tile_plans(graph, platform, units) if platform is not None else {}
+    return KernelTable(graph, MappingProxyType(units), MappingProxyType(chains), MappingProxyType(plans))
 
 
 def lowered(head: Node, instance: OpInstance) -> tuple[Kernel | None, str | None]:
