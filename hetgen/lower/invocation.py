@@ -50,12 +50,14 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
     )
 
 
-def kernel_units_of(nodes: Sequence[Node], graph: Graph) -> list[tuple[tuple[Node, ...], tuple[Epilogue, ...]]]:
+def kernel_units_of(
+    nodes: Sequence[Node], graph: Graph, chains=None
+) -> list[tuple[tuple[Node, ...], tuple[Epilogue, ...]]]:
     """How lowering cuts a placed group into kernel units: by the one fusion rule
-    (hetgen/spec/fusion.py), within the group."""
+    (hetgen/spec/fusion.py), within the group. `chains`: the kernel table's, where there is one."""
     if len(nodes) == 1:
         return [(tuple(nodes), ())]
-    return cut_units(nodes, unit_chains(graph), lambda head, activation: True)
+    return cut_units(nodes, chains if chains is not None else unit_chains(graph), lambda head, activation: True)
 
 
 def group_plans(nodes: Sequence[Node], graph: Graph, target: Target, kernels=None) -> list[TilePlan | Unfit]:
@@ -63,7 +65,7 @@ def group_plans(nodes: Sequence[Node], graph: Graph, target: Target, kernels=Non
     what the fits_memory predicate, the cost model and lowering all read, from the kernel table
     (`kernels`, hetgen/spec) where there is one."""
     if kernels is not None:
-        units = kernel_units_of(nodes, graph)
+        units = kernel_units_of(nodes, graph, kernels.chains)
         return [kernels.tile_plan(target.path_str, tuple(node.name for node in chain)) for chain, _ in units]
     capacity = target.memory_bytes
     return [
@@ -76,7 +78,8 @@ def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target, kerne
     """Bytes of constants (weights, biases) a group's tile plans DMA into local memory, a weight
     slice loaded again for a later tile counted each time: the weight part of what the plans price."""
     total = 0
-    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target, kernels)):
+    chains = kernels.chains if kernels is not None else None
+    for (chain, _), plan in zip(kernel_units_of(nodes, graph, chains), group_plans(nodes, graph, target, kernels)):
         if not isinstance(plan, TilePlan):
             continue
         for command in plan.commands:

@@ -239,7 +239,7 @@ def _tile_plans(space: SearchSpace, c) -> tuple[Tiling, ...]:
     nodes = [space.graph.nodes[n] for n in c.nodes]
     tilings = []
     plans = group_plans(nodes, space.graph, target, space.kernels)
-    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph), plans):
+    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph, space.kernels.chains), plans):
         if isinstance(plan, TilePlan):
             tilings.append(
                 Tiling(

@@ -97,7 +97,8 @@ def group_us(
     if not one_unit_per_invocation(target):
         return kernel_us(figures, work, efficiency, scale, nodes)
     total = 0.0
-    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target, kernels)):
+    units = kernel_units_of(nodes, graph, kernels.chains if kernels is not None else None)
+    for (chain, _), plan in zip(units, group_plans(nodes, graph, target, kernels)):
         if isinstance(plan, Unfit):
             raise PlacementError(f"{target.path_str}: {plan.reason}")
         total += plan_us(plan, tile_rates(target, efficiency, chain))
