@@ -6,6 +6,7 @@ decides where files go. The CLI and `hetgen.compile` call it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -21,16 +22,18 @@ from hetgen import codegen, frontend, lower
 from hetgen.build import BuildOptions, Regenerate, board_plan, build_files, require_tools, run_ninja
 from hetgen.build.baremetal import check_board_fit
 from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project
-from hetgen.codegen.project import GeneratedFile, manifest_bytes
+from hetgen.codegen.project import GeneratedFile
 from hetgen.errors import BuildError
 from hetgen.frontend.external_data import is_external, model_tensors
 from hetgen.frontend.load import read_model
 from hetgen.ir import Graph
+from hetgen.lower.memory import check_graph_fits
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
 from hetgen.platform.model import Platform
 from hetgen.platform.tuning import gemm_blocks
 from hetgen.runtime.verify import MODEL_COPY
+from hetgen.spec import build_kernel_specs
 from hetgen.templates_dir import templates_dir
 
 
@@ -118,8 +121,10 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
 
 
 def generate_files(platform: Platform, graph: Graph, options: CompileOptions, model, out_dir: Path):
-    placement = place(graph, platform, mode=options.placement, pins=options.pins)
-    lowered = lower.lower(graph, platform, placement)
+    check_graph_fits(graph, platform)  # before any kernel is lowered for an impossible tensor
+    kernels = build_kernel_specs(graph, platform)  # every operator lowered once, read by placement and lowering
+    placement = place(graph, platform, mode=options.placement, pins=options.pins, kernels=kernels)
+    lowered = lower.lower(graph, platform, placement, kernels)
     if not options.native_only:
         check_board_fit(lowered, platform)  # a bare-metal board's flash and RAM, before anything is built
     threads = platform.options.get("threads", 1)  # the worker pool's default (hg_threads_config.h)
@@ -129,12 +134,12 @@ def generate_files(platform: Platform, graph: Graph, options: CompileOptions, mo
     build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve(), board)
     # The loader needs to know a library was built with sanitizers before it dlopens it; verify
     # --emulate finds the board programs and their emulators under "board".
-    manifest = {
-        **sources.manifest,
-        "sanitize": list(options.build_options.sanitize),
-        "board": board.manifest() if board is not None else None,
-    }
-    manifest_file = GeneratedFile("hetgen.json", manifest_bytes(manifest))
+    manifest = dataclasses.replace(
+        sources.manifest,
+        sanitize=tuple(options.build_options.sanitize),
+        board=board.manifest() if board is not None else None,
+    )
+    manifest_file = GeneratedFile("hetgen.json", manifest.to_bytes())
     model_copy = model_copy_files(model)  # what verify and bench compare against
     return placement, lowered, (*sources.files, *build, manifest_file, *model_copy)
 

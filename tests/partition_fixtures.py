@@ -189,6 +189,12 @@ class GraphBuilder:
             y = self.node("Add", (y, self.constant(f"b{len(self.nodes)}", (columns,))), (*batch, rows, columns))
         return y
 
+    def layer_norm(self, x: str) -> str:
+        """LayerNormalization over the last axis, with its (required) scale and a bias."""
+        dim = self.types[x].shape[-1]
+        scale, bias = (self.constant(f"{what}{len(self.nodes)}", (dim,)) for what in ("s", "b"))
+        return self.node("LayerNormalization", (x, scale, bias), self.types[x].shape)
+
     def output(self, name: str) -> str:
         self.outputs.append(name)
         return name
@@ -227,9 +233,9 @@ def transformer(layers: int, seq: int = 64, dim: int = 128) -> Graph:
         kt = b.node("Transpose", (k,), (dim, seq), attrs=(("perm", (1, 0)),))
         scores = b.unary("Softmax", b.node("MatMul", (q, kt), (seq, seq)))
         context = b.node("MatMul", (scores, v), (seq, dim))
-        x = b.node("LayerNormalization", (b.binary("Add", b.matmul(context, dim, bias=True), x),), (seq, dim))
+        x = b.layer_norm(b.binary("Add", b.matmul(context, dim, bias=True), x))
         hidden = b.unary("Relu", b.matmul(x, 4 * dim, bias=True))
-        x = b.node("LayerNormalization", (b.binary("Add", b.matmul(hidden, dim, bias=True), x),), (seq, dim))
+        x = b.layer_norm(b.binary("Add", b.matmul(hidden, dim, bias=True), x))
     b.output(x)
     return b.build()
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 
 from hetgen.codegen.kernels import kernel_source
+from hetgen.codegen.manifest import (
+    Manifest,
+    RemoteDeviceEntry,
+    TargetEntry,
+    TensorEntry,
+    estimate_entries,
+    simulator_entry,
+)
 from hetgen.codegen.remote import (
     CLIENT_RUNTIME,
     RUNTIME_SOURCES,
@@ -15,7 +22,7 @@ from hetgen.codegen.remote import (
     server_source,
 )
 from hetgen.codegen.render import render
-from hetgen.codegen.viewmodel import estimates_manifest, program_view, simulator_manifest
+from hetgen.codegen.viewmodel import program_view
 from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
@@ -97,7 +104,7 @@ class Sources:
     files: tuple[GeneratedFile, ...]
     targets: tuple[TargetSources, ...]
     runtime: tuple[str, ...]  # runtime/*.c shared by all targets
-    manifest: dict
+    manifest: Manifest  # hetgen.json, but for what the build stage adds
 
 
 def _weights_file(program: Program, model_name: str, prefix: str, folder: str, weights: str) -> GeneratedFile:
@@ -208,25 +215,26 @@ def generate(
         files.extend(program_files)
         targets.append(sources)
         helpers.update(sources.helpers)
+        model = program.device_model
         manifest_targets.append(
-            {
-                "path": program.target.path_str,
-                "prefix": sources.prefix,
-                "role": program.role.value,
-                "runtime": program.runtime.value,
-                "arena_size": program.memory.arena_size,
-                "intermediate_bytes": program.memory.total_bytes,
-                "liveness_lower_bound": program.memory.lower_bound,
-                "weights_bytes": program.weights.size,
-                "kernels": len(program.units),
-                "estimated_us": round(program.estimated_us, 3),
-                "clock_mhz": program.device_model.clock_mhz
-                if program.device_model
+            TargetEntry(
+                path=program.target.path_str,
+                prefix=sources.prefix,
+                role=program.role.value,
+                runtime=program.runtime.value,
+                arena_size=program.memory.arena_size,
+                intermediate_bytes=program.memory.total_bytes,
+                liveness_lower_bound=program.memory.lower_bound,
+                weights_bytes=program.weights.size,
+                kernels=len(program.units),
+                estimated_us=round(program.estimated_us, 3),
+                clock_mhz=model.clock_mhz
+                if model
                 else (program.counted_link.clock_mhz if program.counted_link else None),
-                "capacity_bytes": program.device_model.capacity if program.device_model else None,
-                "stats_device": stats_index.get(program.target.path_str),
-                **(simulator_manifest(program, state_offsets) if program.device_model else {}),
-            }
+                capacity_bytes=model.capacity if model else None,
+                stats_device=stats_index.get(program.target.path_str),
+                simulator=simulator_entry(program, state_offsets[program.target.path_str]) if model else None,
+            )
         )
     files_remote, targets, remote = _remote_files(lowered, prefixes, targets)
     files.extend(files_remote)
@@ -245,24 +253,22 @@ def generate(
     files.append(_threads_config(lowered, threads))
     files.append(_gemm_config(gemm_blocks))
     root = lowered.root
-    manifest = {
-        "hetgen_manifest": 1,
-        "platform": lowered.name,
-        "model": lowered.model_name,
-        "prefix": targets[0].prefix,
-        "inputs": [_tensor_json(t) for t in root.inputs],
-        "outputs": [_tensor_json(t) for t in root.outputs],
-        "targets": manifest_targets,
-        "estimates": estimates_manifest(lowered),
-        "estimate_us": lowered.estimate_us,  # the placement's total, as explain prices it
-        "workspace_size": root.workspace.size,
-        "workspace_align": ALIGNMENT,
+    manifest = Manifest(
+        platform=lowered.name,
+        model=lowered.model_name,
+        prefix=targets[0].prefix,
+        inputs=tuple(_tensor_entry(t) for t in root.inputs),
+        outputs=tuple(_tensor_entry(t) for t in root.outputs),
+        targets=tuple(manifest_targets),
+        estimates=estimate_entries(lowered),
+        estimate_us=lowered.estimate_us,
+        workspace_size=root.workspace.size,
+        workspace_align=ALIGNMENT,
         # The board build's co-processors, each a server program the root reaches over the transport.
-        "remote_devices": [
-            {"name": device.name, "target": device.program, "server": device.server, "env": device.env_name}
-            for device in remote
-        ],
-    }
+        remote_devices=tuple(
+            RemoteDeviceEntry(device.name, device.program, device.server, device.env_name) for device in remote
+        ),
+    )
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
 
 
@@ -316,9 +322,5 @@ def _file_name(stem: str, suffix: str) -> str:
     return name
 
 
-def _tensor_json(spec) -> dict:
-    return {"name": spec.name, "dtype": spec.type.dtype.label, "shape": list(spec.type.shape)}
-
-
-def manifest_bytes(manifest: dict) -> bytes:
-    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+def _tensor_entry(spec) -> TensorEntry:
+    return TensorEntry(spec.name, spec.type.dtype.label, tuple(spec.type.shape))

@@ -7,43 +7,12 @@ Model names reach the templates only escaped for where they land (`hetgen.names`
 
 from __future__ import annotations
 
-import enum
-
 from hetgen.bounded import bounded_note
-from hetgen.lower.program import (
-    BufferRef,
-    Call,
-    Copy,
-    DeviceCopyIn,
-    DeviceCopyOut,
-    DeviceModel,
-    Invoke,
-    Program,
-    ProgramRole,
-    Region,
-    Wait,
-)
+from hetgen.codegen.encode import Instruction, Opcode, encode_steps
+from hetgen.lower.program import BufferRef, Call, Copy, DeviceModel, Program, ProgramRole, Region
 from hetgen.lower.work import Engine
 from hetgen.lower.workspace import STATE_HEADER_SIZE
 from hetgen.names import c_comment, c_string
-
-
-class Opcode(enum.IntEnum):
-    """`enum hg_opcode` of templates/runtime/hg_runtime.h: the VM's bytecode and the graph node table
-    both encode with these numbers (tests/test_truth.py checks them against the header)."""
-
-    END = 0
-    CALL = 1
-    COPY = 2
-    COPY_IN = 3
-    COPY_OUT = 4
-    INVOKE = 5
-    WAIT = 6
-
-    @property
-    def c_name(self) -> str:
-        return f"HG_OP_{self.name}"
-
 
 # `enum hg_region`: Region's values are the C enum's (checked against the header like Opcode).
 REGION_C = {region: f"HG_REGION_{region.name}" for region in Region}
@@ -74,28 +43,52 @@ def u64_words(value: int) -> list[int]:
     return [value & 0xFFFFFFFF, value >> 32]
 
 
+VM_COMMENTS = {
+    Opcode.CALL: "call {subject}",
+    Opcode.COPY: "copy {subject}",
+    Opcode.COPY_IN: "copy {subject} to device {device}",
+    Opcode.COPY_OUT: "copy {subject} from device {device}",
+    Opcode.INVOKE: "invoke device {device}",
+    Opcode.WAIT: "wait for device {device}",
+}
+
+
+def vm_words(ins: Instruction, kernel_index: dict[str, int]) -> list[int]:
+    """One instruction as the VM's bytecode words (hg_vm.c decodes them)."""
+    if ins.opcode is Opcode.CALL:
+        return [ins.opcode.value, kernel_index[ins.fn], len(ins.refs), *(w for ref in ins.refs for w in ref_words(ref))]
+    if ins.opcode is Opcode.COPY:
+        src, dst = ins.refs
+        return [ins.opcode.value, *ref_words(src), *ref_words(dst), *u64_words(ins.nbytes)]
+    if ins.opcode is Opcode.COPY_IN:
+        src, device_memory = ins.refs
+        return [
+            ins.opcode.value,
+            ins.device,
+            *ref_words(src),
+            *u64_words(device_memory.position),
+            *u64_words(ins.nbytes),
+        ]
+    if ins.opcode is Opcode.COPY_OUT:
+        device_memory, dst = ins.refs
+        return [
+            ins.opcode.value,
+            ins.device,
+            *u64_words(device_memory.position),
+            *ref_words(dst),
+            *u64_words(ins.nbytes),
+        ]
+    if ins.opcode is Opcode.INVOKE:
+        return [ins.opcode.value, ins.device, ins.program]
+    return [ins.opcode.value, ins.device]
+
+
 def vm_code(steps, kernel_index: dict[str, int]) -> list[tuple[list[int], str]]:
     """The VM program: one (words, comment) per instruction."""
-    code = []
-    for step in steps:
-        if isinstance(step, Call):
-            words = [Opcode.CALL.value, kernel_index[step.unit.fn], len(step.args)]
-            for ref in step.args:
-                words += ref_words(ref)
-            code.append((words, f"call {step.unit.label}"))
-        elif isinstance(step, Copy):
-            words = [Opcode.COPY.value, *ref_words(step.src), *ref_words(step.dst), *u64_words(step.nbytes)]
-            code.append((words, f"copy {step.dst.tensor}"))
-        elif isinstance(step, DeviceCopyIn):
-            words = [Opcode.COPY_IN.value, step.device, *ref_words(step.src), *u64_words(step.dst_offset)]
-            code.append((words + u64_words(step.nbytes), f"copy {step.tensor} to device {step.device}"))
-        elif isinstance(step, DeviceCopyOut):
-            words = [Opcode.COPY_OUT.value, step.device, *u64_words(step.src_offset), *ref_words(step.dst)]
-            code.append((words + u64_words(step.nbytes), f"copy {step.tensor} from device {step.device}"))
-        elif isinstance(step, Invoke):
-            code.append(([Opcode.INVOKE.value, step.device, step.program], f"invoke device {step.device}"))
-        elif isinstance(step, Wait):
-            code.append(([Opcode.WAIT.value, step.device], f"wait for device {step.device}"))
+    code = [
+        (vm_words(ins, kernel_index), VM_COMMENTS[ins.opcode].format(subject=ins.subject, device=ins.device))
+        for ins in encode_steps(steps)
+    ]
     code.append(([Opcode.END.value], "end"))
     return code
 
@@ -126,62 +119,35 @@ def _graph_arg(ref: BufferRef) -> dict:
     }
 
 
-def _device_ref(offset: int, tensor: str) -> BufferRef:
-    return BufferRef(Region.DEVICE, offset, tensor)
+GRAPH_COMMENTS = {
+    Opcode.CALL: "{subject}",
+    Opcode.COPY: "copy {subject}",
+    Opcode.COPY_IN: "{subject} to device {device}",
+    Opcode.COPY_OUT: "{subject} from device {device}",
+    Opcode.INVOKE: "run program {program} on device {device}",
+    Opcode.WAIT: "wait for device {device}",
+}
 
 
 def graph_tables(steps) -> tuple[list[dict], list[dict]]:
     """The graph runtime's node and argument tables for one step list."""
     nodes, args = [], []
-
-    def node(op, device=0, fn="NULL", refs=(), nbytes=0, first_arg=None, comment=""):
-        entry = {
-            "op": Opcode[op].c_name,
-            "device": device,
-            "fn": fn,
-            "first_arg": len(args) if first_arg is None else first_arg,
-            "num_args": len(refs),
-            "bytes": nbytes,
-            "comment": c_comment(comment),
-        }
-        nodes.append(entry)
-        args.extend(_graph_arg(ref) for ref in refs)
-
-    for step in steps:
-        if isinstance(step, Call):
-            node("CALL", fn=step.unit.fn, refs=step.args, comment=step.unit.label)
-        elif isinstance(step, Copy):
-            node(
-                "COPY",
-                refs=(step.src, step.dst),
-                nbytes=step.nbytes,
-                comment=f"copy {step.dst.tensor}",
-            )
-        elif isinstance(step, DeviceCopyIn):
-            node(
-                "COPY_IN",
-                step.device,
-                refs=(step.src, _device_ref(step.dst_offset, step.tensor)),
-                nbytes=step.nbytes,
-                comment=f"{step.tensor} to device {step.device}",
-            )
-        elif isinstance(step, DeviceCopyOut):
-            node(
-                "COPY_OUT",
-                step.device,
-                refs=(_device_ref(step.src_offset, step.tensor), step.dst),
-                nbytes=step.nbytes,
-                comment=f"{step.tensor} from device {step.device}",
-            )
-        elif isinstance(step, Invoke):
-            node(
-                "INVOKE",
-                step.device,
-                first_arg=step.program,
-                comment=f"run program {step.program} on device {step.device}",
-            )
-        elif isinstance(step, Wait):
-            node("WAIT", step.device, first_arg=0, comment=f"wait for device {step.device}")
+    for ins in encode_steps(steps):
+        # An invocation's node carries its sub-program where other nodes point at their arguments.
+        first_arg = {Opcode.INVOKE: ins.program, Opcode.WAIT: 0}.get(ins.opcode, len(args))
+        comment = GRAPH_COMMENTS[ins.opcode].format(subject=ins.subject, device=ins.device, program=ins.program)
+        nodes.append(
+            {
+                "op": ins.opcode.c_name,
+                "device": ins.device,
+                "fn": ins.fn or "NULL",
+                "first_arg": first_arg,
+                "num_args": len(ins.refs),
+                "bytes": ins.nbytes,
+                "comment": c_comment(comment),
+            }
+        )
+        args.extend(_graph_arg(ref) for ref in ins.refs)
     return nodes, args
 
 
@@ -209,79 +175,33 @@ def work_table(steps) -> list[dict]:
     return table
 
 
-def simulator_counters(program: Program) -> list[dict]:
-    """What each of a simulated accelerator's per-command cycle counters counts, in counter order:
-    the manifest's key for joining `hetgen bench`'s simulated times with the placement's groups."""
-    counters = []
-    for index, steps in enumerate(program.entries):
-        calls = [step for step in steps if isinstance(step, Call)]
-        for step in steps:
-            if isinstance(step, Call):
-                counters.append({"program": index, "what": "kernel", "nodes": list(step.unit.nodes)})
-            elif isinstance(step, Copy) and step.src.tensor.startswith("sram:"):  # a tile's store
-                nodes = list(calls[0].unit.nodes) if calls else []
-                counters.append({"program": index, "what": "tile store", "tensor": step.dst.tensor, "nodes": nodes})
-            elif isinstance(step, Copy) and step.dst.tensor.startswith("sram:"):  # a tile's load
-                nodes = list(calls[0].unit.nodes) if calls else []
-                counters.append({"program": index, "what": "tile load", "tensor": step.src.tensor, "nodes": nodes})
-            elif isinstance(step, Copy):  # a weight load, charged to the first kernel that reads it
-                reader = next((c for c in calls if any(a.tensor == step.dst.tensor for a in c.args)), None)
-                nodes = list(reader.unit.nodes) if reader else []
-                counters.append({"program": index, "what": "weight load", "tensor": step.dst.tensor, "nodes": nodes})
-            else:
-                counters.append({"program": index, "what": "other", "nodes": []})
-    return counters
+def aot_step(ins: Instruction) -> dict:
+    """One instruction as a statement of the straight-line C (`aot`)."""
+    if ins.opcode is Opcode.CALL:
+        args = [c_expression(ref) for ref in ins.refs] or ["NULL"]
+        return {"kind": "call", "fn": ins.fn, "args": args, "comment": c_comment(ins.subject)}
+    if ins.opcode is Opcode.COPY:
+        src, dst = (c_expression(ref) for ref in ins.refs)
+        comment = c_comment(f"copy {ins.subject}")
+        return {"kind": "copy", "src": src, "dst": dst, "nbytes": ins.nbytes, "comment": comment}
+    if ins.opcode in (Opcode.COPY_IN, Opcode.COPY_OUT):
+        incoming = ins.opcode is Opcode.COPY_IN
+        host, device_memory = ins.refs if incoming else reversed(ins.refs)
+        return {
+            "kind": "copy_in" if incoming else "copy_out",
+            "device": ins.device,
+            "offset": device_memory.position,
+            "src" if incoming else "dst": c_expression(host),
+            "nbytes": ins.nbytes,
+            "comment": c_comment(ins.subject),
+        }
+    if ins.opcode is Opcode.INVOKE:
+        return {"kind": "invoke", "device": ins.device, "program": ins.program}
+    return {"kind": "wait", "device": ins.device}
 
 
 def aot_steps(steps) -> list[dict]:
-    out = []
-    for step in steps:
-        if isinstance(step, Call):
-            out.append(
-                {
-                    "kind": "call",
-                    "fn": step.unit.fn,
-                    "args": [c_expression(r) for r in step.args] or ["NULL"],
-                    "comment": c_comment(step.unit.label),
-                }
-            )
-        elif isinstance(step, Copy):
-            out.append(
-                {
-                    "kind": "copy",
-                    "src": c_expression(step.src),
-                    "dst": c_expression(step.dst),
-                    "nbytes": step.nbytes,
-                    "comment": c_comment(f"copy {step.dst.tensor}"),
-                }
-            )
-        elif isinstance(step, DeviceCopyIn):
-            out.append(
-                {
-                    "kind": "copy_in",
-                    "device": step.device,
-                    "offset": step.dst_offset,
-                    "src": c_expression(step.src),
-                    "nbytes": step.nbytes,
-                    "comment": c_comment(step.tensor),
-                }
-            )
-        elif isinstance(step, DeviceCopyOut):
-            out.append(
-                {
-                    "kind": "copy_out",
-                    "device": step.device,
-                    "offset": step.src_offset,
-                    "dst": c_expression(step.dst),
-                    "nbytes": step.nbytes,
-                    "comment": c_comment(step.tensor),
-                }
-            )
-        elif isinstance(step, Invoke):
-            out.append({"kind": "invoke", "device": step.device, "program": step.program})
-        elif isinstance(step, Wait):
-            out.append({"kind": "wait", "device": step.device})
-    return out
+    return [aot_step(ins) for ins in encode_steps(steps)]
 
 
 def _byte_list(tensors) -> str:
@@ -393,29 +313,3 @@ def _simulator_view(model: DeviceModel, num_counters: int) -> dict:
         "counters_offset": STATE_HEADER_SIZE,
         "num_counters": num_counters,
     }
-
-
-def simulator_manifest(program: Program, state_offsets: dict[str, int]) -> dict:
-    """A simulated accelerator's manifest fields for `hetgen bench`: where its per-command counters
-    sit in the root's workspace and what each one counts."""
-    return {
-        "counters_offset": state_offsets[program.target.path_str] + STATE_HEADER_SIZE,
-        "counters": simulator_counters(program),
-    }
-
-
-def estimates_manifest(lowered) -> list[dict]:
-    """The placement's estimate for each group and transfer, recorded when the project is generated
-    (bench joins the groups with the simulator's counters through their node names)."""
-    return [
-        {
-            "name": e.name,
-            "target": e.target,
-            "label": e.label,
-            "nodes": list(e.nodes),
-            "estimate_us": round(e.estimate_us, 3),
-            **({"tensor": e.tensor, "source": e.source} if e.tensor else {}),
-            **({"parts": [{"what": w, "target": t, "us": round(us, 3)} for w, t, us in e.parts]} if e.parts else {}),
-        }
-        for e in lowered.estimates
-    ]

@@ -13,8 +13,8 @@ import dataclasses
 from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
-from hetgen.lower.fuse import Unit, kernel_units, op_instance
-from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
+from hetgen.lower.fuse import Unit, kernel_units
+from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
 from hetgen.lower.program import (
@@ -32,35 +32,28 @@ from hetgen.lower.program import (
 from hetgen.lower.resolve import Resolver, counted_link, device_model
 from hetgen.lower.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
 from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
-from hetgen.lower.tiling import TilePlan, Unfit, tensor_names, unit_plan
+from hetgen.lower.tiling import TilePlan, Unfit, tensor_names
+from hetgen.lower.verify import verify_lowered
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
-from hetgen.ops.base import Kernel, Unsupported
-from hetgen.ops.registry import op_def
+from hetgen.ops.base import Kernel
 from hetgen.partition.price import placement_price
 from hetgen.platform.model import Platform, Role, Runtime
+from hetgen.spec import KernelTable, build_kernel_specs
 
 __all__ = ["lower", "Lowered", "Program"]
 
 
-def lower_units(units: tuple[Unit, ...], graph: Graph) -> tuple[Kernel, ...]:
-    """Lower every unit; report every unsupported instance in one message."""
-    kernels, problems = [], []
-    for unit in units:
-        definition = op_def(unit.head.op)
-        if definition is None:
-            problems.append(f"{unit.head.label}: operator {unit.head.op} is not supported")
-            continue
-        try:
-            kernels.append(definition.lower(op_instance(unit, graph)))
-        except Unsupported as exc:
-            problems.append(f"{unit.head.label}: {exc}")
+def lower_units(units: tuple[Unit, ...], kernels: KernelTable, graph: Graph) -> tuple[Kernel, ...]:
+    """Each unit's kernel from the kernel table; report every unsupported instance in one message."""
+    specs = [kernels.unit(unit.names) for unit in units]
+    problems = [f"{unit.head.label}: {spec.refusal}" for unit, spec in zip(units, specs) if spec.kernel is None]
     if problems:
         where = f"{graph.source}: " if graph.source else ""
         raise ModelError(
             f"{where}the model uses operators hetgen cannot generate code for:\n  " + "\n  ".join(problems)
         )
-    return tuple(kernels)
+    return tuple(spec.kernel for spec in specs)
 
 
 def tensor_specs(names: tuple[str, ...], graph: Graph) -> tuple[TensorSpec, ...]:
@@ -105,19 +98,13 @@ def target_prefixes(platform: Platform) -> dict[str, str]:
     return prefixes
 
 
-class _Overflow(Exception):
-    def __init__(self, path: str, error: PlacementError):
-        self.path, self.error = path, error
-
-
-def lower(graph: Graph, platform: Platform, placement=None) -> Lowered:
-    """Lower the placed graph; accelerators cut their work into invocations by the rule the cost
-    model prices (`invocation.py`), never by a retry after memory overflowed."""
+def lower(graph: Graph, platform: Platform, placement=None, kernels: KernelTable | None = None) -> Lowered:
+    """Lower the placed graph, its kernels taken from the kernel table (`kernels`, built here when
+    not given); accelerators cut their work into invocations by the rule the cost model prices
+    (`invocation.py`)."""
     isolated = frozenset(t.path_str for t in platform.targets() if one_unit_per_invocation(t))
-    try:
-        return _lower(graph, platform, placement, isolated)
-    except _Overflow as overflow:
-        raise overflow.error from None
+    table = kernels if kernels is not None else build_kernel_specs(graph, platform)
+    return verify_lowered(_lower(graph, platform, placement, isolated, table))
 
 
 def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Graph):
@@ -138,7 +125,7 @@ def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Gr
 
 
 def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root) -> tuple[MemoryPlan, Weights]:
-    """One target's arena (by liveness over the schedule) and weights; raise _Overflow past capacity."""
+    """One target's arena (by liveness over the schedule) and weights; refused past its capacity."""
     keep_out = set(graph.inputs) | set(graph.outputs) if is_root else set()  # the caller's buffers
     on_chip_weights = target.role is Role.ACCELERATOR  # accelerators load weights into local memory
     intervals = [
@@ -159,13 +146,10 @@ def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root
         used += [name for name in graph.outputs if name in graph.constants and name not in used]
     capacity = target.memory_bytes
     if capacity is not None and plan.arena_size > capacity:
-        raise _Overflow(
-            path,
-            PlacementError(
-                f"{path}: the work placed here needs {plan.arena_size} bytes of local memory "
-                f"(liveness lower bound {plan.lower_bound}); the device has {capacity} bytes. "
-                "Give it more memory (e.g. sram_kib) or pin the large layers elsewhere"
-            ),
+        raise PlacementError(
+            f"{path}: the work placed here needs {plan.arena_size} bytes of local memory "
+            f"(liveness lower bound {plan.lower_bound}); the device has {capacity} bytes. "
+            "Give it more memory (e.g. sram_kib) or pin the large layers elsewhere"
         )
     touched = set(schedule.events.get(path, {})) | (keep_out & set(graph.types))
     check_sizes(
@@ -198,14 +182,13 @@ def plan_tiled_target(path, target, schedule, plans: list[TilePlan], graph) -> t
     return plan, sram, scratch
 
 
-def tiled_units(units, infos, graph, targets, tiled_paths) -> dict[int, TilePlan]:
+def tiled_units(units, infos, kernels: KernelTable, tiled_paths) -> dict[int, TilePlan]:
     """The tile plan of each unit placed on a tiled accelerator: the plan placement priced."""
     plans: dict[int, TilePlan] = {}
     for index, (unit, info) in enumerate(zip(units, infos)):
         if info.target not in tiled_paths:
             continue
-        target = targets[info.target]
-        plan = unit_plan(unit.nodes, graph, unit.epilogue, target.memory_bytes, tile_rates(target))
+        plan = kernels.tile_plan(info.target, unit.names)
         if isinstance(plan, Unfit):
             raise PlacementError(
                 f"{info.target}: {unit.head.label} was placed here but {plan.reason}; pin it elsewhere "
@@ -215,21 +198,21 @@ def tiled_units(units, infos, graph, targets, tiled_paths) -> dict[int, TilePlan
     return plans
 
 
-def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]) -> Lowered:
+def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str], kernel_table: KernelTable) -> Lowered:
     root = platform.root.controller()
     root_path = root.path_str
     nodes, assignment = ordered_nodes(graph, placement)
     assignment = assignment or {node.name: root_path for node in nodes}
     ordered = dataclasses.replace(graph, nodes=tuple(nodes))
-    all_units = kernel_units(ordered, assignment)
-    units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, graph), graph)
+    all_units = kernel_units(ordered, assignment, kernel_table)
+    units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, kernel_table, graph), graph)
     graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
     infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
     schedule = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()
 
     targets = {t.path_str: t for t in platform.targets()}
     executing = [path for path in targets if path == root_path or path in schedule.entries]
-    tile_plans = tiled_units(units, infos, graph, targets, isolated)
+    tile_plans = tiled_units(units, infos, kernel_table, isolated)
     plans: dict[str, MemoryPlan] = {}
     weights: dict[str, Weights] = {}
     sram_sizes: dict[str, int] = {}
@@ -262,7 +245,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     written_at_root |= {
         step.dst.tensor for entry in schedule.entries.get(root_path, []) for step in entry if isinstance(step, SCopyOut)
     }
-    resolver = Resolver(graph, targets, plans, weights, root_path, functions, written_at_root)
+    resolver = Resolver(graph, targets, plans, weights, root_path, functions, written_at_root, kernel_table)
 
     estimates: dict[str, float] = {}
     for group in placement.groups if placement is not None else ():

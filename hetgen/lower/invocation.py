@@ -18,6 +18,7 @@ from hetgen.ir import Graph, Node
 from hetgen.lower.tiling import Action, Rates, TilePlan, Unfit, unit_plan
 from hetgen.ops.base import Epilogue
 from hetgen.platform.model import CostFigures, Role, Target
+from hetgen.spec.fusion import cut_units, unit_chains
 
 
 def one_unit_per_invocation(target: Target) -> bool:
@@ -49,47 +50,23 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
     )
 
 
-_last_consumers: list = [None, None]  # (graph, its consumers): placement asks about one graph many times
+def kernel_units_of(
+    nodes: Sequence[Node], graph: Graph, chains=None
+) -> list[tuple[tuple[Node, ...], tuple[Epilogue, ...]]]:
+    """How lowering cuts a placed group into kernel units: by the one fusion rule
+    (hetgen/spec/fusion.py), within the group. `chains`: the kernel table's, where there is one."""
+    if len(nodes) == 1:
+        return [(tuple(nodes), ())]
+    return cut_units(nodes, chains if chains is not None else unit_chains(graph), lambda head, activation: True)
 
 
-def _consumers(graph: Graph) -> dict[str, list[Node]]:
-    if _last_consumers[0] is not graph:
-        _last_consumers[:] = [graph, graph.consumers()]
-    return _last_consumers[1]
-
-
-def kernel_units_of(nodes: Sequence[Node], graph: Graph) -> list[tuple[tuple[Node, ...], tuple[Epilogue, ...]]]:
-    """How lowering's fusion (hetgen/lower/fuse.py) cuts a placed group into kernel units: an
-    operator absorbs each following activation that only it feeds."""
-    from hetgen.lower.fuse import epilogue_of
-    from hetgen.ops.registry import op_def
-
-    units: list[tuple[list[Node], list[Epilogue]]] = []
-    consumers = _consumers(graph) if len(nodes) > 1 else {}
-    for node in nodes:
-        if units:
-            chain, epilogue = units[-1]
-            previous = chain[-1]
-            definition = op_def(chain[0].op)
-            produced = previous.outputs[0] if len(previous.outputs) == 1 else None
-            fused = epilogue_of(node, graph) if definition is not None and definition.fusable_epilogue else None
-            if (
-                fused is not None
-                and produced
-                and node.inputs[:1] == (produced,)
-                and produced not in graph.outputs
-                and len(consumers.get(produced, [])) == 1
-            ):
-                chain.append(node)
-                epilogue.append(fused)
-                continue
-        units.append(([node], []))
-    return [(tuple(chain), tuple(epilogue)) for chain, epilogue in units]
-
-
-def group_plans(nodes: Sequence[Node], graph: Graph, target: Target) -> list[TilePlan | Unfit]:
+def group_plans(nodes: Sequence[Node], graph: Graph, target: Target, kernels=None) -> list[TilePlan | Unfit]:
     """The tiling of each kernel unit of a group placed on a tiled accelerator (`tiling.unit_plan`):
-    what the fits_memory predicate, the cost model and lowering all read."""
+    what the fits_memory predicate, the cost model and lowering all read, from the kernel table
+    (`kernels`, hetgen/spec) where there is one."""
+    if kernels is not None:
+        units = kernel_units_of(nodes, graph, kernels.chains)
+        return [kernels.tile_plan(target.path_str, tuple(node.name for node in chain)) for chain, _ in units]
     capacity = target.memory_bytes
     return [
         unit_plan(chain, graph, epilogue, capacity, tile_rates(target, 1.0, chain))
@@ -97,11 +74,12 @@ def group_plans(nodes: Sequence[Node], graph: Graph, target: Target) -> list[Til
     ]
 
 
-def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target) -> int:
+def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target, kernels=None) -> int:
     """Bytes of constants (weights, biases) a group's tile plans DMA into local memory, a weight
     slice loaded again for a later tile counted each time: the weight part of what the plans price."""
     total = 0
-    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target)):
+    chains = kernels.chains if kernels is not None else None
+    for (chain, _), plan in zip(kernel_units_of(nodes, graph, chains), group_plans(nodes, graph, target, kernels)):
         if not isinstance(plan, TilePlan):
             continue
         for command in plan.commands:

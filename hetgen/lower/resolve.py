@@ -28,8 +28,9 @@ from hetgen.lower.program import (
     Weights,
 )
 from hetgen.lower.schedule import SCall, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym
-from hetgen.lower.work import dma_work, kernel_work
+from hetgen.lower.work import dma_work
 from hetgen.platform.model import Role, Target
+from hetgen.spec import KernelTable
 
 
 def clock_mhz(target: Target) -> float:
@@ -81,13 +82,13 @@ class Resolver:
     root_path: str
     kernel_units: dict[int, KernelUnit]  # unit index -> its generated function
     written_at_root: set[str]  # model outputs the root's own steps write (by kernel or copy)
+    kernels: KernelTable  # each unit's work descriptor, for a simulated accelerator
 
     def __post_init__(self) -> None:
         self.graph_inputs = {name: index for index, name in enumerate(self.graph.inputs)}
         self.graph_outputs: dict[str, int] = {}
         for index, name in enumerate(self.graph.outputs):
             self.graph_outputs.setdefault(name, index)
-        self.nodes_by_name = {node.name: node for node in self.graph.nodes}
 
     def ref(self, sym: Sym | None) -> BufferRef:
         if sym is None:
@@ -109,10 +110,7 @@ class Resolver:
             args = [self.ref(sym) for sym in step.args]
             if unit.kernel.scratch_bytes:
                 args.append(BufferRef(Region.ARENA, self.plans[path].offset(f"scratch:{step.unit}"), "scratch"))
-            work = None
-            if target.role is Role.ACCELERATOR:
-                head, last = self.nodes_by_name[unit.nodes[0]], self.nodes_by_name[unit.nodes[-1]]
-                work = kernel_work(head, last, self.graph)
+            work = self.kernels.unit(unit.nodes).device_work if target.role is Role.ACCELERATOR else None
             return Call(unit, tuple(args), work)
         if isinstance(step, SLoadWeight):
             nbytes = self.graph.types[step.tensor].nbytes

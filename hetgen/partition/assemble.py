@@ -99,7 +99,7 @@ def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
 def _weights(space: SearchSpace, c: Candidate) -> tuple[int, float]:
     """The weights a group loads into local memory, and their DMA time (as group_us prices them)."""
     target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
-    return weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target))
+    return weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target), space.kernels)
 
 
 def _dma(space: SearchSpace, src: int, dst: int) -> tuple[DmaUse, ...]:
@@ -238,7 +238,8 @@ def _tile_plans(space: SearchSpace, c) -> tuple[Tiling, ...]:
         return ()
     nodes = [space.graph.nodes[n] for n in c.nodes]
     tilings = []
-    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph), group_plans(nodes, space.graph, target)):
+    plans = group_plans(nodes, space.graph, target, space.kernels)
+    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph, space.kernels.chains), plans):
         if isinstance(plan, TilePlan):
             tilings.append(
                 Tiling(

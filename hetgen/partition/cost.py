@@ -39,8 +39,6 @@ from hetgen.lower.invocation import (
     weight_load_bytes,
 )
 from hetgen.lower.tiling import Unfit, plan_us
-from hetgen.ops.base import OpInstance
-from hetgen.ops.registry import op_def
 from hetgen.platform.model import CostFigures, Link, Platform, Role, Target
 
 
@@ -82,7 +80,9 @@ def kernel_us(
     return scale * (figures.launch_us + max(compute, memory))
 
 
-def group_us(target: Target, work: Work, efficiency: float, scale: float, graph: Graph, nodes: Iterable[Node]) -> float:
+def group_us(
+    target: Target, work: Work, efficiency: float, scale: float, graph: Graph, nodes: Iterable[Node], kernels=None
+) -> float:
     """A placement group's time on `target`.
 
     Where lowering runs each group as its own invocation on a device with local SRAM
@@ -97,20 +97,23 @@ def group_us(target: Target, work: Work, efficiency: float, scale: float, graph:
     if not one_unit_per_invocation(target):
         return kernel_us(figures, work, efficiency, scale, nodes)
     total = 0.0
-    for (chain, _), plan in zip(kernel_units_of(nodes, graph), group_plans(nodes, graph, target)):
+    units = kernel_units_of(nodes, graph, kernels.chains if kernels is not None else None)
+    for (chain, _), plan in zip(units, group_plans(nodes, graph, target, kernels)):
         if isinstance(plan, Unfit):
             raise PlacementError(f"{target.path_str}: {plan.reason}")
         total += plan_us(plan, tile_rates(target, efficiency, chain))
     return scale * (figures.launch_us + total)
 
 
-def weight_load_us(target: Target, graph: Graph, nodes: Iterable[Node], scale: float = 1.0) -> tuple[int, float]:
+def weight_load_us(
+    target: Target, graph: Graph, nodes: Iterable[Node], scale: float = 1.0, kernels=None
+) -> tuple[int, float]:
     """The weight bytes a group on `target` loads into local memory by DMA (re-loads across tiles
     included) and their DMA time: part of the group's time, shown on its own by explain. (0, 0.0)
     where the group runs from its controller's memory."""
     if not one_unit_per_invocation(target):
         return 0, 0.0
-    loaded = weight_load_bytes(list(nodes), graph, target)
+    loaded = weight_load_bytes(list(nodes), graph, target, kernels)
     return loaded, scale * loaded / (target.figures.bandwidth_gbps * 1e3)
 
 
@@ -223,79 +226,3 @@ class Topology:
 
     def transfer_us(self, src: str, dst: str, nbytes: float) -> float:
         return sum(hop.us(nbytes) for hop in self.copies(src, dst))
-
-
-def _signature(node: Node, graph: Graph) -> tuple:
-    attrs = tuple(
-        (key, (value.shape, value.dtype.str, value.tobytes()) if hasattr(value, "tobytes") else value)
-        for key, value in node.attrs
-    )
-    inputs = tuple((graph.types.get(n), graph.is_constant(n)) if n else None for n in node.inputs)
-    outputs = tuple(graph.types.get(n) if n else None for n in node.outputs)
-    return node.op, attrs, inputs, outputs
-
-
-class WorkEstimator:
-    """Flops and bytes of each node, from its lowering when it has one, else from its shapes.
-
-    Results are cached per (operator, attributes, tensor types): big graphs repeat a few layers.
-    """
-
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        self._cache: dict[tuple, Work] = {}
-
-    def node_work(self, node: Node) -> Work:
-        key = _signature(node, self.graph)
-        try:
-            work = self._cache.get(key)
-        except TypeError:  # an attribute value that cannot be hashed: do not cache this node
-            return self._lowered(node) or self._estimated(node)
-        if work is None:
-            work = self._lowered(node) or self._estimated(node)
-            self._cache[key] = work
-        return work
-
-    def _lowered(self, node: Node) -> Work | None:
-        definition = op_def(node.op)
-        if definition is None:
-            return None
-        try:
-            kernel = definition.lower(OpInstance.of(node, self.graph))
-        except Exception:  # noqa: BLE001 - any lowering failure only means "estimate from shapes"
-            return None
-        if kernel.flops <= 0 and kernel.bytes_accessed <= 0:
-            return None
-        return Work(float(kernel.flops), float(kernel.bytes_accessed))
-
-    def _estimated(self, node: Node) -> Work:
-        types = self.graph.types
-        ins = [types[n] for n in node.inputs if n and n in types]
-        outs = [types[n] for n in node.outputs if n and n in types]
-        out_size = sum(t.size for t in outs)
-        flops = float(max(out_size, sum(t.size for t in ins)))
-        if node.op in ("Conv", "ConvTranspose") and len(ins) >= 2:
-            source = out_size if node.op == "Conv" else ins[0].size
-            flops = 2.0 * source * math.prod(ins[1].shape[1:])
-        elif node.op == "MatMul" and len(ins) >= 2 and ins[0].rank >= 1:
-            flops = 2.0 * out_size * ins[0].shape[-1]
-        elif node.op == "Gemm" and len(ins) >= 2 and ins[0].rank == 2:
-            flops = 2.0 * out_size * ins[0].shape[0 if node.attr("transA", 0) else 1]
-        return Work(flops, float(sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)))
-
-
-def group_work(estimator: WorkEstimator, nodes: Iterable[Node]) -> Work:
-    """A fused group's work: its nodes' flops, and bytes less the intermediates kept on chip."""
-    nodes = list(nodes)
-    works = [estimator.node_work(node) for node in nodes]
-    flops = sum(w.flops for w in works)
-    total_bytes = sum(w.bytes for w in works)
-    if len(nodes) == 1:
-        return Work(flops, total_bytes)
-    types = estimator.graph.types
-    produced = {name for node in nodes[:-1] for name in node.outputs if name and name in types}
-    read = {name for node in nodes for name in node.inputs if name and name not in produced and name in types}
-    written = {name for name in nodes[-1].outputs if name and name in types}
-    external = sum(types[name].nbytes for name in read | written)
-    internal = sum(types[name].nbytes for name in produced)
-    return Work(flops, float(max(total_bytes - 2 * internal, external)))

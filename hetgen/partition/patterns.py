@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from hetgen.ir import Graph
 from hetgen.partition.predicates import MatchView, rejection, validate_where
 from hetgen.platform.model import Pattern, PatternStep, Platform, Role, Target
+from hetgen.spec import KernelTable, build_kernel_specs
 
 ANY_OP = "*"
 FALLBACK = Pattern(label=ANY_OP, chain=(PatternStep((ANY_OP,)),))
@@ -109,8 +110,9 @@ def chains(steps: Sequence[PatternStep], start: int, ops: Sequence[str], success
     yield from dict.fromkeys(extend(0, None, ()))
 
 
-def match_patterns(graph: Graph, platform: Platform) -> Matches:
-    """Run every runnable target's pattern table over the graph."""
+def match_patterns(graph: Graph, platform: Platform, kernels: KernelTable | None = None) -> Matches:
+    """Run every runnable target's pattern table over the graph (its kernel table: `kernels`)."""
+    kernels = kernels if kernels is not None else build_kernel_specs(graph, platform)
     successors = chain_successors(graph)
     ops = [node.op for node in graph.nodes]
     matches: dict[Match, None] = {}
@@ -125,7 +127,7 @@ def match_patterns(graph: Graph, platform: Platform) -> Matches:
                 if first_ops is not None and op not in first_ops:
                     continue
                 for nodes in chains(pattern.chain, start, ops, successors):
-                    view = MatchView(tuple(graph.nodes[i] for i in nodes), graph, target)
+                    view = MatchView(tuple(graph.nodes[i] for i in nodes), graph, target, kernels)
                     reason = rejection(pattern, view)
                     if reason is None:
                         matches[Match(path, pattern.label, nodes, float(pattern.efficiency))] = None

@@ -18,6 +18,7 @@ import numpy as np
 from hetgen.errors import Diagnostic, PlatformError
 from hetgen.ir import DType, Graph, Node
 from hetgen.platform.model import Kind, Pattern, Target
+from hetgen.spec import KernelTable
 
 # Operators whose weight input carries spatial kernel dimensions, and that input's index.
 WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "QLinearConv": 3}
@@ -27,11 +28,13 @@ DTYPE_LABELS = tuple(dtype.label for dtype in DType)
 
 @dataclass(frozen=True)
 class MatchView:
-    """What a predicate sees: the matched nodes, the graph they live in, the candidate target."""
+    """What a predicate sees: the matched nodes, the graph they live in, the candidate target, and
+    the graph's kernel table (what each node's kernel needs)."""
 
     nodes: tuple[Node, ...]
     graph: Graph
     target: Target
+    kernels: KernelTable
 
     def tensors(self) -> list[str]:
         """Every tensor the match reads or writes, each once, in order of appearance."""
@@ -125,12 +128,12 @@ def _check_fits_memory(value: Any, view: MatchView) -> str | None:
     from hetgen.lower.tiling import Unfit
 
     if one_unit_per_invocation(view.target):
-        for plan in group_plans(view.nodes, view.graph, view.target):
+        for plan in group_plans(view.nodes, view.graph, view.target, view.kernels):
             if isinstance(plan, Unfit):
                 return f"does not fit memory: {plan.reason} of {view.target.path_str}"
         return None
     inputs, outputs, weights = working_set(view)
-    scratch = max((_scratch_bytes(node, view.graph) for node in view.nodes), default=0)
+    scratch = max((view.kernels.node(node.name).scratch_bytes for node in view.nodes), default=0)
     total = inputs + outputs + weights + scratch
     if total <= capacity:
         return None
@@ -138,20 +141,6 @@ def _check_fits_memory(value: Any, view: MatchView) -> str | None:
         f"does not fit memory: working set {total} bytes (inputs {inputs}, outputs {outputs}, "
         f"weights {weights}, kernel workspace {scratch}) > {capacity} bytes of {view.target.path_str}"
     )
-
-
-def _scratch_bytes(node: Node, graph: Graph) -> int:
-    """The workspace the node's kernel needs (im2col buffers and the like) besides its tensors."""
-    from hetgen.ops.base import OpInstance
-    from hetgen.ops.registry import op_def
-
-    definition = op_def(node.op)
-    if definition is None:
-        return 0
-    try:
-        return definition.lower(OpInstance.of(node, graph)).scratch_bytes
-    except Exception:  # noqa: BLE001 - a lowering that fails here fails again, clearly, in lower
-        return 0
 
 
 def _is_count(value: Any) -> bool:

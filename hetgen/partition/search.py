@@ -26,6 +26,7 @@ from hetgen.partition.pins import resolve_pins, restrict
 from hetgen.partition.placement import MODES, Placement
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.platform.model import Platform
+from hetgen.spec import KernelTable
 
 DEFAULT_MAX_STATES = 1024
 
@@ -38,6 +39,7 @@ def place(
     pins: Mapping[str, str] = MappingProxyType({}),
     calibration: Calibration | Mapping[str, float] | None = None,
     max_states: int = DEFAULT_MAX_STATES,
+    kernels: KernelTable | None = None,
 ) -> Placement:
     """Place every operator of `graph` on a target of `platform`.
 
@@ -45,7 +47,7 @@ def place(
     platform file's `options`: an explicit `mode` beats `options.placement`, which beats "cost"; `pins`
     add to `options.pins`, a pin for the same key replacing the file's. `pins` map a node name, an
     ONNX node name or a pattern label to a target path. `calibration` scales group times per kind or
-    target path.
+    target path. `kernels`: the graph's kernel table (hetgen/spec), built here when not given.
     """
     mode, pins = placement_request(platform, mode, pins)
     if mode not in MODES:
@@ -53,7 +55,7 @@ def place(
     if not isinstance(calibration, Calibration):
         calibration = calibrate(calibration or {})
     check_graph_fits(graph, platform)  # before any cost or table is computed for an impossible tensor
-    space = SearchSpace(graph, platform, calibration)
+    space = SearchSpace(graph, platform, calibration, kernels)
     pinned = resolve_pins(space, pins)
     candidates = restrict(space, pinned)
     if mode != "cost":

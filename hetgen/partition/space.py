@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
-from hetgen.partition.cost import Calibration, Topology, WorkEstimator, group_us, group_work
+from hetgen.partition.cost import Calibration, Topology, Work, group_us
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
+from hetgen.spec import KernelTable, build_kernel_specs
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,9 @@ class Candidate:
 
 
 class SearchSpace:
-    def __init__(self, graph: Graph, platform: Platform, calibration: Calibration):
+    def __init__(self, graph: Graph, platform: Platform, calibration: Calibration, kernels: KernelTable | None = None):
         self.graph = graph
+        self.kernels = kernels if kernels is not None else build_kernel_specs(graph, platform)
         self.platform = platform
         self.calibration = calibration
         self.topology = Topology(platform)
@@ -45,7 +47,7 @@ class SearchSpace:
         self.node_index = {node.name: i for i, node in enumerate(graph.nodes)}
         self._index_tensors()
         self._index_links()
-        self.matches: Matches = match_patterns(graph, platform)
+        self.matches: Matches = match_patterns(graph, platform, self.kernels)
         self.candidates = self._candidates(calibration)
 
     def launch_us(self, loc: int) -> float:
@@ -129,15 +131,15 @@ class SearchSpace:
         return cost, held
 
     def _candidates(self, calibration: Calibration) -> tuple[Candidate, ...]:
-        estimator = WorkEstimator(self.graph)
         nodes = self.graph.nodes
         candidates = []
         for match in self.matches.matches:
             loc = self.loc_of_path[match.target]
             target = self.targets[loc]
-            work = group_work(estimator, (nodes[i] for i in match.nodes))
+            work = Work(*self.kernels.group_work(nodes[i] for i in match.nodes))
             scale = calibration.scale_for(target)
-            compute = group_us(target, work, match.efficiency, scale, self.graph, [nodes[i] for i in match.nodes])
+            members = [nodes[i] for i in match.nodes]
+            compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels)
             inputs, outputs = self._boundary(match.nodes)
             if self.aliases.issuperset(match.nodes):  # dropped by lowering: nothing runs, nothing moves
                 compute, inputs, outputs = 0.0, (), ()

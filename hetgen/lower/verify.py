@@ -1,0 +1,158 @@
+"""The lowered programs' invariants, checked before codegen: a broken one is a hetgen bug.
+
+What the runtimes rely on and the C cannot check for itself: every buffer a step names is where
+its target's memory plan put it, two buffers that share bytes are never live at once (in the order
+the program runs, device sub-programs inlined where they are invoked), every kernel called belongs
+to the program that calls it, and every device step names a device, a sub-program and device
+memory that exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hetgen.errors import InternalError
+from hetgen.lower.memory import ALIGNMENT
+from hetgen.lower.program import (
+    BufferRef,
+    Call,
+    Copy,
+    DeviceCopyIn,
+    DeviceCopyOut,
+    Invoke,
+    Lowered,
+    Program,
+    ProgramRole,
+    Region,
+)
+from hetgen.lower.workspace import device_program_path
+
+# Names of buffers a tiled accelerator's steps use outside its memory plan (hetgen/lower/tiled.py).
+TILE_BUFFERS = ("sram", "scratch")
+
+
+@dataclass
+class _Check:
+    lowered: Lowered
+    problems: list[str] = field(default_factory=list)
+    clock: int = 0
+    # per program path: buffer name -> (first, last) time it was touched
+    touched: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_path = {program.target.path_str: program for program in self.lowered.programs}
+        self.planned = {
+            program.target.path_str: {name: (offset, nbytes) for name, offset, nbytes in program.memory.buffers}
+            for program in self.lowered.programs
+        }
+
+    def fail(self, program: Program, message: str) -> None:
+        self.problems.append(f"{program.target.path_str}: {message}")
+
+    def child(self, program: Program, device: int) -> Program | None:
+        if not 0 <= device < len(program.devices):
+            self.fail(program, f"a step names device {device}; the program drives {len(program.devices)}")
+            return None
+        return self.by_path.get(device_program_path(program.devices[device], self.by_path))
+
+    def touch(self, program: Program, name: str) -> None:
+        span = self.touched.setdefault(program.target.path_str, {}).setdefault(name, [self.clock, self.clock])
+        span[1] = self.clock
+
+    def ref(self, program: Program, ref: BufferRef) -> None:
+        if ref.region is Region.ARENA:
+            self.arena_ref(program, ref)
+        elif ref.region is Region.WEIGHTS:
+            if not 0 <= ref.position <= program.weights.size:
+                self.fail(program, f"{ref.tensor!r} at weights offset {ref.position}, past {program.weights.size}")
+        elif ref.region in (Region.INPUT, Region.OUTPUT):
+            tensors = program.inputs if ref.region is Region.INPUT else program.outputs
+            if program.role is not ProgramRole.ROOT or not 0 <= ref.position < len(tensors):
+                self.fail(program, f"{ref.tensor!r} is caller {ref.region.name.lower()} {ref.position}; there is none")
+
+    def arena_ref(self, program: Program, ref: BufferRef) -> None:
+        plan = program.memory
+        planned = self.planned[program.target.path_str]
+        if ref.tensor in planned:
+            offset, nbytes = planned[ref.tensor]
+            if not offset <= ref.position <= offset + nbytes:
+                self.fail(program, f"{ref.tensor!r} referenced at {ref.position}; planned at {offset} ({nbytes} bytes)")
+            self.touch(program, ref.tensor)
+        elif ref.tensor.split(":")[0] in TILE_BUFFERS:
+            if ref.position >= plan.arena_size and ref.position:
+                self.fail(program, f"{ref.tensor!r} at {ref.position}, past the arena ({plan.arena_size} bytes)")
+        else:
+            self.fail(program, f"{ref.tensor!r} is referenced in the arena but was never planned")
+
+    def run(self, program: Program, entry: int) -> None:
+        units = set(map(id, program.units))
+        for step in program.entries[entry]:
+            self.clock += 1
+            if isinstance(step, Call):
+                if id(step.unit) not in units:
+                    self.fail(program, f"calls {step.unit.fn}, which is not one of its kernels")
+                for arg in step.args:
+                    self.ref(program, arg)
+            elif isinstance(step, Copy):
+                self.ref(program, step.src)
+                self.ref(program, step.dst)
+            elif isinstance(step, (DeviceCopyIn, DeviceCopyOut)):
+                self.ref(program, step.src if isinstance(step, DeviceCopyIn) else step.dst)
+                child = self.child(program, step.device)
+                offset = step.dst_offset if isinstance(step, DeviceCopyIn) else step.src_offset
+                if child is not None:
+                    self.device_memory(child, step.tensor, offset, step.nbytes)
+            elif isinstance(step, Invoke):
+                child = self.child(program, step.device)
+                if child is not None and not 0 <= step.program < len(child.entries):
+                    self.fail(program, f"invokes sub-program {step.program}; {child.target.path_str} has "
+                              f"{len(child.entries)}")  # fmt: skip
+                elif child is not None:
+                    self.run(child, step.program)
+
+    def device_memory(self, child: Program, tensor: str, offset: int, nbytes: int) -> None:
+        planned = self.planned[child.target.path_str]
+        if tensor not in planned:
+            self.fail(child, f"{tensor!r} is copied into its memory but was never planned there")
+            return
+        start, size = planned[tensor]
+        if offset != start or nbytes > size:
+            self.fail(child, f"{tensor!r} copied at {offset} ({nbytes} bytes); planned at {start} ({size} bytes)")
+        self.touch(child, tensor)
+
+    def plans(self) -> None:
+        for program in self.lowered.programs:
+            plan = program.memory
+            for name, offset, nbytes in plan.buffers:
+                if offset % ALIGNMENT or offset + nbytes > plan.arena_size:
+                    self.fail(program, f"buffer {name!r} at {offset} ({nbytes} bytes) in an arena of {plan.arena_size}")
+            self.overlaps(program)
+
+    def overlaps(self, program: Program) -> None:
+        """Buffers that share bytes must not be live at once (live: first to last touch)."""
+        spans = self.touched.get(program.target.path_str, {})
+        placed = sorted(
+            (offset, offset + max(nbytes, 1), name) for name, offset, nbytes in program.memory.buffers if name in spans
+        )
+        for index, (_, end, name) in enumerate(placed):
+            for other_start, _, other in placed[index + 1 :]:
+                if other_start >= end:
+                    break
+                (a_first, a_last), (b_first, b_last) = spans[name], spans[other]
+                if a_first <= b_last and b_first <= a_last:
+                    self.fail(program, f"buffers {name!r} and {other!r} share bytes while both are live")
+
+
+def verify_lowered(lowered: Lowered) -> Lowered:
+    """`lowered`, unchanged, when its invariants hold; otherwise an InternalError listing them."""
+    check = _Check(lowered)
+    root = lowered.root
+    if root.role is not ProgramRole.ROOT:
+        raise InternalError(f"the first program ({root.target.path_str}) is not the root's")
+    for entry in range(len(root.entries)):
+        check.run(root, entry)
+    check.plans()
+    if check.problems:
+        listed = "\n  ".join(dict.fromkeys(check.problems))
+        raise InternalError(f"the lowered program breaks its invariants:\n  {listed}")
+    return lowered

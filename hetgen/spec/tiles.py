@@ -1,0 +1,59 @@
+"""The tilings a placement may ask for, planned once with the kernel table: for each accelerator that
+runs one unit per invocation (its SRAM is bounded: hetgen/lower/invocation.py), each unit whose head
+operator its pattern table can start a group with or carry in one (hetgen/lower/tiling.py decides
+the tiling). The `fits_memory` predicate, the cost model and lowering all read these plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from hetgen.ir import Graph
+from hetgen.platform.model import Platform, Target
+
+if TYPE_CHECKING:
+    from hetgen.lower.tiling import TilePlan, Unfit
+    from hetgen.spec import KernelSpec
+
+ANY_OP = "*"
+
+
+def pattern_ops(target: Target) -> frozenset[str] | None:
+    """Operators the target's pattern table names (None: any operator)."""
+    ops: set[str] = set()
+    for pattern in target.kind.patterns:
+        for step in pattern.chain:
+            if ANY_OP in step.ops:
+                return None
+            ops.update(step.ops)
+    return frozenset(ops)
+
+
+def tile_plans(
+    graph: Graph, platform: Platform, units: Mapping[tuple[str, ...], KernelSpec]
+) -> dict[tuple[str, tuple[str, ...]], TilePlan | Unfit]:
+    """(target path, unit node names) -> the unit's tiling on that target, or why none fits."""
+    # Imported here: lowering's package imports the partition stage, which imports this one.
+    from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
+    from hetgen.lower.tiling import unit_plan
+
+    by_name = {node.name: node for node in graph.nodes}
+    plans: dict[tuple[str, tuple[str, ...]], TilePlan | Unfit] = {}
+    for target in platform.targets():
+        if not one_unit_per_invocation(target):
+            continue
+        ops = pattern_ops(target)
+        for names, spec in units.items():
+            nodes = [by_name[name] for name in names]
+            if (ops is not None and spec.op not in ops) or not _typed(nodes, graph):
+                continue
+            rates = tile_rates(target, 1.0, nodes)  # plans are chosen at efficiency 1: a device property
+            plans[(target.path_str, names)] = unit_plan(nodes, graph, spec.epilogue, target.memory_bytes, rates)
+    return plans
+
+
+def _typed(nodes, graph: Graph) -> bool:
+    """Tiles are blocks of tensors: a unit that reads or writes a sequence has none."""
+    names = [n for n in (*nodes[0].inputs, *nodes[-1].outputs) if n]
+    return all(name in graph.types for name in names)
