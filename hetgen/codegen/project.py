@@ -20,6 +20,7 @@ from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
+from hetgen.partition.timeline import program_manifest
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.templates_dir import templates_dir
 
@@ -250,6 +251,7 @@ def generate(lowered: Lowered, weights: str = "blob", threads: int = 1) -> Sourc
         "targets": manifest_targets,
         "estimates": estimates_manifest(lowered),
         "estimate_us": lowered.estimate_us,  # the placement's total, as explain prices it
+        "program": {"root": root.target.path_str, "controllers": program_manifest(lowered)},  # bench's replay
         "workspace_size": root.workspace.size,
         "workspace_align": ALIGNMENT,
         # The board build's co-processors, each a server program the root reaches over the transport.
