@@ -9,8 +9,9 @@ Models (hetgen/models builders, seeded weights) at realistic sizes: ResNet-18 (b
 first five inverted residual blocks, Relu6, depthwise convolutions) at 1x3x224x224; a transformer
 encoder of 4 layers, sequence 128, width 256, 4 heads, FFN 1024.
 
-Every figure is the cost model's estimate (`Placement.total_us`: group times plus link copies,
-one thing at a time), not a simulation or a run:
+Every figure is the cost model's estimate (`Placement.total_us`: the makespan of the generated
+program, devices running concurrently with the root, hetgen/partition/timeline.py), not a
+simulation or a run:
 
 - single <target>: that one device alone: every node a pattern of that target can take goes to it
   (largest match first, as greedy does), every other node to the root controller, which drives
@@ -26,9 +27,9 @@ it takes every layer one of its tilings fits. `--npu-sram-kib` gives the npus ot
 
 `--simulate DIR` also builds the searched and the best single-device placements (native build,
 in DIR), checks each against onnxruntime (`hetgen verify`) and runs `hetgen bench DIR --format
-json` on each: each group on a simulated accelerator has its estimate replaced by its
-simulated time (kernels and tile DMA; "sim" figures). The controllers' own kernels and the
-copies over links are not simulated, so they stay estimates.
+json` on each: its simulated total is the generated program replayed with concurrent devices,
+each accelerator invocation at the cycles the simulator counted, each copy as its device counts it
+("sim" figures). The controllers' own kernels are not simulated: they enter at their estimate.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ def platform_with_sram(file: str, sram_kib: int | None):
 
 
 def simulated_total(graph, model, platform, placement, out: Path) -> float:
-    """The placement built (every node pinned where it placed it) and run: its estimate with the
-    simulated devices' estimate replaced by what the simulator counted."""
+    """The placement built (every node pinned where it placed it) and run: the final root clock of
+    the generated program, replayed with what the simulator counted (`hetgen bench`)."""
     import hetgen
 
     pins = {group_node: group.target for group in placement.groups for group_node in group.nodes}
@@ -110,8 +111,7 @@ def simulated_total(graph, model, platform, placement, out: Path) -> float:
         check=True,
         cwd=ROOT,
     )
-    groups = [g for g in json.loads(done.stdout)["groups"] if g["simulated_us"] is not None]
-    return placement.total_us - sum(g["estimate_us"] for g in groups) + sum(g["simulated_us"] for g in groups)
+    return float(json.loads(done.stdout)["simulated_us"])
 
 
 def main() -> int:
