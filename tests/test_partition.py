@@ -114,7 +114,7 @@ def test_cost_mode_is_optimal_against_exhaustive_enumeration():
             pins = {graph.nodes[node].name: rng.choice(places)}
         placement = place(graph, platform, pins=pins)
         expected = exhaustive_best(graph, platform, pins)
-        if "greedy placement's makespan was shorter" not in placement.search_note:
+        if not placement.search_note:  # not moved for overlap, not replaced by greedy
             # The search is exact on its objective, the serial sum (the makespan's proxy).
             assert placement.exact
             serial = placement_price(placement).serial_us
@@ -204,7 +204,8 @@ def test_greedy_is_used_when_a_one_state_beam_loses_to_it():
     beam, greedy = place(graph, platform, max_states=1), place(graph, platform, mode="greedy")
     assert not beam.exact and beam.mode == "cost"
     assert "greedy placement was cheaper" in beam.search_note
-    assert beam.total_us == pytest.approx(greedy.total_us)
+    # greedy's placement, then moved where devices overlap (never slower than greedy's)
+    assert beam.total_us <= greedy.total_us + 1e-6
     assert "greedy placement was cheaper" in explain_text(beam, graph)
 
 
@@ -531,7 +532,8 @@ def test_explain_json_shape():
             assert {"target", "label", "cost_us"} <= set(alternative)
     for transfer in document["transfers"]:
         assert set(transfer) >= {"tensor", "src", "dst", "bytes", "cost_us", "links"}
-    assert document["total_us"] == pytest.approx(
+    # the makespan: at most the parts one after the other (devices run concurrently)
+    assert document["total_us"] <= 1e-6 + (
         sum(g["cost_us"] for g in document["groups"]) + sum(t["cost_us"] for t in document["transfers"])
     )
     assert {entry["node"] for entry in document["unclaimed"]} >= {"softmax8", "transpose6"}
