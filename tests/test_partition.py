@@ -114,9 +114,9 @@ def test_cost_mode_is_optimal_against_exhaustive_enumeration():
             pins = {graph.nodes[node].name: rng.choice(places)}
         placement = place(graph, platform, pins=pins)
         expected = exhaustive_best(graph, platform, pins)
-        if not placement.search_note:  # not moved for overlap, not replaced by greedy
-            # The search is exact on its objective, the serial sum (the makespan's proxy).
-            assert placement.exact
+        # exact on its objective, the serial sum (the makespan's proxy), unless greedy ran faster
+        assert placement.exact or "greedy placement's makespan" in placement.search_note
+        if not placement.search_note:  # not moved for overlap, not replaced by greedy's shorter makespan
             serial = placement_price(placement).serial_us
             assert serial == pytest.approx(expected, rel=1e-9, abs=1e-9), f"seed {seed}"
             for group in placement.groups:  # no single swap can beat an optimum

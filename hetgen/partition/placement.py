@@ -120,7 +120,9 @@ class Placement:
     total_us: float  # the program's makespan (hetgen/partition/timeline.py): at most groups + transfers
     mode: str  # "cost" or "greedy"
     unclaimed: tuple[tuple[str, str], ...] = ()  # (node name, why no accelerator could take it)
-    exact: bool = True  # least total_us under the cost model: cost mode with no beam cut (greedy: False)
+    exact: bool = (
+        True  # the search's objective (the serial sum, total_us's proxy) at its optimum: no beam cut (greedy: False)
+    )
     # Each accelerator's refusal of each unclaimed node: the structure behind `unclaimed`'s text.
     unclaimed_refusals: tuple[Refusal, ...] = ()
     search_note: str = ""  # when not exact in cost mode: why, and what bounded the search (explain prints it)

@@ -68,9 +68,9 @@ def place(
         if "greedy placement was cheaper" in placement.search_note:
             chosen = search_greedy(space, candidates)
     improved, after, before = improve_makespan(space, candidates, chosen)
-    if after < before - 1e-6:  # moving groups lets devices overlap: no longer the serial optimum
-        note = f"moved {len(set(improved) - set(chosen))} groups so devices overlap (makespan {before:.1f} -> {after:.1f} us)"
-        moved = assemble(space, candidates, improved, mode=mode, exact=False, pins=pinned)
+    if after < before - 1e-6:  # moving groups lets devices overlap; `exact` stays the search's own
+        note = f"then moved {len(set(improved) - set(chosen))} groups so devices overlap (makespan {before:.1f} -> {after:.1f} us)"
+        moved = assemble(space, candidates, improved, mode=mode, exact=placement.exact, pins=pinned)
         placement = replace(moved, search_note="; ".join(filter(None, (placement.search_note, note))))
         chosen = improved
     return _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement).verify(graph)
