@@ -21,7 +21,11 @@ simulation or a run:
 - searched: the cost search (`place(...)`), exact unless it says otherwise.
 
 Printed ratios: best-single / searched, greedy / searched, and root-alone / searched (above 1: the
-search is faster). The "(N nodes)" after each target is how many of the graph's nodes any pattern
+search is faster), and `ideal`: best-single x the sum over targets of 1 / (that target's single
+time), the most a placement could gain over the best single device if all work split perfectly
+across the devices running at once and copies were free (a device much faster than the others
+leaves little to gain: with one target 17x the next, at most 1.06x). It counts the targets that
+can take at least 90 % of the nodes (a target that takes a few would count the root twice). The "(N nodes)" after each target is how many of the graph's nodes any pattern
 of that target can take: layers bigger than an npu's SRAM are tiled (hetgen/lower/tiling.py), so
 it takes every layer one of its tilings fits. `--npu-sram-kib` gives the npus other SRAM sizes.
 
@@ -128,7 +132,7 @@ def main() -> int:
     print(
         f"{'model':<12} {'nodes':>5} {'platform':<10} {'single (us per target)':<76} "
         f"{'best single':>11} {'greedy':>10} {'searched':>10} {'single/srch':>11} {'greedy/srch':>11} "
-        f"{'root/srch':>9} {'place s':>7} quality"
+        f"{'root/srch':>9} {'ideal':>5} {'place s':>7} quality"
     )
     for name, graph in graphs.items():
         for file in platforms:
@@ -158,6 +162,8 @@ def main() -> int:
                     f"; sim: searched {simulated['searched']:.0f} us, single {simulated['single']:.0f} us, "
                     f"single/searched {simulated['single'] / simulated['searched']:.2f}"
                 )
+            broad = [us for path, us in singles.items() if takes[path] >= 0.9 * len(graph.nodes)]
+            ideal = singles[best_path] * sum(1.0 / us for us in broad)
             per_target = ", ".join(
                 f"{path.rsplit('/', 1)[-1]} {us:.0f} ({takes[path]} nodes)" for path, us in singles.items()
             )
@@ -165,7 +171,7 @@ def main() -> int:
                 f"{name:<12} {len(graph.nodes):>5} {Path(file).stem:<10} {per_target:<76} "
                 f"{singles[best_path]:>11.0f} {greedy.total_us:>10.0f} {searched.total_us:>10.0f} "
                 f"{singles[best_path] / searched.total_us:>11.2f} {greedy.total_us / searched.total_us:>11.2f} "
-                f"{singles[platform_root] / searched.total_us:>9.2f} {seconds:>7.2f} {quality}"
+                f"{singles[platform_root] / searched.total_us:>9.2f} {ideal:>5.2f} {seconds:>7.2f} {quality}"
             )
     return 0
 
