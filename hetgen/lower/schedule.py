@@ -130,6 +130,7 @@ class Scheduler:
         self.graph_outputs = graph_outputs
         self.graph_inputs = graph_inputs
         self.schedule = Schedule()
+        self._subtrees: dict[tuple[str, ...], set[str]] = {}  # a device's path -> its subtree's paths
         self.readers: dict[str, list[int]] = {}
         for index, unit in enumerate(units):
             for name in unit.inputs:
@@ -144,11 +145,17 @@ class Scheduler:
         self.schedule.entries.setdefault(root_path, []).insert(0, entry)
         return self.schedule
 
+    def _subtree(self, device: Target) -> set[str]:
+        paths = self._subtrees.get(device.path)
+        if paths is None:
+            paths = self._subtrees[device.path] = subtree_paths(device)
+        return paths
+
     def _slot(self, unit_target: str, controller: Target, devices: tuple[Target, ...]) -> int:
         if unit_target == controller.path_str:
             return -1
         for index, device in enumerate(devices):
-            if unit_target in subtree_paths(device):
+            if unit_target in self._subtree(device):
                 return index
         raise ValueError(f"{unit_target} is not reachable from {controller.path_str}")
 
@@ -230,7 +237,7 @@ class Scheduler:
         """Copies in and the submission; and the tensors to copy out once the controller waits."""
         ctl = controller.path_str
         start, end = members[0], members[-1]
-        inside = subtree_paths(device)
+        inside = self._subtree(device)
         memory_target = device.host.path_str if device.role is Role.COMPOSITE else device.path_str
         produced_here = {name for index in members for name in self.units[index].outputs if name}
         needed = []

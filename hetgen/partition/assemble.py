@@ -100,11 +100,11 @@ def chosen_makespan(space: SearchSpace, candidates: tuple[Candidate, ...], chose
         Group(f"g{k}", space.paths[c.loc], tuple(space.graph.nodes[n].name for n in c.nodes), c.label, c.compute_us)
         for k, c in enumerate(picked)
     ]
-    groups = in_program_order(space, groups)
+    groups = in_program_order(space, groups, renamed=False)
     return placement_makespan(groups, space.graph, space.platform, _copy_us(space))
 
 
-def in_program_order(space: SearchSpace, groups: list[Group]) -> list[Group]:
+def in_program_order(space: SearchSpace, groups: list[Group], renamed: bool = True) -> list[Group]:
     """The groups in the order the program runs them (hetgen/partition/timeline.py: device work
     issued early, root work overlapping it), renamed g0, g1, ... in that order."""
     nodes = space.graph.nodes
@@ -114,6 +114,8 @@ def in_program_order(space: SearchSpace, groups: list[Group]) -> list[Group]:
         {producer[t] for node in ns for t in node.inputs if producer.get(t, k) != k} for k, ns in enumerate(members)
     ]
     order = program_order([g.target for g in groups], [g.cost_us for g in groups], preds, Lanes.of(space.platform))
+    if not renamed:
+        return [groups[k] for k in order]
     return [replace(groups[k], name=f"g{i}") for i, k in enumerate(order)]
 
 
