@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from hetgen.partition.assemble import chosen_makespan
 from hetgen.partition.space import Candidate, SearchSpace
 
-EVALUATION_BUDGET = 40_000  # makespan evaluations x groups: a few hundred moves tried on a ResNet
+EVALUATION_BUDGET = 20_000  # makespan evaluations x groups: about 400 moves tried on a ResNet-18
 EPSILON_US = 1e-6
-MIN_EVALUATIONS = 40  # below this (over 1,000 groups) no climb at all
+MIN_EVALUATIONS = 20  # below this (over 1,000 groups) no climb at all
 
 
 def improve_makespan(
