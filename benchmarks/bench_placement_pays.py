@@ -9,8 +9,9 @@ Models (hetgen/models builders, seeded weights) at realistic sizes: ResNet-18 (b
 first five inverted residual blocks, Relu6, depthwise convolutions) at 1x3x224x224; a transformer
 encoder of 4 layers, sequence 128, width 256, 4 heads, FFN 1024.
 
-Every figure is the cost model's estimate (`Placement.total_us`: group times plus link copies,
-one thing at a time), not a simulation or a run:
+Every figure is the cost model's estimate (`Placement.total_us`: the makespan of the generated
+program, devices running concurrently with the root, hetgen/partition/timeline.py), not a
+simulation or a run:
 
 - single <target>: that one device alone: every node a pattern of that target can take goes to it
   (largest match first, as greedy does), every other node to the root controller, which drives
@@ -20,15 +21,20 @@ one thing at a time), not a simulation or a run:
 - searched: the cost search (`place(...)`), exact unless it says otherwise.
 
 Printed ratios: best-single / searched, greedy / searched, and root-alone / searched (above 1: the
-search is faster). The "(N nodes)" after each target is how many of the graph's nodes any pattern
-of that target can take: layers bigger than an npu's SRAM are tiled (hetgen/lower/tiling.py), so
+search is faster), and `ideal`: best-single x the sum over targets of 1 / (that target's single
+time), the most a placement could gain over the best single device if all work split perfectly
+across the devices running at once and copies were free (a device much faster than the others
+leaves little to gain: with one target 17x the next, at most 1.06x). It counts the best target
+and those that can take at least 90 % of the nodes (a target that takes a few would count the root
+twice). The "(N nodes)" after each target is how many of the graph's nodes any pattern of that
+target can take: layers bigger than an npu's SRAM are tiled (hetgen/lower/tiling.py), so
 it takes every layer one of its tilings fits. `--npu-sram-kib` gives the npus other SRAM sizes.
 
 `--simulate DIR` also builds the searched and the best single-device placements (native build,
 in DIR), checks each against onnxruntime (`hetgen verify`) and runs `hetgen bench DIR --format
-json` on each: each group on a simulated accelerator has its estimate replaced by its
-simulated time (kernels and tile DMA; "sim" figures). The controllers' own kernels and the
-copies over links are not simulated, so they stay estimates.
+json` on each: its simulated total is the generated program replayed with concurrent devices,
+each accelerator invocation at the cycles the simulator counted, each copy as its device counts it
+("sim" figures). The controllers' own kernels are not simulated: they enter at their estimate.
 """
 
 from __future__ import annotations
@@ -95,8 +101,8 @@ def platform_with_sram(file: str, sram_kib: int | None):
 
 
 def simulated_total(graph, model, platform, placement, out: Path) -> float:
-    """The placement built (every node pinned where it placed it) and run: its estimate with the
-    simulated devices' estimate replaced by what the simulator counted."""
+    """The placement built (every node pinned where it placed it) and run: the final root clock of
+    the generated program, replayed with what the simulator counted (`hetgen bench`)."""
     import hetgen
 
     pins = {group_node: group.target for group in placement.groups for group_node in group.nodes}
@@ -110,8 +116,7 @@ def simulated_total(graph, model, platform, placement, out: Path) -> float:
         check=True,
         cwd=ROOT,
     )
-    groups = [g for g in json.loads(done.stdout)["groups"] if g["simulated_us"] is not None]
-    return placement.total_us - sum(g["estimate_us"] for g in groups) + sum(g["simulated_us"] for g in groups)
+    return float(json.loads(done.stdout)["simulated_us"])
 
 
 def main() -> int:
@@ -128,7 +133,7 @@ def main() -> int:
     print(
         f"{'model':<12} {'nodes':>5} {'platform':<10} {'single (us per target)':<76} "
         f"{'best single':>11} {'greedy':>10} {'searched':>10} {'single/srch':>11} {'greedy/srch':>11} "
-        f"{'root/srch':>9} {'place s':>7} quality"
+        f"{'root/srch':>9} {'ideal':>5} {'place s':>7} quality"
     )
     for name, graph in graphs.items():
         for file in platforms:
@@ -158,6 +163,8 @@ def main() -> int:
                     f"; sim: searched {simulated['searched']:.0f} us, single {simulated['single']:.0f} us, "
                     f"single/searched {simulated['single'] / simulated['searched']:.2f}"
                 )
+            broad = [us for path, us in singles.items() if path == best_path or takes[path] >= 0.9 * len(graph.nodes)]
+            ideal = singles[best_path] * sum(1.0 / us for us in broad)
             per_target = ", ".join(
                 f"{path.rsplit('/', 1)[-1]} {us:.0f} ({takes[path]} nodes)" for path, us in singles.items()
             )
@@ -165,7 +172,7 @@ def main() -> int:
                 f"{name:<12} {len(graph.nodes):>5} {Path(file).stem:<10} {per_target:<76} "
                 f"{singles[best_path]:>11.0f} {greedy.total_us:>10.0f} {searched.total_us:>10.0f} "
                 f"{singles[best_path] / searched.total_us:>11.2f} {greedy.total_us / searched.total_us:>11.2f} "
-                f"{singles[platform_root] / searched.total_us:>9.2f} {seconds:>7.2f} {quality}"
+                f"{singles[platform_root] / searched.total_us:>9.2f} {ideal:>5.2f} {seconds:>7.2f} {quality}"
             )
     return 0
 

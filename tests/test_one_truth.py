@@ -176,3 +176,29 @@ def test_estimate_and_simulation_agree(tmp_path, platform_name, model_name, mode
         assert (device.link_copies, device.link_bytes) == (len(over), sum(t.bytes for t in over)), device.path
     if mode == "greedy":  # the accelerators do most of the work: the comparison means something
         assert report.counted_us > 0.5 * report.simulated_us
+
+
+def test_overlapping_branches_are_priced_as_simulated(tmp_path):
+    """Two independent branches, one on the npu behind the co-processor and one on the root: both
+    the price and the simulation run them concurrently, agree within the tolerance, and take less
+    than the parts one after the other."""
+    from test_concurrency import two_branches
+
+    pins = {
+        "npu_conv0": NPU,
+        "npu_relu0": NPU,
+        "npu_conv1": NPU,
+        "root_conv0": "s",
+        "root_relu0": "s",
+        "root_conv1": "s",
+        "join": "s",
+    }
+    platform = load_platform_text(SOC)
+    model = two_branches()
+    placement = place(import_model(model), platform, pins=pins)
+    parts = sum(g.cost_us for g in placement.groups) + sum(t.cost_us for t in placement.transfers)
+    report = simulation_report(hetgen.compile(platform, model, out=tmp_path / "out", native_only=True, pins=pins))
+    assert report.estimate_us == pytest.approx(placement.total_us)
+    assert placement.total_us < 0.85 * parts
+    assert report.simulated_us < 0.85 * report.serial_us
+    assert abs(report.simulated_us / placement.total_us - 1) <= TOLERANCE, (report.simulated_us, placement.total_us)

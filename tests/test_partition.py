@@ -27,6 +27,7 @@ from hetgen.partition import (
 from hetgen.partition.cost import Calibration, Topology, Work, kernel_us
 from hetgen.partition.exact import KEPT_BUDGET, MIN_BUDGET_BEAM, ExactSearch, _live_width, search_order
 from hetgen.partition.patterns import match_patterns
+from hetgen.partition.price import placement_price
 from hetgen.partition.space import SearchSpace
 from hetgen.platform.model import Link
 from partition_fixtures import (
@@ -112,11 +113,14 @@ def test_cost_mode_is_optimal_against_exhaustive_enumeration():
             places = sorted({space.paths[c.loc] for c in space.candidates if c.nodes == (node,)})
             pins = {graph.nodes[node].name: rng.choice(places)}
         placement = place(graph, platform, pins=pins)
-        assert placement.exact
         expected = exhaustive_best(graph, platform, pins)
-        assert placement.total_us == pytest.approx(expected, rel=1e-9, abs=1e-9), f"seed {seed}"
-        for group in placement.groups:  # no single swap can beat an optimum
-            assert all(alternative.delta_us >= -1e-6 for alternative in group.alternatives), f"seed {seed}"
+        # exact on its objective, the serial sum (the makespan's proxy), unless greedy ran faster
+        assert placement.exact or "greedy placement's makespan" in placement.search_note
+        if not placement.search_note:  # not moved for overlap, not replaced by greedy's shorter makespan
+            serial = placement_price(placement).serial_us
+            assert serial == pytest.approx(expected, rel=1e-9, abs=1e-9), f"seed {seed}"
+            for group in placement.groups:  # no single swap can beat an optimum
+                assert all(alternative.delta_us >= -1e-6 for alternative in group.alternatives), f"seed {seed}"
         greedy = place(graph, platform, mode="greedy", pins=pins)
         assert greedy.total_us >= placement.total_us - 1e-9, f"seed {seed}"
         root = platform.root.path_str
@@ -200,7 +204,8 @@ def test_greedy_is_used_when_a_one_state_beam_loses_to_it():
     beam, greedy = place(graph, platform, max_states=1), place(graph, platform, mode="greedy")
     assert not beam.exact and beam.mode == "cost"
     assert "greedy placement was cheaper" in beam.search_note
-    assert beam.total_us == pytest.approx(greedy.total_us)
+    # greedy's placement, then moved where devices overlap (never slower than greedy's)
+    assert beam.total_us <= greedy.total_us + 1e-6
     assert "greedy placement was cheaper" in explain_text(beam, graph)
 
 
@@ -527,7 +532,8 @@ def test_explain_json_shape():
             assert {"target", "label", "cost_us"} <= set(alternative)
     for transfer in document["transfers"]:
         assert set(transfer) >= {"tensor", "src", "dst", "bytes", "cost_us", "links"}
-    assert document["total_us"] == pytest.approx(
+    # the makespan: at most the parts one after the other (devices run concurrently)
+    assert document["total_us"] <= 1e-6 + (
         sum(g["cost_us"] for g in document["groups"]) + sum(t["cost_us"] for t in document["transfers"])
     )
     assert {entry["node"] for entry in document["unclaimed"]} >= {"softmax8", "transpose6"}
@@ -583,7 +589,7 @@ def test_verify_rejects_missing_twice_placed_and_misordered_nodes():
         Placement((*groups, twice), (), 4.0, "cost").verify(graph)
     with pytest.raises(InternalError, match="listed before"):
         Placement((groups[1], groups[0], groups[2]), (), 3.0, "cost").verify(graph)
-    with pytest.raises(InternalError, match="not the sum"):
+    with pytest.raises(InternalError, match="exceeds the sum"):
         Placement(tuple(groups), (), 5.0, "cost").verify(graph)
 
 

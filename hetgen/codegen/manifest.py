@@ -184,6 +184,9 @@ class Manifest:
     # with (the loader must know before it dlopens them) and the board build's own record.
     sanitize: tuple[str, ...] = ()
     board: Mapping[str, Any] | None = field(default=None)
+    # The controllers' programs as `hetgen bench` replays them with concurrent devices
+    # (hetgen/partition/timeline.py: program_manifest writes it, replay reads it).
+    program: Mapping[str, Any] | None = field(default=None)
 
     def to_json(self) -> dict:
         return {
@@ -201,6 +204,7 @@ class Manifest:
             "remote_devices": [d.to_json() for d in self.remote_devices],
             "sanitize": list(self.sanitize),
             "board": self.board,
+            "program": self.program,
         }
 
     @classmethod
@@ -219,6 +223,7 @@ class Manifest:
             tuple(RemoteDeviceEntry(**d) for d in data.get("remote_devices", ())),
             tuple(data.get("sanitize", ())),
             data.get("board"),
+            program=data.get("program"),
         )
 
     def to_bytes(self) -> bytes:

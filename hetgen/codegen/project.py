@@ -28,6 +28,7 @@ from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
+from hetgen.partition.timeline import program_manifest
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.templates_dir import templates_dir
 
@@ -262,6 +263,7 @@ def generate(
         targets=tuple(manifest_targets),
         estimates=estimate_entries(lowered),
         estimate_us=lowered.estimate_us,
+        program={"root": root.target.path_str, "controllers": program_manifest(lowered)},  # bench's replay
         workspace_size=root.workspace.size,
         workspace_align=ALIGNMENT,
         # The board build's co-processors, each a server program the root reaches over the transport.

@@ -6,6 +6,11 @@ copies of the tensors it needs that are not already there and followed by copies
 it produced that something outside the child reads. Composite children (a co-processor with its
 own accelerators) are split again from their host's point of view, recursively.
 
+Submissions are asynchronous: a controller invokes a device's sub-program and waits for it (and
+copies its results out) only before the first step that reads one of them, before its next
+submission to the same device, or at the end of its own program. Work that does not depend on the
+device runs in between (hetgen/partition/timeline.py times this program by the same rules).
+
 Steps here are symbolic (tensors named, not yet placed in memory); every write and read of a tensor
 on a target is recorded with its time (the unit index) so memory can be planned per target.
 """
@@ -77,6 +82,14 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class _Pending:
+    """A submission a controller has not waited for: the device, and its results for readers outside it."""
+
+    device: Target
+    leaving: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class UnitInfo:
     target: str
     inputs: tuple[str, ...]
@@ -117,6 +130,7 @@ class Scheduler:
         self.graph_outputs = graph_outputs
         self.graph_inputs = graph_inputs
         self.schedule = Schedule()
+        self._subtrees: dict[tuple[str, ...], set[str]] = {}  # a device's path -> its subtree's paths
         self.readers: dict[str, list[int]] = {}
         for index, unit in enumerate(units):
             for name in unit.inputs:
@@ -131,11 +145,17 @@ class Scheduler:
         self.schedule.entries.setdefault(root_path, []).insert(0, entry)
         return self.schedule
 
+    def _subtree(self, device: Target) -> set[str]:
+        paths = self._subtrees.get(device.path)
+        if paths is None:
+            paths = self._subtrees[device.path] = subtree_paths(device)
+        return paths
+
     def _slot(self, unit_target: str, controller: Target, devices: tuple[Target, ...]) -> int:
         if unit_target == controller.path_str:
             return -1
         for index, device in enumerate(devices):
-            if unit_target in subtree_paths(device):
+            if unit_target in self._subtree(device):
                 return index
         raise ValueError(f"{unit_target} is not reachable from {controller.path_str}")
 
@@ -155,15 +175,46 @@ class Scheduler:
                 segments[-1][1].append(index)
             else:
                 segments.append((slot, [index]))
+        pending: dict[int, _Pending] = {}  # device index -> its submission not waited for yet
         for slot, members in segments:
             if slot < 0:
                 for index in members:
+                    self._wait_for_readers(ctl, pending, self.units[index].inputs, index, steps)
                     steps.append(self.local_call(ctl, index))
-            else:
-                device = devices[slot]
-                if device.path_str not in used:
-                    used.append(device.path_str)
-                steps.extend(self.device_segment(controller, used.index(device.path_str), device, members))
+                continue
+            device = devices[slot]
+            if device.path_str not in used:
+                used.append(device.path_str)
+            number = used.index(device.path_str)
+            produced = {name for index in members for name in self.units[index].outputs if name}
+            reads = [name for index in members for name in self.units[index].inputs if name and name not in produced]
+            if number in pending:  # the device's queue takes one submission at a time
+                steps += self._wait(ctl, number, pending.pop(number), members[0])
+            self._wait_for_readers(ctl, pending, reads, members[0], steps)
+            segment, leaving = self.device_segment(controller, number, device, members)
+            steps += segment
+            pending[number] = _Pending(device, leaving)
+        last = unit_indices[-1] if unit_indices else 0
+        for number in list(pending):
+            steps += self._wait(ctl, number, pending.pop(number), last)
+        return steps
+
+    def _wait_for_readers(self, ctl: str, pending: dict, names, time: int, steps: list) -> None:
+        """Wait for every pending device whose results `names` include, in submission order."""
+        wanted = set(names)
+        for number in [n for n, p in pending.items() if wanted.intersection(p.leaving)]:
+            steps += self._wait(ctl, number, pending.pop(number), time)
+
+    def _wait(self, ctl: str, number: int, submitted: _Pending, time: int) -> list:
+        """Wait for device `number`, then copy out what it produced for readers outside it. The
+        tensors stay live on both sides until `time`, the step the copies come before."""
+        device = submitted.device
+        memory_target = device.host.path_str if device.role is Role.COMPOSITE else device.path_str
+        steps: list = [SWait(number)]
+        for name in submitted.leaving:
+            self.schedule.touch(memory_target, name, time)
+            self.schedule.touch(ctl, name, time)
+            steps.append(SCopyOut(number, Sym(memory_target, name), Sym(ctl, name)))
         return steps
 
     def local_call(self, target: str, index: int) -> SCall:
@@ -182,10 +233,11 @@ class Scheduler:
             args.append(Sym(target, name) if name else None)
         return SCall(index, tuple(args))
 
-    def device_segment(self, controller: Target, slot: int, device: Target, members: list[int]) -> list:
+    def device_segment(self, controller: Target, slot: int, device: Target, members: list[int]) -> tuple[list, tuple]:
+        """Copies in and the submission; and the tensors to copy out once the controller waits."""
         ctl = controller.path_str
         start, end = members[0], members[-1]
-        inside = subtree_paths(device)
+        inside = self._subtree(device)
         memory_target = device.host.path_str if device.role is Role.COMPOSITE else device.path_str
         produced_here = {name for index in members for name in self.units[index].outputs if name}
         needed = []
@@ -207,17 +259,13 @@ class Scheduler:
             entry = self.accelerator_entry(device, members)
         programs = self.schedule.entries.setdefault(memory_target, [])
         programs.append(entry)
-        steps += [SInvoke(slot, len(programs) - 1), SWait(slot)]
+        steps.append(SInvoke(slot, len(programs) - 1))
         leaving = []
         for name in sorted(produced_here, key=lambda n: (min(self.readers.get(n, [end + 1])), n)):
             outside = any(self.units[r].target not in inside for r in self.readers.get(name, []) if r > end)
             if name in self.graph_outputs or outside:
                 leaving.append(name)
-        for name in leaving:
-            self.schedule.touch(memory_target, name, end)
-            self.schedule.touch(ctl, name, end)
-            steps.append(SCopyOut(slot, Sym(memory_target, name), Sym(ctl, name)))
-        return steps
+        return steps, tuple(leaving)
 
     def accelerator_entry(self, device: Target, members: list[int]) -> list:
         target = device.path_str

@@ -5,6 +5,7 @@ the transfers the assignment implies, and the operators no accelerator could tak
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from hetgen.lower.invocation import group_plans, kernel_units_of, one_unit_per_invocation
 from hetgen.lower.tiling import Action, TilePlan
@@ -23,6 +24,7 @@ from hetgen.partition.placement import (
 )
 from hetgen.partition.price import price
 from hetgen.partition.space import Candidate, SearchSpace
+from hetgen.partition.timeline import Lanes, placement_makespan, program_order
 
 EPSILON_US = 1e-9
 
@@ -85,8 +87,48 @@ def assemble(
         for t in range(len(space.tensor_names))
         for src, dst, us in space.tensor_transfers(t, loc_of_node)
     )
-    total = price(groups, transfers).total_us
+    groups = in_program_order(space, groups)
+    total = price(groups, transfers, placement_makespan(groups, space.graph, space.platform, _copy_us(space))).total_us
     return Placement(tuple(groups), transfers, total, mode, unclaimed, exact, unclaimed_refusals)
+
+
+def chosen_makespan(space: SearchSpace, candidates: tuple[Candidate, ...], chosen: Sequence[int]) -> float:
+    """The makespan `assemble` would price these candidates at, without building the rest of a Placement."""
+    by_id = {c.id: c for c in candidates}
+    picked = sorted((by_id[cid] for cid in chosen), key=lambda c: c.last)
+    groups = [
+        Group(f"g{k}", space.paths[c.loc], tuple(space.graph.nodes[n].name for n in c.nodes), c.label, c.compute_us)
+        for k, c in enumerate(picked)
+    ]
+    groups = in_program_order(space, groups, renamed=False)
+    return placement_makespan(groups, space.graph, space.platform, _copy_us(space))
+
+
+def in_program_order(space: SearchSpace, groups: list[Group], renamed: bool = True) -> list[Group]:
+    """The groups in the order the program runs them (hetgen/partition/timeline.py: device work
+    issued early, root work overlapping it), renamed g0, g1, ... in that order."""
+    nodes = space.graph.nodes
+    members = [[nodes[space.node_index[name]] for name in g.nodes] for g in groups]
+    producer = {out: k for k, ns in enumerate(members) for node in ns for out in node.outputs if out}
+    preds = [
+        {producer[t] for node in ns for t in node.inputs if producer.get(t, k) != k} for k, ns in enumerate(members)
+    ]
+    order = program_order([g.target for g in groups], [g.cost_us for g in groups], preds, Lanes.of(space.platform))
+    if not renamed:
+        return [groups[k] for k in order]
+    return [replace(groups[k], name=f"g{i}") for i, k in enumerate(order)]
+
+
+def _copy_us(space: SearchSpace):
+    hops: dict[tuple[str, str], tuple] = {}
+
+    def copy_us(src: str, dst: str, nbytes: int) -> float:
+        route = hops.get((src, dst))
+        if route is None:
+            route = hops[src, dst] = space.topology.copies(src, dst)
+        return sum(hop.us(nbytes) for hop in route)
+
+    return copy_us
 
 
 def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:

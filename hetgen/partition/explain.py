@@ -179,8 +179,8 @@ def render_text(e: Explanation) -> str:
         lines.extend(f"  {_transfer_line(t)}" for t in e.transfers)
         lines.append("")
     lines.append(
-        f"total: {e.total_us:.1f} us (groups {e.group_us:.1f} us, of which launches {e.launch_us:.1f} us, "
-        f"+ transfers {e.transfer_us:.1f} us)"
+        f"total: {e.total_us:.1f} us, devices running concurrently with their controllers (one at a time: "
+        f"groups {e.group_us:.1f} us, of which launches {e.launch_us:.1f} us, + transfers {e.transfer_us:.1f} us)"
     )
     return "\n".join(lines) + "\n"
 

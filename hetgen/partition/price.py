@@ -1,8 +1,10 @@
-"""What a placement costs, summed in one place: explain's total, the placement's `total_us` and the
-estimate `hetgen bench` shows beside the simulation all come from `price`, so they cannot differ.
+"""What a placement costs, in one place: explain's total, the placement's `total_us` and the
+estimate `hetgen bench` shows beside the simulation all come from here, so they cannot differ.
 
-One thing runs at a time (the controllers wait for their devices), so the program's time is the sum
-of its groups' times (each with its launch) and its copies' times.
+Devices run concurrently with their controllers (hetgen/partition/timeline.py): the program's time
+is the makespan of the program lowering emits, each group at its cost and each copy at its link and
+DMA time. `group_us` and `transfer_us` are the parts it is made of; their sum is what it would take
+one thing at a time, so `total_us` is at most that sum, and less where work overlaps.
 """
 
 from __future__ import annotations
@@ -20,13 +22,19 @@ class Price:
     launch_us: float  # the launches inside group_us
     transfer_us: float  # every copy between two places
     by_target: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # group time per target
+    makespan_us: float | None = None  # the program's time with devices running concurrently
+
+    @property
+    def serial_us(self) -> float:
+        """One thing at a time: every group and every copy, one after the other."""
+        return self.group_us + self.transfer_us
 
     @property
     def total_us(self) -> float:
-        return self.group_us + self.transfer_us
+        return self.serial_us if self.makespan_us is None else self.makespan_us
 
 
-def price(groups: Iterable[Group], transfers: Iterable[Transfer]) -> Price:
+def price(groups: Iterable[Group], transfers: Iterable[Transfer], makespan_us: float | None = None) -> Price:
     groups, transfers = tuple(groups), tuple(transfers)
     by_target: dict[str, float] = {}
     for group in groups:
@@ -36,8 +44,9 @@ def price(groups: Iterable[Group], transfers: Iterable[Transfer]) -> Price:
         float(sum(g.launch_us for g in groups)),
         float(sum(t.cost_us for t in transfers)),
         MappingProxyType(by_target),
+        makespan_us,
     )
 
 
 def placement_price(placement) -> Price:
-    return price(placement.groups, placement.transfers)
+    return price(placement.groups, placement.transfers, placement.total_us)
