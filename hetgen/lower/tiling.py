@@ -306,8 +306,28 @@ def _tile_bytes(tile: Tile) -> int:
     return sum(block.nbytes for block in (*tile.inputs, *tile.outputs) if block is not None)
 
 
+# plan_us by (plan, rates). Plans come from the lru-cached _best_plan, so layers of one shape share
+# one plan object and placement asks for its time once per device instead of once per candidate
+# group (a 5,000-node graph asks thousands of times). Keyed by id(plan) because plans hold kernels
+# (numpy constants) that do not hash; the value keeps the plan alive, so its id stays unique.
+_PLAN_US: dict[tuple[int, Rates], tuple[TilePlan, float]] = {}
+_PLAN_US_LIMIT = 8192
+
+
 def plan_us(plan: TilePlan, rates: Rates) -> float:
     """The plan's time on two engines that run in order and wait as its commands say."""
+    key = (id(plan), rates)
+    cached = _PLAN_US.get(key)
+    if cached is not None and cached[0] is plan:
+        return cached[1]
+    if len(_PLAN_US) >= _PLAN_US_LIMIT:
+        _PLAN_US.clear()
+    us = _timeline_us(plan, rates)
+    _PLAN_US[key] = (plan, us)
+    return us
+
+
+def _timeline_us(plan: TilePlan, rates: Rates) -> float:
     finish: list[float] = []
     free = {True: 0.0, False: 0.0}
     end = 0.0
