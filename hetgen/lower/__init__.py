@@ -13,7 +13,7 @@ import dataclasses
 from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
-from hetgen.lower.fuse import Unit, kernel_units, op_instance
+from hetgen.lower.fuse import Unit, kernel_units, op_instance, unit_lowering
 from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
@@ -36,7 +36,6 @@ from hetgen.lower.tiling import TilePlan, Unfit, tensor_names, unit_plan
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.ops.base import Kernel, Unsupported
-from hetgen.ops.registry import op_def
 from hetgen.partition.price import placement_price
 from hetgen.platform.model import Platform, Role, Runtime
 
@@ -47,12 +46,12 @@ def lower_units(units: tuple[Unit, ...], graph: Graph) -> tuple[Kernel, ...]:
     """Lower every unit; report every unsupported instance in one message."""
     kernels, problems = [], []
     for unit in units:
-        definition = op_def(unit.head.op)
-        if definition is None:
+        lowering = unit_lowering(unit)
+        if lowering is None:
             problems.append(f"{unit.head.label}: operator {unit.head.op} is not supported")
             continue
         try:
-            kernels.append(definition.lower(op_instance(unit, graph)))
+            kernels.append(lowering(op_instance(unit, graph)))
         except Unsupported as exc:
             problems.append(f"{unit.head.label}: {exc}")
     if problems:
@@ -221,7 +220,8 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     nodes, assignment = ordered_nodes(graph, placement)
     assignment = assignment or {node.name: root_path for node in nodes}
     ordered = dataclasses.replace(graph, nodes=tuple(nodes))
-    all_units = kernel_units(ordered, assignment)
+    controllers = {t.path_str for t in platform.targets() if t.role is Role.CONTROLLER}
+    all_units = kernel_units(ordered, assignment, fusing=controllers)
     units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, graph), graph)
     graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
     infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
