@@ -159,13 +159,15 @@ def match_attention(graph: Graph, assignment: Mapping[str, str], softmax: Node) 
     rank = len(g.shape(x))
     if not 2 <= rank <= 4 or int(softmax.attr("axis", -1)) % rank != rank - 1 or g.dtype(x) is not DType.FLOAT32:
         return None
-    current, mask_node, masked, scale_node, scale_op, scale = x, None, "", None, "", 1.0
+    passed: list[Node] = []  # Casts to float32 of float32 tensors, and a Where that keeps everything
+    current = _back_through_casts(g, x, target, passed)
+    mask_node, masked, scale_node, scale_op, scale = None, "", None, "", 1.0
     node = g.private_producer(current, "Add", target) or g.private_producer(current, "Where", target)
     if node is not None:
         mask_node, masked = node, _chain_input(node, g, target)
         if masked is None:
             return None
-        current = masked
+        current = _back_through_casts(g, masked, target, passed)
     for op in ("Mul", "Div"):
         node = g.private_producer(current, op, target)
         if node is None:
@@ -175,14 +177,29 @@ def match_attention(graph: Graph, assignment: Mapping[str, str], softmax: Node) 
         if factor not in graph.constants or g.scalar(factor) is None or chain in graph.constants:
             return None
         scale_node, scale_op, scale, current = node, ("/" if op == "Div" else "*"), g.scalar(factor), chain
+        current = _back_through_casts(g, current, target, passed)
         break
     scores = g.private_producer(current, "MatMul", target)
     if scores is None:
         return None
-    context = g.only_reader(softmax.outputs[0], "MatMul", target)
-    if context is None or context.inputs[0] != softmax.outputs[0] or context.inputs[1] == softmax.outputs[0]:
+    probabilities = _forward_through_identities(g, softmax.outputs[0], target, passed)
+    context = g.only_reader(probabilities, "MatMul", target)
+    if context is None or context.inputs[0] != probabilities or context.inputs[1] == probabilities:
         return None
-    q_name, kt_name, v_name = scores.inputs[0], scores.inputs[1], context.inputs[1]
+    # the Attention operator's body scales Q and Kᵀ each by a scalar before their product
+    pre_scale = 1.0
+    operands = []
+    for name in scores.inputs:
+        node = g.private_producer(name, "Mul", target)
+        factor = (
+            next((n for n in node.inputs if n in graph.constants and g.scalar(n) is not None), None) if node else None
+        )
+        if factor is not None and node.inputs[0] != node.inputs[1]:
+            pre_scale *= g.scalar(factor)
+            passed.append(node)
+            name = node.inputs[1] if node.inputs[0] == factor else node.inputs[0]
+        operands.append(name)
+    q_name, kt_name, v_name = operands[0], operands[1], context.inputs[1]
     out_name = context.outputs[0]
     names = (q_name, kt_name, v_name, out_name, scores.outputs[0])
     if any(g.dtype(n) is not DType.FLOAT32 for n in names) or any(len(g.shape(n)) != rank for n in names):
@@ -227,11 +244,12 @@ def match_attention(graph: Graph, assignment: Mapping[str, str], softmax: Node) 
         scale_op=scale_op,
         scale=scale,
         mask=mask,
+        pre_scale=pre_scale,
     )
     if math.prod((spec.sq, spec.sk, spec.d, spec.dv)) == 0:
         return None
     middle = [n for n in (scale_node, mask_node) if n is not None]
-    nodes = (scores, *middle, softmax, *q_nodes, *k_nodes, *v_nodes, *out_nodes)
+    nodes = (scores, *middle, softmax, *passed, *q_nodes, *k_nodes, *v_nodes, *out_nodes)
     if len({n.name for n in nodes}) != len(nodes):
         return None
     return AttentionMatch(nodes, tuple(inputs), spec)
@@ -239,12 +257,54 @@ def match_attention(graph: Graph, assignment: Mapping[str, str], softmax: Node) 
 
 def _chain_input(mask_node: Node, g: _Graph, target: str) -> str | None:
     """Which input of the mask node continues the chain back to the scores MatMul."""
-    candidates = [n for n in mask_node.inputs if n and n not in g.graph.constants]
-    for name in candidates:
-        if g.private_producer(name, "MatMul", target) is not None:
-            return name
+    for name in mask_node.inputs:
+        if not name or name in g.graph.constants:
+            continue
+        current = _back_through_casts(g, name, target, [])
         for op in ("Mul", "Div"):
-            scale = g.private_producer(name, op, target)
-            if scale is not None and any(g.private_producer(i, "MatMul", target) for i in scale.inputs):
-                return name
+            scale = g.private_producer(current, op, target)
+            if scale is not None:
+                current = next((i for i in scale.inputs if i not in g.graph.constants), current)
+                current = _back_through_casts(g, current, target, [])
+                break
+        if g.private_producer(current, "MatMul", target) is not None:
+            return name
     return None
+
+
+def _is_float_cast(g: _Graph, node: Node) -> bool:
+    return node.op == "Cast" and int(node.attr("to", 0)) == 1 and g.dtype(node.inputs[0]) is DType.FLOAT32
+
+
+def _back_through_casts(g: _Graph, name: str, target: str, passed: list[Node]) -> str:
+    """Past Casts of float32 to float32 (the Attention operator's body has them): the tensor they copy."""
+    while (node := g.private_producer(name, "Cast", target)) is not None and _is_float_cast(g, node):
+        passed.append(node)
+        name = node.inputs[0]
+    return name
+
+
+def _forward_through_identities(g: _Graph, name: str, target: str, passed: list[Node]) -> str:
+    """Past float32 Casts and a Where whose constant condition is all false (the Attention body's
+    'row all masked' guard, when no row is): the tensor equal to `name` that the next node reads.
+    A CastLike that takes only its type from `name`, for that Where's other branch, goes too."""
+    while name not in g.outputs:
+        readers = g.readers.get(name, [])
+        type_only = [n for n in readers if n.op == "CastLike" and n.inputs[1] == name and n.inputs[0] != name]
+        rest = [n for n in readers if n not in type_only]
+        if len(rest) != 1 or g.assignment.get(rest[0].name) != target:
+            break
+        node = rest[0]
+        if node.op == "Cast" and _is_float_cast(g, node) and not type_only:
+            passed.append(node)
+        elif node.op == "Where" and node.inputs[2] == name and g.shape(node.outputs[0]) == g.shape(name):
+            cond = g.graph.constants.get(node.inputs[0])
+            if cond is None or cond.any():
+                break
+            if any(g.readers.get(c.outputs[0], []) != [node] or c.outputs[0] in g.outputs for c in type_only):
+                break
+            passed.extend([*type_only, node])
+        else:
+            break
+        name = node.outputs[0]
+    return name

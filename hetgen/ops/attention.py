@@ -52,6 +52,7 @@ class AttentionSpec:
     scale_op: str = ""  # "", "*" or "/": how the scores meet the scale, as the model wrote it
     scale: float = 1.0
     mask: MaskSpec | None = None
+    pre_scale: float = 1.0  # a scalar both Q and Kᵀ were multiplied by, combined (Attention's body)
 
 
 def block_rows(spec: AttentionSpec) -> int:
