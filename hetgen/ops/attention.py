@@ -1,12 +1,13 @@
 """Fused attention: softmax(scale(Q Kᵀ) + mask) V as one kernel, one block of query rows at a time.
 
 Formed by `hetgen/lower/fuse_attention.py` from the separate operators, never written in a model.
-Per batch and head, a block of query rows gets its scores from the GEMM (`hg_sgemm_ex`, reading Q
-and K through strides: transposed or head-split layouts cost nothing), scaled and masked in the
-GEMM's epilogue while each tile is in L1, then the softmax of each row, then the block's context
-rows from a second GEMM with V, written straight into the output (through its row stride, so a
+Per batch and head, K (as Kᵀ) and V are first packed into the GEMM micro-kernel's B panels, once,
+read through strides (transposed or head-split layouts cost nothing). Then each block of query rows
+gets its scores from the GEMM (`hg_sgemm_ex`, Q read in place), scaled and masked in the GEMM's
+epilogue while each tile is in L1, then the softmax of each row, then the block's context rows from
+a second GEMM with V's panels, written straight into the output (through its row stride, so a
 merge-heads Transpose after it is free). The full score matrix never exists: scratch holds one
-block of `block_rows` x Sk scores.
+block of `block_rows` x Sk scores, beside one head's K and V panels.
 """
 
 from __future__ import annotations
@@ -64,12 +65,18 @@ def block_rows(spec: AttentionSpec) -> int:
 def lower(spec: AttentionSpec, op: OpInstance) -> Kernel:
     rows = block_rows(spec)
     scores_bytes = _gemm_plan.align(4 * rows * spec.sk)
+    k_panel_bytes = _gemm_plan.align(4 * spec.d * _gemm_plan.align(spec.sk, _gemm_plan.PANEL_N))
+    v_panel_bytes = _gemm_plan.align(4 * spec.sk * _gemm_plan.align(spec.dv, _gemm_plan.PANEL_N))
     pack = max(_gemm_plan.pack_bytes(rows, spec.sk, spec.d), _gemm_plan.pack_bytes(rows, spec.dv, spec.sk))
     mask = spec.mask
     params = {
         "spec": spec,
         "block_rows": rows,
         "scores_bytes": scores_bytes,
+        "k_panels_offset": scores_bytes,
+        "v_panels_offset": scores_bytes + k_panel_bytes,
+        "pack_offset": scores_bytes + k_panel_bytes + v_panel_bytes,
+        "panel_n": _gemm_plan.PANEL_N,
         "pack_bytes": pack,
         "mask_type": None if mask is None else ("float" if mask.kind == "add" else "uint8_t"),
         "out_index": len(op.node.inputs),
@@ -78,7 +85,7 @@ def lower(spec: AttentionSpec, op: OpInstance) -> Kernel:
     return Kernel(
         template="kernels/attention.c.j2",
         params=params,
-        scratch_bytes=scores_bytes + pack,
+        scratch_bytes=scores_bytes + k_panel_bytes + v_panel_bytes + pack,
         flops=2 * heads * spec.sq * spec.sk * (spec.d + spec.dv) + 5 * heads * spec.sq * spec.sk,
         bytes_accessed=sum(t.nbytes for t in op.input_types if t is not None) + sum(t.nbytes for t in op.output_types),
         helpers=(_gemm_plan.HELPER,),
