@@ -115,6 +115,12 @@ def test_attention_in_several_row_blocks(tmp_path):
     assert len(labels) == 1 and is_attention(labels[0]), labels
 
 
+def test_attention_with_few_query_rows_and_wide_heads(tmp_path):
+    # 5 query rows take the small-m GEMM; 70 keys and 45 values span several partial 32-column panels
+    labels = compile_and_compare(tmp_path, attention_model(shape=(1, 2, 5, 40), sk=70, dv=45, mask="where_keep_true"))
+    assert len(labels) == 1 and is_attention(labels[0]), labels
+
+
 def test_scores_read_elsewhere_are_not_fused(tmp_path):
     labels = compile_and_compare(tmp_path, attention_model(scores_output=True))
     assert not any(is_attention(label) for label in labels)
