@@ -2,14 +2,22 @@
    a Gemm with one row. The blocked path would pack A into 8-row panels and run the 8-row micro-kernel,
    so one row costs eight rows of arithmetic plus the packing; here A is read in place through its
    strides, and B streams once, 32 columns at a time, from its generate-time panels or straight from
-   its rows, into m x 32 accumulators. Each column's sum runs over k in order, like the blocked
-   path's within one k block. Included by hg_gemm.c only. */
+   its rows, into m x 32 accumulators. Sums run over k in the blocked path's order, with fused
+   multiply-adds where it uses them, and HG_SGEMM_KC rows of B at a time, each block's sum added to
+   C as the blocked path adds it: both paths give the same bits. Included by hg_gemm.c only. */
 #ifndef HG_SGEMM_SMALL_H
 #define HG_SGEMM_SMALL_H
 
 #include "hg_kernels.h"
 
 #define HG_SGEMM_SMALL_M 8
+
+/* A multiply-add as the micro-kernels do it: fused where the target has an FMA instruction. */
+#ifdef FP_FAST_FMAF
+#define HG_SMALL_MADD(a, b, c) fmaf((a), (b), (c))
+#else
+#define HG_SMALL_MADD(a, b, c) ((a) * (b) + (c))
+#endif
 
 /* C[rows x 32] (+)= A[rows x k] B[k x 32], with B's row p at b + p * b_rs. Fixed-size loops (R
    rows, 32 columns) that the compiler keeps in vector registers for the ISA it targets. Columns
@@ -29,7 +37,7 @@
             for (size_t i = 0; i < (R); ++i) {                                                     \
                 const float ai = a[(ptrdiff_t)i * a_rs + (ptrdiff_t)p * a_cs];                     \
                 for (size_t j = 0; j < HG_SGEMM_PANEL_N; ++j)                                      \
-                    acc[i][j] += ai * row[j];                                                      \
+                    acc[i][j] = HG_SMALL_MADD(ai, row[j], acc[i][j]);                              \
             }                                                                                      \
         }                                                                                          \
         for (size_t i = 0; i < (R); ++i) {                                                         \
@@ -68,30 +76,33 @@ static inline int hg_sgemm_small_fits(size_t m, const hg_sgemm_operands *ops)
     return m <= HG_SGEMM_SMALL_M && !ops->a_panels && !ops->pack_b && (ops->b_panels || ops->b_cs == 1);
 }
 
-/* Columns [j0, j1) of C (j0 a multiple of 32). The last, partial block of an unpacked B is copied,
-   zero-padded, HG_SGEMM_KC rows at a time into `spare` (the GEMM workspace), so the kernel reads
-   no further than B. */
+/* Columns [j0, j1) of C (j0 a multiple of 32), HG_SGEMM_KC rows of B at a time. The last, partial
+   block of an unpacked B is copied, zero-padded, into `spare` (the GEMM workspace), so the kernel
+   reads no further than B. */
 static void hg_sgemm_small(size_t m, size_t j0, size_t j1, size_t k, const hg_sgemm_operands *ops, float *c,
                            size_t ldc, int accumulate, hg_gemm_epilogue_fn epilogue, const void *ctx, float *spare)
 {
     const hg_sgemm_small_fn kernel = hg_sgemm_small_kernels[m - 1];
     for (size_t j = j0; j < j1; j += HG_SGEMM_PANEL_N) {
         const size_t cols = j1 - j < HG_SGEMM_PANEL_N ? j1 - j : HG_SGEMM_PANEL_N;
-        if (ops->b_panels) {
-            const float *panel = ops->b_panels + (j / HG_SGEMM_PANEL_N) * k * HG_SGEMM_PANEL_N;
-            kernel(k, ops->a, ops->a_rs, ops->a_cs, panel, HG_SGEMM_PANEL_N, c + j, ldc, cols, accumulate);
-        } else if (cols == HG_SGEMM_PANEL_N) {
-            kernel(k, ops->a, ops->a_rs, ops->a_cs, ops->b + (ptrdiff_t)j, ops->b_rs, c + j, ldc, cols, accumulate);
-        } else {
-            for (size_t pc = 0; pc < k; pc += HG_SGEMM_KC) {
-                const size_t kc = k - pc < HG_SGEMM_KC ? k - pc : HG_SGEMM_KC;
+        for (size_t pc = 0; pc < k; pc += HG_SGEMM_KC) {
+            const size_t kc = k - pc < HG_SGEMM_KC ? k - pc : HG_SGEMM_KC;
+            const float *a = ops->a + (ptrdiff_t)pc * ops->a_cs;
+            const int add = accumulate || pc > 0;
+            if (ops->b_panels) {
+                const float *panel = ops->b_panels + (j / HG_SGEMM_PANEL_N) * k * HG_SGEMM_PANEL_N;
+                kernel(kc, a, ops->a_rs, ops->a_cs, panel + pc * HG_SGEMM_PANEL_N, HG_SGEMM_PANEL_N, c + j, ldc, cols,
+                       add);
+            } else if (cols == HG_SGEMM_PANEL_N) {
+                kernel(kc, a, ops->a_rs, ops->a_cs, ops->b + (ptrdiff_t)pc * ops->b_rs + (ptrdiff_t)j, ops->b_rs, c + j,
+                       ldc, cols, add);
+            } else {
                 for (size_t p = 0; p < kc; ++p) {
                     const float *restrict row = ops->b + (ptrdiff_t)(pc + p) * ops->b_rs + (ptrdiff_t)j;
                     for (size_t t = 0; t < HG_SGEMM_PANEL_N; ++t)
                         spare[p * HG_SGEMM_PANEL_N + t] = t < cols ? row[t] : 0.0f;
                 }
-                kernel(kc, ops->a + (ptrdiff_t)pc * ops->a_cs, ops->a_rs, ops->a_cs, spare, HG_SGEMM_PANEL_N, c + j,
-                       ldc, cols, accumulate || pc > 0);
+                kernel(kc, a, ops->a_rs, ops->a_cs, spare, HG_SGEMM_PANEL_N, c + j, ldc, cols, add);
             }
         }
         if (epilogue)
