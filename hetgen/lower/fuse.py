@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
 from hetgen.ir import DType, Graph, Node
+from hetgen.lower.fuse_attention import match_attention
 from hetgen.ops import attention
 from hetgen.ops._activation import epilogue_from_attributes
 from hetgen.ops.base import FUSABLE_ACTIVATIONS, Epilogue, Kernel, OpInstance
@@ -138,8 +139,6 @@ def residual_input(conv: Node, add: Node, graph: Graph, position: Mapping[str, i
 
 def attention_units(graph: Graph, assignment: Mapping[str, str], fusing: Collection[str]) -> list[Unit]:
     """The attention patterns (hetgen/lower/fuse_attention.py) on `fusing` targets, one unit each."""
-    from hetgen.lower.fuse_attention import match_attention  # it imports the Unit's kernel spec
-
     units, claimed = [], set()
     for node in graph.nodes:
         if node.op != "Softmax" or assignment.get(node.name) not in fusing:

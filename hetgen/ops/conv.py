@@ -11,7 +11,8 @@ Three strategies, chosen here so the template only lays out loops:
   panels (zeros for padding).
 The weights are the GEMM's A operand; when they are constant they are packed into the
 micro-kernel's panels at generate time (`Prepacked`), so no run packs them. Bias and fused
-activations run in the GEMM epilogue, on each finished tile of the output while it is in L1.
+activations run in the GEMM epilogue, on each finished tile of the output while it is in L1; so
+does a residual Add fused into the Conv (`hetgen/lower/fuse.py`), read from a fourth input.
 """
 
 from __future__ import annotations
