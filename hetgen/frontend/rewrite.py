@@ -7,6 +7,8 @@ Exporters (older torch, TF converters, models from before opset 17/20) spell the
   `_opset` ≥ 17). Mul(d, d) in place of Pow(d, 2), and a missing Mul or Add, are accepted.
 - Gelu: x * 0.5 * (1 + erf(x / sqrt(2))) in any association of the product, with Mul by 1/sqrt(2)
   in place of the division. It becomes Gelu(x) (approximate='none', `_opset` ≥ 20).
+- Gelu, tanh form: x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), x^3 as Pow(x, 3) or
+  x * x * x, each product in either order. It becomes Gelu(x, approximate='tanh').
 
 Both rewrites compute the same expression, in the same precision, as the decomposed form; they are
 made only when every intermediate tensor has no other reader and is not a graph output, the
@@ -31,6 +33,7 @@ def rewrite_patterns(work: Work) -> None:
         _rewrite_all(work, "ReduceMean", _match_layer_norm)
     if "Gelu" in supported:
         _rewrite_all(work, "Erf", _match_gelu)
+        _rewrite_all(work, "Tanh", _match_gelu_tanh)
 
 
 def _rewrite_all(work: Work, anchor: str, match) -> None:
@@ -219,3 +222,61 @@ def _product(work: Work, reader: _Reader, one_plus_erf: str, x: str):
     if reader.other(half, x) is None or reader.scalar(reader.other(half, x)) != 0.5:
         return None
     return [half, first], first.outputs[0]
+
+
+def _match_gelu_tanh(work: Work, tanh: WorkNode, reader: _Reader):
+    scaled = reader.producers.get(tanh.inputs[0])
+    if scaled is None or scaled.op != "Mul" or reader.only_user(scaled.outputs[0], "Tanh") is not tanh:
+        return None
+    total = _scaled_by(reader, scaled, math.sqrt(2 / math.pi))
+    inner = reader.producers.get(total or "")
+    if inner is None or inner.op != "Add" or reader.only_user(inner.outputs[0], "Mul") is not scaled:
+        return None
+    for x in inner.inputs:
+        cubic = reader.producers.get(reader.other(inner, x) or "")
+        if cubic is None or cubic.op != "Mul" or reader.only_user(cubic.outputs[0], "Add") is not inner:
+            continue
+        cube_nodes = _cube_of(work, reader, _scaled_by(reader, cubic, 0.044715), x)
+        if cube_nodes is not None:
+            break
+    else:
+        return None
+    if x in work.constants or not reader.is_float32(x):
+        return None
+    plus_one = reader.only_user(tanh.outputs[0], "Add")
+    if plus_one is None or reader.scalar(reader.other(plus_one, tanh.outputs[0]) or "") != 1.0:
+        return None
+    factors = _product(work, reader, plus_one.outputs[0], x)
+    if factors is None:
+        return None
+    muls, y = factors
+    if _shape(work, y) is None or _shape(work, y) != _shape(work, x):
+        return None
+    matched = [*cube_nodes, cubic, inner, scaled, tanh, plus_one, *muls]
+    return matched, tanh.derive("Gelu", [x], [y], {"approximate": "tanh"}, max(work.opset, 20))
+
+
+def _scaled_by(reader: _Reader, mul: WorkNode, factor: float) -> str | None:
+    """The tensor that Mul node `mul` multiplies by the scalar constant `factor`."""
+    for name in mul.inputs:
+        other = reader.other(mul, name)
+        if other is not None and other != name and _close(reader.scalar(other), factor, 1e-4):
+            return name
+    return None
+
+
+def _cube_of(work: Work, reader: _Reader, cube: str | None, x: str) -> list[WorkNode] | None:
+    """The nodes computing `cube` = x^3 (Pow(x, 3), or x * x * x in either association)."""
+    node = reader.producers.get(cube or "")
+    if node is None or len(reader.users.get(cube, [])) != 1 or cube in work.outputs:
+        return None
+    if node.op == "Pow":
+        return [node] if node.inputs[0] == x and reader.scalar(node.inputs[1]) == 3.0 else None
+    if node.op != "Mul" or x not in node.inputs:
+        return None
+    square = reader.producers.get(reader.other(node, x) or "")
+    if square is None or square.op != "Mul" or square.inputs != [x, x]:
+        return None
+    if reader.only_user(square.outputs[0], "Mul") is not node:
+        return None
+    return [square, node]

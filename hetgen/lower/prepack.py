@@ -31,10 +31,9 @@ import numpy as np
 
 from hetgen.errors import PlacementError
 from hetgen.ir import DType, Graph, TensorType
-from hetgen.lower.fuse import Unit
+from hetgen.lower.fuse import Unit, op_instance, unit_lowering
 from hetgen.ops import _gemm_plan
-from hetgen.ops.base import Kernel, OpInstance, Prepacked
-from hetgen.ops.registry import op_def
+from hetgen.ops.base import Kernel, Prepacked
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role
 from hetgen.platform.tuning import gemm_blocks, memory_mode
@@ -144,9 +143,8 @@ def with_blocks(graph, units, kernels, assignment, platform) -> tuple[Kernel, ..
     relowered = []
     for unit, kernel in zip(units, kernels):
         if _gemm_plan.HELPER in kernel.helpers:
-            instance = OpInstance.of(unit.head, graph, unit.epilogue, outputs=unit.nodes[-1].outputs)
-            instance = dataclasses.replace(instance, gemm_blocks=blocks)
-            kernel = op_def(unit.head.op).lower(instance)
+            instance = dataclasses.replace(op_instance(unit, graph), gemm_blocks=blocks)
+            kernel = unit_lowering(unit)(instance)
         relowered.append(kernel)
     return tuple(relowered)
 

@@ -2,6 +2,7 @@
    micro-kernel written with each vector ISA's intrinsics (hg_sgemm_tile.h). See hg_kernels.h for
    the contract, including the panel layouts that generate-time packing writes. */
 #include "hg_kernels.h"
+#include "hg_sgemm_small.h"
 #include "hg_sgemm_tile.h"
 #include "hg_threads.h"
 
@@ -188,6 +189,15 @@ static void sgemm_part(void *arg, size_t part, void *scratch)
                     job->accumulate, job->epilogue, job->ctx, work);
 }
 
+/* One thread's share of a small-m GEMM: a run of whole 32-column blocks. */
+static void sgemm_small_part(void *arg, size_t part, void *scratch)
+{
+    const sgemm_job *job = arg;
+    const size_t first = part * job->panels / job->parts, end = (part + 1) * job->panels / job->parts;
+    hg_sgemm_small(job->m, first * PN, min_size(end * PN, job->n), job->k, job->ops, job->c, job->ldc, job->accumulate,
+                   job->epilogue, job->ctx, align64(scratch ? scratch : job->work));
+}
+
 /* Below this many multiply-adds, waking a worker costs more than it saves. */
 #define HG_SGEMM_SPLIT_MACS (1u << 18)
 
@@ -205,6 +215,19 @@ void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, flo
         return;
     }
     const size_t threads = (double)m * n * k < HG_SGEMM_SPLIT_MACS ? 1 : hg_threads_count();
+    if (hg_sgemm_small_fits(m, ops)) {
+        const size_t blocks = (n + PN - 1) / PN;
+        if (threads == 1 || blocks < threads) {
+            hg_sgemm_small(m, 0, n, k, ops, c, ldc, accumulate, epilogue, ctx, align64(work));
+            return;
+        }
+        sgemm_job job = {
+            .m = m, .n = n, .k = k, .panels = blocks, .parts = threads, .ops = ops, .c = c, .ldc = ldc,
+            .accumulate = accumulate, .epilogue = epilogue, .ctx = ctx, .work = work,
+        };
+        hg_parallel_for(threads, sgemm_small_part, &job);
+        return;
+    }
     const size_t row_panels = (m + PM - 1) / PM, col_panels = (n + PN - 1) / PN;
     /* Columns first: each thread then packs only its own B (a convolution's im2col), while A is
        usually the weights, packed at generate time. */

@@ -1,0 +1,92 @@
+"""Fused attention: softmax(scale(Q Kᵀ) + mask) V as one kernel, one block of query rows at a time.
+
+Formed by `hetgen/lower/fuse_attention.py` from the separate operators, never written in a model.
+Per batch and head, K (as Kᵀ) and V are first packed into the GEMM micro-kernel's B panels, once,
+read through strides (transposed or head-split layouts cost nothing). Then each block of query rows
+gets its scores from the GEMM (`hg_sgemm_ex`, Q read in place), scaled and masked in the GEMM's
+epilogue while each tile is in L1, then the softmax of each row, then the block's context rows from
+a second GEMM with V's panels, written straight into the output (through its row stride, so a
+merge-heads Transpose after it is free). The full score matrix never exists: scratch holds one
+block of `block_rows` x Sk scores, beside one head's K and V panels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetgen.ops import _gemm_plan
+from hetgen.ops.base import Kernel, OpInstance
+
+# The score block: at most this many bytes (it stays in L2 between the GEMMs and the softmax).
+SCORE_BLOCK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Operand:
+    """Q [B, H, Sq, D], K [B, H, Sk, D] or V [B, H, Sk, Dv] as a view of one kernel input."""
+
+    index: int  # which of the kernel's inputs holds it
+    shape: tuple[int, int, int, int]
+    strides: tuple[int, int, int, int]  # elements per step along each axis
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    kind: str  # "add" (scores + mask), "where_fill_true" (cond ? fill : s), "where_keep_true" (cond ? s : fill)
+    index: int  # the kernel input holding the mask (float32) or the condition (bool)
+    strides: tuple[int, int, int, int]  # over the scores [B, H, Sq, Sk]; 0 where broadcast
+    fill: float = 0.0
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    batch: int
+    heads: int
+    sq: int
+    sk: int
+    d: int
+    dv: int
+    q: Operand
+    k: Operand
+    v: Operand
+    out_strides: tuple[int, int, int, int]  # of the context [B, H, Sq, Dv] in the output tensor
+    scale_op: str = ""  # "", "*" or "/": how the scores meet the scale, as the model wrote it
+    scale: float = 1.0
+    mask: MaskSpec | None = None
+    pre_scale: float = 1.0  # a scalar both Q and Kᵀ were multiplied by, combined (Attention's body)
+
+
+def block_rows(spec: AttentionSpec) -> int:
+    """Query rows per block: a multiple of the micro-kernel's panel height that fits the budget."""
+    rows = SCORE_BLOCK_BYTES // (4 * spec.sk) // _gemm_plan.PANEL_M * _gemm_plan.PANEL_M
+    return max(_gemm_plan.PANEL_M, min(rows, spec.sq))
+
+
+def lower(spec: AttentionSpec, op: OpInstance) -> Kernel:
+    rows = block_rows(spec)
+    scores_bytes = _gemm_plan.align(4 * rows * spec.sk)
+    k_panel_bytes = _gemm_plan.align(4 * spec.d * _gemm_plan.align(spec.sk, _gemm_plan.PANEL_N))
+    v_panel_bytes = _gemm_plan.align(4 * spec.sk * _gemm_plan.align(spec.dv, _gemm_plan.PANEL_N))
+    pack = max(_gemm_plan.pack_bytes(rows, spec.sk, spec.d), _gemm_plan.pack_bytes(rows, spec.dv, spec.sk))
+    mask = spec.mask
+    params = {
+        "spec": spec,
+        "block_rows": rows,
+        "scores_bytes": scores_bytes,
+        "k_panels_offset": scores_bytes,
+        "v_panels_offset": scores_bytes + k_panel_bytes,
+        "pack_offset": scores_bytes + k_panel_bytes + v_panel_bytes,
+        "panel_n": _gemm_plan.PANEL_N,
+        "pack_bytes": pack,
+        "mask_type": None if mask is None else ("float" if mask.kind == "add" else "uint8_t"),
+        "out_index": len(op.node.inputs),
+    }
+    heads = spec.batch * spec.heads
+    return Kernel(
+        template="kernels/attention.c.j2",
+        params=params,
+        scratch_bytes=scores_bytes + k_panel_bytes + v_panel_bytes + pack,
+        flops=2 * heads * spec.sq * spec.sk * (spec.d + spec.dv) + 5 * heads * spec.sq * spec.sk,
+        bytes_accessed=sum(t.nbytes for t in op.input_types if t is not None) + sum(t.nbytes for t in op.output_types),
+        helpers=(_gemm_plan.HELPER,),
+    )
