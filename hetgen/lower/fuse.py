@@ -9,10 +9,13 @@ multi-operator patterns become one unit each:
 
 - attention, MatMul → scale → mask → Softmax → MatMul with the Transposes around it
   (`fuse_attention.py`, kernel `hetgen/ops/attention.py`);
-- a residual Add after a Conv: Conv → Add(other) (→ activations), where `other` is computed before
-  the Conv runs and has exactly the Conv's output shape. The Conv's kernel then reads `other` as an
-  extra input (its fourth, after an omitted bias if need be) and adds it in its epilogue, before the
-  activations, so the sum is written once.
+- a residual Add after a Conv: Conv → Add(other) (→ activations), where the Add is the Conv's only
+  reader, `other` has exactly the Conv's output shape and is computed on the same controller (a
+  device's result would make the Conv wait for that device instead of overlapping it). The unit
+  runs where the Conv ran when `other` is ready by then, else where the Add ran if nothing in
+  between waits for a device. The Conv's kernel reads `other` as an extra input (its fourth, after
+  an omitted bias if need be) and adds it in its epilogue, before the activations, so the sum is
+  written once.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ def kernel_units(
     outputs = set(graph.outputs)
     position = {name: index for index, node in enumerate(graph.nodes) for name in node.outputs if name}
     order = {node.name: index for index, node in enumerate(graph.nodes)}
+    producer_target = {name: assignment[node.name] for node in graph.nodes for name in node.outputs if name}
     unit_of_head = {members[0].name: index for index, (members, _) in enumerate(cut)}
     merged: set[int] = set()  # cut units absorbed into a Conv's residual epilogue
     by_head: dict[str, Unit] = {}
@@ -83,21 +87,34 @@ def kernel_units(
         if index in merged:
             continue
         node = members[0]
-        residual = None
-        if len(members) == 1 and assignment[node.name] in fusing and len(node.outputs) == 1:
+        target = assignment[node.name]
+        residual = add = None
+        if len(members) == 1 and target in fusing and len(node.outputs) == 1:
             readers = consumers.get(node.outputs[0], [])
-            if node.outputs[0] not in outputs and len(readers) == 1 and readers[0].name in unit_of_head:
-                add = readers[0]
-                if assignment[add.name] == assignment[node.name]:
-                    residual = residual_input(node, add, graph, position, order[node.name])
+            claimable = readers and readers[0].name in unit_of_head and unit_of_head[readers[0].name] not in merged
+            if node.outputs[0] not in outputs and len(readers) == 1 and claimable:
+                add = readers[0]  # (when both of an Add's inputs are Convs, the first claims it)
+                if assignment[add.name] == target:
+                    residual = residual_input(node, add, graph)
+        if residual is not None and producer_target.get(residual, target) != target:
+            residual = None  # another device's result: the Conv would wait for it and not overlap
+        emit_at = node.name
+        if residual is not None and position.get(residual, -1) > order[node.name]:
+            # `other` comes after the Conv in the program: the unit runs where the Add ran, which
+            # is the same program when nothing in between waits for another device
+            between = graph.nodes[order[node.name] + 1 : order[add.name]]
+            if all(_local(n, target, assignment, producer_target) for n in between):
+                emit_at = add.name
+            else:
+                residual = None
         if residual is None:
             by_head[node.name] = Unit(members, epilogue)
             continue
-        add_index = unit_of_head[readers[0].name]
+        add_index = unit_of_head[add.name]
         add_members, add_epilogue = cut[add_index]
         merged.add(add_index)
         bias = node.inputs[2] if len(node.inputs) > 2 else ""
-        by_head[node.name] = Unit((node, *add_members), add_epilogue, (*node.inputs[:2], bias, residual))
+        by_head[emit_at] = Unit((node, *add_members), add_epilogue, (*node.inputs[:2], bias, residual))
     units, done = [], set()
     for node in graph.nodes:
         if node.name in pattern_of:
@@ -111,7 +128,7 @@ def kernel_units(
     return tuple(units)
 
 
-def residual_input(conv: Node, add: Node, graph: Graph, position: Mapping[str, int], at: int) -> str | None:
+def residual_input(conv: Node, add: Node, graph: Graph) -> str | None:
     """The tensor a Conv's reader `add` adds to the Conv's output, when the Conv can add it itself."""
     if conv.op != "Conv" or add.op != "Add" or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
         return None
@@ -120,8 +137,12 @@ def residual_input(conv: Node, add: Node, graph: Graph, position: Mapping[str, i
     dtypes = {graph.types[name].dtype for name in (other, conv.outputs[0], add.outputs[0])}
     if len(shapes) != 1 or dtypes != {DType.FLOAT32} or other in graph.constants:
         return None
-    # computed before the Conv runs (a graph input has no producer)
-    return other if position.get(other, -1) < at else None
+    return other
+
+
+def _local(node: Node, target: str, assignment: Mapping[str, str], producer_target: Mapping[str, str]) -> bool:
+    """`node` runs on `target` and reads nothing another device computes (so it never waits)."""
+    return assignment[node.name] == target and all(producer_target.get(t, target) == target for t in node.inputs if t)
 
 
 def attention_units(graph: Graph, assignment: Mapping[str, str], fusing: Collection[str]) -> list[Unit]:

@@ -207,12 +207,24 @@ def _makespan(manifest: dict, model, estimates: list[dict]) -> float | None:
         return None
     controllers = program["controllers"]
     group_of = {node: e for e in estimates if not e.get("tensor") for node in e["nodes"]}
-    calls: dict[tuple[str, str], int] = {}  # (controller, group) -> its kernel calls in the program
+    # A group's estimate is shared by the calls that run any of its nodes: one kernel may run the
+    # nodes of several groups (a fused attention or residual unit, cut after placement), and it
+    # then takes each of their shares.
+    calls: dict[tuple[str, str], int] = {}  # (controller, group) -> the kernel calls that run its nodes
+
+    def groups_of(nodes) -> list[dict]:
+        seen: dict[str, dict] = {}
+        for node in nodes:
+            group = group_of.get(node)
+            if group is not None:
+                seen.setdefault(group["name"], group)
+        return list(seen.values())
+
     for path, item in controllers.items():
         for entry in item["entries"]:
             for step in entry:
-                if "call" in step and step["call"] and step["call"][0] in group_of:
-                    key = (path, group_of[step["call"][0]]["name"])
+                for group in groups_of(step.get("call") or ()):
+                    key = (path, group["name"])
                     calls[key] = calls.get(key, 0) + 1
     invocations: dict[tuple[str, int], float] = {}
     for target in _counting(manifest):
@@ -227,8 +239,7 @@ def _makespan(manifest: dict, model, estimates: list[dict]) -> float | None:
             invocations[key] = invocations.get(key, launch / clock) + cycles / clock
 
     def call_us(path: str, nodes) -> float:
-        group = group_of.get(nodes[0]) if nodes else None
-        return group["estimate_us"] / calls[(path, group["name"])] if group is not None else 0.0
+        return sum(group["estimate_us"] / calls[(path, group["name"])] for group in groups_of(nodes))
 
     def invocation_us(path: str, index: int) -> float:
         return invocations.get((path, index), 0.0)
