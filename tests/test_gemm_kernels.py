@@ -22,6 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from gemm_support import gemm_operands
 from hetgen.build import BuildOptions
 from hetgen.build.toolchain import board_toolchain
 from hetgen.ops import _gemm_plan
@@ -69,19 +70,7 @@ BUILDS = builds()
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory) -> dict[tuple[int, int, int], Path]:
     """Per shape, a folder of operands, Python-packed panels and numpy's product."""
-    rng = np.random.default_rng(7)
-    folders = {}
-    for m, n, k in SHAPES:
-        folder = tmp_path_factory.mktemp(f"gemm_{m}x{n}x{k}")
-        a = rng.standard_normal((m, k)).astype(np.float32)
-        b = rng.standard_normal((k, n)).astype(np.float32)
-        a.tofile(folder / "a.bin")
-        b.tofile(folder / "b.bin")
-        _gemm_plan.a_panels(a).tofile(folder / "a_panels.bin")
-        _gemm_plan.b_panels(b).tofile(folder / "b_panels.bin")
-        (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32).tofile(folder / "c.bin")
-        folders[(m, n, k)] = folder
-    return folders
+    return gemm_operands(tmp_path_factory, SHAPES, seed=7)
 
 
 @pytest.mark.parametrize("name", sorted(BUILDS))

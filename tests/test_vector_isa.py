@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 import hetgen
+from gemm_support import gemm_operands
 from hetgen.build import BuildOptions
 from hetgen.build.toolchain import board_toolchain
 from hetgen.errors import HetgenError
 from hetgen.models import resnet, tiny_cnn
-from hetgen.ops import _gemm_plan
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.verify import verify
 
@@ -99,19 +99,9 @@ def gemm_cases(tmp_path_factory) -> dict[tuple[int, int, int], Path]:
     """Per shape (m, n, k), operands, Python-packed panels and numpy's product for gemm_check.c:
     partial tiles in both directions (edge tiles, strips shorter than vl), 16 columns, k = 0,
     k across two KC blocks."""
-    rng = np.random.default_rng(11)
-    folders = {}
-    for m, n, k in [(1, 1, 1), (5, 7, 0), (8, 32, 40), (13, 70, 300), (17, 16, 513), (64, 49, 27)]:
-        folder = tmp_path_factory.mktemp(f"gemm_{m}x{n}x{k}")
-        a = rng.standard_normal((m, k)).astype(np.float32)
-        b = rng.standard_normal((k, n)).astype(np.float32)
-        a.tofile(folder / "a.bin")
-        b.tofile(folder / "b.bin")
-        _gemm_plan.a_panels(a).tofile(folder / "a_panels.bin")
-        _gemm_plan.b_panels(b).tofile(folder / "b_panels.bin")
-        (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32).tofile(folder / "c.bin")
-        folders[(m, n, k)] = folder
-    return folders
+    return gemm_operands(
+        tmp_path_factory, [(1, 1, 1), (5, 7, 0), (8, 32, 40), (13, 70, 300), (17, 16, 513), (64, 49, 27)], seed=11
+    )
 
 
 @needs_riscv

@@ -191,8 +191,19 @@ def _match_gelu(work: Work, erf: WorkNode, reader: _Reader):
         return None
     if not reader.is_float32(x):
         return None
-    plus_one = reader.only_user(erf.outputs[0], "Add")
-    if plus_one is None or reader.scalar(reader.other(plus_one, erf.outputs[0]) or "") != 1.0:
+    tail = _gelu_tail(work, reader, erf.outputs[0], x)
+    if tail is None:
+        return None
+    after, y = tail
+    matched = [scaled, erf, *after]
+    return matched, erf.derive("Gelu", [x], [y], {"approximate": "none"}, max(work.opset, 20))
+
+
+def _gelu_tail(work: Work, reader: _Reader, activated: str, x: str):
+    """What both Gelu forms end with: 1 + erf(...) or 1 + tanh(...), times x and 0.5 in any
+    association, with the result of x's shape; the nodes from the Add on, and the result."""
+    plus_one = reader.only_user(activated, "Add")
+    if plus_one is None or reader.scalar(reader.other(plus_one, activated) or "") != 1.0:
         return None
     factors = _product(work, reader, plus_one.outputs[0], x)
     if factors is None:
@@ -200,8 +211,7 @@ def _match_gelu(work: Work, erf: WorkNode, reader: _Reader):
     muls, y = factors
     if _shape(work, y) is None or _shape(work, y) != _shape(work, x):
         return None
-    matched = [scaled, erf, plus_one, *muls]
-    return matched, erf.derive("Gelu", [x], [y], {"approximate": "none"}, max(work.opset, 20))
+    return [plus_one, *muls], y
 
 
 def _product(work: Work, reader: _Reader, one_plus_erf: str, x: str):
@@ -243,16 +253,11 @@ def _match_gelu_tanh(work: Work, tanh: WorkNode, reader: _Reader):
         return None
     if x in work.constants or not reader.is_float32(x):
         return None
-    plus_one = reader.only_user(tanh.outputs[0], "Add")
-    if plus_one is None or reader.scalar(reader.other(plus_one, tanh.outputs[0]) or "") != 1.0:
+    tail = _gelu_tail(work, reader, tanh.outputs[0], x)
+    if tail is None:
         return None
-    factors = _product(work, reader, plus_one.outputs[0], x)
-    if factors is None:
-        return None
-    muls, y = factors
-    if _shape(work, y) is None or _shape(work, y) != _shape(work, x):
-        return None
-    matched = [*cube_nodes, cubic, inner, scaled, tanh, plus_one, *muls]
+    after, y = tail
+    matched = [*cube_nodes, cubic, inner, scaled, tanh, *after]
     return matched, tanh.derive("Gelu", [x], [y], {"approximate": "tanh"}, max(work.opset, 20))
 
 
