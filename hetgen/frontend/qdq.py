@@ -40,6 +40,7 @@ from hetgen.frontend.qdq_match import (
     finish,
     int_constant,
     keeps_quantized,
+    quantized_operand,
     quantized_output,
     scale_input,
     zero_point_input,
@@ -107,17 +108,7 @@ def _match_conv(work: Work, conv: WorkNode, reader: Reader):
         bias = _int_bias(work, reader, conv.inputs[2], x.scale, w.scale, out_channels)
         if bias is None:
             return None
-    x_producer = reader.producers[conv.inputs[0]]
-    inputs = [
-        x.q,
-        x_producer.inputs[1],
-        zero_point_input(work, x, x.q),
-        w.q,
-        scale_input(work, w, w.q),
-        zero_point_input(work, w, w.q),
-        out.scale,
-        out.zero_point,
-    ]
+    inputs = _qlinear_inputs(work, reader, conv.inputs[0], x, w, out)
     if bias is not None:
         inputs.append(work.add_constant(f"{conv.outputs[0]}_bias_int32", bias))
     attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
@@ -126,6 +117,19 @@ def _match_conv(work: Work, conv: WorkNode, reader: Reader):
         return [conv.derive("QLinearConv", inputs, [name], attrs, max(work.opset, 10))]
 
     return [conv, *out.nodes], finish(work, conv, out, produce)
+
+
+def _qlinear_inputs(work: Work, reader: Reader, dequantized_x: str, x, w, out) -> list[str]:
+    """QLinearConv's and QLinearMatMul's first eight inputs: x, its scale (the DequantizeLinear's
+    own) and zero point, w with its scale and zero point, then the output's scale and zero point."""
+    return [
+        *quantized_operand(work, reader, dequantized_x, x),
+        w.q,
+        scale_input(work, w, w.q),
+        zero_point_input(work, w, w.q),
+        out.scale,
+        out.zero_point,
+    ]
 
 
 def _match_matmul(work: Work, matmul: WorkNode, reader: Reader):
@@ -139,17 +143,7 @@ def _match_matmul(work: Work, matmul: WorkNode, reader: Reader):
     out = quantized_output(work, reader, matmul.outputs[0])
     if out is None:
         return None
-    a_producer = reader.producers[matmul.inputs[0]]
-    inputs = [
-        a.q,
-        a_producer.inputs[1],
-        zero_point_input(work, a, a.q),
-        b.q,
-        scale_input(work, b, b.q),
-        zero_point_input(work, b, b.q),
-        out.scale,
-        out.zero_point,
-    ]
+    inputs = _qlinear_inputs(work, reader, matmul.inputs[0], a, b, out)
 
     def produce(name: str) -> list[WorkNode]:
         return [matmul.derive("QLinearMatMul", inputs, [name], {}, max(work.opset, 10))]

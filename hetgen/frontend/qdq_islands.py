@@ -16,8 +16,8 @@ from hetgen.frontend.qdq_match import (
     QUANTIZED,
     Reader,
     finish,
+    quantized_operand,
     quantized_output,
-    zero_point_input,
 )
 from hetgen.frontend.work import Work, WorkNode
 
@@ -58,7 +58,7 @@ def _match_binary(work: Work, node: WorkNode, reader: Reader):
         return None
     inputs = []
     for name, source in zip(node.inputs, (a, b)):
-        inputs += [source.q, reader.producers[name].inputs[1], zero_point_input(work, source, source.q)]
+        inputs += quantized_operand(work, reader, name, source)
     inputs += [out.scale, out.zero_point]
     op = {"Add": "QLinearAdd", "Mul": "QLinearMul"}[node.op]
 
@@ -75,8 +75,7 @@ def _match_global_average_pool(work: Work, node: WorkNode, reader: Reader):
     out = quantized_output(work, reader, node.outputs[0])
     if out is None or out.clip is not None:
         return None
-    scale = reader.producers[node.inputs[0]].inputs[1]
-    inputs = [x.q, scale, zero_point_input(work, x, x.q), out.scale, out.zero_point]
+    inputs = [*quantized_operand(work, reader, node.inputs[0], x), out.scale, out.zero_point]
     return [node, *out.nodes], [node.derive("QLinearGlobalAveragePool", inputs, [out.name], {}, work.opset)]
 
 
@@ -93,7 +92,7 @@ def _match_concat(work: Work, node: WorkNode, reader: Reader):
         return None
     inputs = [out.scale, out.zero_point]
     for name, source in zip(node.inputs, sources):
-        inputs += [source.q, reader.producers[name].inputs[1], zero_point_input(work, source, source.q)]
+        inputs += quantized_operand(work, reader, name, source)
     attrs = {"axis": node.attrs.get("axis", 0)}
     return [node, *out.nodes], [node.derive("QLinearConcat", inputs, [out.name], attrs, work.opset)]
 
@@ -107,8 +106,7 @@ def _match_average_pool(work: Work, node: WorkNode, reader: Reader):
     out = quantized_output(work, reader, node.outputs[0])
     if out is None or out.clip is not None:
         return None
-    scale = reader.producers[node.inputs[0]].inputs[1]
-    inputs = [x.q, scale, zero_point_input(work, x, x.q), out.scale, out.zero_point]
+    inputs = [*quantized_operand(work, reader, node.inputs[0], x), out.scale, out.zero_point]
     kept = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
     attrs = {k: v for k, v in node.attrs.items() if k in kept}
     return [node, *out.nodes], [node.derive("QLinearAveragePool", inputs, [out.name], attrs, work.opset)]
@@ -122,8 +120,7 @@ def _match_lookup(work: Work, node: WorkNode, reader: Reader):
     out = quantized_output(work, reader, node.outputs[0])
     if out is None or out.clip is not None:
         return None
-    scale = reader.producers[node.inputs[0]].inputs[1]
-    inputs = [x.q, scale, zero_point_input(work, x, x.q), out.scale, out.zero_point]
+    inputs = [*quantized_operand(work, reader, node.inputs[0], x), out.scale, out.zero_point]
     attrs = {"alpha": node.attrs.get("alpha", 0.01)} if node.op == "LeakyRelu" else {}
     return [node, *out.nodes], [node.derive(f"QLinear{node.op}", inputs, [out.name], attrs, work.opset)]
 

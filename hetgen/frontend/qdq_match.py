@@ -175,6 +175,12 @@ def zero_point_input(work: Work, dq: Dequantized, base: str) -> str:
     return int_constant(work, f"{base}_zero_point", dq.zero_point.reshape(() if dq.per_tensor else (-1,)), dq.dtype)
 
 
+def quantized_operand(work: Work, reader: Reader, dequantized: str, dq: Dequantized) -> list[str]:
+    """A QLinear operator's (x, x_scale, x_zero_point) for the DequantizeLinear output `dequantized`:
+    its integer input, its own scale input, and the zero point as a constant."""
+    return [dq.q, reader.producers[dequantized].inputs[1], zero_point_input(work, dq, dq.q)]
+
+
 def scale_input(work: Work, dq: Dequantized, base: str) -> str:
     return work.add_constant(f"{base}_scale", dq.scale.reshape(() if dq.per_tensor else (-1,)).astype(np.float32))
 
