@@ -27,21 +27,27 @@ def batch_strides(batch: tuple[int, ...], out_batch: tuple[int, ...], matrix: in
     return tuple(reversed(strides))
 
 
-def lower(op: OpInstance) -> Kernel:
-    require_float32(op)
-    a_shape, b_shape = op.input_types[0].shape, op.input_types[1].shape
+def matmul_shapes(op_name: str, a_shape, b_shape):
+    """numpy.matmul's shapes: (m, n, k, A's batch dims, B's batch dims, their broadcast), 1-D
+    operands promoted (A as a row, B as a column); Unsupported when they do not multiply."""
     if not a_shape or not b_shape:
-        raise Unsupported("MatMul on a scalar; accepted: operands of rank >= 1")
-    a_mat = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
-    b_mat = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
-    (m, k), (k_b, n) = a_mat, b_mat
+        raise Unsupported(f"{op_name} on a scalar; accepted: operands of rank >= 1")
+    (m, k) = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
+    (k_b, n) = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
     if k != k_b:
-        raise Unsupported(f"MatMul inner dimensions differ: {a_shape} x {b_shape}")
+        raise Unsupported(f"{op_name} inner dimensions differ: {a_shape} x {b_shape}")
     a_batch, b_batch = tuple(a_shape[:-2]), tuple(b_shape[:-2])
     try:
         out_batch = tuple(np.broadcast_shapes(a_batch, b_batch))
     except ValueError:
-        raise Unsupported(f"MatMul batch dimensions of {a_shape} and {b_shape} do not broadcast") from None
+        raise Unsupported(f"{op_name} batch dimensions of {a_shape} and {b_shape} do not broadcast") from None
+    return m, n, k, a_batch, b_batch, out_batch
+
+
+def lower(op: OpInstance) -> Kernel:
+    require_float32(op)
+    a_shape, b_shape = op.input_types[0].shape, op.input_types[1].shape
+    m, n, k, a_batch, b_batch, out_batch = matmul_shapes("MatMul", a_shape, b_shape)
     batches = math.prod(out_batch)
     fold = math.prod(b_batch) == 1 and math.prod(a_batch) == batches
     rows = m * batches if fold else m

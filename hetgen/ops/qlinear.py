@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from hetgen.ir import DType, TensorType
 from hetgen.ops._common import input_arg_count, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
-from hetgen.ops.matmul import batch_strides
+from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
 # int16 values of unfolded input per chunk: bounded so the chunk stays in L2.
@@ -189,18 +187,7 @@ def lower_conv_integer(op: OpInstance) -> Kernel:
 def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | None, requant_at) -> Kernel:
     a_type, b_type = _operand(op, a, "A"), _operand(op, b, "B")
     y_type = op.output_types[0]
-    a_shape, b_shape = a_type.shape, b_type.shape
-    if len(a_shape) < 1 or len(b_shape) < 1:
-        raise Unsupported(f"{op.node.op} on a scalar; accepted: operands of rank >= 1")
-    (m, k) = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
-    (k_b, n) = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
-    if k != k_b:
-        raise Unsupported(f"{op.node.op} inner dimensions differ: {a_shape} x {b_shape}")
-    a_batch, b_batch = tuple(a_shape[:-2]), tuple(b_shape[:-2])
-    try:
-        out_batch = tuple(np.broadcast_shapes(a_batch, b_batch))
-    except ValueError:
-        raise Unsupported(f"{op.node.op} batch dimensions of {a_shape} and {b_shape} do not broadcast") from None
+    m, n, k, a_batch, b_batch, out_batch = matmul_shapes(op.node.op, a_type.shape, b_type.shape)
     batches = math.prod(out_batch)
     requant = requant_at(n) if requant_at else None
     a_bytes, b_bytes = align(2 * m * k), align(2 * k * n)
