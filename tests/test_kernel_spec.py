@@ -20,7 +20,6 @@ from hetgen.frontend import import_model
 from hetgen.lower.fuse import kernel_units
 from hetgen.lower.invocation import kernel_units_of
 from hetgen.lower.program import Invoke
-from hetgen.lower.verify import verify_lowered
 from hetgen.models import mobilenet_v2, resnet, tiny_cnn
 from hetgen.ops import registry
 from hetgen.ops.base import Unsupported
@@ -170,13 +169,13 @@ def test_verify_refuses_buffers_that_share_bytes_while_live(lowered_soc):
     assert len(memory.buffers) > 1
     stacked = dataclasses.replace(memory, buffers=tuple((name, 0, size) for name, _, size in memory.buffers))
     with pytest.raises(InternalError, match="share bytes while both are live"):
-        verify_lowered(_with_program(lowered_soc, index, memory=stacked))
+        _with_program(lowered_soc, index, memory=stacked).verify()
 
 
 def test_verify_refuses_a_call_to_another_programs_kernel(lowered_soc):
     index = _device_index(lowered_soc)
     with pytest.raises(InternalError, match="which is not one of its kernels"):
-        verify_lowered(_with_program(lowered_soc, index, units=lowered_soc.root.units))
+        _with_program(lowered_soc, index, units=lowered_soc.root.units).verify()
 
 
 def test_verify_refuses_an_invocation_of_a_missing_sub_program(lowered_soc):
@@ -186,7 +185,7 @@ def test_verify_refuses_an_invocation_of_a_missing_sub_program(lowered_soc):
         for entry in root.entries
     )
     with pytest.raises(InternalError, match="invokes sub-program 99"):
-        verify_lowered(_with_program(lowered_soc, 0, entries=entries))
+        _with_program(lowered_soc, 0, entries=entries).verify()
 
 
 # -- the codegen-to-runtime manifest is a typed value ------------------------------------------------

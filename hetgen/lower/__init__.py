@@ -33,12 +33,11 @@ from hetgen.lower.resolve import Resolver, counted_link, device_model
 from hetgen.lower.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
 from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
 from hetgen.lower.tiling import TilePlan, Unfit, tensor_names
-from hetgen.lower.verify import verify_lowered
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.ops.base import Kernel, Unsupported
 from hetgen.partition.price import placement_price
-from hetgen.platform.model import Platform, Role, Runtime
+from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.spec import KernelTable, build_kernel_specs
 
 __all__ = ["lower", "Lowered", "Program"]
@@ -95,18 +94,18 @@ def ordered_nodes(graph: Graph, placement) -> tuple[list, dict[str, str]]:
     return [by_name[name] for name in order], assignment
 
 
-def target_prefixes(platform: Platform) -> dict[str, str]:
-    """Each target's C prefix (target path -> prefix); refused when two targets' prefixes meet."""
-    prefixes: dict[str, str] = {}
+def target_prefixes(platform: Platform) -> dict[Target, str]:
+    """Each target's C prefix; refused when two targets' prefixes meet."""
+    prefixes: dict[Target, str] = {}
     for target in platform.targets():
         prefix = target_prefix(platform.name, target.path)
-        clash = next((path for path, other in prefixes.items() if other.lower() == prefix.lower()), None)
+        clash = next((other for other, named in prefixes.items() if named.lower() == prefix.lower()), None)
         if clash is not None:
             raise HetgenError(
-                f"{platform.file}: targets {clash} and {target.path_str} would both be named {prefix} in C; "
+                f"{platform.file}: targets {clash.path_str} and {target.path_str} would both be named {prefix} in C; "
                 "rename one of them"
             )
-        prefixes[target.path_str] = prefix
+        prefixes[target] = prefix
     return prefixes
 
 
@@ -114,9 +113,9 @@ def lower(graph: Graph, platform: Platform, placement=None, kernels: KernelTable
     """Lower the placed graph, its kernels taken from the kernel table (`kernels`, built here when
     not given); accelerators cut their work into invocations by the rule the cost model prices
     (`invocation.py`)."""
-    isolated = frozenset(t.path_str for t in platform.targets() if one_unit_per_invocation(t))
+    isolated = frozenset(t for t in platform.targets() if one_unit_per_invocation(t))
     table = kernels if kernels is not None else build_kernel_specs(graph, platform)
-    return verify_lowered(_lower(graph, platform, placement, isolated, table))
+    return _lower(graph, platform, placement, isolated, table).verify()
 
 
 def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Graph):
@@ -136,13 +135,13 @@ def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Gr
     return tuple(kept_units), tuple(kept_kernels), buffers
 
 
-def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root) -> tuple[MemoryPlan, Weights]:
+def plan_target(target, schedule, units_on_target, kernels, graph, is_root) -> tuple[MemoryPlan, Weights]:
     """One target's arena (by liveness over the schedule) and weights; refused past its capacity."""
     keep_out = set(graph.inputs) | set(graph.outputs) if is_root else set()  # the caller's buffers
     on_chip_weights = target.role is Role.ACCELERATOR  # accelerators load weights into local memory
     intervals = [
         Interval(tensor, graph.types[tensor].nbytes, min(times), max(times))
-        for tensor, times in sorted(schedule.events.get(path, {}).items())
+        for tensor, times in sorted(schedule.events.get(target, {}).items())
         if tensor not in keep_out and (on_chip_weights or tensor not in graph.constants)
     ]
     intervals += [
@@ -159,18 +158,18 @@ def plan_target(path, target, schedule, units_on_target, kernels, graph, is_root
     capacity = target.memory_bytes
     if capacity is not None and plan.arena_size > capacity:
         raise PlacementError(
-            f"{path}: the work placed here needs {plan.arena_size} bytes of local memory "
+            f"{target.path_str}: the work placed here needs {plan.arena_size} bytes of local memory "
             f"(liveness lower bound {plan.lower_bound}); the device has {capacity} bytes. "
             "Give it more memory (e.g. sram_kib) or pin the large layers elsewhere"
         )
-    touched = set(schedule.events.get(path, {})) | (keep_out & set(graph.types))
+    touched = set(schedule.events.get(target, {})) | (keep_out & set(graph.types))
     check_sizes(
         target, plan, sum(graph.types[name].nbytes for name in used), {t: graph.types[t].nbytes for t in touched}
     )
     return plan, pack_weights(used, graph)
 
 
-def plan_tiled_target(path, target, schedule, plans: list[TilePlan], graph) -> tuple[MemoryPlan, int, int]:
+def plan_tiled_target(target, schedule, plans: list[TilePlan], graph) -> tuple[MemoryPlan, int, int]:
     """A tiled accelerator's memory: its SRAM (the largest unit's tile buffers, units run one at a
     time) at offset 0, the emulating kernels' workspace, then its activations planned by liveness.
     Weights stay in the weight store; tiles DMA their slices. Returns (plan, SRAM, workspace)."""
@@ -180,12 +179,14 @@ def plan_tiled_target(path, target, schedule, plans: list[TilePlan], graph) -> t
     scratch = (scratch + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
     intervals = [
         Interval(tensor, graph.types[tensor].nbytes, min(times), max(times))
-        for tensor, times in sorted(schedule.events.get(path, {}).items())
+        for tensor, times in sorted(schedule.events.get(target, {}).items())
         if tensor not in graph.constants
     ]
     activations = plan_memory(intervals)
     if sram > (target.memory_bytes or 0):
-        raise PlacementError(f"{path}: tile buffers need {sram} bytes of SRAM; the device has {target.memory_bytes}")
+        raise PlacementError(
+            f"{target.path_str}: tile buffers need {sram} bytes of SRAM; the device has {target.memory_bytes}"
+        )
     base = sram + scratch
     shifted = tuple((name, offset + base, nbytes) for name, offset, nbytes in activations.buffers)
     plan = MemoryPlan(
@@ -194,23 +195,25 @@ def plan_tiled_target(path, target, schedule, plans: list[TilePlan], graph) -> t
     return plan, sram, scratch
 
 
-def tiled_units(units, infos, kernels: KernelTable, tiled_paths) -> dict[int, TilePlan]:
+def tiled_units(units, infos, kernels: KernelTable, tiled_targets) -> dict[int, TilePlan]:
     """The tile plan of each unit placed on a tiled accelerator: the plan placement priced."""
     plans: dict[int, TilePlan] = {}
     for index, (unit, info) in enumerate(zip(units, infos)):
-        if info.target not in tiled_paths:
+        if info.target not in tiled_targets:
             continue
-        plan = kernels.tile_plan(info.target, unit.names)
+        plan = kernels.tile_plan(info.target.path_str, unit.names)
         if isinstance(plan, Unfit):
             raise PlacementError(
-                f"{info.target}: {unit.head.label} was placed here but {plan.reason}; pin it elsewhere "
+                f"{info.target.path_str}: {unit.head.label} was placed here but {plan.reason}; pin it elsewhere "
                 "or give the device more memory"
             )
         plans[index] = plan
     return plans
 
 
-def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str], kernel_table: KernelTable) -> Lowered:
+def _lower(
+    graph: Graph, platform: Platform, placement, isolated: frozenset[Target], kernel_table: KernelTable
+) -> Lowered:
     root = platform.root.controller()
     root_path = root.path_str
     nodes, assignment = ordered_nodes(graph, placement)
@@ -220,28 +223,26 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     all_units = kernel_units(ordered, assignment, kernel_table, fusing=controllers)
     units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, kernel_table, graph), graph)
     graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
-    infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
+    by_path = {t.path_str: t for t in platform.targets()}  # the placement and fusion name targets by path
+    infos = [UnitInfo(by_path[assignment[u.head.name]], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
     schedule = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()
 
-    targets = {t.path_str: t for t in platform.targets()}
-    executing = [path for path in targets if path == root_path or path in schedule.entries]
+    executing = [t for t in platform.targets() if t == root or t in schedule.entries]
     tile_plans = tiled_units(units, infos, kernel_table, isolated)
-    plans: dict[str, MemoryPlan] = {}
-    weights: dict[str, Weights] = {}
-    sram_sizes: dict[str, int] = {}
-    scratch_sizes: dict[str, int] = {}
-    for path in executing:
-        on_target = [(index, info) for index, info in enumerate(infos) if info.target == path]
-        if path in isolated:
-            plans[path], sram_sizes[path], scratch_sizes[path] = plan_tiled_target(
-                path, targets[path], schedule, [tile_plans[i] for i, _ in on_target], graph
+    plans: dict[Target, MemoryPlan] = {}
+    weights: dict[Target, Weights] = {}
+    sram_sizes: dict[Target, int] = {}
+    scratch_sizes: dict[Target, int] = {}
+    for target in executing:
+        on_target = [(index, info) for index, info in enumerate(infos) if info.target == target]
+        if target in isolated:
+            plans[target], sram_sizes[target], scratch_sizes[target] = plan_tiled_target(
+                target, schedule, [tile_plans[i] for i, _ in on_target], graph
             )
             used = list(dict.fromkeys(n for _, info in on_target for n in info.inputs if n in graph.constants))
-            weights[path] = pack_weights(used, graph)
+            weights[target] = pack_weights(used, graph)
             continue
-        plans[path], weights[path] = plan_target(
-            path, targets[path], schedule, on_target, kernels, graph, path == root_path
-        )
+        plans[target], weights[target] = plan_target(target, schedule, on_target, kernels, graph, target == root)
 
     prefixes = target_prefixes(platform)
     functions = {}
@@ -254,29 +255,31 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
         if index in tile_plans:
             plan = tile_plans[index]
             tiled[index] = TiledUnit(plan, tile_functions(plan, fn, names, label))
-    written_at_root = {name for info in infos if info.target == root_path for name in info.outputs if name}
+    written_at_root = {name for info in infos if info.target == root for name in info.outputs if name}
     written_at_root |= {
-        step.dst.tensor for entry in schedule.entries.get(root_path, []) for step in entry if isinstance(step, SCopyOut)
+        step.dst.tensor for entry in schedule.entries.get(root, []) for step in entry if isinstance(step, SCopyOut)
     }
-    resolver = Resolver(graph, targets, plans, weights, root_path, functions, written_at_root, kernel_table)
+    resolver = Resolver(graph, plans, weights, root, functions, written_at_root, kernel_table)
 
-    estimates: dict[str, float] = {}
+    estimates: dict[str, float] = {}  # by target path, as the placement names them
     for group in placement.groups if placement is not None else ():
         estimates[group.target] = estimates.get(group.target, 0.0) + group.cost_us
-    composites = {t.host.path_str: t for t in targets.values() if t.host is not None}
+    composites = {t.host: t for t in platform.targets() if t.host is not None}
     programs = []
-    for path in executing:
-        target = targets[path]
-        if path in isolated:
+    for target in executing:
+        if target in isolated:
             entries = [
-                tuple(_tiled_entry(resolver, path, entry, tiled, unit_inputs, units, sram_sizes[path]))
-                for entry in schedule.entries.get(path, [[]])
+                tuple(_tiled_entry(resolver, target, entry, tiled, unit_inputs, units, sram_sizes[target]))
+                for entry in schedule.entries.get(target, [[]])
             ]
-            program_units = tuple(f for i, info in enumerate(infos) if info.target == path for f in tiled[i].functions)
+            program_units = tuple(
+                f for i, info in enumerate(infos) if info.target == target for f in tiled[i].functions
+            )
         else:
-            entries = [tuple(resolver.step(path, step) for step in entry) for entry in schedule.entries.get(path, [[]])]
-            program_units = tuple(functions[i] for i, info in enumerate(infos) if info.target == path)
-        if path == root_path:
+            scheduled = schedule.entries.get(target, [[]])
+            entries = [tuple(resolver.step(target, step) for step in entry) for entry in scheduled]
+            program_units = tuple(functions[i] for i, info in enumerate(infos) if info.target == target)
+        if target == root:
             entries[0] += tuple(resolver.output_copies())
             role = ProgramRole.ROOT
         else:
@@ -288,16 +291,16 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
                 runtime=target.runtime or Runtime.GRAPH,
                 units=program_units,
                 entries=tuple(entries),
-                memory=plans[path],
-                weights=weights[path],
+                memory=plans[target],
+                weights=weights[target],
                 inputs=tensor_specs(graph.inputs, graph) if role is ProgramRole.ROOT else (),
                 outputs=tensor_specs(graph.outputs, graph) if role is ProgramRole.ROOT else (),
-                devices=tuple(schedule.devices.get(path, ())),
+                devices=tuple(device.path_str for device in schedule.devices.get(target, ())),
                 device_model=device_model(target) if role is ProgramRole.ACCELERATOR else None,
-                counted_link=counted_link(composites[path]) if path in composites else None,
-                estimated_us=estimates.get(path, 0.0),
-                sram_size=sram_sizes.get(path, 0),
-                emulation_scratch=scratch_sizes.get(path, 0),
+                counted_link=counted_link(composites[target]) if target in composites else None,
+                estimated_us=estimates.get(target.path_str, 0.0),
+                sram_size=sram_sizes.get(target, 0),
+                emulation_scratch=scratch_sizes.get(target, 0),
             )
         )
     layouts = plan_workspaces(programs)
@@ -312,12 +315,12 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     )
 
 
-def _tiled_entry(resolver, path, entry, tiled, unit_inputs, units, sram_size) -> list:
+def _tiled_entry(resolver, target, entry, tiled, unit_inputs, units, sram_size) -> list:
     """A tiled accelerator's sub-program: each kernel call becomes its unit's tile commands."""
     steps = []
     for step in entry:
         if not isinstance(step, SCall):
-            steps.append(resolver.step(path, step))
+            steps.append(resolver.step(target, step))
             continue
         renamed = dict(zip(units[step.unit].inputs, unit_inputs[step.unit]))
         positions = tensor_names(units[step.unit].nodes)  # a plan names tensors by position
@@ -325,8 +328,8 @@ def _tiled_entry(resolver, path, entry, tiled, unit_inputs, units, sram_size) ->
         def tensor_ref(position, renamed=renamed, positions=positions):
             name = positions[position]
             if name in resolver.graph.constants:  # tiles DMA weights straight from the weight store
-                return BufferRef(Region.WEIGHTS, resolver.weights[path].offset(name), name)
-            return resolver.ref(Sym(path, renamed.get(name, name)))
+                return BufferRef(Region.WEIGHTS, resolver.weights[target].offset(name), name)
+            return resolver.ref(Sym(target, renamed.get(name, name)))
 
         steps += tiled_steps(tiled[step.unit], tensor_ref, sram_size, sram_size)
     return steps

@@ -76,10 +76,9 @@ def link_cycles(target: Target) -> dict[str, float]:
 @dataclass
 class Resolver:
     graph: Graph
-    targets: dict[str, Target]
-    plans: dict[str, MemoryPlan]
-    weights: dict[str, Weights]
-    root_path: str
+    plans: dict[Target, MemoryPlan]
+    weights: dict[Target, Weights]
+    root: Target
     kernel_units: dict[int, KernelUnit]  # unit index -> its generated function
     written_at_root: set[str]  # model outputs the root's own steps write (by kernel or copy)
     kernels: KernelTable  # each unit's work descriptor, for a simulated accelerator
@@ -93,31 +92,30 @@ class Resolver:
     def ref(self, sym: Sym | None) -> BufferRef:
         if sym is None:
             return BufferRef(Region.NONE, 0)
-        name, path = sym.tensor, sym.target
-        if path == self.root_path:
+        name, target = sym.tensor, sym.target
+        if target == self.root:
             if name in self.graph_outputs and name in self.written_at_root:
                 return BufferRef(Region.OUTPUT, self.graph_outputs[name], name)
             if name in self.graph_inputs:
                 return BufferRef(Region.INPUT, self.graph_inputs[name], name)
-        if name in self.graph.constants and self.targets[path].role is not Role.ACCELERATOR:
-            return BufferRef(Region.WEIGHTS, self.weights[path].offset(name), name)
-        return BufferRef(Region.ARENA, self.plans[path].offset(name), name)
+        if name in self.graph.constants and target.role is not Role.ACCELERATOR:
+            return BufferRef(Region.WEIGHTS, self.weights[target].offset(name), name)
+        return BufferRef(Region.ARENA, self.plans[target].offset(name), name)
 
-    def step(self, path: str, step) -> Step:
-        target = self.targets[path]
+    def step(self, target: Target, step) -> Step:
         if isinstance(step, SCall):
             unit = self.kernel_units[step.unit]
             args = [self.ref(sym) for sym in step.args]
             if unit.kernel.scratch_bytes:
-                args.append(BufferRef(Region.ARENA, self.plans[path].offset(f"scratch:{step.unit}"), "scratch"))
+                args.append(BufferRef(Region.ARENA, self.plans[target].offset(f"scratch:{step.unit}"), "scratch"))
             work = self.kernels.unit(unit.nodes).device_work if target.role is Role.ACCELERATOR else None
             return Call(unit, tuple(args), work)
         if isinstance(step, SLoadWeight):
             nbytes = self.graph.types[step.tensor].nbytes
-            source = BufferRef(Region.WEIGHTS, self.weights[path].offset(step.tensor), step.tensor)
+            source = BufferRef(Region.WEIGHTS, self.weights[target].offset(step.tensor), step.tensor)
             return Copy(
                 source,
-                self.ref(Sym(path, step.tensor)),
+                self.ref(Sym(target, step.tensor)),
                 nbytes,
                 dma_work(nbytes) if target.role is Role.ACCELERATOR else None,
             )
@@ -147,7 +145,7 @@ class Resolver:
             elif name in self.written_at_root:
                 src = BufferRef(Region.OUTPUT, self.graph_outputs[name], name)
             else:
-                src = BufferRef(Region.WEIGHTS, self.weights[self.root_path].offset(name), name)
+                src = BufferRef(Region.WEIGHTS, self.weights[self.root].offset(name), name)
             copies.append(Copy(src, BufferRef(Region.OUTPUT, index, name), nbytes))
         return copies
 

@@ -12,7 +12,8 @@ submission to the same device, or at the end of its own program. Work that does 
 device runs in between (hetgen/partition/timeline.py times this program by the same rules).
 
 Steps here are symbolic (tensors named, not yet placed in memory); every write and read of a tensor
-on a target is recorded with its time (the unit index) so memory can be planned per target.
+on a target is recorded with its time (the unit index) so memory can be planned per target. Every
+table is keyed by the `Target` itself (hashed by its path), not by a spelling of its path.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from hetgen.platform.model import Role, Target
 class Sym:
     """A tensor as held by one target's memory."""
 
-    target: str
+    target: Target
     tensor: str
 
 
@@ -38,7 +39,7 @@ class SCall:
 
 @dataclass(frozen=True)
 class SLoadWeight:  # accelerator: DMA one constant from its weight store into local memory
-    target: str
+    target: Target
     tensor: str
 
 
@@ -71,12 +72,12 @@ class SWait:
 class Schedule:
     """Mutable while being built; read by lowering once complete."""
 
-    entries: dict[str, list[list]] = field(default_factory=dict)  # target path -> entries of steps
-    devices: dict[str, list[str]] = field(default_factory=dict)  # controller path -> child paths
-    events: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # target -> tensor -> times
-    present: dict[str, set[str]] = field(default_factory=dict)  # target -> tensors held now
+    entries: dict[Target, list[list]] = field(default_factory=dict)  # target -> entries of steps
+    devices: dict[Target, list[Target]] = field(default_factory=dict)  # controller -> the devices it drives
+    events: dict[Target, dict[str, list[int]]] = field(default_factory=dict)  # target -> tensor -> times
+    present: dict[Target, set[str]] = field(default_factory=dict)  # target -> tensors held now
 
-    def touch(self, target: str, tensor: str, time: int) -> None:
+    def touch(self, target: Target, tensor: str, time: int) -> None:
         self.events.setdefault(target, {}).setdefault(tensor, []).append(time)
         self.present.setdefault(target, set()).add(tensor)
 
@@ -91,13 +92,13 @@ class _Pending:
 
 @dataclass(frozen=True)
 class UnitInfo:
-    target: str
+    target: Target
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
 
 
-def subtree_paths(target: Target) -> set[str]:
-    return {t.path_str for t in target.walk()}
+def subtree(target: Target) -> set[Target]:
+    return set(target.walk())
 
 
 def child_devices(controller: Target, platform_root: Target) -> tuple[Target, ...]:
@@ -118,7 +119,7 @@ class Scheduler:
         constants: set[str],
         graph_outputs: set[str],
         graph_inputs: set[str],
-        isolated: frozenset[str] = frozenset(),
+        isolated: frozenset[Target] = frozenset(),
     ):
         """`isolated`: accelerators that run each unit as its own invocation (hetgen/lower/invocation.py),
         loading only that unit's weights. Tensors stay in the device's memory between invocations as
@@ -130,7 +131,7 @@ class Scheduler:
         self.graph_outputs = graph_outputs
         self.graph_inputs = graph_inputs
         self.schedule = Schedule()
-        self._subtrees: dict[tuple[str, ...], set[str]] = {}  # a device's path -> its subtree's paths
+        self._subtrees: dict[Target, set[Target]] = {}  # a device -> every target of its subtree
         self.readers: dict[str, list[int]] = {}
         for index, unit in enumerate(units):
             for name in unit.inputs:
@@ -138,39 +139,37 @@ class Scheduler:
                     self.readers.setdefault(name, []).append(index)
 
     def run(self) -> Schedule:
-        root_path = self.root.path_str
         for name in self.graph_inputs:
-            self.schedule.present.setdefault(root_path, set()).add(name)
+            self.schedule.present.setdefault(self.root, set()).add(name)
         entry = self.controller_entry(self.root, list(range(len(self.units))))
-        self.schedule.entries.setdefault(root_path, []).insert(0, entry)
+        self.schedule.entries.setdefault(self.root, []).insert(0, entry)
         return self.schedule
 
-    def _subtree(self, device: Target) -> set[str]:
-        paths = self._subtrees.get(device.path)
-        if paths is None:
-            paths = self._subtrees[device.path] = subtree_paths(device)
-        return paths
+    def _subtree(self, device: Target) -> set[Target]:
+        targets = self._subtrees.get(device)
+        if targets is None:
+            targets = self._subtrees[device] = subtree(device)
+        return targets
 
-    def _slot(self, unit_target: str, controller: Target, devices: tuple[Target, ...]) -> int:
-        if unit_target == controller.path_str:
+    def _slot(self, unit_target: Target, controller: Target, devices: tuple[Target, ...]) -> int:
+        if unit_target == controller:
             return -1
         for index, device in enumerate(devices):
             if unit_target in self._subtree(device):
                 return index
-        raise ValueError(f"{unit_target} is not reachable from {controller.path_str}")
+        raise ValueError(f"{unit_target.path_str} is not reachable from {controller.path_str}")
 
     def controller_entry(self, controller: Target, unit_indices: list[int]) -> list:
         """The steps of `controller` running `unit_indices` (in order)."""
-        ctl = controller.path_str
         devices = child_devices(controller, self.root)
-        used = self.schedule.devices.setdefault(ctl, [])  # only devices that get work, in first-use order
+        used = self.schedule.devices.setdefault(controller, [])  # only devices that get work, in first-use order
         steps: list = []
         segments: list[tuple[int, list[int]]] = []
         for index in unit_indices:
             slot = self._slot(self.units[index].target, controller, devices)
             # Only the controller that drives an isolated accelerator splits its work: from further
             # up, the co-processor in front of it is one device that keeps its intermediates.
-            isolated = slot >= 0 and devices[slot].path_str in self.isolated
+            isolated = slot >= 0 and devices[slot] in self.isolated
             if segments and segments[-1][0] == slot and not isolated:
                 segments[-1][1].append(index)
             else:
@@ -179,45 +178,45 @@ class Scheduler:
         for slot, members in segments:
             if slot < 0:
                 for index in members:
-                    self._wait_for_readers(ctl, pending, self.units[index].inputs, index, steps)
-                    steps.append(self.local_call(ctl, index))
+                    self._wait_for_readers(controller, pending, self.units[index].inputs, index, steps)
+                    steps.append(self.local_call(controller, index))
                 continue
             device = devices[slot]
-            if device.path_str not in used:
-                used.append(device.path_str)
-            number = used.index(device.path_str)
+            if device not in used:
+                used.append(device)
+            number = used.index(device)
             produced = {name for index in members for name in self.units[index].outputs if name}
             reads = [name for index in members for name in self.units[index].inputs if name and name not in produced]
             if number in pending:  # the device's queue takes one submission at a time
-                steps += self._wait(ctl, number, pending.pop(number), members[0])
-            self._wait_for_readers(ctl, pending, reads, members[0], steps)
+                steps += self._wait(controller, number, pending.pop(number), members[0])
+            self._wait_for_readers(controller, pending, reads, members[0], steps)
             segment, leaving = self.device_segment(controller, number, device, members)
             steps += segment
             pending[number] = _Pending(device, leaving)
         last = unit_indices[-1] if unit_indices else 0
         for number in list(pending):
-            steps += self._wait(ctl, number, pending.pop(number), last)
+            steps += self._wait(controller, number, pending.pop(number), last)
         return steps
 
-    def _wait_for_readers(self, ctl: str, pending: dict, names, time: int, steps: list) -> None:
+    def _wait_for_readers(self, controller: Target, pending: dict, names, time: int, steps: list) -> None:
         """Wait for every pending device whose results `names` include, in submission order."""
         wanted = set(names)
         for number in [n for n, p in pending.items() if wanted.intersection(p.leaving)]:
-            steps += self._wait(ctl, number, pending.pop(number), time)
+            steps += self._wait(controller, number, pending.pop(number), time)
 
-    def _wait(self, ctl: str, number: int, submitted: _Pending, time: int) -> list:
+    def _wait(self, controller: Target, number: int, submitted: _Pending, time: int) -> list:
         """Wait for device `number`, then copy out what it produced for readers outside it. The
         tensors stay live on both sides until `time`, the step the copies come before."""
         device = submitted.device
-        memory_target = device.host.path_str if device.role is Role.COMPOSITE else device.path_str
+        memory_target = device.host if device.role is Role.COMPOSITE else device
         steps: list = [SWait(number)]
         for name in submitted.leaving:
             self.schedule.touch(memory_target, name, time)
-            self.schedule.touch(ctl, name, time)
-            steps.append(SCopyOut(number, Sym(memory_target, name), Sym(ctl, name)))
+            self.schedule.touch(controller, name, time)
+            steps.append(SCopyOut(number, Sym(memory_target, name), Sym(controller, name)))
         return steps
 
-    def local_call(self, target: str, index: int) -> SCall:
+    def local_call(self, target: Target, index: int) -> SCall:
         unit = self.units[index]
         args = []
         for name in unit.inputs:
@@ -235,10 +234,9 @@ class Scheduler:
 
     def device_segment(self, controller: Target, slot: int, device: Target, members: list[int]) -> tuple[list, tuple]:
         """Copies in and the submission; and the tensors to copy out once the controller waits."""
-        ctl = controller.path_str
         start, end = members[0], members[-1]
         inside = self._subtree(device)
-        memory_target = device.host.path_str if device.role is Role.COMPOSITE else device.path_str
+        memory_target = device.host if device.role is Role.COMPOSITE else device
         produced_here = {name for index in members for name in self.units[index].outputs if name}
         needed = []
         for index in members:
@@ -246,13 +244,13 @@ class Scheduler:
                 if name and name not in self.constants and name not in produced_here and name not in needed:
                     # A tensor the device already holds is not sent again, isolated or not: its
                     # memory plan keeps it live from its first use to its last either way.
-                    if not any(name in self.schedule.present.get(path, set()) for path in inside):
+                    if not any(name in self.schedule.present.get(target, set()) for target in inside):
                         needed.append(name)
         steps: list = []
         for name in needed:
-            self.schedule.touch(ctl, name, start)
+            self.schedule.touch(controller, name, start)
             self.schedule.touch(memory_target, name, start)
-            steps.append(SCopyIn(slot, Sym(ctl, name), Sym(memory_target, name)))
+            steps.append(SCopyIn(slot, Sym(controller, name), Sym(memory_target, name)))
         if device.role is Role.COMPOSITE:
             entry = self.controller_entry(device.host, members)
         else:
@@ -268,21 +266,20 @@ class Scheduler:
         return steps, tuple(leaving)
 
     def accelerator_entry(self, device: Target, members: list[int]) -> list:
-        target = device.path_str
-        if target in self.isolated:  # tiled: each tile DMAs its slice of the weights (tiling.py)
-            return [self.local_call(target, index) for index in members]
+        if device in self.isolated:  # tiled: each tile DMAs its slice of the weights (tiling.py)
+            return [self.local_call(device, index) for index in members]
         steps: list = []
         loaded: set[str] = set()
         for index in members:
             for name in self.units[index].inputs:
                 if name in self.constants and name not in loaded:
                     loaded.add(name)
-                    self.schedule.touch(target, name, members[0])
-                    steps.append(SLoadWeight(target, name))
+                    self.schedule.touch(device, name, members[0])
+                    steps.append(SLoadWeight(device, name))
         for index in members:
-            call = self.local_call(target, index)
+            call = self.local_call(device, index)
             for name in self.units[index].inputs:
                 if name in self.constants:
-                    self.schedule.touch(target, name, index)
+                    self.schedule.touch(device, name, index)
             steps.append(call)
         return steps

@@ -1,4 +1,5 @@
-"""The lowered programs' invariants, checked before codegen: a broken one is a hetgen bug.
+"""The lowered programs' invariants, checked by `Lowered.verify()` before codegen: a broken one is a
+hetgen bug.
 
 What the runtimes rely on and the C cannot check for itself: every buffer a step names is where
 its target's memory plan put it, two buffers that share bytes are never live at once (in the order
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import (
     BufferRef,
@@ -26,6 +26,7 @@ from hetgen.lower.program import (
     Region,
 )
 from hetgen.lower.workspace import device_program_path
+from hetgen.platform.model import Target
 
 # Names of buffers a tiled accelerator's steps use outside its memory plan (hetgen/lower/tiled.py).
 TILE_BUFFERS = ("sram", "scratch")
@@ -36,13 +37,14 @@ class _Check:
     lowered: Lowered
     problems: list[str] = field(default_factory=list)
     clock: int = 0
-    # per program path: buffer name -> (first, last) time it was touched
-    touched: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    # per program's target: buffer name -> (first, last) time it was touched
+    touched: dict[Target, dict[str, list[int]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # Program.devices names each device by its path.
         self.by_path = {program.target.path_str: program for program in self.lowered.programs}
         self.planned = {
-            program.target.path_str: {name: (offset, nbytes) for name, offset, nbytes in program.memory.buffers}
+            program.target: {name: (offset, nbytes) for name, offset, nbytes in program.memory.buffers}
             for program in self.lowered.programs
         }
 
@@ -56,7 +58,7 @@ class _Check:
         return self.by_path.get(device_program_path(program.devices[device], self.by_path))
 
     def touch(self, program: Program, name: str) -> None:
-        span = self.touched.setdefault(program.target.path_str, {}).setdefault(name, [self.clock, self.clock])
+        span = self.touched.setdefault(program.target, {}).setdefault(name, [self.clock, self.clock])
         span[1] = self.clock
 
     def ref(self, program: Program, ref: BufferRef) -> None:
@@ -72,7 +74,7 @@ class _Check:
 
     def arena_ref(self, program: Program, ref: BufferRef) -> None:
         plan = program.memory
-        planned = self.planned[program.target.path_str]
+        planned = self.planned[program.target]
         if ref.tensor in planned:
             offset, nbytes = planned[ref.tensor]
             if not offset <= ref.position <= offset + nbytes:
@@ -111,7 +113,7 @@ class _Check:
                     self.run(child, step.program)
 
     def device_memory(self, child: Program, tensor: str, offset: int, nbytes: int) -> None:
-        planned = self.planned[child.target.path_str]
+        planned = self.planned[child.target]
         if tensor not in planned:
             self.fail(child, f"{tensor!r} is copied into its memory but was never planned there")
             return
@@ -130,7 +132,7 @@ class _Check:
 
     def overlaps(self, program: Program) -> None:
         """Buffers that share bytes must not be live at once (live: first to last touch)."""
-        spans = self.touched.get(program.target.path_str, {})
+        spans = self.touched.get(program.target, {})
         placed = sorted(
             (offset, offset + max(nbytes, 1), name) for name, offset, nbytes in program.memory.buffers if name in spans
         )
@@ -143,16 +145,13 @@ class _Check:
                     self.fail(program, f"buffers {name!r} and {other!r} share bytes while both are live")
 
 
-def verify_lowered(lowered: Lowered) -> Lowered:
-    """`lowered`, unchanged, when its invariants hold; otherwise an InternalError listing them."""
-    check = _Check(lowered)
+def broken_invariants(lowered: Lowered) -> tuple[str, ...]:
+    """Every invariant `lowered` breaks, each once, in the order found (none: it holds them all)."""
     root = lowered.root
     if root.role is not ProgramRole.ROOT:
-        raise InternalError(f"the first program ({root.target.path_str}) is not the root's")
+        return (f"the first program ({root.target.path_str}) is not the root's",)
+    check = _Check(lowered)
     for entry in range(len(root.entries)):
         check.run(root, entry)
     check.plans()
-    if check.problems:
-        listed = "\n  ".join(dict.fromkeys(check.problems))
-        raise InternalError(f"the lowered program breaks its invariants:\n  {listed}")
-    return lowered
+    return tuple(dict.fromkeys(check.problems))

@@ -32,7 +32,7 @@ from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
 from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.schedule import SCall, Scheduler, SCopyIn, SCopyOut, SInvoke, SWait, UnitInfo, child_devices
-from hetgen.platform.model import Platform, Role
+from hetgen.platform.model import Platform, Role, Target
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,7 @@ def placement_makespan(
     if not groups:
         return 0.0
     nodes = {node.name: node for node in graph.nodes}
+    targets = {t.path_str: t for t in platform.targets()}
     units, kept, rename = [], [], {}
     for group in groups:
         members = [nodes[name] for name in group.nodes]
@@ -183,24 +184,24 @@ def placement_makespan(
         inputs = tuple(
             dict.fromkeys(rename.get(t, t) for node in members for t in node.inputs if t and t not in produced)
         )
-        units.append(UnitInfo(group.target, inputs, tuple(sorted(produced))))
+        units.append(UnitInfo(targets[group.target], inputs, tuple(sorted(produced))))
         kept.append(group)
     groups = kept
-    isolated = frozenset(t.path_str for t in platform.targets() if one_unit_per_invocation(t))
+    isolated = frozenset(t for t in platform.targets() if one_unit_per_invocation(t))
     root = platform.root.controller()
     schedule = Scheduler(units, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()
-    targets = {t.path_str: t for t in platform.targets()}
 
-    def entry_us(controller: str, entry) -> float:
+    def entry_us(controller: Target, entry) -> float:
         steps: list[Timed] = []
         for step in entry:
             if isinstance(step, SCall):
                 steps.append(Work(groups[step.unit].cost_us))
             elif isinstance(step, (SCopyIn, SCopyOut)):
-                steps.append(Work(transfer_us(step.src.target, step.dst.target, graph.types[step.src.tensor].nbytes)))
+                nbytes = graph.types[step.src.tensor].nbytes
+                steps.append(Work(transfer_us(step.src.target.path_str, step.dst.target.path_str, nbytes)))
             elif isinstance(step, SInvoke):
-                device = targets[schedule.devices[controller][step.device]]
-                memory = device.host.path_str if device.host is not None else device.path_str
+                device = schedule.devices[controller][step.device]
+                memory = device.host if device.host is not None else device
                 program = schedule.entries[memory][step.program]
                 if device.host is not None:
                     us = entry_us(memory, program)
@@ -208,10 +209,10 @@ def placement_makespan(
                     us = sum(groups[s.unit].cost_us for s in program if isinstance(s, SCall))
                 steps.append(Submit(device.path_str, us))
             elif isinstance(step, SWait):
-                steps.append(Await(schedule.devices[controller][step.device]))
+                steps.append(Await(schedule.devices[controller][step.device].path_str))
         return makespan(steps)
 
-    return entry_us(root.path_str, schedule.entries[root.path_str][0])
+    return entry_us(root, schedule.entries[root][0])
 
 
 # --- the simulation: the generated program, at what the devices counted -------------------------

@@ -167,6 +167,12 @@ class Target:
     static_bytes: int | None = None  # the most static data (arena + weights) it can link; None = no bound
     source: SourcePos = field(default=SourcePos("<builtin>"), compare=False)
 
+    def __hash__(self) -> int:
+        # A target keys the per-target tables of later stages (lowering's schedule and memory
+        # plans). Its path names one device of the platform, so hashing the path alone agrees
+        # with == (equal targets have equal paths) and costs a short tuple, not the subtree.
+        return hash(self.path)
+
     @property
     def path_str(self) -> str:
         return "/".join(self.path)
