@@ -110,17 +110,18 @@ def _words(text: str, option: str) -> tuple[str, ...]:
 
 
 def cmd_build(args, build: bool = True) -> int:
+    from hetgen.codegen.manifest import read_manifest
     from hetgen.pipeline import compile_model
 
     compiled = compile_model(args.platform, args.model, _compile_options(args, build))
-    manifest = json.loads((compiled.out_dir / "hetgen.json").read_text())
-    for target in manifest["targets"]:
+    manifest = read_manifest(compiled.out_dir)
+    for target in manifest.targets:
         print(
-            f"{target['path']}: {target['kernels']} kernels, {target['runtime']} runtime, arena {target['arena_size']} B "
-            f"(all intermediates {target['intermediate_bytes']} B, liveness bound {target['liveness_lower_bound']} B), "
-            f"weights {target['weights_bytes']} B"
+            f"{target.path}: {target.kernels} kernels, {target.runtime} runtime, arena {target.arena_size} B "
+            f"(all intermediates {target.intermediate_bytes} B, liveness bound {target.liveness_lower_bound} B), "
+            f"weights {target.weights_bytes} B"
         )
-    board = manifest.get("board")
+    board = manifest.board
     if board is None:
         print("board build: none (--native-only)")
     else:

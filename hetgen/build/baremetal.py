@@ -156,11 +156,12 @@ def image_sizes(elf: Path) -> ImageSizes:
     return ImageSizes(text, data, bss, stack)
 
 
-def image_report(out_dir: Path, manifest: dict) -> list[str]:
-    """One line per bare-metal program of a built project: its sizes against the board's memory."""
+def image_report(out_dir: Path, manifest) -> list[str]:
+    """One line per bare-metal program of a built project (its `Manifest`, hetgen/codegen/manifest.py):
+    its sizes against the board's memory."""
     lines = []
-    arenas = {target["path"]: target["arena_size"] for target in manifest["targets"]}
-    for program in (manifest.get("board") or {}).get("programs", []):
+    arenas = {target.path: target.arena_size for target in manifest.targets}
+    for program in (manifest.board or {}).get("programs", []):
         memory = program.get("memory")
         elf = out_dir / program["path"]
         if memory is None or not elf.is_file():

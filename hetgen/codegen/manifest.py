@@ -1,18 +1,23 @@
 """hetgen.json, the contract between a generated project and the Python that loads, verifies and
 benches it, as a typed value: codegen builds a `Manifest`, the pipeline adds what the build stage
-decided, and `to_json` is the only place that spells its keys for writing (`from_json` for reading)."""
+decided, and `to_json` is the only place that spells its keys for writing (`from_json` for reading).
+Everything that reads a built project's hetgen.json (the runtime, the CLI, explain) reads it through
+`read_manifest`, which turns a missing, broken or other-version file into one clear error."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from hetgen.errors import HetgenError
 from hetgen.lower.program import Call, Copy, Lowered, Program
 from hetgen.lower.workspace import STATE_HEADER_SIZE
 
-MANIFEST_VERSION = 1
+MANIFEST = "hetgen.json"  # its name in a generated project
+MANIFEST_VERSION = 1  # the format `to_json` writes and `from_json` reads; any change to either bumps it
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,44 @@ class Manifest:
     def to_bytes(self) -> bytes:
         """hetgen.json's content: sorted keys, so generation stays byte-for-byte reproducible."""
         return (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode()
+
+
+def read_manifest(out_dir: str | Path) -> Manifest:
+    """The manifest of the project generated in `out_dir`; a HetgenError naming the file and what to
+    do when it is missing, is not the JSON hetgen writes, or was written by another hetgen version."""
+    path = Path(out_dir) / MANIFEST
+    regenerate = f"run `hetgen PLATFORM MODEL -o {out_dir}` again to regenerate the project"
+    if not path.is_file():
+        raise HetgenError(
+            f"{out_dir}: not a hetgen project (no {MANIFEST}); run `hetgen PLATFORM MODEL -o {out_dir}` first"
+        )
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise HetgenError(f"{path}: cannot be read as JSON ({error}); {regenerate}") from None
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string"}.get(type(data), "a number or constant")
+        raise HetgenError(f"{path}: is not what hetgen writes (a JSON object; this is {kind}); {regenerate}")
+    version = data.get("hetgen_manifest")
+    if version != MANIFEST_VERSION:
+        written = "no format version" if version is None else f"format {version!r}"
+        raise HetgenError(
+            f"{path}: written by another hetgen version ({written}; this hetgen reads format "
+            f"{MANIFEST_VERSION}); {regenerate}"
+        )
+    try:
+        manifest = Manifest.from_json(data)
+    except KeyError as error:
+        raise HetgenError(f"{path}: has no {error.args[0]!r} entry; {regenerate}") from None
+    except (TypeError, ValueError, AttributeError) as error:
+        raise HetgenError(f"{path}: is not what hetgen writes ({error}); {regenerate}") from None
+    if not (isinstance(manifest.prefix, str) and manifest.prefix.isidentifier()):
+        raise HetgenError(f"{path}: prefix {manifest.prefix!r} is not a C identifier; {regenerate}")
+    for name, least in (("workspace_size", 0), ("workspace_align", 1)):
+        value = getattr(manifest, name)
+        if type(value) is not int or value < least:
+            raise HetgenError(f"{path}: {name} {value!r} is not a byte count; {regenerate}")
+    return manifest
 
 
 def counter_entries(program: Program) -> tuple[CounterEntry, ...]:

@@ -10,7 +10,6 @@ draws the legend and the details panel from the page's own data.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,17 +267,13 @@ def explain_html(placement: Placement, graph: Graph, report=None) -> str:
 def built_report(out_dir: Path, platform, graph: Graph):
     """Run a built project once and return its simulation report, after checking it was built from
     this platform and model (its groups are joined with this placement's by name)."""
+    from hetgen.codegen.manifest import read_manifest
     from hetgen.runtime.devices import simulation_report
 
-    manifest_path = Path(out_dir) / "hetgen.json"
-    if not manifest_path.is_file():
+    manifest = read_manifest(out_dir)
+    if (manifest.platform, manifest.model) != (platform.name, graph.name):
         raise HetgenError(
-            f"{out_dir}: not a built hetgen project (no hetgen.json); build it with `hetgen PLATFORM MODEL -o DIR`"
-        )
-    manifest = json.loads(manifest_path.read_text())
-    if (manifest.get("platform"), manifest.get("model")) != (platform.name, graph.name):
-        raise HetgenError(
-            f"{out_dir}: built for platform {manifest.get('platform')!r} and model {manifest.get('model')!r}, "
+            f"{out_dir}: built for platform {manifest.platform!r} and model {manifest.model!r}, "
             f"not {platform.name!r} and {graph.name!r}; pass --built a project of the same platform and model"
         )
     return simulation_report(Path(out_dir))

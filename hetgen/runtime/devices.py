@@ -12,10 +12,10 @@ much that is (`controller_us`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from hetgen.codegen.manifest import EstimateEntry, Manifest, TargetEntry
 from hetgen.partition.timeline import replay
 from hetgen.runtime.loader import load
 from hetgen.runtime.verify import feeds_for
@@ -101,27 +101,32 @@ def _rounded(record: dict) -> dict:
     }
 
 
-def _counting(manifest: dict) -> list[dict]:
+def _counting(manifest: Manifest) -> list[TargetEntry]:
     """The manifest's targets that keep counters: simulated accelerators and linked co-processors."""
-    return [t for t in manifest["targets"] if t.get("stats_device") is not None]
+    return [t for t in manifest.targets if t.stats_device is not None]
 
 
-def _parts_on(estimates: list[dict], path: str) -> float:
+def _counters(target: TargetEntry) -> tuple:
+    """A simulated accelerator's per-command counters (none for a co-processor that counts its link)."""
+    return target.simulator.counters if target.simulator is not None else ()
+
+
+def _parts_on(estimates: tuple[EstimateEntry, ...], path: str) -> float:
     """The estimated DMA and link parts of the copies a device counts: its own DMA, the link below
     it (a co-processor counts its composite's link, whose target is the co-processor's parent)."""
     owners = {path, path.rsplit("/", 1)[0]} if path.endswith("/host") else {path}
-    return sum(part["us"] for e in estimates for part in e.get("parts", ()) if part["target"] in owners)
+    return sum(part.us for e in estimates for part in e.parts if part.target in owners)
 
 
 def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
     """Run the model `runs` times and report the last run's simulated time (every run does the same
     work). A project without simulated devices still lists its groups' estimates."""
-    manifest = json.loads((Path(out_dir) / "hetgen.json").read_text())
     model = load(Path(out_dir))
+    manifest = model.manifest
     feeds = feeds_for(model, Path(out_dir), 0)[0]  # indices inside what they index
     for _ in range(max(runs, 1)):
         model.run(feeds)
-    estimates = manifest.get("estimates", [])
+    estimates = manifest.estimates
     kernel_cycles: dict[str, int] = {}  # by IR node name (each node is in one kernel)
     load_cycles: dict[str, int] = {}
     programs_of: dict[str, set[tuple[str, int]]] = {}  # node -> (device, program) its commands ran in
@@ -129,21 +134,21 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
     per_invocation: dict[str, float] = {}  # device -> invoke us per invocation
     devices = []
     for target in _counting(manifest):
-        path, clock = target["path"], float(target["clock_mhz"] or 1000.0)
-        stats = model.device_stats(target["stats_device"])
-        counters = target.get("counters", [])
+        path, clock = target.path, float(target.clock_mhz or 1000.0)
+        stats = model.device_stats(target.stats_device)
+        counters = _counters(target)
         if counters:
             clocks[path] = clock
-            counts = model.device_counters(target["counters_offset"], len(counters))
+            counts = model.device_counters(target.simulator.counters_offset, len(counters))
             for counter, cycles in zip(counters, counts):
-                into = kernel_cycles if counter["what"] == "kernel" else load_cycles
-                for node in counter["nodes"][:1]:
+                into = kernel_cycles if counter.what == "kernel" else load_cycles
+                for node in counter.nodes[:1]:
                     into[node] = into.get(node, 0) + cycles
-                    programs_of.setdefault(node, set()).add((path, counter["program"]))
+                    programs_of.setdefault(node, set()).add((path, counter.program))
         invocations = stats["invocations"]
         per_invocation[path] = stats["invoke_cycles"] / clock / invocations if invocations else 0.0
         loads = stats["load_cycles"]
-        groups_here = sum(e["estimate_us"] for e in estimates if not e.get("tensor") and e["target"] == path)
+        groups_here = sum(e.estimate_us for e in estimates if not e.tensor and e.target == path)
         devices.append(
             DeviceTime(
                 path,
@@ -161,23 +166,23 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
         )
     groups = []
     for estimate in estimates:
-        if estimate.get("tensor"):
+        if estimate.tensor:
             continue  # copies: in the devices' DMA and link counts, not simulated one by one
-        clock = clocks.get(estimate["target"])
+        clock = clocks.get(estimate.target)
         kernel = weights = invoke = None
         if clock is not None:
-            nodes = estimate["nodes"]
+            nodes = estimate.nodes
             kernel = sum(kernel_cycles.get(node, 0) for node in nodes) / clock
             weights = sum(load_cycles.get(node, 0) for node in nodes) / clock
             ran_in = set().union(*(programs_of.get(node, set()) for node in nodes))
-            invoke = len(ran_in) * per_invocation.get(estimate["target"], 0.0)
+            invoke = len(ran_in) * per_invocation.get(estimate.target, 0.0)
         groups.append(
             GroupTime(
-                estimate["name"],
-                estimate["target"],
-                estimate["label"],
-                tuple(estimate["nodes"]),
-                estimate["estimate_us"],
+                estimate.name,
+                estimate.target,
+                estimate.label,
+                estimate.nodes,
+                estimate.estimate_us,
                 None if kernel is None else kernel + weights + invoke,
                 kernel,
                 weights,
@@ -185,9 +190,9 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
             )
         )
     controller_us = sum(g.estimate_us for g in groups if g.simulated_us is None)
-    transfer_estimate = sum(e["estimate_us"] for e in estimates if e.get("tensor"))
+    transfer_estimate = sum(e.estimate_us for e in estimates if e.tensor)
     return SimulationReport(
-        float(manifest.get("estimate_us", sum(e["estimate_us"] for e in estimates))),
+        float(manifest.estimate_us),
         sum(d.simulated_us for d in devices),
         controller_us,
         transfer_estimate,
@@ -198,48 +203,48 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
     )
 
 
-def _makespan(manifest: dict, model, estimates: list[dict]) -> float | None:
+def _makespan(manifest: Manifest, model, estimates: tuple[EstimateEntry, ...]) -> float | None:
     """The generated program replayed with concurrent devices (hetgen/partition/timeline.py): each
     accelerator invocation at the cycles the simulator counted for it, each copy at what its device
     counts for it, each controller's kernels at their group's estimate (not simulated)."""
-    program = manifest.get("program")
+    program = manifest.program
     if program is None:
         return None
     controllers = program["controllers"]
-    group_of = {node: e for e in estimates if not e.get("tensor") for node in e["nodes"]}
+    group_of = {node: e for e in estimates if not e.tensor for node in e.nodes}
     # A group's estimate is shared by the calls that run any of its nodes: one kernel may run the
     # nodes of several groups (a fused attention or residual unit, cut after placement), and it
     # then takes each of their shares.
     calls: dict[tuple[str, str], int] = {}  # (controller, group) -> the kernel calls that run its nodes
 
-    def groups_of(nodes) -> list[dict]:
-        seen: dict[str, dict] = {}
+    def groups_of(nodes) -> list[EstimateEntry]:
+        seen: dict[str, EstimateEntry] = {}
         for node in nodes:
             group = group_of.get(node)
             if group is not None:
-                seen.setdefault(group["name"], group)
+                seen.setdefault(group.name, group)
         return list(seen.values())
 
     for path, item in controllers.items():
         for entry in item["entries"]:
             for step in entry:
                 for group in groups_of(step.get("call") or ()):
-                    key = (path, group["name"])
+                    key = (path, group.name)
                     calls[key] = calls.get(key, 0) + 1
     invocations: dict[tuple[str, int], float] = {}
     for target in _counting(manifest):
-        counters = target.get("counters", [])
+        counters = _counters(target)
         if not counters:
             continue
-        clock = float(target["clock_mhz"] or 1000.0)
-        stats = model.device_stats(target["stats_device"])
+        clock = float(target.clock_mhz or 1000.0)
+        stats = model.device_stats(target.stats_device)
         launch = stats["invoke_cycles"] / stats["invocations"] if stats["invocations"] else 0.0
-        for counter, cycles in zip(counters, model.device_counters(target["counters_offset"], len(counters))):
-            key = (target["path"], counter["program"])
+        for counter, cycles in zip(counters, model.device_counters(target.simulator.counters_offset, len(counters))):
+            key = (target.path, counter.program)
             invocations[key] = invocations.get(key, launch / clock) + cycles / clock
 
     def call_us(path: str, nodes) -> float:
-        return sum(group["estimate_us"] / calls[(path, group["name"])] for group in groups_of(nodes))
+        return sum(group.estimate_us / calls[(path, group.name)] for group in groups_of(nodes))
 
     def invocation_us(path: str, index: int) -> float:
         return invocations.get((path, index), 0.0)

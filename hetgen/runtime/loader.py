@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import threading
@@ -14,11 +13,10 @@ import numpy as np
 
 from hetgen.bounded import trimmed
 from hetgen.build.ninja_file import library_path
+from hetgen.codegen.manifest import Manifest, TensorEntry, read_manifest
 from hetgen.codegen.project import STATS_FIELDS
 from hetgen.errors import HetgenError
 from hetgen.runtime.sanitizers import check_runtime_loaded
-
-MANIFEST = "hetgen.json"
 
 
 @dataclass(frozen=True)
@@ -40,20 +38,10 @@ class Model:
 
     def __init__(self, out_dir: Path):
         self.path = out_dir
-        manifest_path = out_dir / MANIFEST
-        if not manifest_path.is_file():
-            raise HetgenError(
-                f"{out_dir}: not a hetgen project (no {MANIFEST}); run `hetgen PLATFORM MODEL -o {out_dir}` first"
-            )
-        self.manifest = json.loads(manifest_path.read_text())
-        if "workspace_size" not in self.manifest:
-            raise HetgenError(
-                f"{out_dir}: built by an older hetgen (its {MANIFEST} has no workspace_size); "
-                f"run `ninja -C {out_dir}` or hetgen again to regenerate it"
-            )
-        self.prefix = self.manifest["prefix"]
-        self.inputs = tuple(tensor_info(t) for t in self.manifest["inputs"])
-        self.outputs = tuple(tensor_info(t) for t in self.manifest["outputs"])
+        self.manifest: Manifest = read_manifest(out_dir)
+        self.prefix = self.manifest.prefix
+        self.inputs = tuple(tensor_info(t) for t in self.manifest.inputs)
+        self.outputs = tuple(tensor_info(t) for t in self.manifest.outputs)
         library = out_dir / library_path(self.prefix)
         check_runtime_loaded(out_dir, self.manifest)  # dlopen would abort the whole process
         if not library.is_file():
@@ -65,8 +53,8 @@ class Model:
             f"int {self.prefix}_run(const void *const *inputs, void *const *outputs, void *workspace);"
             f"int {self.prefix}_device_stats(const void *workspace, uint32_t device, hg_device_stats *stats);"
         )
-        self.workspace_size = int(self.manifest["workspace_size"])
-        self.workspace_align = int(self.manifest["workspace_align"])
+        self.workspace_size = self.manifest.workspace_size
+        self.workspace_align = self.manifest.workspace_align
         self._thread = threading.local()
         self._lib = _load_private_copy(self._ffi, library)
         self._run = getattr(self._lib, f"{self.prefix}_run")
@@ -77,7 +65,7 @@ class Model:
     def __repr__(self) -> str:
         ins = ", ".join(map(str, self.inputs))
         outs = ", ".join(map(str, self.outputs))
-        return f"<hetgen model {self.manifest['model']} on {self.manifest['platform']}: ({ins}) -> ({outs})>"
+        return f"<hetgen model {self.manifest.model} on {self.manifest.platform}: ({ins}) -> ({outs})>"
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         arrays = checked_inputs(self.inputs, feeds)
@@ -184,9 +172,9 @@ def _load_private_copy(ffi: cffi.FFI, library: Path):
         os.unlink(copy)
 
 
-def tensor_info(entry: dict) -> TensorInfo:
+def tensor_info(entry: TensorEntry) -> TensorInfo:
     """A manifest (hetgen.json) input or output entry."""
-    return TensorInfo(entry["name"], tuple(entry["shape"]), np.dtype(entry["dtype"]))
+    return TensorInfo(entry.name, entry.shape, np.dtype(entry.dtype))
 
 
 def load(out_dir: str | Path) -> Model:

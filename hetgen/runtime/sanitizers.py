@@ -9,15 +9,14 @@ itself again in a child process with the runtime preloaded.
 from __future__ import annotations
 
 import ctypes
-import json
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 from hetgen.build.toolchain import NATIVE_CC  # the compiler of native builds
+from hetgen.codegen.manifest import Manifest, read_manifest
 from hetgen.errors import HetgenError
 
-MANIFEST = "hetgen.json"
 # sanitizer -> (its runtime library, a symbol that is present once that runtime is loaded)
 PRELOADED_RUNTIMES = {
     "address": ("libasan.so", "__asan_init"),
@@ -34,22 +33,22 @@ SANITIZER_OPTIONS = {
 CHILD_MARK = "HETGEN_SANITIZER_CHILD"
 
 
-def sanitizers(manifest: Mapping) -> tuple[str, ...]:
-    return tuple(manifest.get("sanitize", ()))
+def sanitizers(manifest: Manifest | None) -> tuple[str, ...]:
+    return manifest.sanitize if manifest is not None else ()
 
 
-def missing_runtimes(manifest: Mapping) -> tuple[str, ...]:
+def missing_runtimes(manifest: Manifest | None) -> tuple[str, ...]:
     """The runtime libraries the build needs that this process has not loaded."""
     process = ctypes.CDLL(None)
     needed = [PRELOADED_RUNTIMES[s] for s in sanitizers(manifest) if s in PRELOADED_RUNTIMES]
     return tuple(library for library, symbol in needed if not hasattr(process, symbol))
 
 
-def _manifest(out_dir: Path) -> dict:
+def _manifest(out_dir: Path) -> Manifest | None:
     try:
-        return json.loads((out_dir / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return {}  # the loader reports a missing or broken project
+        return read_manifest(out_dir)
+    except HetgenError:
+        return None  # the loader reports a missing or broken project
 
 
 def needs_preload(out_dir: Path) -> bool:
@@ -90,7 +89,7 @@ def preload_environment(out_dir: Path, environ: Mapping[str, str]) -> dict[str, 
     return environment
 
 
-def _load_message(out_dir: Path, manifest: Mapping) -> str:
+def _load_message(out_dir: Path, manifest: Manifest | None) -> str:
     missing = missing_runtimes(manifest)
     preload = " ".join(f"$({NATIVE_CC} -print-file-name={library})" for library in missing)
     return (
@@ -100,7 +99,7 @@ def _load_message(out_dir: Path, manifest: Mapping) -> str:
     )
 
 
-def check_runtime_loaded(out_dir: Path, manifest: Mapping) -> None:
+def check_runtime_loaded(out_dir: Path, manifest: Manifest) -> None:
     """Refuse, with the command to run, to dlopen a sanitizer build this process cannot host."""
     if missing_runtimes(manifest):
         raise HetgenError(_load_message(out_dir, manifest))
