@@ -153,6 +153,16 @@ def lowered_soc():
     return lower.lower(graph, platform, place(graph, platform))  # lower verifies what it returns
 
 
+def test_a_target_keys_a_table_as_the_device_its_path_names():
+    platform, again = (load_platform(str(PLATFORMS / "soc.yaml")) for _ in range(2))
+    by_target = {target: target.path_str for target in platform.targets()}
+    assert len(by_target) == len(platform.targets()) == 4
+    assert [by_target[target] for target in again.targets()] == list(by_target.values())  # a reload finds them
+    npu = next(t for t in platform.targets() if t.path_str.endswith("npu0"))
+    resized = dataclasses.replace(npu, memory_bytes=npu.memory_bytes * 2)
+    assert hash(resized) == hash(npu) and resized != npu  # the same place, another device: not equal
+
+
 def _with_program(lowered, index, **changes):
     programs = list(lowered.programs)
     programs[index] = dataclasses.replace(programs[index], **changes)
