@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hetgen.codegen.manifest import EstimateEntry, Manifest, TargetEntry
+from hetgen.codegen.manifest import CounterEntry, EstimateEntry, Manifest, TargetEntry
 from hetgen.partition.timeline import replay
 from hetgen.runtime.loader import load
 from hetgen.runtime.verify import feeds_for
@@ -106,7 +106,7 @@ def _counting(manifest: Manifest) -> list[TargetEntry]:
     return [t for t in manifest.targets if t.stats_device is not None]
 
 
-def _counters(target: TargetEntry) -> tuple:
+def _counters(target: TargetEntry) -> tuple[CounterEntry, ...]:
     """A simulated accelerator's per-command counters (none for a co-processor that counts its link)."""
     return target.simulator.counters if target.simulator is not None else ()
 
