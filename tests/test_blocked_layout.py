@@ -179,3 +179,44 @@ def test_aarch64_build_uses_neon_and_matches_onnxruntime_under_qemu(tmp_path):
         for p in objects
     )
     assert "fmla\tv" in listing and ".4s" in listing
+
+
+def two_outputs_model() -> onnx.ModelProto:
+    """a: 8 -> 12 (3x3, dilation 2) is a graph output and feeds b: 12 -> 12 (3x3, pads 0 1 2 1,
+    no bias): a blocked tensor read both blocked and as NCHW."""
+    rng = np.random.default_rng(11)
+    wa = (rng.standard_normal((12, 8, 3, 3)) * 0.2).astype(np.float32)
+    ba = (rng.standard_normal(12) * 0.1).astype(np.float32)
+    wb = (rng.standard_normal((12, 12, 3, 3)) * 0.2).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "wa", "ba"], ["a"], kernel_shape=[3, 3], pads=[2, 2, 2, 2], dilations=[2, 2]),
+        helper.make_node("Conv", ["a", "wb"], ["b"], kernel_shape=[3, 3], pads=[0, 1, 2, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two_outputs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 11, 9])],
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 12, 11, 9]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 12, 11, 9]),
+        ],
+        [numpy_helper.from_array(wa, "wa"), numpy_helper.from_array(ba, "ba"), numpy_helper.from_array(wb, "wb")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_blocked_tensor_that_is_also_a_graph_output_is_reordered_once(tmp_path):
+    found = compile_and_compare(tmp_path, two_outputs_model(), "nchw4c")
+    assert len(blocked_convs(found)) == 2
+    assert len(reorders(found, "ReorderNCHWc")) == 1  # x, once
+    assert len(reorders(found, "ReorderNCHW")) == 2  # a (an output, also read blocked by b) and b
+
+
+def test_depthwise_convs_end_a_run(tmp_path):
+    """MobileNetV2: 1x1 convs blocked, the depthwise ones stay NCHW, each boundary one reorder."""
+    from hetgen.models import mobilenet_v2
+
+    found = compile_and_compare(tmp_path, mobilenet_v2(size=16, seed=1), "nchw8c")
+    blocked, convs = blocked_convs(found), [label for label in found if label.startswith("Conv")]
+    assert 0 < len(blocked) < len(convs)
+    assert len(reorders(found, "ReorderNCHWc")) >= 1 and len(reorders(found, "ReorderNCHW")) >= 1

@@ -220,6 +220,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     controllers = {t.path_str for t in platform.targets() if t.role is Role.CONTROLLER}
     all_units = kernel_units(ordered, assignment, kernel_table, fusing=controllers)
     units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, kernel_table, graph), graph)
+    graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
     blocked = block_layout(graph, units, kernels, unit_inputs, assignment, platform)  # NCHWc runs
     graph, units, kernels, unit_inputs, assignment = (
         blocked.graph,
@@ -228,7 +229,6 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
         blocked.unit_inputs,
         blocked.assignment,
     )
-    graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
     infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
     schedule = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()
 

@@ -26,10 +26,12 @@ from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpInstance, Unsupported
 from hetgen.ops.conv import interior_columns
 
-# Accumulator registers a tile may hold, per block width (the ISA whose vector is one block):
-# AVX-512 has 32 zmm (28 accumulators + 2 weight vectors + a broadcast), AVX2 16 ymm (12 + 2 + 1),
-# NEON 32 q (24 + 2 + 1). Other widths build through vector extensions and take the smallest.
-ACCUMULATORS = {16: 28, 8: 12, 4: 24}
+# Vector registers per block width (the ISA whose vector is one block): AVX-512 has 32 zmm, AVX2 16
+# ymm, NEON 32 q; a tile keeps its accumulators, one weight vector per output block and the
+# broadcast input in them. Other ISAs build the same tiles through vector extensions.
+REGISTERS = {16: 32, 8: 16, 4: 32}
+# Below this many accumulators the FMAs of a tile wait on each other (latency x pipes).
+MIN_ACCUMULATORS = 8
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,15 @@ def segments(win, register_width: int) -> tuple[Segment, ...]:
     return tuple(parts)
 
 
-def register_tile(out_blocks: int, v: int) -> tuple[int, int]:
+def register_tile(out_blocks: int, out_w: int, v: int) -> tuple[int, int]:
     """(output-channel blocks, columns) of a register tile: two blocks where they pair up (each
-    broadcast input feeds two FMAs), as many columns as the accumulators allow."""
+    broadcast input feeds two FMAs), four where a row is too short to give two blocks enough
+    independent accumulators; as many columns as the registers left allow."""
+    registers = REGISTERS.get(v, 16)
     ocr = 2 if out_blocks % 2 == 0 else 1
-    return ocr, ACCUMULATORS.get(v, 12) // ocr
+    if out_blocks % 4 == 0 and 2 * min(out_w, (registers - 3) // 2) < 2 * MIN_ACCUMULATORS:
+        ocr = 4
+    return ocr, max(1, (registers - ocr - 1) // ocr)
 
 
 def lower(op: OpInstance, v: int) -> Kernel:
@@ -101,7 +107,7 @@ def lower(op: OpInstance, v: int) -> Kernel:
         raise Unsupported(f"blocked Conv with group={geometry.groups}; accepted: 1")
     win = geometry.window
     in_blocks, out_blocks = blocks(geometry.channels, v), blocks(geometry.out_channels, v)
-    ocr, width = register_tile(out_blocks, v)
+    ocr, width = register_tile(out_blocks, win.out_shape[2], v)
     cut = segments(win, width)
     tiles = tuple(dict.fromkeys(Tile(s.width, s.checked) for s in cut if s.stop > s.start))
     residual = op.has_input(3)
