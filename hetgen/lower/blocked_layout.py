@@ -40,8 +40,8 @@ from hetgen.ops.base import Kernel, Unsupported
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Target
 
-# Measured on ResNet-18 (benchmarks/bench_models.py; figures in the commit that set this): see
-# tests/test_blocked_layout.py and the report for why the default is what it is.
+# Not the default yet: the blocked kernels have no worker pool, and the measured gain
+# (benchmarks/bench_blocked_layout.py, docs/kernels.md) was taken on a heavily shared machine.
 DEFAULT_LAYOUT = "nchw"
 
 
@@ -125,13 +125,16 @@ def block_layout(
     layout = platform.options.get("layout") or DEFAULT_LAYOUT
     widths = {t.path_str: block_width(t, layout) for t in platform.targets()}
     chosen: dict[int, int] = {}  # unit index -> V
-    for index, unit in enumerate(units):
+    written: dict[str, int] = {}  # tensor -> V of the blocked Conv writing it
+    for index, unit in enumerate(units):  # in execution order: producers first
         v = widths.get(assignment[unit.head.name])
         if v is None or unit.head.op != "Conv" or unit.attention is not None:
             continue
-        op = op_instance(unit, graph)
-        if worth_blocking(op, kernels[index], v):
+        # a tensor blocked with another V (two CPUs of different vector widths) is read as NCHW
+        clash = any(written.get(name, v) != v for name in unit_inputs[index][:1] + unit_inputs[index][3:4])
+        if not clash and worth_blocking(op_instance(unit, graph), kernels[index], v):
             chosen[index] = v
+            written[unit.outputs[0]] = v
     if not chosen:
         return Blocked(graph, units, kernels, unit_inputs, dict(assignment))
     return _rewrite(graph, units, kernels, unit_inputs, dict(assignment), chosen)
@@ -182,8 +185,8 @@ def _rewrite(graph, units, kernels, unit_inputs, assignment, chosen: dict[int, i
                 continue
             tensor = renamed[position]
             if written_blocked.get(tensor) != v and tensor not in reordered_in:
-                if tensor in written_blocked:  # blocked with another V: through NCHW
-                    raise InternalError(f"{tensor} is blocked with two widths")
+                if tensor in written_blocked:  # block_layout chose no such reader
+                    raise InternalError(f"{tensor} is read blocked with two widths")
                 add_reorder(tensor, v, True, unit_target)
                 reordered_in.add(tensor)
                 types[blocked_name(tensor, v)] = TensorType(
