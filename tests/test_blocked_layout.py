@@ -32,10 +32,10 @@ def host(layout: str | None) -> str:
     return f"name: host\ntarget: {{kind: native, runtime: aot}}{options}\n"
 
 
-def compile_and_compare(tmp_path, proto: onnx.ModelProto, layout: str | None) -> dict[str, list[str]]:
-    """Build `proto` for the host with `layout`, check it against onnxruntime (1e-4 relative), and
-    return the kernels: label -> the generated C of each."""
-    out = hetgen.compile(load_platform_text(host(layout)), proto, out=tmp_path / "out", **FAST)
+def compile_and_compare(tmp_path, proto: onnx.ModelProto, layout: str | None, **options) -> dict[str, str]:
+    """Build `proto` for the host with `layout` (-Werror), check it against onnxruntime (1e-4
+    relative), and return the kernels: label -> the generated C of each."""
+    out = hetgen.compile(load_platform_text(host(layout)), proto, out=tmp_path / "out", **{**FAST, **options})
     model = hetgen.load(out)
     feeds = random_inputs(model.inputs, seed=3)
     got = model.run(feeds)
@@ -115,6 +115,12 @@ def test_plain_cnn_runs_blocked_with_reorders_only_at_the_run_edges(tmp_path, la
     # run 1: b, c (in after a, out before the pool); run 2: d (in after the pool, out to the output)
     assert len(reorders(found, "ReorderNCHWc")) == 2 and len(reorders(found, "ReorderNCHW")) == 2, list(found)
     assert all(f"NCHW{v}c" in found[label] for label in blocked)
+
+
+def test_blocks_wider_than_the_isa_build_through_vector_extensions(tmp_path):
+    """Without -march=native (SSE2 only), 16-float blocks are GCC vector extensions: -Wpsabi clean."""
+    found = compile_and_compare(tmp_path, plain_cnn(), "nchw16c", native_tuning=False)
+    assert len(blocked_convs(found)) == 3
 
 
 def blocked_nchw(found: dict[str, str]) -> list[str]:
