@@ -32,6 +32,9 @@ from hetgen.ops.conv import interior_columns
 REGISTERS = {16: 32, 8: 16, 4: 32}
 # Below this many accumulators the FMAs of a tile wait on each other (latency x pipes).
 MIN_ACCUMULATORS = 8
+# Every tile of a row re-reads its output blocks' weights: four blocks' are taken only while they
+# fit half of a 1 MiB L2 (512 channels' 3x3 weights for four blocks would stream from L3).
+WEIGHTS_IN_L2 = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -84,13 +87,14 @@ def segments(win, register_width: int) -> tuple[Segment, ...]:
     return tuple(parts)
 
 
-def register_tile(out_blocks: int, out_w: int, v: int) -> tuple[int, int]:
+def register_tile(out_blocks: int, out_w: int, v: int, block_weight_bytes: int) -> tuple[int, int]:
     """(output-channel blocks, columns) of a register tile: two blocks where they pair up (each
     broadcast input feeds two FMAs), four where a row is too short to give two blocks enough
     independent accumulators; as many columns as the registers left allow."""
     registers = REGISTERS.get(v, 16)
     ocr = 2 if out_blocks % 2 == 0 else 1
-    if out_blocks % 4 == 0 and 2 * min(out_w, (registers - 3) // 2) < 2 * MIN_ACCUMULATORS:
+    short = 2 * min(out_w, (registers - 3) // 2) < 2 * MIN_ACCUMULATORS
+    if out_blocks % 4 == 0 and short and 4 * block_weight_bytes <= WEIGHTS_IN_L2:
         ocr = 4
     return ocr, max(1, (registers - ocr - 1) // ocr)
 
@@ -107,7 +111,8 @@ def lower(op: OpInstance, v: int) -> Kernel:
         raise Unsupported(f"blocked Conv with group={geometry.groups}; accepted: 1")
     win = geometry.window
     in_blocks, out_blocks = blocks(geometry.channels, v), blocks(geometry.out_channels, v)
-    ocr, width = register_tile(out_blocks, win.out_shape[2], v)
+    weight_block_floats = in_blocks * win.kernel_size * v * v
+    ocr, width = register_tile(out_blocks, win.out_shape[2], v, 4 * weight_block_floats)
     cut = segments(win, width)
     tiles = tuple(dict.fromkeys(Tile(s.width, s.checked) for s in cut if s.stop > s.start))
     residual = op.has_input(3)
@@ -119,7 +124,7 @@ def lower(op: OpInstance, v: int) -> Kernel:
         "out_channels": geometry.out_channels,
         "in_blocks": in_blocks,
         "out_blocks": out_blocks,
-        "weight_block_floats": in_blocks * win.kernel_size * v * v,
+        "weight_block_floats": weight_block_floats,
         "ocr": ocr,
         "tiles": tiles,
         "segments": tuple(s for s in cut if s.stop > s.start),
