@@ -7,12 +7,13 @@ hetgen/lower/blocked_layout.py decides which Conv units run blocked; this module
   uses: every blocked Conv's weights for those input channels are zero, and the reorder back drops
   them);
 - the Conv is a direct convolution (templates/kernels/conv_nchwc.c.j2): per output row, register
-  tiles of several output columns x one or two output-channel blocks, each accumulating over every
-  input block and tap with a broadcast input value times a vector of V output channels' weights.
+  tiles of several output columns x one, two or four output-channel blocks, each accumulating over
+  every input block and tap with a broadcast input value times a vector of V output channels' weights.
   No im2col, no workspace. The weights are packed here, at generate time, as
   [oc block][ic block][kh][kw][ic][oc] (zero-padded), the bias as ceil(C_out / V) * V floats;
 - columns whose taps all lie inside the input row run unchecked tiles; the border columns (and
-  rows too short for a full tile) run checked tiles whose taps in the padding read zeros.
+  rows too short for a full tile) run checked tiles, which first copy the input columns under them
+  into a row with zeros for the padding (rows of taps in the padding are skipped).
 """
 
 from __future__ import annotations
