@@ -13,6 +13,7 @@ import dataclasses
 from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
+from hetgen.lower.blocked_layout import block_layout
 from hetgen.lower.fuse import Unit, kernel_units, op_instance, unit_lowering
 from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
@@ -223,6 +224,14 @@ def _lower(
     all_units = kernel_units(ordered, assignment, kernel_table, fusing=controllers)
     units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, kernel_table, graph), graph)
     graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
+    blocked = block_layout(graph, units, kernels, unit_inputs, assignment, platform)  # NCHWc runs
+    graph, units, kernels, unit_inputs, assignment = (
+        blocked.graph,
+        blocked.units,
+        blocked.kernels,
+        blocked.unit_inputs,
+        blocked.assignment,
+    )
     by_path = {t.path_str: t for t in platform.targets()}  # the placement and fusion name targets by path
     infos = [UnitInfo(by_path[assignment[u.head.name]], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
     schedule = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()

@@ -132,6 +132,7 @@ def _options_schema() -> dict[str, Any]:
             "threads": {"type": "integer", "minimum": 1, "maximum": 64},
             "tuning": _closed({key: {"type": "integer", "minimum": 1} for key in ("mc", "kc", "nc")}),
             "memory": {"enum": ["lean", "fast"]},
+            "layout": {"enum": ["nchw", "nchwc", "nchw4c", "nchw8c", "nchw16c"]},
         }
     )
 

@@ -28,11 +28,11 @@ from hetgen.platform.schema import (
 )
 from hetgen.platform.search_path import find_platform
 from hetgen.platform.targets import build_tree
-from hetgen.platform.tuning import parse_memory, parse_tuning
+from hetgen.platform.tuning import parse_layout, parse_memory, parse_tuning
 from hetgen.platform.yaml_positions import YMap, YNode, parse_yaml
 
 PLATFORM_KEYS = ("name", "target", "kinds", "options")
-OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory")
+OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory", "layout")
 MAX_THREADS = 64  # HG_THREADS_MAX in templates/runtime/hg_threads.h
 PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
 DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap(), "threads": 1})
@@ -136,6 +136,8 @@ def _options(node: YNode | None, root: Target | None, problems: Problems) -> Fro
         options["tuning"] = parse_tuning(body.get("tuning"), problems)
     if body.get("memory") is not None:
         options["memory"] = parse_memory(body.get("memory"), problems)
+    if body.get("layout") is not None:
+        options["layout"] = parse_layout(body.get("layout"), problems)
     return FrozenMap(options)
 
 

@@ -64,3 +64,11 @@ def gemm_blocks(platform: Platform) -> GemmBlocks:
 def memory_mode(platform: Platform) -> str:
     """`lean` (the default: stay within the memory bound) or `fast` (grow weights where it is faster)."""
     return platform.options.get("memory") or DEFAULT_MEMORY
+
+
+# options.layout: the channel layout of convolution runs on CPU controllers (hetgen/lower/blocked_layout.py)
+LAYOUTS = ("nchw", "nchwc", "nchw4c", "nchw8c", "nchw16c")
+
+
+def parse_layout(node: YNode, problems: Problems) -> str | None:
+    return read_str(node, "'layout' of options", problems, LAYOUTS)

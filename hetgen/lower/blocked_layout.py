@@ -1,0 +1,230 @@
+"""Blocked channel layout (NCHW[V]c) across runs of convolutions on a CPU controller.
+
+A Conv reads V input channels at a time as one vector when its tensors are stored
+[N][C / V][H][W][V]: every broadcast input value times a vector of V output channels' weights is one
+FMA, with no im2col and no packing at run time (hetgen/ops/conv_nchwc.py). The layout pays off only
+when it is kept from layer to layer, so this pass works on runs:
+
+- a Conv unit (with its fused bias, activations and residual Add) goes blocked when it is on a CPU
+  controller that takes the blocked layout (`options.layout`, `block_width`), is 2-D, float32,
+  ungrouped, its weights and bias are constants, and `worth_blocking` says so;
+- every tensor a blocked Conv writes is blocked, named `<tensor>.nchw<V>c`; every tensor it reads
+  (input, residual) must be blocked too: where the producer is not a blocked Conv, one reorder
+  NCHW -> NCHW[V]c is inserted before its first blocked reader;
+- where a blocked tensor is read by anything else (a pooling layer, a graph output, a Conv that
+  stays NCHW), one reorder back is inserted right after its producer, under the tensor's own name.
+
+So reorders sit exactly at the edges of each run, and a tensor is reordered at most once each way.
+Channels are padded to a multiple of V with zeros (hetgen/ops/conv_nchwc.py says why the padding
+needs no care). The choice shows in the generated code: each blocked Conv's kernel file is
+conv_nchwc's, each reorder is a kernel of its own (its label names it).
+
+Which CPUs take it (`options.layout`): `nchw` never; `nchwc` with V from the target (the vector of
+the machine running hetgen for a target built by this machine's compiler: 16 with AVX-512, 8 with
+AVX2, 4 otherwise; 8 for an x86-64 kind, 4 for an AArch64 one (NEON); none for other cores, whose
+portable C gains nothing from blocks); `nchw4c`, `nchw8c`, `nchw16c` with that V. The default is
+`nchw` (see `DEFAULT_LAYOUT`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform as host_platform
+from collections.abc import Mapping
+
+from hetgen.errors import InternalError
+from hetgen.ir import DType, Graph, Node, TensorType
+from hetgen.lower.fuse import Unit, op_instance
+from hetgen.ops import conv_nchwc
+from hetgen.ops.base import Kernel, Unsupported
+from hetgen.platform.baremetal import is_bare_metal
+from hetgen.platform.model import Platform, Role, Target
+
+# Not the default yet: the blocked kernels have no worker pool, and the measured gain
+# (benchmarks/bench_blocked_layout.py, docs/kernels.md) was taken on a heavily shared machine.
+DEFAULT_LAYOUT = "nchw"
+
+
+def host_block_width() -> int:
+    """The vector width in floats of the machine running hetgen (what -march=native targets)."""
+    machine = host_platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return 4
+    if machine not in ("x86_64", "amd64"):
+        return 4
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
+    except OSError:
+        return 8
+    if "avx512f" in flags:
+        return 16
+    return 8 if "avx2" in flags and "fma" in flags else 4
+
+
+def block_width(target: Target, layout: str) -> int | None:
+    """V for `target` under `layout`, or None where the target keeps NCHW."""
+    if layout == "nchw" or target.role is not Role.CONTROLLER or is_bare_metal(target):
+        return None
+    if layout != "nchwc":
+        return int(layout[4:-1])
+    triple = target.toolchain.triple
+    if not triple:
+        return host_block_width()
+    if triple.startswith("x86_64"):
+        return 8
+    if triple.startswith("aarch64"):
+        return 4
+    return None
+
+
+def worth_blocking(op, kernel: Kernel, v: int) -> bool:
+    """The per-layer rule: a Conv that took Winograd's weights (hetgen/lower/prepack.py) stays NCHW,
+    since it does 2.25 times fewer multiplications than any direct kernel; else both channel counts
+    at least V (a Conv of 3 input channels, a network's first, would multiply padding), and the
+    layer 2-D, ungrouped, with constant weights and bias."""
+    if kernel.params.get("variant") == "winograd":
+        return False
+    x_type, w_type = op.input_types[0], op.input_types[1]
+    if x_type is None or x_type.rank != 4 or w_type is None or w_type.rank != 4:
+        return False
+    if int(op.attr("group", 1)) != 1 or op.constant(1) is None:
+        return False
+    if op.has_input(2) and op.constant(2) is None:
+        return False
+    if any(t is not None and t.dtype is not DType.FLOAT32 for t in (*op.input_types, *op.output_types)):
+        return False
+    return x_type.shape[1] >= v and w_type.shape[0] >= v
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocked:
+    """The result: the graph (with packed weights and blocked tensors), units, kernels, each unit's
+    inputs, and the assignment extended to the reorder units."""
+
+    graph: Graph
+    units: tuple[Unit, ...]
+    kernels: tuple[Kernel, ...]
+    unit_inputs: list[tuple[str, ...]]
+    assignment: dict[str, str]
+
+
+def blocked_name(tensor: str, v: int) -> str:
+    return f"{tensor}.nchw{v}c"
+
+
+def block_layout(
+    graph: Graph,
+    units: tuple[Unit, ...],
+    kernels: tuple[Kernel, ...],
+    unit_inputs: list[tuple[str, ...]],
+    assignment: Mapping[str, str],
+    platform: Platform,
+) -> Blocked:
+    """Run the chosen Conv units blocked, with reorders at the edges of each run (module doc)."""
+    layout = platform.options.get("layout") or DEFAULT_LAYOUT
+    widths = {t.path_str: block_width(t, layout) for t in platform.targets()}
+    chosen: dict[int, int] = {}  # unit index -> V
+    written: dict[str, int] = {}  # tensor -> V of the blocked Conv writing it
+    for index, unit in enumerate(units):  # in execution order: producers first
+        v = widths.get(assignment[unit.head.name])
+        if v is None or unit.head.op != "Conv" or unit.attention is not None:
+            continue
+        # a tensor blocked with another V (two CPUs of different vector widths) is read as NCHW
+        clash = any(written.get(name, v) != v for name in unit_inputs[index][:1] + unit_inputs[index][3:4])
+        if not clash and worth_blocking(op_instance(unit, graph), kernels[index], v):
+            chosen[index] = v
+            written[unit.outputs[0]] = v
+    if not chosen:
+        return Blocked(graph, units, kernels, unit_inputs, dict(assignment))
+    return _rewrite(graph, units, kernels, unit_inputs, dict(assignment), chosen)
+
+
+def _rewrite(graph, units, kernels, unit_inputs, assignment, chosen: dict[int, int]) -> Blocked:
+    constants, types = dict(graph.constants), dict(graph.types)
+    written_blocked: dict[str, int] = {}  # NCHW tensor name -> V, for tensors a blocked Conv writes
+    for index in chosen:
+        written_blocked[units[index].outputs[0]] = chosen[index]
+    read_plain = {
+        name
+        for index, inputs in enumerate(unit_inputs)
+        if index not in chosen
+        for name in inputs
+        if name in written_blocked
+    } | {name for name in graph.outputs if name in written_blocked}
+    taken_names = {node.name for node in graph.nodes}
+    new_units, new_kernels, new_inputs = [], [], []
+    reordered_in: set[str] = set()
+
+    def add_reorder(tensor: str, v: int, to_blocked: bool, target: str) -> None:
+        shape = tuple(graph.types[tensor].shape)
+        node_name = _fresh(f"{tensor}_to_{f'nchw{v}c' if to_blocked else 'nchw'}", taken_names)
+        src, dst = (tensor, blocked_name(tensor, v)) if to_blocked else (blocked_name(tensor, v), tensor)
+        node = Node(node_name, "ReorderNCHWc" if to_blocked else "ReorderNCHW", (src,), (dst,))
+        assignment[node_name] = target  # where the blocked Conv runs: the blocked tensor lives there
+        new_units.append(Unit((node,), ()))
+        new_kernels.append(conv_nchwc.reorder(shape, v, to_blocked))
+        new_inputs.append((src,))
+
+    for index, (unit, kernel, inputs) in enumerate(zip(units, kernels, unit_inputs)):
+        unit_target = assignment[unit.head.name]
+        v = chosen.get(index)
+        if v is None:
+            new_units.append(unit)
+            new_kernels.append(kernel)
+            new_inputs.append(inputs)
+            continue
+        op = op_instance(unit, graph)
+        try:
+            blocked_kernel = conv_nchwc.lower(op, v)
+        except Unsupported as exc:  # worth_blocking admitted only what the blocked Conv supports
+            raise InternalError(f"{unit.head.label}: blocked Conv refused: {exc}") from exc
+        renamed = list(inputs)
+        for position in (0, 3):  # the input and the residual: blocked, reordered in where needed
+            if position >= len(renamed) or not renamed[position]:
+                continue
+            tensor = renamed[position]
+            if written_blocked.get(tensor) != v and tensor not in reordered_in:
+                if tensor in written_blocked:  # block_layout chose no such reader
+                    raise InternalError(f"{tensor} is read blocked with two widths")
+                add_reorder(tensor, v, True, unit_target)
+                reordered_in.add(tensor)
+                types[blocked_name(tensor, v)] = TensorType(
+                    DType.FLOAT32, conv_nchwc.blocked_shape(_shape(graph, tensor), v)
+                )
+            renamed[position] = blocked_name(tensor, v)
+        model_inputs = unit.inputs  # the model's weights and bias (`inputs` may name prepacked ones)
+        weights = f"{model_inputs[1]}.nchw{v}c_for_{unit.head.name}"
+        constants[weights] = conv_nchwc.pack_weights(graph.constants[model_inputs[1]], v)
+        types[weights] = TensorType(DType.FLOAT32, constants[weights].shape)
+        renamed[1] = weights
+        if len(model_inputs) > 2 and model_inputs[2]:
+            bias = f"{model_inputs[2]}.nchw{v}c_for_{unit.head.name}"
+            constants[bias] = conv_nchwc.pack_bias(graph.constants[model_inputs[2]], v)
+            types[bias] = TensorType(DType.FLOAT32, constants[bias].shape)
+            renamed[2] = bias
+        output = unit.outputs[0]
+        types[blocked_name(output, v)] = TensorType(DType.FLOAT32, conv_nchwc.blocked_shape(_shape(graph, output), v))
+        last = dataclasses.replace(unit.nodes[-1], outputs=(blocked_name(output, v),))
+        new_units.append(dataclasses.replace(unit, nodes=(*unit.nodes[:-1], last)))
+        new_kernels.append(blocked_kernel)
+        new_inputs.append(tuple(renamed))
+        if output in read_plain:
+            add_reorder(output, v, False, unit_target)
+    new_graph = dataclasses.replace(graph, constants=constants, types=types)
+    return Blocked(new_graph, tuple(new_units), tuple(new_kernels), new_inputs, assignment)
+
+
+def _shape(graph: Graph, tensor: str) -> tuple[int, ...]:
+    return tuple(graph.types[tensor].shape)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    """A node name (a C identifier suffix) not yet used."""
+    base = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    candidate, count = base, 1
+    while candidate in taken:
+        count += 1
+        candidate = f"{base}_{count}"
+    taken.add(candidate)
+    return candidate
