@@ -42,6 +42,7 @@ def threaded_model() -> onnx.ModelProto:
         value("a", TensorProto.FLOAT, ODD),
         value("b", TensorProto.FLOAT, ODD),
         value("tiny", TensorProto.FLOAT, [2, 8]),
+        value("tall", TensorProto.FLOAT, [512, 64]),
     ]
     nodes = [
         # attention: softmax(Q Kᵀ / 4 + mask) V, one kernel (hetgen/lower/fuse_attention.py)
@@ -58,6 +59,8 @@ def threaded_model() -> onnx.ModelProto:
         helper.make_node("Sigmoid", ["z"], ["y_sigmoid"]),  # one flat loop, in chunks of whole vectors
         helper.make_node("Mul", ["a", "b"], ["y_mul"]),
         helper.make_node("LayerNormalization", ["tiny", "tiny_gamma"], ["y_tiny"], axis=-1, name="tiny"),
+        # many rows of activations by packed weights: the GEMM splits its rows (hg_gemm.c)
+        helper.make_node("MatMul", ["tall", "w_tall"], ["y_matmul"]),
     ]
     inits = [
         numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
@@ -65,6 +68,7 @@ def threaded_model() -> onnx.ModelProto:
         const("beta", [64]),
         const("row", [Z[-1]]),
         const("tiny_gamma", [8]),
+        const("w_tall", [64, 64], 0.125),
     ]
     shapes = {
         "y_attention": head,
@@ -72,6 +76,7 @@ def threaded_model() -> onnx.ModelProto:
         **{name: Z for name in ("y_softmax", "y_logsoftmax", "y_add", "y_sigmoid")},
         "y_mul": ODD,
         "y_tiny": [2, 8],
+        "y_matmul": [512, 64],
     }
     outputs = [value(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
     graph = helper.make_graph(nodes, "threaded", inputs, outputs, inits)
