@@ -23,7 +23,9 @@ from hetgen.runtime.reference import ort_session, random_inputs
 HEADS, SEQ, HEAD_DIM = 2, 128, 32
 Z = [4, 64, 128]  # Softmax rows of 128 along the last axis; 128 inner columns along axis 1
 ODD = [201, 203]  # an elementwise loop that does not end on a whole chunk
-LARGE = ("attention", "LayerNormalization", "Softmax", "LogSoftmax", "Add", "Sigmoid", "Mul")
+LARGE = ("attention", "LayerNormalization", "Softmax", "LogSoftmax", "Add", "Sigmoid", "Mul", "MaxPool", "AveragePool")
+LARGE += ("GlobalAveragePool",)
+IMAGE = [1, 64, 32, 32]  # pooled plane by plane
 
 
 def threaded_model() -> onnx.ModelProto:
@@ -43,6 +45,7 @@ def threaded_model() -> onnx.ModelProto:
         value("b", TensorProto.FLOAT, ODD),
         value("tiny", TensorProto.FLOAT, [2, 8]),
         value("tall", TensorProto.FLOAT, [512, 64]),
+        value("image", TensorProto.FLOAT, IMAGE),
     ]
     nodes = [
         # attention: softmax(Q Kᵀ / 4 + mask) V, one kernel (hetgen/lower/fuse_attention.py)
@@ -61,6 +64,10 @@ def threaded_model() -> onnx.ModelProto:
         helper.make_node("LayerNormalization", ["tiny", "tiny_gamma"], ["y_tiny"], axis=-1, name="tiny"),
         # many rows of activations by packed weights: the GEMM splits its rows (hg_gemm.c)
         helper.make_node("MatMul", ["tall", "w_tall"], ["y_matmul"]),
+        helper.make_node("MaxPool", ["image"], ["y_maxpool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
+        helper.make_node("MaxPool", ["image"], ["y_argmax", "y_indices"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("AveragePool", ["image"], ["y_avgpool"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["image"], ["y_global"]),
     ]
     inits = [
         numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
@@ -77,8 +84,11 @@ def threaded_model() -> onnx.ModelProto:
         "y_mul": ODD,
         "y_tiny": [2, 8],
         "y_matmul": [512, 64],
+        **{name: [1, 64, 16, 16] for name in ("y_maxpool", "y_argmax", "y_avgpool")},
+        "y_global": [1, 64, 1, 1],
     }
     outputs = [value(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
+    outputs.append(value("y_indices", TensorProto.INT64, [1, 64, 16, 16]))
     graph = helper.make_graph(nodes, "threaded", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -163,7 +173,7 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
     kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
     split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
-    assert len(split) == len(LARGE)
+    assert len(split) == len(LARGE) + 1  # two MaxPools
     for index, source in enumerate(split):
         copy = headers / source.name  # beside the headers, so "hg_threads_config.h" is this one
         shutil.copy(source, copy)
