@@ -8,6 +8,9 @@ epilogue while each tile is in L1, then the softmax of each row, then the block'
 a second GEMM with V's panels, written straight into the output (through its row stride, so a
 merge-heads Transpose after it is free). The full score matrix never exists: scratch holds one
 block of `block_rows` x Sk scores, beside one head's K and V panels.
+
+With a worker pool, the heads are shared between threads (one head per task, its GEMMs run by that
+thread alone), each in its thread's own scratch from the pool, so the workspace stays one head's.
 """
 
 from __future__ import annotations
