@@ -142,10 +142,13 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* Scratch for every thread, then the workers; on any failure the pool stays at one thread. */
+/* Scratch for every thread, then the workers; on any failure the pool stays at one thread. One
+   thread needs neither: its tasks run on the caller, in the kernels' own workspaces. */
 static void start_pool(void)
 {
     const size_t wanted = requested_threads();
+    if (wanted == 1)
+        return;
     for (size_t t = 0; t < wanted; ++t) {
         pool.scratch[t] = aligned_alloc(64, (HG_THREADS_SCRATCH_BYTES + 63u) & ~(size_t)63u);
         if (pool.scratch[t] == NULL)
