@@ -23,8 +23,10 @@ Then memory, per model, in MB:
 its own copy of the initializers and its arena.)
 
 With `--threads 1,2` it instead compares, per model and thread count T, hetgen run with HG_THREADS=T
-(its GEMM's worker pool, templates/runtime/hg_threads.c; one build, each count loaded as its own
+(its worker pool, templates/runtime/hg_threads.c; one build, each count loaded as its own
 copy with its own pool) beside onnxruntime with intra_op_num_threads=T, all interleaved in one loop.
+
+Single large layers (GEMMs, convolutions) against the core's peak: benchmarks/bench_kernels.py.
 """
 
 from __future__ import annotations
