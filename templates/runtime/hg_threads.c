@@ -11,13 +11,15 @@
    variable: a model's parallel kernels come one after another, microseconds apart, and waking a
    sleeping thread costs tens of microseconds (more on a loaded machine, where the worker then
    arrives after the caller has done all the work). A spinning worker claims its first task at once.
-   The caller likewise spins a while for the last tasks before it sleeps. No allocation after the
-   pool starts. */
+   The caller likewise spins a while for the last tasks before it sleeps. Past a short first part,
+   the spinning yields the core between checks, so a busy machine that puts the spinning thread on
+   the caller's core loses little. No allocation after the pool starts. */
 #define _POSIX_C_SOURCE 200809L
 #include "hg_threads.h"
 
 #if HG_THREADS_POOL
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,9 +35,14 @@
 #define HG_CPU_RELAX() ((void)0)
 #endif
 
-/* How long a worker (or a caller waiting for its last tasks) spins before it sleeps. */
+/* How long a worker (or a caller waiting for its last tasks) spins before it sleeps, and after how
+   long of it the spinning thread yields its core between checks (so that where the OS has put it
+   on the same core as the caller, on a busy machine, it does not take the caller's time). */
 #ifndef HG_THREADS_SPIN_US
 #define HG_THREADS_SPIN_US 200
+#endif
+#ifndef HG_THREADS_YIELD_US
+#define HG_THREADS_YIELD_US 20
 #endif
 
 /* The ticket: generation (32 bits) | task count (16 bits) | next unclaimed task (16 bits). */
@@ -109,18 +116,36 @@ static void run_tasks(uint32_t generation, void *scratch)
     }
 }
 
+/* One step of a bounded wait: a pause, or past HG_THREADS_YIELD_US a yield of the core. Returns 0
+   once the wait has lasted HG_THREADS_SPIN_US (time to sleep instead). */
+typedef struct {
+    uint64_t start;
+    unsigned steps;
+    int yielding;
+} spin_wait;
+
+static int spin_step(spin_wait *wait)
+{
+    if (wait->yielding)
+        sched_yield();
+    else
+        HG_CPU_RELAX();
+    if (++wait->steps % 64u != 0 && !wait->yielding)
+        return 1;
+    const uint64_t spent = now_us() - wait->start;
+    wait->yielding = spent >= HG_THREADS_YIELD_US;
+    return spent < HG_THREADS_SPIN_US;
+}
+
 /* The next call's generation, once there is one: spins first, then sleeps. */
 static uint32_t next_generation(uint32_t seen)
 {
-    const uint64_t deadline = now_us() + HG_THREADS_SPIN_US;
-    for (unsigned spin = 1;; ++spin) {
+    spin_wait wait = {now_us(), 0, 0};
+    do {
         const uint32_t generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire));
         if (generation != seen)
             return generation;
-        HG_CPU_RELAX();
-        if (spin % 64u == 0 && now_us() >= deadline)
-            break;
-    }
+    } while (spin_step(&wait));
     pthread_mutex_lock(&pool.lock);
     ++pool.sleepers;
     uint32_t generation;
@@ -192,16 +217,14 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
     pthread_mutex_unlock(&pool.lock);
     run_tasks(generation, pool.scratch[0]);
     /* every task is claimed; wait for those that run on workers */
-    const uint64_t deadline = now_us() + HG_THREADS_SPIN_US;
-    for (unsigned spin = 1; atomic_load_explicit(&pool.finished, memory_order_acquire) != n; ++spin) {
-        HG_CPU_RELAX();
-        if (spin % 64u == 0 && now_us() >= deadline) {
-            pthread_mutex_lock(&pool.lock);
-            while (atomic_load_explicit(&pool.finished, memory_order_acquire) != n)
-                pthread_cond_wait(&pool.done, &pool.lock);
-            pthread_mutex_unlock(&pool.lock);
-            break;
-        }
+    spin_wait wait = {now_us(), 0, 0};
+    while (atomic_load_explicit(&pool.finished, memory_order_acquire) != n) {
+        if (spin_step(&wait))
+            continue;
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load_explicit(&pool.finished, memory_order_acquire) != n)
+            pthread_cond_wait(&pool.done, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
     }
     pthread_mutex_unlock(&pool.busy);
 }
