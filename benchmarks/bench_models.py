@@ -23,8 +23,10 @@ Then memory, per model, in MB:
 its own copy of the initializers and its arena.)
 
 With `--threads 1,2` it instead compares, per model and thread count T, hetgen run with HG_THREADS=T
-(its GEMM's worker pool, templates/runtime/hg_threads.c; one build, each count loaded as its own
+(its worker pool, templates/runtime/hg_threads.c; one build, each count loaded as its own
 copy with its own pool) beside onnxruntime with intra_op_num_threads=T, all interleaved in one loop.
+
+Single large layers (GEMMs, convolutions) against the core's peak: benchmarks/bench_kernels.py.
 """
 
 from __future__ import annotations
@@ -166,9 +168,9 @@ def measure(out: Path, runs: int) -> tuple[float, float, float]:
     return statistics.median(ours), statistics.median(theirs), error
 
 
-def measure_threads(out: Path, runs: int, counts: list[int]) -> dict[int, tuple[float, float, float]]:
-    """Per thread count: (hetgen ms, onnxruntime ms, max relative difference), medians of runs that
-    interleave every count of both, so all see the same noise."""
+def measure_threads(out: Path, runs: int, counts: list[int]) -> dict[int, tuple[float, float, float, float]]:
+    """Per thread count: (hetgen ms, onnxruntime ms, max relative difference, hetgen's fastest run ms),
+    medians of runs that interleave every count of both, so all see the same noise."""
     models, sessions = {}, {}
     for count in counts:
         os.environ["HG_THREADS"] = str(count)  # read when this copy's pool starts, at its first run
@@ -199,7 +201,8 @@ def measure_threads(out: Path, runs: int, counts: list[int]) -> dict[int, tuple[
             ours[count].append((middle - start) * 1e3)
             theirs[count].append((time.perf_counter() - middle) * 1e3)
     return {
-        count: (statistics.median(ours[count]), statistics.median(theirs[count]), errors[count]) for count in counts
+        count: (statistics.median(ours[count]), statistics.median(theirs[count]), errors[count], min(ours[count]))
+        for count in counts
     }
 
 
@@ -215,7 +218,7 @@ def thread_table(names: list[str], platform: str, runs: int, counts: list[int]) 
             out = hetgen.compile(platform, path, out=Path(tmp) / path.stem, native_only=True)
             figures = measure_threads(out, runs, counts)
             base = figures[counts[0]][0]
-            for count, (ours, theirs, error) in figures.items():
+            for count, (ours, theirs, error, _) in figures.items():
                 print(
                     f"{name:14} {count:7d} {ours:10.2f} {theirs:10.2f} {ours / theirs:6.2f} {base / ours:10.2f}"
                     f" {error:9.1e}",

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetgen.ir import DType, TensorType
+from hetgen.ops import _parallel
 from hetgen.ops._layout import broadcast_strides, collapse, contiguous_strides, index_expr, loops_for
 from hetgen.ops.base import Epilogue, Kernel, Unsupported
 
@@ -57,6 +58,9 @@ def elementwise_kernel(
         if re.search(rf"\b{o.var}\b", expression)  # e.g. Pow's exponent, when baked in
     ]
     size = out_type.size
+    # the outermost loop in chunks; a lone loop in multiples of 64 elements (whole vectors)
+    inner = size // loops[0].extent if size else 0
+    split = _parallel.split(loops[0].extent, inner * (flops_per_element + len(epilogue)), 64 if len(loops) == 1 else 1)
     return Kernel(
         template=TEMPLATE,
         params={
@@ -69,9 +73,11 @@ def elementwise_kernel(
             "expression": expression,
             "epilogue": tuple(epilogue),
             "uses_helpers": helpers,
+            "split": split,
         },
         flops=size * (flops_per_element + len(epilogue)),
         bytes_accessed=sum(o.tensor.nbytes for o in operands) + out_type.nbytes,
+        helpers=(_parallel.HELPER,) if split else (),
     )
 
 

@@ -8,13 +8,16 @@ epilogue while each tile is in L1, then the softmax of each row, then the block'
 a second GEMM with V's panels, written straight into the output (through its row stride, so a
 merge-heads Transpose after it is free). The full score matrix never exists: scratch holds one
 block of `block_rows` x Sk scores, beside one head's K and V panels.
+
+With a worker pool, the heads are shared between threads (one head per task, its GEMMs run by that
+thread alone), each in its thread's own scratch from the pool, so the workspace stays one head's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetgen.ops import _gemm_plan
+from hetgen.ops import _gemm_plan, _parallel
 from hetgen.ops.base import Kernel, OpInstance
 
 # The score block: at most this many bytes (it stays in L2 between the GEMMs and the softmax).
@@ -69,6 +72,10 @@ def lower(spec: AttentionSpec, op: OpInstance) -> Kernel:
     v_panel_bytes = _gemm_plan.align(4 * spec.sk * _gemm_plan.align(spec.dv, _gemm_plan.PANEL_N))
     pack = max(_gemm_plan.pack_bytes(rows, spec.sk, spec.d), _gemm_plan.pack_bytes(rows, spec.dv, spec.sk))
     mask = spec.mask
+    heads = spec.batch * spec.heads
+    flops = 2 * heads * spec.sq * spec.sk * (spec.d + spec.dv) + 5 * heads * spec.sq * spec.sk
+    # one head per task, each in its thread's own scratch (hg_threads.h), when there is enough to share
+    parallel_heads = _parallel.split(heads, flops // heads) is not None
     params = {
         "spec": spec,
         "block_rows": rows,
@@ -80,13 +87,13 @@ def lower(spec: AttentionSpec, op: OpInstance) -> Kernel:
         "pack_bytes": pack,
         "mask_type": None if mask is None else ("float" if mask.kind == "add" else "uint8_t"),
         "out_index": len(op.node.inputs),
+        "parallel_heads": parallel_heads,
     }
-    heads = spec.batch * spec.heads
     return Kernel(
         template="kernels/attention.c.j2",
         params=params,
         scratch_bytes=scores_bytes + k_panel_bytes + v_panel_bytes + pack,
-        flops=2 * heads * spec.sq * spec.sk * (spec.d + spec.dv) + 5 * heads * spec.sq * spec.sk,
+        flops=flops,
         bytes_accessed=sum(t.nbytes for t in op.input_types if t is not None) + sum(t.nbytes for t in op.output_types),
-        helpers=(_gemm_plan.HELPER,),
+        helpers=(_gemm_plan.HELPER, _parallel.HELPER) if parallel_heads else (_gemm_plan.HELPER,),
     )

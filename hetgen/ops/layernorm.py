@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from hetgen.ops import _parallel
 from hetgen.ops._common import input_arg_count, normalized_axis, present_outputs, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
@@ -32,6 +33,7 @@ def lower(op: OpInstance) -> Kernel:
     outputs = present_outputs(op)
     has_bias = op.has_input(2)
     out_index = input_arg_count(op)
+    split = _parallel.split(outer, 4 * inner)  # rows; about four passes over each
     params = {
         "outer": outer,
         "inner": inner,
@@ -42,12 +44,14 @@ def lower(op: OpInstance) -> Kernel:
         "out_index": out_index,
         "mean_index": out_index + 1 if len(outputs) > 1 and outputs[1] else None,
         "inv_std_index": out_index + 2 if len(outputs) > 2 and outputs[2] else None,
+        "split": split,
     }
     return Kernel(
         template="kernels/layernorm.c.j2",
         params=params,
         flops=8 * x_type.size,
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
+        helpers=(_parallel.HELPER,) if split else (),
     )
 
 

@@ -8,6 +8,7 @@ starts, which kernel taps fall inside the input, and how many taps count towards
 from __future__ import annotations
 
 from hetgen.ir import DType
+from hetgen.ops import _parallel
 from hetgen.ops._common import input_arg_count, present_outputs, require_float32, total_bytes
 from hetgen.ops._spatial import Window, window
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
@@ -54,22 +55,26 @@ def lower_window_pool(op: OpInstance) -> Kernel:
     outputs = present_outputs(op)
     with_indices = is_max and len(outputs) > 1 and outputs[1]
     storage_order = int(op.attr("storage_order", 0))
+    planes = x_type.shape[0] * x_type.shape[1]
+    split = _parallel.split(planes, y_type.size // max(planes, 1) * win.kernel_size)
     params = {
         **win.view(),
         "axes": tuple(axis_tables(win, i, include_pad) for i in range(3)),
         "variant": "max" if is_max else "avg",
-        "planes": x_type.shape[0] * x_type.shape[1],
+        "planes": planes,
         "ctype": x_type.dtype.c_type,
         "init": MAX_TYPES[x_type.dtype] if is_max else "0.0f",
         "with_indices": bool(with_indices),
         "column_major": storage_order == 1,
         "out_index": input_arg_count(op),
+        "split": split,
     }
     return Kernel(
         template="kernels/pool.c.j2",
         params=params,
         flops=y_type.size * win.kernel_size,
         bytes_accessed=total_bytes(x_type, *op.output_types),
+        helpers=(_parallel.HELPER,) if split else (),
     )
 
 
@@ -80,17 +85,20 @@ def lower_global_pool(op: OpInstance) -> Kernel:
         raise Unsupported(f"{op.node.op} on a rank-{x_type.rank} input; accepted: N x C x spatial")
     planes = x_type.shape[0] * x_type.shape[1]
     size = x_type.size // planes if planes else 0
+    split = _parallel.split(planes, size)
     params = {
         "variant": "global_max" if op.node.op == "GlobalMaxPool" else "global_avg",
         "planes": planes,
         "plane_size": size,
         "out_index": input_arg_count(op),
+        "split": split,
     }
     return Kernel(
         template="kernels/pool.c.j2",
         params=params,
         flops=x_type.size,
         bytes_accessed=total_bytes(x_type, *op.output_types),
+        helpers=(_parallel.HELPER,) if split else (),
     )
 
 

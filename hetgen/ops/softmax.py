@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from hetgen.ops import _parallel
 from hetgen.ops._common import input_arg_count, normalized_axis, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance
 
@@ -28,12 +29,15 @@ def lower(op: OpInstance) -> Kernel:
     else:
         outer, length, inner = math.prod(shape[:axis]), (shape[axis] if shape else 1), math.prod(shape[axis + 1 :])
     size = outer * length * inner
+    # rows where they are contiguous; else runs of 16 inner columns (each has its own scratch slots)
+    split = _parallel.split(outer, 4 * length) if inner == 1 else _parallel.split(inner, 4 * outer * length, 16)
     params = {
         "log": op.node.op == "LogSoftmax",
         "outer": outer,
         "length": length,
         "inner": inner,
         "out_index": input_arg_count(op),
+        "split": split,
     }
     return Kernel(
         template="kernels/softmax.c.j2",
@@ -41,6 +45,7 @@ def lower(op: OpInstance) -> Kernel:
         scratch_bytes=0 if inner == 1 else 8 * inner,
         flops=5 * size,
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
+        helpers=(_parallel.HELPER,) if split else (),
     )
 
 

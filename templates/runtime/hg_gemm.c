@@ -229,9 +229,14 @@ void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, flo
         return;
     }
     const size_t row_panels = (m + PM - 1) / PM, col_panels = (n + PN - 1) / PN;
-    /* Columns first: each thread then packs only its own B (a convolution's im2col), while A is
-       usually the weights, packed at generate time. */
-    const int split_rows = col_panels < threads;
+    /* Each thread reads the whole of the operand that is not split: split columns and every thread
+       reads all of A (and packs it, unless it came packed), split rows and every thread reads all
+       of B. Split the side that makes that repeated work smaller (packing counted as three reads):
+       columns for a convolution (A the packed weights, B its im2col), rows for a tall product of
+       activations by packed weights. */
+    const size_t repeat_by_cols = m * (ops->a_panels ? 1u : 3u);
+    const size_t repeat_by_rows = n * (ops->b_panels ? 1u : 3u);
+    const int split_rows = col_panels < threads || (row_panels >= threads && repeat_by_rows < repeat_by_cols);
     const size_t panels = split_rows ? row_panels : col_panels;
     if (threads == 1 || panels < threads) {
         sgemm_range(m, 0, m, 0, n, k, ops, c, ldc, accumulate, epilogue, ctx, work);

@@ -1,26 +1,69 @@
-/* hetgen's worker pool (see hg_threads.h). Workers sleep on a condition variable between calls;
-   a call publishes its job under the lock and bumps the generation; the caller and the workers
-   claim tasks one at a time, and the call returns when every task is done. No allocation after the
-   pool starts. */
+/* hetgen's worker pool (see hg_threads.h).
+
+   A call publishes its job (function, context, task count) and then one 64-bit ticket: the call's
+   generation, its task count and the next unclaimed task. The caller and the workers claim tasks by
+   compare-and-swap on the ticket, so a claim can only succeed for the call it read: a worker that
+   arrives after its call ended finds a ticket of another generation (or one with no task left) and
+   claims nothing. The job's fields are read only after a claim succeeded, and a call cannot end
+   while one of its tasks runs, so they are stable while they are read.
+
+   Between calls a worker spins for a while (HG_THREADS_SPIN_US) before it sleeps on a condition
+   variable: a model's parallel kernels come one after another, microseconds apart, and waking a
+   sleeping thread costs tens of microseconds (more on a loaded machine, where the worker then
+   arrives after the caller has done all the work). A spinning worker claims its first task at once.
+   The caller likewise spins a while for the last tasks before it sleeps. Past a short first part,
+   the spinning yields the core between checks, so a busy machine that puts the spinning thread on
+   the caller's core loses little. No allocation after the pool starts. */
 #define _POSIX_C_SOURCE 200809L
 #include "hg_threads.h"
 
 #if HG_THREADS_POOL
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define HG_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define HG_CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define HG_CPU_RELAX() ((void)0)
+#endif
+
+/* How long a worker (or a caller waiting for its last tasks) spins before it sleeps, and after how
+   long of it the spinning thread yields its core between checks (so that where the OS has put it
+   on the same core as the caller, on a busy machine, it does not take the caller's time). */
+#ifndef HG_THREADS_SPIN_US
+#define HG_THREADS_SPIN_US 200
+#endif
+#ifndef HG_THREADS_YIELD_US
+#define HG_THREADS_YIELD_US 20
+#endif
+
+/* The ticket: generation (32 bits) | task count (16 bits) | next unclaimed task (16 bits). */
+#define TICKET_TASKS_MAX 0xffffu
+#define TICKET(generation, n, next) (((uint64_t)(generation) << 32) | ((uint64_t)(n) << 16) | (uint64_t)(next))
+#define TICKET_GENERATION(t) ((uint32_t)((t) >> 32))
+#define TICKET_N(t) ((size_t)(((t) >> 16) & 0xffffu))
+#define TICKET_NEXT(t) ((size_t)((t) & 0xffffu))
 
 static struct {
     pthread_once_t once;
     size_t threads;
     void *scratch[HG_THREADS_MAX];
     pthread_mutex_t busy; /* held by the one caller that owns the workers */
-    pthread_mutex_t lock; /* guards everything below */
-    pthread_cond_t start, done;
-    unsigned long generation;
-    hg_task_fn fn;
+    _Atomic uint64_t ticket;
+    atomic_size_t finished; /* tasks of the current call that are done */
+    hg_task_fn fn;          /* the current call's job: written before its ticket, read after a claim */
     void *ctx;
-    size_t n, next, finished; /* tasks, the next unclaimed one, those done */
+    pthread_mutex_t lock; /* guards sleepers and the sleeps on the condition variables */
+    pthread_cond_t start, done;
+    size_t sleepers;
 } pool = {
     .once = PTHREAD_ONCE_INIT,
     .threads = 1,
@@ -45,41 +88,92 @@ static size_t requested_threads(void)
     return (size_t)value;
 }
 
-/* Claims and runs tasks until none is left; called with the lock held, returns with it held. A
-   worker that wakes late finds every task claimed (the caller ran them) and costs the call nothing:
-   the caller waits only for tasks that were claimed, never for a worker to show up. */
-static void run_tasks(size_t thread)
+static uint64_t now_us(void)
 {
-    while (pool.next < pool.n) {
-        const size_t task = pool.next++;
-        const hg_task_fn fn = pool.fn;
-        void *ctx = pool.ctx;
-        pthread_mutex_unlock(&pool.lock);
-        fn(ctx, task, pool.scratch[thread]);
-        pthread_mutex_lock(&pool.lock);
-        if (++pool.finished == pool.n)
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+/* Claims and runs tasks of call `generation` until none is left. */
+static void run_tasks(uint32_t generation, void *scratch)
+{
+    uint64_t ticket = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+    for (;;) {
+        if (TICKET_GENERATION(ticket) != generation || TICKET_NEXT(ticket) >= TICKET_N(ticket))
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &ticket, ticket + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* `ticket` now holds the current value */
+        const size_t n = TICKET_N(ticket);
+        pool.fn(pool.ctx, TICKET_NEXT(ticket), scratch);
+        if (atomic_fetch_add_explicit(&pool.finished, 1, memory_order_acq_rel) + 1 == n) {
+            pthread_mutex_lock(&pool.lock);
             pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        ticket = atomic_load_explicit(&pool.ticket, memory_order_acquire);
     }
+}
+
+/* One step of a bounded wait: a pause, or past HG_THREADS_YIELD_US a yield of the core. Returns 0
+   once the wait has lasted HG_THREADS_SPIN_US (time to sleep instead). */
+typedef struct {
+    uint64_t start;
+    unsigned steps;
+    int yielding;
+} spin_wait;
+
+static int spin_step(spin_wait *wait)
+{
+    if (wait->yielding)
+        sched_yield();
+    else
+        HG_CPU_RELAX();
+    if (++wait->steps % 64u != 0 && !wait->yielding)
+        return 1;
+    const uint64_t spent = now_us() - wait->start;
+    wait->yielding = spent >= HG_THREADS_YIELD_US;
+    return spent < HG_THREADS_SPIN_US;
+}
+
+/* The next call's generation, once there is one: spins first, then sleeps. */
+static uint32_t next_generation(uint32_t seen)
+{
+    spin_wait wait = {now_us(), 0, 0};
+    do {
+        const uint32_t generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire));
+        if (generation != seen)
+            return generation;
+    } while (spin_step(&wait));
+    pthread_mutex_lock(&pool.lock);
+    ++pool.sleepers;
+    uint32_t generation;
+    while ((generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire))) == seen)
+        pthread_cond_wait(&pool.start, &pool.lock);
+    --pool.sleepers;
+    pthread_mutex_unlock(&pool.lock);
+    return generation;
 }
 
 static void *worker_main(void *arg)
 {
     const size_t thread = (size_t)arg;
-    unsigned long seen = 0;
-    pthread_mutex_lock(&pool.lock);
+    uint32_t seen = 0;
     for (;;) {
-        while (pool.generation == seen)
-            pthread_cond_wait(&pool.start, &pool.lock);
-        seen = pool.generation;
-        run_tasks(thread);
+        seen = next_generation(seen);
+        run_tasks(seen, pool.scratch[thread]);
     }
     return NULL;
 }
 
-/* Scratch for every thread, then the workers; on any failure the pool stays at one thread. */
+/* Scratch for every thread, then the workers; on any failure the pool stays at one thread. One
+   thread needs neither: its tasks run on the caller, in the kernels' own workspaces. */
 static void start_pool(void)
 {
     const size_t wanted = requested_threads();
+    if (wanted == 1)
+        return;
     for (size_t t = 0; t < wanted; ++t) {
         pool.scratch[t] = aligned_alloc(64, (HG_THREADS_SCRATCH_BYTES + 63u) & ~(size_t)63u);
         if (pool.scratch[t] == NULL)
@@ -105,23 +199,33 @@ size_t hg_threads_count(void)
 void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
 {
     const size_t threads = hg_threads_count();
-    if (threads == 1 || n < 2 || pthread_mutex_trylock(&pool.busy) != 0) {
+    if (threads == 1 || n < 2 || n > TICKET_TASKS_MAX || pthread_mutex_trylock(&pool.busy) != 0) {
         for (size_t task = 0; task < n; ++task)
             fn(ctx, task, NULL);
         return;
     }
-    pthread_mutex_lock(&pool.lock);
     pool.fn = fn;
     pool.ctx = ctx;
-    pool.n = n;
-    pool.next = 0;
-    pool.finished = 0;
-    ++pool.generation;
-    pthread_cond_broadcast(&pool.start);
-    run_tasks(0);
-    while (pool.finished != pool.n)
-        pthread_cond_wait(&pool.done, &pool.lock);
+    atomic_store_explicit(&pool.finished, 0, memory_order_relaxed);
+    const uint32_t generation =
+        TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_relaxed)) + 1u;
+    atomic_store_explicit(&pool.ticket, TICKET(generation, n, 0), memory_order_seq_cst);
+    /* a worker that checked the ticket under the lock before the store is asleep by now */
+    pthread_mutex_lock(&pool.lock);
+    if (pool.sleepers)
+        pthread_cond_broadcast(&pool.start);
     pthread_mutex_unlock(&pool.lock);
+    run_tasks(generation, pool.scratch[0]);
+    /* every task is claimed; wait for those that run on workers */
+    spin_wait wait = {now_us(), 0, 0};
+    while (atomic_load_explicit(&pool.finished, memory_order_acquire) != n) {
+        if (spin_step(&wait))
+            continue;
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load_explicit(&pool.finished, memory_order_acquire) != n)
+            pthread_cond_wait(&pool.done, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+    }
     pthread_mutex_unlock(&pool.busy);
 }
 

@@ -1,6 +1,9 @@
 /* hetgen's worker pool: one fork/join loop, used by the GEMM (hg_gemm.c) to split its outermost
-   independent loop. The pool exists only where the platform allows threads (hg_threads_config.h,
-   written by hetgen from the platform's `options: {threads: N}`; never on bare-metal targets).
+   independent loop, and by the kernels big enough to share (attention heads, LayerNorm and Softmax
+   rows, pooling planes, elementwise chunks: hetgen/ops/_parallel.py cuts them into tasks at
+   generate time). The pool exists only where the platform allows threads (hg_threads_config.h,
+   written by hetgen from the platform's `options: {threads: N}`; never on bare-metal targets, where
+   hg_parallel_for below is an inline loop and the tasks compile to the serial code).
 
    Thread count: HG_THREADS_DEFAULT (the platform's `threads`), overridden at run time by the
    environment variable HG_THREADS (1..HG_THREADS_MAX), read once, when the pool first starts.
@@ -28,7 +31,8 @@
 
 #define HG_THREADS_MAX 64
 
-/* Each worker's own scratch: the GEMM's packing buffers for a full MC x KC x NC block. */
+/* Each worker's own scratch: the GEMM's packing buffers for a full MC x KC x NC block (a kernel that
+   needs less per task, such as one attention head, may use it instead of its own workspace). */
 #define HG_THREADS_SCRATCH_BYTES HG_SGEMM_PACK_BYTES(HG_SGEMM_MC, HG_SGEMM_NC, HG_SGEMM_KC)
 
 /* One task. `scratch` is HG_THREADS_SCRATCH_BYTES bytes (64-byte aligned) owned by the thread
@@ -42,7 +46,8 @@ size_t hg_threads_count(void);
 
 /* Runs fn(ctx, task, scratch) for every task in [0, n) and returns when all are done. The caller
    and the workers claim tasks one at a time, so a worker the OS is slow to wake costs nothing: the
-   caller runs its share too. Which thread runs a task must not change its result. While another
+   caller runs its share too (workers spin a while between calls, so they are seldom asleep). At
+   most 65535 tasks (more run on the caller). Which thread runs a task must not change its result. While another
    caller holds the pool, every task runs on this caller, one after another, with scratch NULL
    (the generated code stays re-entrant). */
 void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx);

@@ -1,0 +1,273 @@
+"""Kernels beside the GEMM that split their work across the worker pool (hetgen/ops/_parallel.py):
+fused attention (one head per task), LayerNorm and Softmax (rows, or runs of columns), elementwise
+kernels (chunks of the outermost loop). Built with `threads: 2` they match onnxruntime and the
+`threads: 1` build bit for bit (the tasks are cut at generate time, whatever the thread count); small
+operators stay serial; without a pool (bare metal) the split compiles to a plain loop; and the pool
+is clean under ThreadSanitizer (and AddressSanitizer + UBSan) while heads run their GEMMs on worker
+threads, in the threads' own scratch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import hetgen
+from hetgen.runtime.reference import ort_session, random_inputs
+
+HEADS, SEQ, HEAD_DIM = 2, 128, 32
+Z = [4, 64, 128]  # Softmax rows of 128 along the last axis; 128 inner columns along axis 1
+ODD = [201, 203]  # an elementwise loop that does not end on a whole chunk
+LARGE = ("attention", "LayerNormalization", "Softmax", "LogSoftmax", "Add", "Sigmoid", "Mul", "MaxPool", "AveragePool")
+LARGE += ("GlobalAveragePool",)
+IMAGE = [1, 64, 32, 32]  # pooled plane by plane
+
+
+def threaded_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+
+    def const(name, shape, scale=1.0):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    head = [1, HEADS, SEQ, HEAD_DIM]
+    value = helper.make_tensor_value_info
+    inputs = [value(name, TensorProto.FLOAT, head) for name in ("q", "k", "v")]
+    inputs += [
+        value("mask", TensorProto.FLOAT, [1, 1, 1, SEQ]),
+        value("h", TensorProto.FLOAT, [1, SEQ, 64]),
+        value("z", TensorProto.FLOAT, Z),
+        value("a", TensorProto.FLOAT, ODD),
+        value("b", TensorProto.FLOAT, ODD),
+        value("tiny", TensorProto.FLOAT, [2, 8]),
+        value("tall", TensorProto.FLOAT, [512, 64]),
+        value("image", TensorProto.FLOAT, IMAGE),
+    ]
+    nodes = [
+        # attention: softmax(Q Kᵀ / 4 + mask) V, one kernel (hetgen/lower/fuse_attention.py)
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Div", ["scores", "four"], ["scaled"]),
+        helper.make_node("Add", ["mask", "scaled"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["y_attention"]),
+        helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["y_layernorm"], axis=-1),
+        helper.make_node("Softmax", ["z"], ["y_softmax"], axis=-1),
+        helper.make_node("LogSoftmax", ["z"], ["y_logsoftmax"], axis=1),
+        helper.make_node("Add", ["z", "row"], ["y_add"]),  # broadcast: two loops, the outer one split
+        helper.make_node("Sigmoid", ["z"], ["y_sigmoid"]),  # one flat loop, in chunks of whole vectors
+        helper.make_node("Mul", ["a", "b"], ["y_mul"]),
+        helper.make_node("LayerNormalization", ["tiny", "tiny_gamma"], ["y_tiny"], axis=-1, name="tiny"),
+        # many rows of activations by packed weights: the GEMM splits its rows (hg_gemm.c)
+        helper.make_node("MatMul", ["tall", "w_tall"], ["y_matmul"]),
+        helper.make_node("MaxPool", ["image"], ["y_maxpool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
+        helper.make_node("MaxPool", ["image"], ["y_argmax", "y_indices"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("AveragePool", ["image"], ["y_avgpool"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["image"], ["y_global"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
+        const("gamma", [64]),
+        const("beta", [64]),
+        const("row", [Z[-1]]),
+        const("tiny_gamma", [8]),
+        const("w_tall", [64, 64], 0.125),
+    ]
+    shapes = {
+        "y_attention": head,
+        "y_layernorm": [1, SEQ, 64],
+        **{name: Z for name in ("y_softmax", "y_logsoftmax", "y_add", "y_sigmoid")},
+        "y_mul": ODD,
+        "y_tiny": [2, 8],
+        "y_matmul": [512, 64],
+        **{name: [1, 64, 16, 16] for name in ("y_maxpool", "y_argmax", "y_avgpool")},
+        "y_global": [1, 64, 1, 1],
+    }
+    outputs = [value(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
+    outputs.append(value("y_indices", TensorProto.INT64, [1, 64, 16, 16]))
+    graph = helper.make_graph(nodes, "threaded", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def host_platform(folder: Path, threads: int) -> Path:
+    path = folder / f"host{threads}.yaml"
+    path.write_text(f"name: host\ntarget: {{kind: native, runtime: aot}}\noptions: {{threads: {threads}}}\n")
+    return path
+
+
+def kernel_sources(out: Path) -> dict[str, str]:
+    """Each kernel's C text by the label on its first line ("Softmax (n7_softmax)", ...)."""
+    sources = {}
+    for path in sorted((out / "host" / "kernels").glob("*.c")):
+        text = path.read_text()
+        sources[text.splitlines()[0].split("Computes ", 1)[1].rstrip(" */.")] = text
+    return sources
+
+
+def split_kernels(out: Path) -> set[str]:
+    """The kernels that call the pool, each named by its kind (attention, or its first operator)."""
+    names = set()
+    for label, text in kernel_sources(out).items():
+        if "hg_parallel_for" in text:
+            names.add("attention" if label.count("MatMul") == 2 and "Softmax" in label else label.split()[0])
+    return names
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    model = threaded_model()
+    folder = tmp_path_factory.mktemp("threaded")
+    outs = {
+        threads: hetgen.compile(
+            host_platform(folder, threads), model, out=folder / f"out{threads}", opt=("-O2",), native_only=True
+        )
+        for threads in (1, 2)
+    }
+    return model, outs
+
+
+def run(out: Path, feeds: dict, monkeypatch, threads: int | None = None) -> dict[str, np.ndarray]:
+    if threads is None:
+        monkeypatch.delenv("HG_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("HG_THREADS", str(threads))
+    return hetgen.load(out).run(feeds)  # each load is a private copy, with a pool of its own
+
+
+def test_large_kernels_split_and_small_ones_stay_serial(builds):
+    _, outs = builds
+    assert split_kernels(outs[2]) == set(LARGE)
+    # the cut does not depend on the platform's thread count: the threads: 1 build has the same tasks
+    assert kernel_sources(outs[1]) == kernel_sources(outs[2])
+    tiny = kernel_sources(outs[2])["LayerNormalization 'tiny'"]
+    assert "hg_parallel_for" not in tiny and "hg_threads.h" not in tiny
+
+
+def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkeypatch):
+    model, outs = builds
+    feeds = random_inputs(hetgen.load(outs[1]).inputs, seed=5)
+    expected = dict(zip((o.name for o in model.graph.output), ort_session(model.SerializeToString()).run(None, feeds)))
+    before = len(os.listdir("/proc/self/task"))
+    two = run(outs[2], feeds, monkeypatch)
+    assert len(os.listdir("/proc/self/task")) == before + 1, "the threads: 2 build started no worker"
+    one = run(outs[1], feeds, monkeypatch)
+    three = run(outs[1], feeds, monkeypatch, threads=3)
+    for name, wanted in expected.items():
+        np.testing.assert_allclose(two[name], wanted, rtol=1e-4, atol=1e-5, err_msg=name)
+        assert np.array_equal(one[name].view(np.uint32), two[name].view(np.uint32)), f"{name}: 1 and 2 threads differ"
+        assert np.array_equal(one[name].view(np.uint32), three[name].view(np.uint32)), f"{name}: 1 and 3 threads differ"
+
+
+def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
+    """Bare metal has no pool (hg_threads_config.h: HG_THREADS_POOL 0): a split kernel then refers to
+    no pool function and no pthreads, so it links without hg_threads.c's pool or -pthread."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed")
+    _, outs = builds
+    headers = tmp_path / "runtime"
+    shutil.copytree(outs[2] / "runtime", headers)
+    (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
+    kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
+    split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
+    assert len(split) == len(LARGE) + 1  # two MaxPools
+    for index, source in enumerate(split):
+        copy = headers / source.name  # beside the headers, so "hg_threads_config.h" is this one
+        shutil.copy(source, copy)
+        obj = tmp_path / f"k{index}.o"
+        subprocess.run(["gcc", "-std=c11", "-O2", "-c", str(copy), "-I", str(headers), "-o", str(obj)], check=True)
+        undefined = subprocess.run(["nm", "-u", str(obj)], capture_output=True, text=True, check=True).stdout
+        assert "hg_parallel_for" not in undefined and "pthread" not in undefined, (source.name, undefined)
+
+
+DRIVER = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "hg_host.h"
+
+#define CALLERS 3
+#define RUNS 3
+
+static void *inputs[HG_HOST_NUM_INPUTS], *expected[HG_HOST_NUM_OUTPUTS];
+
+static void *buffers(const hg_tensor_info *info, size_t count, void **into) {
+    for (size_t i = 0; i < count; ++i)
+        into[i] = calloc(1, info[i].nbytes);
+    return into;
+}
+
+static int run_once(void **outputs, void *workspace) {
+    return hg_host_run((const void *const *)inputs, outputs, workspace);
+}
+
+/* Several callers at once: one owns the pool (its attention heads run on the worker, each head's
+   GEMMs alone), the others run every task themselves. */
+static void *caller(void *arg) {
+    (void)arg;
+    void *workspace = aligned_alloc(HG_HOST_WORKSPACE_ALIGN, HG_HOST_WORKSPACE_SIZE);
+    void *outputs[HG_HOST_NUM_OUTPUTS];
+    buffers(hg_host_outputs, HG_HOST_NUM_OUTPUTS, outputs);
+    for (int r = 0; r < RUNS; ++r) {
+        if (run_once(outputs, workspace) != HG_OK)
+            exit(3);
+        for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o)
+            if (memcmp(outputs[o], expected[o], hg_host_outputs[o].nbytes) != 0) {
+                fprintf(stderr, "run %d: output %zu differs\n", r, o);
+                exit(4);
+            }
+    }
+    for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o)
+        free(outputs[o]);
+    free(workspace);
+    return NULL;
+}
+
+int main(void) {
+    buffers(hg_host_inputs, HG_HOST_NUM_INPUTS, inputs);
+    for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) {
+        float *x = inputs[i];
+        for (size_t j = 0; j < hg_host_inputs[i].nbytes / sizeof(float); ++j)
+            x[j] = (float)((j * 37 + i) % 101) / 50.0f - 1.0f;
+    }
+    buffers(hg_host_outputs, HG_HOST_NUM_OUTPUTS, expected);
+    if (hg_host_init() != HG_OK || run_once(expected, NULL) != HG_OK) return 2;
+    pthread_t threads[CALLERS];
+    for (int t = 0; t < CALLERS; ++t) pthread_create(&threads[t], NULL, caller, NULL);
+    for (int t = 0; t < CALLERS; ++t) pthread_join(threads[t], NULL);
+    for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) free(inputs[i]);
+    for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) free(expected[o]);
+    puts("ok");
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("sanitizers", [("thread",), ("address", "undefined")], ids=["tsan", "asan-ubsan"])
+def test_split_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch, sanitizers):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed")
+    flag = f"-fsanitize={','.join(sanitizers)}"
+    monkeypatch.delenv("HG_THREADS", raising=False)
+    out = hetgen.compile(
+        host_platform(tmp_path, 2),
+        threaded_model(),
+        out=tmp_path / "out",
+        opt=("-O1", "-g"),
+        native_tuning=False,
+        native_only=True,
+        sanitize=sanitizers,
+    )
+    (tmp_path / "driver.c").write_text(DRIVER)
+    exe = tmp_path / "driver"
+    command = ["gcc", "-std=c11", "-O1", "-g", flag, "-I", str(out / "host"), "-I", str(out / "runtime")]
+    command += [str(tmp_path / "driver.c"), str(out / "lib" / "libhg_host.a"), "-pthread", "-lm", "-o", str(exe)]
+    subprocess.run(command, check=True)
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "Sanitizer" not in result.stderr, result.stderr[-4000:]
+    assert result.stdout.strip() == "ok"
