@@ -5,7 +5,9 @@ of the node as a kernel of its own, and for each head that can absorb activation
 spec of every unit it can form: its nodes, resolved epilogue, the lowered kernel (or why the
 operator cannot be lowered), the work the cost model prices (flops, bytes), the scratch the kernel
 needs and the work descriptor a simulated accelerator counts; and, per accelerator with a bounded
-SRAM, each unit's tiling there (`tiles.py`). Placement reads costs and memory fit from it as data;
+SRAM, each unit's tiling there (`tiles.py`); and the multi-operator units a CPU controller runs as one
+kernel (fused attention, a residual Add in a Conv: `patterns.py`), which placement prices as one
+group and lowering emits for exactly such a group. Placement reads costs and memory fit from it as data;
 lowering takes its kernels and tilings from it; nothing re-runs an operator lowering or a tiling
 to learn a number.
 """

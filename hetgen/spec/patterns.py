@@ -26,7 +26,7 @@ from hetgen.ir import DType, Graph, Node
 from hetgen.ops import attention
 from hetgen.ops.base import Epilogue, Kernel, OpInstance
 from hetgen.ops.registry import op_def
-from hetgen.spec.attention import match_attention
+from hetgen.spec.attention import PatternGraph, match_attention
 
 ATTENTION, RESIDUAL = "attention", "conv_residual"  # the placement group labels of the two patterns
 
@@ -81,12 +81,14 @@ def fused_patterns(graph: Graph, chains: Mapping[str, tuple[tuple[str, Epilogue]
 
 def attention_patterns(graph: Graph) -> list[FusedPattern]:
     """The attention patterns (`attention.py`), one unit each."""
+    softmaxes = [node for node in graph.nodes if node.op == "Softmax"]
+    if not softmaxes:
+        return []
     together = {node.name: "" for node in graph.nodes}  # the pattern as if all of it ran in one place
+    questions = PatternGraph(graph, together)
     patterns, claimed = [], set()
-    for node in graph.nodes:
-        if node.op != "Softmax":
-            continue
-        match = match_attention(graph, together, node)
+    for node in softmaxes:
+        match = match_attention(graph, together, node, questions)
         if match is None or claimed & {n.name for n in match.nodes}:
             continue
         claimed |= {n.name for n in match.nodes}
