@@ -18,10 +18,13 @@ import hetgen
 from hetgen import lower
 from hetgen.frontend import import_model
 from hetgen.models import resnet, transformer_encoder
-from hetgen.partition.cost import Work, kernel_us
+from hetgen.partition import exact
+from hetgen.partition.cost import Calibration, Work, kernel_us
+from hetgen.partition.exact import ExactSearch, search_order
 from hetgen.partition.explain import explain_json, explain_text
 from hetgen.partition.patterns import pattern_table
 from hetgen.partition.search import place
+from hetgen.partition.space import SearchSpace
 from hetgen.platform.loader import load_platform, load_platform_text
 from hetgen.runtime.devices import simulation_report
 from hetgen.runtime.reference import ort_session, random_inputs
@@ -170,3 +173,46 @@ def test_a_residual_from_a_device_is_not_fused(tmp_path, residual_on):
     feeds = random_inputs(built.inputs, seed=1)
     (wanted,) = ort_session(model.SerializeToString()).run(None, feeds)
     np.testing.assert_allclose(built.run(feeds)["y"], wanted, rtol=1e-4, atol=1e-5)
+
+
+def latest_first_order(space) -> list[int]:
+    """A topological order that takes the latest ready node first: a fused attention's branches
+    (Q, K and V) come in the reverse of the graph's order."""
+    waiting = [0] * len(space.graph.nodes)
+    successors: list[set[int]] = [set() for _ in space.graph.nodes]
+    for t, readers in enumerate(space.consumers):
+        if space.producer[t] >= 0:
+            successors[space.producer[t]].update(readers)
+    for targets in successors:
+        for s in targets:
+            waiting[s] += 1
+    ready = [n for n, count in enumerate(waiting) if count == 0]
+    order = []
+    while ready:
+        node = max(ready)
+        ready.remove(node)
+        order.append(node)
+        for s in successors[node]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                ready.append(s)
+    return order
+
+
+def test_the_search_takes_a_fused_attention_in_any_order(monkeypatch):
+    """A fused attention is a DAG, not a chain: the search opens it at whichever of its nodes comes
+    first in its order. Any topological order finds the same least cost, each node placed once."""
+    platform = platform_named("host")
+    space = SearchSpace(import_model(transformer_encoder()), platform, Calibration())
+    costs = []
+    for order in (search_order, latest_first_order):
+        monkeypatch.setattr(exact, "search_order", order)
+        search = ExactSearch(space, space.candidates)
+        chosen, _ = search.run(1024)
+        by_id = {c.id: c for c in space.candidates}
+        placed = sorted(n for cid in chosen for n in by_id[cid].nodes)
+        assert placed == list(range(len(space.graph.nodes)))
+        assert sum(by_id[cid].label == ATTENTION for cid in chosen) == 2
+        costs.append(search.best_cost)
+    assert latest_first_order(space) != search_order(space)
+    assert costs[0] == pytest.approx(costs[1])

@@ -14,10 +14,9 @@ nothing itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from hetgen.ir import Graph, Node
-from hetgen.ops import attention
 from hetgen.ops.base import Epilogue, Kernel, OpInstance
 from hetgen.ops.registry import op_def
 from hetgen.spec import KernelTable
@@ -29,9 +28,11 @@ from hetgen.spec.patterns import FusedPattern
 class Unit:
     nodes: tuple[Node, ...]  # the producer first, then the fused activations
     epilogue: tuple[Epilogue, ...]
-    # A multi-operator pattern's kernel inputs (attention, residual Add); None: the head's inputs.
-    fused_inputs: tuple[str, ...] | None = None
-    attention: attention.AttentionSpec | None = None  # set on a fused attention unit
+    pattern: FusedPattern | None = None  # a multi-operator unit of the kernel table
+
+    @classmethod
+    def of_pattern(cls, pattern: FusedPattern) -> Unit:
+        return cls(pattern.nodes, pattern.epilogue, pattern)
 
     @property
     def head(self) -> Node:
@@ -39,7 +40,7 @@ class Unit:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return self.head.inputs if self.fused_inputs is None else self.fused_inputs
+        return self.head.inputs if self.pattern is None else self.pattern.inputs
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -52,7 +53,7 @@ class Unit:
     @property
     def is_pattern(self) -> bool:
         """A multi-operator pattern unit (hetgen/spec/patterns.py)."""
-        return self.fused_inputs is not None
+        return self.pattern is not None
 
 
 def placed_patterns(placement, kernels: KernelTable, controllers: Collection[str]) -> tuple[FusedPattern, ...]:
@@ -70,7 +71,7 @@ def kernel_units(
     """The placed graph (nodes in execution order) cut into units, none spanning two targets; the
     `patterns` placement formed (`placed_patterns`) each one unit, emitted where its last node is
     (every input of every node in it exists by then)."""
-    pattern_units = [Unit(p.nodes, p.epilogue, p.inputs, p.attention) for p in patterns]
+    pattern_units = [Unit.of_pattern(p) for p in patterns]
     pattern_of = {n.name: unit for unit in pattern_units for n in unit.nodes}
 
     def same_target(head: Node, activation: Node) -> bool:
@@ -95,16 +96,14 @@ def kernel_units(
 
 def unit_lowering(unit: Unit) -> Callable[[OpInstance], Kernel] | None:
     """The function lowering `unit`: the pattern's kernel, else the head operator's lowering."""
-    if unit.attention is not None:
-        spec = unit.attention
-        return lambda op: attention.lower(spec, op)
+    if unit.pattern is not None:
+        return unit.pattern.lower
     definition = op_def(unit.head.op)
     return definition.lower if definition is not None else None
 
 
 def op_instance(unit: Unit, graph: Graph) -> OpInstance:
     """The operator instance `unit` lowers: a pattern as one node reading the kernel's inputs."""
-    if unit.fused_inputs is None:
-        return OpInstance.of(unit.head, graph, unit.epilogue, outputs=unit.nodes[-1].outputs)
-    head = replace(unit.head, inputs=unit.fused_inputs, outputs=unit.outputs)
-    return OpInstance.of(head, graph, unit.epilogue, outputs=unit.nodes[-1].outputs)
+    if unit.pattern is not None:
+        return unit.pattern.instance(graph)
+    return OpInstance.of(unit.head, graph, unit.epilogue, outputs=unit.nodes[-1].outputs)
