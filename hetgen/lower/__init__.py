@@ -13,7 +13,7 @@ import dataclasses
 from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
-from hetgen.lower.fuse import Unit, kernel_units, placed_patterns
+from hetgen.lower.fuse import Unit, kernel_units, placed_patterns, placement_groups
 from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
@@ -210,7 +210,7 @@ def _lower(graph: Graph, platform: Platform, placement, isolated: frozenset[str]
     ordered = dataclasses.replace(graph, nodes=tuple(nodes))
     controllers = {t.path_str for t in platform.targets() if t.role is Role.CONTROLLER}
     patterns = placed_patterns(placement, kernel_table, controllers)  # the fused groups placement priced
-    all_units = kernel_units(ordered, assignment, kernel_table, patterns)
+    all_units = kernel_units(ordered, placement_groups(placement), kernel_table, patterns)  # as placement priced
     units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, kernel_table, graph), graph)
     graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
     infos = [UnitInfo(assignment[u.head.name], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]

@@ -2,7 +2,9 @@
 
 A unit is one node, or a node followed by activations it absorbs as an epilogue (Conv→Relu,
 Gemm→Clip, Add→Relu). Which activation may be absorbed is decided once, by the kernel table's
-fusion rule (hetgen/spec/fusion.py); lowering adds only that a unit never spans two targets.
+fusion rule (hetgen/spec/fusion.py); placement decides where the chain is cut: a unit never spans
+two placement groups, so each group is the kernels the cost model priced it as (on a controller,
+hetgen/partition/fused.py offers every fused unit as a group of its own).
 
 Multi-operator units (fused attention, a residual Add in a Conv's epilogue) are decided by the
 kernel table too (hetgen/spec/patterns.py) and chosen by placement: a placement group on a
@@ -65,21 +67,31 @@ def placed_patterns(placement, kernels: KernelTable, controllers: Collection[str
     return tuple(pattern for pattern in found if pattern is not None)
 
 
+def placement_groups(placement) -> dict[str, int] | None:
+    """Node name -> the index of its placement group; None without a placement (everything on the
+    root controller, each unit as fused as the table allows)."""
+    if placement is None:
+        return None
+    return {name: index for index, group in enumerate(placement.groups) for name in group.nodes}
+
+
 def kernel_units(
-    graph: Graph, assignment: Mapping[str, str], kernels: KernelTable, patterns: Iterable[FusedPattern] = ()
+    graph: Graph, group_of: Mapping[str, int] | None, kernels: KernelTable, patterns: Iterable[FusedPattern] = ()
 ) -> tuple[Unit, ...]:
-    """The placed graph (nodes in execution order) cut into units, none spanning two targets; the
+    """The placed graph (nodes in execution order) cut into units, none spanning two placement
+    groups (`group_of`: node -> its group, `placement_groups`; None: no placement, one group); the
     `patterns` placement formed (`placed_patterns`) each one unit, emitted where its last node is
     (every input of every node in it exists by then)."""
     pattern_units = [Unit.of_pattern(p) for p in patterns]
     pattern_of = {n.name: unit for unit in pattern_units for n in unit.nodes}
 
-    def same_target(head: Node, activation: Node) -> bool:
-        return assignment[activation.name] == assignment[head.name] and activation.name not in pattern_of
+    def same_group(head: Node, activation: Node) -> bool:
+        together = group_of is None or group_of[activation.name] == group_of[head.name]
+        return together and activation.name not in pattern_of
 
     plain = [n for n in graph.nodes if n.name not in pattern_of]
     by_head = {
-        members[0].name: Unit(members, epilogue) for members, epilogue in cut_units(plain, kernels.chains, same_target)
+        members[0].name: Unit(members, epilogue) for members, epilogue in cut_units(plain, kernels.chains, same_group)
     }
     order = {node.name: index for index, node in enumerate(graph.nodes)}
     last_of = {id(unit): max(unit.nodes, key=lambda n: order[n.name]).name for unit in pattern_units}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
 from hetgen.partition.cost import Calibration, Topology, Work, group_us
-from hetgen.partition.fused import with_fused
+from hetgen.partition.fused import group_work, with_fused
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
 from hetgen.spec import KernelTable, build_kernel_specs
@@ -137,7 +137,7 @@ class SearchSpace:
         for match in self.matches.matches:
             loc = self.loc_of_path[match.target]
             target = self.targets[loc]
-            work = Work(*self.kernels.group_work(nodes[i] for i in match.nodes))
+            work = Work(*group_work(self.kernels, target, (nodes[i] for i in match.nodes)))
             scale = calibration.scale_for(target)
             members = [nodes[i] for i in match.nodes]
             compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels)
