@@ -4,10 +4,14 @@ The kernel table decides the multi-operator units (fused attention, a residual A
 epilogue: hetgen/spec/patterns.py); placement offers each on every CPU controller as one group
 priced as its one kernel; lowering emits the fused kernel exactly for such a group. So the fused
 groups explain shows are the fused kernels in the generated program, each priced as one kernel, and
-explain's total is what the simulation counts.
+explain's total is what the simulation counts. The same holds for the ordinary epilogue units (a
+Conv, Gemm or Add with the activations its kernel absorbs, hetgen/spec/fusion.py): each is one group
+on a controller, priced as its one kernel, and lowering never fuses across two groups.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import onnx
@@ -17,12 +21,13 @@ from onnx import TensorProto, helper, numpy_helper
 import hetgen
 from hetgen import lower
 from hetgen.frontend import import_model
-from hetgen.models import resnet, transformer_encoder
+from hetgen.models import mobilenet_v2, resnet, shufflenet, squeezenet, transformer_encoder
 from hetgen.partition import exact
 from hetgen.partition.cost import Calibration, Work, kernel_us
 from hetgen.partition.exact import ExactSearch, search_order
 from hetgen.partition.explain import explain_json, explain_text
 from hetgen.partition.patterns import pattern_table
+from hetgen.partition.placement import Placement
 from hetgen.partition.search import place
 from hetgen.partition.space import SearchSpace
 from hetgen.platform.loader import load_platform, load_platform_text
@@ -216,3 +221,92 @@ def test_the_search_takes_a_fused_attention_in_any_order(monkeypatch):
         costs.append(search.best_cost)
     assert latest_first_order(space) != search_order(space)
     assert costs[0] == pytest.approx(costs[1])
+
+
+# -- epilogue chains: a head and the activations its kernel absorbs (hetgen/spec/fusion.py) --------
+
+
+def chain_groups(placement: Placement, kernels, controllers) -> list:
+    """The groups on controllers that are a head with fused activations: one kernel each."""
+    return [
+        g for g in placement.groups if g.target in controllers and len(g.nodes) > 1 and kernels.fused(g.nodes) is None
+    ]
+
+
+def controllers_of(platform) -> set[str]:
+    return {t.path_str for t in platform.root.walk() if t.role.name == "CONTROLLER"}
+
+
+def test_an_epilogue_chain_on_a_controller_is_priced_and_generated_as_one_kernel():
+    """Conv → Clip on the core: one group, priced as the fused kernel the table lowered (its work, one
+    launch), and lowering emits exactly one kernel per group on the controller, never one spanning
+    two groups."""
+    platform = platform_named("host")
+    graph = import_model(mobilenet_v2())
+    kernels = build_kernel_specs(graph, platform)
+    placement = place(graph, platform, kernels=kernels)
+    target = platform.root.controller()
+    efficiency = next(p.efficiency for p in pattern_table(target) if p.chain[0].ops == ("*",))
+    by_name = {node.name: node for node in graph.nodes}
+    chains = chain_groups(placement, kernels, controllers_of(platform))
+    assert len(chains) >= 10, [g.nodes for g in placement.groups]
+    for group in chains:
+        spec = kernels.unit(group.nodes)
+        assert spec.kernel is not None and len(spec.epilogue) == len(group.nodes) - 1
+        members = [by_name[n] for n in group.nodes]
+        assert group.cost_us == pytest.approx(
+            kernel_us(target.figures, Work(spec.flops, spec.bytes), efficiency, 1.0, members)
+        )
+        assert group.launch_us == pytest.approx(target.figures.launch_us)  # one launch, not one per operator
+        apart = sum(kernel_us(target.figures, Work(*kernels.group_work([m])), efficiency) for m in members)
+        assert group.cost_us < apart  # why the search takes it
+    generated = sorted(sorted(nodes) for _, nodes in generated_units(lower.lower(graph, platform, placement, kernels)))
+    aliases = {n for g in placement.groups for n in g.nodes} - {n for nodes in generated for n in nodes}
+    assert generated == sorted(sorted(g.nodes) for g in placement.groups if not set(g.nodes) <= aliases)
+
+
+def test_lowering_never_fuses_across_two_groups():
+    """A placement that runs a Conv and its Relu as two groups on the same core was priced as two
+    kernels, so it gets two: the fusion rule says what may fuse, placement says what does."""
+    platform = platform_named("host")
+    graph = import_model(resnet())
+    kernels = build_kernel_specs(graph, platform)
+    placement = place(graph, platform, kernels=kernels)
+    chain = next(g for g in chain_groups(placement, kernels, controllers_of(platform)) if len(g.nodes) == 2)
+    split = [dataclasses.replace(chain, name=f"{chain.name}_{k}", nodes=(n,)) for k, n in enumerate(chain.nodes)]
+    at = placement.groups.index(chain)
+    apart = dataclasses.replace(placement, groups=(*placement.groups[:at], *split, *placement.groups[at + 1 :]))
+    fused = {nodes for _, nodes in generated_units(lower.lower(graph, platform, placement, kernels))}
+    separate = {nodes for _, nodes in generated_units(lower.lower(graph, platform, apart, kernels))}
+    assert frozenset(chain.nodes) in fused and frozenset(chain.nodes) not in separate
+    assert {frozenset({n}) for n in chain.nodes} <= separate
+
+
+@pytest.mark.parametrize(
+    ("platform_name", "model"), [("board-aarch64", shufflenet), ("dual", squeezenet)], ids=["shufflenet", "squeezenet"]
+)
+def test_convolutions_taken_back_from_the_npu_run_as_priced(tmp_path, platform_name, model):
+    """Priced as the one kernel they are, fused Conv → Relu units on the core beat the npu for some
+    convolutions these models have (the search moved them); the built program runs those groups as
+    one kernel each, and explain's total is what the simulation counts within the tolerance."""
+    platform = platform_named(platform_name)
+    onnx_model = model()
+    graph = import_model(onnx_model)
+    kernels = build_kernel_specs(graph, platform)
+    placement = place(graph, platform, kernels=kernels)
+    convs_on_core = [
+        g for g in chain_groups(placement, kernels, controllers_of(platform)) if graph.node(g.nodes[0]).op == "Conv"
+    ]
+    assert convs_on_core and any(g.target.endswith("npu0") for g in placement.groups)
+    explained = explain_json(placement, graph)
+    out = hetgen.compile(platform, onnx_model, out=tmp_path / "out", native_only=True, native_tuning=False)
+    report = simulation_report(out)
+    assert report.estimate_us == pytest.approx(explained["total_us"])
+    assert abs(report.simulated_us / report.estimate_us - 1) <= TOLERANCE, (report.simulated_us, report.estimate_us)
+    assert sorted(tuple(g.nodes) for g in report.groups) == sorted(tuple(g.nodes) for g in placement.groups)
+    built = hetgen.load(out)
+    feeds = random_inputs(built.inputs, seed=3)
+    wanted = ort_session(onnx_model.SerializeToString()).run(None, feeds)
+    got = built.run(feeds)
+    for name, value in zip((o.name for o in onnx_model.graph.output), wanted):
+        np.testing.assert_allclose(got[name], value, rtol=1e-3, atol=1e-4)
