@@ -15,9 +15,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from hetgen.frontend import import_model
 from hetgen.models import transformer_encoder
+from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session, random_inputs
+from hetgen.spec.patterns import ATTENTION, RESIDUAL
 
 FAST = {"opt": ("-O1",), "native_tuning": False, "native_only": True}
 HOST = "name: host\ntarget: {kind: native, runtime: aot}\n"
@@ -31,7 +34,19 @@ def compile_and_compare(tmp_path, proto: onnx.ModelProto, rtol=1e-4, atol=1e-5) 
     got = model.run(feeds)
     for info, wanted in zip(model.outputs, ort_session(proto.SerializeToString()).run(None, feeds)):
         np.testing.assert_allclose(got[info.name], wanted, rtol=rtol, atol=atol, err_msg=info.name)
-    return kernel_labels(out)
+    labels = kernel_labels(out)
+    # what runs fused is what placement priced as one kernel (hetgen/spec/patterns.py)
+    placement = place(import_model(proto), load_platform_text(HOST))
+    priced = sorted(g.label for g in placement.groups if g.label in (ATTENTION, RESIDUAL))
+    assert priced == sorted(pattern_kind(label) for label in labels if pattern_kind(label)), (priced, labels)
+    return labels
+
+
+def pattern_kind(label: str) -> str | None:
+    """Which multi-operator unit a kernel's label shows, if any."""
+    if "Softmax" in label and " + " in label:
+        return ATTENTION
+    return RESIDUAL if label.startswith("Conv") and " + Add" in label else None
 
 
 def kernel_labels(out) -> list[str]:

@@ -198,7 +198,10 @@ def test_beam_bounded_placement_is_never_worse_than_greedy(seed):
 def test_greedy_is_used_when_a_one_state_beam_loses_to_it():
     """max_states=1 forces the beam: for this seed greedy's placement is cheaper than the beam's,
     and place returns it (priced, assembled), saying so."""
-    rng = random.Random(50)
+    # Seed 50 served until controllers were offered each fused epilogue unit (Add → Sigmoid) as one
+    # group: its one-state beam then found a placement cheaper than greedy's. 137 is the first seed
+    # whose beam still loses to greedy, which is what this test is about.
+    rng = random.Random(137)
     graph = random_dag(rng, rng.randrange(10, 40))
     platform = random_platform(rng)
     beam, greedy = place(graph, platform, max_states=1), place(graph, platform, mode="greedy")
@@ -295,7 +298,11 @@ def test_slow_link_keeps_small_convolutions_on_the_host():
     placement = place(graph, soc(link_gbps=0.1, latency_us=100.0))
     assert {g.target for g in placement.groups} == {"soc"}
     assert not placement.transfers
-    runner_up = placement.group_of("conv0").alternatives[0]
+    # conv0 runs fused with its Relu, one kernel on the core; the cheapest alternative is the same two
+    # operators as two kernels there, so the runner-up elsewhere is the first on another target
+    group = placement.group_of("conv0")
+    assert group.nodes == ("conv0", "relu1") and group.alternatives[0].target == "soc"
+    runner_up = next(a for a in group.alternatives if a.target != "soc")
     assert runner_up.target == "soc/vdevice0/npu0" and "over a 0.1 GB/s link" in runner_up.why
 
 

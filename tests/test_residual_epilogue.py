@@ -83,7 +83,8 @@ def test_conv_add_relu_is_one_kernel(tmp_path, params):
 
 
 def test_add_fused_when_other_is_computed_after_the_conv(tmp_path):
-    """The fused unit runs where the Add ran, so the order the schedule chose does not matter."""
+    """The fused unit is one placement group, run once both of its inputs exist: the order of the
+    operators in the model does not matter."""
     labels = compile_and_compare(tmp_path, conv_add_model(other="after"))
     assert len(fused(labels)) == 1, labels
 

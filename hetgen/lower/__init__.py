@@ -14,7 +14,7 @@ from hetgen.errors import HetgenError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
 from hetgen.lower.blocked_layout import block_layout
-from hetgen.lower.fuse import Unit, kernel_units, op_instance, unit_lowering
+from hetgen.lower.fuse import Unit, kernel_units, placed_patterns, placement_groups
 from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
@@ -36,7 +36,7 @@ from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
 from hetgen.lower.tiling import TilePlan, Unfit, tensor_names
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
-from hetgen.ops.base import Kernel, Unsupported
+from hetgen.ops.base import Kernel
 from hetgen.partition.price import placement_price
 from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.spec import KernelTable, build_kernel_specs
@@ -45,21 +45,13 @@ __all__ = ["lower", "Lowered", "Program"]
 
 
 def lower_units(units: tuple[Unit, ...], kernels: KernelTable, graph: Graph) -> tuple[Kernel, ...]:
-    """Each unit's kernel: from the kernel table, or for a multi-operator pattern (fuse.py) lowered
-    here; report every unsupported instance in one message."""
+    """Each unit's kernel, from the kernel table; report every unsupported instance in one message."""
     lowered, problems = [], []
     for unit in units:
-        if not unit.is_pattern:
-            spec = kernels.unit(unit.names)
-            lowered.append(spec.kernel)
-            if spec.kernel is None:
-                problems.append(f"{unit.head.label}: {spec.refusal}")
-            continue
-        lowering = unit_lowering(unit)
-        try:
-            lowered.append(lowering(op_instance(unit, graph)))
-        except Unsupported as exc:
-            problems.append(f"{unit.head.label}: {exc}")
+        spec = kernels.unit(unit.names)
+        lowered.append(spec.kernel)
+        if spec.kernel is None:
+            problems.append(f"{unit.head.label}: {spec.refusal}")
     if problems:
         where = f"{graph.source}: " if graph.source else ""
         raise ModelError(
@@ -221,7 +213,8 @@ def _lower(
     assignment = assignment or {node.name: root_path for node in nodes}
     ordered = dataclasses.replace(graph, nodes=tuple(nodes))
     controllers = {t.path_str for t in platform.targets() if t.role is Role.CONTROLLER}
-    all_units = kernel_units(ordered, assignment, kernel_table, fusing=controllers)
+    patterns = placed_patterns(placement, kernel_table, controllers)  # the fused groups placement priced
+    all_units = kernel_units(ordered, placement_groups(placement), kernel_table, patterns)  # as placement priced
     units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, kernel_table, graph), graph)
     graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
     blocked = block_layout(graph, units, kernels, unit_inputs, assignment, platform)  # NCHWc runs

@@ -128,7 +128,7 @@ def block_layout(
     written: dict[str, int] = {}  # tensor -> V of the blocked Conv writing it
     for index, unit in enumerate(units):  # in execution order: producers first
         v = widths.get(assignment[unit.head.name])
-        if v is None or unit.head.op != "Conv" or unit.attention is not None:
+        if v is None or unit.head.op != "Conv" or (unit.pattern is not None and unit.pattern.attention is not None):
             continue
         # a tensor blocked with another V (two CPUs of different vector widths) is read as NCHW
         clash = any(written.get(name, v) != v for name in unit_inputs[index][:1] + unit_inputs[index][3:4])

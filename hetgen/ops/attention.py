@@ -1,6 +1,6 @@
 """Fused attention: softmax(scale(Q Kᵀ) + mask) V as one kernel, one block of query rows at a time.
 
-Formed by `hetgen/lower/fuse_attention.py` from the separate operators, never written in a model.
+Formed by `hetgen/spec/attention.py` from the separate operators, never written in a model.
 Per batch and head, K (as Kᵀ) and V are first packed into the GEMM micro-kernel's B panels, once,
 read through strides (transposed or head-split layouts cost nothing). Then each block of query rows
 gets its scores from the GEMM (`hg_sgemm_ex`, Q read in place), scaled and masked in the GEMM's

@@ -12,7 +12,7 @@ Three strategies, chosen here so the template only lays out loops:
 The weights are the GEMM's A operand; when they are constant they are packed into the
 micro-kernel's panels at generate time (`Prepacked`), so no run packs them. Bias and fused
 activations run in the GEMM epilogue, on each finished tile of the output while it is in L1; so
-does a residual Add fused into the Conv (`hetgen/lower/fuse.py`), read from a fourth input.
+does a residual Add fused into the Conv (`hetgen/spec/patterns.py`), read from a fourth input.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def lower(op: OpInstance) -> Kernel:
     k_dim = cin_group * win.kernel_size
     pack = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks) if variant != "direct" else 0
     has_bias = op.has_input(2)
-    # a residual Add fused into this Conv (hetgen/lower/fuse.py): input 3, the output's shape
+    # a residual Add fused into this Conv (hetgen/spec/patterns.py): input 3, the output's shape
     residual = op.has_input(3)
     if residual and tuple(op.input_types[3].shape) != tuple(y_type.shape):
         raise Unsupported(f"Conv residual of shape {tuple(op.input_types[3].shape)}; accepted: {tuple(y_type.shape)}")

@@ -10,6 +10,7 @@ from dataclasses import replace
 from hetgen.lower.invocation import group_plans, kernel_units_of, one_unit_per_invocation
 from hetgen.lower.tiling import Action, TilePlan
 from hetgen.partition.cost import format_bytes, weight_load_us
+from hetgen.partition.fused import legal_fusions
 from hetgen.partition.pins import Pin
 from hetgen.partition.placement import (
     Alternative,
@@ -39,7 +40,7 @@ def assemble(
     pins: Mapping[int, Pin],
 ) -> Placement:
     by_id = {c.id: c for c in candidates}
-    picked = sorted((by_id[cid] for cid in chosen), key=lambda c: c.last)
+    picked = sorted((by_id[cid] for cid in legal_fusions(space, candidates, chosen)), key=lambda c: c.last)
     loc_of_node = [0] * len(space.graph.nodes)
     for c in picked:
         for n in c.nodes:
@@ -95,7 +96,7 @@ def assemble(
 def chosen_makespan(space: SearchSpace, candidates: tuple[Candidate, ...], chosen: Sequence[int]) -> float:
     """The makespan `assemble` would price these candidates at, without building the rest of a Placement."""
     by_id = {c.id: c for c in candidates}
-    picked = sorted((by_id[cid] for cid in chosen), key=lambda c: c.last)
+    picked = sorted((by_id[cid] for cid in legal_fusions(space, candidates, chosen)), key=lambda c: c.last)
     groups = [
         Group(f"g{k}", space.paths[c.loc], tuple(space.graph.nodes[n].name for n in c.nodes), c.label, c.compute_us)
         for k, c in enumerate(picked)

@@ -63,11 +63,6 @@ class ExactSearch:
         """`prune=False` turns off dominance, reordering and beam narrowing: the plain DP, for tests."""
         self.prune = prune
         self.space = space
-        self.starts: list[list[Candidate]] = [[] for _ in space.graph.nodes]
-        for c in candidates:
-            self.starts[c.nodes[0]].append(c)
-        self.by_id = {c.id: c for c in candidates}
-        self.later = {c.id: frozenset(c.nodes[1:]) for c in candidates}
         node_locs = [0] * len(space.graph.nodes)
         for c in candidates:
             for n in c.nodes:
@@ -80,6 +75,15 @@ class ExactSearch:
         position = [0] * len(self.order)
         for step, node in enumerate(self.order):
             position[node] = step
+        # a group is chosen at its first node in the search's order (a fused attention's branches
+        # may come in any order) and executes at its last, the node every other one feeds
+        self.starts: list[list[Candidate]] = [[] for _ in space.graph.nodes]
+        self.later: dict[int, frozenset[int]] = {}
+        for c in candidates:
+            first = min(c.nodes, key=position.__getitem__)
+            self.starts[first].append(c)
+            self.later[c.id] = frozenset(c.nodes) - {first}
+        self.by_id = {c.id: c for c in candidates}
         # per tensor: its readers' steps, sorted, and reader_locs[t][k], the places its readers
         # from the k-th one on could run at
         self.readers = [sorted(position[n] for n in readers) for readers in space.consumers]

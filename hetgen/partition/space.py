@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
 from hetgen.partition.cost import Calibration, Topology, Work, group_us
+from hetgen.partition.fused import group_work, with_fused
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
 from hetgen.spec import KernelTable, build_kernel_specs
@@ -47,7 +48,7 @@ class SearchSpace:
         self.node_index = {node.name: i for i, node in enumerate(graph.nodes)}
         self._index_tensors()
         self._index_links()
-        self.matches: Matches = match_patterns(graph, platform, self.kernels)
+        self.matches: Matches = with_fused(match_patterns(graph, platform, self.kernels), graph, platform, self.kernels)
         self.candidates = self._candidates(calibration)
 
     def launch_us(self, loc: int) -> float:
@@ -136,7 +137,7 @@ class SearchSpace:
         for match in self.matches.matches:
             loc = self.loc_of_path[match.target]
             target = self.targets[loc]
-            work = Work(*self.kernels.group_work(nodes[i] for i in match.nodes))
+            work = Work(*group_work(self.kernels, target, (nodes[i] for i in match.nodes)))
             scale = calibration.scale_for(target)
             members = [nodes[i] for i in match.nodes]
             compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels)

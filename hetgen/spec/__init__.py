@@ -5,7 +5,9 @@ of the node as a kernel of its own, and for each head that can absorb activation
 spec of every unit it can form: its nodes, resolved epilogue, the lowered kernel (or why the
 operator cannot be lowered), the work the cost model prices (flops, bytes), the scratch the kernel
 needs and the work descriptor a simulated accelerator counts; and, per accelerator with a bounded
-SRAM, each unit's tiling there (`tiles.py`). Placement reads costs and memory fit from it as data;
+SRAM, each unit's tiling there (`tiles.py`); and the multi-operator units a CPU controller runs as one
+kernel (fused attention, a residual Add in a Conv: `patterns.py`), which placement prices as one
+group and lowering emits for exactly such a group. Placement reads costs and memory fit from it as data;
 lowering takes its kernels and tilings from it; nothing re-runs an operator lowering or a tiling
 to learn a number.
 """
@@ -24,6 +26,7 @@ from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
 from hetgen.ops.registry import op_def
 from hetgen.platform.model import Platform
 from hetgen.spec.fusion import fusion_chains
+from hetgen.spec.patterns import FusedPattern, fused_patterns
 from hetgen.spec.tiles import tile_plans
 from hetgen.spec.work import Work, kernel_work
 
@@ -57,6 +60,13 @@ class KernelTable:
     chains: Mapping[str, tuple[tuple[str, Epilogue], ...]]  # head -> the activations it may absorb
     # (tiled accelerator's path, unit) -> the unit's tiling there, or why none fits (`tiles.py`)
     plans: Mapping[tuple[str, tuple[str, ...]], TilePlan | Unfit] = field(default_factory=lambda: MappingProxyType({}))
+    # multi-operator units (`patterns.py`) by their names, also in `units`; and by their node sets
+    patterns: Mapping[tuple[str, ...], FusedPattern] = field(default_factory=lambda: MappingProxyType({}))
+    pattern_of: Mapping[frozenset[str], FusedPattern] = field(default_factory=lambda: MappingProxyType({}))
+
+    def fused(self, names: Iterable[str]) -> FusedPattern | None:
+        """The pattern unit whose nodes are exactly `names` (a placement group), if there is one."""
+        return self.pattern_of.get(frozenset(names)) if self.pattern_of else None
 
     def tile_plan(self, target_path: str, names: tuple[str, ...]) -> TilePlan | Unfit:
         """The tiling of unit `names` on the tiled accelerator `target_path`."""
@@ -82,6 +92,10 @@ class KernelTable:
         """A fused group's (flops, bytes): its nodes' flops, and bytes less the intermediates kept
         on chip."""
         nodes = list(nodes)
+        pattern = self.fused(node.name for node in nodes)
+        if pattern is not None:  # one kernel: the scores, transposes, sums never leave it
+            spec = self.units[pattern.names]
+            return spec.flops, spec.bytes
         specs = [self.node(node.name) for node in nodes]
         flops = sum(spec.flops for spec in specs)
         total_bytes = sum(spec.bytes for spec in specs)
@@ -109,8 +123,40 @@ def build_kernel_specs(graph: Graph, platform: Platform | None = None) -> Kernel
             members.append(by_name[name])
             epilogue.append(fused)
             units[tuple(n.name for n in members)] = unit_spec(members, epilogue, graph)
-    plans = tile_plans(graph, platform, units) if platform is not None else {}
-    return KernelTable(graph, MappingProxyType(units), MappingProxyType(chains), MappingProxyType(plans))
+    plans = tile_plans(graph, platform, units) if platform is not None else {}  # patterns: CPUs only
+    patterns = {}
+    for pattern in fused_patterns(graph, chains):
+        spec = pattern_spec(pattern, graph)
+        if spec.kernel is not None:  # one its kernel refuses stays separate operators
+            units[pattern.names], patterns[pattern.names] = spec, pattern
+    by_nodes = {frozenset(names): pattern for names, pattern in patterns.items()}
+    return KernelTable(
+        graph,
+        MappingProxyType(units),
+        MappingProxyType(chains),
+        MappingProxyType(plans),
+        MappingProxyType(patterns),
+        MappingProxyType(by_nodes),
+    )
+
+
+def pattern_spec(pattern: FusedPattern, graph: Graph) -> KernelSpec:
+    """A multi-operator unit's spec: its kernel's own figures (no simulated device runs one)."""
+    try:
+        kernel, refusal = pattern.lower(pattern.instance(graph)), None
+    except Unsupported as exc:
+        kernel, refusal = None, str(exc)
+    return KernelSpec(
+        nodes=pattern.names,
+        op=pattern.head.op,
+        epilogue=pattern.epilogue,
+        kernel=kernel,
+        refusal=refusal,
+        flops=float(kernel.flops) if kernel is not None else 0.0,
+        bytes=float(kernel.bytes_accessed) if kernel is not None else 0.0,
+        scratch_bytes=kernel.scratch_bytes if kernel is not None else 0,
+        device_work=None,
+    )
 
 
 def lowered(head: Node, instance: OpInstance) -> tuple[Kernel | None, str | None]:

@@ -4,8 +4,9 @@ group into the units the cost model prices) and by lowering (to cut the placed g
 A unit is a head operator whose lowering accepts an epilogue (Conv, Gemm, MatMul, Add, ...) and the
 chain of activations that follow it: each reads, as its first input, the single output of the node
 before it, which nothing else reads and which is not a graph output, and its parameters are known
-at compile time. Where the chain is cut is the caller's: a unit never spans two targets (lowering)
-or two placement groups (the cost model).
+at compile time. Where the chain is cut is the caller's: a unit never spans two placement groups
+(lowering and the cost model alike; hetgen/partition/fused.py offers each unit on a controller as a
+group of its own).
 """
 
 from __future__ import annotations

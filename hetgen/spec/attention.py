@@ -11,9 +11,10 @@ The pattern, anchored on a Softmax over the last axis, in the forms exporters wr
 Transposes feeding Q, Kᵀ or V (heads split by Reshape → Transpose, K transposed once more) and a
 Transpose of the context (heads merged back) are absorbed as strides, so the kernel reads and writes
 the tensors the surrounding graph has. Every tensor inside the pattern has exactly one reader, is not
-a graph output and is float32, and every node runs on the same target, so the scores (and the
-transposed copies) never exist as tensors: the kernel (`hetgen/ops/attention.py`) computes them one
-block of query rows at a time.
+a graph output and is float32, and the unit runs only where placement puts all of its nodes as one
+group (`patterns.py`; the kernel table matches with every node in one place), so the scores (and
+the transposed copies) never exist as tensors: the kernel (`hetgen/ops/attention.py`) computes them
+one block of query rows at a time.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-class _Graph:
+class PatternGraph:
     """The questions the matcher asks: the one reader of a tensor, the producer, the target."""
 
     def __init__(self, graph: Graph, assignment: Mapping[str, str]):
@@ -75,7 +76,7 @@ class _Graph:
         return tuple(self.graph.types[name].shape)
 
 
-def _through_transposes(g: _Graph, name: str, target: str) -> tuple[str, tuple[int, ...], list[Node]]:
+def _through_transposes(g: PatternGraph, name: str, target: str) -> tuple[str, tuple[int, ...], list[Node]]:
     """The tensor `name` is a view of, the view's element strides (one per axis of `name`), and the
     Transpose nodes absorbed on the way."""
     rank = len(g.shape(name))
@@ -100,7 +101,7 @@ def _four(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[tuple[int, 
     return (1,) * pad + tuple(shape), (0,) * pad + tuple(strides)
 
 
-def _operand(g: _Graph, name: str, target: str, inputs: list[str], transpose: bool) -> tuple[Operand, list[Node]]:
+def _operand(g: PatternGraph, name: str, target: str, inputs: list[str], transpose: bool) -> tuple[Operand, list[Node]]:
     base, strides, absorbed = _through_transposes(g, name, target)
     shape, strides = _four(g.shape(name), strides)
     if transpose:  # Kᵀ [.., D, Sk] read as K [.., Sk, D]
@@ -110,7 +111,7 @@ def _operand(g: _Graph, name: str, target: str, inputs: list[str], transpose: bo
     return Operand(inputs.index(base), shape, strides), absorbed
 
 
-def _mask(g: _Graph, node: Node, scores: str, shape4: tuple[int, ...], inputs: list[str]) -> MaskSpec | None:
+def _mask(g: PatternGraph, node: Node, scores: str, shape4: tuple[int, ...], inputs: list[str]) -> MaskSpec | None:
     if node.op == "Add":
         other = node.inputs[1] if node.inputs[0] == scores else node.inputs[0]
         if other == scores or g.dtype(other) is not DType.FLOAT32:
@@ -151,9 +152,12 @@ def _broadcast_strides(shape: tuple[int, ...], to: tuple[int, ...]) -> tuple[int
     return tuple(strides)
 
 
-def match_attention(graph: Graph, assignment: Mapping[str, str], softmax: Node) -> AttentionMatch | None:
-    """The attention pattern around `softmax`, or None when the graph does not have it exactly."""
-    g = _Graph(graph, assignment)
+def match_attention(
+    graph: Graph, assignment: Mapping[str, str], softmax: Node, g: PatternGraph | None = None
+) -> AttentionMatch | None:
+    """The attention pattern around `softmax`, or None when the graph does not have it exactly
+    (`g`: the graph's questions, when the caller asks about several Softmax nodes)."""
+    g = g if g is not None else PatternGraph(graph, assignment)
     target = assignment.get(softmax.name)
     x = softmax.inputs[0]
     rank = len(g.shape(x))
@@ -255,7 +259,7 @@ def match_attention(graph: Graph, assignment: Mapping[str, str], softmax: Node) 
     return AttentionMatch(nodes, tuple(inputs), spec)
 
 
-def _chain_input(mask_node: Node, g: _Graph, target: str) -> str | None:
+def _chain_input(mask_node: Node, g: PatternGraph, target: str) -> str | None:
     """Which input of the mask node continues the chain back to the scores MatMul."""
     for name in mask_node.inputs:
         if not name or name in g.graph.constants:
@@ -272,11 +276,11 @@ def _chain_input(mask_node: Node, g: _Graph, target: str) -> str | None:
     return None
 
 
-def _is_float_cast(g: _Graph, node: Node) -> bool:
+def _is_float_cast(g: PatternGraph, node: Node) -> bool:
     return node.op == "Cast" and int(node.attr("to", 0)) == 1 and g.dtype(node.inputs[0]) is DType.FLOAT32
 
 
-def _back_through_casts(g: _Graph, name: str, target: str, passed: list[Node]) -> str:
+def _back_through_casts(g: PatternGraph, name: str, target: str, passed: list[Node]) -> str:
     """Past Casts of float32 to float32 (the Attention operator's body has them): the tensor they copy."""
     while (node := g.private_producer(name, "Cast", target)) is not None and _is_float_cast(g, node):
         passed.append(node)
@@ -284,7 +288,7 @@ def _back_through_casts(g: _Graph, name: str, target: str, passed: list[Node]) -
     return name
 
 
-def _forward_through_identities(g: _Graph, name: str, target: str, passed: list[Node]) -> str:
+def _forward_through_identities(g: PatternGraph, name: str, target: str, passed: list[Node]) -> str:
     """Past float32 Casts and a Where whose constant condition is all false (the Attention body's
     'row all masked' guard, when no row is): the tensor equal to `name` that the next node reads.
     A CastLike that takes only its type from `name`, for that Where's other branch, goes too."""
