@@ -63,6 +63,26 @@ def pack_bytes(
     return align(4 * floats + 128)
 
 
+# A layer's own blocks (smaller_blocks) go no lower: nc one B panel, the micro-kernel's width; kc
+# enough rows that each tile's loads and stores of C stay a small part of its multiply-adds.
+KC_FLOOR = 64
+
+
+def smaller_blocks(blocks: GemmBlocks) -> list[GemmBlocks]:
+    """Blocks that need less workspace than `blocks`, each smaller than the one before: nc halved
+    (in whole B panels) down to one panel, then kc halved down to KC_FLOOR. A layer takes the first
+    whose workspace fits (hetgen/lower/prepack.py); nc goes first, as it costs least: the A
+    panels of a narrower B block are read again from cache, while a shallower kc adds a pass over C."""
+    found, nc, kc = [], blocks.nc, blocks.kc
+    while nc > PANEL_N:
+        nc = max(PANEL_N, nc // 2 // PANEL_N * PANEL_N)
+        found.append(GemmBlocks(blocks.mc, kc, nc))
+    while kc > KC_FLOOR:
+        kc = max(KC_FLOOR, kc // 2)
+        found.append(GemmBlocks(blocks.mc, kc, nc))
+    return found
+
+
 def align(size: int, to: int = 64) -> int:
     return (size + to - 1) // to * to
 
