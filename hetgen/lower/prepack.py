@@ -165,8 +165,7 @@ class Fitting:
     Only kernels that pass their blocks to each GEMM call (params `gemm_kc`, `gemm_nc`: the
     template gives them to hg_sgemm_ex) get blocks of their own; the unit is lowered again with
     them (OpInstance.gemm_blocks), so its workspace, its template's _Static_assert and the GEMM's
-    loops all follow the same GemmBlocks. The blocks tried are `_gemm_plan.smaller_blocks`: the
-    first that fits is taken, else the smallest."""
+    loops all follow the same GemmBlocks, chosen from `_gemm_plan.smaller_blocks` (`kernel`)."""
 
     def __init__(self, graph, units, kernels, caps: dict[int, int], blocks):
         self.graph, self.units, self.kernels, self.caps, self.blocks = graph, units, kernels, caps, blocks
@@ -192,14 +191,18 @@ class Fitting:
             yield with_offers(smaller, [smaller.prepacked[p] for p in positions])
 
     def kernel(self, index: int, offers=()) -> Kernel:
-        """The kernel with `offers` whose workspace fits the unit's cap, or the least workspace there is."""
+        """The kernel with `offers`: with the unit's own blocks where its workspace fits the cap,
+        else with the smaller blocks whose workspace is the largest that fits (the largest B block:
+        the fewest passes over C and A), of two as large the one with the deeper kc; else with the
+        least workspace there is."""
         cap = self.caps.get(index)
-        last = None
-        for candidate in self._candidates(index, tuple(offers)):
-            if cap is None or candidate.scratch_bytes <= cap:
-                return candidate
-            last = candidate
-        return last
+        candidates = list(self._candidates(index, tuple(offers)))
+        if cap is None or candidates[0].scratch_bytes <= cap:
+            return candidates[0]
+        fitting = [c for c in candidates[1:] if c.scratch_bytes <= cap]
+        if fitting:
+            return max(fitting, key=lambda c: (c.scratch_bytes, c.params["gemm_kc"]))
+        return min(candidates, key=lambda c: c.scratch_bytes)
 
     def fits(self, index: int, offers) -> bool:
         """Whether some blocks give the kernel with `offers` a workspace within the unit's cap."""

@@ -69,18 +69,18 @@ KC_FLOOR = 64
 
 
 def smaller_blocks(blocks: GemmBlocks) -> list[GemmBlocks]:
-    """Blocks that need less workspace than `blocks`, each smaller than the one before: nc halved
-    (in whole B panels) down to one panel, then kc halved down to KC_FLOOR. A layer takes the first
-    whose workspace fits (hetgen/lower/prepack.py); nc goes first, as it costs least: the A
-    panels of a narrower B block are read again from cache, while a shallower kc adds a pass over C."""
-    found, nc, kc = [], blocks.nc, blocks.kc
-    while nc > PANEL_N:
-        nc = max(PANEL_N, nc // 2 // PANEL_N * PANEL_N)
-        found.append(GemmBlocks(blocks.mc, kc, nc))
-    while kc > KC_FLOOR:
-        kc = max(KC_FLOOR, kc // 2)
-        found.append(GemmBlocks(blocks.mc, kc, nc))
-    return found
+    """Blocks that need less workspace than `blocks`: nc halved (in whole B panels) down to one
+    panel and kc halved down to KC_FLOOR, in every combination, the largest kc x nc first.
+    hetgen/lower/prepack.py gives a layer the one whose workspace is the largest within its cap: a
+    smaller block costs a pass over C per kc rows and a re-read of the A panels (from cache) per
+    nc columns, so the largest block that fits costs least."""
+    ncs, kcs = [blocks.nc], [blocks.kc]
+    while ncs[-1] > PANEL_N:
+        ncs.append(max(PANEL_N, ncs[-1] // 2 // PANEL_N * PANEL_N))
+    while kcs[-1] > KC_FLOOR:
+        kcs.append(max(KC_FLOOR, kcs[-1] // 2))
+    found = [GemmBlocks(blocks.mc, kc, nc) for kc in kcs for nc in ncs if (kc, nc) != (blocks.kc, blocks.nc)]
+    return sorted(found, key=lambda b: (-b.kc * b.nc, -b.kc))
 
 
 def align(size: int, to: int = 64) -> int:
