@@ -13,14 +13,20 @@ are alternatives, the faster first; one is taken per input:
   bare-metal target, whose weights sit in a small flash; on other CPUs it is taken where it is the
   only offer (declining panels that pad a few rows would only move the packing to run time, with
   its workspace) or with `options.memory: fast`; with `lean` (the default) a larger alternative is
-  taken only while the target's packed weights, its largest kernel workspace and its activations
-  stay within MEMORY_SLACK of the model's weights plus the liveness lower bound of the
-  activations, layers with the most arithmetic per extra byte first (hetgen/lower/peak_memory.py
-  measures the result; tests/test_memory_bound.py checks it).
+  taken only while the target's packed weights stay within its share of MEMORY_SLACK of the
+  model's weights plus the liveness lower bound of the activations, layers with the most
+  arithmetic per extra byte first (hetgen/lower/peak_memory.py measures the result;
+  tests/test_memory_bound.py checks it).
 
 Every unit that calls the GEMM is lowered again with the platform's cache blocks
 (`options.tuning`, measured by `hetgen tune`) where they differ from the defaults, so its
-workspace matches the generated runtime/hg_gemm_config.h.
+workspace matches the generated runtime/hg_gemm_config.h. With `lean`, a unit's workspace (GEMM
+packing blocks, Winograd's V and M) is further held to a cap of its own: the activations live at
+its step plus its workspace may pass the target's activation peak by at most WORKSPACE_SHARE of
+the bound. A unit over its cap is lowered again with smaller blocks (nc and kc halved, never
+below one B panel of nc and KC_FLOOR of kc; Winograd then transforms fewer tiles at a time), the
+largest that fit; a Winograd layout whose least workspace still does not fit is declined. Layers
+where little is live keep the platform's blocks, so only those near the peak pay for it.
 """
 
 from __future__ import annotations
