@@ -19,10 +19,11 @@ import hetgen
 from hetgen import lower
 from hetgen.lower.peak_memory import memory_figures
 from hetgen.models import cnn, transformer
-from hetgen.ops._gemm_plan import DEFAULT_BLOCKS
+from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, KC_FLOOR, PANEL_N, smaller_blocks
 from hetgen.partition.search import place
 from hetgen.pipeline import import_graph
 from hetgen.platform.loader import load_platform_text
+from hetgen.platform.tuning import gemm_blocks
 from hetgen.runtime.verify import verify
 
 HOST = "name: host\ntarget: {kind: native, runtime: aot}\n"
@@ -65,9 +66,11 @@ def figures(model: onnx.ModelProto, platform_text: str):
 def own_blocks(model: onnx.ModelProto, platform_text: str = HOST) -> dict[str, tuple[str, int, int]]:
     """The layers that were given GEMM blocks smaller than the platform's: label -> (variant, kc, nc)."""
     found = {}
+    platform = load_platform_text(platform_text)
+    blocks = gemm_blocks(platform)
     for unit in lowered(model, platform_text).root.units:
         params = unit.kernel.params
-        if "gemm_nc" in params and (params["gemm_kc"], params["gemm_nc"]) != (DEFAULT_BLOCKS.kc, DEFAULT_BLOCKS.nc):
+        if "gemm_nc" in params and (params["gemm_kc"], params["gemm_nc"]) != (blocks.kc, blocks.nc):
             found[unit.label] = (params["variant"], params["gemm_kc"], params["gemm_nc"])
     return found
 
@@ -139,4 +142,17 @@ def test_a_small_alexnet_stem_takes_smaller_blocks_and_still_matches_onnxruntime
     model = cnn.alexnet(size=224)
     blocks = own_blocks(model)
     assert blocks["Conv 'conv' + Relu 'relu'"][2] < DEFAULT_BLOCKS.nc
+    assert "Conv 'conv_2' + Relu 'relu_2'" not in blocks  # little is live there: the platform's blocks
     assert built_within_the_bound(tmp_path, "alexnet", model) <= SLACK
+
+
+def test_a_layers_own_blocks_stay_within_the_platforms_and_the_micro_kernels():
+    """Never larger than the platform's (each worker thread's scratch is sized for those), never
+    below one B panel of columns or KC_FLOOR rows."""
+    tuned = HOST + "options: {tuning: {mc: 64, kc: 256, nc: 512}}\n"
+    blocks = own_blocks(cnn.alexnet(size=224), tuned)
+    assert blocks
+    for _, kc, nc in blocks.values():
+        assert KC_FLOOR <= kc <= 256 and PANEL_N <= nc <= 512 and nc % PANEL_N == 0
+    for smaller in smaller_blocks(DEFAULT_BLOCKS):
+        assert not smaller.problems() and smaller.kc * smaller.nc < DEFAULT_BLOCKS.kc * DEFAULT_BLOCKS.nc
