@@ -202,13 +202,15 @@ class Fitting:
         the fewest passes over C and A), of two as large the one with the deeper kc; else with the
         least workspace there is."""
         cap = self.caps.get(index)
-        candidates = list(self._candidates(index, tuple(offers)))
-        if cap is None or candidates[0].scratch_bytes <= cap:
-            return candidates[0]
-        fitting = [c for c in candidates[1:] if c.scratch_bytes <= cap]
+        candidates = self._candidates(index, tuple(offers))
+        own = next(candidates)
+        if cap is None or own.scratch_bytes <= cap:
+            return own
+        smaller = list(candidates)
+        fitting = [c for c in smaller if c.scratch_bytes <= cap]
         if fitting:
             return max(fitting, key=lambda c: (c.scratch_bytes, c.params["gemm_kc"]))
-        return min(candidates, key=lambda c: c.scratch_bytes)
+        return min([own, *smaller], key=lambda c: c.scratch_bytes)
 
     def fits(self, index: int, offers) -> bool:
         """Whether some blocks give the kernel with `offers` a workspace within the unit's cap."""
