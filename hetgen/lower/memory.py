@@ -40,10 +40,12 @@ from hetgen.platform.model import Platform, Role, Target
 ALIGNMENT = 64
 # The search's bounds, in work (buffers placed + conflicts visited; one placement of every buffer
 # costs their number plus twice the conflicting pairs): the greedy orders together, the climb, and
-# the climb's changes. A 5,000-step graph plans in about a second; a model of a hundred layers
-# in a few milliseconds, where the climb usually reaches the bound in tens of changes.
-ORDERS_BUDGET = 2_000_000
-CLIMB_BUDGET = 1_000_000
+# the climb's changes. Measured (benchmarks/bench_arena_planner.py): 5,000-node graphs in 0.06-0.25 s
+# (a few seconds where tens of tensors stay live across thousands of steps: conflicts dominate,
+# and greedy by size took 3-4 times as long), at most about 0.2 s where the climb spends its
+# budget without reaching the bound, models of tens of layers in a few milliseconds.
+ORDERS_BUDGET = 1_000_000
+CLIMB_BUDGET = 300_000
 CLIMB_STEPS = 300
 CLIMB_PATIENCE = 30
 
