@@ -84,6 +84,8 @@ def _aligned(value: int) -> int:
 
 
 def plan_memory(intervals: list[Interval] | tuple[Interval, ...]) -> MemoryPlan:
+    """Offsets in one arena for `intervals`, the smallest arena the search finds (module docstring);
+    the same intervals, in any order, always get the same offsets."""
     buffers = sorted(intervals, key=lambda iv: (iv.name, iv.first, iv.last, iv.nbytes))
     sizes = [_aligned(max(iv.nbytes, 1)) for iv in buffers]
     conflicts = _conflicts(buffers)
