@@ -10,11 +10,12 @@ the planner searches, in three parts, and keeps the smallest arena it finds:
    to the lowest aligned offset that clears every placed buffer whose lifetime overlaps its own
    (first fit) or, for some orders, to the smallest gap that holds it (best fit, as TFLite's GPU
    planner and XLA's heap simulator choose).
-2. A hill climb on the best orders (as TVM's USMP `hill_climb`): a buffer that reaches the top of the
-   arena trades places with a buffer below it, or with a neighbour of one, or moves to the front;
-   the change is kept when the arena does not grow, and after a run of changes that do not shrink
-   it the climb restarts from the next order. Only the buffers from the first moved one on are
-   placed again.
+2. A hill climb on the best orders (as TVM's USMP `hill_climb`): a buffer that reaches above the
+   bound (3.) trades places with a buffer below it, or with a neighbour of one, or moves to the
+   front; the change is kept when neither the arena nor the bytes above the bound grow (the second
+   measure lets a plan held up in several places come down one place at a time), and after a run
+   of changes that shrink neither the climb restarts from the next order. Only the buffers from the
+   first moved one on are placed again.
 3. It stops at the liveness lower bound of the aligned buffers, which no plan can beat.
 
 Conflicts (pairs of buffers live at one step) are found once by a sweep over start times, so a
@@ -238,8 +239,8 @@ class _Placement:
 
 def _climb(starts, sizes, conflicts, floor: int, arena: int, offsets: list[int]) -> tuple[int, list[int]]:
     """Improve on the best greedy plan (`arena`, `offsets`) by changing the orders it came from, as
-    TVM's USMP hill climb does; first fit. A change is kept when the arena does not grow; after
-    CLIMB_PATIENCE kept or undone changes that do not shrink it, the climb goes on from the next
+    TVM's USMP hill climb does; first fit. A change is kept when (arena, bytes above `floor`) does
+    not grow; after CLIMB_PATIENCE changes that do not shrink it, the climb goes on from the next
     order. Bounded by CLIMB_STEPS changes and CLIMB_BUDGET work."""
     count = len(sizes)
     choose = _Sequence()
@@ -256,17 +257,18 @@ def _climb(starts, sizes, conflicts, floor: int, arena: int, offsets: list[int])
         while stale < CLIMB_PATIENCE and steps < CLIMB_STEPS and work < CLIMB_BUDGET and arena > floor:
             steps += 1
             previous = list(plan.order)
-            start = _move(plan, choose)
+            start = _move(plan, choose, floor)
             if start is None:
                 stale += 1
                 continue
-            before = plan.arena
+            before = (plan.arena, _excess(plan, floor))
             moved = previous[start:]  # the same buffers as plan.order[start:], in the earlier order
             saved_offsets, saved_tops = [plan.offsets[i] for i in moved], plan.tops[start:]
             _reindex(plan, start)
-            work += plan.place_from(start) + count - start
-            stale = 0 if plan.arena < before else stale + 1
-            if plan.arena > before:  # undo
+            work += plan.place_from(start) + 2 * count - start
+            after = (plan.arena, _excess(plan, floor))
+            stale = 0 if after < before else stale + 1
+            if after > before:  # undo
                 plan.order[start:], plan.tops[start:] = moved, saved_tops
                 for index, offset in zip(moved, saved_offsets):
                     plan.offsets[index] = offset
@@ -276,13 +278,19 @@ def _climb(starts, sizes, conflicts, floor: int, arena: int, offsets: list[int])
     return arena, offsets
 
 
-def _move(plan: _Placement, choose: _Sequence) -> int | None:
-    """Change `plan.order` around a buffer at the top of the arena; return the first position
+def _excess(plan: _Placement, floor: int) -> int:
+    """The bytes of buffers above `floor`: shrinks as each of several buffers that hold the arena up
+    comes down, before the arena itself does."""
+    return sum(max(0, offset + size - floor) for offset, size in zip(plan.offsets, plan.sizes))
+
+
+def _move(plan: _Placement, choose: _Sequence, floor: int = 0) -> int | None:
+    """Change `plan.order` around a buffer that ends above `floor`; return the first position
     changed (None: no change). Three moves: it trades places with a buffer placed before it that
     it conflicts with (so it goes lower), or that buffer trades places with one placed before it
     that it conflicts with, or it moves to the front."""
-    order, position, top = plan.order, plan.position, plan.arena
-    at_top = [i for i in order if plan.offsets[i] + plan.sizes[i] == top]
+    order, position = plan.order, plan.position
+    at_top = [i for i in order if plan.offsets[i] + plan.sizes[i] > floor]
     chosen = at_top[choose.below(len(at_top))]
     below = [j for j in plan.conflicts[chosen] if position[j] < position[chosen]]
     kind = choose.below(10)
