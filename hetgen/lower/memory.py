@@ -284,14 +284,14 @@ def _excess(plan: _Placement, floor: int) -> int:
     return sum(max(0, offset + size - floor) for offset, size in zip(plan.offsets, plan.sizes))
 
 
-def _move(plan: _Placement, choose: _Sequence, floor: int = 0) -> int | None:
+def _move(plan: _Placement, choose: _Sequence, floor: int) -> int | None:
     """Change `plan.order` around a buffer that ends above `floor`; return the first position
     changed (None: no change). Three moves: it trades places with a buffer placed before it that
     it conflicts with (so it goes lower), or that buffer trades places with one placed before it
     that it conflicts with, or it moves to the front."""
     order, position = plan.order, plan.position
-    at_top = [i for i in order if plan.offsets[i] + plan.sizes[i] > floor]
-    chosen = at_top[choose.below(len(at_top))]
+    above = [i for i in order if plan.offsets[i] + plan.sizes[i] > floor]
+    chosen = above[choose.below(len(above))]
     below = [j for j in plan.conflicts[chosen] if position[j] < position[chosen]]
     kind = choose.below(10)
     if kind < 3 or not below:
