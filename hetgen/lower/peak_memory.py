@@ -3,13 +3,16 @@
     program = arena (activations + kernel workspaces, as planned) + weights (as packed)
               + the caller's input and output buffers
     bound   = the model's weights (its initializers) + the liveness lower bound of its activations:
-              the most bytes of tensors (inputs and outputs included, workspaces not) that the
-              root's step list has live at one step, computed here from the same steps the
-              generated code runs
+              the caller's input and output buffers, which the program can neither free nor reuse
+              during a run, plus the most bytes of the other tensors (workspaces not counted) that
+              the root's step list has live at one step
 
-No planner can go below the bound without recomputing or streaming weights; `options.memory: lean`
-(hetgen/lower/prepack.py) keeps the program within 10 % of it. The root program only: a platform
-whose devices hold tensors of their own has more memory than this counts.
+The liveness is over hetgen's own order of steps (the one the generated code runs), not the best of
+all orders: for a chain of layers they are the same; for branches (Inception, residual blocks) an
+order that finishes the larger branch first can need less. No planner of this order can go below
+the bound without recomputing or streaming weights; `options.memory: lean` (hetgen/lower/prepack.py)
+keeps the program within 10 % of it. The root program only: a platform whose devices hold tensors of
+their own has more memory than this counts.
 """
 
 from __future__ import annotations
@@ -18,8 +21,6 @@ from dataclasses import dataclass
 
 from hetgen.lower.program import Call, Copy, Lowered, Region
 
-ACTIVATION_REGIONS = (Region.ARENA, Region.INPUT, Region.OUTPUT)
-
 
 @dataclass(frozen=True)
 class MemoryFigures:
@@ -27,7 +28,7 @@ class MemoryFigures:
     weights: int
     io: int  # the caller's input and output buffers
     model_weights: int
-    activation_bound: int  # the liveness lower bound of the activations
+    activation_bound: int  # the liveness lower bound of the activations, the caller's buffers included
 
     @property
     def program(self) -> int:
@@ -37,33 +38,39 @@ class MemoryFigures:
     def bound(self) -> int:
         return self.model_weights + self.activation_bound
 
+    @property
+    def arena_ratio(self) -> float:
+        """The program's own memory (arena + weights) over its part of the bound, the caller's
+        buffers left out of both: a stricter figure than program / bound, which they dilute."""
+        return (self.arena + self.weights) / max(self.bound - self.io, 1)
+
 
 def memory_figures(lowered: Lowered, model_weights: int) -> MemoryFigures:
     """The root program's memory beside its bound; `model_weights`: the bytes of the model's initializers."""
     root = lowered.root
-    sizes = {name: nbytes for name, _, nbytes in root.memory.buffers if not name.startswith("scratch:")}
-    io = {spec.name: spec.type.nbytes for spec in (*root.inputs, *root.outputs)}
-    sizes.update(io)
+    io = sum(spec.type.nbytes for spec in (*root.inputs, *root.outputs))
+    bound = io + max(live_bytes_per_step(root), default=0)
+    return MemoryFigures(root.memory.arena_size, root.weights.size, io, model_weights, bound)
+
+
+def live_bytes_per_step(program) -> list[int]:
+    """Per step of `program` (the root), the bytes of its arena's tensors live across it: each from
+    the step that first touches it to the one that last does. Kernel workspaces and the caller's
+    buffers are not counted."""
+    sizes = {name: nbytes for name, _, nbytes in program.memory.buffers if not name.startswith("scratch:")}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
-    steps = root.steps
+    steps = program.steps
     for step_index, step in enumerate(steps):
         for ref in _refs(step):
-            if ref.region in ACTIVATION_REGIONS and ref.tensor in sizes:
+            if ref.region is Region.ARENA and ref.tensor in sizes:
                 first.setdefault(ref.tensor, step_index)
                 last[ref.tensor] = step_index
-    end = max(len(steps) - 1, 0)
-    for spec in root.inputs:
-        first[spec.name] = 0  # the caller's input is there before the first step
-        last.setdefault(spec.name, 0)
-    for spec in root.outputs:
-        first.setdefault(spec.name, end)
-        last[spec.name] = end  # ... and its outputs stay after the last
-    live = [0] * (end + 1)
+    live = [0] * len(steps)
     for name, start in first.items():
         for step_index in range(start, last[name] + 1):
             live[step_index] += sizes[name]
-    return MemoryFigures(root.memory.arena_size, root.weights.size, sum(io.values()), model_weights, max(live))
+    return live
 
 
 def _refs(step):

@@ -13,14 +13,20 @@ are alternatives, the faster first; one is taken per input:
   bare-metal target, whose weights sit in a small flash; on other CPUs it is taken where it is the
   only offer (declining panels that pad a few rows would only move the packing to run time, with
   its workspace) or with `options.memory: fast`; with `lean` (the default) a larger alternative is
-  taken only while the target's packed weights, its largest kernel workspace and its activations
-  stay within MEMORY_SLACK of the model's weights plus the liveness lower bound of the
-  activations, layers with the most arithmetic per extra byte first (hetgen/lower/peak_memory.py
-  measures the result; tests/test_memory_bound.py checks it).
+  taken only while the target's packed weights stay within its share of MEMORY_SLACK of the
+  model's weights plus the liveness lower bound of the activations, layers with the most
+  arithmetic per extra byte first (hetgen/lower/peak_memory.py measures the result;
+  tests/test_memory_bound.py checks it).
 
 Every unit that calls the GEMM is lowered again with the platform's cache blocks
 (`options.tuning`, measured by `hetgen tune`) where they differ from the defaults, so its
-workspace matches the generated runtime/hg_gemm_config.h.
+workspace matches the generated runtime/hg_gemm_config.h. With `lean`, a unit's workspace (GEMM
+packing blocks, Winograd's V and M) is further held to a cap of its own: the activations live at
+its step plus its workspace may pass the target's activation peak by at most WORKSPACE_SHARE of
+the bound. A unit over its cap is lowered again with smaller blocks (nc and kc halved, never
+below one B panel of nc and KC_FLOOR of kc; Winograd then transforms fewer tiles at a time), the
+largest that fit; a Winograd layout whose least workspace still does not fit is declined. Layers
+where little is live keep the platform's blocks, so only those near the peak pay for it.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ BARE_METAL_GROWTH = 1.15
 # the budget keeps a little of it back for the arena planner, which may not reach the lower bound.
 MEMORY_SLACK = 0.10
 PLANNER_RESERVE = 0.02
+# ... and the part of it that kernel workspaces may add to the activations live at their step (each
+# layer's workspace cap, `workspace_caps`); what is left goes to weights that grow (Winograd's).
+WORKSPACE_SHARE = 0.03
 
 
 class Layouts:
@@ -86,26 +95,21 @@ def apply_prepacked(
     kernels = with_blocks(graph, units, kernels, assignment, platform)
     controllers = {t.path_str: t for t in platform.targets() if t.role is Role.CONTROLLER}
     layouts = Layouts(graph, unit_inputs)
-    chosen = chosen_offers(layouts, units, kernels, assignment, platform, controllers)
+    caps = workspace_caps(units, kernels, unit_inputs, graph, assignment, platform, controllers)
+    fitting = Fitting(graph, units, kernels, caps, gemm_blocks(platform))
+    chosen = chosen_offers(layouts, units, kernels, assignment, platform, controllers, fitting)
     constants, types = dict(graph.constants), dict(graph.types)
     new_kernels, new_inputs = [], []
-    for index, (unit, kernel, inputs) in enumerate(zip(units, kernels, unit_inputs)):
+    for index, (unit, inputs) in enumerate(zip(units, unit_inputs)):
         offers = chosen.get(index, ())
-        if not offers:
-            new_kernels.append(kernel)
-            new_inputs.append(inputs)
-            continue
-        inputs, params, scratch = list(inputs), dict(kernel.params), kernel.scratch_bytes
+        inputs = list(inputs)
         for offer in offers:
-            source = inputs[offer.index]
             value = layouts.packed(index, offer)
-            name = packed_name(source, unit)
+            name = packed_name(inputs[offer.index], unit)
             constants[name] = value
             types[name] = TensorType(DType.FLOAT32, value.shape)
             inputs[offer.index] = name
-            params.update(offer.params)
-            scratch = scratch if offer.scratch_bytes is None else offer.scratch_bytes
-        new_kernels.append(dataclasses.replace(kernel, params=params, scratch_bytes=scratch, prepacked=()))
+        new_kernels.append(fitting.kernel(index, offers))
         new_inputs.append(tuple(inputs))
     if len(constants) == len(graph.constants):
         return graph, tuple(new_kernels), new_inputs
@@ -149,7 +153,95 @@ def with_blocks(graph, units, kernels, assignment, platform) -> tuple[Kernel, ..
     return tuple(relowered)
 
 
-def chosen_offers(layouts: Layouts, units, kernels, assignment, platform, controllers) -> dict[int, tuple]:
+def with_offers(kernel: Kernel, offers) -> Kernel:
+    """`kernel` reading its constants in the offers' layouts: their parameters and workspace."""
+    if not offers:
+        return kernel
+    params, scratch = dict(kernel.params), kernel.scratch_bytes
+    for offer in offers:
+        params.update(offer.params)
+        scratch = scratch if offer.scratch_bytes is None else offer.scratch_bytes
+    return dataclasses.replace(kernel, params=params, scratch_bytes=scratch, prepacked=())
+
+
+class Fitting:
+    """Each unit's kernel with the offers taken, its GEMM blocks made smaller where its workspace
+    would pass the unit's cap (`workspace_caps`).
+
+    Only kernels that pass their blocks to each GEMM call (params `gemm_kc`, `gemm_nc`: the
+    template gives them to hg_sgemm_ex) get blocks of their own; the unit is lowered again with
+    them (OpInstance.gemm_blocks), so its workspace, its template's _Static_assert and the GEMM's
+    loops all follow the same GemmBlocks, chosen from `_gemm_plan.smaller_blocks` (`kernel`)."""
+
+    def __init__(self, graph, units, kernels, caps: dict[int, int], blocks):
+        self.graph, self.units, self.kernels, self.caps, self.blocks = graph, units, kernels, caps, blocks
+        self.relowered: dict[tuple[int, object], Kernel] = {}
+
+    def _lowered(self, index: int, blocks) -> Kernel:
+        key = (index, blocks)
+        if key not in self.relowered:
+            unit = self.units[index]
+            instance = dataclasses.replace(op_instance(unit, self.graph), gemm_blocks=blocks)
+            self.relowered[key] = unit_lowering(unit)(instance)
+        return self.relowered[key]
+
+    def _candidates(self, index: int, offers):
+        """The unit's kernel with `offers`, with its own blocks, then with each smaller set of blocks."""
+        kernel = self.kernels[index]
+        yield with_offers(kernel, offers)
+        if "gemm_nc" not in kernel.params:
+            return
+        positions = [kernel.prepacked.index(offer) for offer in offers]
+        for blocks in _gemm_plan.smaller_blocks(self.blocks):
+            smaller = self._lowered(index, blocks)
+            yield with_offers(smaller, [smaller.prepacked[p] for p in positions])
+
+    def kernel(self, index: int, offers=()) -> Kernel:
+        """The kernel with `offers`: with the unit's own blocks where its workspace fits the cap,
+        else with the smaller blocks whose workspace is the largest that fits (the largest B block:
+        the fewest passes over C and A), of two as large the one with the deeper kc; else with the
+        least workspace there is."""
+        cap = self.caps.get(index)
+        candidates = self._candidates(index, tuple(offers))
+        own = next(candidates)
+        if cap is None or own.scratch_bytes <= cap:
+            return own
+        smaller = list(candidates)
+        fitting = [c for c in smaller if c.scratch_bytes <= cap]
+        if fitting:
+            return max(fitting, key=lambda c: (c.scratch_bytes, c.params["gemm_kc"]))
+        return min([own, *smaller], key=lambda c: c.scratch_bytes)
+
+    def fits(self, index: int, offers) -> bool:
+        """Whether some blocks give the kernel with `offers` a workspace within the unit's cap."""
+        return self.kernel(index, offers).scratch_bytes <= self.caps.get(index, float("inf"))
+
+
+def workspace_caps(units, kernels, unit_inputs, graph, assignment, platform, controllers) -> dict[int, int]:
+    """With `options.memory: lean`, per unit on a CPU controller, the most workspace it may take:
+    what keeps its step's live activations plus workspace within WORKSPACE_SHARE of its target's
+    bound above that bound's activations (the most bytes live at one step).
+
+    So a layer where little is live keeps the platform's blocks, and one at or near the activation
+    peak takes smaller ones (`Fitting`); no layer's workspace can then lift the arena's peak by more
+    than the share."""
+    if memory_mode(platform) != "lean":
+        return {}
+    root = platform.root.controller().path_str
+    caps: dict[int, int] = {}
+    for path in sorted({assignment[unit.head.name] for unit in units} & set(controllers)):
+        on_target = [i for i, unit in enumerate(units) if assignment[unit.head.name] == path]
+        model_bytes = sum(graph.constants[name].nbytes for name in _constants_of(on_target, unit_inputs, graph))
+        live = _live_per_unit(on_target, units, unit_inputs, graph, path == root)
+        peak = max(live, default=0)
+        allowed = peak + int(WORKSPACE_SHARE * (model_bytes + peak))
+        caps.update({index: max(0, allowed - live_bytes) for index, live_bytes in zip(on_target, live)})
+    return caps
+
+
+def chosen_offers(
+    layouts: Layouts, units, kernels, assignment, platform, controllers, fitting: Fitting
+) -> dict[int, tuple]:
     """Per unit index on a CPU controller, the offers taken: at most one per input (see the module doc)."""
     lean = memory_mode(platform) == "lean"
     chosen: dict[int, list[Prepacked]] = {}
@@ -170,9 +262,12 @@ def chosen_offers(layouts: Layouts, units, kernels, assignment, platform, contro
                 if taken is not None:
                     chosen.setdefault(index, []).append(taken)
                 continue
-            growing.setdefault(path, []).append((index, first, small))
+            if fitting.fits(index, (first,)):  # else its workspace would lift the activation peak
+                growing.setdefault(path, []).append((index, first, small))
+            elif small is not None:
+                chosen.setdefault(index, []).append(small)
     for path, candidates in growing.items():
-        taken = within_budget(path, candidates, layouts, units, kernels, assignment, chosen)
+        taken = within_budget(path, candidates, layouts, units, kernels, assignment, chosen, platform)
         for index, big, small in candidates:
             offer = big if (index, id(big)) in taken else small
             if offer is not None:
@@ -180,25 +275,26 @@ def chosen_offers(layouts: Layouts, units, kernels, assignment, platform, contro
     return {index: tuple(offers) for index, offers in chosen.items()}
 
 
-def within_budget(path, candidates, layouts: Layouts, units, kernels, assignment, chosen) -> set[tuple[int, int]]:
+def within_budget(path, candidates, layouts: Layouts, units, kernels, assignment, chosen, platform) -> set:
     """Which growing offers on `path` fit its lean memory budget, the most arithmetic per extra byte first.
 
-    The budget is MEMORY_SLACK (less PLANNER_RESERVE) of the target's bound (its constants in the
-    model's layout plus the liveness lower bound of its activations, over the unit order the
-    schedule follows), less what the offers taken anyway add (panel padding) and the largest
-    workspace of its kernels, which lives in the arena beside the activations."""
+    The budget is MEMORY_SLACK of the target's bound (its constants in the model's layout plus the
+    liveness lower bound of its activations, over the unit order the schedule follows), less
+    PLANNER_RESERVE for the arena planner, WORKSPACE_SHARE for the kernels' workspaces (each held
+    to its cap: `workspace_caps`), and what the offers taken anyway add (panel padding)."""
     graph, unit_inputs = layouts.graph, layouts.unit_inputs
     on_target = [i for i, unit in enumerate(units) if assignment[unit.head.name] == path]
     model_bytes = sum(graph.constants[name].nbytes for name in _constants_of(on_target, unit_inputs, graph))
-    activations = _activation_lower_bound(on_target, units, unit_inputs, graph)
+    is_root = path == platform.root.controller().path_str
+    activations = max(_live_per_unit(on_target, units, unit_inputs, graph, is_root), default=0)
     padding = sum(
         layouts.extra_bytes(index, offer)
         for index, offers in chosen.items()
         if assignment[units[index].head.name] == path
         for offer in offers
     )
-    scratch = max((kernels[i].scratch_bytes for i in on_target), default=0)
-    budget = (MEMORY_SLACK - PLANNER_RESERVE) * (model_bytes + activations) - padding - scratch
+    share = MEMORY_SLACK - PLANNER_RESERVE - WORKSPACE_SHARE
+    budget = share * (model_bytes + activations) - padding
     budget -= sum(layouts.extra_bytes(index, small) for index, _, small in candidates)  # fallbacks' padding
     ranked = []
     for index, big, small in candidates:
@@ -206,10 +302,8 @@ def within_budget(path, candidates, layouts: Layouts, units, kernels, assignment
         ranked.append((-kernels[index].flops / max(extra, 1), index, big, extra))
     taken: set[tuple[int, int]] = set()
     for _, index, big, extra in sorted(ranked, key=lambda r: (r[0], r[1])):
-        more_scratch = max(0, (big.scratch_bytes or 0) - scratch)
-        if extra + more_scratch <= budget:
-            budget -= extra + more_scratch
-            scratch = max(scratch, big.scratch_bytes or 0)
+        if extra <= budget:
+            budget -= extra
             taken.add((index, id(big)))
     return taken
 
@@ -218,18 +312,21 @@ def _constants_of(on_target, unit_inputs, graph) -> list[str]:
     return list(dict.fromkeys(name for i in on_target for name in unit_inputs[i] if name in graph.constants))
 
 
-def _activation_lower_bound(on_target, units, unit_inputs, graph) -> int:
-    """The most bytes of activations live at once over the units on one target, in their order."""
+def _live_per_unit(on_target, units, unit_inputs, graph, is_root: bool) -> list[int]:
+    """Per unit on one target, in their order, the bytes of activations live across it: each tensor
+    from the unit that first touches it to the one that last does. On the root, the model's inputs
+    and outputs are the caller's buffers, outside the arena, and are not counted."""
+    caller = set(graph.inputs) | set(graph.outputs) if is_root else set()
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     end = len(on_target)
     for step, index in enumerate(on_target):
         for name in (*unit_inputs[index], *units[index].outputs):
-            if name and name not in graph.constants and name in graph.types:
+            if name and name not in graph.constants and name in graph.types and name not in caller:
                 first.setdefault(name, 0 if name in graph.inputs else step)
-                last[name] = end if name in graph.outputs else step
-    live = [0] * (end + 1)
+                last[name] = end - 1 if name in graph.outputs else step
+    live = [0] * end
     for name, start in first.items():
         for step in range(start, last[name] + 1):
             live[step] += graph.types[name].nbytes
-    return max(live, default=0)
+    return live

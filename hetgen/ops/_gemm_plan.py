@@ -63,6 +63,26 @@ def pack_bytes(
     return align(4 * floats + 128)
 
 
+# A layer's own blocks (smaller_blocks) go no lower: nc one B panel, the micro-kernel's width; kc
+# enough rows that each tile's loads and stores of C stay a small part of its multiply-adds.
+KC_FLOOR = 64
+
+
+def smaller_blocks(blocks: GemmBlocks) -> list[GemmBlocks]:
+    """Blocks that need less workspace than `blocks`: nc halved (in whole B panels) down to one
+    panel and kc halved down to KC_FLOOR, in every combination, the largest kc x nc first.
+    hetgen/lower/prepack.py gives a layer the one whose workspace is the largest within its cap: a
+    smaller block costs a pass over C per kc rows and a re-read of the A panels (from cache) per
+    nc columns, so the largest block that fits costs least."""
+    ncs, kcs = [blocks.nc], [blocks.kc]
+    while ncs[-1] > PANEL_N:
+        ncs.append(max(PANEL_N, ncs[-1] // 2 // PANEL_N * PANEL_N))
+    while kcs[-1] > KC_FLOOR:
+        kcs.append(max(KC_FLOOR, kcs[-1] // 2))
+    found = [GemmBlocks(blocks.mc, kc, nc) for kc in kcs for nc in ncs if (kc, nc) != (blocks.kc, blocks.nc)]
+    return sorted(found, key=lambda b: (-b.kc * b.nc, -b.kc))
+
+
 def align(size: int, to: int = 64) -> int:
     return (size + to - 1) // to * to
 

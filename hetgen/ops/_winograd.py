@@ -43,10 +43,12 @@ def eligible(win, groups: int, cin: int, cout: int) -> bool:
 
 def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DEFAULT_BLOCKS) -> tuple[dict, int]:
     """(template parameters, scratch bytes): tile counts, how many rows of tiles go through the
-    transforms and GEMMs at a time, and the offsets of V, M and the GEMM's workspace in scratch."""
+    transforms and GEMMs at a time (within CHUNK_BYTES and one nc block of tiles, at least one
+    row), and the offsets of V, M and the GEMM's workspace in scratch."""
     tiles_h, tiles_w = -(-win.out_shape[1] // 2), -(-win.out_shape[2] // 2)
     row_bytes = 4 * 16 * (cin + cout) * tiles_w  # V and M of one row of tiles
-    chunk_rows = max(1, min(tiles_h, CHUNK_BYTES // row_bytes))
+    # at most one nc block of tiles, so a layer's smaller blocks shrink V and M too (prepack.py)
+    chunk_rows = max(1, min(tiles_h, CHUNK_BYTES // row_bytes, blocks.nc // tiles_w))
     tiles = chunk_rows * tiles_w  # the GEMMs' n
     v_bytes = _gemm_plan.align(4 * 16 * cin * tiles)
     m_bytes = _gemm_plan.align(4 * 16 * cout * tiles)

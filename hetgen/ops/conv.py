@@ -80,6 +80,9 @@ def lower(op: OpInstance) -> Kernel:
         "cout_group": cout_group,
         "k_dim": k_dim,
         "pack_bytes": pack,
+        # the cache blocks `pack` was sized for, passed to the GEMM (a layer may have its own: prepack.py)
+        "gemm_kc": op.gemm_blocks.kc,
+        "gemm_nc": op.gemm_blocks.nc,
         "w_packed": False,
         "w_group_floats": 0,
         "inner_lo": inner_lo,

@@ -14,6 +14,10 @@ _Static_assert(HG_SGEMM_NC % PN == 0, "NC must be a multiple of the B panel widt
 
 static size_t min_size(size_t x, size_t y) { return x < y ? x : y; }
 
+/* The call's own cache blocks where it gives them (a layer with a small workspace), else the platform's. */
+static size_t block_kc(const hg_sgemm_operands *ops) { return ops->kc ? ops->kc : HG_SGEMM_KC; }
+static size_t block_nc(const hg_sgemm_operands *ops) { return ops->nc ? ops->nc : HG_SGEMM_NC; }
+
 static float *align64(void *p) { return (float *)(((uintptr_t)p + 63u) & ~(uintptr_t)63u); }
 
 /* A block (mc x kc), read through strides -> PM-row panels, zero-padded. */
@@ -110,13 +114,14 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
 {
     /* 64-byte aligned packing buffers carved out of the workspace (HG_SGEMM_PACK_BYTES_FOR): none
        for an operand packed at generate time */
+    const size_t block_k = block_kc(ops), block_n = block_nc(ops);
     float *pa = align64(work);
-    float *pb = ops->a_panels ? pa : align64(pa + (min_size(m, HG_SGEMM_MC) + PM) * min_size(k, HG_SGEMM_KC));
+    float *pb = ops->a_panels ? pa : align64(pa + (min_size(m, HG_SGEMM_MC) + PM) * min_size(k, block_k));
 
-    for (size_t jc = j0; jc < j1; jc += HG_SGEMM_NC) {
-        const size_t nc = min_size(HG_SGEMM_NC, j1 - jc);
-        for (size_t pc = 0; pc < k; pc += HG_SGEMM_KC) {
-            const size_t kc = min_size(HG_SGEMM_KC, k - pc);
+    for (size_t jc = j0; jc < j1; jc += block_n) {
+        const size_t nc = min_size(block_n, j1 - jc);
+        for (size_t pc = 0; pc < k; pc += block_k) {
+            const size_t kc = min_size(block_k, k - pc);
             const int add = accumulate || pc > 0;
             const int last = pc + kc == k;
             const float *b_block = pb;

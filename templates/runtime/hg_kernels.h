@@ -58,6 +58,14 @@
            ((b_packed) ? 0u : HG_SGEMM_MIN_((size_t)(n), (size_t)HG_SGEMM_NC) + HG_SGEMM_PANEL_N) * \
                HG_SGEMM_MIN_((size_t)(k), (size_t)HG_SGEMM_KC)) +                                  \
      128u)
+/* The same for a call that gives its own kc and nc (hg_sgemm_operands.kc, .nc): a layer whose
+   workspace hetgen/lower/prepack.py keeps small. */
+#define HG_SGEMM_PACK_BYTES_BLOCKS(m, n, k, a_packed, b_packed, kc, nc)                             \
+    (4u * (((a_packed) ? 0u : HG_SGEMM_MIN_((size_t)(m), (size_t)HG_SGEMM_MC) + HG_SGEMM_PANEL_M) * \
+               HG_SGEMM_MIN_((size_t)(k), (size_t)(kc)) +                                          \
+           ((b_packed) ? 0u : HG_SGEMM_MIN_((size_t)(n), (size_t)(nc)) + HG_SGEMM_PANEL_N) *        \
+               HG_SGEMM_MIN_((size_t)(k), (size_t)(kc))) +                                         \
+     128u)
 
 typedef void (*hg_gemm_epilogue_fn)(float *c, size_t ldc, size_t row0, size_t col0, size_t rows,
                                     size_t cols, const void *ctx);
@@ -76,6 +84,7 @@ typedef struct {
     const void *b_src;
     const float *b; /* B[p][j] = b[p * b_rs + j * b_cs] */
     ptrdiff_t b_rs, b_cs;
+    size_t kc, nc; /* this call's cache blocks, at most HG_SGEMM_KC and HG_SGEMM_NC; 0: those */
 } hg_sgemm_operands;
 
 void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, float *c, size_t ldc,

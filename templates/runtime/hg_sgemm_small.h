@@ -76,17 +76,18 @@ static inline int hg_sgemm_small_fits(size_t m, const hg_sgemm_operands *ops)
     return m <= HG_SGEMM_SMALL_M && !ops->a_panels && !ops->pack_b && (ops->b_panels || ops->b_cs == 1);
 }
 
-/* Columns [j0, j1) of C (j0 a multiple of 32), HG_SGEMM_KC rows of B at a time. The last, partial
+/* Columns [j0, j1) of C (j0 a multiple of 32), the call's kc (else HG_SGEMM_KC) rows of B at a time. The last, partial
    block of an unpacked B is copied, zero-padded, into `spare` (the GEMM workspace), so the kernel
    reads no further than B. */
 static void hg_sgemm_small(size_t m, size_t j0, size_t j1, size_t k, const hg_sgemm_operands *ops, float *c,
                            size_t ldc, int accumulate, hg_gemm_epilogue_fn epilogue, const void *ctx, float *spare)
 {
     const hg_sgemm_small_fn kernel = hg_sgemm_small_kernels[m - 1];
+    const size_t block_k = ops->kc ? ops->kc : HG_SGEMM_KC;
     for (size_t j = j0; j < j1; j += HG_SGEMM_PANEL_N) {
         const size_t cols = j1 - j < HG_SGEMM_PANEL_N ? j1 - j : HG_SGEMM_PANEL_N;
-        for (size_t pc = 0; pc < k; pc += HG_SGEMM_KC) {
-            const size_t kc = k - pc < HG_SGEMM_KC ? k - pc : HG_SGEMM_KC;
+        for (size_t pc = 0; pc < k; pc += block_k) {
+            const size_t kc = k - pc < block_k ? k - pc : block_k;
             const float *a = ops->a + (ptrdiff_t)pc * ops->a_cs;
             const int add = accumulate || pc > 0;
             if (ops->b_panels) {
