@@ -226,3 +226,25 @@ def test_depthwise_convs_end_a_run(tmp_path):
     blocked, convs = blocked_convs(found), [label for label in found if label.startswith("Conv")]
     assert 0 < len(blocked) < len(convs)
     assert len(reorders(found, "ReorderNCHWc")) >= 1 and len(reorders(found, "ReorderNCHW")) >= 1
+
+
+def test_two_threads_split_the_blocked_layers_and_match_one_thread_bit_for_bit(tmp_path):
+    """The blocked Convs and reorders split their rows over the worker pool in tasks fixed at
+    generate time, so a build for 2 threads agrees with onnxruntime and with the 1-thread build
+    exactly (no summation order depends on the thread count)."""
+    proto = resnet(widths=(32, 64), blocks=1, size=64, seed=6)
+    outputs, found = {}, {}
+    for threads in (1, 2):
+        text = f"name: host\ntarget: {{kind: native, runtime: aot}}\noptions: {{layout: nchw8c, threads: {threads}}}\n"
+        out = hetgen.compile(load_platform_text(text), proto, out=tmp_path / f"t{threads}", **FAST)
+        model = hetgen.load(out)
+        feeds = random_inputs(model.inputs, seed=3)
+        outputs[threads] = model.run(feeds)
+        found[threads] = kernels(out / "host" / "kernels")
+        for info, wanted in zip(model.outputs, ort_session(proto.SerializeToString()).run(None, feeds)):
+            np.testing.assert_allclose(outputs[threads][info.name], wanted, rtol=1e-4, atol=1e-4)
+    split = [label for label, text in found[2].items() if "hg_parallel_for" in text]
+    assert any(label in blocked_convs(found[2]) for label in split), split
+    assert any(label.startswith("ReorderNCHW") for label in split), split
+    for name, got in outputs[2].items():
+        assert np.array_equal(got, outputs[1][name]), name
