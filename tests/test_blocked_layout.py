@@ -27,15 +27,18 @@ FAST = {"opt": ("-O1",), "native_tuning": True, "native_only": True, "werror": T
 AARCH64 = ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-objdump", "qemu-aarch64")
 
 
-def host(layout: str | None) -> str:
-    options = f"\noptions: {{layout: {layout}}}" if layout else ""
+def host(layout: str | None, threads: int = 1) -> str:
+    options = f"\noptions: {{layout: {layout}, threads: {threads}}}" if layout else ""
     return f"name: host\ntarget: {{kind: native, runtime: aot}}{options}\n"
 
 
-def compile_and_compare(tmp_path, proto: onnx.ModelProto, layout: str | None, **options) -> dict[str, str]:
-    """Build `proto` for the host with `layout` (-Werror), check it against onnxruntime (1e-4
-    relative), and return the kernels: label -> the generated C of each."""
-    out = hetgen.compile(load_platform_text(host(layout)), proto, out=tmp_path / "out", **{**FAST, **options})
+def compile_and_compare(
+    tmp_path, proto: onnx.ModelProto, layout: str | None, threads: int = 1, **options
+) -> dict[str, str]:
+    """Build `proto` for the host with `layout` and `threads` (-Werror), check it against onnxruntime
+    (1e-4 relative), and return the kernels: label -> the generated C of each."""
+    platform = load_platform_text(host(layout, threads))
+    out = hetgen.compile(platform, proto, out=tmp_path / "out", **{**FAST, **options})
     model = hetgen.load(out)
     feeds = random_inputs(model.inputs, seed=3)
     got = model.run(feeds)
@@ -54,6 +57,10 @@ def kernels(folder) -> dict[str, str]:
 
 def blocked_convs(found: dict[str, str]) -> list[str]:
     return [label for label, text in found.items() if label.startswith("Conv") and "NCHW" in text and "blocked" in text]
+
+
+def blocked_pools(found: dict[str, str]) -> list[str]:
+    return [label for label, text in found.items() if "Pool" in label and "blocked channels" in text]
 
 
 def reorders(found: dict[str, str], direction: str) -> list[str]:
@@ -112,8 +119,9 @@ def test_plain_cnn_runs_blocked_with_reorders_only_at_the_run_edges(tmp_path, la
     blocked = blocked_convs(found)
     # the 3-channel first layer stays NCHW (fewer input channels than V); the other three go blocked
     assert len(blocked) == 3 and len(blocked_nchw(found)) == 1, list(found)
-    # run 1: b, c (in after a, out before the pool); run 2: d (in after the pool, out to the output)
-    assert len(reorders(found, "ReorderNCHWc")) == 2 and len(reorders(found, "ReorderNCHW")) == 2, list(found)
+    # one run: b, c, the MaxPool (blocked: its input is), d (in after a, out to the output)
+    assert len(reorders(found, "ReorderNCHWc")) == 1 and len(reorders(found, "ReorderNCHW")) == 1, list(found)
+    assert len(blocked_pools(found)) == 1, list(found)
     assert all(f"NCHW{v}c" in found[label] for label in blocked)
 
 
@@ -135,10 +143,11 @@ def test_resnet_keeps_one_run_from_the_stem_pool_to_the_classifier(tmp_path, lay
     convs = [label for label in found if label.startswith("Conv")]
     assert len(blocked_convs(found)) == len(convs) - 1  # all but the 3-channel stem
     assert any("Add" in label for label in blocked_convs(found))
-    # one reorder in (after the stem's MaxPool), one out (before GlobalAveragePool)
+    # one reorder in (after the stem's MaxPool, whose input is NCHW), none out: GlobalAveragePool
+    # reads the blocked tensor and writes NCHW for the classifier
     v = 8 if layout == "nchw8c" else host_block_width()
     assert reorders(found, "ReorderNCHWc") == [f"ReorderNCHWc (maxpool_to_nchw{v}c)"]
-    assert len(reorders(found, "ReorderNCHW")) == 1
+    assert reorders(found, "ReorderNCHW") == [] and len(blocked_pools(found)) == 1, list(found)
 
 
 def test_default_layout_is_nchw_and_the_option_takes_effect(tmp_path):
@@ -246,5 +255,71 @@ def test_two_threads_split_the_blocked_layers_and_match_one_thread_bit_for_bit(t
     split = [label for label, text in found[2].items() if "hg_parallel_for" in text]
     assert any(label in blocked_convs(found[2]) for label in split), split
     assert any(label.startswith("ReorderNCHW") for label in split), split
+    for name, got in outputs[2].items():
+        assert np.array_equal(got, outputs[1][name]), name
+
+
+def pools_and_add_model() -> onnx.ModelProto:
+    """a: 12 -> 12 (3x3, Relu) feeds b (1x1) and Add(a, b); b also feeds c (an output), so the Add
+    stays a unit of its own; then AveragePool (3x3, stride 2, pads, ceil_mode, padding not counted),
+    d: 12 -> 20 (3x3), read by a dilated MaxPool -> GlobalMaxPool and by GlobalAveragePool.
+    12 and 20 channels: blocks of 8 carry padding."""
+    rng = np.random.default_rng(5)
+    inits = []
+
+    def weights(name, cout, cin, k):
+        w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, name))
+        return name
+
+    nodes = [
+        helper.make_node("Conv", ["x", weights("wa", 12, 12, 3)], ["a0"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Relu", ["a0"], ["a"]),
+        helper.make_node("Conv", ["a", weights("wb", 12, 12, 1)], ["b"], kernel_shape=[1, 1]),
+        helper.make_node("Conv", ["b", weights("wc", 12, 12, 3)], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Add", ["a", "b"], ["s0"]),
+        helper.make_node("Relu", ["s0"], ["s"]),
+        helper.make_node(
+            "AveragePool", ["s"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0], ceil_mode=1
+        ),
+        helper.make_node("Conv", ["p", weights("wd", 20, 12, 3)], ["d"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("MaxPool", ["d"], ["m"], kernel_shape=[2, 2], dilations=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalMaxPool", ["m"], ["gmax"]),
+        helper.make_node("GlobalAveragePool", ["d"], ["gavg"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pools_and_add",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12, 64, 61])],
+        [
+            helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 12, 64, 61]),
+            helper.make_tensor_value_info("gmax", TensorProto.FLOAT, [1, 20, 1, 1]),
+            helper.make_tensor_value_info("gavg", TensorProto.FLOAT, [1, 20, 1, 1]),
+        ],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_pools_and_an_unfused_add_keep_the_run_blocked(tmp_path):
+    """A run goes on through the Add, AveragePool and MaxPool and ends in the global pools, which
+    write NCHW themselves: one reorder in (x), one out (c, an output); at 2 threads the split
+    kernels agree with onnxruntime and, bit for bit, with the 1-thread build."""
+    proto = pools_and_add_model()
+    outputs = {}
+    for threads in (1, 2):
+        found = compile_and_compare(tmp_path / f"t{threads}", proto, "nchw8c", threads=threads)
+        model = hetgen.load(tmp_path / f"t{threads}" / "out")
+        outputs[threads] = model.run(random_inputs(model.inputs, seed=3))
+    assert len(blocked_convs(found)) == 4, list(found)
+    assert sorted(label.split()[0] for label in blocked_pools(found)) == [
+        "AveragePool",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "MaxPool",
+    ], list(found)
+    assert any(label.startswith("Add") and "blocked" in text for label, text in found.items()), list(found)
+    assert len(reorders(found, "ReorderNCHWc")) == 1 and len(reorders(found, "ReorderNCHW")) == 1, list(found)
+    assert any("hg_parallel_for" in found[label] for label in blocked_pools(found))
     for name, got in outputs[2].items():
         assert np.array_equal(got, outputs[1][name]), name
