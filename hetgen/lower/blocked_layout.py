@@ -19,6 +19,7 @@ when it is kept from layer to layer, so this pass works on runs:
   reorder back is inserted right after its producer, under the tensor's own name.
 
 So reorders sit exactly at the edges of each run, and a tensor is reordered at most once each way.
+A run whose reorders would cost more than blocking saves stays NCHW (`paying_runs`).
 Channels are padded to a multiple of V with zeros (hetgen/ops/conv_nchwc.py says why the padding
 needs no care). The choice shows in the generated code: each blocked Conv's kernel file is
 conv_nchwc's, each reorder is a kernel of its own (its label names it).
@@ -122,6 +123,49 @@ def blocked_kind(unit: Unit, graph: Graph, kernel: Kernel, inputs, v: int, writt
     return None
 
 
+# A byte a reorder moves (read or written) costs about what blocking saves on this many
+# multiply-adds. Measured (one thread, CPU time, 224x224): blocking every run, MobileNetV2's runs of
+# 1x1 Convs between depthwise ones (1.7 to 4.7 multiply-adds per byte) took 1.41x NCHW's time; with
+# this limit they stay NCHW (0.97x), while ResNet-18 keeps its deep run (over 500) and its lone
+# strided 3x3 (24) but not its lone 1x1 shortcut (2.7): 0.92x, against 0.93x blocking all.
+MACS_PER_REORDER_BYTE = 10
+
+
+def paying_runs(graph: Graph, units, kernels, unit_inputs, chosen: dict[int, tuple[int, str]]):
+    """`chosen` less the runs whose reorders cost more than blocking saves: a run (the units joined
+    by the blocked tensors between them) is kept where its multiply-adds per byte its reorders
+    move reach MACS_PER_REORDER_BYTE."""
+    writer = {units[i].outputs[0]: i for i, (_, kind) in chosen.items() if kind != "global"}
+    run_of = {i: i for i in chosen}
+
+    def find(i: int) -> int:
+        while run_of[i] != i:
+            run_of[i] = run_of[run_of[i]]
+            i = run_of[i]
+        return i
+
+    reordered_in: dict[int, set[str]] = {}
+    for i, (_, kind) in chosen.items():
+        for position in BLOCKED_INPUTS[kind]:
+            name = unit_inputs[i][position] if position < len(unit_inputs[i]) else ""
+            if name in writer:
+                run_of[find(i)] = find(writer[name])
+            elif name:
+                reordered_in.setdefault(i, set()).add(name)
+    read_plain = {name for i, inputs in enumerate(unit_inputs) if i not in chosen for name in inputs if name in writer}
+    read_plain |= {name for name in graph.outputs if name in writer}
+    macs: dict[int, int] = {}
+    moved: dict[int, int] = {}
+    for i, (_, kind) in chosen.items():
+        run = find(i)
+        macs[run] = macs.get(run, 0) + (kernels[i].flops // 2 if kind == "conv" else 0)
+        out = units[i].outputs[0]
+        nbytes = sum(2 * graph.types[name].nbytes for name in reordered_in.get(i, ()))
+        nbytes += 2 * graph.types[out].nbytes if kind != "global" and out in read_plain else 0
+        moved[run] = moved.get(run, 0) + nbytes
+    return {i: chosen[i] for i in chosen if macs[find(i)] >= MACS_PER_REORDER_BYTE * moved[find(i)]}
+
+
 @dataclasses.dataclass(frozen=True)
 class Blocked:
     """The result: the graph (with packed weights and blocked tensors), units, kernels, each unit's
@@ -160,6 +204,7 @@ def block_layout(
             chosen[index] = (v, kind)
             if kind != "global":
                 written[unit.outputs[0]] = v
+    chosen = paying_runs(graph, units, kernels, unit_inputs, chosen)
     if not chosen:
         return Blocked(graph, units, kernels, unit_inputs, dict(assignment))
     return _rewrite(graph, units, kernels, unit_inputs, dict(assignment), chosen)
