@@ -45,8 +45,8 @@ from hetgen.ops.base import Kernel, Unsupported
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Target
 
-# Not the default yet: the blocked kernels have no worker pool, and the measured gain
-# (benchmarks/bench_blocked_layout.py, docs/kernels.md) was taken on a heavily shared machine.
+# Not the default yet: the measured gain (benchmarks/bench_blocked_layout.py, docs/kernels.md) is
+# small and was taken on a heavily shared machine.
 DEFAULT_LAYOUT = "nchw"
 
 
