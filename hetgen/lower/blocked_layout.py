@@ -144,25 +144,24 @@ def paying_runs(graph: Graph, units, kernels, unit_inputs, chosen: dict[int, tup
             i = run_of[i]
         return i
 
-    reordered_in: dict[int, set[str]] = {}
+    reordered_in: list[tuple[int, str]] = []  # (reader, tensor): reordered once per run
     for i, (_, kind) in chosen.items():
         for position in BLOCKED_INPUTS[kind]:
             name = unit_inputs[i][position] if position < len(unit_inputs[i]) else ""
             if name in writer:
                 run_of[find(i)] = find(writer[name])
             elif name:
-                reordered_in.setdefault(i, set()).add(name)
+                reordered_in.append((i, name))
     read_plain = {name for i, inputs in enumerate(unit_inputs) if i not in chosen for name in inputs if name in writer}
     read_plain |= {name for name in graph.outputs if name in writer}
-    macs: dict[int, int] = {}
-    moved: dict[int, int] = {}
+    macs = dict.fromkeys((find(i) for i in chosen), 0)
+    moved = dict.fromkeys(macs, 0)
     for i, (_, kind) in chosen.items():
-        run = find(i)
-        macs[run] = macs.get(run, 0) + (kernels[i].flops // 2 if kind == "conv" else 0)
+        macs[find(i)] += kernels[i].flops // 2 if kind == "conv" else 0
         out = units[i].outputs[0]
-        nbytes = sum(2 * graph.types[name].nbytes for name in reordered_in.get(i, ()))
-        nbytes += 2 * graph.types[out].nbytes if kind != "global" and out in read_plain else 0
-        moved[run] = moved.get(run, 0) + nbytes
+        moved[find(i)] += 2 * graph.types[out].nbytes if kind != "global" and out in read_plain else 0
+    for run, name in {(find(i), name) for i, name in reordered_in}:
+        moved[run] += 2 * graph.types[name].nbytes
     return {i: chosen[i] for i in chosen if macs[find(i)] >= MACS_PER_REORDER_BYTE * moved[find(i)]}
 
 
