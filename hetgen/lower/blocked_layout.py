@@ -8,13 +8,18 @@ when it is kept from layer to layer, so this pass works on runs:
 - a Conv unit (with its fused bias, activations and residual Add) goes blocked when it is on a CPU
   controller that takes the blocked layout (`options.layout`, `block_width`), is 2-D, float32,
   ungrouped, its weights and bias are constants, and `worth_blocking` says so;
-- every tensor a blocked Conv writes is blocked, named `<tensor>.nchw<V>c`; every tensor it reads
-  (input, residual) must be blocked too: where the producer is not a blocked Conv, one reorder
-  NCHW -> NCHW[V]c is inserted before its first blocked reader;
-- where a blocked tensor is read by anything else (a pooling layer, a graph output, a Conv that
-  stays NCHW), one reorder back is inserted right after its producer, under the tensor's own name.
+- a run continues through a MaxPool or AveragePool (hetgen/ops/pool_nchwc.py) and through an Add
+  not fused into a Conv (hetgen/ops/add_nchwc.py) whose inputs are already blocked (never the other
+  way: reordering a pool's larger input would cost more than its output); it ends in a
+  GlobalAveragePool or GlobalMaxPool of a blocked input, which writes NCHW itself;
+- every tensor a blocked Conv, pool or Add writes is blocked, named `<tensor>.nchw<V>c`; every
+  tensor a blocked Conv reads (input, residual) must be blocked too: where the producer is not
+  blocked, one reorder NCHW -> NCHW[V]c is inserted before its first blocked reader;
+- where a blocked tensor is read by anything else (a graph output, a layer that stays NCHW), one
+  reorder back is inserted right after its producer, under the tensor's own name.
 
 So reorders sit exactly at the edges of each run, and a tensor is reordered at most once each way.
+A run whose reorders would cost more than blocking saves stays NCHW (`paying_runs`).
 Channels are padded to a multiple of V with zeros (hetgen/ops/conv_nchwc.py says why the padding
 needs no care). The choice shows in the generated code: each blocked Conv's kernel file is
 conv_nchwc's, each reorder is a kernel of its own (its label names it).
@@ -35,13 +40,13 @@ from collections.abc import Mapping
 from hetgen.errors import InternalError
 from hetgen.ir import DType, Graph, Node, TensorType
 from hetgen.lower.fuse import Unit, op_instance
-from hetgen.ops import conv_nchwc
+from hetgen.ops import add_nchwc, conv_nchwc, pool_nchwc
 from hetgen.ops.base import Kernel, Unsupported
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Target
 
-# Not the default yet: the blocked kernels have no worker pool, and the measured gain
-# (benchmarks/bench_blocked_layout.py, docs/kernels.md) was taken on a heavily shared machine.
+# Not the default yet: the measured gain (benchmarks/bench_blocked_layout.py, docs/kernels.md) is
+# small and was taken on a heavily shared machine.
 DEFAULT_LAYOUT = "nchw"
 
 
@@ -97,6 +102,69 @@ def worth_blocking(op, kernel: Kernel, v: int) -> bool:
     return x_type.shape[1] >= v and w_type.shape[0] >= v
 
 
+# The input positions each kind of blocked unit reads blocked.
+BLOCKED_INPUTS = {"conv": (0, 3), "pool": (0,), "add": (0, 1), "global": (0,)}
+
+
+def blocked_kind(unit: Unit, graph: Graph, kernel: Kernel, inputs, v: int, written: Mapping[str, int]) -> str | None:
+    """How `unit` runs blocked with width `v` (a key of BLOCKED_INPUTS), or None where it keeps
+    NCHW. `written`: the tensors blocked units before it write, with their widths."""
+    op = op_instance(unit, graph)
+    if unit.head.op == "Conv":
+        # a tensor blocked with another V (two CPUs of different vector widths) is read as NCHW
+        clash = any(written.get(name, v) != v for name in inputs[:1] + inputs[3:4])
+        return "conv" if not clash and worth_blocking(op, kernel, v) else None
+    if unit.head.op in pool_nchwc.WINDOW_POOLS + pool_nchwc.GLOBAL_POOLS:
+        kind = "pool" if unit.head.op in pool_nchwc.WINDOW_POOLS else "global"
+        return kind if written.get(inputs[0]) == v and pool_nchwc.blockable(op) else None
+    if unit.head.op == "Add" and not unit.is_pattern:
+        both = len(inputs) == 2 and all(written.get(name) == v for name in inputs)
+        return "add" if both and add_nchwc.blockable(op) else None
+    return None
+
+
+# A byte a reorder moves (read or written) costs about what blocking saves on this many
+# multiply-adds. Measured (one thread, CPU time, 224x224): blocking every run, MobileNetV2's runs of
+# 1x1 Convs between depthwise ones (1.7 to 4.7 multiply-adds per byte) took 1.41x NCHW's time; with
+# this limit they stay NCHW (0.97x), while ResNet-18 keeps its deep run (over 500) and its lone
+# strided 3x3 (24) but not its lone 1x1 shortcut (2.7): 0.92x, against 0.93x blocking all.
+MACS_PER_REORDER_BYTE = 10
+
+
+def paying_runs(graph: Graph, units, kernels, unit_inputs, chosen: dict[int, tuple[int, str]]):
+    """`chosen` less the runs whose reorders cost more than blocking saves: a run (the units joined
+    by the blocked tensors between them) is kept where its multiply-adds per byte its reorders
+    move reach MACS_PER_REORDER_BYTE."""
+    writer = {units[i].outputs[0]: i for i, (_, kind) in chosen.items() if kind != "global"}
+    run_of = {i: i for i in chosen}
+
+    def find(i: int) -> int:
+        while run_of[i] != i:
+            run_of[i] = run_of[run_of[i]]
+            i = run_of[i]
+        return i
+
+    reordered_in: list[tuple[int, str]] = []  # (reader, tensor): reordered once per run
+    for i, (_, kind) in chosen.items():
+        for position in BLOCKED_INPUTS[kind]:
+            name = unit_inputs[i][position] if position < len(unit_inputs[i]) else ""
+            if name in writer:
+                run_of[find(i)] = find(writer[name])
+            elif name:
+                reordered_in.append((i, name))
+    read_plain = {name for i, inputs in enumerate(unit_inputs) if i not in chosen for name in inputs if name in writer}
+    read_plain |= {name for name in graph.outputs if name in writer}
+    macs = dict.fromkeys((find(i) for i in chosen), 0)
+    moved = dict.fromkeys(macs, 0)
+    for i, (_, kind) in chosen.items():
+        macs[find(i)] += kernels[i].flops // 2 if kind == "conv" else 0
+        out = units[i].outputs[0]
+        moved[find(i)] += 2 * graph.types[out].nbytes if kind != "global" and out in read_plain else 0
+    for run, name in {(find(i), name) for i, name in reordered_in}:
+        moved[run] += 2 * graph.types[name].nbytes
+    return {i: chosen[i] for i in chosen if macs[find(i)] >= MACS_PER_REORDER_BYTE * moved[find(i)]}
+
+
 @dataclasses.dataclass(frozen=True)
 class Blocked:
     """The result: the graph (with packed weights and blocked tensors), units, kernels, each unit's
@@ -124,27 +192,29 @@ def block_layout(
     """Run the chosen Conv units blocked, with reorders at the edges of each run (module doc)."""
     layout = platform.options.get("layout") or DEFAULT_LAYOUT
     widths = {t.path_str: block_width(t, layout) for t in platform.targets()}
-    chosen: dict[int, int] = {}  # unit index -> V
-    written: dict[str, int] = {}  # tensor -> V of the blocked Conv writing it
+    chosen: dict[int, tuple[int, str]] = {}  # unit index -> (V, kind)
+    written: dict[str, int] = {}  # tensor -> V of the blocked unit writing it
     for index, unit in enumerate(units):  # in execution order: producers first
         v = widths.get(assignment[unit.head.name])
-        if v is None or unit.head.op != "Conv" or (unit.pattern is not None and unit.pattern.attention is not None):
+        if v is None or (unit.pattern is not None and unit.pattern.attention is not None):
             continue
-        # a tensor blocked with another V (two CPUs of different vector widths) is read as NCHW
-        clash = any(written.get(name, v) != v for name in unit_inputs[index][:1] + unit_inputs[index][3:4])
-        if not clash and worth_blocking(op_instance(unit, graph), kernels[index], v):
-            chosen[index] = v
-            written[unit.outputs[0]] = v
+        kind = blocked_kind(unit, graph, kernels[index], unit_inputs[index], v, written)
+        if kind is not None:
+            chosen[index] = (v, kind)
+            if kind != "global":
+                written[unit.outputs[0]] = v
+    chosen = paying_runs(graph, units, kernels, unit_inputs, chosen)
     if not chosen:
         return Blocked(graph, units, kernels, unit_inputs, dict(assignment))
     return _rewrite(graph, units, kernels, unit_inputs, dict(assignment), chosen)
 
 
-def _rewrite(graph, units, kernels, unit_inputs, assignment, chosen: dict[int, int]) -> Blocked:
+def _rewrite(graph, units, kernels, unit_inputs, assignment, chosen: dict[int, tuple[int, str]]) -> Blocked:
     constants, types = dict(graph.constants), dict(graph.types)
-    written_blocked: dict[str, int] = {}  # NCHW tensor name -> V, for tensors a blocked Conv writes
-    for index in chosen:
-        written_blocked[units[index].outputs[0]] = chosen[index]
+    written_blocked: dict[str, int] = {}  # NCHW tensor name -> V, for tensors a blocked unit writes
+    for index, (v, kind) in chosen.items():
+        if kind != "global":
+            written_blocked[units[index].outputs[0]] = v
     read_plain = {
         name
         for index, inputs in enumerate(unit_inputs)
@@ -168,19 +238,19 @@ def _rewrite(graph, units, kernels, unit_inputs, assignment, chosen: dict[int, i
 
     for index, (unit, kernel, inputs) in enumerate(zip(units, kernels, unit_inputs)):
         unit_target = assignment[unit.head.name]
-        v = chosen.get(index)
-        if v is None:
+        if index not in chosen:
             new_units.append(unit)
             new_kernels.append(kernel)
             new_inputs.append(inputs)
             continue
+        v, kind = chosen[index]
         op = op_instance(unit, graph)
         try:
-            blocked_kernel = conv_nchwc.lower(op, v)
-        except Unsupported as exc:  # worth_blocking admitted only what the blocked Conv supports
-            raise InternalError(f"{unit.head.label}: blocked Conv refused: {exc}") from exc
+            blocked_kernel = LOWERINGS[kind](op, v)
+        except Unsupported as exc:  # blocked_kind admitted only what the blocked kernels support
+            raise InternalError(f"{unit.head.label}: blocked kernel refused: {exc}") from exc
         renamed = list(inputs)
-        for position in (0, 3):  # the input and the residual: blocked, reordered in where needed
+        for position in BLOCKED_INPUTS[kind]:  # blocked, reordered in where needed (a Conv's)
             if position >= len(renamed) or not renamed[position]:
                 continue
             tensor = renamed[position]
@@ -193,16 +263,13 @@ def _rewrite(graph, units, kernels, unit_inputs, assignment, chosen: dict[int, i
                     DType.FLOAT32, conv_nchwc.blocked_shape(_shape(graph, tensor), v)
                 )
             renamed[position] = blocked_name(tensor, v)
-        model_inputs = unit.inputs  # the model's weights and bias (`inputs` may name prepacked ones)
-        weights = f"{model_inputs[1]}.nchw{v}c_for_{unit.head.name}"
-        constants[weights] = conv_nchwc.pack_weights(graph.constants[model_inputs[1]], v)
-        types[weights] = TensorType(DType.FLOAT32, constants[weights].shape)
-        renamed[1] = weights
-        if len(model_inputs) > 2 and model_inputs[2]:
-            bias = f"{model_inputs[2]}.nchw{v}c_for_{unit.head.name}"
-            constants[bias] = conv_nchwc.pack_bias(graph.constants[model_inputs[2]], v)
-            types[bias] = TensorType(DType.FLOAT32, constants[bias].shape)
-            renamed[2] = bias
+        if kind == "global":  # reads blocked, writes NCHW
+            new_units.append(unit)
+            new_kernels.append(blocked_kernel)
+            new_inputs.append(tuple(renamed))
+            continue
+        if kind == "conv":
+            _pack_conv(unit, renamed, constants, types, graph, v)
         output = unit.outputs[0]
         types[blocked_name(output, v)] = TensorType(DType.FLOAT32, conv_nchwc.blocked_shape(_shape(graph, output), v))
         last = dataclasses.replace(unit.nodes[-1], outputs=(blocked_name(output, v),))
@@ -213,6 +280,23 @@ def _rewrite(graph, units, kernels, unit_inputs, assignment, chosen: dict[int, i
             add_reorder(output, v, False, unit_target)
     new_graph = dataclasses.replace(graph, constants=constants, types=types)
     return Blocked(new_graph, tuple(new_units), tuple(new_kernels), new_inputs, assignment)
+
+
+LOWERINGS = {"conv": conv_nchwc.lower, "pool": pool_nchwc.lower, "global": pool_nchwc.lower, "add": add_nchwc.lower}
+
+
+def _pack_conv(unit: Unit, renamed: list[str], constants: dict, types: dict, graph: Graph, v: int) -> None:
+    """A blocked Conv's weights and bias packed for it, `renamed` naming them."""
+    model_inputs = unit.inputs  # the model's weights and bias (`inputs` may name prepacked ones)
+    weights = f"{model_inputs[1]}.nchw{v}c_for_{unit.head.name}"
+    constants[weights] = conv_nchwc.pack_weights(graph.constants[model_inputs[1]], v)
+    types[weights] = TensorType(DType.FLOAT32, constants[weights].shape)
+    renamed[1] = weights
+    if len(model_inputs) > 2 and model_inputs[2]:
+        bias = f"{model_inputs[2]}.nchw{v}c_for_{unit.head.name}"
+        constants[bias] = conv_nchwc.pack_bias(graph.constants[model_inputs[2]], v)
+        types[bias] = TensorType(DType.FLOAT32, constants[bias].shape)
+        renamed[2] = bias
 
 
 def _shape(graph: Graph, tensor: str) -> tuple[int, ...]:

@@ -36,6 +36,16 @@ MIN_ACCUMULATORS = 8
 # Every tile of a row re-reads its output blocks' weights: four blocks' are taken only while they
 # fit half of a 1 MiB L2 (512 channels' 3x3 weights for four blocks would stream from L3).
 WEIGHTS_IN_L2 = 512 * 1024
+# The worker pool (templates/runtime/hg_threads.h) takes a layer in tasks of about this many
+# multiply-adds (the GEMM's split threshold: below it waking a worker costs more than it saves), at
+# most MAX_TASKS of them. The tasks are fixed here, not by the thread count, and every output is
+# computed by one task the same way, so 1 and N threads give bit-identical results; the caller and
+# the workers claim tasks one at a time, so many small tasks balance an uneven split.
+TASK_MACS = 1 << 18
+MAX_TASKS = 64
+# A reorder is a copy: a task moves at least this many bytes (read + written).
+REORDER_TASK_BYTES = 1 << 17
+POOL_HELPER = "hg_threads.c"
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,9 @@ def lower(op: OpInstance, v: int) -> Kernel:
     cut = segments(win, width)
     tiles = tuple(dict.fromkeys(Tile(s.width, s.checked) for s in cut if s.stop > s.start))
     residual = op.has_input(3)
+    rows = geometry.batch * (out_blocks // ocr) * win.out_shape[1]
+    macs = geometry.batch * geometry.out_channels * win.out_size * geometry.channels * win.kernel_size
+    tasks = task_count(rows, macs // TASK_MACS)
     params = {
         **win.view(),
         "V": v,
@@ -133,13 +146,22 @@ def lower(op: OpInstance, v: int) -> Kernel:
         "residual": residual,
         "out_index": 4 if residual else (3 if op.has_input(2) else 2),
         "epilogue": op.epilogue,
+        "rows": rows,
+        "tasks": tasks,
     }
     return Kernel(
         template="kernels/conv_nchwc.c.j2",
         params=params,
-        flops=2 * geometry.batch * geometry.out_channels * win.out_size * geometry.channels * win.kernel_size,
+        flops=2 * macs,
         bytes_accessed=total_bytes(*(t for t in op.input_types if t is not None), y_type),
+        helpers=(POOL_HELPER,) if tasks > 1 else (),
     )
+
+
+def task_count(units: int, wanted: int) -> int:
+    """How many tasks the worker pool gets for `units` independent pieces of work: `wanted` (the
+    work over a task's worth), at least 1, at most MAX_TASKS and never more than the pieces."""
+    return max(1, min(units, wanted, MAX_TASKS))
 
 
 def pack_weights(w: np.ndarray, v: int) -> np.ndarray:
@@ -161,6 +183,10 @@ def reorder(shape: tuple[int, ...], v: int, to_blocked: bool) -> Kernel:
     """The kernel that reorders an NCHW float32 tensor of `shape` to NCHW[v]c (or back)."""
     batch, channels, *spatial = shape
     size = int(np.prod(spatial, dtype=np.int64))
+    nbytes = 4 * batch * (channels + blocks(channels, v) * v) * size
+    units, wanted = batch * blocks(channels, v), nbytes // REORDER_TASK_BYTES
+    parts = max(1, min(size, -(-wanted // units)))
+    tasks = task_count(units * parts, wanted)
     params = {
         "V": v,
         "to_blocked": to_blocked,
@@ -169,5 +195,9 @@ def reorder(shape: tuple[int, ...], v: int, to_blocked: bool) -> Kernel:
         "blocks": blocks(channels, v),
         "size": size,
     }
-    nbytes = 4 * batch * (channels + blocks(channels, v) * v) * size
-    return Kernel(template="kernels/nchwc_reorder.c.j2", params=params, bytes_accessed=nbytes)
+    return Kernel(
+        template="kernels/nchwc_reorder.c.j2",
+        params={**params, "parts": parts, "pieces": units * parts, "tasks": tasks},
+        bytes_accessed=nbytes,
+        helpers=(POOL_HELPER,) if tasks > 1 else (),
+    )

@@ -1,0 +1,81 @@
+"""MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool on blocked channels (NCHW[V]c).
+
+hetgen/lower/blocked_layout.py runs a pooling layer blocked when its input is already blocked (a
+run of blocked Convs continues through it instead of ending there):
+
+- a window pool reads and writes NCHW[V]c: per output position, its V channels are one vector
+  taken over the same taps, in the same order, as the NCHW kernel (templates/kernels/pool.c.j2)
+  takes them, with the same window tables (hetgen/ops/pool.py), so the results are the same;
+- a global pool reads NCHW[V]c and writes the NCHW [N, C, 1, 1] its readers expect (a classifier
+  head), dropping the padded channels: no reorder at the end of the run.
+
+Only 2-D float32 pools without MaxPool's Indices output are taken; others keep NCHW.
+"""
+
+from __future__ import annotations
+
+from hetgen.ir import DType
+from hetgen.ops._common import present_outputs
+from hetgen.ops._spatial import window
+from hetgen.ops.base import Kernel, OpInstance
+from hetgen.ops.conv_nchwc import POOL_HELPER, REORDER_TASK_BYTES, blocks, task_count
+from hetgen.ops.pool import axis_tables
+
+WINDOW_POOLS = ("MaxPool", "AveragePool")
+GLOBAL_POOLS = ("GlobalAveragePool", "GlobalMaxPool")
+
+
+def blockable(op: OpInstance) -> bool:
+    """A pool the blocked kernels compute: 2-D, float32, one output, no fused activation."""
+    x_type, y_type = op.input_types[0], op.output_types[0]
+    if op.node.op not in WINDOW_POOLS + GLOBAL_POOLS or op.epilogue:
+        return False
+    if x_type is None or y_type is None or x_type.rank != 4 or x_type.dtype is not DType.FLOAT32:
+        return False
+    if sum(present_outputs(op)) != 1:
+        return False
+    return op.node.op in GLOBAL_POOLS or op.attr("kernel_shape") is not None
+
+
+def lower(op: OpInstance, v: int) -> Kernel:
+    """The blocked pool of `op` (admitted by `blockable`), reading NCHW[v]c."""
+    x_type, y_type = op.input_types[0], op.output_types[0]
+    batch, channels = x_type.shape[:2]
+    ib = blocks(channels, v)
+    if op.node.op in GLOBAL_POOLS:
+        size = x_type.shape[2] * x_type.shape[3]
+        units = batch * ib
+        params = {
+            "V": v,
+            "variant": "global_max" if op.node.op == "GlobalMaxPool" else "global_avg",
+            "batch": batch,
+            "channels": channels,
+            "blocks": ib,
+            "size": size,
+            "pieces": units,
+            "tasks": task_count(units, 4 * units * size * v // REORDER_TASK_BYTES),
+        }
+        return _kernel(params, flops=x_type.size, nbytes=4 * units * size * v + y_type.nbytes)
+    win = window(op, x_type.shape[2:], y_type.shape[2:], tuple(op.attr("kernel_shape")))
+    include_pad = bool(op.attr("count_include_pad", 0))
+    rows = batch * ib * win.out_shape[1]
+    nbytes = 4 * batch * ib * v * (win.in_size + win.out_size)
+    params = {
+        **win.view(),
+        "V": v,
+        "variant": "max" if op.node.op == "MaxPool" else "avg",
+        "axes": tuple(axis_tables(win, i, include_pad) for i in (1, 2)),
+        "pieces": rows,
+        "tasks": task_count(rows, nbytes // REORDER_TASK_BYTES),
+    }
+    return _kernel(params, flops=batch * ib * v * win.out_size * win.kernel_size, nbytes=nbytes)
+
+
+def _kernel(params: dict, flops: int, nbytes: int) -> Kernel:
+    return Kernel(
+        template="kernels/pool_nchwc.c.j2",
+        params=params,
+        flops=flops,
+        bytes_accessed=nbytes,
+        helpers=(POOL_HELPER,) if params["tasks"] > 1 else (),
+    )
