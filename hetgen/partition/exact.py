@@ -56,11 +56,21 @@ MIN_BEAM = 16
 KEPT_BUDGET = 300_000  # states kept x live tensors over all steps: bounds a whole search's work (see run)
 MIN_BUDGET_BEAM = 4  # ... but a step may keep at least this many states
 WIDE_STEP = 8  # live tensors beyond which a budget-bound step skips dominance when over PRE_CUT * beam
+CACHE_LIMIT = 1 << 16  # entries a cache kept across steps may hold before it starts again
 
 
 class ExactSearch:
-    def __init__(self, space: SearchSpace, candidates: tuple[Candidate, ...], *, prune: bool = True):
-        """`prune=False` turns off dominance, reordering and beam narrowing: the plain DP, for tests."""
+    def __init__(
+        self,
+        space: SearchSpace,
+        candidates: tuple[Candidate, ...],
+        *,
+        prune: bool = True,
+        like: ExactSearch | None = None,
+    ):
+        """`prune=False` turns off dominance, reordering and beam narrowing: the plain DP, for tests.
+        `like`: a search over the same space and with the same `prune`, whose order (and the tables
+        that depend on the order alone) this one takes instead of computing them again."""
         self.prune = prune
         self.space = space
         self.starts: list[list[Candidate]] = [[] for _ in space.graph.nodes]
@@ -72,18 +82,23 @@ class ExactSearch:
         for c in candidates:
             for n in c.nodes:
                 node_locs[n] |= 1 << c.loc
-        self.node_reads = [
-            tuple(sorted({space.tensor_id[name] for name in node.inputs if name in space.tensor_id}))
-            for node in space.graph.nodes
-        ]
-        self.order = search_order(space) if prune else list(range(len(space.graph.nodes)))
-        position = [0] * len(self.order)
-        for step, node in enumerate(self.order):
-            position[node] = step
-        # per tensor: its readers' steps, sorted, and reader_locs[t][k], the places its readers
-        # from the k-th one on could run at
-        self.readers = [sorted(position[n] for n in readers) for readers in space.consumers]
-        self.last_use = [steps[-1] if steps else -1 for steps in self.readers]
+        if like is not None:
+            self.node_reads, self.order, self.position = like.node_reads, like.order, like.position
+            self.readers, self.last_use = like.readers, like.last_use
+        else:
+            self.node_reads = [
+                tuple(sorted({space.tensor_id[name] for name in node.inputs if name in space.tensor_id}))
+                for node in space.graph.nodes
+            ]
+            self.order = search_order(space) if prune else list(range(len(space.graph.nodes)))
+            self.position = [0] * len(self.order)
+            for step, node in enumerate(self.order):
+                self.position[node] = step
+            # per tensor: its readers' steps, sorted
+            self.readers = [sorted(self.position[n] for n in readers) for readers in space.consumers]
+            self.last_use = [steps[-1] if steps else -1 for steps in self.readers]
+        position = self.position
+        # per tensor: reader_locs[t][k], the places its readers from the k-th one on could run at
         self.reader_locs: list[list[int]] = []
         for readers in space.consumers:
             ordered = sorted(readers, key=position.__getitem__)
@@ -96,16 +111,20 @@ class ExactSearch:
         self.widest = 0  # the most live tensors at a step the beam cut (0: none was cut)
         self.best_cost = float("inf")
         self._after: dict[int, int] = {}
+        # Functions of their keys alone (open groups; a frontier entry and the places that may read
+        # it), so kept from step to step: a live tensor's entry recurs at every step until it is read.
         self._pending: dict[tuple[int, ...], dict[int, int]] = {}
         self._owed_cache: dict[tuple, tuple[float, ...]] = {}
 
-    # -- per-step caches --------------------------------------------------------------------
+    # -- caches -----------------------------------------------------------------------------
 
     def _begin(self, step: int) -> None:
         self.step = step
-        self._after.clear()
-        self._pending.clear()
-        self._owed_cache.clear()
+        self._after.clear()  # readers after the step: changes with the step
+        if len(self._owed_cache) > CACHE_LIMIT:
+            self._owed_cache.clear()
+        if len(self._pending) > CACHE_LIMIT:
+            self._pending.clear()
 
     def _readers_after(self, t: int) -> int:
         mask = self._after.get(t)
@@ -209,30 +228,28 @@ class ExactSearch:
             classes.setdefault(key[1], []).append((value[0], key, value))
         kept: dict = {}
         places = len(self.space.paths)
+        owed_of, chain, first = self._owed, itertools.chain.from_iterable, itemgetter(0)
         for open_groups, members in classes.items():
             if len(members) == 1:
                 kept[members[0][1]] = members[0][2]
                 continue
             pending = self._pending_readers(open_groups)
-            members.sort(key=lambda item: item[0])
-            tensors = tuple(map(itemgetter(0), members[0][1][0]))
+            members.sort(key=first)
+            tensors = tuple(map(first, members[0][1][0]))
             relevant = [self._relevant(t, pending) for t in tensors]
+            size = len(tensors) * places
             window_costs = np.empty(DOMINANCE_WINDOW)
-            window_owed = np.empty((DOMINANCE_WINDOW, len(tensors) * places))
+            window_owed = np.empty((DOMINANCE_WINDOW, size))
             filled = 0
             for cost, key, value in members:
                 frontier = key[0]
-                if tuple(map(itemgetter(0), frontier)) != tensors:  # same open groups: same live tensors
+                if tuple(map(first, frontier)) != tensors:  # same open groups: same live tensors
                     kept[key] = value
                     continue
-                owed = np.fromiter(
-                    itertools.chain.from_iterable(map(self._owed, frontier, relevant)),
-                    dtype=float,
-                    count=len(tensors) * places,
-                )
+                owed = np.fromiter(chain(map(owed_of, frontier, relevant)), dtype=float, count=size)
                 if filled:
                     penalty = np.maximum(window_owed[:filled] - owed, 0.0).sum(axis=1)
-                    if np.any(window_costs[:filled] + penalty <= cost):
+                    if (window_costs[:filled] + penalty <= cost).any():
                         continue
                 kept[key] = value
                 if filled < DOMINANCE_WINDOW:

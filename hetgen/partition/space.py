@@ -133,14 +133,20 @@ class SearchSpace:
     def _candidates(self, calibration: Calibration) -> tuple[Candidate, ...]:
         nodes = self.graph.nodes
         candidates = []
+        # A group's work and boundary depend on its nodes alone: the matches of several targets
+        # (a controller's "*", an accelerator's pattern) share them.
+        shared: dict[tuple[int, ...], tuple[Work, tuple, tuple]] = {}
         for match in self.matches.matches:
             loc = self.loc_of_path[match.target]
             target = self.targets[loc]
-            work = Work(*self.kernels.group_work(nodes[i] for i in match.nodes))
+            known = shared.get(match.nodes)
+            if known is None:
+                work = Work(*self.kernels.group_work(nodes[i] for i in match.nodes))
+                known = shared[match.nodes] = (work, *self._boundary(match.nodes))
+            work, inputs, outputs = known
             scale = calibration.scale_for(target)
             members = [nodes[i] for i in match.nodes]
             compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels)
-            inputs, outputs = self._boundary(match.nodes)
             if self.aliases.issuperset(match.nodes):  # dropped by lowering: nothing runs, nothing moves
                 compute, inputs, outputs = 0.0, (), ()
             candidates.append(Candidate(len(candidates), loc, match.label, match.nodes, compute, inputs, outputs))
