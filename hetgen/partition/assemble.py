@@ -55,6 +55,7 @@ def assemble(
         refused.setdefault(space.node_index[refusal.node], []).append(refusal)
     groups = []
     routes: dict[tuple[int, int], tuple] = {}
+    loads: dict[tuple, tuple[int, float]] = {}  # the plans kept alive by the kernel table: ids stay unique
     for k, c in enumerate(picked):
         alternatives = _alternatives(space, c, starts, loc_of_node, routes)
         names = tuple(space.graph.nodes[n].name for n in c.nodes)
@@ -71,7 +72,7 @@ def assemble(
                 reason,
                 refusals,
                 0.0 if space.aliases.issuperset(c.nodes) else space.launch_us(c.loc),  # a dropped reshape
-                *_weights(space, c),
+                *_weights(space, c, loads),
                 _tile_plans(space, c),
             )
         )
@@ -154,10 +155,28 @@ def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
     )
 
 
-def _weights(space: SearchSpace, c: Candidate) -> tuple[int, float]:
-    """The weights a group loads into local memory, and their DMA time (as group_us prices them)."""
+def _weights(space: SearchSpace, c: Candidate, loads: dict) -> tuple[int, float]:
+    """The weights a group loads into local memory, and their DMA time (as group_us prices them).
+
+    They are what its units' tile plans load of the inputs that are constants, on its target: a
+    function of the target, each unit's plan and which of its head's inputs are constants, so
+    groups that agree on those share one answer in `loads` (repeated layers share their plans)."""
     target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
-    return weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target), space.kernels)
+    key = None
+    if one_unit_per_invocation(target):
+        units = kernel_units_of(nodes, space.graph, space.kernels.chains)
+        plans = group_plans(nodes, space.graph, target, space.kernels)
+        constants = space.graph.constants
+        key = (
+            c.loc,
+            tuple((id(plan), tuple(n in constants for n in chain[0].inputs)) for (chain, _), plan in zip(units, plans)),
+        )
+        if key in loads:
+            return loads[key]
+    weights = weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target), space.kernels)
+    if key is not None:
+        loads[key] = weights
+    return weights
 
 
 def _dma(space: SearchSpace, src: int, dst: int) -> tuple[DmaUse, ...]:
