@@ -115,6 +115,7 @@ class ExactSearch:
         # it), so kept from step to step: a live tensor's entry recurs at every step until it is read.
         self._pending: dict[tuple[int, ...], dict[int, int]] = {}
         self._owed_cache: dict[tuple, tuple[float, ...]] = {}
+        self._kept_cache: dict[tuple[int, int], int] = {}  # a function of the platform's places alone
 
     # -- caches -----------------------------------------------------------------------------
 
@@ -171,11 +172,14 @@ class ExactSearch:
     def _kept(self, src: int, relevant: int) -> int:
         """The places worth remembering a tensor from `src` is in: those on its way to a place that
         may still read it (a copy leaves it where it passed, and a later copy starts there)."""
-        relay, kept = self.space.relay[src], 1 << src
-        while relevant:
-            low = relevant & -relevant
-            kept |= relay[low.bit_length() - 1]
-            relevant ^= low
+        kept = self._kept_cache.get((src, relevant))
+        if kept is None:
+            relay, kept, bits = self.space.relay[src], 1 << src, relevant
+            while bits:
+                low = bits & -bits
+                kept |= relay[low.bit_length() - 1]
+                bits ^= low
+            self._kept_cache[src, relevant] = kept
         return kept
 
     def _canonical(self, entries: dict, open_groups: tuple[int, ...], touched) -> tuple:
@@ -186,17 +190,18 @@ class ExactSearch:
         entry left as it was is still true, at worst a missed merge.
         """
         pending = self._pending_readers(open_groups)
+        last_use, step, readers_after, kept = self.last_use, self.step, self._readers_after, self._kept
         for t in touched:
             entry = entries.get(t)
             if entry is None:
                 continue
-            if self.last_use[t] <= self.step and t not in pending:
+            if last_use[t] <= step and t not in pending:
                 del entries[t]  # dead: every reader has executed
                 continue
             src, mask = entry
             if src >= 0:
-                relevant = self._relevant(t, pending)
-                mask &= self._kept(src, relevant)
+                relevant = readers_after(t) | pending.get(t, 0)
+                mask &= kept(src, relevant)
                 entries[t] = DONE if not relevant & ~mask & ~(1 << src) else (src, mask)
         return tuple(sorted(entries.items()))
 
@@ -221,7 +226,12 @@ class ExactSearch:
         """Drop states some cheaper state with the same open groups dominates.
 
         B is dominated by A when cost(A) + sum over tensors and places of max(0, owed_A - owed_B)
-        <= cost(B): following B's best continuation from A costs at most that much more.
+        <= cost(B): following B's best continuation from A costs at most that much more. In order
+        of cost, each state is checked against the first DOMINANCE_WINDOW states kept before it.
+
+        A kept state's penalties against every later state come from one array operation when it
+        joins the window (each a row sum of the same numbers, so the same floats as one state at a
+        time), and the checks compare them in plain floats.
         """
         classes: dict[tuple[int, ...], list] = {}
         for key, value in states.items():
@@ -237,24 +247,27 @@ class ExactSearch:
             members.sort(key=first)
             tensors = tuple(map(first, members[0][1][0]))
             relevant = [self._relevant(t, pending) for t in tensors]
+            # rows of `owed`: the members with these live tensors (same open groups: nearly all)
+            matching = [k for k, (_, key, _) in enumerate(members) if tuple(map(first, key[0])) == tensors]
+            row_of = {k: row for row, k in enumerate(matching)}
             size = len(tensors) * places
-            window_costs = np.empty(DOMINANCE_WINDOW)
-            window_owed = np.empty((DOMINANCE_WINDOW, size))
-            filled = 0
-            for cost, key, value in members:
-                frontier = key[0]
-                if tuple(map(first, frontier)) != tensors:  # same open groups: same live tensors
+            owed = np.fromiter(
+                chain(chain(map(owed_of, members[k][1][0], relevant)) for k in row_of),
+                dtype=float,
+                count=len(row_of) * size,
+            ).reshape(len(row_of), size)
+            window: list[tuple[float, int, list[float]]] = []  # (cost, its row, penalties of the rows after)
+            for k, (cost, key, value) in enumerate(members):
+                row = row_of.get(k)
+                if row is None:
                     kept[key] = value
                     continue
-                owed = np.fromiter(chain(map(owed_of, frontier, relevant)), dtype=float, count=size)
-                if filled:
-                    penalty = np.maximum(window_owed[:filled] - owed, 0.0).sum(axis=1)
-                    if (window_costs[:filled] + penalty <= cost).any():
-                        continue
+                if any(window_cost + penalties[row - after] <= cost for window_cost, after, penalties in window):
+                    continue
                 kept[key] = value
-                if filled < DOMINANCE_WINDOW:
-                    window_costs[filled], window_owed[filled] = cost, owed
-                    filled += 1
+                if len(window) < DOMINANCE_WINDOW:
+                    penalties = np.maximum(owed[row] - owed[row + 1 :], 0.0).sum(axis=1).tolist()
+                    window.append((cost, row + 1, penalties))
         return kept
 
     # -- the search -------------------------------------------------------------------------
