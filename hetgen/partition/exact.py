@@ -316,16 +316,17 @@ class ExactSearch:
         new: dict[tuple, tuple[float, tuple | None]] = {}
 
         def offer(key: tuple, cost: float, record: tuple | None) -> None:
-            self.expanded += 1
             best = new.get(key)
             if best is None or cost < best[0]:
                 new[key] = (cost, record)
 
-        later, read_here = self.later, self.node_reads[i]
+        later, read_here, canonical = self.later, self.node_reads[i], self._canonical
+        offered = 0
         for (frontier, open_groups), (cost, record) in states.items():
-            owner = next((g for g in open_groups if i in later[g]), None)
+            owner = next((g for g in open_groups if i in later[g]), None) if open_groups else None
             if owner is not None:
                 group = self.by_id[owner]
+                offered += 1
                 if i != group.last:
                     offer((frontier, open_groups), cost, record)
                     continue
@@ -333,11 +334,12 @@ class ExactSearch:
                 cost = self._execute(group, entries, cost)
                 remaining = tuple(g for g in open_groups if g != owner)
                 touched = (*read_here, *group.inputs, *group.outputs)
-                offer((self._canonical(entries, remaining, touched), remaining), cost, record)
+                offer((canonical(entries, remaining, touched), remaining), cost, record)
                 continue
             for c in self.starts[i]:
                 if open_groups and any(not later[c.id].isdisjoint(later[g]) for g in open_groups):
                     continue
+                offered += 1
                 entries = dict(frontier)
                 if len(c.nodes) == 1:
                     after, groups = self._execute(c, entries, cost + c.compute_us), open_groups
@@ -345,7 +347,8 @@ class ExactSearch:
                 else:
                     after, groups = cost + c.compute_us, tuple(sorted((*open_groups, c.id)))
                     touched = (*read_here, *c.inputs)
-                offer((self._canonical(entries, groups, touched), groups), after, (c.id, record))
+                offer((canonical(entries, groups, touched), groups), after, (c.id, record))
+        self.expanded += offered
         return new
 
 
