@@ -121,7 +121,8 @@ def build_kernel_specs(graph: Graph, platform: Platform | None = None) -> Kernel
 
 class SharedSpecs:
     """`unit_spec`, once per distinct unit (`signature.py`: what the spec key covers and why a
-    refusal is never shared): a repeated layer gets the first copy's spec under its own names."""
+    refusal is never shared): a repeated layer gets the first copy's spec under its own names.
+    Every field but `nodes` is copied, so a field that names tensors must be set here per unit."""
 
     def __init__(self, graph: Graph, keys: UnitKeys):
         self.graph, self.keys = graph, keys
