@@ -103,13 +103,17 @@ class TilePlan:
 
     def moved(self, action: Action) -> int:
         """Bytes the DMA moves for `action` (LOAD or STORE), every tile included."""
-        total = 0
+        return self._moved[action]
+
+    @functools.cached_property
+    def _moved(self) -> dict[Action, int]:
+        # Summed once per plan (a plan is frozen; layers of one shape share it): explain and
+        # placement ask each group's plans for their DMA bytes.
+        totals = dict.fromkeys(Action, 0)
         for command in self.commands:
-            if command.action is action:
-                tile = self.tiles[command.tile]
-                block = tile.inputs[command.operand] if action is Action.LOAD else tile.outputs[command.operand]
-                total += block.nbytes
-        return total
+            if command.is_dma:
+                totals[command.action] += self.block_of(command).nbytes
+        return totals
 
     @property
     def dma_bytes(self) -> int:

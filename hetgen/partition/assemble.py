@@ -55,8 +55,10 @@ def assemble(
     for refusal in unclaimed_refusals:  # "no pattern matches" too
         refused.setdefault(space.node_index[refusal.node], []).append(refusal)
     groups = []
+    routes: dict[tuple[int, int], tuple] = {}
+    loads: dict[tuple, tuple[int, float]] = {}  # the plans kept alive by the kernel table: ids stay unique
     for k, c in enumerate(picked):
-        alternatives = _alternatives(space, c, starts, loc_of_node)
+        alternatives = _alternatives(space, c, starts, loc_of_node, routes)
         names = tuple(space.graph.nodes[n].name for n in c.nodes)
         reason = _reason(space, c, mode, alternatives, pins, [unclaimed_reason.get(name) for name in names])
         refusals = tuple(dict.fromkeys(r for n in c.nodes for r in refused.get(n, ())))
@@ -71,23 +73,21 @@ def assemble(
                 reason,
                 refusals,
                 0.0 if space.aliases.issuperset(c.nodes) else space.launch_us(c.loc),  # a dropped reshape
-                *_weights(space, c),
+                *_weights(space, c, loads),
                 _tile_plans(space, c),
             )
         )
-    transfers = tuple(
-        Transfer(
-            space.tensor_names[t],
-            space.paths[src],
-            space.paths[dst],
-            space.tensor_bytes[t],
-            us,
-            _links(space, src, dst),
-            _dma(space, src, dst),
-        )
-        for t in range(len(space.tensor_names))
-        for src, dst, us in space.tensor_transfers(t, loc_of_node)
-    )
+    crossed: dict[tuple[int, int], tuple] = {}  # (from, to) -> the links and DMA engines a copy uses
+    transfers = []
+    for t in range(len(space.tensor_names)):
+        for src, dst, us in space.tensor_transfers(t, loc_of_node):
+            ways = crossed.get((src, dst))
+            if ways is None:
+                ways = crossed[src, dst] = (_links(space, src, dst), _dma(space, src, dst))
+            transfers.append(
+                Transfer(space.tensor_names[t], space.paths[src], space.paths[dst], space.tensor_bytes[t], us, *ways)
+            )
+    transfers = tuple(transfers)
     groups = in_program_order(space, groups)
     total = price(groups, transfers, placement_makespan(groups, space.graph, space.platform, _copy_us(space))).total_us
     return Placement(tuple(groups), transfers, total, mode, unclaimed, exact, unclaimed_refusals)
@@ -103,6 +103,23 @@ def chosen_makespan(space: SearchSpace, candidates: tuple[Candidate, ...], chose
     ]
     groups = in_program_order(space, groups, renamed=False)
     return placement_makespan(groups, space.graph, space.platform, _copy_us(space))
+
+
+def makespan_floor(candidates: tuple[Candidate, ...], chosen: Sequence[int]) -> float:
+    """A lower bound of `chosen_makespan`, from the groups alone: the work of the busiest target.
+
+    By the timing rules (hetgen/partition/timeline.py) every group is one step of its target's
+    program (a controller's own work moves its clock; an accelerator's or a co-processor's
+    sub-program moves its device's clock, which every submission only pushes later, and the
+    program ends after every device's clock), so no target's total work exceeds the makespan.
+    Summed here in another order than the timeline sums it, the bound is lowered by far more than
+    that rounding can differ (n * 2**-53 relative, n the number of groups)."""
+    by_id = {c.id: c for c in candidates}
+    busy: dict[int, float] = {}
+    for cid in chosen:
+        c = by_id[cid]
+        busy[c.loc] = busy.get(c.loc, 0.0) + c.compute_us
+    return max(busy.values(), default=0.0) * (1.0 - 1e-9)
 
 
 def in_program_order(space: SearchSpace, groups: list[Group], renamed: bool = True) -> list[Group]:
@@ -139,10 +156,28 @@ def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
     )
 
 
-def _weights(space: SearchSpace, c: Candidate) -> tuple[int, float]:
-    """The weights a group loads into local memory, and their DMA time (as group_us prices them)."""
+def _weights(space: SearchSpace, c: Candidate, loads: dict) -> tuple[int, float]:
+    """The weights a group loads into local memory, and their DMA time (as group_us prices them).
+
+    They are what its units' tile plans load of the inputs that are constants, on its target: a
+    function of the target, each unit's plan and which of its head's inputs are constants, so
+    groups that agree on those share one answer in `loads` (repeated layers share their plans)."""
     target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
-    return weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target), space.kernels)
+    key = None
+    if one_unit_per_invocation(target):
+        units = kernel_units_of(nodes, space.graph, space.kernels.chains)
+        plans = group_plans(nodes, space.graph, target, space.kernels)
+        constants = space.graph.constants
+        key = (
+            c.loc,
+            tuple((id(plan), tuple(n in constants for n in chain[0].inputs)) for (chain, _), plan in zip(units, plans)),
+        )
+        if key in loads:
+            return loads[key]
+    weights = weight_load_us(target, space.graph, nodes, space.calibration.scale_for(target), space.kernels)
+    if key is not None:
+        loads[key] = weights
+    return weights
 
 
 def _dma(space: SearchSpace, src: int, dst: int) -> tuple[DmaUse, ...]:
@@ -199,7 +234,9 @@ def _local_transfers(space: SearchSpace, c: Candidate, loc_of_node) -> list[tupl
     ]
 
 
-def _alternatives(space: SearchSpace, c: Candidate, starts, loc_of_node: list[int]) -> tuple[Alternative, ...]:
+def _alternatives(
+    space: SearchSpace, c: Candidate, starts, loc_of_node: list[int], routes: dict
+) -> tuple[Alternative, ...]:
     old = _local_transfers(space, c, loc_of_node)
     old_us = c.compute_us + sum(item[3] for item in old)
     alternatives = []
@@ -210,21 +247,23 @@ def _alternatives(space: SearchSpace, c: Candidate, starts, loc_of_node: list[in
         for n in c.nodes:
             loc_of_node[n] = c.loc
         new_us = compute + sum(item[3] for item in new)
-        why = _why(space, new_us - old_us, compute, c.compute_us, new, old)
+        why = _why(space, new_us - old_us, compute, c.compute_us, new, old, routes)
         label = "+".join(tile.label for tile in tiles)
         alternatives.append(Alternative(space.paths[loc], label, new_us, new_us - old_us, why))
     alternatives.sort(key=lambda a: (a.cost_us, a.target, a.label))
     return tuple(alternatives)
 
 
-def _why(space: SearchSpace, delta: float, compute: float, chosen_compute: float, new, old) -> str:
-    """E.g. "+12.3 us: 0.8 MB over a 4 GB/s link; compute 3.1 us vs 5.0 us"."""
+def _why(space: SearchSpace, delta: float, compute: float, chosen_compute: float, new, old, routes) -> str:
+    """E.g. "+12.3 us: 0.8 MB over a 4 GB/s link; compute 3.1 us vs 5.0 us". `routes`: a dict
+    that keeps each (from, to) pair's links once looked up."""
     parts = []
-    extra = [item for item in new if item[:3] not in {o[:3] for o in old} and item[3] > 0]
-    saved = [item for item in old if item[:3] not in {n[:3] for n in new} and item[3] > 0]
+    old_copies, new_copies = {o[:3] for o in old}, {n[:3] for n in new}
+    extra = [item for item in new if item[:3] not in old_copies and item[3] > 0]
+    saved = [item for item in old if item[:3] not in new_copies and item[3] > 0]
     if extra:
         moved = sum(space.tensor_bytes[t] for t, _, _, _ in extra)
-        links = [link for _, src, dst, _ in extra for link in space.topology.route(space.paths[src], space.paths[dst])]
+        links = [link for _, src, dst, _ in extra for link in _route(space, src, dst, routes)]
         if links:
             slowest = min(links, key=lambda link: link.bandwidth_gbps)
             parts.append(f"{format_bytes(moved)} over a {slowest.bandwidth_gbps:g} GB/s link")
@@ -235,6 +274,13 @@ def _why(space: SearchSpace, delta: float, compute: float, chosen_compute: float
     if abs(compute - chosen_compute) > EPSILON_US:
         parts.append(f"compute {compute:.1f} us vs {chosen_compute:.1f} us")
     return f"{delta:+.1f} us: {'; '.join(parts) or 'same cost'}"
+
+
+def _route(space: SearchSpace, src: int, dst: int, routes: dict) -> tuple:
+    route = routes.get((src, dst))
+    if route is None:
+        route = routes[src, dst] = space.topology.route(space.paths[src], space.paths[dst])
+    return route
 
 
 def _reason(space, c: Candidate, mode: str, alternatives, pins: Mapping[int, Pin], unclaimed) -> str:

@@ -56,25 +56,43 @@ MIN_BEAM = 16
 KEPT_BUDGET = 300_000  # states kept x live tensors over all steps: bounds a whole search's work (see run)
 MIN_BUDGET_BEAM = 4  # ... but a step may keep at least this many states
 WIDE_STEP = 8  # live tensors beyond which a budget-bound step skips dominance when over PRE_CUT * beam
+CACHE_LIMIT = 1 << 16  # entries a cache kept across steps may hold before it starts again
 
 
 class ExactSearch:
-    def __init__(self, space: SearchSpace, candidates: tuple[Candidate, ...], *, prune: bool = True):
-        """`prune=False` turns off dominance, reordering and beam narrowing: the plain DP, for tests."""
+    def __init__(
+        self,
+        space: SearchSpace,
+        candidates: tuple[Candidate, ...],
+        *,
+        prune: bool = True,
+        like: ExactSearch | None = None,
+    ):
+        """`prune=False` turns off dominance, reordering and beam narrowing: the plain DP, for tests.
+        `like`: a search over the same space and with the same `prune`, whose order (and the tables
+        that depend on the order alone) this one takes instead of computing them again."""
         self.prune = prune
         self.space = space
         node_locs = [0] * len(space.graph.nodes)
         for c in candidates:
             for n in c.nodes:
                 node_locs[n] |= 1 << c.loc
-        self.node_reads = [
-            tuple(sorted({space.tensor_id[name] for name in node.inputs if name in space.tensor_id}))
-            for node in space.graph.nodes
-        ]
-        self.order = search_order(space) if prune else list(range(len(space.graph.nodes)))
-        position = [0] * len(self.order)
-        for step, node in enumerate(self.order):
-            position[node] = step
+        if like is not None:
+            self.node_reads, self.order, self.position = like.node_reads, like.order, like.position
+            self.readers, self.last_use = like.readers, like.last_use
+        else:
+            self.node_reads = [
+                tuple(sorted({space.tensor_id[name] for name in node.inputs if name in space.tensor_id}))
+                for node in space.graph.nodes
+            ]
+            self.order = search_order(space) if prune else list(range(len(space.graph.nodes)))
+            self.position = [0] * len(self.order)
+            for step, node in enumerate(self.order):
+                self.position[node] = step
+            # per tensor: its readers' steps, sorted
+            self.readers = [sorted(self.position[n] for n in readers) for readers in space.consumers]
+            self.last_use = [steps[-1] if steps else -1 for steps in self.readers]
+        position = self.position
         # a group is chosen at its first node in the search's order (a fused attention's branches
         # may come in any order) and executes at its last, the node every other one feeds
         self.starts: list[list[Candidate]] = [[] for _ in space.graph.nodes]
@@ -84,10 +102,7 @@ class ExactSearch:
             self.starts[first].append(c)
             self.later[c.id] = frozenset(c.nodes) - {first}
         self.by_id = {c.id: c for c in candidates}
-        # per tensor: its readers' steps, sorted, and reader_locs[t][k], the places its readers
-        # from the k-th one on could run at
-        self.readers = [sorted(position[n] for n in readers) for readers in space.consumers]
-        self.last_use = [steps[-1] if steps else -1 for steps in self.readers]
+        # per tensor: reader_locs[t][k], the places its readers from the k-th one on could run at
         self.reader_locs: list[list[int]] = []
         for readers in space.consumers:
             ordered = sorted(readers, key=position.__getitem__)
@@ -100,16 +115,21 @@ class ExactSearch:
         self.widest = 0  # the most live tensors at a step the beam cut (0: none was cut)
         self.best_cost = float("inf")
         self._after: dict[int, int] = {}
+        # Functions of their keys alone (open groups; a frontier entry and the places that may read
+        # it), so kept from step to step: a live tensor's entry recurs at every step until it is read.
         self._pending: dict[tuple[int, ...], dict[int, int]] = {}
         self._owed_cache: dict[tuple, tuple[float, ...]] = {}
+        self._kept_cache: dict[tuple[int, int], int] = {}  # a function of the platform's places alone
 
-    # -- per-step caches --------------------------------------------------------------------
+    # -- caches -----------------------------------------------------------------------------
 
     def _begin(self, step: int) -> None:
         self.step = step
-        self._after.clear()
-        self._pending.clear()
-        self._owed_cache.clear()
+        self._after.clear()  # readers after the step: changes with the step
+        if len(self._owed_cache) > CACHE_LIMIT:
+            self._owed_cache.clear()
+        if len(self._pending) > CACHE_LIMIT:
+            self._pending.clear()
 
     def _readers_after(self, t: int) -> int:
         mask = self._after.get(t)
@@ -156,11 +176,14 @@ class ExactSearch:
     def _kept(self, src: int, relevant: int) -> int:
         """The places worth remembering a tensor from `src` is in: those on its way to a place that
         may still read it (a copy leaves it where it passed, and a later copy starts there)."""
-        relay, kept = self.space.relay[src], 1 << src
-        while relevant:
-            low = relevant & -relevant
-            kept |= relay[low.bit_length() - 1]
-            relevant ^= low
+        kept = self._kept_cache.get((src, relevant))
+        if kept is None:
+            relay, kept, bits = self.space.relay[src], 1 << src, relevant
+            while bits:
+                low = bits & -bits
+                kept |= relay[low.bit_length() - 1]
+                bits ^= low
+            self._kept_cache[src, relevant] = kept
         return kept
 
     def _canonical(self, entries: dict, open_groups: tuple[int, ...], touched) -> tuple:
@@ -171,17 +194,18 @@ class ExactSearch:
         entry left as it was is still true, at worst a missed merge.
         """
         pending = self._pending_readers(open_groups)
+        last_use, step, readers_after, kept = self.last_use, self.step, self._readers_after, self._kept
         for t in touched:
             entry = entries.get(t)
             if entry is None:
                 continue
-            if self.last_use[t] <= self.step and t not in pending:
+            if last_use[t] <= step and t not in pending:
                 del entries[t]  # dead: every reader has executed
                 continue
             src, mask = entry
             if src >= 0:
-                relevant = self._relevant(t, pending)
-                mask &= self._kept(src, relevant)
+                relevant = readers_after(t) | pending.get(t, 0)
+                mask &= kept(src, relevant)
                 entries[t] = DONE if not relevant & ~mask & ~(1 << src) else (src, mask)
         return tuple(sorted(entries.items()))
 
@@ -206,42 +230,48 @@ class ExactSearch:
         """Drop states some cheaper state with the same open groups dominates.
 
         B is dominated by A when cost(A) + sum over tensors and places of max(0, owed_A - owed_B)
-        <= cost(B): following B's best continuation from A costs at most that much more.
+        <= cost(B): following B's best continuation from A costs at most that much more. In order
+        of cost, each state is checked against the first DOMINANCE_WINDOW states kept before it.
+
+        A kept state's penalties against every later state come from one array operation when it
+        joins the window (each a row sum of the same numbers, so the same floats as one state at a
+        time), and the checks compare them in plain floats.
         """
         classes: dict[tuple[int, ...], list] = {}
         for key, value in states.items():
             classes.setdefault(key[1], []).append((value[0], key, value))
         kept: dict = {}
         places = len(self.space.paths)
+        owed_of, chain, first = self._owed, itertools.chain.from_iterable, itemgetter(0)
         for open_groups, members in classes.items():
             if len(members) == 1:
                 kept[members[0][1]] = members[0][2]
                 continue
             pending = self._pending_readers(open_groups)
-            members.sort(key=lambda item: item[0])
-            tensors = tuple(map(itemgetter(0), members[0][1][0]))
+            members.sort(key=first)
+            tensors = tuple(map(first, members[0][1][0]))
             relevant = [self._relevant(t, pending) for t in tensors]
-            window_costs = np.empty(DOMINANCE_WINDOW)
-            window_owed = np.empty((DOMINANCE_WINDOW, len(tensors) * places))
-            filled = 0
-            for cost, key, value in members:
-                frontier = key[0]
-                if tuple(map(itemgetter(0), frontier)) != tensors:  # same open groups: same live tensors
+            # rows of `owed`: the members with these live tensors (same open groups: nearly all)
+            matching = [k for k, (_, key, _) in enumerate(members) if tuple(map(first, key[0])) == tensors]
+            row_of = {k: row for row, k in enumerate(matching)}
+            size = len(tensors) * places
+            owed = np.fromiter(
+                chain(chain(map(owed_of, members[k][1][0], relevant)) for k in row_of),
+                dtype=float,
+                count=len(row_of) * size,
+            ).reshape(len(row_of), size)
+            window: list[tuple[float, int, list[float]]] = []  # (cost, its row, penalties of the rows after)
+            for k, (cost, key, value) in enumerate(members):
+                row = row_of.get(k)
+                if row is None:
                     kept[key] = value
                     continue
-                owed = np.fromiter(
-                    itertools.chain.from_iterable(map(self._owed, frontier, relevant)),
-                    dtype=float,
-                    count=len(tensors) * places,
-                )
-                if filled:
-                    penalty = np.maximum(window_owed[:filled] - owed, 0.0).sum(axis=1)
-                    if np.any(window_costs[:filled] + penalty <= cost):
-                        continue
+                if any(window_cost + penalties[row - after] <= cost for window_cost, after, penalties in window):
+                    continue
                 kept[key] = value
-                if filled < DOMINANCE_WINDOW:
-                    window_costs[filled], window_owed[filled] = cost, owed
-                    filled += 1
+                if len(window) < DOMINANCE_WINDOW:
+                    penalties = np.maximum(owed[row] - owed[row + 1 :], 0.0).sum(axis=1).tolist()
+                    window.append((cost, row + 1, penalties))
         return kept
 
     # -- the search -------------------------------------------------------------------------
@@ -290,16 +320,17 @@ class ExactSearch:
         new: dict[tuple, tuple[float, tuple | None]] = {}
 
         def offer(key: tuple, cost: float, record: tuple | None) -> None:
-            self.expanded += 1
             best = new.get(key)
             if best is None or cost < best[0]:
                 new[key] = (cost, record)
 
-        later, read_here = self.later, self.node_reads[i]
+        later, read_here, canonical = self.later, self.node_reads[i], self._canonical
+        offered = 0
         for (frontier, open_groups), (cost, record) in states.items():
-            owner = next((g for g in open_groups if i in later[g]), None)
+            owner = next((g for g in open_groups if i in later[g]), None) if open_groups else None
             if owner is not None:
                 group = self.by_id[owner]
+                offered += 1
                 if i != group.last:
                     offer((frontier, open_groups), cost, record)
                     continue
@@ -307,11 +338,12 @@ class ExactSearch:
                 cost = self._execute(group, entries, cost)
                 remaining = tuple(g for g in open_groups if g != owner)
                 touched = (*read_here, *group.inputs, *group.outputs)
-                offer((self._canonical(entries, remaining, touched), remaining), cost, record)
+                offer((canonical(entries, remaining, touched), remaining), cost, record)
                 continue
             for c in self.starts[i]:
                 if open_groups and any(not later[c.id].isdisjoint(later[g]) for g in open_groups):
                     continue
+                offered += 1
                 entries = dict(frontier)
                 if len(c.nodes) == 1:
                     after, groups = self._execute(c, entries, cost + c.compute_us), open_groups
@@ -319,7 +351,8 @@ class ExactSearch:
                 else:
                     after, groups = cost + c.compute_us, tuple(sorted((*open_groups, c.id)))
                     touched = (*read_here, *c.inputs)
-                offer((self._canonical(entries, groups, touched), groups), after, (c.id, record))
+                offer((canonical(entries, groups, touched), groups), after, (c.id, record))
+        self.expanded += offered
         return new
 
 

@@ -127,8 +127,10 @@ def match_patterns(graph: Graph, platform: Platform, kernels: KernelTable | None
                 if first_ops is not None and op not in first_ops:
                     continue
                 for nodes in chains(pattern.chain, start, ops, successors):
-                    view = MatchView(tuple(graph.nodes[i] for i in nodes), graph, target, kernels)
-                    reason = rejection(pattern, view)
+                    reason = None  # a pattern without predicates takes every match
+                    if pattern.where:
+                        view = MatchView(tuple(graph.nodes[i] for i in nodes), graph, target, kernels)
+                        reason = rejection(pattern, view)
                     if reason is None:
                         matches[Match(path, pattern.label, nodes, float(pattern.efficiency))] = None
                     else:

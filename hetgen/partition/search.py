@@ -12,6 +12,8 @@ claims a node wins; everything else falls back to the root controller.
 
 from __future__ import annotations
 
+import functools
+import gc
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -19,7 +21,7 @@ from types import MappingProxyType
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.memory import check_graph_fits
-from hetgen.partition.assemble import assemble, chosen_makespan
+from hetgen.partition.assemble import assemble, chosen_makespan, makespan_floor
 from hetgen.partition.cost import Calibration, calibrate
 from hetgen.partition.exact import ExactSearch
 from hetgen.partition.overlap import improve_makespan
@@ -32,6 +34,30 @@ from hetgen.spec import KernelTable
 DEFAULT_MAX_STATES = 1024
 
 
+def cycle_collection_paused(function):
+    """`function` run with CPython's cycle collector paused, and resumed after as it was.
+
+    The collector runs when allocations outnumber frees, and a full collection walks every live
+    object: the graph, the kernel table, the search's states, and whatever else the process holds.
+    Placing a 5,000-node graph allocates millions of tuples and keeps many (states, candidates,
+    the schedule), so it set off about six full collections: a sixth of its time in a process that
+    holds only that graph, 40 % in benchmarks/bench_placement.py, which holds six. What it
+    allocates is freed by reference counting; a cycle, if any, is collected after it returns."""
+
+    @functools.wraps(function)
+    def paused(*args, **kwargs):
+        if not gc.isenabled():
+            return function(*args, **kwargs)
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
+
+
+@cycle_collection_paused
 def place(
     graph: Graph,
     platform: Platform,
@@ -65,49 +91,57 @@ def place(
     search = ExactSearch(space, candidates)
     chosen, exact = search.run(max_states)
     placement = assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned)
+    greedy = _greedy_or_none(space, candidates)  # what cost mode must never be worse than
     if not exact:
-        placement = _no_worse_than_greedy(space, candidates, pinned, placement, search)
+        placement = _no_worse_than_greedy(space, candidates, pinned, placement, search, greedy)
         if "greedy placement was cheaper" in placement.search_note:
-            chosen = search_greedy(space, candidates)
+            chosen = greedy
     improved, after, before = improve_makespan(space, candidates, chosen)
     if after < before - 1e-6:  # moving groups lets devices overlap; `exact` stays the search's own
         note = f"then moved {len(set(improved) - set(chosen))} groups so devices overlap (makespan {before:.1f} -> {after:.1f} us)"
         moved = assemble(space, candidates, improved, mode=mode, exact=placement.exact, pins=pinned)
         placement = replace(moved, search_note="; ".join(filter(None, (placement.search_note, note))))
         chosen = improved
-    return _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement).verify(graph)
+    return _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy).verify(graph)
 
 
-def _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement: Placement) -> Placement:
+def _greedy_or_none(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[int] | None:
+    try:
+        return search_greedy(space, candidates)
+    except PlacementError:  # pins greedy cannot honour
+        return None
+
+
+def _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement: Placement, greedy) -> Placement:
     """The search minimises the sum of group and copy times, a proxy for the makespan the placement
     is priced at (devices run concurrently: hetgen/partition/timeline.py). Greedy's placement,
-    re-priced by its makespan, is kept when it runs faster, so cost mode is never worse than greedy."""
-    try:
-        greedy = search_greedy(space, candidates)
-    except PlacementError:  # pins greedy cannot honour
+    re-priced by its makespan, is kept when it runs faster, so cost mode is never worse than greedy.
+    Its makespan is computed only when its busiest target's work alone does not rule that out."""
+    if greedy is None or sorted(greedy) == sorted(chosen):
         return placement
-    if sorted(greedy) == sorted(chosen) or chosen_makespan(space, candidates, greedy) >= placement.total_us - 1e-9:
+    if makespan_floor(candidates, greedy) >= placement.total_us - 1e-9:
+        return placement
+    if chosen_makespan(space, candidates, greedy) >= placement.total_us - 1e-9:
         return placement
     faster = assemble(space, candidates, greedy, mode="cost", exact=False, pins=pinned)
     note = "; ".join(filter(None, (placement.search_note, "the greedy placement's makespan was shorter and is used")))
     return replace(faster, search_note=note)
 
 
-def _no_worse_than_greedy(space, candidates, pinned, placement: Placement, search: ExactSearch) -> Placement:
+def _no_worse_than_greedy(
+    space, candidates, pinned, placement: Placement, search: ExactSearch, greedy: list[int] | None
+) -> Placement:
     """A beam-cut search can lose to greedy: price greedy's placement too and keep the cheaper.
 
     Greedy's choice is priced by the same search restricted to it (one state a step, no beam), so
-    it is assembled only when it wins.
+    it is assembled only when it wins. `greedy` is None where pins keep greedy from placing: the
+    beam's placement stands.
     """
     widest = f"frontier of {search.widest} live tensors" if search.widest else "beam cut"
     note = f"{widest}, {search.expanded} states searched"
-    try:
-        greedy = search_greedy(space, candidates)
-    except PlacementError:  # pins greedy cannot honour: the beam's placement stands
-        greedy = None
     if greedy is not None:
         by_id = {c.id: c for c in candidates}
-        replay = ExactSearch(space, tuple(by_id[i] for i in greedy))
+        replay = ExactSearch(space, tuple(by_id[i] for i in greedy), like=search)
         replay.run(1)
         if replay.best_cost < search.best_cost:
             chosen = assemble(space, candidates, greedy, mode="cost", exact=False, pins=pinned)

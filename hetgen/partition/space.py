@@ -134,14 +134,22 @@ class SearchSpace:
     def _candidates(self, calibration: Calibration) -> tuple[Candidate, ...]:
         nodes = self.graph.nodes
         candidates = []
+        # A group's work and boundary depend on its nodes and on whether a controller runs it
+        # alone: the matches of several targets (two controllers' "*", accelerators) share them.
+        shared: dict[tuple[tuple[int, ...], bool], tuple[Work, tuple, tuple]] = {}
         for match in self.matches.matches:
             loc = self.loc_of_path[match.target]
             target = self.targets[loc]
-            work = Work(*group_work(self.kernels, target, (nodes[i] for i in match.nodes)))
+            # a controller prices a group that is one fused unit as that kernel (partition/fused.py)
+            key = (match.nodes, target.role is Role.CONTROLLER)
+            known = shared.get(key)
+            if known is None:
+                work = Work(*group_work(self.kernels, target, (nodes[i] for i in match.nodes)))
+                known = shared[key] = (work, *self._boundary(match.nodes))
+            work, inputs, outputs = known
             scale = calibration.scale_for(target)
             members = [nodes[i] for i in match.nodes]
             compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels)
-            inputs, outputs = self._boundary(match.nodes)
             if self.aliases.issuperset(match.nodes):  # dropped by lowering: nothing runs, nothing moves
                 compute, inputs, outputs = 0.0, (), ()
             candidates.append(Candidate(len(candidates), loc, match.label, match.nodes, compute, inputs, outputs))

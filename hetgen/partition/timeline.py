@@ -12,7 +12,7 @@ end (hetgen/lower/schedule.py writes the program that way). Timed by these rules
 - the program's time is its controller's final clock (a co-processor's program, timed the same way,
   is the time of the submission that invoked it).
 
-`makespan` applies the rules to a step list. The placement's price (`placement_makespan`) applies
+`Clocks` holds the rules; `makespan` applies them to a step list. The placement's price (`placement_makespan`) applies
 them to the program lowering will emit for it, built by the same scheduler from the placement's
 groups, each step at the cost model's estimate; `hetgen bench` (`replay`) applies them to the
 program the project was generated with (`program_manifest`), each device's sub-program at what the
@@ -58,18 +58,37 @@ class Await:
 Timed = Work | Submit | Await
 
 
+class Clocks:
+    """A controller's clock and the clocks of the devices it drives, moved by the rules above."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.free: dict[str, float] = {}
+
+    def work(self, us: float) -> None:
+        self.now += us
+
+    def submit(self, device: str, us: float) -> None:
+        self.free[device] = max(self.now, self.free.get(device, 0.0)) + us
+
+    def wait(self, device: str) -> None:
+        self.now = max(self.now, self.free.get(device, 0.0))
+
+    def end(self) -> float:
+        return max([self.now, *self.free.values()])
+
+
 def makespan(steps: Iterable[Timed]) -> float:
     """The controller's final clock after `steps`, by the rules above."""
-    now = 0.0
-    free: dict[str, float] = {}
+    clocks = Clocks()
     for step in steps:
         if isinstance(step, Work):
-            now += step.us
+            clocks.work(step.us)
         elif isinstance(step, Submit):
-            free[step.device] = max(now, free.get(step.device, 0.0)) + step.us
+            clocks.submit(step.device, step.us)
         else:
-            now = max(now, free.get(step.device, 0.0))
-    return max([now, *free.values()])
+            clocks.wait(step.device)
+    return clocks.end()
 
 
 # --- the order of the groups -------------------------------------------------------------------
@@ -167,8 +186,8 @@ def placement_makespan(
     groups, graph: Graph, platform: Platform, transfer_us: Callable[[str, str, int], float]
 ) -> float:
     """The makespan of the program lowering emits for `groups` (in program order): the scheduler of
-    hetgen/lower/schedule.py run over the groups (one unit each), timed by `makespan` with each
-    group at its cost and each copy at `transfer_us(from place, to place, bytes)`."""
+    hetgen/lower/schedule.py run over the groups (one unit each), timed step by step by `Clocks`
+    with each group at its cost and each copy at `transfer_us(from place, to place, bytes)`."""
     if not groups:
         return 0.0
     nodes = {node.name: node for node in graph.nodes}
@@ -190,15 +209,18 @@ def placement_makespan(
     isolated = frozenset(t for t in platform.targets() if one_unit_per_invocation(t))
     root = platform.root.controller()
     schedule = Scheduler(units, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()
+    types, nbytes = graph.types, {}
 
     def entry_us(controller: Target, entry) -> float:
-        steps: list[Timed] = []
+        clocks = Clocks()
         for step in entry:
             if isinstance(step, SCall):
-                steps.append(Work(groups[step.unit].cost_us))
+                clocks.work(groups[step.unit].cost_us)
             elif isinstance(step, (SCopyIn, SCopyOut)):
-                nbytes = graph.types[step.src.tensor].nbytes
-                steps.append(Work(transfer_us(step.src.target.path_str, step.dst.target.path_str, nbytes)))
+                size = nbytes.get(step.src.tensor)
+                if size is None:
+                    size = nbytes[step.src.tensor] = types[step.src.tensor].nbytes
+                clocks.work(transfer_us(step.src.target.path_str, step.dst.target.path_str, size))
             elif isinstance(step, SInvoke):
                 device = schedule.devices[controller][step.device]
                 memory = device.host if device.host is not None else device
@@ -207,10 +229,10 @@ def placement_makespan(
                     us = entry_us(memory, program)
                 else:
                     us = sum(groups[s.unit].cost_us for s in program if isinstance(s, SCall))
-                steps.append(Submit(device.path_str, us))
+                clocks.submit(device.path_str, us)
             elif isinstance(step, SWait):
-                steps.append(Await(schedule.devices[controller][step.device].path_str))
-        return makespan(steps)
+                clocks.wait(schedule.devices[controller][step.device].path_str)
+        return clocks.end()
 
     return entry_us(root, schedule.entries[root][0])
 

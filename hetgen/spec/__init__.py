@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from hetgen.ops.registry import op_def
 from hetgen.platform.model import Platform
 from hetgen.spec.fusion import fusion_chains
 from hetgen.spec.patterns import FusedPattern, fused_patterns
+from hetgen.spec.signature import UnitKeys, same_constants
 from hetgen.spec.tiles import tile_plans
 from hetgen.spec.work import Work, kernel_work
 
@@ -49,6 +50,9 @@ class KernelSpec:
     bytes: float
     scratch_bytes: int  # the workspace the kernel needs besides its tensors (im2col, packing)
     device_work: Work | None  # what a simulated accelerator counts for the whole unit
+
+
+SPEC_FIELDS = tuple(f.name for f in fields(KernelSpec))  # "nodes" first
 
 
 @dataclass(frozen=True)
@@ -116,14 +120,16 @@ def build_kernel_specs(graph: Graph, platform: Platform | None = None) -> Kernel
     chains = fusion_chains(graph)
     by_name = {node.name: node for node in graph.nodes}
     units: dict[tuple[str, ...], KernelSpec] = {}
+    keys = UnitKeys(graph)
+    shared = SharedSpecs(graph, keys)
     for node in graph.nodes:
         members, epilogue = [node], []
-        units[(node.name,)] = unit_spec(members, epilogue, graph)
+        units[(node.name,)] = shared.spec(members, epilogue)
         for name, fused in chains[node.name]:
             members.append(by_name[name])
             epilogue.append(fused)
-            units[tuple(n.name for n in members)] = unit_spec(members, epilogue, graph)
-    plans = tile_plans(graph, platform, units) if platform is not None else {}  # patterns: CPUs only
+            units[tuple(n.name for n in members)] = shared.spec(members, epilogue)
+    plans = tile_plans(graph, platform, units, keys) if platform is not None else {}  # patterns: CPUs only
     patterns = {}
     for pattern in fused_patterns(graph, chains):
         spec = pattern_spec(pattern, graph)
@@ -157,6 +163,32 @@ def pattern_spec(pattern: FusedPattern, graph: Graph) -> KernelSpec:
         scratch_bytes=kernel.scratch_bytes if kernel is not None else 0,
         device_work=None,
     )
+
+
+class SharedSpecs:
+    """`unit_spec`, once per distinct unit (`signature.py`: what the spec key covers and why a
+    refusal is never shared): a repeated layer gets the first copy's spec under its own names.
+    Every field but `nodes` is copied, so a field that names tensors must be set here per unit."""
+
+    def __init__(self, graph: Graph, keys: UnitKeys):
+        self.graph, self.keys = graph, keys
+        self._specs: dict[tuple, list[tuple[tuple, KernelSpec]]] = {}
+
+    def spec(self, members: list[Node], epilogue: list[Epilogue]) -> KernelSpec:
+        key = self.keys.spec_key(members, epilogue)
+        if key is None:
+            return unit_spec(members, epilogue, self.graph)
+        constants = self.keys.constants(members)
+        copies = self._specs.setdefault(key, [])
+        for values, spec in copies:
+            if same_constants(values, constants):
+                return KernelSpec(
+                    tuple(node.name for node in members), *(getattr(spec, name) for name in SPEC_FIELDS[1:])
+                )
+        spec = unit_spec(members, epilogue, self.graph)
+        if spec.kernel is not None:
+            copies.append((constants, spec))
+        return spec
 
 
 def lowered(head: Node, instance: OpInstance) -> tuple[Kernel | None, str | None]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from hetgen.ir import Graph
 from hetgen.platform.model import Platform, Target
+from hetgen.spec.signature import UnitKeys
 
 if TYPE_CHECKING:
     from hetgen.lower.tiling import TilePlan, Unfit
@@ -31,25 +32,38 @@ def pattern_ops(target: Target) -> frozenset[str] | None:
 
 
 def tile_plans(
-    graph: Graph, platform: Platform, units: Mapping[tuple[str, ...], KernelSpec]
+    graph: Graph, platform: Platform, units: Mapping[tuple[str, ...], KernelSpec], keys: UnitKeys | None = None
 ) -> dict[tuple[str, tuple[str, ...]], TilePlan | Unfit]:
-    """(target path, unit node names) -> the unit's tiling on that target, or why none fits."""
+    """(target path, unit node names) -> the unit's tiling on that target, or why none fits.
+
+    A unit's tiling is a function of its shape key (signature.py) and the target, so units with
+    one key share one plan, planned once."""
     # Imported here: lowering's package imports the partition stage, which imports this one.
     from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
     from hetgen.lower.tiling import unit_plan
 
+    keys = keys if keys is not None else UnitKeys(graph)
     by_name = {node.name: node for node in graph.nodes}
     plans: dict[tuple[str, tuple[str, ...]], TilePlan | Unfit] = {}
     for target in platform.targets():
         if not one_unit_per_invocation(target):
             continue
         ops = pattern_ops(target)
+        planned: dict[tuple, TilePlan | Unfit] = {}  # shape key -> the plan on this target
         for names, spec in units.items():
-            nodes = [by_name[name] for name in names]
-            if (ops is not None and spec.op not in ops) or not _typed(nodes, graph):
+            if ops is not None and spec.op not in ops:
                 continue
-            rates = tile_rates(target, 1.0, nodes)  # plans are chosen at efficiency 1: a device property
-            plans[(target.path_str, names)] = unit_plan(nodes, graph, spec.epilogue, target.memory_bytes, rates)
+            nodes = [by_name[name] for name in names]
+            if not _typed(nodes, graph):
+                continue
+            key = keys.shape_key(nodes, spec.epilogue)
+            plan = planned.get(key) if key is not None else None
+            if plan is None:
+                rates = tile_rates(target, 1.0, nodes)  # plans are chosen at efficiency 1: a device property
+                plan = unit_plan(nodes, graph, spec.epilogue, target.memory_bytes, rates)
+                if key is not None:
+                    planned[key] = plan
+            plans[(target.path_str, names)] = plan
     return plans
 
 
