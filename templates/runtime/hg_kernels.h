@@ -9,6 +9,14 @@
 
 #define HG_UNUSED(x) ((void)(x))
 
+/* A kernel's range function (templates/kernels/_parallel.j2) stays a function of its own: inlined
+   into its pool task, gcc 12 no longer vectorises the inner loops (MaxPool rows ran 2x slower). */
+#if defined(__GNUC__)
+#define HG_NOINLINE __attribute__((noinline))
+#else
+#define HG_NOINLINE
+#endif
+
 /* ---- hg_gemm.c: single-precision GEMM ------------------------------------------------------
 
    C[m x n] (row-major, row stride ldc) = A[m x k] * B[k x n]   (or += when `accumulate`).
