@@ -168,19 +168,24 @@ def measure(out: Path, runs: int) -> tuple[float, float, float]:
     return statistics.median(ours), statistics.median(theirs), error
 
 
+RUNS_PER_ROUND = 3
+
+
 def measure_threads(out: Path, runs: int, counts: list[int]) -> dict[int, tuple[float, float, float, float]]:
     """Per thread count: (hetgen ms, onnxruntime ms, max relative difference, hetgen's fastest run ms),
     medians of runs that interleave every count of both, so all see the same noise."""
     models, sessions = {}, {}
+    feeds = inputs = outputs = None
     for count in counts:
-        os.environ["HG_THREADS"] = str(count)  # read when this copy's pool starts, at its first run
+        os.environ["HG_THREADS"] = str(count)  # read when this copy's pool starts, at its first run,
         models[count] = load(out)
+        if feeds is None:
+            feeds = feeds_for(models[count], out, 0)[0]
+            inputs = [checked_input(t, feeds[t.name]) for t in models[count].inputs]
+            outputs = {c: [np.empty(t.shape, dtype=t.dtype) for t in models[count].outputs] for c in counts}
+        models[count].run_into(inputs, outputs[count])  # so the pool starts while HG_THREADS says `count`
         sessions[count] = ort_session(str(out / MODEL_COPY), threads=count)
     os.environ.pop("HG_THREADS")
-    first = models[counts[0]]
-    feeds = feeds_for(first, out, 0)[0]
-    inputs = [checked_input(t, feeds[t.name]) for t in first.inputs]
-    outputs = {count: [np.empty(t.shape, dtype=t.dtype) for t in first.outputs] for count in counts}
     errors = {}
     for count in counts:
         for _ in range(2):
@@ -192,14 +197,19 @@ def measure_threads(out: Path, runs: int, counts: list[int]) -> dict[int, tuple[
         )
     ours: dict[int, list[float]] = {count: [] for count in counts}
     theirs: dict[int, list[float]] = {count: [] for count in counts}
+    # Rounds of a few runs of each in turn, not one run each: onnxruntime's pool spins on the other
+    # cores for a while after each run (its default), and would take the second core from the
+    # hetgen run that followed it; within a round only the first run can meet that.
     for _ in range(runs):
         for count in counts:
-            start = time.perf_counter()
-            models[count].run_into(inputs, outputs[count])
-            middle = time.perf_counter()
-            sessions[count].run(None, feeds)
-            ours[count].append((middle - start) * 1e3)
-            theirs[count].append((time.perf_counter() - middle) * 1e3)
+            for _ in range(RUNS_PER_ROUND):
+                start = time.perf_counter()
+                models[count].run_into(inputs, outputs[count])
+                ours[count].append((time.perf_counter() - start) * 1e3)
+            for _ in range(RUNS_PER_ROUND):
+                start = time.perf_counter()
+                sessions[count].run(None, feeds)
+                theirs[count].append((time.perf_counter() - start) * 1e3)
     return {
         count: (statistics.median(ours[count]), statistics.median(theirs[count]), errors[count], min(ours[count]))
         for count in counts
