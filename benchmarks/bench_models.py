@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hetgen  # noqa: E402
 from hetgen import lower  # noqa: E402
 from hetgen.lower.peak_memory import MemoryFigures, memory_figures  # noqa: E402
-from hetgen.models import cnn, transformer  # noqa: E402
+from hetgen.models.suite import BENCH_MODELS  # noqa: E402
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS  # noqa: E402
 from hetgen.ops.base import OpInstance  # noqa: E402
 from hetgen.ops.registry import op_def  # noqa: E402
@@ -66,16 +66,7 @@ from hetgen.runtime.reference import ort_session  # noqa: E402
 from hetgen.runtime.verify import MODEL_COPY, feeds_for  # noqa: E402
 from hetgen.tune.measure import Bench  # noqa: E402
 
-MODELS = {
-    "resnet18": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=224),
-    "resnet18@64": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=64),
-    "mobilenetv2": lambda: cnn.mobilenet_v2(size=224),
-    "vgg@64": lambda: cnn.vgg(widths=(64, 128, 256), size=64),
-    "transformer": lambda: transformer.transformer_encoder(seq=128, dim=256, heads=4, layers=4, ffn=1024),
-    "alexnet@224": lambda: cnn.alexnet(size=224),
-    "googlenet@224": lambda: cnn.googlenet(size=224),
-    "squeezenet@224": lambda: cnn.squeezenet(size=224),
-}
+MODELS = BENCH_MODELS
 MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 
 

@@ -20,7 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 import hetgen
 from hetgen import lower
 from hetgen.lower.peak_memory import memory_figures
-from hetgen.models import cnn, transformer
+from hetgen.models import cnn
+from hetgen.models.suite import BENCH_MODELS
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, KC_FLOOR, PANEL_N, smaller_blocks
 from hetgen.partition.search import place
 from hetgen.pipeline import import_graph
@@ -76,19 +77,6 @@ def own_blocks(model: onnx.ModelProto, platform_text: str = HOST) -> dict[str, t
         if "gemm_nc" in params and (params["gemm_kc"], params["gemm_nc"]) != (blocks.kc, blocks.nc):
             found[unit.label] = (params["variant"], params["gemm_kc"], params["gemm_nc"])
     return found
-
-
-# The models benchmarks/bench_models.py measures, at its sizes.
-BENCH_MODELS = {
-    "resnet18": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=224),
-    "resnet18@64": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=64),
-    "mobilenetv2": lambda: cnn.mobilenet_v2(size=224),
-    "vgg@64": lambda: cnn.vgg(widths=(64, 128, 256), size=64),
-    "transformer": lambda: transformer.transformer_encoder(seq=128, dim=256, heads=4, layers=4, ffn=1024),
-    "alexnet@224": lambda: cnn.alexnet(size=224),
-    "googlenet@224": lambda: cnn.googlenet(size=224),
-    "squeezenet@224": lambda: cnn.squeezenet(size=224),
-}
 
 
 def test_the_bound_is_the_weights_plus_the_most_bytes_live_at_one_step():

@@ -1,0 +1,17 @@
+"""The real-sized models hetgen's speed and memory are measured on (benchmarks/bench_models.py)
+and held to (tests/test_memory_bound.py): one list, so the test checks what the benchmark reports."""
+
+from __future__ import annotations
+
+from hetgen.models import cnn, transformer
+
+BENCH_MODELS = {
+    "resnet18": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=224),
+    "resnet18@64": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=64),
+    "mobilenetv2": lambda: cnn.mobilenet_v2(size=224),
+    "vgg@64": lambda: cnn.vgg(widths=(64, 128, 256), size=64),
+    "transformer": lambda: transformer.transformer_encoder(seq=128, dim=256, heads=4, layers=4, ffn=1024),
+    "alexnet@224": lambda: cnn.alexnet(size=224),
+    "googlenet@224": lambda: cnn.googlenet(size=224),
+    "squeezenet@224": lambda: cnn.squeezenet(size=224),
+}
