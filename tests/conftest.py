@@ -1,5 +1,8 @@
+import dataclasses
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -42,3 +45,28 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("ONNX conformance")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Every registered operator lowering with the kernel table's own GEMM blocks, counted:
+    `counted["Conv"]` is how often Conv's ran (tests/test_kernel_spec*.py)."""
+    from hetgen.ops import _gemm_plan, registry  # here: conftest loads before the tests' imports
+
+    calls: dict[str, int] = {}
+
+    def counting(definition):
+        def lower_counted(instance):
+            # Lean memory lowers a GEMM-backed unit again with smaller cache blocks where its
+            # workspace would lift the activation peak (hetgen/lower/prepack.py): the same kernel
+            # with another workspace, which no cost reads. Only a lowering with the table's own
+            # blocks would be a second decision.
+            if instance.gemm_blocks == _gemm_plan.DEFAULT_BLOCKS:
+                calls[definition.op] = calls.get(definition.op, 0) + 1
+            return definition.lower(instance)
+
+        return dataclasses.replace(definition, lower=lower_counted)
+
+    for op, definition in list(registry.OPS.items()):
+        monkeypatch.setitem(registry.OPS, op, counting(definition))
+    return calls

@@ -22,35 +22,12 @@ from hetgen.lower.invocation import kernel_units_of
 from hetgen.lower.program import Invoke
 from hetgen.models import mobilenet_v2, resnet, tiny_cnn
 from hetgen.ops import registry
-from hetgen.ops._gemm_plan import DEFAULT_BLOCKS
 from hetgen.ops.base import Unsupported
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
 from hetgen.spec import build_kernel_specs
 
 PLATFORMS = Path(__file__).resolve().parent.parent / "platforms"
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    """Every registered operator lowering, counted: `counted["Conv"]` is how often Conv's ran."""
-    calls: dict[str, int] = {}
-
-    def counting(definition):
-        def lower_counted(instance):
-            # Lean memory lowers a GEMM-backed unit again with smaller cache blocks where its
-            # workspace would lift the activation peak (hetgen/lower/prepack.py): the same kernel
-            # with another workspace, which no cost reads. Only a lowering with the table's own
-            # blocks would be a second decision.
-            if instance.gemm_blocks == DEFAULT_BLOCKS:
-                calls[definition.op] = calls.get(definition.op, 0) + 1
-            return definition.lower(instance)
-
-        return dataclasses.replace(definition, lower=lower_counted)
-
-    for op, definition in list(registry.OPS.items()):
-        monkeypatch.setitem(registry.OPS, op, counting(definition))
-    return calls
 
 
 def test_each_node_and_each_unit_it_can_head_is_lowered_once_and_nothing_after(counted):

@@ -8,7 +8,9 @@
 runtime/hg_gemm_config.h, shared by all of them, and each kernel's workspace). `memory: lean` (the
 default) keeps the program's arena and packed weights within 10 % of the model's weights plus the
 liveness lower bound of its activations, taking layouts that grow the weights (Winograd's) only
-where that budget allows; `fast` takes them everywhere. Both are parsed here, at the edge, and
+where that budget allows and giving a layer smaller GEMM blocks where its workspace would lift
+the activation peak (hetgen/lower/prepack.py); `fast` takes the layouts everywhere and keeps the
+platform's blocks. Both are parsed here, at the edge, and
 read through `gemm_blocks` and `memory_mode` so no raw dict travels further.
 """
 

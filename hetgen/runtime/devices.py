@@ -212,9 +212,9 @@ def _makespan(manifest: Manifest, model, estimates: tuple[EstimateEntry, ...]) -
         return None
     controllers = program["controllers"]
     group_of = {node: e for e in estimates if not e.tensor for node in e.nodes}
-    # A group's estimate is shared by the calls that run any of its nodes: one kernel may run the
-    # nodes of several groups (a fused attention or residual unit, cut after placement), and it
-    # then takes each of their shares.
+    # A group's estimate is shared by the calls that run any of its nodes: a group lowered as
+    # several kernels gives each a share. Lowering never fuses across groups (lower/fuse.py), so a
+    # call normally has one group; one that had several would take each of their shares.
     calls: dict[tuple[str, str], int] = {}  # (controller, group) -> the kernel calls that run its nodes
 
     def groups_of(nodes) -> list[EstimateEntry]:
