@@ -57,6 +57,8 @@ class Model:
         self.workspace_align = self.manifest.workspace_align
         self._thread = threading.local()
         self._lib = _load_private_copy(self._ffi, library)
+        if _has_worker_pool(self._ffi, self._lib):
+            _POOLED_LIBRARIES.append(self._lib)
         self._run = getattr(self._lib, f"{self.prefix}_run")
         status = getattr(self._lib, f"{self.prefix}_init")()
         if status != 0:
@@ -158,6 +160,23 @@ def checked_input(info: TensorInfo, value) -> np.ndarray:
             raise HetgenError(f"input {info.name!r} has shape {given}; the model was built for {expected}")
     # Not np.ascontiguousarray: it turns a 0-d array into a 1-d one.
     return np.require(array, requirements="C")
+
+
+# cffi unloads a library when its object is collected. A library with a worker pool
+# (templates/runtime/hg_threads.c) must stay: its detached workers keep running its code (spinning
+# or asleep) for the rest of the process, and would jump into unmapped memory. So its object is
+# kept here, for the life of the process; libraries without a pool unload as before.
+_POOLED_LIBRARIES: list = []
+
+
+def _has_worker_pool(ffi: cffi.FFI, lib) -> bool:
+    """Whether the library links the worker pool: looks the symbol up, never calls it (a call
+    would start the workers)."""
+    try:
+        ffi.cdef("size_t hg_threads_count(void);", override=True)
+        return lib.hg_threads_count is not None  # the lookup (dlsym) raises when it is absent
+    except (AttributeError, cffi.FFIError):
+        return False
 
 
 def _load_private_copy(ffi: cffi.FFI, library: Path):
