@@ -21,14 +21,17 @@ simulation or a run:
 - searched: the cost search (`place(...)`), exact unless it says otherwise.
 
 Printed ratios: best-single / searched, greedy / searched, and root-alone / searched (above 1: the
-search is faster), and `ideal`: best-single x the sum over targets of 1 / (that target's single
-time), the most a placement could gain over the best single device if all work split perfectly
-across the devices running at once and copies were free (a device much faster than the others
-leaves little to gain: with one target 17x the next, at most 1.06x). It counts the best target
-and those that can take at least 90 % of the nodes (a target that takes a few would count the root
-twice). The "(N nodes)" after each target is how many of the graph's nodes any pattern of that
-target can take: layers bigger than an npu's SRAM are tiled (hetgen/lower/tiling.py), so
-it takes every layer one of its tilings fits. `--npu-sram-kib` gives the npus other SRAM sizes.
+search is faster), and two ceilings on best-single / searched from hetgen/partition/bound.py, lower
+bounds on the makespan of any placement with every copy free:
+- `bound`: placements that run each node whole on one target (what the search chooses among): the
+  larger of the busiest-target bound and the longest dependency chain at each node's fastest.
+- `split`: even a placement that splits layers between devices at will (the busiest-target bound
+  alone, dependencies relaxed too).
+A ratio above `bound` would disprove the bound; a ratio far below it is what copies over the links
+and the order of the work cost. The "(N nodes)" after each target is how many of the graph's nodes
+any pattern of that target can take: layers bigger than an npu's SRAM are tiled
+(hetgen/lower/tiling.py), so it takes every layer one of its tilings fits. `--npu-sram-kib` gives the
+npus other SRAM sizes.
 
 `--simulate DIR` also builds the searched and the best single-device placements (native build,
 in DIR), checks each against onnxruntime (`hetgen verify`) and runs `hetgen bench DIR --format
@@ -55,6 +58,7 @@ from hetgen.lower.memory import check_graph_fits  # noqa: E402
 from hetgen.models import cnn, transformer  # noqa: E402
 from hetgen.partition import place  # noqa: E402
 from hetgen.partition.assemble import assemble  # noqa: E402
+from hetgen.partition.bound import critical_path_bound, makespan_bound  # noqa: E402
 from hetgen.partition.cost import Calibration  # noqa: E402
 from hetgen.partition.space import SearchSpace  # noqa: E402
 from hetgen.platform import load_platform, load_platform_text  # noqa: E402
@@ -133,7 +137,7 @@ def main() -> int:
     print(
         f"{'model':<12} {'nodes':>5} {'platform':<10} {'single (us per target)':<76} "
         f"{'best single':>11} {'greedy':>10} {'searched':>10} {'single/srch':>11} {'greedy/srch':>11} "
-        f"{'root/srch':>9} {'ideal':>5} {'place s':>7} quality"
+        f"{'root/srch':>9} {'bound':>5} {'split':>5} {'place s':>7} quality"
     )
     for name, graph in graphs.items():
         for file in platforms:
@@ -163,8 +167,8 @@ def main() -> int:
                     f"; sim: searched {simulated['searched']:.0f} us, single {simulated['single']:.0f} us, "
                     f"single/searched {simulated['single'] / simulated['searched']:.2f}"
                 )
-            broad = [us for path, us in singles.items() if path == best_path or takes[path] >= 0.9 * len(graph.nodes)]
-            ideal = singles[best_path] * sum(1.0 / us for us in broad)
+            split_floor = makespan_bound(space)
+            whole_floor = max(split_floor, critical_path_bound(space))
             per_target = ", ".join(
                 f"{path.rsplit('/', 1)[-1]} {us:.0f} ({takes[path]} nodes)" for path, us in singles.items()
             )
@@ -172,7 +176,8 @@ def main() -> int:
                 f"{name:<12} {len(graph.nodes):>5} {Path(file).stem:<10} {per_target:<76} "
                 f"{singles[best_path]:>11.0f} {greedy.total_us:>10.0f} {searched.total_us:>10.0f} "
                 f"{singles[best_path] / searched.total_us:>11.2f} {greedy.total_us / searched.total_us:>11.2f} "
-                f"{singles[platform_root] / searched.total_us:>9.2f} {ideal:>5.2f} {seconds:>7.2f} {quality}"
+                f"{singles[platform_root] / searched.total_us:>9.2f} {singles[best_path] / whole_floor:>5.2f} "
+                f"{singles[best_path] / split_floor:>5.2f} {seconds:>7.2f} {quality}"
             )
     return 0
 

@@ -1,0 +1,91 @@
+"""How fast any placement of a graph could possibly be: a lower bound on the makespan.
+
+Every group is one step of its target's program (hetgen/partition/timeline.py; `makespan_floor`
+in assemble.py rests on the same rule), so no placement finishes before its busiest target has done
+its work. Relax everything else — copies are free, dependencies never make a device wait, and a
+node's work may even be split between devices at will — and what is left is a linear program:
+share each node among the targets to minimise the busiest target's load. Its dual gives the bound
+without solving it: for any weights `w` over the targets (non-negative, summing to one),
+
+    makespan  >=  max over targets of load  >=  sum over targets of w[t] * load[t]
+              >=  sum over nodes n of  min over targets t of  w[t] * time[n][t]
+
+where `time[n][t]` is the least per-node share of a candidate group of target t that holds n (a
+group's price shared evenly among its nodes: a placement's load on t is the sum of its groups'
+prices, never less than the sum of its nodes' shares). Any `w` gives a valid bound; the search
+below looks for the weights that give the highest one, and whatever it finds is still a bound.
+
+With that bound, `best single device time / bound` is the most a placement can gain over the best
+single device, whatever the search, the lowering or a split of layers across devices would do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+ROUNDS = 4000  # exponentiated-gradient steps over the weights: enough for the few targets a platform has
+
+
+def node_times(space) -> np.ndarray:
+    """time[n][t]: the least share of node n in a candidate group of target t (inf: no candidate).
+
+    A group's price is shared among its nodes in proportion to what each costs alone on that target
+    (equally where one of them has no group of its own there): the shares sum to the price, so a
+    placement's load on t is never below the sum of its nodes' shares."""
+    alone = np.full((len(space.graph.nodes), len(space.targets)), math.inf)
+    for c in space.candidates:
+        if len(c.nodes) == 1:
+            alone[c.nodes[0], c.loc] = min(alone[c.nodes[0], c.loc], c.compute_us)
+    times = alone.copy()
+    for c in space.candidates:
+        if len(c.nodes) == 1:
+            continue
+        own = alone[list(c.nodes), c.loc]
+        if np.isfinite(own).all() and own.sum() > 0:
+            shares = c.compute_us * own / own.sum()
+        else:
+            shares = np.full(len(c.nodes), c.compute_us / len(c.nodes))
+        for n, share in zip(c.nodes, shares):
+            times[n, c.loc] = min(times[n, c.loc], share)
+    return times
+
+
+def critical_path_bound(space) -> float:
+    """A lower bound on the makespan of every placement that runs each node whole on one target:
+    the longest dependency chain, each node at its least share on any target (copies free)."""
+    fastest = np.min(node_times(space), axis=1)
+    finish = [0.0] * len(space.graph.nodes)
+    for n in range(len(finish)):  # graph order is topological
+        start = 0.0
+        for name in space.graph.nodes[n].inputs:
+            tid = space.tensor_id.get(name) if name else None
+            if tid is not None and space.producer[tid] >= 0:
+                start = max(start, finish[space.producer[tid]])
+        finish[n] = start + float(fastest[n])
+    return max(finish, default=0.0)
+
+
+def makespan_bound(space) -> float:
+    """A lower bound (us) on the makespan of every placement of `space`'s graph on its platform."""
+    times = node_times(space)
+    usable = np.isfinite(times).any(axis=0)
+    times = times[:, usable]
+    if times.shape[0] == 0:
+        return 0.0
+    scale = float(np.min(times, axis=1).sum()) or 1.0
+    weights = np.full(times.shape[1], 1.0 / times.shape[1])
+    best = 0.0
+    for step in range(ROUNDS):
+        weighted = times * weights
+        pick = np.argmin(weighted, axis=1)
+        value = float(weighted[np.arange(len(pick)), pick].sum())
+        best = max(best, value)
+        # the supergradient: each target's load under the nodes' current choices; weight moves
+        # toward the loaded targets, which makes their nodes go elsewhere
+        load = np.bincount(pick, weights=times[np.arange(len(pick)), pick], minlength=times.shape[1])
+        rate = 4.0 / math.sqrt(step + 1)
+        weights = weights * np.exp(rate * load / scale)
+        weights = np.maximum(weights / weights.sum(), 1e-12)
+    return best

@@ -1,0 +1,82 @@
+"""The placement bound (hetgen/partition/bound.py) is a true lower bound: no placement the search
+returns is faster, and on a case that can be worked by hand it is the exact figure."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from hetgen.partition import place
+from hetgen.partition.bound import critical_path_bound, makespan_bound
+from hetgen.partition.cost import Calibration
+from hetgen.partition.space import SearchSpace
+from partition_fixtures import conv_relu_net, random_dag, random_platform, residual_net, soc, transformer
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_no_searched_placement_beats_the_bound(seed):
+    rng = random.Random(seed)
+    graph, platform = random_dag(rng, rng.randint(6, 14)), random_platform(rng)
+    space = SearchSpace(graph, platform, Calibration())
+    searched = place(graph, platform)
+    floor = max(makespan_bound(space), critical_path_bound(space))
+    assert floor <= searched.total_us * (1 + 1e-9)
+    assert floor > 0
+
+
+@pytest.mark.parametrize(
+    "graph", [conv_relu_net(4), residual_net(3), transformer(1)], ids=["chain", "residual", "transformer"]
+)
+def test_bound_holds_on_model_shapes(graph):
+    platform = soc()
+    space = SearchSpace(graph, platform, Calibration())
+    for mode in ("cost", "greedy"):
+        assert max(makespan_bound(space), critical_path_bound(space)) <= place(graph, platform, mode=mode).total_us * (
+            1 + 1e-9
+        )
+
+
+def _space(times: list[list[float]]):
+    """A stand-in for a SearchSpace: node i alone on target t takes times[i][t]."""
+    candidates = [
+        SimpleNamespace(loc=t, nodes=(i,), compute_us=us) for i, row in enumerate(times) for t, us in enumerate(row)
+    ]
+    return SimpleNamespace(graph=SimpleNamespace(nodes=times), targets=times[0], candidates=candidates)
+
+
+def _two_target_optimum(times: list[list[float]]) -> float:
+    """The LP's optimum for two targets, worked directly: nodes in order of comparative advantage,
+    target 0 takes a prefix (the last node possibly split) until the two loads meet."""
+    order = sorted(times, key=lambda row: row[0] / row[1])
+    best = float("inf")
+    for cut in range(len(order) + 1):
+        a = sum(row[0] for row in order[:cut])
+        b = sum(row[1] for row in order[cut:])
+        best = min(best, max(a, b))
+        if cut < len(order):  # split node `cut`: a + f*t0 = b - f*t1
+            t0, t1 = order[cut]
+            b_rest = b - t1
+            f = (b_rest + t1 - a) / (t0 + t1)
+            if 0 <= f <= 1:
+                best = min(best, a + f * t0)
+    return best
+
+
+def test_split_bound_is_the_parallel_rate_when_every_node_has_the_same_speed_ratio():
+    # One target k times slower on every node: sharing perfectly gives W * k / (k + 1).
+    work = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    bound = makespan_bound(_space([[w, 7.0 * w] for w in work]))
+    assert bound == pytest.approx(sum(work) * 7.0 / 8.0, rel=2e-3)
+    assert bound <= sum(work) * 7.0 / 8.0 * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_split_bound_reaches_the_two_target_optimum_and_never_passes_it(seed):
+    rng = random.Random(seed)
+    times = [[rng.uniform(1, 100), rng.uniform(1, 100)] for _ in range(rng.randint(3, 40))]
+    optimum = _two_target_optimum(times)
+    bound = makespan_bound(_space(times))
+    assert bound <= optimum * (1 + 1e-12)
+    assert bound >= optimum * (1 - 5e-3)
