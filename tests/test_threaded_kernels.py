@@ -19,14 +19,16 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from hetgen.ops.conv import DepthwiseSplit, depthwise_split
 from hetgen.runtime.reference import ort_session, random_inputs
 
 HEADS, SEQ, HEAD_DIM = 2, 128, 32
 Z = [4, 64, 128]  # Softmax rows of 128 along the last axis; 128 inner columns along axis 1
 ODD = [201, 203]  # an elementwise loop that does not end on a whole chunk
 LARGE = ("attention", "LayerNormalization", "Softmax", "LogSoftmax", "Add", "Sigmoid", "Mul", "MaxPool", "AveragePool")
-LARGE += ("GlobalAveragePool",)
-IMAGE = [1, 64, 32, 32]  # pooled plane by plane
+LARGE += ("GlobalAveragePool", "Conv")
+IMAGE = [1, 64, 32, 32]  # pooled plane by plane; a depthwise Conv splits its channels
+FEW = [1, 2, 96, 96]  # a depthwise Conv of two channels splits blocks of each channel's rows
 
 
 def threaded_model() -> onnx.ModelProto:
@@ -47,6 +49,7 @@ def threaded_model() -> onnx.ModelProto:
         value("tiny", TensorProto.FLOAT, [2, 8]),
         value("tall", TensorProto.FLOAT, [512, 64]),
         value("image", TensorProto.FLOAT, IMAGE),
+        value("few", TensorProto.FLOAT, FEW),
     ]
     nodes = [
         # attention: softmax(Q Kᵀ / 4 + mask) V, one kernel (hetgen/lower/fuse_attention.py)
@@ -69,6 +72,12 @@ def threaded_model() -> onnx.ModelProto:
         helper.make_node("MaxPool", ["image"], ["y_argmax", "y_indices"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("AveragePool", ["image"], ["y_avgpool"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("GlobalAveragePool", ["image"], ["y_global"]),
+        # depthwise (direct loop), with bias and a fused Relu; strided and padded
+        helper.make_node("Conv", ["image", "w_depthwise", "b_depthwise"], ["depthwise"], group=64, pads=[1] * 4),
+        helper.make_node("Relu", ["depthwise"], ["y_depthwise"]),
+        helper.make_node(
+            "Conv", ["few", "w_few"], ["y_few"], group=2, kernel_shape=[5, 5], strides=[2, 2], pads=[2] * 4
+        ),
     ]
     inits = [
         numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
@@ -77,6 +86,9 @@ def threaded_model() -> onnx.ModelProto:
         const("row", [Z[-1]]),
         const("tiny_gamma", [8]),
         const("w_tall", [64, 64], 0.125),
+        const("w_depthwise", [64, 1, 3, 3], 0.3),
+        const("b_depthwise", [64]),
+        const("w_few", [2, 1, 5, 5], 0.2),
     ]
     shapes = {
         "y_attention": head,
@@ -87,6 +99,8 @@ def threaded_model() -> onnx.ModelProto:
         "y_matmul": [512, 64],
         **{name: [1, 64, 16, 16] for name in ("y_maxpool", "y_argmax", "y_avgpool")},
         "y_global": [1, 64, 1, 1],
+        "y_depthwise": IMAGE,
+        "y_few": [1, 2, 48, 48],
     }
     outputs = [value(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
     outputs.append(value("y_indices", TensorProto.INT64, [1, 64, 16, 16]))
@@ -174,7 +188,7 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
     kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
     split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
-    assert len(split) == len(LARGE) + 1  # two MaxPools
+    assert len(split) == len(LARGE) + 2  # two MaxPools, two depthwise Convs
     for index, source in enumerate(split):
         copy = headers / source.name  # beside the headers, so "hg_threads_config.h" is this one
         shutil.copy(source, copy)
@@ -271,3 +285,15 @@ def test_split_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch, sanitiz
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "Sanitizer" not in result.stderr, result.stderr[-4000:]
     assert result.stdout.strip() == "ok"
+
+
+def test_depthwise_split_cuts_planes_or_blocks_of_rows():
+    # MobileNetV2's 7x7 layer of 960 channels: whole planes
+    many = depthwise_split(960, 7, 7 * 9)
+    assert many.blocks == 1 and many.tasks.units == 960 and many.tasks.tasks > 2
+    # two large channels: blocks of rows, so more tasks than planes
+    few = depthwise_split(2, 48, 48 * 25)
+    assert few.blocks > 1 and few.tasks.tasks > 2
+    assert few.blocks * few.block_rows >= 48 > (few.blocks - 1) * few.block_rows
+    # a small layer stays one serial loop over whole planes
+    assert depthwise_split(8, 4, 4 * 9) == DepthwiseSplit(4, 1, None)
