@@ -8,9 +8,11 @@ threads, in the threads' own scratch."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from hetgen.errors import HetgenError
 from hetgen.ops.conv import DepthwiseSplit, depthwise_split
 from hetgen.runtime.reference import ort_session, random_inputs
 
@@ -150,7 +153,12 @@ def run(out: Path, feeds: dict, monkeypatch, threads: int | None = None) -> dict
         monkeypatch.delenv("HG_THREADS", raising=False)
     else:
         monkeypatch.setenv("HG_THREADS", str(threads))
-    return hetgen.load(out).run(feeds)  # each load is a private copy, with a pool of its own
+    with hetgen.load(out) as model:  # each load is a private copy, with a pool of its own
+        return model.run(feeds)
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
 
 
 def test_large_kernels_split_and_small_ones_stay_serial(builds):
@@ -166,9 +174,12 @@ def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkey
     model, outs = builds
     feeds = random_inputs(hetgen.load(outs[1]).inputs, seed=5)
     expected = dict(zip((o.name for o in model.graph.output), ort_session(model.SerializeToString()).run(None, feeds)))
-    before = len(os.listdir("/proc/self/task"))
-    two = run(outs[2], feeds, monkeypatch)
-    assert len(os.listdir("/proc/self/task")) == before + 1, "the threads: 2 build started no worker"
+    before = thread_count()
+    monkeypatch.delenv("HG_THREADS", raising=False)
+    with hetgen.load(outs[2]) as model:
+        two = model.run(feeds)
+        assert thread_count() == before + 1, "the threads: 2 build started no worker"
+    assert thread_count() == before, "closing the model left its worker running"
     one = run(outs[1], feeds, monkeypatch)
     three = run(outs[1], feeds, monkeypatch, threads=3)
     for name, wanted in expected.items():
@@ -198,15 +209,89 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
         assert "hg_parallel_for" not in undefined and "pthread" not in undefined, (source.name, undefined)
 
 
+def test_a_model_unloads_with_its_pool_stopped_again_and_again(builds, monkeypatch):
+    """Unloading (close, or collection) stops and joins the worker before the library is unmapped:
+    a worker left running (spinning) in unmapped code was a segfault. Thirty loads in one process,
+    each with its own pool, alternately closed and collected; a shutdown through the C entry
+    restarts the pool at the next run."""
+    model, outs = builds
+    monkeypatch.setenv("HG_THREADS", "2")
+    feeds = random_inputs(hetgen.load(outs[2]).inputs, seed=7)
+    gc.collect()
+    expected = ort_session(model.SerializeToString()).run(None, feeds)
+    before = thread_count()
+    first = None
+    for round_ in range(30):
+        loaded = hetgen.load(outs[2])
+        got = loaded.run(feeds)
+        assert thread_count() == before + 1, f"round {round_}: no worker started"
+        if round_ == 0:
+            stop = loaded.function("void hg_threads_shutdown(void);", "hg_threads_shutdown")
+            stop()
+            stop()  # idempotent
+            assert thread_count() == before, "hg_threads_shutdown left the worker running"
+            again = loaded.run(feeds)
+            assert thread_count() == before + 1, "the pool did not start again after a shutdown"
+            assert all(np.array_equal(got[k].view(np.uint8), again[k].view(np.uint8)) for k in got)
+        if round_ % 2:
+            loaded.close()
+            loaded.close()  # closing again does nothing
+            with pytest.raises(HetgenError, match="closed"):
+                loaded.run(feeds)
+        del loaded
+        gc.collect()
+        assert thread_count() == before, f"round {round_}: unloading left the worker running"
+        first = first or got
+        for name in got:
+            assert np.array_equal(first[name].view(np.uint8), got[name].view(np.uint8)), (round_, name)
+    names = [output.name for output in model.graph.output]
+    for name, wanted in zip(names, expected):
+        np.testing.assert_allclose(first[name], wanted, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+EXIT_CHILD = """
+import sys, threading
+import numpy as np
+import hetgen
+from hetgen.runtime.reference import random_inputs
+model = hetgen.load(sys.argv[1])
+feeds = random_inputs(model.inputs, seed=1)
+model.run(feeds)
+def keep_running():
+    while True:
+        model.run(feeds)
+threading.Thread(target=keep_running, daemon=True).start()
+print("ok", flush=True)
+"""
+
+
+def test_the_interpreter_exits_cleanly_with_a_pool_running(builds):
+    """At exit the model is unloaded (its finalizer, atexit) while a daemon thread keeps running it
+    and the pool's worker spins: the unload waits for the run in flight and joins the worker."""
+    _, outs = builds
+    environment = {**os.environ, "HG_THREADS": "2", "PYTHONPATH": str(Path(hetgen.__file__).parents[1])}
+    for _ in range(3):
+        result = subprocess.run(
+            [sys.executable, "-c", EXIT_CHILD, str(outs[2])],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=120,
+        )
+        assert result.returncode == 0 and result.stdout.strip() == "ok", (result.returncode, result.stderr[-2000:])
+
+
 DRIVER = r"""
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "hg_host.h"
+#include "hg_threads.h"
 
 #define CALLERS 3
 #define RUNS 3
+#define RESTARTS 30
 
 static void *inputs[HG_HOST_NUM_INPUTS], *expected[HG_HOST_NUM_OUTPUTS];
 
@@ -242,6 +327,15 @@ static void *caller(void *arg) {
     return NULL;
 }
 
+/* Stops the pool again and again while the callers run: each stop waits for the call that owns the
+   workers and joins them, and the next call starts them afresh. */
+static void *stopper(void *arg) {
+    (void)arg;
+    for (int r = 0; r < RESTARTS; ++r)
+        hg_threads_shutdown();
+    return NULL;
+}
+
 int main(void) {
     buffers(hg_host_inputs, HG_HOST_NUM_INPUTS, inputs);
     for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) {
@@ -251,9 +345,26 @@ int main(void) {
     }
     buffers(hg_host_outputs, HG_HOST_NUM_OUTPUTS, expected);
     if (hg_host_init() != HG_OK || run_once(expected, NULL) != HG_OK) return 2;
-    pthread_t threads[CALLERS];
+    pthread_t threads[CALLERS], stopping;
     for (int t = 0; t < CALLERS; ++t) pthread_create(&threads[t], NULL, caller, NULL);
+    pthread_create(&stopping, NULL, stopper, NULL);
     for (int t = 0; t < CALLERS; ++t) pthread_join(threads[t], NULL);
+    pthread_join(stopping, NULL);
+    /* run, stop, run: the pool restarts each time, and every run gives the same bits */
+    void *outputs[HG_HOST_NUM_OUTPUTS];
+    buffers(hg_host_outputs, HG_HOST_NUM_OUTPUTS, outputs);
+    for (int r = 0; r < RESTARTS; ++r) {
+        if (run_once(outputs, NULL) != HG_OK)
+            return 5;
+        for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o)
+            if (memcmp(outputs[o], expected[o], hg_host_outputs[o].nbytes) != 0)
+                return 6;
+        if (hg_threads_count() != 2)
+            return 7;
+        hg_threads_shutdown();
+        hg_threads_shutdown();
+    }
+    for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) free(outputs[o]);
     for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) free(inputs[i]);
     for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) free(expected[o]);
     puts("ok");
