@@ -373,6 +373,51 @@ int main(void) {
 """
 
 
+# Loads the shared library, runs it on two threads and unloads it, again and again: odd rounds stop
+# the pool first (as hetgen's loader does), even ones leave it to the library's destructor at dlclose.
+UNLOAD_DRIVER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "hg_host.h"
+
+#define ROUNDS 30
+
+static void *symbol(void *lib, const char *name) {
+    void *address = dlsym(lib, name);
+    if (address == NULL) {
+        fprintf(stderr, "%s: %s\n", name, dlerror());
+        exit(3);
+    }
+    return address;
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    for (int r = 0; r < ROUNDS; ++r) {
+        void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+        if (lib == NULL) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+        int (*init)(void) = (int (*)(void))symbol(lib, "hg_host_init");
+        int (*run)(const void *const *, void *const *, void *) =
+            (int (*)(const void *const *, void *const *, void *))symbol(lib, "hg_host_run");
+        size_t (*count)(void) = (size_t (*)(void))symbol(lib, "hg_threads_count");
+        void (*shutdown)(void) = (void (*)(void))symbol(lib, "hg_threads_shutdown");
+        const hg_tensor_info *inputs = symbol(lib, "hg_host_inputs"), *outputs = symbol(lib, "hg_host_outputs");
+        void *in[HG_HOST_NUM_INPUTS], *out[HG_HOST_NUM_OUTPUTS];
+        for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) in[i] = calloc(1, inputs[i].nbytes);
+        for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) out[o] = calloc(1, outputs[o].nbytes);
+        if (init() != 0 || run((const void *const *)in, out, NULL) != 0 || count() != 2) return 4;
+        if (r % 2) { shutdown(); shutdown(); }
+        if (dlclose(lib) != 0) return 5;
+        for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) free(in[i]);
+        for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) free(out[o]);
+    }
+    puts("ok");
+    return 0;
+}
+"""
+
+
 @pytest.mark.parametrize("sanitizers", [("thread",), ("address", "undefined")], ids=["tsan", "asan-ubsan"])
 def test_split_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch, sanitizers):
     if shutil.which("gcc") is None:
@@ -394,6 +439,16 @@ def test_split_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch, sanitiz
     command += [str(tmp_path / "driver.c"), str(out / "lib" / "libhg_host.a"), "-pthread", "-lm", "-o", str(exe)]
     subprocess.run(command, check=True)
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "Sanitizer" not in result.stderr, result.stderr[-4000:]
+    assert result.stdout.strip() == "ok"
+    (tmp_path / "unload.c").write_text(UNLOAD_DRIVER)
+    unload = tmp_path / "unload"
+    command = ["gcc", "-std=c11", "-O1", "-g", flag, "-I", str(out / "host"), "-I", str(out / "runtime")]
+    command += [str(tmp_path / "unload.c"), "-ldl", "-pthread", "-o", str(unload)]
+    subprocess.run(command, check=True)
+    result = subprocess.run(
+        [str(unload), str(out / "lib" / "libhg_host.so")], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0 and "Sanitizer" not in result.stderr, result.stderr[-4000:]
     assert result.stdout.strip() == "ok"
 
