@@ -8,9 +8,11 @@ threads, in the threads' own scratch."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +21,17 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from hetgen.errors import HetgenError
+from hetgen.ops.conv import DepthwiseSplit, depthwise_split
 from hetgen.runtime.reference import ort_session, random_inputs
 
 HEADS, SEQ, HEAD_DIM = 2, 128, 32
 Z = [4, 64, 128]  # Softmax rows of 128 along the last axis; 128 inner columns along axis 1
 ODD = [201, 203]  # an elementwise loop that does not end on a whole chunk
 LARGE = ("attention", "LayerNormalization", "Softmax", "LogSoftmax", "Add", "Sigmoid", "Mul", "MaxPool", "AveragePool")
-LARGE += ("GlobalAveragePool",)
-IMAGE = [1, 64, 32, 32]  # pooled plane by plane
+LARGE += ("GlobalAveragePool", "Conv")
+IMAGE = [1, 64, 32, 32]  # pooled plane by plane; a depthwise Conv splits its channels
+FEW = [1, 2, 96, 96]  # a depthwise Conv of two channels splits blocks of each channel's rows
 
 
 def threaded_model() -> onnx.ModelProto:
@@ -47,6 +52,7 @@ def threaded_model() -> onnx.ModelProto:
         value("tiny", TensorProto.FLOAT, [2, 8]),
         value("tall", TensorProto.FLOAT, [512, 64]),
         value("image", TensorProto.FLOAT, IMAGE),
+        value("few", TensorProto.FLOAT, FEW),
     ]
     nodes = [
         # attention: softmax(Q Kᵀ / 4 + mask) V, one kernel (hetgen/lower/fuse_attention.py)
@@ -69,6 +75,12 @@ def threaded_model() -> onnx.ModelProto:
         helper.make_node("MaxPool", ["image"], ["y_argmax", "y_indices"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("AveragePool", ["image"], ["y_avgpool"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("GlobalAveragePool", ["image"], ["y_global"]),
+        # depthwise (direct loop), with bias and a fused Relu; strided and padded
+        helper.make_node("Conv", ["image", "w_depthwise", "b_depthwise"], ["depthwise"], group=64, pads=[1] * 4),
+        helper.make_node("Relu", ["depthwise"], ["y_depthwise"]),
+        helper.make_node(
+            "Conv", ["few", "w_few"], ["y_few"], group=2, kernel_shape=[5, 5], strides=[2, 2], pads=[2] * 4
+        ),
     ]
     inits = [
         numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
@@ -77,6 +89,9 @@ def threaded_model() -> onnx.ModelProto:
         const("row", [Z[-1]]),
         const("tiny_gamma", [8]),
         const("w_tall", [64, 64], 0.125),
+        const("w_depthwise", [64, 1, 3, 3], 0.3),
+        const("b_depthwise", [64]),
+        const("w_few", [2, 1, 5, 5], 0.2),
     ]
     shapes = {
         "y_attention": head,
@@ -87,6 +102,8 @@ def threaded_model() -> onnx.ModelProto:
         "y_matmul": [512, 64],
         **{name: [1, 64, 16, 16] for name in ("y_maxpool", "y_argmax", "y_avgpool")},
         "y_global": [1, 64, 1, 1],
+        "y_depthwise": IMAGE,
+        "y_few": [1, 2, 48, 48],
     }
     outputs = [value(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
     outputs.append(value("y_indices", TensorProto.INT64, [1, 64, 16, 16]))
@@ -136,7 +153,12 @@ def run(out: Path, feeds: dict, monkeypatch, threads: int | None = None) -> dict
         monkeypatch.delenv("HG_THREADS", raising=False)
     else:
         monkeypatch.setenv("HG_THREADS", str(threads))
-    return hetgen.load(out).run(feeds)  # each load is a private copy, with a pool of its own
+    with hetgen.load(out) as model:  # each load is a private copy, with a pool of its own
+        return model.run(feeds)
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
 
 
 def test_large_kernels_split_and_small_ones_stay_serial(builds):
@@ -152,9 +174,12 @@ def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkey
     model, outs = builds
     feeds = random_inputs(hetgen.load(outs[1]).inputs, seed=5)
     expected = dict(zip((o.name for o in model.graph.output), ort_session(model.SerializeToString()).run(None, feeds)))
-    before = len(os.listdir("/proc/self/task"))
-    two = run(outs[2], feeds, monkeypatch)
-    assert len(os.listdir("/proc/self/task")) == before + 1, "the threads: 2 build started no worker"
+    before = thread_count()
+    monkeypatch.delenv("HG_THREADS", raising=False)
+    with hetgen.load(outs[2]) as model:
+        two = model.run(feeds)
+        assert thread_count() == before + 1, "the threads: 2 build started no worker"
+    assert thread_count() == before, "closing the model left its worker running"
     one = run(outs[1], feeds, monkeypatch)
     three = run(outs[1], feeds, monkeypatch, threads=3)
     for name, wanted in expected.items():
@@ -174,7 +199,7 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
     kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
     split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
-    assert len(split) == len(LARGE) + 1  # two MaxPools
+    assert len(split) == len(LARGE) + 2  # two MaxPools, two depthwise Convs
     for index, source in enumerate(split):
         copy = headers / source.name  # beside the headers, so "hg_threads_config.h" is this one
         shutil.copy(source, copy)
@@ -184,15 +209,89 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
         assert "hg_parallel_for" not in undefined and "pthread" not in undefined, (source.name, undefined)
 
 
+def test_a_model_unloads_with_its_pool_stopped_again_and_again(builds, monkeypatch):
+    """Unloading (close, or collection) stops and joins the worker before the library is unmapped:
+    a worker left running (spinning) in unmapped code was a segfault. Thirty loads in one process,
+    each with its own pool, alternately closed and collected; a shutdown through the C entry
+    restarts the pool at the next run."""
+    model, outs = builds
+    monkeypatch.setenv("HG_THREADS", "2")
+    feeds = random_inputs(hetgen.load(outs[2]).inputs, seed=7)
+    gc.collect()
+    expected = ort_session(model.SerializeToString()).run(None, feeds)
+    before = thread_count()
+    first = None
+    for round_ in range(30):
+        loaded = hetgen.load(outs[2])
+        got = loaded.run(feeds)
+        assert thread_count() == before + 1, f"round {round_}: no worker started"
+        if round_ == 0:
+            stop = loaded.function("void hg_threads_shutdown(void);", "hg_threads_shutdown")
+            stop()
+            stop()  # idempotent
+            assert thread_count() == before, "hg_threads_shutdown left the worker running"
+            again = loaded.run(feeds)
+            assert thread_count() == before + 1, "the pool did not start again after a shutdown"
+            assert all(np.array_equal(got[k].view(np.uint8), again[k].view(np.uint8)) for k in got)
+        if round_ % 2:
+            loaded.close()
+            loaded.close()  # closing again does nothing
+            with pytest.raises(HetgenError, match="closed"):
+                loaded.run(feeds)
+        del loaded
+        gc.collect()
+        assert thread_count() == before, f"round {round_}: unloading left the worker running"
+        first = first or got
+        for name in got:
+            assert np.array_equal(first[name].view(np.uint8), got[name].view(np.uint8)), (round_, name)
+    names = [output.name for output in model.graph.output]
+    for name, wanted in zip(names, expected):
+        np.testing.assert_allclose(first[name], wanted, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+EXIT_CHILD = """
+import sys, threading
+import numpy as np
+import hetgen
+from hetgen.runtime.reference import random_inputs
+model = hetgen.load(sys.argv[1])
+feeds = random_inputs(model.inputs, seed=1)
+model.run(feeds)
+def keep_running():
+    while True:
+        model.run(feeds)
+threading.Thread(target=keep_running, daemon=True).start()
+print("ok", flush=True)
+"""
+
+
+def test_the_interpreter_exits_cleanly_with_a_pool_running(builds):
+    """At exit the model is unloaded (its finalizer, atexit) while a daemon thread keeps running it
+    and the pool's worker spins: the unload waits for the run in flight and joins the worker."""
+    _, outs = builds
+    environment = {**os.environ, "HG_THREADS": "2", "PYTHONPATH": str(Path(hetgen.__file__).parents[1])}
+    for _ in range(3):
+        result = subprocess.run(
+            [sys.executable, "-c", EXIT_CHILD, str(outs[2])],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=120,
+        )
+        assert result.returncode == 0 and result.stdout.strip() == "ok", (result.returncode, result.stderr[-2000:])
+
+
 DRIVER = r"""
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "hg_host.h"
+#include "hg_threads.h"
 
 #define CALLERS 3
 #define RUNS 3
+#define RESTARTS 30
 
 static void *inputs[HG_HOST_NUM_INPUTS], *expected[HG_HOST_NUM_OUTPUTS];
 
@@ -228,6 +327,15 @@ static void *caller(void *arg) {
     return NULL;
 }
 
+/* Stops the pool again and again while the callers run: each stop waits for the call that owns the
+   workers and joins them, and the next call starts them afresh. */
+static void *stopper(void *arg) {
+    (void)arg;
+    for (int r = 0; r < RESTARTS; ++r)
+        hg_threads_shutdown();
+    return NULL;
+}
+
 int main(void) {
     buffers(hg_host_inputs, HG_HOST_NUM_INPUTS, inputs);
     for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) {
@@ -237,11 +345,73 @@ int main(void) {
     }
     buffers(hg_host_outputs, HG_HOST_NUM_OUTPUTS, expected);
     if (hg_host_init() != HG_OK || run_once(expected, NULL) != HG_OK) return 2;
-    pthread_t threads[CALLERS];
+    pthread_t threads[CALLERS], stopping;
     for (int t = 0; t < CALLERS; ++t) pthread_create(&threads[t], NULL, caller, NULL);
+    pthread_create(&stopping, NULL, stopper, NULL);
     for (int t = 0; t < CALLERS; ++t) pthread_join(threads[t], NULL);
+    pthread_join(stopping, NULL);
+    /* run, stop, run: the pool restarts each time, and every run gives the same bits */
+    void *outputs[HG_HOST_NUM_OUTPUTS];
+    buffers(hg_host_outputs, HG_HOST_NUM_OUTPUTS, outputs);
+    for (int r = 0; r < RESTARTS; ++r) {
+        if (run_once(outputs, NULL) != HG_OK)
+            return 5;
+        for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o)
+            if (memcmp(outputs[o], expected[o], hg_host_outputs[o].nbytes) != 0)
+                return 6;
+        if (hg_threads_count() != 2)
+            return 7;
+        hg_threads_shutdown();
+        hg_threads_shutdown();
+    }
+    for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) free(outputs[o]);
     for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) free(inputs[i]);
     for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) free(expected[o]);
+    puts("ok");
+    return 0;
+}
+"""
+
+
+# Loads the shared library, runs it on two threads and unloads it, again and again: odd rounds stop
+# the pool first (as hetgen's loader does), even ones leave it to the library's destructor at dlclose.
+UNLOAD_DRIVER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "hg_host.h"
+
+#define ROUNDS 30
+
+static void *symbol(void *lib, const char *name) {
+    void *address = dlsym(lib, name);
+    if (address == NULL) {
+        fprintf(stderr, "%s: %s\n", name, dlerror());
+        exit(3);
+    }
+    return address;
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    for (int r = 0; r < ROUNDS; ++r) {
+        void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+        if (lib == NULL) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+        int (*init)(void) = (int (*)(void))symbol(lib, "hg_host_init");
+        int (*run)(const void *const *, void *const *, void *) =
+            (int (*)(const void *const *, void *const *, void *))symbol(lib, "hg_host_run");
+        size_t (*count)(void) = (size_t (*)(void))symbol(lib, "hg_threads_count");
+        void (*shutdown)(void) = (void (*)(void))symbol(lib, "hg_threads_shutdown");
+        const hg_tensor_info *inputs = symbol(lib, "hg_host_inputs"), *outputs = symbol(lib, "hg_host_outputs");
+        void *in[HG_HOST_NUM_INPUTS], *out[HG_HOST_NUM_OUTPUTS];
+        for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) in[i] = calloc(1, inputs[i].nbytes);
+        for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) out[o] = calloc(1, outputs[o].nbytes);
+        if (init() != 0 || run((const void *const *)in, out, NULL) != 0 || count() != 2) return 4;
+        if (r % 2) { shutdown(); shutdown(); }
+        if (dlclose(lib) != 0) return 5;
+        for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) free(in[i]);
+        for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) free(out[o]);
+    }
     puts("ok");
     return 0;
 }
@@ -271,3 +441,25 @@ def test_split_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch, sanitiz
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "Sanitizer" not in result.stderr, result.stderr[-4000:]
     assert result.stdout.strip() == "ok"
+    (tmp_path / "unload.c").write_text(UNLOAD_DRIVER)
+    unload = tmp_path / "unload"
+    command = ["gcc", "-std=c11", "-O1", "-g", flag, "-I", str(out / "host"), "-I", str(out / "runtime")]
+    command += [str(tmp_path / "unload.c"), "-ldl", "-pthread", "-o", str(unload)]
+    subprocess.run(command, check=True)
+    result = subprocess.run(
+        [str(unload), str(out / "lib" / "libhg_host.so")], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and "Sanitizer" not in result.stderr, result.stderr[-4000:]
+    assert result.stdout.strip() == "ok"
+
+
+def test_depthwise_split_cuts_planes_or_blocks_of_rows():
+    # MobileNetV2's 7x7 layer of 960 channels: whole planes
+    many = depthwise_split(960, 7, 7 * 9)
+    assert many.blocks == 1 and many.tasks.units == 960 and many.tasks.tasks > 2
+    # two large channels: blocks of rows, so more tasks than planes
+    few = depthwise_split(2, 48, 48 * 25)
+    assert few.blocks > 1 and few.tasks.tasks > 2
+    assert few.blocks * few.block_rows >= 48 > (few.blocks - 1) * few.block_rows
+    # a small layer stays one serial loop over whole planes
+    assert depthwise_split(8, 4, 4 * 9) == DepthwiseSplit(4, 1, None)

@@ -2,7 +2,9 @@
 
 Three strategies, chosen here so the template only lays out loops:
 - `direct` when each group has one input channel (depthwise): a direct loop, vectorised along the
-  output row, bias and activation applied while the row is in cache;
+  output row, bias and activation applied while the row is in cache, split between the worker
+  pool's threads by channel planes (or blocks of a plane's rows, when there are few planes:
+  `depthwise_split`);
 - `pointwise` for 1x1 kernels with unit strides and no padding: the NCHW input already is the
   GEMM's B matrix [channels x pixels];
 - `winograd` for 3x3 stride-1 layers with enough channels and constant weights (`_winograd.py`);
@@ -17,15 +19,45 @@ does a residual Add fused into the Conv (`hetgen/spec/patterns.py`), read from a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from hetgen.ops import _gemm_plan, _winograd
+from hetgen.ops import _gemm_plan, _parallel, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
 
 # The direct loop sums all taps of a row in one expression up to this kernel width.
 MAX_UNROLLED_TAPS = 8
+
+
+@dataclass(frozen=True)
+class DepthwiseSplit:
+    """The direct loop's units of work and their pool tasks. A unit is `block_rows` consecutive output
+    rows (depth x height) of one channel plane, `blocks` units to a plane; `tasks` cuts the units
+    into the pool's tasks, or is None when the layer is too small to share (one serial loop)."""
+
+    block_rows: int
+    blocks: int
+    tasks: _parallel.Split | None
+
+
+def depthwise_split(planes: int, rows: int, row_work: int) -> DepthwiseSplit:
+    """How the direct (depthwise) loop over `planes` (batch x channels) planes of `rows` output rows,
+    each row `row_work` multiply-adds, is cut into tasks. Whole planes where there are enough of them
+    to balance the threads; with fewer planes than the pool's task limit, each plane's rows in blocks
+    so that a layer of a few large channels still splits. Fixed here, never by the thread count, and
+    every output row is computed by the same code whichever task holds it, so any thread count gives
+    the same bits."""
+    planes, rows = max(planes, 1), max(rows, 1)
+    blocks = min(rows, -(-_parallel.MAX_TASKS // planes)) if planes < _parallel.MAX_TASKS else 1
+    block_rows = -(-rows // blocks)
+    blocks = -(-rows // block_rows)
+    tasks = _parallel.split(planes * blocks, block_rows * row_work)
+    if tasks is None:  # too small to share: whole planes, the plain loop
+        return DepthwiseSplit(rows, 1, None)
+    return DepthwiseSplit(block_rows, blocks, tasks)
 
 
 def strategy(groups: int, cin_group: int, win) -> str:
@@ -93,6 +125,13 @@ def lower(op: OpInstance) -> Kernel:
         "out_index": input_arg_count(op),
         "epilogue": op.epilogue,
     }
+    helpers = (_gemm_plan.HELPER,)
+    if variant == "direct":
+        rows = win.out_shape[0] * win.out_shape[1]
+        split = depthwise_split(batch * out_channels, rows, win.out_shape[2] * win.kernel_size)
+        units = batch * out_channels * split.blocks
+        params.update(rows=rows, block_rows=split.block_rows, blocks=split.blocks, units=units, split=split.tasks)
+        helpers = (_parallel.HELPER,) if split.tasks else ()
     prepacked = ()
     if variant != "direct" and op.constant(1) is not None:
         group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
@@ -111,7 +150,7 @@ def lower(op: OpInstance) -> Kernel:
         scratch_bytes=pack,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
-        helpers=() if variant == "direct" else (_gemm_plan.HELPER,),
+        helpers=helpers,
         prepacked=prepacked,
     )
 

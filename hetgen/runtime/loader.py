@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,10 @@ class Model:
 
     `run` is safe from several threads: each thread runs on a workspace of its own (allocated on its
     first run), so concurrent runs share nothing mutable in the library.
+
+    The library is unloaded by `close()` (or leaving a `with` block), or when the model is
+    collected, or at interpreter exit, whichever comes first: its worker pool is stopped and joined
+    first (templates/runtime/hg_threads.c), so no worker runs its code once it is unmapped.
     """
 
     def __init__(self, out_dir: Path):
@@ -57,12 +63,26 @@ class Model:
         self.workspace_align = self.manifest.workspace_align
         self._thread = threading.local()
         self._lib = _load_private_copy(self._ffi, library)
-        if _has_worker_pool(self._ffi, self._lib):
-            _POOLED_LIBRARIES.append(self._lib)
+        self._library = _LoadedLibrary(self._ffi, self._lib, str(library))
+        # not a method of self: the finalizer must not keep the model alive
+        self._unload = weakref.finalize(self, self._library.close)
         self._run = getattr(self._lib, f"{self.prefix}_run")
         status = getattr(self._lib, f"{self.prefix}_init")()
         if status != 0:
+            self.close()
             raise HetgenError(f"{library}: {self.prefix}_init failed with status {status}")
+
+    def close(self) -> None:
+        """Stops the library's worker pool and unloads the library, once runs in flight on other
+        threads have ended. The model cannot run afterwards; functions taken with `function()` must
+        not be called any more. Closing again does nothing."""
+        self._unload()
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         ins = ", ".join(map(str, self.inputs))
@@ -76,9 +96,10 @@ class Model:
         return trimmed({info.name: array for info, array in zip(self.outputs, results)})  # hetgen/bounded.py
 
     def function(self, declaration: str, name: str):
-        """Another C function of the library, e.g. a simulated device's counters."""
-        self._ffi.cdef(declaration)
-        return getattr(self._lib, name)
+        """Another C function of the library, e.g. a simulated device's counters (valid until `close()`)."""
+        with self._library.in_use():
+            self._ffi.cdef(declaration)
+            return getattr(self._lib, name)
 
     def run_into(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         """Run on prepared contiguous arrays without allocating (used by benchmarks)."""
@@ -92,14 +113,16 @@ class Model:
         ffi = self._ffi
         in_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in inputs] or [ffi.NULL])
         out_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for a in outputs] or [ffi.NULL])
-        status = self._run(in_ptrs, out_ptrs, self._workspace())
+        with self._library.in_use():
+            status = self._run(in_ptrs, out_ptrs, self._workspace())
         if status != 0:
             raise HetgenError(f"{self.prefix}_run failed with status {status}")
 
     def device_stats(self, device: int) -> dict[str, int]:
         """Simulated device `device`'s counters over this thread's last run (the manifest's `stats_device`)."""
         stats = self._ffi.new("hg_device_stats *")
-        status = getattr(self._lib, f"{self.prefix}_device_stats")(self._workspace(), device, stats)
+        with self._library.in_use():
+            status = getattr(self._lib, f"{self.prefix}_device_stats")(self._workspace(), device, stats)
         if status != 0:
             raise HetgenError(f"{self.prefix}_device_stats({device}) failed with status {status}")
         return {what: int(getattr(stats, what)) for what in STATS_FIELDS}
@@ -162,21 +185,54 @@ def checked_input(info: TensorInfo, value) -> np.ndarray:
     return np.require(array, requirements="C")
 
 
-# cffi unloads a library when its object is collected. A library with a worker pool
-# (templates/runtime/hg_threads.c) must stay: its detached workers keep running its code (spinning
-# or asleep) for the rest of the process, and would jump into unmapped memory. So its object is
-# kept here, for the life of the process; libraries without a pool unload as before.
-_POOLED_LIBRARIES: list = []
+class _LoadedLibrary:
+    """A dlopened library and its unloading, apart from the model so that the model's finalizer
+    can hold it. Unloading waits for calls in flight, then stops the worker pool (if the library
+    links one) and joins its workers, then dlcloses: cffi would otherwise dlclose when the library's
+    object is collected, while the pool's workers (spinning, or asleep) still run its code."""
+
+    def __init__(self, ffi: cffi.FFI, lib, path: str):
+        self._ffi = ffi
+        self._lib = lib
+        self._path = path
+        self._guard = threading.Condition()
+        self._calls = 0
+        self._closed = False
+
+    @contextmanager
+    def in_use(self):
+        """Keeps the library loaded for the block; a HetgenError once it is closed."""
+        with self._guard:
+            if self._closed:
+                raise HetgenError(f"{self._path}: the model was closed; load it again to run it")
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._calls -= 1
+                self._guard.notify_all()
+
+    def close(self) -> None:
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            self._guard.wait_for(lambda: self._calls == 0)
+        shutdown = _pool_shutdown(self._ffi, self._lib)
+        if shutdown is not None:
+            shutdown()
+        self._ffi.dlclose(self._lib)
 
 
-def _has_worker_pool(ffi: cffi.FFI, lib) -> bool:
-    """Whether the library links the worker pool: looks the symbol up, never calls it (a call
-    would start the workers)."""
+def _pool_shutdown(ffi: cffi.FFI, lib):
+    """The library's `hg_threads_shutdown` (templates/runtime/hg_threads.c), or None where it links
+    no worker pool."""
     try:
-        ffi.cdef("size_t hg_threads_count(void);", override=True)
-        return lib.hg_threads_count is not None  # the lookup (dlsym) raises when it is absent
+        ffi.cdef("void hg_threads_shutdown(void);", override=True)
+        return lib.hg_threads_shutdown  # the lookup (dlsym) raises when it is absent
     except (AttributeError, cffi.FFIError):
-        return False
+        return None
 
 
 def _load_private_copy(ffi: cffi.FFI, library: Path):

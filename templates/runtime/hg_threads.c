@@ -13,7 +13,12 @@
    arrives after the caller has done all the work). A spinning worker claims its first task at once.
    The caller likewise spins a while for the last tasks before it sleeps. Past a short first part,
    the spinning yields the core between checks, so a busy machine that puts the spinning thread on
-   the caller's core loses little. No allocation after the pool starts. */
+   the caller's core loses little. No allocation after the pool starts.
+
+   The pool starts on the first call that needs it and runs until hg_threads_shutdown, which stops
+   and joins the workers (a library must not be unloaded while they run its code); the next call
+   starts it again. A destructor does the same when the library is unloaded (dlclose) or the
+   process exits, unless a call holds the pool then. */
 #define _POSIX_C_SOURCE 200809L
 #include "hg_threads.h"
 
@@ -53,10 +58,13 @@
 #define TICKET_NEXT(t) ((size_t)((t) & 0xffffu))
 
 static struct {
-    pthread_once_t once;
-    size_t threads;
+    pthread_mutex_t state;  /* held while the pool starts or stops */
+    atomic_int running;     /* started (set last, with release, once threads and scratch are ready) */
+    atomic_size_t threads;  /* the caller and the workers */
+    atomic_int stop;        /* tells the workers to return */
+    pthread_t workers[HG_THREADS_MAX];
     void *scratch[HG_THREADS_MAX];
-    pthread_mutex_t busy; /* held by the one caller that owns the workers */
+    pthread_mutex_t busy; /* held by the one caller that owns the workers, and while the pool stops */
     _Atomic uint64_t ticket;
     atomic_size_t finished; /* tasks of the current call that are done */
     hg_task_fn fn;          /* the current call's job: written before its ticket, read after a claim */
@@ -65,7 +73,7 @@ static struct {
     pthread_cond_t start, done;
     size_t sleepers;
 } pool = {
-    .once = PTHREAD_ONCE_INIT,
+    .state = PTHREAD_MUTEX_INITIALIZER,
     .threads = 1,
     .busy = PTHREAD_MUTEX_INITIALIZER,
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -137,19 +145,26 @@ static int spin_step(spin_wait *wait)
     return spent < HG_THREADS_SPIN_US;
 }
 
-/* The next call's generation, once there is one: spins first, then sleeps. */
+static int stopping(void)
+{
+    return atomic_load_explicit(&pool.stop, memory_order_acquire);
+}
+
+/* The next call's generation, once there is one (or `seen` once the pool stops): spins first,
+   then sleeps. */
 static uint32_t next_generation(uint32_t seen)
 {
     spin_wait wait = {now_us(), 0, 0};
     do {
         const uint32_t generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire));
-        if (generation != seen)
+        if (generation != seen || stopping())
             return generation;
     } while (spin_step(&wait));
     pthread_mutex_lock(&pool.lock);
     ++pool.sleepers;
     uint32_t generation;
-    while ((generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire))) == seen)
+    while ((generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire))) == seen &&
+           !stopping())
         pthread_cond_wait(&pool.start, &pool.lock);
     --pool.sleepers;
     pthread_mutex_unlock(&pool.lock);
@@ -162,46 +177,124 @@ static void *worker_main(void *arg)
     uint32_t seen = 0;
     for (;;) {
         seen = next_generation(seen);
+        if (stopping())
+            return NULL;
         run_tasks(seen, pool.scratch[thread]);
     }
-    return NULL;
 }
 
-/* Scratch for every thread, then the workers; on any failure the pool stays at one thread. One
-   thread needs neither: its tasks run on the caller, in the kernels' own workspaces. */
+static void free_scratch(void)
+{
+    for (size_t t = 0; t < HG_THREADS_MAX; ++t) {
+        free(pool.scratch[t]);
+        pool.scratch[t] = NULL;
+    }
+}
+
+/* Scratch for `count` threads, or none (and 0) when memory is short. */
+static int allocate_scratch(size_t count)
+{
+    for (size_t t = 0; t < count; ++t) {
+        pool.scratch[t] = aligned_alloc(64, (HG_THREADS_SCRATCH_BYTES + 63u) & ~(size_t)63u);
+        if (pool.scratch[t] == NULL) {
+            free_scratch();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Scratch for every thread, then the workers (joinable: hg_threads_shutdown waits for them); if
+   scratch is short the pool stays at one thread, and if a worker cannot start it runs with those
+   that did. One thread needs neither: its tasks run on the caller, in the kernels' own
+   workspaces. The caller holds `state`. */
 static void start_pool(void)
 {
     const size_t wanted = requested_threads();
-    if (wanted == 1)
-        return;
-    for (size_t t = 0; t < wanted; ++t) {
-        pool.scratch[t] = aligned_alloc(64, (HG_THREADS_SCRATCH_BYTES + 63u) & ~(size_t)63u);
-        if (pool.scratch[t] == NULL)
-            return;
-    }
     size_t started = 1;
-    for (; started < wanted; ++started) {
-        pthread_t thread;
-        if (pthread_create(&thread, NULL, worker_main, (void *)started) != 0)
-            break;
-        pthread_detach(thread);
-    }
-    /* if a worker could not start, the pool runs with the ones that did */
-    pool.threads = started;
+    if (wanted > 1 && allocate_scratch(wanted))
+        for (; started < wanted; ++started)
+            if (pthread_create(&pool.workers[started], NULL, worker_main, (void *)started) != 0)
+                break;
+    atomic_store_explicit(&pool.threads, started, memory_order_relaxed);
+    atomic_store_explicit(&pool.running, 1, memory_order_release);
+}
+
+/* Stops and joins the workers and frees the scratch. The caller holds `busy` (so no call is in
+   flight, and a worker that wakes finds no task) and `state`. */
+static void stop_pool(void)
+{
+    const size_t threads = atomic_load_explicit(&pool.threads, memory_order_relaxed);
+    atomic_store_explicit(&pool.stop, 1, memory_order_seq_cst);
+    /* a worker that checked `stop` under the lock before the store is asleep by now */
+    pthread_mutex_lock(&pool.lock);
+    pthread_cond_broadcast(&pool.start);
+    pthread_mutex_unlock(&pool.lock);
+    for (size_t t = 1; t < threads; ++t)
+        pthread_join(pool.workers[t], NULL);
+    atomic_store_explicit(&pool.stop, 0, memory_order_relaxed);
+    free_scratch();
+    atomic_store_explicit(&pool.threads, 1, memory_order_relaxed);
+    atomic_store_explicit(&pool.running, 0, memory_order_release);
 }
 
 size_t hg_threads_count(void)
 {
-    pthread_once(&pool.once, start_pool);
-    return pool.threads;
+    if (!atomic_load_explicit(&pool.running, memory_order_acquire)) {
+        pthread_mutex_lock(&pool.state);
+        if (!atomic_load_explicit(&pool.running, memory_order_relaxed))
+            start_pool();
+        pthread_mutex_unlock(&pool.state);
+    }
+    return atomic_load_explicit(&pool.threads, memory_order_relaxed);
+}
+
+/* Stops the pool with `busy` held. */
+static void shutdown_held(void)
+{
+    pthread_mutex_lock(&pool.state);
+    if (atomic_load_explicit(&pool.running, memory_order_relaxed))
+        stop_pool();
+    pthread_mutex_unlock(&pool.state);
+}
+
+void hg_threads_shutdown(void)
+{
+    pthread_mutex_lock(&pool.busy); /* waits for a call that owns the workers */
+    shutdown_held();
+    pthread_mutex_unlock(&pool.busy);
+}
+
+/* When the library is unloaded, or the process exits: workers must not outlive the code they run.
+   Skipped while a call owns the pool (exit() from another thread mid-run, where the process ends
+   anyway), so that exiting never waits on a call that may never end. */
+#if defined(__GNUC__)
+__attribute__((destructor)) static void shutdown_on_unload(void)
+{
+    if (pthread_mutex_trylock(&pool.busy) != 0)
+        return;
+    shutdown_held();
+    pthread_mutex_unlock(&pool.busy);
+}
+#endif
+
+static void run_serially(size_t n, hg_task_fn fn, void *ctx)
+{
+    for (size_t task = 0; task < n; ++task)
+        fn(ctx, task, NULL);
 }
 
 void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
 {
-    const size_t threads = hg_threads_count();
-    if (threads == 1 || n < 2 || n > TICKET_TASKS_MAX || pthread_mutex_trylock(&pool.busy) != 0) {
-        for (size_t task = 0; task < n; ++task)
-            fn(ctx, task, NULL);
+    if (n < 2 || n > TICKET_TASKS_MAX || hg_threads_count() == 1 || pthread_mutex_trylock(&pool.busy) != 0) {
+        run_serially(n, fn, ctx);
+        return;
+    }
+    /* the pool may have stopped between the count and the lock (hg_threads_shutdown holds `busy`) */
+    if (!atomic_load_explicit(&pool.running, memory_order_acquire) ||
+        atomic_load_explicit(&pool.threads, memory_order_relaxed) == 1) {
+        pthread_mutex_unlock(&pool.busy);
+        run_serially(n, fn, ctx);
         return;
     }
     pool.fn = fn;

@@ -1,13 +1,16 @@
 /* hetgen's worker pool: one fork/join loop, used by the GEMM (hg_gemm.c) to split its outermost
    independent loop, and by the kernels big enough to share (attention heads, LayerNorm and Softmax
-   rows, pooling planes, elementwise chunks: hetgen/ops/_parallel.py cuts them into tasks at
-   generate time). The pool exists only where the platform allows threads (hg_threads_config.h,
-   written by hetgen from the platform's `options: {threads: N}`; never on bare-metal targets, where
-   hg_parallel_for below is an inline loop and the tasks compile to the serial code).
+   rows, pooling and depthwise convolution planes, elementwise chunks: hetgen/ops/_parallel.py cuts
+   them into tasks at generate time). The pool exists only where the platform allows threads
+   (hg_threads_config.h, written by hetgen from the platform's `options: {threads: N}`; never on
+   bare-metal targets, where hg_parallel_for below is an inline loop and the tasks compile to the
+   serial code).
 
    Thread count: HG_THREADS_DEFAULT (the platform's `threads`), overridden at run time by the
-   environment variable HG_THREADS (1..HG_THREADS_MAX), read once, when the pool first starts.
-   Workers are created once, on the first parallel call, and live as long as the process. */
+   environment variable HG_THREADS (1..HG_THREADS_MAX), read when the pool starts.
+   Workers are created on the first parallel call and run until hg_threads_shutdown (or until the
+   library is unloaded or the process exits); the next parallel call after a shutdown starts them
+   again, reading HG_THREADS afresh. */
 #ifndef HG_THREADS_H
 #define HG_THREADS_H
 
@@ -52,6 +55,13 @@ size_t hg_threads_count(void);
    (the generated code stays re-entrant). */
 void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx);
 
+/* Stops the workers and waits until they have returned (they are joined, so none runs this
+   library's code afterwards), and frees their scratch. Call it before the library that holds the
+   pool is unloaded (dlclose): hetgen's loader does (hetgen/runtime/loader.py). Safe to call
+   again, or on a pool that never started; it waits for a call that owns the workers to end, and
+   must not be called from a task. A later parallel call starts the pool again. */
+void hg_threads_shutdown(void);
+
 #else /* no pool on this platform (bare metal, or threads are not wanted): the caller runs all */
 
 static inline size_t hg_threads_count(void) { return 1; }
@@ -61,6 +71,8 @@ static inline void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
     for (size_t task = 0; task < n; ++task)
         fn(ctx, task, NULL);
 }
+
+static inline void hg_threads_shutdown(void) {}
 
 #endif
 
