@@ -96,4 +96,5 @@ def lower(spec: AttentionSpec, op: OpInstance) -> Kernel:
         flops=flops,
         bytes_accessed=sum(t.nbytes for t in op.input_types if t is not None) + sum(t.nbytes for t in op.output_types),
         helpers=(_gemm_plan.HELPER, _parallel.HELPER) if parallel_heads else (_gemm_plan.HELPER,),
+        parallel=_parallel.tasks_of(heads if parallel_heads else None),
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetgen.ops import _gemm_plan, _winograd
+from hetgen.ops import _gemm_plan, _parallel, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
@@ -113,6 +113,10 @@ def lower(op: OpInstance) -> Kernel:
         bytes_accessed=total_bytes(*op.input_types, y_type),
         helpers=() if variant == "direct" else (_gemm_plan.HELPER,),
         prepacked=prepacked,
+        # the weights' panels are always taken on a CPU with an OS (hetgen/lower/prepack.py)
+        parallel=_parallel.SERIAL
+        if variant == "direct"
+        else _parallel.gemm(cout_group, win.out_size, k_dim, batch * groups, a_packed=bool(prepacked)),
     )
 
 
