@@ -58,32 +58,54 @@ def split(units: int, work_per_unit: int, align: int = 1) -> Split | None:
 
 
 @dataclass(frozen=True)
+class GemmCall:
+    """`calls` hg_sgemm_ex calls on an m x n x k product, A and/or B in panels from generate time."""
+
+    m: int
+    n: int
+    k: int
+    calls: int = 1
+    a_packed: bool = False
+    b_packed: bool = False
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.n * self.k * self.calls
+
+    def speedup(self, threads: int) -> float:
+        return gemm_parallelism(self.m, self.n, self.k, threads, self.a_packed, self.b_packed)
+
+
+@dataclass(frozen=True)
 class Parallel:
     """How a kernel's work is shared between the pool's threads: `tasks` fixed tasks in one
-    hg_parallel_for call (1: serial), or `gemm_calls` calls of hg_sgemm_ex on an m x n x k product,
-    each split at run time by hg_gemm.c's rule (`gemm_parallelism`)."""
+    hg_parallel_for call (1: serial), or its GEMM calls (`gemms`), each split at run time by
+    hg_gemm.c's rule (`gemm_parallelism`)."""
 
     tasks: int = 1
-    gemm_calls: int = 0
-    gemm_shape: tuple[int, int, int] = (0, 0, 0)  # m, n, k
-    gemm_packed: tuple[bool, bool] = (False, False)  # A, B in panels from generate time
+    gemms: tuple[GemmCall, ...] = ()
 
     def speedup(self, threads: int) -> float:
         """How many threads' worth of speed the kernel's compute gets from `threads`: with fixed
-        tasks, min(threads, tasks) run at once and the busiest takes ceil(tasks / threads) of them."""
+        tasks, min(threads, tasks) run at once and the busiest takes ceil(tasks / threads) of them;
+        through the GEMM, each call's own speed-up, weighted by its multiply-adds."""
         if threads <= 1:
             return 1.0
-        if self.gemm_calls:
-            return gemm_parallelism(*self.gemm_shape, threads, *self.gemm_packed)
+        if self.gemms:
+            macs = sum(g.macs for g in self.gemms)
+            serial = sum(g.macs / g.speedup(threads) for g in self.gemms)
+            return macs / serial if serial else 1.0
         if self.tasks < 2:
             return 1.0
         return self.tasks / -(-self.tasks // min(threads, self.tasks))
 
     def pool_calls(self, threads: int) -> int:
         """The hg_parallel_for calls one run makes that hand work to other threads."""
-        if self.speedup(threads) == 1.0:
+        if threads <= 1:
             return 0
-        return self.gemm_calls if self.gemm_calls else 1
+        if self.gemms:
+            return sum(g.calls for g in self.gemms if g.speedup(threads) != 1.0)
+        return 1 if self.tasks > 1 else 0
 
 
 SERIAL = Parallel()
@@ -95,6 +117,6 @@ def tasks_of(split: Split | int | None) -> Parallel:
     return Parallel(tasks=tasks) if tasks > 1 else SERIAL
 
 
-def gemm(m: int, n: int, k: int, calls: int = 1, a_packed: bool = False, b_packed: bool = False) -> Parallel:
-    """A kernel whose work is `calls` hg_sgemm_ex calls on an m x n x k product."""
-    return Parallel(gemm_calls=calls, gemm_shape=(m, n, k), gemm_packed=(a_packed, b_packed))
+def gemm(*calls: GemmCall) -> Parallel:
+    """A kernel whose work is its GEMM calls."""
+    return Parallel(gemms=tuple(call for call in calls if call.calls > 0))

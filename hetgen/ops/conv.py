@@ -116,7 +116,9 @@ def lower(op: OpInstance) -> Kernel:
         # the weights' panels are always taken on a CPU with an OS (hetgen/lower/prepack.py)
         parallel=_parallel.SERIAL
         if variant == "direct"
-        else _parallel.gemm(cout_group, win.out_size, k_dim, batch * groups, a_packed=bool(prepacked)),
+        else _parallel.gemm(
+            _parallel.GemmCall(cout_group, win.out_size, k_dim, batch * groups, a_packed=bool(prepacked))
+        ),
     )
 
 

@@ -66,8 +66,12 @@ def lower(op: OpInstance) -> Kernel:
         flops=2 * batch * channels * win.in_size * cout_group * win.kernel_size,
         bytes_accessed=total_bytes(*op.input_types, y_type),
         helpers=(_gemm_plan.HELPER,),
+        # one GEMM per chunk of input rows, the last chunk shorter
         parallel=_parallel.gemm(
-            rows, chunk_rows * win.in_shape[2], cin_group, batch * groups * -(-in_rows // chunk_rows)
+            _parallel.GemmCall(rows, chunk_rows * win.in_shape[2], cin_group, batch * groups * (in_rows // chunk_rows)),
+            _parallel.GemmCall(
+                rows, in_rows % chunk_rows * win.in_shape[2], cin_group, batch * groups * (in_rows % chunk_rows > 0)
+            ),
         ),
     )
 

@@ -72,7 +72,7 @@ def lower(op: OpInstance) -> Kernel:
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
         helpers=(_gemm_plan.HELPER,),
         prepacked=prepacked,
-        parallel=_parallel.gemm(m, n, k, b_packed=bool(prepacked)),
+        parallel=_parallel.gemm(_parallel.GemmCall(m, n, k, b_packed=bool(prepacked))),
     )
 
 

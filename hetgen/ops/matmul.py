@@ -78,7 +78,7 @@ def lower(op: OpInstance) -> Kernel:
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
         helpers=(_gemm_plan.HELPER,),
         prepacked=prepacked,
-        parallel=_parallel.gemm(rows, n, k, params["batches"], b_packed=bool(prepacked)),
+        parallel=_parallel.gemm(_parallel.GemmCall(rows, n, k, params["batches"], b_packed=bool(prepacked))),
     )
 
 
