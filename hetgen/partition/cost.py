@@ -14,6 +14,8 @@
                         fewer panels than T on the side it splits, else panels / ceil(panels / T);
                         1 for a kernel that never splits (and then no pool cost)
                     calls = the hg_parallel_for calls that hand work out (one per split GEMM call)
+                    (a Conv that lowering runs as Winograd is priced as the kernel table's im2col
+                    GEMM, its split as its flops: the layout is chosen after placement, by memory)
     on an accelerator that runs one group per invocation (hetgen/lower/invocation.py, the rule
     lowering follows), its units' tile plans (hetgen/lower/tiling.py) timed command by command:
     group time    = scale * (launch_us + sum over units of plan_us(plan, rates)), where a tile's
