@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from hetgen import lower
 from hetgen.codegen.kernels import kernel_source
 from hetgen.frontend import import_model
-from hetgen.models import resnet, transformer_encoder
+from hetgen.models import mobilenet_v2, resnet, transformer_encoder
 from hetgen.ops import _gemm_plan, _parallel
 from hetgen.partition.cost import Calibration, pool_threads
 from hetgen.partition.explain import explain_json
@@ -229,7 +229,7 @@ def test_every_kernel_that_splits_says_so():
     """A lowering that renders hg_parallel_for (it needs hg_threads.c) records its split for the cost
     model: `parallel=_parallel.tasks_of(split)` — one line for each new splitting kernel."""
     checked = 0
-    for model in (resnet, one_long_head):
+    for model in (resnet, mobilenet_v2, one_long_head):
         graph = import_model(model())
         kernels = build_kernel_specs(graph, load_platform_text(host(4)))
         for names, spec in kernels.units.items():
