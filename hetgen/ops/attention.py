@@ -70,7 +70,7 @@ def block_gemms(spec: AttentionSpec, rows: int) -> _parallel.Parallel:
     split at run time by the GEMM (K and V are in panels); the last block may be shorter."""
     heads, full, rest = spec.batch * spec.heads, spec.sq // rows, spec.sq % rows
     calls = []
-    for block, count in ((rows, heads * full), (rest, heads * (rest > 0))):
+    for block, count in ((rows, heads * full), (rest, heads if rest else 0)):
         calls.append(_parallel.GemmCall(block, spec.sk, spec.d, count, b_packed=True))
         calls.append(_parallel.GemmCall(block, spec.dv, spec.sk, count, b_packed=True))
     return _parallel.gemm(*calls)

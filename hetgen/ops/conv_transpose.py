@@ -70,7 +70,7 @@ def lower(op: OpInstance) -> Kernel:
         parallel=_parallel.gemm(
             _parallel.GemmCall(rows, chunk_rows * win.in_shape[2], cin_group, batch * groups * (in_rows // chunk_rows)),
             _parallel.GemmCall(
-                rows, in_rows % chunk_rows * win.in_shape[2], cin_group, batch * groups * (in_rows % chunk_rows > 0)
+                rows, in_rows % chunk_rows * win.in_shape[2], cin_group, batch * groups if in_rows % chunk_rows else 0
             ),
         ),
     )
