@@ -78,6 +78,7 @@ def elementwise_kernel(
         flops=size * (flops_per_element + len(epilogue)),
         bytes_accessed=sum(o.tensor.nbytes for o in operands) + out_type.nbytes,
         helpers=(_parallel.HELPER,) if split else (),
+        parallel=_parallel.tasks_of(split),
     )
 
 

@@ -106,6 +106,7 @@ def lower_at_float32(lower, op: OpInstance) -> Kernel:
         flops=inner.flops + converted,
         bytes_accessed=inner.bytes_accessed + 6 * converted,
         helpers=inner.helpers,
+        parallel=inner.parallel,  # the float32 kernel inside splits as it would alone
     )
 
 

@@ -108,3 +108,28 @@ def b_panels(b: np.ndarray) -> np.ndarray:
 def a_panel_floats(m: int, k: int) -> int:
     """Floats of one A [m x k] packed whole."""
     return align(m, PANEL_M) * k
+
+
+# hg_sgemm_ex (templates/runtime/hg_gemm.c) splits a product of at least this many multiply-adds
+# between the pool's threads (HG_SGEMM_SPLIT_MACS there; tests/test_threads_price.py reads it).
+SPLIT_MACS = 1 << 18
+
+
+def gemm_parallelism(m: int, n: int, k: int, threads: int, a_packed: bool = False, b_packed: bool = False) -> float:
+    """How many threads' worth of speed one m x n x k hg_sgemm_ex call gets from a pool of
+    `threads`: hg_gemm.c's own rule. Below SPLIT_MACS, or with fewer panels on the split side than
+    threads, it runs on the caller (1). Else it cuts the side whose repeated work is smaller (the
+    unsplit operand is read, and packed unless it came packed, by every part: packing counts as
+    three reads) into `threads` runs of whole panels (PANEL_M rows or PANEL_N columns); the
+    longest run, ceil(panels / threads) panels, sets the time. The small-m path (m <= PANEL_M)
+    cuts its columns the same way."""
+    if threads <= 1 or m * n * k < SPLIT_MACS:
+        return 1.0
+    row_panels, col_panels = -(-m // PANEL_M), -(-n // PANEL_N)
+    repeat_by_cols = m * (1 if a_packed else 3)
+    repeat_by_rows = n * (1 if b_packed else 3)
+    split_rows = col_panels < threads or (row_panels >= threads and repeat_by_rows < repeat_by_cols)
+    panels = row_panels if split_rows else col_panels
+    if panels < threads:
+        return 1.0
+    return panels / -(-panels // threads)

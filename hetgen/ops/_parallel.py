@@ -7,17 +7,28 @@ always was. The cut never depends on the thread count: with one thread the same 
 another on the caller, so every element is computed by the same code in the same order whatever
 the count, and 1- and 2-thread runs agree bit for bit. Where a target has no pool (bare metal),
 `hg_parallel_for` is an inline loop (hg_threads.h), so the tasks compile to the serial loop.
+
+What a kernel gives the pool is data on its `Kernel` (`parallel`: a `Parallel`), set by the lowering
+from the very split it renders, so the cost model (hetgen/partition/cost.py) prices the split the
+generated code makes and never decides one of its own. A lowering that splits adds one argument,
+`parallel=_parallel.tasks_of(split)`; one that calls the GEMM, `parallel=_parallel.gemm(...)`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetgen.ops._gemm_plan import gemm_parallelism
+
 HELPER = "hg_threads.c"
 
 # A task should outweigh what claiming it and waking a worker cost (a few microseconds): at least
 # this many units of work (about one float element through a simple expression each).
 MIN_TASK_WORK = 16384
+# What one hg_parallel_for call costs besides its tasks (publishing the job, workers that spin
+# between calls claiming their first task, the caller waiting for the last): a few microseconds.
+# Waking a sleeping worker costs more, but the workers spin between a model's kernels (hg_threads.c).
+POOL_CALL_US = 2.0
 # More tasks than threads let a thread the OS runs late take fewer of them; past this, each task's
 # claim costs more than the balance gains.
 MAX_TASKS = 32
@@ -44,3 +55,68 @@ def split(units: int, work_per_unit: int, align: int = 1) -> Split | None:
     chunk = -(-chunk // align) * align
     tasks = -(-units // chunk)
     return Split(units, chunk, tasks) if tasks >= 2 else None
+
+
+@dataclass(frozen=True)
+class GemmCall:
+    """`calls` hg_sgemm_ex calls on an m x n x k product, A and/or B in panels from generate time."""
+
+    m: int
+    n: int
+    k: int
+    calls: int = 1
+    a_packed: bool = False
+    b_packed: bool = False
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.n * self.k * self.calls
+
+    def speedup(self, threads: int) -> float:
+        return gemm_parallelism(self.m, self.n, self.k, threads, self.a_packed, self.b_packed)
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How a kernel's work is shared between the pool's threads: `tasks` fixed tasks in one
+    hg_parallel_for call (1: serial), or its GEMM calls (`gemms`), each split at run time by
+    hg_gemm.c's rule (`gemm_parallelism`)."""
+
+    tasks: int = 1
+    gemms: tuple[GemmCall, ...] = ()
+
+    def speedup(self, threads: int) -> float:
+        """How many threads' worth of speed the kernel's compute gets from `threads`: with fixed
+        tasks, min(threads, tasks) run at once and the busiest takes ceil(tasks / threads) of them;
+        through the GEMM, each call's own speed-up, weighted by its multiply-adds."""
+        if threads <= 1:
+            return 1.0
+        if self.gemms:
+            macs = sum(g.macs for g in self.gemms)
+            serial = sum(g.macs / g.speedup(threads) for g in self.gemms)
+            return macs / serial if serial else 1.0
+        if self.tasks < 2:
+            return 1.0
+        return self.tasks / -(-self.tasks // min(threads, self.tasks))
+
+    def pool_calls(self, threads: int) -> int:
+        """The hg_parallel_for calls one run makes that hand work to other threads."""
+        if threads <= 1:
+            return 0
+        if self.gemms:
+            return sum(g.calls for g in self.gemms if g.speedup(threads) != 1.0)
+        return 1 if self.tasks > 1 else 0
+
+
+SERIAL = Parallel()
+
+
+def tasks_of(split: Split | int | None) -> Parallel:
+    """A kernel that runs `split` (`split()`'s answer, or a task count) through hg_parallel_for."""
+    tasks = split.tasks if isinstance(split, Split) else (split or 1)
+    return Parallel(tasks=tasks) if tasks > 1 else SERIAL
+
+
+def gemm(*calls: GemmCall) -> Parallel:
+    """A kernel whose work is its GEMM calls."""
+    return Parallel(gemms=tuple(call for call in calls if call.calls > 0))

@@ -9,6 +9,7 @@ uses them), with its fused activations.
 from __future__ import annotations
 
 from hetgen.ir import DType
+from hetgen.ops import _parallel
 from hetgen.ops._common import input_arg_count
 from hetgen.ops.base import Kernel, OpInstance
 from hetgen.ops.conv_nchwc import POOL_HELPER, REORDER_TASK_BYTES, blocked_shape, task_count
@@ -50,4 +51,5 @@ def lower(op: OpInstance, v: int) -> Kernel:
         flops=size,
         bytes_accessed=12 * size,
         helpers=(POOL_HELPER,) if tasks > 1 else (),
+        parallel=_parallel.tasks_of(tasks),
     )

@@ -65,6 +65,17 @@ def block_rows(spec: AttentionSpec) -> int:
     return max(_gemm_plan.PANEL_M, min(rows, spec.sq))
 
 
+def block_gemms(spec: AttentionSpec, rows: int) -> _parallel.Parallel:
+    """Heads one after another: per block of query rows, scores = Q x K^T and context = P x V, each
+    split at run time by the GEMM (K and V are in panels); the last block may be shorter."""
+    heads, full, rest = spec.batch * spec.heads, spec.sq // rows, spec.sq % rows
+    calls = []
+    for block, count in ((rows, heads * full), (rest, heads if rest else 0)):
+        calls.append(_parallel.GemmCall(block, spec.sk, spec.d, count, b_packed=True))
+        calls.append(_parallel.GemmCall(block, spec.dv, spec.sk, count, b_packed=True))
+    return _parallel.gemm(*calls)
+
+
 def lower(spec: AttentionSpec, op: OpInstance) -> Kernel:
     rows = block_rows(spec)
     scores_bytes = _gemm_plan.align(4 * rows * spec.sk)
@@ -96,4 +107,5 @@ def lower(spec: AttentionSpec, op: OpInstance) -> Kernel:
         flops=flops,
         bytes_accessed=sum(t.nbytes for t in op.input_types if t is not None) + sum(t.nbytes for t in op.output_types),
         helpers=(_gemm_plan.HELPER, _parallel.HELPER) if parallel_heads else (_gemm_plan.HELPER,),
+        parallel=_parallel.tasks_of(heads) if parallel_heads else block_gemms(spec, rows),
     )

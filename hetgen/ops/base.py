@@ -20,6 +20,7 @@ import numpy as np
 
 from hetgen.ir import Graph, Node, TensorType
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
+from hetgen.ops._parallel import SERIAL, Parallel
 
 # Activations that may be fused into the kernel that produces their input (Conv, Gemm, MatMul, Add).
 FUSABLE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
@@ -107,6 +108,7 @@ class Kernel:
     bytes_accessed: int = 0  # bytes read + written, for the cost model
     helpers: tuple[str, ...] = ()  # shared C sources under templates/runtime/ the kernel calls
     prepacked: tuple[Prepacked, ...] = ()  # constant inputs it can read in a generate-time layout
+    parallel: Parallel = SERIAL  # how it shares the worker pool (hetgen/ops/_parallel.py), for the cost model
 
 
 class Unsupported(Exception):

@@ -152,6 +152,12 @@ def lower(op: OpInstance) -> Kernel:
         bytes_accessed=total_bytes(*op.input_types, y_type),
         helpers=helpers,
         prepacked=prepacked,
+        # the weights' panels are always taken on a CPU with an OS (hetgen/lower/prepack.py)
+        parallel=_parallel.SERIAL
+        if variant == "direct"
+        else _parallel.gemm(
+            _parallel.GemmCall(cout_group, win.out_size, k_dim, batch * groups, a_packed=bool(prepacked))
+        ),
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetgen.ops import _parallel
 from hetgen.ops._common import require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpInstance, Unsupported
@@ -155,6 +156,7 @@ def lower(op: OpInstance, v: int) -> Kernel:
         flops=2 * macs,
         bytes_accessed=total_bytes(*(t for t in op.input_types if t is not None), y_type),
         helpers=(POOL_HELPER,) if tasks > 1 else (),
+        parallel=_parallel.tasks_of(tasks),
     )
 
 
@@ -200,4 +202,5 @@ def reorder(shape: tuple[int, ...], v: int, to_blocked: bool) -> Kernel:
         params={**params, "parts": parts, "pieces": units * parts, "tasks": tasks},
         bytes_accessed=nbytes,
         helpers=(POOL_HELPER,) if tasks > 1 else (),
+        parallel=_parallel.tasks_of(tasks),
     )

@@ -8,7 +8,7 @@ scratch stays bounded (and in cache) whatever the image size.
 
 from __future__ import annotations
 
-from hetgen.ops import _gemm_plan
+from hetgen.ops import _gemm_plan, _parallel
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import window
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
@@ -66,6 +66,13 @@ def lower(op: OpInstance) -> Kernel:
         flops=2 * batch * channels * win.in_size * cout_group * win.kernel_size,
         bytes_accessed=total_bytes(*op.input_types, y_type),
         helpers=(_gemm_plan.HELPER,),
+        # one GEMM per chunk of input rows, the last chunk shorter
+        parallel=_parallel.gemm(
+            _parallel.GemmCall(rows, chunk_rows * win.in_shape[2], cin_group, batch * groups * (in_rows // chunk_rows)),
+            _parallel.GemmCall(
+                rows, in_rows % chunk_rows * win.in_shape[2], cin_group, batch * groups if in_rows % chunk_rows else 0
+            ),
+        ),
     )
 
 

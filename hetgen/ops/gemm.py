@@ -8,7 +8,7 @@ finished tile of Y while it is in L1.
 
 from __future__ import annotations
 
-from hetgen.ops import _gemm_plan
+from hetgen.ops import _gemm_plan, _parallel
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
 
@@ -72,6 +72,7 @@ def lower(op: OpInstance) -> Kernel:
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
         helpers=(_gemm_plan.HELPER,),
         prepacked=prepacked,
+        parallel=_parallel.gemm(_parallel.GemmCall(m, n, k, b_packed=bool(prepacked))),
     )
 
 

@@ -52,6 +52,7 @@ def lower(op: OpInstance) -> Kernel:
         flops=8 * x_type.size,
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
         helpers=(_parallel.HELPER,) if split else (),
+        parallel=_parallel.tasks_of(split),
     )
 
 

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from hetgen.ops import _gemm_plan
+from hetgen.ops import _gemm_plan, _parallel
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
 
@@ -78,6 +78,7 @@ def lower(op: OpInstance) -> Kernel:
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
         helpers=(_gemm_plan.HELPER,),
         prepacked=prepacked,
+        parallel=_parallel.gemm(_parallel.GemmCall(rows, n, k, params["batches"], b_packed=bool(prepacked))),
     )
 
 

@@ -75,6 +75,7 @@ def lower_window_pool(op: OpInstance) -> Kernel:
         flops=y_type.size * win.kernel_size,
         bytes_accessed=total_bytes(x_type, *op.output_types),
         helpers=(_parallel.HELPER,) if split else (),
+        parallel=_parallel.tasks_of(split),
     )
 
 
@@ -99,6 +100,7 @@ def lower_global_pool(op: OpInstance) -> Kernel:
         flops=x_type.size,
         bytes_accessed=total_bytes(x_type, *op.output_types),
         helpers=(_parallel.HELPER,) if split else (),
+        parallel=_parallel.tasks_of(split),
     )
 
 

@@ -15,6 +15,7 @@ Only 2-D float32 pools without MaxPool's Indices output are taken; others keep N
 from __future__ import annotations
 
 from hetgen.ir import DType
+from hetgen.ops import _parallel
 from hetgen.ops._common import present_outputs
 from hetgen.ops._spatial import window
 from hetgen.ops.base import Kernel, OpInstance
@@ -78,4 +79,5 @@ def _kernel(params: dict, flops: int, nbytes: int) -> Kernel:
         flops=flops,
         bytes_accessed=nbytes,
         helpers=(POOL_HELPER,) if params["tasks"] > 1 else (),
+        parallel=_parallel.tasks_of(params["tasks"]),
     )

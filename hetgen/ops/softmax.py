@@ -46,6 +46,7 @@ def lower(op: OpInstance) -> Kernel:
         flops=5 * size,
         bytes_accessed=total_bytes(*op.input_types, *op.output_types),
         helpers=(_parallel.HELPER,) if split else (),
+        parallel=_parallel.tasks_of(split),
     )
 
 

@@ -2,6 +2,20 @@
 
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
                                              bytes / (bandwidth_gbps * 1e3)))          [us]
+    on a CPU controller whose program has a worker pool of T = `options.threads` threads (every
+    controller, when no target is bare metal: hetgen/codegen/project.py), the kernel's compute
+    shares it as its lowering split it (`Kernel.parallel`, hetgen/ops/_parallel.py), its memory
+    traffic does not (the threads share one memory bus):
+    group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency) / P,
+                                             bytes / (bandwidth_gbps * 1e3))
+                             + calls * POOL_CALL_US)                                   [us]
+                    P = tasks / ceil(tasks / min(T, tasks)) for a kernel cut into fixed tasks;
+                        for a GEMM call (hg_gemm.c): 1 below SPLIT_MACS multiply-adds or with
+                        fewer panels than T on the side it splits, else panels / ceil(panels / T);
+                        1 for a kernel that never splits (and then no pool cost)
+                    calls = the hg_parallel_for calls that hand work out (one per split GEMM call)
+                    (a Conv that lowering runs as Winograd is priced as the kernel table's im2col
+                    GEMM, its split as its flops: the layout is chosen after placement, by memory)
     on an accelerator that runs one group per invocation (hetgen/lower/invocation.py, the rule
     lowering follows), its units' tile plans (hetgen/lower/tiling.py) timed command by command:
     group time    = scale * (launch_us + sum over units of plan_us(plan, rates)), where a tile's
@@ -39,6 +53,8 @@ from hetgen.lower.invocation import (
     weight_load_bytes,
 )
 from hetgen.lower.tiling import Unfit, plan_us
+from hetgen.ops._parallel import POOL_CALL_US, SERIAL, Parallel
+from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import CostFigures, Link, Platform, Role, Target
 
 
@@ -73,15 +89,56 @@ def calibrate(measured: Mapping[str, float], base: Calibration | None = None) ->
 
 # Integer kernels: priced at the kind's int8 throughput (`peak_int8_gops`) where it declares one.
 def kernel_us(
-    figures: CostFigures, work: Work, efficiency: float = 1.0, scale: float = 1.0, nodes: Iterable[Node] = ()
+    figures: CostFigures,
+    work: Work,
+    efficiency: float = 1.0,
+    scale: float = 1.0,
+    nodes: Iterable[Node] = (),
+    parallel: Parallel = SERIAL,
+    threads: int = 1,
 ) -> float:
+    """A kernel's time on a CPU: the longer of its compute and its memory traffic; with a worker
+    pool of `threads`, its compute split as `parallel` says and each pool call's cost added."""
     compute = work.flops / (peak_gops(figures, nodes) * 1e3 * efficiency)
     memory = work.bytes / (figures.bandwidth_gbps * 1e3)
-    return scale * (figures.launch_us + max(compute, memory))
+    calls = parallel.pool_calls(threads)
+    if not calls:
+        return scale * (figures.launch_us + max(compute, memory))
+    return scale * (figures.launch_us + max(compute / parallel.speedup(threads), memory) + calls * POOL_CALL_US)
+
+
+def pool_threads(platform: Platform, target: Target) -> int:
+    """The worker-pool threads a kernel on `target` runs with: `options.threads` on a CPU controller
+    (the generated runtime compiles one pool, of that many threads, into every controller's
+    program: hetgen/codegen/project.py `_threads_config`), 1 on an accelerator (its own figures
+    time it) and where there is no pool (a bare-metal target anywhere: the loader refuses threads
+    above 1 there)."""
+    threads = int(platform.options.get("threads", 1))
+    if threads <= 1 or target.role is not Role.CONTROLLER or is_bare_metal(target):
+        return 1
+    return threads
+
+
+def unit_parallel(kernels, nodes: tuple[Node, ...]) -> Parallel:
+    """How the one kernel a controller runs for a group (a node, a head with its fused
+    activations, a multi-operator unit: partition/fused.py) shares the pool."""
+    if kernels is None:
+        return SERIAL
+    names = tuple(node.name for node in nodes)
+    pattern = kernels.fused(names) if len(names) > 1 else None
+    spec = kernels.units.get(pattern.names if pattern is not None else names)
+    return spec.parallel if spec is not None else SERIAL
 
 
 def group_us(
-    target: Target, work: Work, efficiency: float, scale: float, graph: Graph, nodes: Iterable[Node], kernels=None
+    target: Target,
+    work: Work,
+    efficiency: float,
+    scale: float,
+    graph: Graph,
+    nodes: Iterable[Node],
+    kernels=None,
+    threads: int = 1,
 ) -> float:
     """A placement group's time on `target`.
 
@@ -90,12 +147,13 @@ def group_us(
     plans' commands timed with the device's figures, DMA (tile loads incl. halos and weight
     re-loads, stores) overlapping compute where the plan double-buffers. Its activations arrive
     and leave as the placement's transfers. Elsewhere a kernel takes the longer of its compute and
-    its memory traffic.
+    its memory traffic, its compute shared by `threads` (`pool_threads`) as its kernel splits.
     """
     figures = target.figures
     nodes = tuple(nodes)
     if not one_unit_per_invocation(target):
-        return kernel_us(figures, work, efficiency, scale, nodes)
+        parallel = unit_parallel(kernels, nodes) if threads > 1 else SERIAL
+        return kernel_us(figures, work, efficiency, scale, nodes, parallel, threads)
     total = 0.0
     units = kernel_units_of(nodes, graph, kernels.chains if kernels is not None else None)
     for (chain, _), plan in zip(units, group_plans(nodes, graph, target, kernels)):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
-from hetgen.partition.cost import Calibration, Topology, Work, group_us
+from hetgen.partition.cost import Calibration, Topology, Work, group_us, pool_threads
 from hetgen.partition.fused import group_work, with_fused
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
@@ -149,7 +149,8 @@ class SearchSpace:
             work, inputs, outputs = known
             scale = calibration.scale_for(target)
             members = [nodes[i] for i in match.nodes]
-            compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels)
+            threads = pool_threads(self.platform, target)
+            compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels, threads)
             if self.aliases.issuperset(match.nodes):  # dropped by lowering: nothing runs, nothing moves
                 compute, inputs, outputs = 0.0, (), ()
             candidates.append(Candidate(len(candidates), loc, match.label, match.nodes, compute, inputs, outputs))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from hetgen.errors import InternalError
 from hetgen.ir import Graph, Node
+from hetgen.ops._parallel import SERIAL, Parallel
 from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
 from hetgen.ops.registry import op_def
 from hetgen.platform.model import Platform
@@ -50,6 +51,11 @@ class KernelSpec:
     bytes: float
     scratch_bytes: int  # the workspace the kernel needs besides its tensors (im2col, packing)
     device_work: Work | None  # what a simulated accelerator counts for the whole unit
+
+    @property
+    def parallel(self) -> Parallel:
+        """How the kernel shares a controller's worker pool (its lowering's own split), for the cost model."""
+        return self.kernel.parallel if self.kernel is not None else SERIAL
 
 
 SPEC_FIELDS = tuple(f.name for f in fields(KernelSpec))  # "nodes" first
