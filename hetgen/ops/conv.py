@@ -153,7 +153,7 @@ def lower(op: OpInstance) -> Kernel:
         helpers=helpers,
         prepacked=prepacked,
         # the weights' panels are always taken on a CPU with an OS (hetgen/lower/prepack.py)
-        parallel=_parallel.SERIAL
+        parallel=_parallel.tasks_of(params["split"])
         if variant == "direct"
         else _parallel.gemm(
             _parallel.GemmCall(cout_group, win.out_size, k_dim, batch * groups, a_packed=bool(prepacked))
