@@ -23,7 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetgen.ir import Graph, Node
-from hetgen.lower.tile_shapes import Block, Candidate, TileSpec, UnitOp, candidates, tensor_names, unit_op
+from hetgen.lower.tile_shapes import (
+    Block,
+    Candidate,
+    TileSpec,
+    UnitOp,
+    candidates,
+    has_residual,
+    tensor_names,
+    unit_op,
+)
 from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
 from hetgen.ops.registry import op_def
 
@@ -43,7 +52,8 @@ class Tile:
     kernel: int  # index into TilePlan.kernels
     inputs: tuple[Block | None, ...]  # one per kernel input (None: an omitted optional input)
     outputs: tuple[Block, ...]
-    flops: int
+    flops: int  # the MAC array's work
+    vector: int = 0  # elements the vector unit adds after it (a fused residual: the tile's outputs)
 
 
 class Action(enum.Enum):
@@ -172,7 +182,8 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
             instances[key] = len(kernels)
             kernels.append(TileKernel(instance, kernel))
         index = instances[key]
-        tiles.append(Tile(index, spec.inputs, spec.outputs, kernels[index].kernel.flops))
+        vector = spec.output_types[0].size if has_residual(op) else 0
+        tiles.append(Tile(index, spec.inputs, spec.outputs, kernels[index].kernel.flops, vector))
     n_in, n_out = len(op.inputs), len(op.outputs)
     # Which tiles load which input: a block still resident from the previous load is reused.
     loads: list[list[int]] = [[] for _ in range(n_in)]  # per input: the tile of each load
@@ -303,6 +314,7 @@ class Rates:
     us_per_byte: float
     command_us: float = 0.0
     us_per_local_byte: float = 0.0  # the engines stream a tile's buffers from SRAM (0: not modelled)
+    us_per_vector_element: float = 0.0  # the vector unit's add after the MAC array (a fused residual)
 
 
 def _tile_bytes(tile: Tile) -> int:
@@ -340,7 +352,8 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
             took = plan.block_of(command).nbytes * rates.us_per_byte
         else:
             tile = plan.tiles[command.tile]
-            took = max(tile.flops * rates.us_per_flop, _tile_bytes(tile) * rates.us_per_local_byte)
+            compute = tile.flops * rates.us_per_flop + tile.vector * rates.us_per_vector_element
+            took = max(compute, _tile_bytes(tile) * rates.us_per_local_byte)
         ready = finish[index - command.after] if command.after else 0.0
         done = max(free[command.is_dma], ready) + took + rates.command_us
         free[command.is_dma] = done
@@ -353,10 +366,11 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
 MAX_TILES = 4096
 
 
-def estimate_us(candidate: Candidate, flops: int, rates: Rates, double: bool) -> float:
+def estimate_us(candidate: Candidate, flops: int, rates: Rates, double: bool, vector: int = 0) -> float:
     """What choosing among tilings assumes a candidate takes: DMA and compute, overlapped but for
     one tile's worth when double-buffered, and each command's overhead."""
-    dma, compute = candidate.dma_bytes * rates.us_per_byte, flops * rates.us_per_flop
+    dma = candidate.dma_bytes * rates.us_per_byte
+    compute = flops * rates.us_per_flop + vector * rates.us_per_vector_element
     commands = candidate.tiles * 2 + sum(candidate.input_loads)
     if double and candidate.tiles > 1:
         return max(dma, compute) + (dma + compute) / candidate.tiles + commands * rates.command_us
@@ -380,6 +394,7 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
         flops = _lowered(op.instance(op.input_types, op.output_types)).flops
     except Unsupported as exc:
         return Unfit(f"{op.node.op} cannot be lowered: {exc}")
+    vector = op.output_types[0].size if has_residual(op) else 0
     ranked = []
     smallest: tuple[int, str] | None = None
     for candidate in candidates(op):
@@ -389,7 +404,13 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
             size = footprint(candidate, double)
             if size <= capacity:
                 ranked.append(
-                    (estimate_us(candidate, flops, rates, double), candidate.tiles, len(ranked), candidate, double)
+                    (
+                        estimate_us(candidate, flops, rates, double, vector),
+                        candidate.tiles,
+                        len(ranked),
+                        candidate,
+                        double,
+                    )
                 )
             elif smallest is None or size < smallest[0]:
                 smallest = (size, f"{candidate.split} {'x'.join(map(str, candidate.tile_shape))}")
@@ -404,7 +425,16 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
     return Unfit(f"no tiling of {op.node.op} fits {capacity} bytes of local memory{detail}")
 
 
-def unit_plan(nodes: Sequence[Node], graph: Graph, epilogue: tuple[Epilogue, ...], capacity: int, rates: Rates):
+def unit_plan(
+    nodes: Sequence[Node],
+    graph: Graph,
+    epilogue: tuple[Epilogue, ...],
+    capacity: int,
+    rates: Rates,
+    inputs: Sequence[str] | None = None,
+):
     """The tiling of the kernel unit `nodes` (its head, then the activations fused into it) on a
-    device with `capacity` bytes of SRAM: a TilePlan, or an Unfit that says why none fits."""
-    return _best_plan(unit_op(nodes, graph, epilogue), capacity, rates)
+    device with `capacity` bytes of SRAM: a TilePlan, or an Unfit that says why none fits.
+    `inputs`: the kernel's inputs where they are not its head's (a Conv with its residual Add reads
+    x, w, bias or "", and the residual, which each tile adds to its output block before storing it)."""
+    return _best_plan(unit_op(nodes, graph, epilogue, inputs), capacity, rates)

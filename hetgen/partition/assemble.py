@@ -165,7 +165,7 @@ def _weights(space: SearchSpace, c: Candidate, loads: dict) -> tuple[int, float]
     target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
     key = None
     if one_unit_per_invocation(target):
-        units = kernel_units_of(nodes, space.graph, space.kernels.chains)
+        units = kernel_units_of(nodes, space.graph, space.kernels)
         plans = group_plans(nodes, space.graph, target, space.kernels)
         constants = space.graph.constants
         key = (
@@ -328,7 +328,7 @@ def _tile_plans(space: SearchSpace, c) -> tuple[Tiling, ...]:
     nodes = [space.graph.nodes[n] for n in c.nodes]
     tilings = []
     plans = group_plans(nodes, space.graph, target, space.kernels)
-    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph, space.kernels.chains), plans):
+    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph, space.kernels), plans):
         if isinstance(plan, TilePlan):
             tilings.append(
                 Tiling(

@@ -97,7 +97,7 @@ def group_us(
     if not one_unit_per_invocation(target):
         return kernel_us(figures, work, efficiency, scale, nodes)
     total = 0.0
-    units = kernel_units_of(nodes, graph, kernels.chains if kernels is not None else None)
+    units = kernel_units_of(nodes, graph, kernels)
     for (chain, _), plan in zip(units, group_plans(nodes, graph, target, kernels)):
         if isinstance(plan, Unfit):
             raise PlacementError(f"{target.path_str}: {plan.reason}")
