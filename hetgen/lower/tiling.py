@@ -8,6 +8,9 @@ both; rows and columns of a matrix product; chunks of an elementwise operator. E
 of its input blocks into SRAM (a block the previous tile left in SRAM is not loaded again), one
 kernel call on the SRAM buffers, and a DMA of its output block back. When two tiles' buffers fit,
 they are double-buffered: the next tile's loads and the previous tile's store overlap the compute.
+A Conv with its residual Add (the kernel table's residual unit) tiles as the Conv, each tile also
+loading the residual's block of its output (no halo), which its kernel adds on the vector unit
+before the store (`Tile.vector`, priced at `Rates.us_per_vector_element`).
 
 `unit_plan` is the one function that decides. Its `TilePlan` is read by the `fits_memory`
 predicate (a unit fits when a plan exists), the cost model (`plan_us`: the plan's commands timed
