@@ -126,7 +126,7 @@ def test_the_npu_takes_conv_add_relu_as_one_group_priced_by_its_plan():
 
 
 def test_explain_shows_the_fused_residual_group_and_its_tiles():
-    from hetgen.partition import explain_text
+    from hetgen.partition import explain_json, explain_text
 
     model = resnet(widths=(16, 32), blocks=1, size=32)
     graph = import_model(model)
@@ -137,6 +137,13 @@ def test_explain_shows_the_fused_residual_group_and_its_tiles():
     assert all([ops[n] for n in g.nodes] == ["Conv", "Add", "Relu"] for g in fused)
     text = explain_text(placement, graph)
     assert "[conv_residual]" in text and f"tiles: {fused[0].nodes[0]}:" in text
+    # each fused group's residual (16 x 16 x 16 and 32 x 8 x 8 floats) comes in once, in its tiles
+    residuals = [t.residual_bytes for g in fused for t in g.tilings]
+    assert residuals == [16 * 16 * 16 * 4, 32 * 8 * 8 * 4]
+    assert "of which the residual 16.4 kB" in text
+    document = explain_json(placement, graph)
+    shown = [t.get("residual_bytes", 0) for g in document["groups"] for t in g["tiling"]]
+    assert sorted(r for r in shown if r) == sorted(residuals)
 
 
 def test_an_add_that_is_not_a_residual_of_its_conv_is_refused_with_the_reason():

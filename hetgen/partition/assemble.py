@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from hetgen.lower.invocation import group_plans, kernel_units_of, one_unit_per_invocation
+from hetgen.lower.invocation import group_plans, kernel_units_of, one_unit_per_invocation, residual_load_bytes
 from hetgen.lower.tiling import Action, TilePlan
 from hetgen.partition.cost import format_bytes, weight_load_us
 from hetgen.partition.fused import legal_fusions
@@ -340,6 +340,7 @@ def _tile_plans(space: SearchSpace, c) -> tuple[Tiling, ...]:
                     plan.moved(Action.STORE),
                     plan.double_buffered,
                     plan.sram_bytes,
+                    residual_load_bytes(plan, chain, space.kernels),
                 )
             )
     return tuple(tilings)
