@@ -261,3 +261,21 @@ def test_tiled_resnet_estimate_and_simulation_agree(tiled_resnet):
     assert document["simulated_us"] == pytest.approx(document["estimate_us"], rel=TOLERANCE)
     report = simulation_report(out)
     assert any(g.label == "conv_residual" for g in report.groups)
+
+
+def test_the_residual_never_splits_output_channels_finer_than_the_conv_alone():
+    """ResNet-18's second stage (128 -> 128 channels, 56 x 56) on 512 KiB: the Conv alone runs
+    16 channels a tile double-buffered; with the residual's buffers that no longer fits, and the
+    cheapest fit by the figures would be 8 channels a tile, half the 16 columns of the MAC array
+    idle. The fused unit keeps at least the Conv's channels a tile (its rows shrink instead)."""
+    model = residual_block(channels=128, size=56)
+    platform = load_platform_text(PLATFORM.format(sram_kib=512))
+    graph = import_model(model)
+    kernels = build_kernel_specs(graph, platform)
+    nodes = {node.source_name: node for node in graph.nodes}
+    npu = _npu(platform)
+    (alone,) = group_plans([nodes["conv"]], graph, npu, kernels)
+    (fused,) = group_plans([nodes[name] for name in BLOCK], graph, npu, kernels)
+    assert isinstance(alone, TilePlan) and isinstance(fused, TilePlan)
+    assert alone.tile_shape[1] < 128 and fused.tile_shape[1] >= alone.tile_shape[1]
+    assert fused.tiles[0].vector == fused.tile_shape[1] * fused.tile_shape[2] * fused.tile_shape[3]
