@@ -344,7 +344,8 @@ def test_refinement_inherits_and_overrides():
     assert kind.attribute("tiles").choices == (1, 2, 4)
     labels = [p.label for p in kind.patterns]
     int8 = ["qconv2d", "depthwise_qconv2d", "qmatmul", "qadd", "qpool", "maxpool_int8", "qlookup"]
-    assert labels == ["conv2d", "depthwise_conv2d", "matmul", "add", "pool", *int8, "softmax"]  # same label replaces
+    plain = ["conv2d", "depthwise_conv2d", "matmul", "add", "pool"]
+    assert labels == [*plain, *int8, "conv_residual", "softmax"]  # same label replaces
     assert next(p for p in kind.patterns if p.label == "add").chain[0].ops == ("Add", "Sub")
     assert platform.target("p/n").figures.peak_gflops == pytest.approx(2 * 256 * 800 * 4 / 1000)
     assert kind.templates == builtin_kinds()["npu"].templates

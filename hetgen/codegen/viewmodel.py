@@ -153,6 +153,7 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
 
 ENGINE_C = {Engine.MAC_ARRAY: "HG_SIM_MAC_ARRAY", Engine.VECTOR: "HG_SIM_VECTOR", Engine.DMA: "HG_SIM_DMA"}
 ENGINE_C[Engine.MAC_ARRAY_INT8] = "HG_SIM_MAC_ARRAY_INT8"
+ENGINE_C[Engine.MAC_ARRAY_RESIDUAL] = "HG_SIM_MAC_ARRAY_RESIDUAL"
 
 
 def work_table(steps) -> list[dict]:

@@ -325,7 +325,7 @@ def _tiled_entry(resolver, target, entry, tiled, unit_inputs, units, sram_size) 
             steps.append(resolver.step(target, step))
             continue
         renamed = dict(zip(units[step.unit].inputs, unit_inputs[step.unit]))
-        positions = tensor_names(units[step.unit].nodes)  # a plan names tensors by position
+        positions = tensor_names(units[step.unit].nodes, units[step.unit].inputs)  # a plan names tensors by position
 
         def tensor_ref(position, renamed=renamed, positions=positions):
             name = positions[position]

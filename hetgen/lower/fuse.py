@@ -60,11 +60,16 @@ class Unit:
 
 def placed_patterns(placement, kernels: KernelTable, controllers: Collection[str]) -> tuple[FusedPattern, ...]:
     """The pattern units `placement` formed: its groups on controllers that are exactly a pattern
-    unit's nodes. Without a placement everything runs on the root controller, as one group per unit."""
+    unit's nodes, and its groups elsewhere that are exactly a residual unit's (an accelerator's
+    pattern table offers those: npu.yaml's conv_residual; the cost model priced them as that one
+    unit, hetgen/lower/invocation.py). Without a placement everything runs on the root controller,
+    as one group per unit."""
     if placement is None:
         return tuple(kernels.patterns.values())
-    found = (kernels.fused(group.nodes) for group in placement.groups if group.target in controllers)
-    return tuple(pattern for pattern in found if pattern is not None)
+    found = (
+        (group.target in controllers, kernels.fused(group.nodes)) for group in placement.groups if len(group.nodes) > 1
+    )
+    return tuple(p for on_controller, p in found if p is not None and (on_controller or p.residual is not None))
 
 
 def placement_groups(placement) -> dict[str, int] | None:

@@ -19,6 +19,7 @@ from hetgen.lower.tiling import Action, Rates, TilePlan, Unfit, unit_plan
 from hetgen.ops.base import Epilogue
 from hetgen.platform.model import CostFigures, Role, Target
 from hetgen.spec.fusion import cut_units, unit_chains
+from hetgen.spec.patterns import FusedPattern
 
 
 def one_unit_per_invocation(target: Target) -> bool:
@@ -40,24 +41,49 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
     """What a tile's commands take on `target` by its cost figures: compute at `efficiency` of its
     peak but no faster than its engines stream the tile's buffers from SRAM (`local_gbps`, where the
     kind has it), DMA at its bandwidth, and `command_us` (a figure; 0 where the kind has none) per
-    command. Plans are chosen at efficiency 1 (a device property); patterns price them at their own."""
+    command. Plans are chosen at efficiency 1 (a device property); patterns price them at their own.
+    A fused residual's add runs on the vector unit at `vector_gops` (elements), where the kind has
+    that figure, else as one flop an element at the compute rate."""
     figures = target.figures
+    us_per_flop = 1.0 / (peak_gops(figures, nodes) * 1e3 * efficiency)
     return Rates(
-        1.0 / (peak_gops(figures, nodes) * 1e3 * efficiency),
+        us_per_flop,
         1.0 / (figures.bandwidth_gbps * 1e3),
         float(figures.command_us or 0.0),
         1.0 / (figures.local_gbps * 1e3) if figures.local_gbps else 0.0,
+        1.0 / (figures.vector_gops * 1e3) if figures.vector_gops else us_per_flop,
     )
 
 
 def kernel_units_of(
-    nodes: Sequence[Node], graph: Graph, chains=None
+    nodes: Sequence[Node], graph: Graph, kernels=None
 ) -> list[tuple[tuple[Node, ...], tuple[Epilogue, ...]]]:
-    """How lowering cuts a placed group into kernel units: by the one fusion rule
-    (hetgen/spec/fusion.py), within the group. `chains`: the kernel table's, where there is one."""
+    """How lowering cuts a placed group into kernel units: a group that is exactly one of the
+    kernel table's residual units (a Conv with its residual Add: hetgen/spec/patterns.py) is that
+    one unit; otherwise by the one fusion rule (hetgen/spec/fusion.py), within the group.
+    `kernels`: the kernel table (or, from older callers, just its chains), where there is one."""
     if len(nodes) == 1:
         return [(tuple(nodes), ())]
+    pattern = residual_unit(nodes, kernels)
+    if pattern is not None:
+        return [(pattern.nodes, pattern.epilogue)]
+    chains = getattr(kernels, "chains", kernels)
     return cut_units(nodes, chains if chains is not None else unit_chains(graph), lambda head, activation: True)
+
+
+def residual_unit(nodes: Sequence[Node], kernels) -> FusedPattern | None:
+    """The kernel table's residual unit whose nodes are exactly `nodes`, if there is one."""
+    fused = getattr(kernels, "fused", None)
+    if fused is None or len(nodes) < 2:
+        return None
+    pattern = fused(node.name for node in nodes)
+    return pattern if pattern is not None and pattern.residual is not None else None
+
+
+def unit_inputs(chain: Sequence[Node], kernels=None) -> tuple[str, ...]:
+    """The inputs of a kernel unit's kernel: its head's, or a residual unit's (x, w, bias, residual)."""
+    pattern = residual_unit(chain, kernels)
+    return pattern.inputs if pattern is not None else chain[0].inputs
 
 
 def group_plans(nodes: Sequence[Node], graph: Graph, target: Target, kernels=None) -> list[TilePlan | Unfit]:
@@ -65,7 +91,7 @@ def group_plans(nodes: Sequence[Node], graph: Graph, target: Target, kernels=Non
     what the fits_memory predicate, the cost model and lowering all read, from the kernel table
     (`kernels`, hetgen/spec) where there is one."""
     if kernels is not None:
-        units = kernel_units_of(nodes, graph, kernels.chains)
+        units = kernel_units_of(nodes, graph, kernels)
         return [kernels.tile_plan(target.path_str, tuple(node.name for node in chain)) for chain, _ in units]
     capacity = target.memory_bytes
     return [
@@ -78,11 +104,20 @@ def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target, kerne
     """Bytes of constants (weights, biases) a group's tile plans DMA into local memory, a weight
     slice loaded again for a later tile counted each time: the weight part of what the plans price."""
     total = 0
-    chains = kernels.chains if kernels is not None else None
-    for (chain, _), plan in zip(kernel_units_of(nodes, graph, chains), group_plans(nodes, graph, target, kernels)):
+    for (chain, _), plan in zip(kernel_units_of(nodes, graph, kernels), group_plans(nodes, graph, target, kernels)):
         if not isinstance(plan, TilePlan):
             continue
+        inputs = unit_inputs(chain, kernels)
         for command in plan.commands:
-            if command.action is Action.LOAD and chain[0].inputs[command.operand] in graph.constants:
+            if command.action is Action.LOAD and inputs[command.operand] in graph.constants:
                 total += plan.block_of(command).nbytes
     return total
+
+
+def residual_load_bytes(plan: TilePlan, chain: Sequence[Node], kernels=None) -> int:
+    """Bytes a residual unit's tiles DMA of its residual (its kernel's last input; 0 for other units)."""
+    pattern = residual_unit(chain, kernels)
+    if pattern is None:
+        return 0
+    operand = len(pattern.inputs) - 1  # x, w, bias or "", the residual (it may also be x: by position)
+    return sum(plan.block_of(c).nbytes for c in plan.commands if c.action is Action.LOAD and c.operand == operand)

@@ -68,29 +68,35 @@ class UnitOp:
         return OpInstance(node, tuple(input_types), tuple(output_types), (None,) * len(input_types), self.epilogue)
 
 
-def unit_op(nodes: Sequence[Node], graph: Graph, epilogue: tuple[Epilogue, ...]) -> UnitOp:
+def unit_op(
+    nodes: Sequence[Node], graph: Graph, epilogue: tuple[Epilogue, ...], inputs: Sequence[str] | None = None
+) -> UnitOp:
     """The unit with its tensors named by position (`in0`, `out0`, ...) and its node named `unit`,
     so that every unit of the same operator, attributes and shapes shares one plan; a plan's
-    blocks name tensors that way (`tensor_names` maps them back)."""
+    blocks name tensors that way (`tensor_names` maps them back). `inputs`: the kernel's inputs
+    where they are not its head's (a Conv with its residual Add: x, w, bias or "", the residual)."""
     head, last = nodes[0], nodes[-1]
     types = graph.types
+    read = tuple(inputs) if inputs is not None else head.inputs
     outputs = tuple(name for name in last.outputs if name)
-    inputs = tuple(f"in{i}" if name else "" for i, name in enumerate(head.inputs))
-    canonical = Node("unit", head.op, inputs, tuple(f"out{j}" for j in range(len(outputs))), head.attrs)
+    positions = tuple(f"in{i}" if name else "" for i, name in enumerate(read))
+    canonical = Node("unit", head.op, positions, tuple(f"out{j}" for j in range(len(outputs))), head.attrs)
     return UnitOp(
         canonical,
-        inputs,
+        positions,
         canonical.outputs,
-        tuple(types.get(name) if name else None for name in head.inputs),
+        tuple(types.get(name) if name else None for name in read),
         tuple(types[name] for name in outputs),
-        tuple(bool(name) and name in graph.constants for name in head.inputs),
+        tuple(bool(name) and name in graph.constants for name in read),
         epilogue,
     )
 
 
-def tensor_names(nodes: Sequence[Node]) -> dict[str, str]:
-    """A unit's position names (`in0`, `out0`, ...: what its plan's blocks say) -> its tensors."""
-    names = {f"in{i}": name for i, name in enumerate(nodes[0].inputs) if name}
+def tensor_names(nodes: Sequence[Node], inputs: Sequence[str] | None = None) -> dict[str, str]:
+    """A unit's position names (`in0`, `out0`, ...: what its plan's blocks say) -> its tensors
+    (`inputs`: the kernel's inputs where they are not its head's, as for `unit_op`)."""
+    read = tuple(inputs) if inputs is not None else nodes[0].inputs
+    names = {f"in{i}": name for i, name in enumerate(read) if name}
     names.update({f"out{j}": name for j, name in enumerate(n for n in nodes[-1].outputs if n)})
     return names
 
@@ -125,6 +131,11 @@ def _window_geometry(op: UnitOp) -> tuple:
         kernel = tuple(op.node.attr("kernel_shape"))
     win = window(op.instance(op.input_types, op.output_types), x.shape[2:], y.shape[2:], kernel)
     return win.kernel[-2:], win.strides[-2:], win.dilations[-2:], win.pads_begin[-2:], win.pads_end[-2:]
+
+
+def has_residual(op: UnitOp) -> bool:
+    """A Conv that adds a residual tensor (its fourth input, the output's shape) to its outputs."""
+    return op.node.op == "Conv" and len(op.inputs) > 3 and bool(op.inputs[3])
 
 
 def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> list[TileSpec]:
@@ -164,6 +175,12 @@ def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> li
                 if len(op.inputs) > 2 and op.inputs[2]:
                     blocks.append(_block(op.inputs[2], c0 * 4, 1, (c1 - c0) * 4, 0))
                     types.append(_t(c1 - c0))
+                elif has_residual(op):
+                    blocks.append(None)
+                    types.append(None)
+                if has_residual(op):  # the residual's block is the output's: no halo
+                    blocks.append(replace(y_block, tensor=op.inputs[3]))
+                    types.append(y_type)
                 attrs["group"] = 1 if groups == 1 else (c1 - c0) // cout_g
             else:
                 blocks, types = [x_block], [x_type]
@@ -337,12 +354,17 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
                 tiles = n_batch * row_tiles * chan_tiles
                 blocks = [in_ch * slab * width * 4]
                 loads = [n_batch * in_loads]
+                residual = 0
                 if is_conv:
                     blocks.append(chans * per_channel)
                     loads.append(n_batch * w_loads if n_batch == 1 else tiles)
                     if len(op.inputs) > 2:
                         blocks.append(chans * 4 if has_bias else 0)
                         loads.append(loads[-1] if has_bias else 0)
+                    if has_residual(op):  # one block per tile, the output block's rows and channels
+                        blocks.append(chans * rows * out_w * 4)
+                        loads.append(tiles)
+                        residual = n_batch * out_bytes
                 found.append(
                     Candidate(
                         split,
@@ -350,7 +372,8 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
                         functools.partial(_window_tiles, op, rows, chans, outer),
                         tiles,
                         n_batch * (in_total + (w_total if n_batch == 1 else weights * tiles // max(1, n_batch)))
-                        + n_batch * out_bytes,
+                        + n_batch * out_bytes
+                        + residual,
                         tuple(blocks),
                         tuple(loads),
                         (chans * rows * out_w * 4,),

@@ -8,6 +8,9 @@ both; rows and columns of a matrix product; chunks of an elementwise operator. E
 of its input blocks into SRAM (a block the previous tile left in SRAM is not loaded again), one
 kernel call on the SRAM buffers, and a DMA of its output block back. When two tiles' buffers fit,
 they are double-buffered: the next tile's loads and the previous tile's store overlap the compute.
+A Conv with its residual Add (the kernel table's residual unit) tiles as the Conv, each tile also
+loading the residual's block of its output (no halo), which its kernel adds on the vector unit
+before the store (`Tile.vector`, priced at `Rates.us_per_vector_element`).
 
 `unit_plan` is the one function that decides. Its `TilePlan` is read by the `fits_memory`
 predicate (a unit fits when a plan exists), the cost model (`plan_us`: the plan's commands timed
@@ -20,10 +23,19 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetgen.ir import Graph, Node
-from hetgen.lower.tile_shapes import Block, Candidate, TileSpec, UnitOp, candidates, tensor_names, unit_op
+from hetgen.lower.tile_shapes import (
+    Block,
+    Candidate,
+    TileSpec,
+    UnitOp,
+    candidates,
+    has_residual,
+    tensor_names,
+    unit_op,
+)
 from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
 from hetgen.ops.registry import op_def
 
@@ -43,7 +55,8 @@ class Tile:
     kernel: int  # index into TilePlan.kernels
     inputs: tuple[Block | None, ...]  # one per kernel input (None: an omitted optional input)
     outputs: tuple[Block, ...]
-    flops: int
+    flops: int  # the MAC array's work
+    vector: int = 0  # elements the vector unit adds after it (a fused residual: the tile's outputs)
 
 
 class Action(enum.Enum):
@@ -172,7 +185,8 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
             instances[key] = len(kernels)
             kernels.append(TileKernel(instance, kernel))
         index = instances[key]
-        tiles.append(Tile(index, spec.inputs, spec.outputs, kernels[index].kernel.flops))
+        vector = spec.output_types[0].size if has_residual(op) else 0
+        tiles.append(Tile(index, spec.inputs, spec.outputs, kernels[index].kernel.flops, vector))
     n_in, n_out = len(op.inputs), len(op.outputs)
     # Which tiles load which input: a block still resident from the previous load is reused.
     loads: list[list[int]] = [[] for _ in range(n_in)]  # per input: the tile of each load
@@ -303,6 +317,7 @@ class Rates:
     us_per_byte: float
     command_us: float = 0.0
     us_per_local_byte: float = 0.0  # the engines stream a tile's buffers from SRAM (0: not modelled)
+    us_per_vector_element: float = 0.0  # the vector unit's add after the MAC array (a fused residual)
 
 
 def _tile_bytes(tile: Tile) -> int:
@@ -340,7 +355,8 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
             took = plan.block_of(command).nbytes * rates.us_per_byte
         else:
             tile = plan.tiles[command.tile]
-            took = max(tile.flops * rates.us_per_flop, _tile_bytes(tile) * rates.us_per_local_byte)
+            compute = tile.flops * rates.us_per_flop + tile.vector * rates.us_per_vector_element
+            took = max(compute, _tile_bytes(tile) * rates.us_per_local_byte)
         ready = finish[index - command.after] if command.after else 0.0
         done = max(free[command.is_dma], ready) + took + rates.command_us
         free[command.is_dma] = done
@@ -353,10 +369,11 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
 MAX_TILES = 4096
 
 
-def estimate_us(candidate: Candidate, flops: int, rates: Rates, double: bool) -> float:
+def estimate_us(candidate: Candidate, flops: int, rates: Rates, double: bool, vector: int = 0) -> float:
     """What choosing among tilings assumes a candidate takes: DMA and compute, overlapped but for
     one tile's worth when double-buffered, and each command's overhead."""
-    dma, compute = candidate.dma_bytes * rates.us_per_byte, flops * rates.us_per_flop
+    dma = candidate.dma_bytes * rates.us_per_byte
+    compute = flops * rates.us_per_flop + vector * rates.us_per_vector_element
     commands = candidate.tiles * 2 + sum(candidate.input_loads)
     if double and candidate.tiles > 1:
         return max(dma, compute) + (dma + compute) / candidate.tiles + commands * rates.command_us
@@ -380,16 +397,24 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
         flops = _lowered(op.instance(op.input_types, op.output_types)).flops
     except Unsupported as exc:
         return Unfit(f"{op.node.op} cannot be lowered: {exc}")
+    vector = op.output_types[0].size if has_residual(op) else 0
+    floor = _channel_floor(op, capacity, rates)
     ranked = []
     smallest: tuple[int, str] | None = None
     for candidate in candidates(op):
-        if candidate.tiles > MAX_TILES:
+        if candidate.tiles > MAX_TILES or (floor and candidate.tile_shape[1] < floor):
             continue
         for double in (True, False):
             size = footprint(candidate, double)
             if size <= capacity:
                 ranked.append(
-                    (estimate_us(candidate, flops, rates, double), candidate.tiles, len(ranked), candidate, double)
+                    (
+                        estimate_us(candidate, flops, rates, double, vector),
+                        candidate.tiles,
+                        len(ranked),
+                        candidate,
+                        double,
+                    )
                 )
             elif smallest is None or size < smallest[0]:
                 smallest = (size, f"{candidate.split} {'x'.join(map(str, candidate.tile_shape))}")
@@ -401,10 +426,41 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
         if plan is not None:
             return plan
     detail = f" (the smallest tiling needs {smallest[0]} bytes: {smallest[1]})" if smallest else ""
-    return Unfit(f"no tiling of {op.node.op} fits {capacity} bytes of local memory{detail}")
+    what = f"{op.node.op} with its residual Add at {floor} output channels a tile" if floor else op.node.op
+    return Unfit(f"no tiling of {what} fits {capacity} bytes of local memory{detail}")
 
 
-def unit_plan(nodes: Sequence[Node], graph: Graph, epilogue: tuple[Epilogue, ...], capacity: int, rates: Rates):
+def _channel_floor(op: UnitOp, capacity: int, rates: Rates) -> int:
+    """A Conv with its residual Add tiles its output channels no finer than the Conv alone does
+    (0: no floor). The residual's buffers take SRAM, and the cheapest fit by the cost model's
+    figures can then be half the channels a tile: half the MAC array's columns idle, which the
+    figures (peak and efficiency) do not see and the device (and the simulator) does. So the
+    residual rides on the Conv's own channel striping, its rows shrinking where they must, as an
+    NPU compiler keeps a convolution's block config for its fused elementwise epilogue."""
+    if not has_residual(op):
+        return 0
+    kept = 3 if op.inputs[2] else 2  # the Conv's own inputs: x, w and its bias where it has one
+    alone = replace(
+        op,
+        node=replace(op.node, inputs=op.node.inputs[:kept]),
+        inputs=op.inputs[:kept],
+        input_types=op.input_types[:kept],
+        constant=op.constant[:kept],
+    )
+    plan = _best_plan(alone, capacity, rates)
+    return plan.tile_shape[1] if isinstance(plan, TilePlan) and len(plan.tile_shape) == 4 else 0
+
+
+def unit_plan(
+    nodes: Sequence[Node],
+    graph: Graph,
+    epilogue: tuple[Epilogue, ...],
+    capacity: int,
+    rates: Rates,
+    inputs: Sequence[str] | None = None,
+):
     """The tiling of the kernel unit `nodes` (its head, then the activations fused into it) on a
-    device with `capacity` bytes of SRAM: a TilePlan, or an Unfit that says why none fits."""
-    return _best_plan(unit_op(nodes, graph, epilogue), capacity, rates)
+    device with `capacity` bytes of SRAM: a TilePlan, or an Unfit that says why none fits.
+    `inputs`: the kernel's inputs where they are not its head's (a Conv with its residual Add reads
+    x, w, bias or "", and the residual, which each tile adds to its output block before storing it)."""
+    return _best_plan(unit_op(nodes, graph, epilogue, inputs), capacity, rates)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from hetgen.lower.invocation import group_plans, kernel_units_of, one_unit_per_invocation
+from hetgen.lower.invocation import group_plans, kernel_units_of, one_unit_per_invocation, residual_load_bytes
 from hetgen.lower.tiling import Action, TilePlan
 from hetgen.partition.cost import format_bytes, weight_load_us
 from hetgen.partition.fused import legal_fusions
@@ -165,7 +165,7 @@ def _weights(space: SearchSpace, c: Candidate, loads: dict) -> tuple[int, float]
     target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
     key = None
     if one_unit_per_invocation(target):
-        units = kernel_units_of(nodes, space.graph, space.kernels.chains)
+        units = kernel_units_of(nodes, space.graph, space.kernels)
         plans = group_plans(nodes, space.graph, target, space.kernels)
         constants = space.graph.constants
         key = (
@@ -328,7 +328,7 @@ def _tile_plans(space: SearchSpace, c) -> tuple[Tiling, ...]:
     nodes = [space.graph.nodes[n] for n in c.nodes]
     tilings = []
     plans = group_plans(nodes, space.graph, target, space.kernels)
-    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph, space.kernels.chains), plans):
+    for (chain, _), plan in zip(kernel_units_of(nodes, space.graph, space.kernels), plans):
         if isinstance(plan, TilePlan):
             tilings.append(
                 Tiling(
@@ -340,6 +340,7 @@ def _tile_plans(space: SearchSpace, c) -> tuple[Tiling, ...]:
                     plan.moved(Action.STORE),
                     plan.double_buffered,
                     plan.sram_bytes,
+                    residual_load_bytes(plan, chain, space.kernels),
                 )
             )
     return tuple(tilings)

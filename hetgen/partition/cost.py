@@ -155,7 +155,7 @@ def group_us(
         parallel = unit_parallel(kernels, nodes) if threads > 1 else SERIAL
         return kernel_us(figures, work, efficiency, scale, nodes, parallel, threads)
     total = 0.0
-    units = kernel_units_of(nodes, graph, kernels.chains if kernels is not None else None)
+    units = kernel_units_of(nodes, graph, kernels)
     for (chain, _), plan in zip(units, group_plans(nodes, graph, target, kernels)):
         if isinstance(plan, Unfit):
             raise PlacementError(f"{target.path_str}: {plan.reason}")

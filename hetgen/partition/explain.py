@@ -188,15 +188,19 @@ def render_text(e: Explanation) -> str:
 def _tiling_line(t: Tiling) -> str:
     shape = "x".join(map(str, t.tile_shape))
     buffering = "double-buffered" if t.double_buffered else "single-buffered"
+    residual = f" of which the residual {format_bytes(t.residual_bytes)}" if t.residual_bytes else ""
     return (
         f"{t.unit}: {t.split}, {t.count} tile{'s' if t.count != 1 else ''} of {shape}, DMA {format_bytes(t.dma_bytes)} "
-        f"(in {format_bytes(t.load_bytes)}, out {format_bytes(t.store_bytes)}), {buffering}, "
+        f"(in {format_bytes(t.load_bytes)}{residual}, out {format_bytes(t.store_bytes)}), {buffering}, "
         f"SRAM {format_bytes(t.sram_bytes)}"
     )
 
 
 def _tiling_json(t: Tiling) -> dict:
-    return {**asdict(t), "tile_shape": list(t.tile_shape), "dma_bytes": t.dma_bytes}
+    document = {**asdict(t), "tile_shape": list(t.tile_shape), "dma_bytes": t.dma_bytes}
+    if not t.residual_bytes:  # only a fused residual unit has it
+        del document["residual_bytes"]
+    return document
 
 
 def _transfer_json(t: Transfer) -> dict:

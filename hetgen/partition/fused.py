@@ -9,7 +9,8 @@ launch, the fused kernel's own work: `group_work`), and lowering emits one kerne
 one spanning two groups, so the search weighs the fused kernel against the same operators as
 separate kernels and the program is the one it priced. A residual unit whose added tensor another
 place computes would wait for it there, so such a group is cut back into the Conv and the Add's
-unit, on the same controller, before the placement is priced and assembled.
+unit, on the same controller, before the placement is priced and assembled. (A tiled accelerator
+offers the residual unit through its own pattern table: `residual: true`, priced by its tile plan.)
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ def legal_fusions(space, candidates, chosen: Sequence[int]) -> list[int]:
     for cid in chosen:
         c = by_id[cid]
         pattern = space.kernels.fused(nodes[n].name for n in c.nodes) if len(c.nodes) > 1 else None
-        if pattern is None or not residual_waits(pattern, space.paths[c.loc], place_of_tensor):
+        # An accelerator's residual unit DMAs its residual in like any input, once it is there: the
+        # timeline prices that wait, and its operators alone may have no group there to fall back to.
+        on_controller = space.targets[c.loc].role is Role.CONTROLLER
+        if pattern is None or not on_controller or not residual_waits(pattern, space.paths[c.loc], place_of_tensor):
             kept.append(cid)
             continue
         if group_at is None:

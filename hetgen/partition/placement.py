@@ -76,6 +76,7 @@ class Tiling:
     store_bytes: int  # DMA out of SRAM
     double_buffered: bool
     sram_bytes: int  # the tile buffers
+    residual_bytes: int = 0  # of load_bytes, a fused residual Add's blocks (a conv_residual unit)
 
     @property
     def dma_bytes(self) -> int:

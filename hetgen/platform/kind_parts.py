@@ -35,8 +35,9 @@ FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
 # Figures a kind may declare: local_gbps, an accelerator's local memory as its engines stream it
 # (only accelerators with local memory); command_us, the overhead of each command of a tiled
 # accelerator; peak_int8_gops, integer-kernel throughput (QLinearConv, QLinearMatMul, ...) where
-# the kind has an int8 datapath.
-OPTIONAL_FIGURE_KEYS = ("local_gbps", "command_us", "peak_int8_gops")
+# the kind has an int8 datapath; vector_gops, the billions of elements a second a tiled
+# accelerator's vector unit adds after its MAC array (a fused residual Add).
+OPTIONAL_FIGURE_KEYS = ("local_gbps", "command_us", "peak_int8_gops", "vector_gops")
 ALL_FIGURE_KEYS = FIGURE_KEYS + OPTIONAL_FIGURE_KEYS
 # local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one

@@ -109,6 +109,7 @@ class CostFigures:
     local_gbps: float | None = None  # an accelerator's local memory as its engines stream it; None: not modelled
     command_us: float = 0.0  # a tiled accelerator's overhead per command (DMA or kernel) within a launch
     peak_int8_gops: float | None = None  # integer-kernel throughput where the kind has an int8 datapath
+    vector_gops: float | None = None  # elements/ns a tiled accelerator's vector unit adds (a fused residual Add)
 
 
 @dataclass(frozen=True)

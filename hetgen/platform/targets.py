@@ -270,7 +270,7 @@ def _figures(body: YMap, kind: Kind, attrs: Mapping[str, Any], what: str, proble
         for key, value in overrides.entries:
             if key.value in ALL_FIGURE_KEYS:
                 figures[key.value] = read_number(value, f"figure '{key.value}' of {what}", problems, minimum=0)
-    for key in ("peak_gflops", "bandwidth_gbps", "local_gbps", "peak_int8_gops"):
+    for key in ("peak_gflops", "bandwidth_gbps", "local_gbps", "peak_int8_gops", "vector_gops"):
         if figures.get(key) is not None and figures[key] <= 0:
             problems.add(body.pos, f"figure '{key}' of {what} is {figures[key]:g}; it must be positive")
             return None

@@ -7,7 +7,8 @@ operator cannot be lowered), the work the cost model prices (flops, bytes), the 
 needs and the work descriptor a simulated accelerator counts; and, per accelerator with a bounded
 SRAM, each unit's tiling there (`tiles.py`); and the multi-operator units a CPU controller runs as one
 kernel (fused attention, a residual Add in a Conv: `patterns.py`), which placement prices as one
-group and lowering emits for exactly such a group. Placement reads costs and memory fit from it as data;
+group and lowering emits for exactly such a group (a residual unit also on a tiled accelerator
+whose pattern table offers it, with its tiling there). Placement reads costs and memory fit from it as data;
 lowering takes its kernels and tilings from it; nothing re-runs an operator lowering or a tiling
 to learn a number.
 """
@@ -29,8 +30,8 @@ from hetgen.platform.model import Platform
 from hetgen.spec.fusion import fusion_chains
 from hetgen.spec.patterns import FusedPattern, fused_patterns
 from hetgen.spec.signature import UnitKeys, same_constants
-from hetgen.spec.tiles import tile_plans
-from hetgen.spec.work import Work, kernel_work
+from hetgen.spec.tiles import residual_plans, tile_plans
+from hetgen.spec.work import Work, instance_work, kernel_work
 
 if TYPE_CHECKING:
     from hetgen.lower.tiling import TilePlan, Unfit
@@ -135,12 +136,14 @@ def build_kernel_specs(graph: Graph, platform: Platform | None = None) -> Kernel
             members.append(by_name[name])
             epilogue.append(fused)
             units[tuple(n.name for n in members)] = shared.spec(members, epilogue)
-    plans = tile_plans(graph, platform, units, keys) if platform is not None else {}  # patterns: CPUs only
+    plans = tile_plans(graph, platform, units, keys) if platform is not None else {}
     patterns = {}
     for pattern in fused_patterns(graph, chains):
         spec = pattern_spec(pattern, graph)
         if spec.kernel is not None:  # one its kernel refuses stays separate operators
             units[pattern.names], patterns[pattern.names] = spec, pattern
+    if platform is not None:  # a tiled accelerator may run a residual unit too (its own pattern table says)
+        plans.update(residual_plans(graph, platform, patterns.values()))
     by_nodes = {frozenset(names): pattern for names, pattern in patterns.items()}
     return KernelTable(
         graph,
@@ -153,9 +156,11 @@ def build_kernel_specs(graph: Graph, platform: Platform | None = None) -> Kernel
 
 
 def pattern_spec(pattern: FusedPattern, graph: Graph) -> KernelSpec:
-    """A multi-operator unit's spec: its kernel's own figures (no simulated device runs one)."""
+    """A multi-operator unit's spec: its kernel's own figures; a residual unit also has the work a
+    simulated device is asked to do (a Conv whose outputs get the residual added)."""
+    instance = pattern.instance(graph)
     try:
-        kernel, refusal = pattern.lower(pattern.instance(graph)), None
+        kernel, refusal = pattern.lower(instance), None
     except Unsupported as exc:
         kernel, refusal = None, str(exc)
     return KernelSpec(
@@ -167,7 +172,7 @@ def pattern_spec(pattern: FusedPattern, graph: Graph) -> KernelSpec:
         flops=float(kernel.flops) if kernel is not None else 0.0,
         bytes=float(kernel.bytes_accessed) if kernel is not None else 0.0,
         scratch_bytes=kernel.scratch_bytes if kernel is not None else 0,
-        device_work=None,
+        device_work=instance_work(instance) if kernel is not None and pattern.residual is not None else None,
     )
 
 

@@ -1,12 +1,14 @@
 """The tilings a placement may ask for, planned once with the kernel table: for each accelerator that
 runs one unit per invocation (its SRAM is bounded: hetgen/lower/invocation.py), each unit whose head
 operator its pattern table can start a group with or carry in one (hetgen/lower/tiling.py decides
-the tiling). The `fits_memory` predicate, the cost model and lowering all read these plans.
+the tiling), and each residual unit (a Conv with its residual Add, `patterns.py`) on each such
+accelerator whose pattern table names both operators. The `fits_memory` predicate, the cost model
+and lowering all read these plans.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from hetgen.ir import Graph
@@ -16,6 +18,7 @@ from hetgen.spec.signature import UnitKeys
 if TYPE_CHECKING:
     from hetgen.lower.tiling import TilePlan, Unfit
     from hetgen.spec import KernelSpec
+    from hetgen.spec.patterns import FusedPattern
 
 ANY_OP = "*"
 
@@ -64,6 +67,28 @@ def tile_plans(
                 if key is not None:
                     planned[key] = plan
             plans[(target.path_str, names)] = plan
+    return plans
+
+
+def residual_plans(
+    graph: Graph, platform: Platform, patterns: Iterable[FusedPattern]
+) -> dict[tuple[str, tuple[str, ...]], TilePlan | Unfit]:
+    """(target path, residual unit's node names) -> its tiling on each tiled accelerator whose
+    pattern table names Conv and Add: the Conv's tiles, each also loading the residual's block of
+    its output rows and channels (no halo) and adding it before the store."""
+    from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
+    from hetgen.lower.tiling import unit_plan
+
+    residuals = [p for p in patterns if p.residual is not None and _typed(p.nodes, graph)]
+    plans: dict[tuple[str, tuple[str, ...]], TilePlan | Unfit] = {}
+    for target in platform.targets() if residuals else ():
+        ops = pattern_ops(target)
+        if not one_unit_per_invocation(target) or (ops is not None and not {"Conv", "Add"} <= ops):
+            continue
+        for pattern in residuals:
+            rates = tile_rates(target, 1.0, pattern.nodes)
+            plan = unit_plan(pattern.nodes, graph, pattern.epilogue, target.memory_bytes, rates, pattern.inputs)
+            plans[(target.path_str, pattern.names)] = plan
     return plans
 
 

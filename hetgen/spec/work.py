@@ -24,6 +24,9 @@ class Engine(enum.Enum):
     VECTOR = 2  # m output elements, each reducing k taps (k = 1: elementwise)
     DMA = 3  # `bytes` moved between the device's weights and its local memory
     MAC_ARRAY_INT8 = 4  # as MAC_ARRAY, on int8 operands (the array's int8 columns: int8_mac_cols)
+    # as MAC_ARRAY, then the vector unit adds a residual tensor to each of its batch x m x n outputs
+    # (a Conv with its residual Add fused: hetgen/spec/patterns.py)
+    MAC_ARRAY_RESIDUAL = 5
 
 
 # Integer kernels and the float operator whose shape rule they share; (x, w) input indices.
@@ -82,7 +85,9 @@ def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) 
         groups = int(head.attr("group", 1))
         out_pixels = math.prod(output.shape[2:])
         depth = (x[1] // groups) * math.prod(w[2:])
-        return Work(Engine.MAC_ARRAY, x[0] * groups, out_pixels, w[0] // groups, depth, touched)
+        # a fourth input is a residual the Conv adds to its outputs (hetgen/ops/conv.py)
+        engine = Engine.MAC_ARRAY_RESIDUAL if len(head.inputs) > 3 and head.inputs[3] else Engine.MAC_ARRAY
+        return Work(engine, x[0] * groups, out_pixels, w[0] // groups, depth, touched)
     if head.op == "Gemm":
         rows, cols = output.shape
         depth = inputs[0].shape[0] if head.attr("transA", 0) else inputs[0].shape[1]

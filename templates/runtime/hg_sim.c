@@ -56,6 +56,11 @@ uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *w
         compute = work->batch * hg_sim_steps(work->m, params->mac_rows) * hg_sim_steps(work->n, params->mac_cols)
                   * work->k;
         break;
+    case HG_SIM_MAC_ARRAY_RESIDUAL: /* the same, then the vector unit adds the residual to every output */
+        compute = work->batch * hg_sim_steps(work->m, params->mac_rows) * hg_sim_steps(work->n, params->mac_cols)
+                      * work->k
+                  + hg_sim_steps(work->batch * work->m * work->n, params->vector_lanes);
+        break;
     case HG_SIM_MAC_ARRAY_INT8: /* the same tiling, int8_mac_cols wide */
         compute = work->batch * hg_sim_steps(work->m, params->mac_rows)
                   * hg_sim_steps(work->n, params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols) * work->k;

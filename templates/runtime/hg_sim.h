@@ -19,6 +19,7 @@ enum hg_sim_engine {
     HG_SIM_VECTOR = 2,    /* m output elements, each reducing k taps */
     HG_SIM_DMA = 3,       /* bytes moved from the device's weights into local memory */
     HG_SIM_MAC_ARRAY_INT8 = 4, /* as HG_SIM_MAC_ARRAY on int8 operands: int8_mac_cols columns */
+    HG_SIM_MAC_ARRAY_RESIDUAL = 5, /* as HG_SIM_MAC_ARRAY, then the vector unit adds a residual to its batch x m x n outputs */
 };
 
 /* What one command asks of the device: the shape of its work, not its time. */
