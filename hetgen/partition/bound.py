@@ -31,9 +31,11 @@ ROUNDS = 4000  # exponentiated-gradient steps over the weights: enough for the f
 def node_times(space) -> np.ndarray:
     """time[n][t]: the least share of node n in a candidate group of target t (inf: no candidate).
 
-    A group's price is shared among its nodes in proportion to what each costs alone on that target
-    (equally where one of them has no group of its own there): the shares sum to the price, so a
-    placement's load on t is never below the sum of its nodes' shares."""
+    A group's price is shared among its nodes, the costliest alone first, each taking what it costs
+    alone on that target while the price lasts (what a fused group saves falls on its cheap
+    members, the activations and adds, not on its Conv); the rest, if any, in proportion. A member
+    with no group of its own on t is weighed by the least it costs alone anywhere. The shares sum to the price, so a placement's
+    load on t is never below the sum of its nodes' shares."""
     alone = np.full((len(space.graph.nodes), len(space.targets)), math.inf)
     for c in space.candidates:
         if len(c.nodes) == 1:
@@ -42,14 +44,24 @@ def node_times(space) -> np.ndarray:
     for c in space.candidates:
         if len(c.nodes) == 1:
             continue
-        own = alone[list(c.nodes), c.loc]
-        if np.isfinite(own).all() and own.sum() > 0:
-            shares = c.compute_us * own / own.sum()
-        else:
-            shares = np.full(len(c.nodes), c.compute_us / len(c.nodes))
-        for n, share in zip(c.nodes, shares):
+        members = list(c.nodes)
+        # what each member costs alone here, or (where it has no group of its own here) the least
+        # it costs alone anywhere: the share it could not escape by leaving the group
+        own = np.where(np.isfinite(alone[members, c.loc]), alone[members, c.loc], alone[members].min(axis=1))
+        for n, share in zip(c.nodes, _shares(c.compute_us, own)):
             times[n, c.loc] = min(times[n, c.loc], share)
     return times
+
+
+def _shares(price: float, own: np.ndarray) -> np.ndarray:
+    if not (np.isfinite(own).all() and own.sum() > 0):
+        return np.full(len(own), price / len(own))
+    shares = np.zeros(len(own))
+    left = price
+    for i in np.argsort(-own, kind="stable"):
+        shares[i] = min(own[i], left)
+        left -= shares[i]
+    return shares + left * own / own.sum()  # a group dearer than its members alone: spread the excess
 
 
 def critical_path_bound(space) -> float:
