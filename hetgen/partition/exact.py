@@ -56,7 +56,7 @@ MIN_BEAM = 16
 KEPT_BUDGET = 300_000  # states kept x live tensors over all steps: bounds a whole search's work (see run)
 MIN_BUDGET_BEAM = 4  # ... but a step may keep at least this many states
 WIDE_STEP = 8  # live tensors beyond which a budget-bound step skips dominance when over PRE_CUT * beam
-PAIRWISE_CLASS = 100000  # classes of at most this many states are priced pair by pair, larger ones in arrays
+PAIRWISE_CLASS = 8  # classes of at most this many states are priced pair by pair, larger ones in arrays
 CACHE_LIMIT = 1 << 16  # entries a cache kept across steps may hold before it starts again
 
 
