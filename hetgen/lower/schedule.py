@@ -120,17 +120,26 @@ class Scheduler:
         graph_outputs: set[str],
         graph_inputs: set[str],
         isolated: frozenset[Target] = frozenset(),
+        *,
+        timing_only: bool = False,
     ):
         """`isolated`: accelerators that run each unit as its own invocation (hetgen/lower/invocation.py),
         loading only that unit's weights. Tensors stay in the device's memory between invocations as
-        anywhere else: copied in once, copied out only for a reader outside the device."""
+        anywhere else: copied in once, copied out only for a reader outside the device.
+
+        `timing_only`: the same steps, with only what timing them needs (hetgen/partition/timeline.py
+        prices a placement so): no read and write times for the memory plan (`Schedule.events`
+        stays empty), no call arguments (`SCall.args` is empty), no weight loads."""
         self.isolated = isolated
+        self.timing_only = timing_only
         self.units = units
         self.root = root
         self.constants = constants
         self.graph_outputs = graph_outputs
         self.graph_inputs = graph_inputs
         self.schedule = Schedule()
+        self._touch = self._hold if timing_only else self.schedule.touch
+        self._slots: dict[tuple[Target, Target], int] = {}  # (a unit's target, controller) -> its slot
         self._subtrees: dict[Target, set[Target]] = {}  # a device -> every target of its subtree
         self.readers: dict[str, list[int]] = {}
         for index, unit in enumerate(units):
@@ -151,7 +160,20 @@ class Scheduler:
             targets = self._subtrees[device] = subtree(device)
         return targets
 
+    def _hold(self, target: Target, tensor: str, time: int) -> None:
+        """`Schedule.touch` without the time: which tensors each target holds is all timing needs."""
+        present = self.schedule.present.get(target)
+        if present is None:
+            present = self.schedule.present[target] = set()
+        present.add(tensor)
+
     def _slot(self, unit_target: Target, controller: Target, devices: tuple[Target, ...]) -> int:
+        slot = self._slots.get((unit_target, controller))
+        if slot is None:
+            slot = self._slots[unit_target, controller] = self._find_slot(unit_target, controller, devices)
+        return slot
+
+    def _find_slot(self, unit_target: Target, controller: Target, devices: tuple[Target, ...]) -> int:
         if unit_target == controller:
             return -1
         for index, device in enumerate(devices):
@@ -211,13 +233,18 @@ class Scheduler:
         memory_target = device.host if device.role is Role.COMPOSITE else device
         steps: list = [SWait(number)]
         for name in submitted.leaving:
-            self.schedule.touch(memory_target, name, time)
-            self.schedule.touch(controller, name, time)
+            self._touch(memory_target, name, time)
+            self._touch(controller, name, time)
             steps.append(SCopyOut(number, Sym(memory_target, name), Sym(controller, name)))
         return steps
 
     def local_call(self, target: Target, index: int) -> SCall:
         unit = self.units[index]
+        if self.timing_only:
+            present = self.schedule.present.setdefault(target, set())
+            present.update(name for name in unit.inputs if name and name not in self.constants)
+            present.update(name for name in unit.outputs if name)
+            return SCall(index, ())
         args = []
         for name in unit.inputs:
             if not name:
@@ -239,17 +266,18 @@ class Scheduler:
         memory_target = device.host if device.role is Role.COMPOSITE else device
         produced_here = {name for index in members for name in self.units[index].outputs if name}
         needed = []
+        held = [tensors for tensors in map(self.schedule.present.get, inside) if tensors]  # by the device's targets
         for index in members:
             for name in self.units[index].inputs:
                 if name and name not in self.constants and name not in produced_here and name not in needed:
                     # A tensor the device already holds is not sent again, isolated or not: its
                     # memory plan keeps it live from its first use to its last either way.
-                    if not any(name in self.schedule.present.get(target, set()) for target in inside):
+                    if not any(name in tensors for tensors in held):
                         needed.append(name)
         steps: list = []
         for name in needed:
-            self.schedule.touch(controller, name, start)
-            self.schedule.touch(memory_target, name, start)
+            self._touch(controller, name, start)
+            self._touch(memory_target, name, start)
             steps.append(SCopyIn(slot, Sym(controller, name), Sym(memory_target, name)))
         if device.role is Role.COMPOSITE:
             entry = self.controller_entry(device.host, members)
@@ -267,6 +295,8 @@ class Scheduler:
 
     def accelerator_entry(self, device: Target, members: list[int]) -> list:
         if device in self.isolated:  # tiled: each tile DMAs its slice of the weights (tiling.py)
+            return [self.local_call(device, index) for index in members]
+        if self.timing_only:  # the weights' loads are inside the device's time, not steps of their own
             return [self.local_call(device, index) for index in members]
         steps: list = []
         loaded: set[str] = set()

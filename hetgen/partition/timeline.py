@@ -31,7 +31,17 @@ from dataclasses import dataclass
 from hetgen.ir import Graph
 from hetgen.lower.alias import alias_source
 from hetgen.lower.invocation import one_unit_per_invocation
-from hetgen.lower.schedule import SCall, Scheduler, SCopyIn, SCopyOut, SInvoke, SWait, UnitInfo, child_devices
+from hetgen.lower.schedule import (
+    SCall,
+    Schedule,
+    Scheduler,
+    SCopyIn,
+    SCopyOut,
+    SInvoke,
+    SWait,
+    UnitInfo,
+    child_devices,
+)
 from hetgen.platform.model import Platform, Role, Target
 
 
@@ -190,25 +200,8 @@ def placement_makespan(
     with each group at its cost and each copy at `transfer_us(from place, to place, bytes)`."""
     if not groups:
         return 0.0
-    nodes = {node.name: node for node in graph.nodes}
-    targets = {t.path_str: t for t in platform.targets()}
-    units, kept, rename = [], [], {}
-    for group in groups:
-        members = [nodes[name] for name in group.nodes]
-        source = alias_source(members[0], graph) if len(members) == 1 else None
-        if source is not None:  # lowering drops a pure reshape: its readers read its source
-            rename[members[0].outputs[0]] = rename.get(source, source)
-            continue
-        produced = {out for node in members for out in node.outputs if out}
-        inputs = tuple(
-            dict.fromkeys(rename.get(t, t) for node in members for t in node.inputs if t and t not in produced)
-        )
-        units.append(UnitInfo(targets[group.target], inputs, tuple(sorted(produced))))
-        kept.append(group)
-    groups = kept
-    isolated = frozenset(t for t in platform.targets() if one_unit_per_invocation(t))
+    schedule, groups = placement_schedule(groups, graph, platform, timing_only=True)
     root = platform.root.controller()
-    schedule = Scheduler(units, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()
     types, nbytes = graph.types, {}
 
     def entry_us(controller: Target, entry) -> float:
@@ -235,6 +228,32 @@ def placement_makespan(
         return clocks.end()
 
     return entry_us(root, schedule.entries[root][0])
+
+
+def placement_schedule(groups, graph: Graph, platform: Platform, *, timing_only: bool = False) -> tuple[Schedule, list]:
+    """The schedule lowering emits for `groups` (in program order, one unit each), and the groups
+    it runs: all but the pure reshapes lowering drops (their readers read the source)."""
+    nodes = {node.name: node for node in graph.nodes}
+    targets = {t.path_str: t for t in platform.targets()}
+    units, kept, rename = [], [], {}
+    for group in groups:
+        members = [nodes[name] for name in group.nodes]
+        source = alias_source(members[0], graph) if len(members) == 1 else None
+        if source is not None:
+            rename[members[0].outputs[0]] = rename.get(source, source)
+            continue
+        produced = {out for node in members for out in node.outputs if out}
+        inputs = tuple(
+            dict.fromkeys(rename.get(t, t) for node in members for t in node.inputs if t and t not in produced)
+        )
+        units.append(UnitInfo(targets[group.target], inputs, tuple(sorted(produced))))
+        kept.append(group)
+    isolated = frozenset(t for t in platform.targets() if one_unit_per_invocation(t))
+    root = platform.root.controller()
+    schedule = Scheduler(
+        units, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated, timing_only=timing_only
+    ).run()
+    return schedule, kept
 
 
 # --- the simulation: the generated program, at what the devices counted -------------------------
