@@ -132,6 +132,19 @@ class TilePlan:
     def dma_bytes(self) -> int:
         return self.moved(Action.LOAD) + self.moved(Action.STORE)
 
+    @functools.cached_property
+    def mac_products(self) -> tuple[tuple[Product, ...], ...]:
+        """Per kernel: the MAC-array product one call computes, as the simulator's work descriptor
+        says (hetgen/spec/work.py); () for a kernel of the vector unit."""
+        from hetgen.spec.work import Engine, instance_work
+
+        mac_engines = (Engine.MAC_ARRAY, Engine.MAC_ARRAY_INT8, Engine.MAC_ARRAY_RESIDUAL)
+        found = []
+        for kernel in self.kernels:
+            work = instance_work(kernel.instance)
+            found.append(((1, work.batch, work.m, work.n),) if work.engine in mac_engines else ())
+        return tuple(found)
+
     def block_of(self, command: Command) -> Block:
         tile = self.tiles[command.tile]
         return tile.inputs[command.operand] if command.action is Action.LOAD else tile.outputs[command.operand]
@@ -318,6 +331,26 @@ class Rates:
     command_us: float = 0.0
     us_per_local_byte: float = 0.0  # the engines stream a tile's buffers from SRAM (0: not modelled)
     us_per_vector_element: float = 0.0  # the vector unit's add after the MAC array (a fused residual)
+    # The MAC array's shape (the kind's mac_rows and mac_cols figures; 0: not modelled, every
+    # tile at full utilisation): a product of m x n outputs takes ceil(m/rows) * ceil(n/cols)
+    # steps of the whole array per unit of depth, so a tile with fewer outputs leaves cells idle.
+    mac_rows: int = 0
+    mac_cols: int = 0
+
+
+Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
+
+
+def mac_utilisation(products: Sequence[Product], rates: Rates) -> float:
+    """The share of the MAC array's cells that do useful work over the steps these products take
+    (the depth k is the same for every tile of a unit, so it cancels): 1 where the rates carry no
+    array shape or there is no product (the vector unit's work)."""
+    rows, cols = rates.mac_rows, rates.mac_cols
+    if not rows or not cols or not products:
+        return 1.0
+    useful = sum(tiles * batch * m * n for tiles, batch, m, n in products)
+    cells = sum(tiles * batch * -(-m // rows) * rows * -(-n // cols) * cols for tiles, batch, m, n in products)
+    return useful / cells if cells and useful else 1.0
 
 
 def _tile_bytes(tile: Tile) -> int:
@@ -347,6 +380,7 @@ def plan_us(plan: TilePlan, rates: Rates) -> float:
 
 
 def _timeline_us(plan: TilePlan, rates: Rates) -> float:
+    utilisation = [mac_utilisation(products, rates) for products in plan.mac_products]
     finish: list[float] = []
     free = {True: 0.0, False: 0.0}
     end = 0.0
@@ -355,7 +389,9 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
             took = plan.block_of(command).nbytes * rates.us_per_byte
         else:
             tile = plan.tiles[command.tile]
-            compute = tile.flops * rates.us_per_flop + tile.vector * rates.us_per_vector_element
+            compute = (
+                tile.flops * rates.us_per_flop / utilisation[tile.kernel] + tile.vector * rates.us_per_vector_element
+            )
             took = max(compute, _tile_bytes(tile) * rates.us_per_local_byte)
         ready = finish[index - command.after] if command.after else 0.0
         done = max(free[command.is_dma], ready) + took + rates.command_us
@@ -373,7 +409,8 @@ def estimate_us(candidate: Candidate, flops: int, rates: Rates, double: bool, ve
     """What choosing among tilings assumes a candidate takes: DMA and compute, overlapped but for
     one tile's worth when double-buffered, and each command's overhead."""
     dma = candidate.dma_bytes * rates.us_per_byte
-    compute = flops * rates.us_per_flop + vector * rates.us_per_vector_element
+    compute = flops * rates.us_per_flop / mac_utilisation(candidate.products, rates)
+    compute += vector * rates.us_per_vector_element
     commands = candidate.tiles * 2 + sum(candidate.input_loads)
     if double and candidate.tiles > 1:
         return max(dma, compute) + (dma + compute) / candidate.tiles + commands * rates.command_us
