@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from hetgen.ir import Graph, Node
 from hetgen.lower.tile_shapes import (
@@ -435,11 +435,10 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
     except Unsupported as exc:
         return Unfit(f"{op.node.op} cannot be lowered: {exc}")
     vector = op.output_types[0].size if has_residual(op) else 0
-    floor = _channel_floor(op, capacity, rates)
     ranked = []
     smallest: tuple[int, str] | None = None
     for candidate in candidates(op):
-        if candidate.tiles > MAX_TILES or (floor and candidate.tile_shape[1] < floor):
+        if candidate.tiles > MAX_TILES:
             continue
         for double in (True, False):
             size = footprint(candidate, double)
@@ -463,29 +462,8 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
         if plan is not None:
             return plan
     detail = f" (the smallest tiling needs {smallest[0]} bytes: {smallest[1]})" if smallest else ""
-    what = f"{op.node.op} with its residual Add at {floor} output channels a tile" if floor else op.node.op
+    what = f"{op.node.op} with its residual Add" if has_residual(op) else op.node.op
     return Unfit(f"no tiling of {what} fits {capacity} bytes of local memory{detail}")
-
-
-def _channel_floor(op: UnitOp, capacity: int, rates: Rates) -> int:
-    """A Conv with its residual Add tiles its output channels no finer than the Conv alone does
-    (0: no floor). The residual's buffers take SRAM, and the cheapest fit by the cost model's
-    figures can then be half the channels a tile: half the MAC array's columns idle, which the
-    figures (peak and efficiency) do not see and the device (and the simulator) does. So the
-    residual rides on the Conv's own channel striping, its rows shrinking where they must, as an
-    NPU compiler keeps a convolution's block config for its fused elementwise epilogue."""
-    if not has_residual(op):
-        return 0
-    kept = 3 if op.inputs[2] else 2  # the Conv's own inputs: x, w and its bias where it has one
-    alone = replace(
-        op,
-        node=replace(op.node, inputs=op.node.inputs[:kept]),
-        inputs=op.inputs[:kept],
-        input_types=op.input_types[:kept],
-        constant=op.constant[:kept],
-    )
-    plan = _best_plan(alone, capacity, rates)
-    return plan.tile_shape[1] if isinstance(plan, TilePlan) and len(plan.tile_shape) == 4 else 0
 
 
 def unit_plan(
