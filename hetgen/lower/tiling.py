@@ -10,7 +10,9 @@ kernel call on the SRAM buffers, and a DMA of its output block back. When two ti
 they are double-buffered: the next tile's loads and the previous tile's store overlap the compute.
 A Conv with its residual Add (the kernel table's residual unit) tiles as the Conv, each tile also
 loading the residual's block of its output (no halo), which its kernel adds on the vector unit
-before the store (`Tile.vector`, priced at `Rates.us_per_vector_element`).
+before the store (`Tile.vector`, priced at `Rates.us_per_vector_element`). A tile's MAC-array work
+is priced at the share of the array its product's shape keeps busy (`mac_utilisation`, from the
+kind's mac_rows and mac_cols figures), so the choice among tilings prefers tiles that fill it.
 
 `unit_plan` is the one function that decides. Its `TilePlan` is read by the `fits_memory`
 predicate (a unit fits when a plan exists), the cost model (`plan_us`: the plan's commands timed
