@@ -194,3 +194,13 @@ def test_the_simulator_agrees_with_the_priced_utilisation(tmp_path, what, model)
     )
     (group,) = [g for g in json.loads(done.stdout)["groups"] if g["target"] == NPU]
     assert group["simulated_us"] == pytest.approx(group["estimate_us"], rel=0.05), what
+
+
+def test_a_mac_array_figure_must_be_positive():
+    from hetgen.errors import HetgenError
+
+    text = PLATFORM.format(sram_kib=512).replace(
+        "      sram_kib: 512\n", "      sram_kib: 512\n      figures: {mac_cols: 0}\n"
+    )
+    with pytest.raises(HetgenError, match="figure 'mac_cols' of .* is 0; it must be positive"):
+        load_platform_text(text)

@@ -39,7 +39,8 @@ FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
 # accelerator's vector unit adds after its MAC array (a fused residual Add); mac_rows, mac_cols and
 # int8_mac_cols, the shape of a MAC array (a tile's compute priced at the share of it the tile keeps busy).
 OPTIONAL_FIGURE_KEYS = ("local_gbps", "command_us", "peak_int8_gops", "vector_gops")
-OPTIONAL_FIGURE_KEYS += ("mac_rows", "mac_cols", "int8_mac_cols")
+MAC_FIGURES = ("mac_rows", "mac_cols", "int8_mac_cols")
+OPTIONAL_FIGURE_KEYS += MAC_FIGURES
 ALL_FIGURE_KEYS = FIGURE_KEYS + OPTIONAL_FIGURE_KEYS
 # local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one
