@@ -43,15 +43,24 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
     kind has it), DMA at its bandwidth, and `command_us` (a figure; 0 where the kind has none) per
     command. Plans are chosen at efficiency 1 (a device property); patterns price them at their own.
     A fused residual's add runs on the vector unit at `vector_gops` (elements), where the kind has
-    that figure, else as one flop an element at the compute rate."""
+    that figure, else as one flop an element at the compute rate. Where the kind gives its MAC
+    array's shape (`mac_rows`, `mac_cols`, `int8_mac_cols` figures), a tile's compute is priced at
+    the share of the array its product keeps busy (`tiling.mac_utilisation`), as the device runs it."""
     figures = target.figures
-    us_per_flop = 1.0 / (peak_gops(figures, nodes) * 1e3 * efficiency)
+    peak = peak_gops(figures, nodes)
+    us_per_flop = 1.0 / (peak * 1e3 * efficiency)
+    cols = figures.mac_cols
+    if figures.int8_mac_cols and figures.peak_int8_gops and peak == figures.peak_int8_gops:
+        cols = figures.int8_mac_cols
+    shaped = bool(figures.mac_rows and cols)
     return Rates(
         us_per_flop,
         1.0 / (figures.bandwidth_gbps * 1e3),
         float(figures.command_us or 0.0),
         1.0 / (figures.local_gbps * 1e3) if figures.local_gbps else 0.0,
         1.0 / (figures.vector_gops * 1e3) if figures.vector_gops else us_per_flop,
+        int(figures.mac_rows) if shaped else 0,
+        int(cols) if shaped else 0,
     )
 
 

@@ -313,6 +313,29 @@ class Candidate:
     input_blocks: tuple[int, ...]  # largest block per input (0: omitted)
     input_loads: tuple[int, ...]  # how many times each input is loaded
     output_blocks: tuple[int, ...]
+    # The MAC-array products its tiles compute, as (tiles, batch, m, n): tiles of one shape, each
+    # `batch` products of m x n outputs, as the simulator's work descriptors say (hetgen/spec/work.py);
+    # () for the vector unit's work. The cost model prices the array's utilisation from them.
+    products: tuple[tuple[int, int, int, int], ...] = ()
+
+
+def _extents(total: int, size: int) -> list[tuple[int, int]]:
+    """(how many, extent) of the ranges `_ranges(total, size)` makes: the full ones, then the rest."""
+    full, rest = divmod(total, size)
+    return [(count, extent) for count, extent in ((full, size), (1 if rest else 0, rest)) if count]
+
+
+MAC_OPS = frozenset({"Conv", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+
+
+def _whole_products(op: UnitOp) -> tuple[tuple[int, int, int, int], ...]:
+    """The product the whole operator as one tile computes (the simulator's descriptor of it)."""
+    if op.node.op not in MAC_OPS:
+        return ()
+    from hetgen.spec.work import shape_work
+
+    work = shape_work(op.node, [t for t in op.input_types if t is not None], list(op.output_types))
+    return ((1, work.batch, work.m, work.n),)
 
 
 def _window_candidates(op: UnitOp) -> list[Candidate]:
@@ -365,6 +388,13 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
                         blocks.append(chans * rows * out_w * 4)
                         loads.append(tiles)
                         residual = n_batch * out_bytes
+                products = ()
+                if is_conv:  # per tile: out pixels x output channels, or one product per group
+                    products = tuple(
+                        (n_batch * rc * cc, 1, r * out_w, c) if groups == 1 else (n_batch * rc * cc, c // cout_g, r * out_w, cout_g)
+                        for rc, r in _extents(out_h, rows)
+                        for cc, c in _extents(c_out, chans)
+                    )  # fmt: skip
                 found.append(
                     Candidate(
                         split,
@@ -377,6 +407,7 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
                         tuple(blocks),
                         tuple(loads),
                         (chans * rows * out_w * 4,),
+                        products,
                     )
                 )
     return found
@@ -414,12 +445,15 @@ def _matrix_candidates(op: UnitOp) -> list[Candidate]:
                         tuple(blocks),
                         tuple(loads),
                         (rows * cols * 4,),
+                        tuple((batch * rc * cc, 1, r, c) for rc, r in _extents(m, rows) for cc, c in _extents(n, cols)),
                     )
                 )
     return found
 
 
-def _simple_candidate(op: UnitOp, split: str, shape, make: Callable[[], list[TileSpec]], tiles: int, chunk_bytes):
+def _simple_candidate(
+    op: UnitOp, split: str, shape, make: Callable[[], list[TileSpec]], tiles: int, chunk_bytes, products=()
+):
     inputs = tuple(
         t.nbytes if t is not None and (t.size == 1 or split == "whole") else chunk_bytes(t) for t in op.input_types
     )
@@ -433,6 +467,7 @@ def _simple_candidate(op: UnitOp, split: str, shape, make: Callable[[], list[Til
         inputs,
         tuple(tiles if t is not None else 0 for t in op.input_types),
         tuple(chunk_bytes(t) for t in op.output_types),
+        products,
     )
 
 
@@ -441,7 +476,7 @@ def candidates(op: UnitOp) -> list[Candidate]:
     only where the operator's shapes allow."""
     whole = _simple_candidate(
         op, "whole", op.output_types[0].shape if op.output_types else (), functools.partial(_whole_tile, op), 1,
-        lambda t: t.nbytes if t is not None else 0,
+        lambda t: t.nbytes if t is not None else 0, _whole_products(op),
     )  # fmt: skip
     found = [whole]
     name = op.node.op

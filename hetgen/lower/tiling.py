@@ -10,7 +10,9 @@ kernel call on the SRAM buffers, and a DMA of its output block back. When two ti
 they are double-buffered: the next tile's loads and the previous tile's store overlap the compute.
 A Conv with its residual Add (the kernel table's residual unit) tiles as the Conv, each tile also
 loading the residual's block of its output (no halo), which its kernel adds on the vector unit
-before the store (`Tile.vector`, priced at `Rates.us_per_vector_element`).
+before the store (`Tile.vector`, priced at `Rates.us_per_vector_element`). A tile's MAC-array work
+is priced at the share of the array its product's shape keeps busy (`mac_utilisation`, from the
+kind's mac_rows and mac_cols figures), so the choice among tilings prefers tiles that fill it.
 
 `unit_plan` is the one function that decides. Its `TilePlan` is read by the `fits_memory`
 predicate (a unit fits when a plan exists), the cost model (`plan_us`: the plan's commands timed
@@ -23,7 +25,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from hetgen.ir import Graph, Node
 from hetgen.lower.tile_shapes import (
@@ -131,6 +133,19 @@ class TilePlan:
     @property
     def dma_bytes(self) -> int:
         return self.moved(Action.LOAD) + self.moved(Action.STORE)
+
+    @functools.cached_property
+    def mac_products(self) -> tuple[tuple[Product, ...], ...]:
+        """Per kernel: the MAC-array product one call computes, as the simulator's work descriptor
+        says (hetgen/spec/work.py); () for a kernel of the vector unit."""
+        from hetgen.spec.work import Engine, instance_work
+
+        mac_engines = (Engine.MAC_ARRAY, Engine.MAC_ARRAY_INT8, Engine.MAC_ARRAY_RESIDUAL)
+        found = []
+        for kernel in self.kernels:
+            work = instance_work(kernel.instance)
+            found.append(((1, work.batch, work.m, work.n),) if work.engine in mac_engines else ())
+        return tuple(found)
 
     def block_of(self, command: Command) -> Block:
         tile = self.tiles[command.tile]
@@ -318,6 +333,26 @@ class Rates:
     command_us: float = 0.0
     us_per_local_byte: float = 0.0  # the engines stream a tile's buffers from SRAM (0: not modelled)
     us_per_vector_element: float = 0.0  # the vector unit's add after the MAC array (a fused residual)
+    # The MAC array's shape (the kind's mac_rows and mac_cols figures; 0: not modelled, every
+    # tile at full utilisation): a product of m x n outputs takes ceil(m/rows) * ceil(n/cols)
+    # steps of the whole array per unit of depth, so a tile with fewer outputs leaves cells idle.
+    mac_rows: int = 0
+    mac_cols: int = 0
+
+
+Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
+
+
+def mac_utilisation(products: Sequence[Product], rates: Rates) -> float:
+    """The share of the MAC array's cells that do useful work over the steps these products take
+    (the depth k is the same for every tile of a unit, so it cancels): 1 where the rates carry no
+    array shape or there is no product (the vector unit's work)."""
+    rows, cols = rates.mac_rows, rates.mac_cols
+    if not rows or not cols or not products:
+        return 1.0
+    useful = sum(tiles * batch * m * n for tiles, batch, m, n in products)
+    cells = sum(tiles * batch * -(-m // rows) * rows * -(-n // cols) * cols for tiles, batch, m, n in products)
+    return useful / cells if cells and useful else 1.0
 
 
 def _tile_bytes(tile: Tile) -> int:
@@ -347,6 +382,7 @@ def plan_us(plan: TilePlan, rates: Rates) -> float:
 
 
 def _timeline_us(plan: TilePlan, rates: Rates) -> float:
+    utilisation = [mac_utilisation(products, rates) for products in plan.mac_products]
     finish: list[float] = []
     free = {True: 0.0, False: 0.0}
     end = 0.0
@@ -355,7 +391,9 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
             took = plan.block_of(command).nbytes * rates.us_per_byte
         else:
             tile = plan.tiles[command.tile]
-            compute = tile.flops * rates.us_per_flop + tile.vector * rates.us_per_vector_element
+            compute = (
+                tile.flops * rates.us_per_flop / utilisation[tile.kernel] + tile.vector * rates.us_per_vector_element
+            )
             took = max(compute, _tile_bytes(tile) * rates.us_per_local_byte)
         ready = finish[index - command.after] if command.after else 0.0
         done = max(free[command.is_dma], ready) + took + rates.command_us
@@ -373,7 +411,8 @@ def estimate_us(candidate: Candidate, flops: int, rates: Rates, double: bool, ve
     """What choosing among tilings assumes a candidate takes: DMA and compute, overlapped but for
     one tile's worth when double-buffered, and each command's overhead."""
     dma = candidate.dma_bytes * rates.us_per_byte
-    compute = flops * rates.us_per_flop + vector * rates.us_per_vector_element
+    compute = flops * rates.us_per_flop / mac_utilisation(candidate.products, rates)
+    compute += vector * rates.us_per_vector_element
     commands = candidate.tiles * 2 + sum(candidate.input_loads)
     if double and candidate.tiles > 1:
         return max(dma, compute) + (dma + compute) / candidate.tiles + commands * rates.command_us
@@ -398,11 +437,10 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
     except Unsupported as exc:
         return Unfit(f"{op.node.op} cannot be lowered: {exc}")
     vector = op.output_types[0].size if has_residual(op) else 0
-    floor = _channel_floor(op, capacity, rates)
     ranked = []
     smallest: tuple[int, str] | None = None
     for candidate in candidates(op):
-        if candidate.tiles > MAX_TILES or (floor and candidate.tile_shape[1] < floor):
+        if candidate.tiles > MAX_TILES:
             continue
         for double in (True, False):
             size = footprint(candidate, double)
@@ -426,29 +464,8 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
         if plan is not None:
             return plan
     detail = f" (the smallest tiling needs {smallest[0]} bytes: {smallest[1]})" if smallest else ""
-    what = f"{op.node.op} with its residual Add at {floor} output channels a tile" if floor else op.node.op
+    what = f"{op.node.op} with its residual Add" if has_residual(op) else op.node.op
     return Unfit(f"no tiling of {what} fits {capacity} bytes of local memory{detail}")
-
-
-def _channel_floor(op: UnitOp, capacity: int, rates: Rates) -> int:
-    """A Conv with its residual Add tiles its output channels no finer than the Conv alone does
-    (0: no floor). The residual's buffers take SRAM, and the cheapest fit by the cost model's
-    figures can then be half the channels a tile: half the MAC array's columns idle, which the
-    figures (peak and efficiency) do not see and the device (and the simulator) does. So the
-    residual rides on the Conv's own channel striping, its rows shrinking where they must, as an
-    NPU compiler keeps a convolution's block config for its fused elementwise epilogue."""
-    if not has_residual(op):
-        return 0
-    kept = 3 if op.inputs[2] else 2  # the Conv's own inputs: x, w and its bias where it has one
-    alone = replace(
-        op,
-        node=replace(op.node, inputs=op.node.inputs[:kept]),
-        inputs=op.inputs[:kept],
-        input_types=op.input_types[:kept],
-        constant=op.constant[:kept],
-    )
-    plan = _best_plan(alone, capacity, rates)
-    return plan.tile_shape[1] if isinstance(plan, TilePlan) and len(plan.tile_shape) == 4 else 0
 
 
 def unit_plan(

@@ -36,8 +36,11 @@ FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
 # (only accelerators with local memory); command_us, the overhead of each command of a tiled
 # accelerator; peak_int8_gops, integer-kernel throughput (QLinearConv, QLinearMatMul, ...) where
 # the kind has an int8 datapath; vector_gops, the billions of elements a second a tiled
-# accelerator's vector unit adds after its MAC array (a fused residual Add).
+# accelerator's vector unit adds after its MAC array (a fused residual Add); mac_rows, mac_cols and
+# int8_mac_cols, the shape of a MAC array (a tile's compute priced at the share of it the tile keeps busy).
 OPTIONAL_FIGURE_KEYS = ("local_gbps", "command_us", "peak_int8_gops", "vector_gops")
+MAC_FIGURES = ("mac_rows", "mac_cols", "int8_mac_cols")
+OPTIONAL_FIGURE_KEYS += MAC_FIGURES
 ALL_FIGURE_KEYS = FIGURE_KEYS + OPTIONAL_FIGURE_KEYS
 # local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one

@@ -110,6 +110,11 @@ class CostFigures:
     command_us: float = 0.0  # a tiled accelerator's overhead per command (DMA or kernel) within a launch
     peak_int8_gops: float | None = None  # integer-kernel throughput where the kind has an int8 datapath
     vector_gops: float | None = None  # elements/ns a tiled accelerator's vector unit adds (a fused residual Add)
+    # A MAC array's rows and columns (int8 columns where it packs int8 products): a tile's compute is
+    # priced at the share of the array its product's shape keeps busy. None: not modelled (full use).
+    mac_rows: float | None = None
+    mac_cols: float | None = None
+    int8_mac_cols: float | None = None
 
 
 @dataclass(frozen=True)

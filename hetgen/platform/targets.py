@@ -20,7 +20,7 @@ from typing import Any
 
 from hetgen.names import MAX_IDENTIFIER
 from hetgen.platform.expressions import ExpressionError, evaluate
-from hetgen.platform.kind_parts import ALL_FIGURE_KEYS, MEMORY_KEYS, NODE_KEYS, parse_toolchain
+from hetgen.platform.kind_parts import ALL_FIGURE_KEYS, MAC_FIGURES, MEMORY_KEYS, NODE_KEYS, parse_toolchain
 from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
 from hetgen.platform.schema import (
     Problems,
@@ -270,7 +270,7 @@ def _figures(body: YMap, kind: Kind, attrs: Mapping[str, Any], what: str, proble
         for key, value in overrides.entries:
             if key.value in ALL_FIGURE_KEYS:
                 figures[key.value] = read_number(value, f"figure '{key.value}' of {what}", problems, minimum=0)
-    for key in ("peak_gflops", "bandwidth_gbps", "local_gbps", "peak_int8_gops", "vector_gops"):
+    for key in ("peak_gflops", "bandwidth_gbps", "local_gbps", "peak_int8_gops", "vector_gops", *MAC_FIGURES):
         if figures.get(key) is not None and figures[key] <= 0:
             problems.add(body.pos, f"figure '{key}' of {what} is {figures[key]:g}; it must be positive")
             return None
