@@ -13,6 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from bench_support import bench_json
 from hetgen.frontend import import_model
 from hetgen.lower.invocation import group_plans, tile_rates
 from hetgen.lower.tiling import Rates, TilePlan, mac_utilisation, plan_us
@@ -177,22 +178,14 @@ def test_the_simulator_agrees_with_the_priced_utilisation(tmp_path, what, model)
     """Per group, estimate and simulation agree within 5 % where the array is mostly idle: a
     depthwise conv (1/16 busy; its efficiency 1.0, so the loss is not counted twice) and a
     2-output-channel conv (2/16). Before the utilisation was priced they simulated at 1.36x and 2.6x."""
-    import json
-    import subprocess
-    import sys
 
     import hetgen
 
     onnx_model = model()
     platform = load_platform_text(PLATFORM.format(sram_kib=512))
     out = hetgen.compile(platform, onnx_model, out=tmp_path / "g", pins={"conv": NPU}, native_only=True, opt=("-O2",))
-    done = subprocess.run(
-        [sys.executable, "-m", "hetgen", "bench", str(out), "--runs", "1", "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (group,) = [g for g in json.loads(done.stdout)["groups"] if g["target"] == NPU]
+    document = bench_json(out)
+    (group,) = [g for g in document["groups"] if g["target"] == NPU]
     assert group["simulated_us"] == pytest.approx(group["estimate_us"], rel=0.05), what
 
 

@@ -22,6 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from bench_support import bench_json
 from hetgen.frontend import import_model
 from hetgen.lower.invocation import group_plans, tile_rates
 from hetgen.lower.tiling import Action, TilePlan, plan_us
@@ -250,13 +251,7 @@ def test_tiled_resnet_matches_onnxruntime(tiled_resnet):
 
 def test_tiled_resnet_estimate_and_simulation_agree(tiled_resnet):
     _, out = tiled_resnet
-    done = subprocess.run(
-        [sys.executable, "-m", "hetgen", "bench", str(out), "--runs", "1", "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    document = json.loads(done.stdout)
+    document = bench_json(out)
     (fused,) = [g for g in document["groups"] if g["label"] == "conv_residual"]
     assert fused["simulated_us"] == pytest.approx(fused["estimate_us"], rel=TOLERANCE)
     assert document["simulated_us"] == pytest.approx(document["estimate_us"], rel=TOLERANCE)
@@ -288,11 +283,6 @@ def test_the_residual_units_tiles_are_priced_with_the_mac_columns_they_leave_idl
     out = hetgen.compile(
         platform, model, out=tmp_path / "g", pins={n: NPU for n in BLOCK}, native_only=True, opt=("-O2",)
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "hetgen", "bench", str(out), "--runs", "1", "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (group,) = [g for g in json.loads(done.stdout)["groups"] if g["label"] == "conv_residual"]
+    document = bench_json(out)
+    (group,) = [g for g in document["groups"] if g["label"] == "conv_residual"]
     assert group["simulated_us"] == pytest.approx(group["estimate_us"], rel=0.05)

@@ -10,8 +10,6 @@ cycles of setup.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -19,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from bench_support import bench_json
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.devices import simulation_report
 from hetgen.runtime.reference import ort_session
@@ -206,13 +205,7 @@ def test_the_platforms_npu_parameters_take_effect(tmp_path, single):
 
 def test_bench_json_puts_estimate_beside_simulation(five):
     _, stats, counts, out = five
-    done = subprocess.run(
-        [sys.executable, "-m", "hetgen", "bench", str(out), "--runs", "1", "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    document = json.loads(done.stdout)
+    document = bench_json(out)
     assert {"estimate_us", "simulated_us", "groups"} <= set(document)
     (device,) = document["devices"]
     counted = stats["compute_cycles"] + stats["dma_cycles"] + stats["invoke_cycles"] + stats["link_cycles"]
