@@ -82,8 +82,11 @@ def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkey
     expected = ort_session(model.SerializeToString()).run(None, {"x": x})[0]
     one = hetgen.load(outs[1]).run({"x": x})["y"]
     before = thread_count()
-    two = hetgen.load(outs[2]).run({"x": x})["y"]
+    loaded = hetgen.load(outs[2])  # held: unloading a model stops its pool's workers
+    two = loaded.run({"x": x})["y"]
     assert thread_count() == before + 1, "the threads: 2 build started no worker"
+    loaded.close()
+    assert thread_count() == before, "closing the model left its worker running"
     np.testing.assert_allclose(two, expected, rtol=1e-4, atol=1e-4)
     assert np.array_equal(one.view(np.uint32), two.view(np.uint32)), "splitting the GEMM changed bits"
     assert (outs[2] / "runtime" / "hg_threads_config.h").read_text().count("HG_THREADS_DEFAULT 2") == 1
@@ -94,11 +97,16 @@ def test_hg_threads_overrides_the_platform_at_run_time(builds, monkeypatch):
     x = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
     monkeypatch.setenv("HG_THREADS", "1")
     before = thread_count()
-    one = hetgen.load(outs[2]).run({"x": x})["y"]  # each load is a private copy: its own pool
+    # each load is a private copy with its own pool; held, since unloading one stops its workers
+    first = hetgen.load(outs[2])
+    one = first.run({"x": x})["y"]
     assert thread_count() == before, "HG_THREADS=1 still started a worker"
     monkeypatch.setenv("HG_THREADS", "3")
-    three = hetgen.load(outs[1]).run({"x": x})["y"]
+    second = hetgen.load(outs[1])
+    three = second.run({"x": x})["y"]
     assert thread_count() == before + 2, "HG_THREADS=3 did not start two workers in a threads: 1 build"
+    first.close()
+    second.close()
     assert np.array_equal(one.view(np.uint32), three.view(np.uint32))
 
 
