@@ -10,13 +10,16 @@ without solving it: for any weights `w` over the targets (non-negative, summing 
     makespan  >=  max over targets of load  >=  sum over targets of w[t] * load[t]
               >=  sum over nodes n of  min over targets t of  w[t] * time[n][t]
 
-where `time[n][t]` is the least per-node share of a candidate group of target t that holds n (a
-group's price shared evenly among its nodes: a placement's load on t is the sum of its groups'
-prices, never less than the sum of its nodes' shares). Any `w` gives a valid bound; the search
+where `time[n][t]` is the least share of n in a candidate group of target t that holds it (the
+shares of a group sum to its price, `node_times`: a placement's load on t, the sum of its groups'
+prices, is never less than the sum of its nodes' shares). Any `w` gives a valid bound; the search
 below looks for the weights that give the highest one, and whatever it finds is still a bound.
 
-With that bound, `best single device time / bound` is the most a placement can gain over the best
-single device, whatever the search, the lowering or a split of layers across devices would do.
+A placement that runs each node whole on one target (what the search chooses among) also waits
+for its longest dependency chain: `critical_path_bound`, each node at its least share anywhere.
+
+So `best single device time / bound` is the most a placement can gain over the best single
+device; with `makespan_bound` alone, even a split of layers across devices could not gain more.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ def node_times(space) -> np.ndarray:
     A group's price is shared among its nodes, the costliest alone first, each taking what it costs
     alone on that target while the price lasts (what a fused group saves falls on its cheap
     members, the activations and adds, not on its Conv); the rest, if any, in proportion. A member
-    with no group of its own on t is weighed by the least it costs alone anywhere. The shares sum to the price, so a placement's
-    load on t is never below the sum of its nodes' shares."""
+    with no group of its own on t is weighed by the least it costs alone anywhere. The shares sum
+    to the price, so a placement's load on t is never below the sum of its nodes' shares."""
     alone = np.full((len(space.graph.nodes), len(space.targets)), math.inf)
     for c in space.candidates:
         if len(c.nodes) == 1:
