@@ -10,8 +10,10 @@ that is what turns QDQ into its integer kernels (off, QDQ runs as float with fak
 hetgen lowers QDQ to integer kernels itself. Machines here are shared and noisy: all runs are
 interleaved and medians are quoted.
 
-`--npu PLATFORM` adds, for a platform with a simulated npu, the time the simulator counts on its
-devices (kernels, weight loads, copies) for the float32 and the int8 model, each placed by cost.
+`--npu PLATFORM` adds, for a platform with a simulated npu, the simulated time of one run of the
+float32 and of the int8 model, each placed by cost (`hetgen bench`'s simulated_us: the program
+replayed with its devices concurrent, each device's work as the simulator counts it, the
+controllers' kernels at their estimate), and how many groups went to the simulated devices.
 """
 
 from __future__ import annotations
@@ -123,8 +125,8 @@ def max_error_steps(library, model: onnx.ModelProto, session, feeds) -> float:
 
 
 def simulated(model: onnx.ModelProto, platform: str, out: Path) -> str:
-    """Device time the simulator counts for one run of `model` placed on `platform` by cost, and
-    how many of its groups went to the simulated devices."""
+    """The simulated time of one run of `model` placed on `platform` by cost (the whole program,
+    `SimulationReport.simulated_us`), and how many of its groups went to the simulated devices."""
     report = simulation_report(hetgen.compile(platform, model, out=out, native_only=True))
     devices = {device.path for device in report.devices}
     placed = sum(1 for group in report.groups if group.target in devices)
