@@ -41,7 +41,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from operator import itemgetter, ne
+from operator import itemgetter
 
 import numpy as np
 
@@ -56,7 +56,6 @@ MIN_BEAM = 16
 KEPT_BUDGET = 300_000  # states kept x live tensors over all steps: bounds a whole search's work (see run)
 MIN_BUDGET_BEAM = 4  # ... but a step may keep at least this many states
 WIDE_STEP = 8  # live tensors beyond which a budget-bound step skips dominance when over PRE_CUT * beam
-PAIRWISE_CLASS = 8  # classes of at most this many states are priced pair by pair, larger ones in arrays
 CACHE_LIMIT = 1 << 16  # entries a cache kept across steps may hold before it starts again
 
 
@@ -234,16 +233,16 @@ class ExactSearch:
         <= cost(B): following B's best continuation from A costs at most that much more. In order
         of cost, each state is checked against the first DOMINANCE_WINDOW states kept before it.
 
-        The sum is over the row of every (tensor, place) term, added in numpy's order (the arrays
-        of `_ArrayPenalties` and `pairwise_sum` give the same floats), so which states are kept
-        does not depend on how a class is priced: a few states pair by pair (only the tensors two
-        states hold differently can owe more), many in arrays.
+        A kept state's penalties against every later state come from one array operation when it
+        joins the window (each a row sum of the same numbers, so the same floats as one state at a
+        time), and the checks compare them in plain floats.
         """
         classes: dict[tuple[int, ...], list] = {}
         for key, value in states.items():
             classes.setdefault(key[1], []).append((value[0], key, value))
         kept: dict = {}
-        first = itemgetter(0)
+        places = len(self.space.paths)
+        owed_of, chain, first = self._owed, itertools.chain.from_iterable, itemgetter(0)
         for open_groups, members in classes.items():
             if len(members) == 1:
                 kept[members[0][1]] = members[0][2]
@@ -251,24 +250,28 @@ class ExactSearch:
             pending = self._pending_readers(open_groups)
             members.sort(key=first)
             tensors = tuple(map(first, members[0][1][0]))
-            # the members with these live tensors (same open groups: nearly all) are compared
+            relevant = [self._relevant(t, pending) for t in tensors]
+            # rows of `owed`: the members with these live tensors (same open groups: nearly all)
             matching = [k for k, (_, key, _) in enumerate(members) if tuple(map(first, key[0])) == tensors]
             row_of = {k: row for row, k in enumerate(matching)}
-            frontiers = [members[k][1][0] for k in matching]
-            owed_of = _OwedOf(self._owed, {t: self._relevant(t, pending) for t in tensors})
-            price = _pair_penalty if len(frontiers) <= PAIRWISE_CLASS else _ArrayPenalties
-            penalty = price(frontiers, owed_of, len(self.space.paths))
-            window: list[tuple[float, int]] = []  # (cost, row) of the first states kept
+            size = len(tensors) * places
+            owed = np.fromiter(
+                chain(chain(map(owed_of, members[k][1][0], relevant)) for k in row_of),
+                dtype=float,
+                count=len(row_of) * size,
+            ).reshape(len(row_of), size)
+            window: list[tuple[float, int, list[float]]] = []  # (cost, its row, penalties of the rows after)
             for k, (cost, key, value) in enumerate(members):
                 row = row_of.get(k)
                 if row is None:
                     kept[key] = value
                     continue
-                if any(window_cost + penalty(above, row) <= cost for window_cost, above in window):
+                if any(window_cost + penalties[row - after] <= cost for window_cost, after, penalties in window):
                     continue
                 kept[key] = value
                 if len(window) < DOMINANCE_WINDOW:
-                    window.append((cost, row))
+                    penalties = np.maximum(owed[row] - owed[row + 1 :], 0.0).sum(axis=1).tolist()
+                    window.append((cost, row + 1, penalties))
         return kept
 
     # -- the search -------------------------------------------------------------------------
@@ -418,94 +421,3 @@ def _live_width(space: SearchSpace, order: list[int]) -> int:
             live += t is not None and remaining[t] > 0
         widest = max(widest, live)
     return widest
-
-
-class _OwedOf(dict):
-    """Frontier entry -> `ExactSearch._owed` of it, for one class of states (the places that may
-    read each tensor fixed): the states share most entries, so each is looked up once."""
-
-    def __init__(self, owed, relevant: dict[int, int]):
-        super().__init__()
-        self.owed, self.relevant = owed, relevant
-
-    def __missing__(self, item) -> tuple[float, ...]:
-        owed = self[item] = self.owed(item, self.relevant[item[0]])
-        return owed
-
-
-def _pair_penalty(frontiers: list[tuple], owed_of: _OwedOf, places: int):
-    """penalty(a, b): the dominance penalty of frontier a over frontier b, from the terms of the
-    tensors they hold differently (the others are zero), summed by `pairwise_sum`."""
-
-    def penalty(a: int, b: int) -> float:
-        better, worse = frontiers[a], frontiers[b]
-        terms = []
-        for k in itertools.compress(range(len(better)), map(ne, better, worse)):
-            owed_better, owed_worse = owed_of[better[k]], owed_of[worse[k]]
-            for d in range(places):
-                extra = owed_better[d] - owed_worse[d]
-                if extra > 0.0:
-                    terms.append((k * places + d, extra))
-        return pairwise_sum(terms, 0, len(better) * places)
-
-    return penalty
-
-
-class _ArrayPenalties:
-    """penalty(a, b) for many frontiers: the owed terms of all of them as one array, and the
-    penalties of DOMINANCE_WINDOW rows at a time against every later row in one operation
-    (numpy sums each (a, b) row of terms the same way, whatever the array's other axes)."""
-
-    def __init__(self, frontiers: list[tuple], owed_of: _OwedOf, places: int):
-        index_of: dict = {}  # each distinct entry's row in `table`
-        entries = np.fromiter(
-            (index_of.setdefault(item, len(index_of)) for frontier in frontiers for item in frontier),
-            dtype=np.intp,
-            count=len(frontiers) * len(frontiers[0]),
-        )
-        table = np.array([owed_of[item] for item in index_of], dtype=float).reshape(len(index_of), places)
-        self.owed = table[entries].reshape(len(frontiers), len(frontiers[0]) * places)
-        self.rows: dict[int, tuple[int, list[float]]] = {}  # a -> (the first row its penalties are of, them)
-
-    def __call__(self, a: int, b: int) -> float:
-        found = self.rows.get(a)
-        if found is None:
-            block = self.owed[a : a + DOMINANCE_WINDOW, None, :] - self.owed[None, a + 1 :, :]
-            for offset, penalties in enumerate(np.maximum(block, 0.0).sum(axis=2).tolist()):
-                self.rows[a + offset] = (a + 1, penalties)
-            found = self.rows[a]
-        after, penalties = found
-        return penalties[b - after]
-
-
-def pairwise_sum(terms: list[tuple[int, float]], start: int, count: int) -> float:
-    """The sum of `count` numbers from position `start`, zero except `terms` ((position, value),
-    positions ascending, values positive), added in the order numpy's pairwise summation adds a
-    contiguous row (`np.add.reduce`, numpy/_core/src/umath/loops_utils.h.src): under 8 numbers one
-    by one; up to 128 in 8 interleaved lanes, the lanes summed as a tree, the rest one by one; more
-    in two halves. Adding a zero changes no partial sum here, so only the terms are added.
-    """
-    if len(terms) <= 1:
-        return terms[0][1] if terms else 0.0
-    if count < 8:
-        total = 0.0
-        for _, value in terms:
-            total += value
-        return total
-    if count <= 128:
-        unrolled = start + count - count % 8
-        lanes = [0.0] * 8
-        rest = []
-        for position, value in terms:
-            if position < unrolled:
-                lanes[(position - start) % 8] += value
-            else:
-                rest.append(value)
-        total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
-        for value in rest:
-            total += value
-        return total
-    half = count // 2
-    half -= half % 8
-    cut = bisect.bisect_left(terms, (start + half,))
-    return pairwise_sum(terms[:cut], start, half) + pairwise_sum(terms[cut:], start + half, count - half)
