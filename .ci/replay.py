@@ -11,7 +11,7 @@ runs in well under a minute per platform.
 
 from __future__ import annotations
 
-import filecmp
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +27,9 @@ def _cases() -> list[tuple[Path, Path]]:
 
 def snapshot(folder: Path) -> int:
     folder.mkdir(parents=True, exist_ok=True)
+    # build.ninja names the checkout and the output folder (it regenerates itself): the diff
+    # reads them back from here and compares with both replaced by placeholders.
+    (folder / _ROOTS).write_text(f"{REPO}\n{folder}\n")
     failures = 0
     for platform, model in _cases():
         out = folder / f"{platform.stem}__{model.stem}"
@@ -44,13 +47,24 @@ def snapshot(folder: Path) -> int:
     return 1 if failures else 0
 
 
+_ROOTS = "replay-roots.txt"
+_NINJA_CONTINUATION = re.compile(rb" ?\$\n +")
+
+
 def _files(root: Path) -> set[Path]:
-    return {path.relative_to(root) for path in root.rglob("*") if path.is_file()}
+    return {path.relative_to(root) for path in root.rglob("*") if path.is_file()} - {Path(_ROOTS)}
+
+
+def _normalised(snapshot: Path, relative: Path) -> bytes:
+    data = (snapshot / relative).read_bytes()
+    repo, folder = (snapshot / _ROOTS).read_text().split("\n")[:2]
+    data = data.replace(folder.encode(), b"<OUT>").replace(repo.encode(), b"<REPO>")
+    return _NINJA_CONTINUATION.sub(b" ", data)  # ninja_syntax wraps lines by their length
 
 
 def diff(old: Path, new: Path) -> int:
     old_files, new_files = _files(old), _files(new)
-    changed = sorted(p for p in old_files & new_files if not filecmp.cmp(old / p, new / p, shallow=False))
+    changed = sorted(p for p in old_files & new_files if _normalised(old, p) != _normalised(new, p))
     only_old, only_new = sorted(old_files - new_files), sorted(new_files - old_files)
     for path in changed:
         print(f"changed  {path}")
