@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from hetgen.errors import InternalError, PlatformError
+from hetgen.platform.device_attrs import check_device_attribute_types
 from hetgen.platform.expressions import ExpressionError, evaluate, expression_names
 from hetgen.platform.kind_parts import (
     FIGURE_KEYS,
@@ -136,6 +137,11 @@ def _merge(draft: KindDraft, parent: Kind | None, problems: Problems) -> Kind | 
         problems.add(draft.pos, f"{what} needs 'role' (controller, accelerator or composite) or 'refines'")
         return None
     attributes = _merge_attributes(draft, parent, problems)
+    if role is Role.ACCELERATOR:
+        declared = {
+            name: (attributes[name].type, draft.attributes[name].pos) for name in draft.attributes if name in attributes
+        }
+        check_device_attribute_types(draft.name, declared, problems)
     figures = {**(parent.figures if parent else {}), **draft.figures}
     memory = {**(parent.memory if parent else {}), **draft.memory}
     patterns = {p.label: p for p in (parent.patterns if parent else ())}
