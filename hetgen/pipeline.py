@@ -24,7 +24,7 @@ from hetgen.build.baremetal import check_board_fit
 from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project
 from hetgen.codegen.project import GeneratedFile
 from hetgen.errors import BuildError
-from hetgen.frontend.external_data import is_external, model_tensors
+from hetgen.frontend.external_data import is_external, load_external_data, model_tensors
 from hetgen.frontend.load import read_model
 from hetgen.ir import Graph
 from hetgen.lower.memory import check_graph_fits
@@ -161,7 +161,8 @@ def model_copy_files(model, limit: int = PROTOBUF_LIMIT) -> tuple[GeneratedFile,
         proto = onnx.ModelProto.FromString(data)
         if not any(is_external(t) for t in model_tensors(proto)):
             return (GeneratedFile(MODEL_COPY, data),)  # the user's bytes, unchanged
-        proto, _ = read_model(model)  # the frontend's reader: external data checked and loaded
+        proto, source = read_model(model)  # the frontend's reader: external data checked
+        load_external_data(proto, Path(model), source)  # one self-contained model, within the limit below
     else:
         proto = model
     if proto.ByteSize() <= limit:
