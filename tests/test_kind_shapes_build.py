@@ -107,3 +107,20 @@ def test_accepted_controller_kind_shape_builds_and_computes(shape: str, tmp_path
     feeds = random_inputs(hetgen.load(out).inputs, seed=5)
     expected = ort_session(proto.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(hetgen.load(out).run(feeds)["z"], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_accepted_composite_kind_from_scratch_builds_and_computes(tmp_path):
+    path = tmp_path / "platform.yaml"
+    path.write_text(
+        "name: board\nkinds:\n  box: {role: composite, doc: a card with its own controller}\n"
+        "target:\n  kind: native\n  devices:\n    card:\n      kind: box\n"
+        "      link: {bandwidth_gbps: 8, latency_us: 2}\n      host: {kind: native, runtime: graph}\n"
+        "      devices: {acc: {kind: npu, sram_kib: 64}}\n"
+    )
+    proto = model()
+    pins = {"add": "board/card/acc"}
+    out = hetgen.compile(str(path), proto, out=tmp_path / "out", pins=pins, native_only=True, opt=("-O1",), werror=True)
+    assert list((out / "board" / "card" / "acc" / "kernels").glob("*.c")), "the device got no kernel"
+    feeds = random_inputs(hetgen.load(out).inputs, seed=5)
+    expected = ort_session(proto.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(hetgen.load(out).run(feeds)["z"], expected, rtol=1e-6, atol=1e-6)
