@@ -136,6 +136,28 @@ def _read_into_proto(tensors: Iterator[onnx.TensorProto], folder: Path | None, s
         del tensor.external_data[:]
 
 
+def gather_external_data(proto: onnx.ModelProto, folder: Path, source: str, data_name: str) -> bytes:
+    """Point the proto's external initializers (in place) at one data file `data_name`, and return
+    that file's bytes: each tensor's bytes, 64-byte aligned, read straight from where `locate`
+    finds them. The model keeps its small message; the weights are read once, never serialised."""
+    external = [(t, locate(t, folder, source)) for t in proto.graph.initializer if is_external(t)]
+    offsets, size = [], 0
+    for _, where in external:
+        size += -size % 64  # aligned, as onnx and onnxruntime like to map it
+        offsets.append(size)
+        size += where.nbytes
+    data = bytearray(size)
+    for (tensor, where), offset in zip(external, offsets):
+        with where.path.open("rb") as stream:
+            stream.seek(where.offset)
+            stream.readinto(memoryview(data)[offset : offset + where.nbytes])
+        del tensor.external_data[:]
+        for key, value in (("location", data_name), ("offset", str(offset)), ("length", str(where.nbytes))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+    return bytes(data)
+
+
 def tensor_array(tensor: onnx.TensorProto, folder: Path | None, source: str) -> np.ndarray:
     """A tensor's value; external bytes are memory-mapped copy-on-write (a pass that writes into
     its constant gets private pages; the file is never changed), read only where they are used."""
