@@ -8,11 +8,13 @@ within a small, fixed amount of memory. The test model's data file is sparse: it
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 import time
+from contextlib import redirect_stdout
 
 import numpy as np
 import onnx
@@ -20,6 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from hetgen.cli import main
 from hetgen.errors import ModelError
 from hetgen.frontend import import_model
 from hetgen.frontend.external_data import IN_PROTO_LIMIT
@@ -116,6 +119,13 @@ def test_a_streamed_weight_is_mapped_and_builds_what_onnxruntime_computes(tmp_pa
     out = hetgen.compile("host", path, out=tmp_path / "out", opt=("-O1",))
     np.testing.assert_allclose(hetgen.load(out).run({"x": x})["y"], expected, rtol=1e-4, atol=1e-4)
     assert (tmp_path / "weights.bin").read_bytes() == before  # mapped copy-on-write: the file is untouched
+    # The copy verify compares with holds the large weight in its own data file, not in one protobuf.
+    assert (out / "model.onnx").stat().st_size < 64 << 10
+    assert (out / "model.onnx.data").stat().st_size >= weight.nbytes
+    (tmp_path / "weights.bin").unlink()  # verify must not need the user's files any more
+    with redirect_stdout(io.StringIO()) as printed:
+        assert main(["verify", str(out)]) == 0
+    assert "1 of 1 outputs match" in printed.getvalue()
 
 
 def test_external_bytes_that_do_not_match_the_declared_shape_are_refused(tmp_path):
