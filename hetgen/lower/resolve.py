@@ -43,12 +43,11 @@ def device_model(target: Target, planned_bytes: int) -> DeviceModel:
     that declares none of them gets DeviceModel's defaults. A device of unbounded local memory
     (`memory.local_bytes` null or not given) has exactly the `planned_bytes` its work needs."""
     attrs, defaults = target.attrs, DeviceModel(0.0, 0.0, 0)
-    dma_gbps = float(attrs.get("dma_gbps", target.figures.bandwidth_gbps or 1.0))
     macs = int(attrs.get("macs_per_cycle", defaults.mac_rows * defaults.mac_cols))
     rows = max(1, min(int(attrs.get("mac_rows", defaults.mac_rows)), macs))
     return DeviceModel(
         clock_mhz=clock_mhz(target),
-        dma_bytes_per_cycle=dma_gbps * 1e3 / clock_mhz(target),
+        dma_bytes_per_cycle=device_attrs.dma_bytes_per_cycle(attrs, target.figures.bandwidth_gbps),
         capacity=target.memory_bytes if target.memory_bytes is not None else planned_bytes,
         mac_rows=rows,
         mac_cols=max(1, macs // rows),

@@ -19,6 +19,7 @@ from hetgen.platform.schema import Problems
 
 UINT32_MAX = 2**32 - 1
 DEFAULT_CLOCK_MHZ = 1000.0  # a kind without `clock_mhz` counts cycles at 1 GHz
+MIN_BYTES_PER_CYCLE = 1e-6  # 2**40 bytes at this rate is 1.1e18 cycles: within a uint64_t counter
 
 
 def clock_mhz(attrs: Mapping[str, Any]) -> float:
@@ -88,10 +89,16 @@ def check_device_attribute_values(
     return ok
 
 
-def check_invoke_cycles(
-    what: str, attrs: Mapping[str, Any], launch_us: float, pos: SourcePos, problems: Problems
+def dma_bytes_per_cycle(attrs: Mapping[str, Any], bandwidth_gbps: float) -> float:
+    """The DMA engine's bytes a cycle: `dma_gbps` (else the kind's bandwidth figure) at its clock."""
+    return float(attrs.get("dma_gbps", bandwidth_gbps or 1.0)) * 1e3 / clock_mhz(attrs)
+
+
+def check_device_rates(
+    what: str, attrs: Mapping[str, Any], launch_us: float, bandwidth_gbps: float, pos: SourcePos, problems: Problems
 ) -> None:
-    """The cycles an invocation counts must fit the simulator's uint32_t."""
+    """What the simulator derives from the figures must fit it: an invocation's cycles its
+    uint32_t, and a transfer's cycles (bytes / bytes a cycle) its uint64_t counters."""
     cycles = invoke_cycles(attrs, launch_us)
     if "invoke_cycles" not in attrs and cycles > UINT32_MAX:
         problems.add(
@@ -99,3 +106,11 @@ def check_invoke_cycles(
             f"{what}: launch_us {launch_us:g} at {clock_mhz(attrs):g} MHz is {cycles} cycles an invocation, past the "
             f"{UINT32_MAX} its simulated device counts; lower launch_us or clock_mhz",
         )
+    rates = {"DMA": dma_bytes_per_cycle(attrs, bandwidth_gbps), "SRAM": attrs.get("sram_bytes_per_cycle")}
+    for name, rate in rates.items():
+        if rate is not None and rate < MIN_BYTES_PER_CYCLE:
+            problems.add(
+                pos,
+                f"{what}: its {name} moves {rate:g} bytes a cycle at {clock_mhz(attrs):g} MHz; its simulated device "
+                f"counts at least {MIN_BYTES_PER_CYCLE:g} (a terabyte's cycles must fit 64 bits)",
+            )

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetgen.names import MAX_IDENTIFIER
-from hetgen.platform.device_attrs import check_device_attribute_values, check_invoke_cycles
+from hetgen.platform.device_attrs import check_device_attribute_values, check_device_rates
 from hetgen.platform.expressions import ExpressionError, evaluate
 from hetgen.platform.kind_parts import ALL_FIGURE_KEYS, MAC_FIGURES, MEMORY_KEYS, NODE_KEYS, parse_toolchain
 from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
@@ -108,7 +108,7 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
     else:
         figures = _figures(body, kind, attrs, what, problems)
         if figures is not None and kind.role is Role.ACCELERATOR:
-            check_invoke_cycles(what, attrs, figures.launch_us, body.pos, problems)
+            check_device_rates(what, attrs, figures.launch_us, figures.bandwidth_gbps, body.pos, problems)
         memory = {key: _memory(kind, key, attrs, body, what, problems) for key in MEMORY_KEYS}
     if len(problems) != before:
         return None
