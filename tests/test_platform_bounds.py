@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from hetgen.errors import PlatformError
-from hetgen.platform import load_platform_text
+from hetgen.platform import load_platform, load_platform_text
 from hetgen.platform.expressions import MAX_MAGNITUDE, ExpressionError, evaluate
 
 # Each took seconds to minutes (or raised OverflowError, exit 3) before evaluation was bounded.
@@ -97,3 +97,58 @@ def test_numbers_of_hundreds_of_digits_are_refused_not_overflowed(where: str):
     node = "{kind: npu, " + where.replace("BIG", "9" * 400) + "}"
     with pytest.raises(PlatformError, match=r"must be at most 1e\+30 in magnitude"):
         load_platform_text(f"name: b\ntarget:\n  kind: native\n  devices:\n    n: {node}\n", file="t.yaml")
+
+
+def _kind_with_templates(folder: str) -> str:
+    return (
+        "name: board\nkinds:\n  dsp:\n    role: accelerator\n"
+        "    figures: {peak_gflops: 4, bandwidth_gbps: 4, launch_us: 3}\n"
+        f"    templates: {folder}\n"
+        "    patterns: [{label: add, chain: [Add]}]\n"
+        "target: {kind: native, devices: {dsp0: dsp}}\n"
+    )
+
+
+def _a_file(root):
+    (root / "t").write_text("x")
+
+
+def _no_templates(root):
+    (root / "t" / "kernels").mkdir(parents=True)
+
+
+def _a_model_template(root):  # only kernel templates are rendered with a kind's folder first
+    (root / "t").mkdir()
+    (root / "t" / "model.c.j2").write_text("")
+
+
+def _a_huge_folder(root):
+    for index in range(1001):
+        (root / "t" / f"d{index}").mkdir(parents=True)
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (_a_file, "is not a folder"),
+        (_no_templates, "holds no templates (*.j2)"),
+        (_a_model_template, "'t/model.c.j2' overrides no template of hetgen"),
+        (_a_huge_folder, "holds more than 1000 files and folders"),
+    ],
+)
+def test_a_templates_folder_that_would_be_ignored_is_refused_at_its_line(tmp_path, make, expected):
+    make(tmp_path)
+    path = tmp_path / "platform.yaml"
+    path.write_text(_kind_with_templates("t"))
+    with pytest.raises(PlatformError) as caught:
+        load_platform(str(path))
+    assert str(caught.value).startswith(f"{path}:6:16: 'templates' of kind 'dsp': "), caught.value
+    assert expected in str(caught.value)
+
+
+def test_a_templates_folder_of_kernel_overrides_is_accepted(tmp_path):
+    (tmp_path / "t" / "kernels").mkdir(parents=True)
+    (tmp_path / "t" / "kernels" / "elementwise.c.j2").write_text("")
+    path = tmp_path / "platform.yaml"
+    path.write_text(_kind_with_templates("t"))
+    assert load_platform(str(path)).target("board/dsp0").kind.templates == str((tmp_path / "t").resolve())

@@ -34,7 +34,9 @@ def check_templates_folder(base: Path, folder: str, pos: SourcePos, what: str, p
         return None
     names = _template_names(path)
     if names is None:
-        problems.add(pos, f"{what}: '{folder}' ({path}) holds more than {MAX_FILES} files; is it the right folder?")
+        problems.add(
+            pos, f"{what}: '{folder}' ({path}) holds more than {MAX_FILES} files and folders; is it the right folder?"
+        )
         return None
     shipped = shipped_templates()
     stray = sorted(name for name in names if name not in shipped)
@@ -54,8 +56,8 @@ def check_templates_folder(base: Path, folder: str, pos: SourcePos, what: str, p
 def _template_names(root: Path) -> list[str] | None:
     """Every template under `root` by its '/'-separated relative name; None past MAX_FILES."""
     names, seen = [], 0
-    for folder, _, files in os.walk(root):  # symlinked folders are not followed: no cycles
-        seen += len(files)
+    for folder, folders, files in os.walk(root):  # symlinked folders are not followed: no cycles
+        seen += len(files) + len(folders)
         if seen > MAX_FILES:
             return None
         names += [Path(folder, f).relative_to(root).as_posix() for f in files if f.endswith(TEMPLATE_SUFFIX)]
