@@ -24,7 +24,7 @@ from hetgen.build.baremetal import check_board_fit
 from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project
 from hetgen.codegen.project import GeneratedFile
 from hetgen.errors import BuildError
-from hetgen.frontend.external_data import is_external, model_tensors
+from hetgen.frontend.external_data import gather_external_data, is_external, model_folder, model_tensors
 from hetgen.frontend.load import read_model
 from hetgen.ir import Graph
 from hetgen.lower.memory import check_graph_fits
@@ -154,14 +154,20 @@ EXTERNAL_THRESHOLD = 1024  # tensors at least this large go to the data file of 
 
 
 def model_copy_files(model, limit: int = PROTOBUF_LIMIT) -> tuple[GeneratedFile, ...]:
-    """The model as verify and bench read it: one self-contained file, with any external data
-    embedded; a model too large for one protobuf keeps its tensors in `model.onnx.data` beside it."""
+    """The model as verify and bench read it, independent of the user's files: small external
+    tensors embedded, large ones (external_data.IN_PROTO_LIMIT) copied from their files into
+    `model.onnx.data` beside it; an in-memory model too large for one protobuf keeps its tensors there too."""
     if isinstance(model, (str, Path)):
         data = Path(model).read_bytes()
         proto = onnx.ModelProto.FromString(data)
         if not any(is_external(t) for t in model_tensors(proto)):
             return (GeneratedFile(MODEL_COPY, data),)  # the user's bytes, unchanged
-        proto, _ = read_model(model)  # the frontend's reader: external data checked and loaded
+        proto, source = read_model(model)  # the frontend's reader: small external tensors read in
+        if not any(is_external(t) for t in proto.graph.initializer):
+            return (GeneratedFile(MODEL_COPY, proto.SerializeToString()),)
+        data_name = f"{MODEL_COPY}.data"  # the large ones: copied from their files, not through protobuf
+        data = gather_external_data(proto, model_folder(model), source, data_name)
+        return GeneratedFile(MODEL_COPY, proto.SerializeToString()), GeneratedFile(data_name, data)
     else:
         proto = model
     if proto.ByteSize() <= limit:

@@ -207,6 +207,7 @@ SHIPPED_PLATFORMS = Path(hetgen.__file__).resolve().parent.parent / "platforms"
 # Words a careless edit or a hostile file puts where a value was.
 YAML_TOKENS = (b"-1", b"0", b"1e400", b".inf", b".nan", b"null", b"[]", b"{}", b"*x", b"&x", b"~", b"'", b"9" * 30)
 YAML_TOKENS += (b"!!python/object:os.system", b"{a: *a}", b"<<: 3", b"\t", b"\n  - ", b"npu", b"vm", b"2 ** 64", b"1/0")
+YAML_TOKENS += (b"'(10**64)**64'", b"'((9**64)**64)**64'", b"'(0-8)**0.5'", b"Conv2d", b"./no/such/dir", b"9" * 400)
 
 
 def small_model() -> bytes:
@@ -278,6 +279,8 @@ def test_mutated_models_never_crash_hetgen(tmp_path):
 @pytest.mark.parametrize("name", ["soc", "dual"])
 def test_mutated_platform_files_never_crash_hetgen(tmp_path, name):
     rng, base = random.Random(name), (SHIPPED_PLATFORMS / f"{name}.yaml").read_bytes()
+    # The copy lives in tmp_path: a templates folder relative to the shipped file must still exist.
+    base = base.replace(b"../templates/", str(SHIPPED_PLATFORMS.parent / "templates").encode() + b"/")
     outcomes = {0: 0, 1: 0}
     for _ in range(150):
         case = tmp_path / f"{name}.yaml"

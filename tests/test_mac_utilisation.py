@@ -47,7 +47,6 @@ kinds:
       sram_kib: {type: int, default: 512, minimum: 1, doc: "Local memory in KiB."}
     figures: {peak_gflops: 512, bandwidth_gbps: 8, launch_us: 2, command_us: 0.05}
     memory: {local_bytes: "sram_kib * 1024"}
-    templates: npu
     patterns:
       - {label: conv2d, chain: [Conv], where: {dtype: float32, fits_memory: true}, efficiency: 1.0}
 target:

@@ -31,6 +31,7 @@ import onnx
 
 from hetgen.frontend import bounded, check, cleanup, contrib_quant, convert, functions, load, qdq, resolve, rewrite
 from hetgen.frontend.export import export_onnx
+from hetgen.frontend.external_data import model_folder
 from hetgen.frontend.fold_batchnorm import fold_batchnorm
 from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
 from hetgen.frontend.work import to_graph
@@ -55,7 +56,8 @@ def import_model(
     proto, source = load.read_model(model)
     load.check_model(proto, source)
     prepared = functions.expand_functions(load.prepare(proto, source, shapes), source)
-    work = convert.to_work(convert.infer_onnx_shapes(prepared), source, c_identifier(name, "model") if name else None)
+    graph_name = c_identifier(name, "model") if name else None
+    work = convert.to_work(convert.infer_onnx_shapes(prepared), source, graph_name, model_folder(model))
     contrib_quant.expand_contrib(work)
     resolve.resolve(work)
     cleanup.remove_identities(work)

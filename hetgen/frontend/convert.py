@@ -6,10 +6,12 @@ what it leaves unknown is filled node by node later (see `resolve`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
+from hetgen.frontend.external_data import tensor_array
 from hetgen.frontend.work import DEFAULT_DOMAINS, ValueType, Work, WorkNode, attr_value
 from hetgen.names import c_identifier
 
@@ -43,10 +45,11 @@ def value_type(vi: onnx.ValueInfoProto) -> ValueType | None:
     return ValueType(tensor.elem_type, tuple(dims))
 
 
-def to_work(proto: onnx.ModelProto, source: str, name: str | None) -> Work:
+def to_work(proto: onnx.ModelProto, source: str, name: str | None, folder: Path | None = None) -> Work:
+    """`folder`: where the model's external initializers are (external_data.model_folder)."""
     graph = proto.graph
     opsets = {("" if o.domain in DEFAULT_DOMAINS else o.domain): o.version for o in proto.opset_import}
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    constants = {t.name: tensor_array(t, folder, source) for t in graph.initializer}
     types: dict[str, ValueType] = {}
     for vi in (*graph.input, *graph.value_info, *graph.output):
         found = value_type(vi)

@@ -14,7 +14,7 @@ import onnx
 from onnx import helper
 
 from hetgen.errors import ModelError
-from hetgen.frontend.external_data import model_tensors
+from hetgen.frontend.external_data import is_external, model_tensors
 
 T = onnx.TensorProto
 # Element types packed below one byte per element, and those without a fixed size: not checked here.
@@ -85,6 +85,8 @@ def _check_tensor(tensor: onnx.TensorProto, source: str) -> None:
     declared = f"declares shape {dims} of {type_label(tensor.data_type)}, {nbytes} bytes"
     if nbytes > MAX_TENSOR_BYTES:
         raise ModelError(f"{where} {declared}, more than any 64-bit target can address")
+    if is_external(tensor):
+        return  # its file's bytes were checked against the shape where it was found (external_data.locate)
     if tensor.HasField("raw_data") or tensor.raw_data:
         if len(tensor.raw_data) != nbytes:
             raise ModelError(f"{where} {declared}, but carries {len(tensor.raw_data)} bytes")

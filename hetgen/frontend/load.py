@@ -16,7 +16,13 @@ import onnx
 from onnx import helper
 
 from hetgen.errors import ModelError
-from hetgen.frontend.external_data import is_external, load_external_data, model_tensors
+from hetgen.frontend.external_data import (
+    checker_view,
+    is_external,
+    load_external_data,
+    model_tensors,
+    resolve_external_data,
+)
 from hetgen.frontend.integrity import check_tensor_data, check_text, check_wiring
 from hetgen.frontend.work import DEFAULT_DOMAINS
 from hetgen.ir import DType
@@ -61,7 +67,7 @@ def read_model(model: str | Path | onnx.ModelProto) -> tuple[onnx.ModelProto, st
     if not proto.HasField("graph") or not proto.opset_import:
         raise ModelError(f"{path}: not an ONNX model (no graph or no opset_import); was the file truncated?")
     check_text(proto, str(path))
-    load_external_data(proto, path, str(path))
+    resolve_external_data(proto, path, str(path))  # initializers stay external: see external_data
     return proto, str(path)
 
 
@@ -77,7 +83,7 @@ def check_model(proto: onnx.ModelProto, source: str) -> None:
     check_tensor_data(proto, source)
     check_wiring(proto.graph, source)
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(checker_view(proto))  # external weights stay in their file
     except onnx.checker.ValidationError as exc:
         message = " ".join(str(exc).split())  # onnx prints the offending node over several lines
         raise ModelError(f"{source}: the onnx checker rejects the model: {message}") from None

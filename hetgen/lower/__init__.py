@@ -298,7 +298,9 @@ def _lower(
                 inputs=tensor_specs(graph.inputs, graph) if role is ProgramRole.ROOT else (),
                 outputs=tensor_specs(graph.outputs, graph) if role is ProgramRole.ROOT else (),
                 devices=tuple(device.path_str for device in schedule.devices.get(target, ())),
-                device_model=device_model(target) if role is ProgramRole.ACCELERATOR else None,
+                device_model=device_model(target, plans[target].arena_size)
+                if role is ProgramRole.ACCELERATOR
+                else None,
                 counted_link=counted_link(composites[target]) if target in composites else None,
                 estimated_us=estimates.get(target.path_str, 0.0),
                 sram_size=sram_sizes.get(target, 0),

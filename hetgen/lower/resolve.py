@@ -29,25 +29,26 @@ from hetgen.lower.program import (
 )
 from hetgen.lower.schedule import SCall, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym
 from hetgen.lower.work import dma_work
+from hetgen.platform import device_attrs
 from hetgen.platform.model import Role, Target
 from hetgen.spec import KernelTable
 
 
 def clock_mhz(target: Target) -> float:
-    return float(target.attrs.get("clock_mhz", 1000))
+    return device_attrs.clock_mhz(target.attrs)
 
 
-def device_model(target: Target) -> DeviceModel:
+def device_model(target: Target, planned_bytes: int) -> DeviceModel:
     """The simulator's parameters from the kind's attributes (hetgen/platform/kinds/npu.yaml); a kind
-    that declares none of them gets DeviceModel's defaults."""
+    that declares none of them gets DeviceModel's defaults. A device of unbounded local memory
+    (`memory.local_bytes` null or not given) has exactly the `planned_bytes` its work needs."""
     attrs, defaults = target.attrs, DeviceModel(0.0, 0.0, 0)
-    dma_gbps = float(attrs.get("dma_gbps", target.figures.bandwidth_gbps or 1.0))
     macs = int(attrs.get("macs_per_cycle", defaults.mac_rows * defaults.mac_cols))
     rows = max(1, min(int(attrs.get("mac_rows", defaults.mac_rows)), macs))
     return DeviceModel(
         clock_mhz=clock_mhz(target),
-        dma_bytes_per_cycle=dma_gbps * 1e3 / clock_mhz(target),
-        capacity=target.memory_bytes or 0,
+        dma_bytes_per_cycle=device_attrs.dma_bytes_per_cycle(attrs, target.figures.bandwidth_gbps),
+        capacity=target.memory_bytes if target.memory_bytes is not None else planned_bytes,
         mac_rows=rows,
         mac_cols=max(1, macs // rows),
         vector_lanes=int(attrs.get("vector_lanes", defaults.vector_lanes)),
@@ -55,7 +56,7 @@ def device_model(target: Target) -> DeviceModel:
         dma_setup_cycles=int(attrs.get("dma_setup_cycles", defaults.dma_setup_cycles)),
         command_cycles=int(attrs.get("command_cycles", defaults.command_cycles)),
         # A kind without the attribute prices its invocations with its launch_us figure: the same event.
-        invoke_cycles=int(attrs.get("invoke_cycles", round(target.figures.launch_us * clock_mhz(target)))),
+        invoke_cycles=device_attrs.invoke_cycles(attrs, target.figures.launch_us),
         **link_cycles(target),
         int8_mac_cols=max(1, int(attrs.get("int8_macs_per_cycle", macs)) // rows),
     )

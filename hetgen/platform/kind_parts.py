@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hetgen.platform.kind_templates import check_templates_folder
 from hetgen.platform.model import FrozenMap, Pattern, PatternStep, Role, SourcePos
 from hetgen.platform.schema import (
     ATTRIBUTE_TYPES,
@@ -127,7 +129,7 @@ def _parse_kind(key: YScalar, node: YNode, problems: Problems, base: Path, built
             draft.toolchain = parse_toolchain(value, field_what, problems)
         elif name.value == "templates":
             folder = read_str(value, field_what, problems)
-            draft.templates = str((base / folder).resolve()) if folder else None
+            draft.templates = check_templates_folder(base, folder, value.pos, field_what, problems) if folder else None
         elif name.value == "patterns":
             draft.patterns = _parse_patterns(value, what, problems)
     return draft
@@ -274,14 +276,46 @@ def _parse_step(node: YNode, what: str, problems: Problems) -> PatternStep | Non
         return None
     optional = text.endswith("?")
     ops = tuple(op.strip() for op in text.removesuffix("?").split("|"))
-    if ops == ("*",) or all(_OP_NAME.match(op) for op in ops):
-        return PatternStep(ops, optional)
-    problems.add(
-        node.pos,
-        f"step '{text}' of {what} is not accepted; write an operator name ('Conv'), alternatives "
-        "('Relu|Clip'), either with a trailing '?' if optional, or '*' for any supported operator",
+    if ops != ("*",) and not all(_OP_NAME.match(op) for op in ops):
+        problems.add(
+            node.pos,
+            f"step '{text}' of {what} is not accepted; write an operator name ('Conv'), alternatives "
+            "('Relu|Clip'), either with a trailing '?' if optional, or '*' for any supported operator",
+        )
+        return None
+    unknown = [op for op in ops if op != "*" and op not in _graph_ops()]
+    for op in unknown:
+        problems.add(node.pos, f"step '{text}' of {what}: {_unknown_op(op)}")
+    return None if unknown else PatternStep(ops, optional)
+
+
+def _unknown_op(op: str) -> str:
+    """Why a pattern naming `op` could never match, and the near miss."""
+    hint = close_match(op, _graph_ops())
+    if op in _onnx_ops():
+        return (
+            f"hetgen's graphs never hold '{op}' (it is not compiled, or is compiled as its ONNX function body), "
+            f"so the pattern could never match{hint}"
+        )
+    return (
+        f"'{op}' is not an ONNX operator hetgen compiles{hint}; a step names an operator as in the model (Conv, MatMul)"
     )
-    return None
+
+
+@lru_cache(maxsize=1)
+def _graph_ops() -> frozenset[str]:
+    """The operators a graph can hold after import: those hetgen lowers. Imported when first
+    needed, as the predicates are: the operator registry sits in a later stage."""
+    from hetgen.ops.registry import OPS
+
+    return frozenset(OPS)
+
+
+@lru_cache(maxsize=1)
+def _onnx_ops() -> frozenset[str]:
+    import onnx
+
+    return frozenset(schema.name for schema in onnx.defs.get_all_schemas_with_history())
 
 
 def _parse_where(node: YNode | None, what: str, problems: Problems) -> FrozenMap | None:

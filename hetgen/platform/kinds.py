@@ -13,7 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from hetgen.errors import InternalError, PlatformError
-from hetgen.platform.expressions import ExpressionError, expression_names
+from hetgen.platform.device_attrs import check_device_attribute_types
+from hetgen.platform.expressions import ExpressionError, evaluate, expression_names
 from hetgen.platform.kind_parts import (
     FIGURE_KEYS,
     NODE_KEYS,
@@ -136,6 +137,11 @@ def _merge(draft: KindDraft, parent: Kind | None, problems: Problems) -> Kind | 
         problems.add(draft.pos, f"{what} needs 'role' (controller, accelerator or composite) or 'refines'")
         return None
     attributes = _merge_attributes(draft, parent, problems)
+    if role is Role.ACCELERATOR:
+        declared = {
+            name: (attributes[name].type, draft.attributes[name].pos) for name in draft.attributes if name in attributes
+        }
+        check_device_attribute_types(draft.name, declared, problems)
     figures = {**(parent.figures if parent else {}), **draft.figures}
     memory = {**(parent.memory if parent else {}), **draft.memory}
     patterns = {p.label: p for p in (parent.patterns if parent else ())}
@@ -181,11 +187,15 @@ def _check_role_rules(draft: KindDraft, role: Role, figures, patterns, problems:
 
 def _check_formulas(draft: KindDraft, formulas, attributes: Mapping[str, AttrSpec], problems: Problems) -> None:
     numeric = sorted(name for name, spec in attributes.items() if spec.type in NUMERIC_TYPES)
+    defaults = {name: attributes[name].default for name in numeric if attributes[name].default is not None}
     for key, value in formulas.items():
-        if not isinstance(value, str) or key not in draft.formula_pos:
+        if value is None or key not in draft.formula_pos:
             continue  # inherited formulas were checked on the parent, whose attributes we keep
         try:
-            unknown = sorted(expression_names(value) - set(numeric))
+            unknown = sorted(expression_names(value) - set(numeric)) if isinstance(value, str) else []
+            if not unknown and (not isinstance(value, str) or expression_names(value) <= set(defaults)):
+                # A bomb or an overflow is refused here, at its own position, not at each target.
+                evaluate(value, defaults)
         except ExpressionError as exc:
             problems.add(draft.formula_pos[key], f"'{key}' of kind '{draft.name}': {exc}")
             continue

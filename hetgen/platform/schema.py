@@ -21,6 +21,9 @@ from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 ATTRIBUTE_TYPES = ("int", "float", "str", "bool", "list[str]")
+# The largest number a platform file may give: no size, rate or figure comes near it, and every
+# later step (float(), C literals, cost arithmetic) stays exact and fast below it.
+MAX_NUMBER = 1e30
 
 
 class Problems:
@@ -148,6 +151,9 @@ def read_number(
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
     if not ok or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
         problems.add(node.pos, f"{what} must be {'an integer' if integer else 'a number'}, not {describe(node)}")
+        return None
+    if abs(value) > MAX_NUMBER:  # an int of hundreds of digits would overflow float() below
+        problems.add(node.pos, f"{what} must be at most {MAX_NUMBER:g} in magnitude")
         return None
     if minimum is not None and value < minimum:
         problems.add(node.pos, f"{what} must be at least {minimum:g}, not {value}")

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetgen.names import MAX_IDENTIFIER
+from hetgen.platform.device_attrs import check_device_attribute_values, check_device_rates
 from hetgen.platform.expressions import ExpressionError, evaluate
 from hetgen.platform.kind_parts import ALL_FIGURE_KEYS, MAC_FIGURES, MEMORY_KEYS, NODE_KEYS, parse_toolchain
 from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
@@ -43,6 +44,7 @@ _ROLE_KEYS = {  # the node keys each role may use (besides `link`, on devices)
 }
 LINK_KEYS = ("bandwidth_gbps", "latency_us")
 HOST_NAME = "host"
+MAX_MEMORY_BYTES = 2**64 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +84,9 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
     before = len(problems)
     _check_role(body, kind, place, what, problems)
     attrs = _attributes(body, kind, what, problems)
+    if attrs is not None and kind.role is Role.ACCELERATOR:
+        where = {name: (body.get(name) or body).pos for name in attrs}  # a default: the node that took it
+        check_device_attribute_values(what, attrs, where, problems)
     link = _link(body.get("link"), what, problems) if body.get("link") is not None else None
 
     host = toolchain = None
@@ -102,6 +107,8 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
         figures, memory = host.figures, {}
     else:
         figures = _figures(body, kind, attrs, what, problems)
+        if figures is not None and kind.role is Role.ACCELERATOR:
+            check_device_rates(what, attrs, figures.launch_us, figures.bandwidth_gbps, body.pos, problems)
         memory = {key: _memory(kind, key, attrs, body, what, problems) for key in MEMORY_KEYS}
     if len(problems) != before:
         return None
@@ -291,6 +298,9 @@ def _memory(kind: Kind, key: str, attrs: Mapping[str, Any], body: YMap, what: st
         return None
     if size <= 0:
         problems.add(body.pos, f"the memory size '{key}' of {what} is {size:g} bytes; it must be positive")
+        return None
+    if size > MAX_MEMORY_BYTES:  # the generated C holds sizes in uint64_t
+        problems.add(body.pos, f"the memory size '{key}' of {what} is {size:g} bytes; at most 2**64 - 1")
         return None
     return int(size)
 
