@@ -1,19 +1,26 @@
 """A Python peer that speaks hetgen's device transport byte-exactly (templates/runtime/hg_transport.h),
 to inject faults the real peers never make.
 
-As a module: frame encoding and decoding, a client for a real device server. As a program, a fake
-device server on stdin/stdout that a root program starts through `exec:`:
+As a module: frame encoding and decoding, the handshake's proofs (Python's hmac and hashlib, the
+independent check of templates/runtime/hg_auth.c), a client for a real device server. As a program,
+a fake device server on stdin/stdout that a root program starts through `exec:`:
 
     python transport_peer.py silent              reads requests, never answers
     python transport_peer.py bad-crc             answers the hello with a wrong CRC
     python transport_peer.py truncated           answers the hello with half a frame, then exits
     python transport_peer.py version             answers the hello in protocol version 99
+    python transport_peer.py trickle MS          answers the hello whole and correct, one byte every MS ms
+    python transport_peer.py oversize            answers the hello with a header declaring 2 GiB
+    python transport_peer.py wrong-key           answers the hello with a proof made with another key
+    python transport_peer.py escape              refuses the hello with terminal escape sequences
     python transport_peer.py kill-after N CMD..  relays to the real server CMD, and kills it (SIGKILL)
                                                  when request N arrives, before it can answer
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import signal
 import struct
@@ -23,9 +30,10 @@ import time
 import zlib
 
 MAGIC = 0x50544748
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct("<IHHIII")  # magic, version, type, sequence, length, crc
-HELLO, ALLOC, COPY_IN, COPY_OUT, INVOKE, WAIT, RESET, ERROR, REPLY = 1, 2, 3, 4, 5, 6, 7, 0x7F, 0x80
+HELLO, ALLOC, COPY_IN, COPY_OUT, INVOKE, WAIT, RESET, AUTH, ERROR, REPLY = 1, 2, 3, 4, 5, 6, 7, 8, 0x7F, 0x80
+NONCE = 32
 
 HG_OK, HG_ERR_ARGUMENT, HG_ERR_CAPACITY = 0, -1, -4
 
@@ -55,11 +63,31 @@ def read_frame(stream) -> tuple[int, int, int, bytes]:
     return version, kind, sequence, payload
 
 
+def proof(key: bytes, role: str, client_nonce: bytes, server_nonce: bytes, plan_hash: bytes, name: bytes) -> bytes:
+    """The handshake's proof of "server" or "client" (hg_auth.h: hg_handshake_proof)."""
+    label = {"server": b"hgtp2 server", "client": b"hgtp2 client"}[role]
+    transcript = client_nonce + server_nonce + plan_hash + struct.pack("<IB", VERSION, len(name)) + name
+    return hmac.new(key, label + transcript, hashlib.sha256).digest()
+
+
+def hello_payload(client_nonce: bytes, plan_hash: bytes, name: bytes) -> bytes:
+    return struct.pack("<I", VERSION) + client_nonce + plan_hash + name
+
+
+class Refused(Exception):
+    """The server sent an error frame (and closes): its code and text."""
+
+    def __init__(self, code: int, text: bytes):
+        super().__init__(f"refused ({code}): {text!r}")
+        self.code, self.text = code, text
+
+
 class Client:
     """Requests to a real device server over a pair of binary streams."""
 
-    def __init__(self, reader, writer):
+    def __init__(self, reader, writer, key: bytes = b"", plan_hash: bytes = b"\0" * 32, name: bytes = b"vdevice0"):
         self.reader, self.writer, self.sequence = reader, writer, 0
+        self.key, self.plan_hash, self.name = key, plan_hash, name
 
     def send(self, data: bytes) -> None:
         self.writer.write(data)
@@ -70,21 +98,39 @@ class Client:
         self.sequence += 1
         self.send(frame(kind, self.sequence, payload))
         _, reply_kind, sequence, body = read_frame(self.reader)
+        if reply_kind == ERROR:
+            (code,) = struct.unpack("<i", body[:4])
+            raise Refused(code, body[4:].rstrip(b"\0"))
         assert (reply_kind, sequence) == (REPLY | kind, self.sequence), (reply_kind, sequence)
         (status,) = struct.unpack("<i", body[:4])
         return status, body[4:]
 
-    def hello(self) -> tuple[int, int, int]:
-        """(version, memory_size, num_programs) the server reports."""
-        status, body = self.call(HELLO, struct.pack("<I", VERSION) + b"test")
+    def challenge(self, client_nonce: bytes | None = None) -> tuple[bytes, bytes, bytes]:
+        """Send the hello; (client nonce, server nonce, server proof) of the reply."""
+        client_nonce = os.urandom(NONCE) if client_nonce is None else client_nonce
+        status, body = self.call(HELLO, hello_payload(client_nonce, self.plan_hash, self.name))
+        assert status == HG_OK and len(body) == 4 + NONCE + 32, (status, body)
+        return client_nonce, body[4 : 4 + NONCE], body[4 + NONCE :]
+
+    def hello(self) -> tuple[int, int]:
+        """The whole handshake, checking the server's proof; (memory_size, num_programs) it reports."""
+        client_nonce, server_nonce, server_proof = self.challenge()
+        expected = proof(self.key, "server", client_nonce, server_nonce, self.plan_hash, self.name)
+        assert hmac.compare_digest(server_proof, expected), "the server does not hold the key"
+        mine = proof(self.key, "client", client_nonce, server_nonce, self.plan_hash, self.name)
+        status, body = self.call(AUTH, mine)
         assert status == HG_OK
-        return struct.unpack("<IQI", body)
+        return struct.unpack("<QI", body)
 
 
-def _serve_fault(mode: str) -> None:
+def _serve_fault(mode: str, argument: str = "") -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    _, _, sequence, _ = read_frame(stdin)
-    hello = struct.pack("<iIQI", HG_OK, VERSION, 0, 0)
+    _, _, sequence, request = read_frame(stdin)
+    client_nonce, plan_hash, name = request[4 : 4 + NONCE], request[4 + NONCE : 4 + 2 * NONCE], request[4 + 2 * NONCE :]
+    server_nonce = os.urandom(NONCE)
+    other_key = os.urandom(32)
+    hello = struct.pack("<iI", HG_OK, VERSION) + server_nonce
+    hello += proof(other_key, "server", client_nonce, server_nonce, plan_hash, name)
     if mode == "silent":
         while stdin.read(1):
             pass
@@ -95,6 +141,18 @@ def _serve_fault(mode: str) -> None:
         stdout.write(frame(REPLY | HELLO, sequence, hello)[:-5])
     elif mode == "version":
         stdout.write(frame(REPLY | HELLO, sequence, hello, version=99))
+    elif mode == "trickle":
+        for byte in frame(REPLY | HELLO, sequence, hello):
+            stdout.write(bytes([byte]))
+            stdout.flush()
+            time.sleep(int(argument) / 1000)
+    elif mode == "oversize":
+        stdout.write(frame(REPLY | HELLO, sequence, hello)[:12] + struct.pack("<II", 2**31, 0))
+    elif mode == "wrong-key":
+        stdout.write(frame(REPLY | HELLO, sequence, hello))
+    elif mode == "escape":
+        text = b"no \x1b[2J\x1b]0;owned\x07 entry\r\0"
+        stdout.write(frame(ERROR, sequence, struct.pack("<i", -15) + text))
     stdout.flush()
     if mode != "truncated":
         time.sleep(3600)  # keep the stream open: the client must notice by itself
@@ -121,4 +179,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "kill-after":
         _relay_then_kill(int(sys.argv[2]), sys.argv[3:])
     else:
-        _serve_fault(sys.argv[1])
+        _serve_fault(*sys.argv[1:3])
