@@ -130,6 +130,7 @@ static enum hg_session_end end_session(session *s, uint32_t sequence, int32_t co
     unsigned char head[4];
     hg_put_u32(head, (uint32_t)code);
     (void)hg_send_frame(s->channel, HG_MSG_ERROR, sequence, head, 4, reason, (uint32_t)strnlen(reason, 250) + 1);
+    hg_channel_linger(s->channel, s->channel->timeout_ms < 1000 ? s->channel->timeout_ms : 1000);
     return s->authenticated ? HG_SESSION_BROKEN : HG_SESSION_UNAUTHENTICATED;
 }
 
@@ -348,6 +349,7 @@ static void refuse_connection(int fd, const char *reason)
     unsigned char head[4];
     hg_put_u32(head, (uint32_t)HG_TRANSPORT_PROTOCOL);
     (void)hg_send_frame(&channel, HG_MSG_ERROR, 0, head, 4, reason, (uint32_t)strlen(reason) + 1);
+    hg_channel_linger(&channel, 100);  /* short: the server's own loop waits meanwhile */
     close(fd);
 }
 

@@ -636,6 +636,26 @@ void hg_escape_text(const void *text, size_t bytes, char *out, size_t out_size)
     out[used] = '\0';
 }
 
+void hg_channel_linger(hg_channel *channel, int ms)
+{
+    if (!channel->is_socket || channel->read_fd < 0) {
+        return;
+    }
+    (void)shutdown(channel->write_fd, SHUT_WR);
+    const int64_t deadline = deadline_after(ms);
+    unsigned char sink[4096];
+    for (size_t dropped = 0; dropped < ((size_t)1 << 20);) {
+        if (wait_ready(channel->read_fd, POLLIN, deadline) != 0) {
+            return;
+        }
+        const ssize_t got = read(channel->read_fd, sink, sizeof sink);
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            return;
+        }
+        dropped += got > 0 ? (size_t)got : 0u;
+    }
+}
+
 void hg_channel_kill(hg_channel *channel)
 {
     if (channel->child_pid > 0) {

@@ -99,6 +99,11 @@ int hg_channel_open(hg_channel *channel, const char *spec, int timeout_ms);
 /* Close both ends; a child started by exec: is given the timeout to exit, then killed. */
 void hg_channel_close(hg_channel *channel);
 
+/* After a refusal on a socket: stop sending, and read and drop what the peer still sends (at most
+ * `ms` and 1 MiB) until it closes. Closing a socket with unread bytes resets the connection, and a
+ * reset can discard the refusal before the peer reads it. */
+void hg_channel_linger(hg_channel *channel, int ms);
+
 /* Close a channel whose peer failed: a child started by exec: (and all it started) is killed at once. */
 void hg_channel_kill(hg_channel *channel);
 
