@@ -192,6 +192,9 @@ def test_verify_emulate_runs_soc_as_two_emulated_processes(tmp_path):
     assert [d["name"] for d in manifest["remote_devices"]] == ["vdevice0"]
     host = next(t for t in manifest["targets"] if t["path"] == "soc/vdevice0/host")
     assert host["kernels"] >= 1
+    # The build drew the transport's key: 32 bytes only the owner may read, named in hetgen.json.
+    key = project / manifest["board"]["transport_key"]
+    assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_bytes()) == 32
     for transport in ("pipe", "tcp"):
         result = subprocess.run(
             [sys.executable, "-m", "hetgen", "verify", str(project), "--emulate", "--transport", transport],

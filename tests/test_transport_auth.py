@@ -21,6 +21,7 @@ import zlib
 
 import pytest
 
+from hetgen.names import terminal_text
 from transport_peer import (
     AUTH,
     COPY_IN,
@@ -369,3 +370,9 @@ def test_a_refusal_reaches_the_terminal_escaped(pair, tmp_path):
     result, _ = run_root(pair, tmp_path, "exec:" + peer_command("escape"))
     assert_refused(result, r"the server refused the request: no \x1b[2J\x1b]0;owned\x07 entry\x0d")
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr and "\r" not in result.stderr
+
+
+def test_python_quotes_a_peers_text_escaped_too():
+    """hetgen verify --emulate quotes the board programs' stderr (a server's refusal among it)."""
+    raw = "refused: \x1b[2J\x1b]0;owned\x07\r\x9b \\ é\nnext line\ttab"
+    assert terminal_text(raw) == "refused: \\x1b[2J\\x1b]0;owned\\x07\\x0d\\u009b \\x5c é\nnext line\ttab"

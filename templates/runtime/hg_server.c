@@ -3,6 +3,7 @@
 #include "hg_server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -362,6 +363,11 @@ static int serve_tcp(int listen_fd, const hg_served_device *device, const hg_key
     long active = 0;
     int result = 0;
     int done = 0;
+    /* A connection that is reset between poll and accept must not block the loop in accept. */
+    const int flags = fcntl(listen_fd, F_GETFL);
+    if (flags >= 0) {
+        (void)fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK);
+    }
     while (!done || active > 0) {
         int status = 0;
         pid_t ended;

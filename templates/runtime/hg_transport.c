@@ -103,7 +103,13 @@ int hg_transport_timeout_from_env(void)
     }
     char *end = NULL;
     const long value = strtol(text, &end, 10);
-    if (*end != '\0' || value <= 0 || value > 86400000L) {
+    if (end == text || *end != '\0' || value <= 0 || value > 86400000L) {
+        static int warned;  /* once per process, however many channels read it */
+        if (!warned) {
+            warned = 1;
+            fprintf(stderr, "hetgen: HG_TRANSPORT_TIMEOUT_MS=%.40s is not 1..86400000 ms; using %d\n", text,
+                    HG_TRANSPORT_DEFAULT_TIMEOUT_MS);
+        }
         return HG_TRANSPORT_DEFAULT_TIMEOUT_MS;
     }
     return (int)value;
