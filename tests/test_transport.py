@@ -19,7 +19,7 @@ import hetgen
 from hetgen.models import mlp
 from hetgen.runtime.emulate import EmulatedModel
 from hetgen.runtime.verify import verify
-from transport_peer import COPY_IN, COPY_OUT, INVOKE, RESET, WAIT, Client, frame, read_frame
+from transport_peer import COPY_IN, COPY_OUT, INVOKE, RESET, WAIT, Client, frame
 from transport_support import (
     CFLAGS,
     REPO,
@@ -167,8 +167,8 @@ def test_the_server_serves_the_five_calls_to_any_client(resnet_pair):
         assert status == 0 and back == data
         assert client.call(WAIT) == (0, b"")  # nothing queued: nothing runs
         # A sequence number is echoed, whatever it is.
-        client.send(frame(INVOKE, 0xFFFFFFFF, (0).to_bytes(4, "little")))
-        assert read_frame(server.stdout)[1:3] == (0x80 | INVOKE, 0xFFFFFFFF)
+        client.send(client.seal(frame(INVOKE, 0xFFFFFFFF, (0).to_bytes(4, "little"))))
+        assert client.receive()[:2] == (0x80 | INVOKE, 0xFFFFFFFF)
         server.stdin.close()
         assert server.wait(timeout=10) == 0  # a clean close ends a pipe session with success
     finally:

@@ -265,6 +265,24 @@ def test_a_recorded_session_replayed_is_refused(pair, server):
         assert reader.read(1) == b""
 
 
+def test_frames_injected_or_replayed_inside_a_session_are_refused(pair, server):
+    """After the handshake every frame carries a tag over its number: one that the peer did not
+    seal, or an old one sent again, is a broken frame, though its CRC is right."""
+    with server.connect() as sock:
+        peer = client(pair, sock)
+        peer.hello()
+        peer.send(frame(COPY_IN, 3, u64s(0, 4) + b"evil") + bytes(32))  # a well-formed frame, a made-up tag
+        assert b"bad frame: its tag does not match" in refusal_then_close(sock)
+    with server.connect() as sock:
+        peer = client(pair, sock)
+        peer.hello()
+        sealed = peer.seal(frame(COPY_IN, 3, u64s(0, 4) + b"once"))
+        peer.send(sealed)
+        assert peer.receive()[:2] == (0x80 | COPY_IN, 3)
+        peer.send(sealed)  # the same bytes again: its number is spent
+        assert b"bad frame: its tag does not match" in refusal_then_close(sock)
+
+
 def test_a_second_session_reads_zeros_not_the_first_ones_data(pair, server):
     marker = bytes(range(256)) * 32  # 8 KiB, as the issue's reproduction read back
     size = min(len(marker), pair.memory_size)

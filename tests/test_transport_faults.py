@@ -163,7 +163,7 @@ def test_requests_outside_the_device_memory_are_refused(pair, server):
 def test_a_broken_frame_ends_the_session(pair, server, damage, message):
     client = client_of(pair, server)
     client.hello()
-    client.send(damage(frame(COPY_IN, 2, u64s(0, 4) + b"abcd")))
+    client.send(client.seal(damage(frame(COPY_IN, 3, u64s(0, 4) + b"abcd"))))  # sealed, so only the damage is wrong
     _, kind, _, body = read_frame(server.stdout)
     assert kind == ERROR and message in body
     assert server.wait(timeout=5) == 1

@@ -63,9 +63,14 @@ def read_frame(stream) -> tuple[int, int, int, bytes]:
     return version, kind, sequence, payload
 
 
+def tag(session_key: bytes, direction: bytes, number: int, whole_frame: bytes) -> bytes:
+    """A sealed frame's tag (hg_transport.h: hg_channel_seal) over its header and payload."""
+    return hmac.new(session_key, direction + struct.pack("<Q", number) + whole_frame, hashlib.sha256).digest()
+
+
 def proof(key: bytes, role: str, client_nonce: bytes, server_nonce: bytes, plan_hash: bytes, name: bytes) -> bytes:
-    """The handshake's proof of "server" or "client" (hg_auth.h: hg_handshake_proof)."""
-    label = {"server": b"hgtp2 server", "client": b"hgtp2 client"}[role]
+    """The handshake's proof of "server" or "client", or the "session" key (hg_auth.h: hg_handshake_proof)."""
+    label = {"server": b"hgtp2 server", "client": b"hgtp2 client", "session": b"hgtp2 session"}[role]
     transcript = client_nonce + server_nonce + plan_hash + struct.pack("<IB", VERSION, len(name)) + name
     return hmac.new(key, label + transcript, hashlib.sha256).digest()
 
@@ -88,6 +93,27 @@ class Client:
     def __init__(self, reader, writer, key: bytes = b"", plan_hash: bytes = b"\0" * 32, name: bytes = b"vdevice0"):
         self.reader, self.writer, self.sequence = reader, writer, 0
         self.key, self.plan_hash, self.name = key, plan_hash, name
+        self.session_key, self.sent, self.received = b"", 0, 0  # sealed once the handshake is done
+
+    def seal(self, data: bytes) -> bytes:
+        """A whole frame as a sealed session sends it: followed by its tag (unsealed: as it is)."""
+        if not self.session_key:
+            return data
+        self.sent += 1
+        return data + tag(self.session_key, b"C", self.sent - 1, data)
+
+    def receive(self) -> tuple[int, int, bytes]:
+        """(type, sequence, payload) of the next frame, its tag checked once the session is sealed."""
+        head = read_exact(self.reader, HEADER.size)
+        magic, _, kind, sequence, length, crc = HEADER.unpack(head)
+        assert magic == MAGIC, f"bad magic {magic:#x}"
+        payload = read_exact(self.reader, length)
+        assert zlib.crc32(head[:16] + payload) == crc, "bad CRC"
+        if self.session_key and kind != ERROR:
+            expected = tag(self.session_key, b"S", self.received, head + payload)
+            assert hmac.compare_digest(read_exact(self.reader, 32), expected), "bad tag"
+            self.received += 1
+        return kind, sequence, payload
 
     def send(self, data: bytes) -> None:
         self.writer.write(data)
@@ -96,8 +122,8 @@ class Client:
     def call(self, kind: int, payload: bytes = b"") -> tuple[int, bytes]:
         """(status, results or reason) of one request."""
         self.sequence += 1
-        self.send(frame(kind, self.sequence, payload))
-        _, reply_kind, sequence, body = read_frame(self.reader)
+        self.send(self.seal(frame(kind, self.sequence, payload)))
+        reply_kind, sequence, body = self.receive()
         if reply_kind == ERROR:
             (code,) = struct.unpack("<i", body[:4])
             raise Refused(code, body[4:].rstrip(b"\0"))
@@ -118,7 +144,13 @@ class Client:
         expected = proof(self.key, "server", client_nonce, server_nonce, self.plan_hash, self.name)
         assert hmac.compare_digest(server_proof, expected), "the server does not hold the key"
         mine = proof(self.key, "client", client_nonce, server_nonce, self.plan_hash, self.name)
-        status, body = self.call(AUTH, mine)
+        self.sequence += 1
+        self.send(frame(AUTH, self.sequence, mine))
+        # The auth's reply is the first sealed frame.
+        self.session_key = proof(self.key, "session", client_nonce, server_nonce, self.plan_hash, self.name)
+        reply_kind, _, reply = self.receive()
+        assert reply_kind == REPLY | AUTH, reply
+        status, body = struct.unpack("<i", reply[:4])[0], reply[4:]
         assert status == HG_OK
         return struct.unpack("<QI", body)
 
@@ -163,7 +195,8 @@ def _relay_then_kill(requests: int, command: list[str]) -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     for count in range(1, requests + 1):
         head = read_exact(stdin, HEADER.size)
-        request = head + read_exact(stdin, HEADER.unpack(head)[4])
+        sealed = count > 2  # the hello and the auth are not; every request after them carries a tag
+        request = head + read_exact(stdin, HEADER.unpack(head)[4] + (32 if sealed else 0))
         if count == requests:
             os.kill(server.pid, signal.SIGKILL)  # the request arrives; the server dies before answering
             server.wait()
@@ -171,7 +204,9 @@ def _relay_then_kill(requests: int, command: list[str]) -> None:
         server.stdin.write(request)
         server.stdin.flush()
         head = read_exact(server.stdout, HEADER.size)
-        stdout.write(head + read_exact(server.stdout, HEADER.unpack(head)[4]))
+        _, _, kind, _, length, _ = HEADER.unpack(head)
+        tagged = count > 1 and kind != ERROR  # from the auth's reply on
+        stdout.write(head + read_exact(server.stdout, length + (32 if tagged else 0)))
         stdout.flush()
 
 

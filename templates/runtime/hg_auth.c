@@ -280,12 +280,12 @@ void hg_handshake_proof(const hg_key *key, enum hg_proof_role role, const unsign
                         const unsigned char plan_hash[HG_PLAN_HASH_SIZE], uint32_t version, const char *name,
                         size_t name_length, unsigned char proof[HG_SHA256_SIZE])
 {
-    static const char server_label[] = "hgtp2 server";
-    static const char client_label[] = "hgtp2 client";
+    static const char *const labels[] = { "hgtp2 server", "hgtp2 client", "hgtp2 session" };
+    const char *label = labels[role];
     unsigned char numbers[5] = { (unsigned char)version, (unsigned char)(version >> 8), (unsigned char)(version >> 16),
                                  (unsigned char)(version >> 24), (unsigned char)name_length };
     const hg_bytes parts[] = {
-        { role == HG_PROOF_SERVER ? server_label : client_label, sizeof server_label - 1 },  /* no NUL */
+        { label, strlen(label) },
         { client_nonce, HG_NONCE_SIZE },
         { server_nonce, HG_NONCE_SIZE },
         { plan_hash, HG_PLAN_HASH_SIZE },

@@ -10,8 +10,10 @@
  *     server -> client   the device's memory size and program count: the session is open
  *
  * The transcript holds both nonces, so a recorded session replayed against a server (which draws a
- * new nonce) carries a stale proof and is refused; the two labels differ, so a server's proof can
- * never stand for a client's. The key never crosses the wire.
+ * new nonce) carries a stale proof and is refused; the labels differ, so a server's proof can never
+ * stand for a client's. From the auth's reply on, every frame is sealed with a session key drawn
+ * from the same transcript (hg_channel_seal in hg_transport.h), so a frame injected or altered
+ * after the handshake is refused too. The key never crosses the wire.
  */
 #ifndef HG_AUTH_H
 #define HG_AUTH_H
@@ -66,10 +68,11 @@ const char *hg_key_path(const char *option);
 /* Wipe a secret (a key, a buffer of device memory) so that the compiler cannot drop the stores. */
 void hg_wipe(void *buffer, size_t bytes);
 
-enum hg_proof_role { HG_PROOF_SERVER = 0, HG_PROOF_CLIENT = 1 };
+enum hg_proof_role { HG_PROOF_SERVER = 0, HG_PROOF_CLIENT = 1, HG_SESSION_KEY = 2 };
 
-/* The handshake's proof of `role`: HMAC(key, label | client nonce | server nonce | plan hash |
- * version | name length | name). */
+/* The handshake's proof of `role` (or, for HG_SESSION_KEY, the key that seals the session's frames:
+ * hg_channel_seal): HMAC(key, label | client nonce | server nonce | plan hash | version | name
+ * length | name), the labels "hgtp2 server", "hgtp2 client" and "hgtp2 session". */
 void hg_handshake_proof(const hg_key *key, enum hg_proof_role role, const unsigned char client_nonce[HG_NONCE_SIZE],
                         const unsigned char server_nonce[HG_NONCE_SIZE],
                         const unsigned char plan_hash[HG_PLAN_HASH_SIZE], uint32_t version, const char *name,

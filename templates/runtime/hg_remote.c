@@ -40,6 +40,9 @@ static void at_exit(void)
 /* Send one request and read its reply: the status, then up to `reply_length` result bytes. */
 static int call(hg_remote *remote, uint16_t type, const void *args, uint32_t args_length, const void *data,
                 uint32_t data_length, void *reply, uint32_t reply_length);
+static int send_request(hg_remote *remote, uint16_t type, const void *args, uint32_t args_length, const void *data,
+                        uint32_t data_length);
+static int read_reply(hg_remote *remote, uint16_t type, void *reply, uint32_t reply_length);
 
 /* The key named by --key (or HG_TRANSPORT_KEY), read once for every remote device. */
 static const char *key_option;
@@ -101,8 +104,16 @@ static int handshake(hg_remote *remote)
     }
     hg_handshake_proof(&transport_key, HG_PROOF_CLIENT, client_nonce, server_nonce, remote->plan_hash, version,
                        remote->name, name_length, proof);
+    unsigned char session_key[HG_SHA256_SIZE];
+    hg_handshake_proof(&transport_key, HG_SESSION_KEY, client_nonce, server_nonce, remote->plan_hash, version,
+                       remote->name, name_length, session_key);
     unsigned char opened[8 + 4];
-    status = call(remote, HG_MSG_AUTH, proof, sizeof proof, NULL, 0, opened, sizeof opened);
+    status = send_request(remote, HG_MSG_AUTH, proof, sizeof proof, NULL, 0);
+    if (status == HG_OK) {
+        hg_channel_seal(&remote->channel, session_key, 0);  /* the auth's reply is the first sealed frame */
+        status = read_reply(remote, HG_MSG_AUTH, opened, sizeof opened);
+    }
+    hg_wipe(session_key, sizeof session_key);
     if (status != HG_OK) {
         return remote->state < 0 ? status : failed(remote, "auth", "the server refused the proof");
     }
@@ -154,15 +165,28 @@ static int connect_remote(hg_remote *remote)
     return handshake(remote);
 }
 
+static int send_request(hg_remote *remote, uint16_t type, const void *args, uint32_t args_length, const void *data,
+                        uint32_t data_length)
+{
+    hg_channel *channel = &remote->channel;
+    if (hg_send_frame(channel, type, ++remote->sequence, args, args_length, data, data_length) != HG_TRANSPORT_OK) {
+        return failed(remote, call_name(type), channel->error);
+    }
+    return HG_OK;
+}
+
 static int call(hg_remote *remote, uint16_t type, const void *args, uint32_t args_length, const void *data,
                 uint32_t data_length, void *reply, uint32_t reply_length)
 {
+    const int sent = send_request(remote, type, args, args_length, data, data_length);
+    return sent != HG_OK ? sent : read_reply(remote, type, reply, reply_length);
+}
+
+static int read_reply(hg_remote *remote, uint16_t type, void *reply, uint32_t reply_length)
+{
     const char *name = call_name(type);
     hg_channel *channel = &remote->channel;
-    const uint32_t sequence = ++remote->sequence;
-    if (hg_send_frame(channel, type, sequence, args, args_length, data, data_length) != HG_TRANSPORT_OK) {
-        return failed(remote, name, channel->error);
-    }
+    const uint32_t sequence = remote->sequence;
     hg_frame_header header;
     if (hg_read_header(channel, &header, channel->timeout_ms) != HG_TRANSPORT_OK) {
         return failed(remote, name, channel->error);

@@ -245,24 +245,33 @@ static int handshake(session *s, enum hg_session_end *end)
     hg_put_u32(challenge, HG_TRANSPORT_VERSION);
     hg_handshake_proof(s->key, HG_PROOF_SERVER, client_nonce, server_nonce, device->plan_hash, version, name,
                        name_length, challenge + 4 + HG_NONCE_SIZE);
+    /* Both from the hello, which the auth's frame overwrites in `payload`. */
     unsigned char expected[HG_SHA256_SIZE];
     hg_handshake_proof(s->key, HG_PROOF_CLIENT, client_nonce, server_nonce, device->plan_hash, version, name,
                        name_length, expected);
+    unsigned char session_key[HG_SHA256_SIZE];
+    hg_handshake_proof(s->key, HG_SESSION_KEY, client_nonce, server_nonce, device->plan_hash, version, name, name_length,
+                       session_key);
     if (reply(s, &header, HG_OK, challenge, sizeof challenge) != HG_TRANSPORT_OK) {
         fprintf(stderr, "hg_server %s: %s; ending the session\n", device->name, channel->error);
+        hg_wipe(session_key, sizeof session_key);
         *end = HG_SESSION_UNAUTHENTICATED;
         return -1;
     }
     if (read_request(s, &header, payload, sizeof payload, channel->timeout_ms, end) != 0) {
+        hg_wipe(session_key, sizeof session_key);
         return -1;
     }
     if (header.type != HG_MSG_AUTH || header.length != HG_SHA256_SIZE || !hg_equal_secret(payload, expected, HG_SHA256_SIZE)) {
         /* One refusal for every way of not proving the key, so that a peer learns nothing more. */
+        hg_wipe(session_key, sizeof session_key);
         *end = end_session(s, header.sequence, HG_TRANSPORT_PROTOCOL,
                            "authentication failed: the client did not prove that it holds this server's transport key");
         return -1;
     }
     s->authenticated = 1;
+    hg_channel_seal(channel, session_key, 1);  /* from the auth's reply on */
+    hg_wipe(session_key, sizeof session_key);
     hg_wipe(device->state, (size_t)device->state_size);  /* a session starts on zeroed memory */
     device->reset(device->state);
     unsigned char opened[8 + 4];
@@ -311,8 +320,10 @@ enum hg_session_end hg_serve(hg_channel *channel, const hg_served_device *device
     if (handshake(&s, &end) == 0) {
         end = serve_requests(&s);
     }
-    /* Nothing of this session outlives it: not the device memory, not the last request's data. */
+    /* Nothing of this session outlives it: not the device memory, not the last request's data, not
+     * its key. */
     hg_wipe(device->state, (size_t)device->state_size);
+    hg_wipe(channel->seal_key, sizeof channel->seal_key);
     if (s.buffer != NULL) {
         hg_wipe(s.buffer, (size_t)s.buffer_size);
         free(s.buffer);

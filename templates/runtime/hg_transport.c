@@ -252,6 +252,32 @@ static int write_exact(hg_channel *channel, const void *buffer, size_t bytes, in
     return HG_TRANSPORT_OK;
 }
 
+void hg_channel_seal(hg_channel *channel, const unsigned char key[HG_SHA256_SIZE], int is_server)
+{
+    memcpy(channel->seal_key, key, HG_SHA256_SIZE);
+    channel->send_direction = is_server ? 'S' : 'C';
+    channel->frames_sent = 0;
+    channel->frames_received = 0;
+    channel->sealed = 1;
+}
+
+/* A sealed frame's tag: HMAC(session key, direction | u64 frame number | header | payload). */
+static void frame_tag(const hg_channel *channel, unsigned char direction, uint64_t number,
+                      const unsigned char header[HG_TRANSPORT_HEADER_SIZE], const void *head, uint32_t head_length,
+                      const void *tail, uint32_t tail_length, unsigned char tag[HG_SHA256_SIZE])
+{
+    unsigned char prefix[1 + 8];
+    prefix[0] = direction;
+    hg_put_u64(prefix + 1, number);
+    const hg_bytes parts[] = {
+        { prefix, sizeof prefix },
+        { header, HG_TRANSPORT_HEADER_SIZE },
+        { head, head_length },
+        { tail, tail_length },
+    };
+    hg_hmac_sha256(channel->seal_key, sizeof channel->seal_key, parts, sizeof parts / sizeof parts[0], tag);
+}
+
 static void encode_header(unsigned char *out, uint16_t type, uint32_t sequence, uint32_t length)
 {
     hg_put_u32(out, HG_TRANSPORT_MAGIC);
@@ -284,6 +310,13 @@ int hg_send_frame(hg_channel *channel, uint16_t type, uint32_t sequence, const v
     if (status == HG_TRANSPORT_OK && extra_length > 0) {
         status = write_exact(channel, extra, extra_length, deadline);
     }
+    if (status == HG_TRANSPORT_OK && channel->sealed && type != HG_MSG_ERROR) {
+        unsigned char tag[HG_SHA256_SIZE];
+        frame_tag(channel, channel->send_direction, channel->frames_sent, header, payload, length, extra, extra_length,
+                  tag);
+        status = write_exact(channel, tag, sizeof tag, deadline);
+        channel->frames_sent += 1;
+    }
     if (status == HG_TRANSPORT_OK) {
         channel->stats.messages_sent += 1;
     }
@@ -308,6 +341,7 @@ int hg_read_header(hg_channel *channel, hg_frame_header *header, int wait_ms)
     if (status != HG_TRANSPORT_OK) {
         return status;
     }
+    memcpy(header->bytes, bytes, sizeof bytes);
     const uint32_t magic = hg_get_u32(bytes);
     if (magic != HG_TRANSPORT_MAGIC) {
         return fail(channel, HG_TRANSPORT_FRAME, "bad frame: magic 0x%08x, expected 0x%08x", magic,
@@ -344,11 +378,27 @@ int hg_read_payload(hg_channel *channel, const hg_frame_header *header, void *he
     if (status != HG_TRANSPORT_OK) {
         return status;
     }
+    const int tagged = channel->sealed && header->type != HG_MSG_ERROR;
+    unsigned char tag[HG_SHA256_SIZE];
+    if (tagged && (status = read_exact(channel, tag, sizeof tag, "tag")) != HG_TRANSPORT_OK) {
+        return status == HG_TRANSPORT_CLOSED ? fail(channel, HG_TRANSPORT_FRAME, "truncated frame: no tag") : status;
+    }
     uint32_t actual = hg_crc32_update(header->header_crc, head, head_length);
     actual = hg_crc32_update(actual, tail, tail_length);
     if (actual != header->crc) {
         return fail(channel, HG_TRANSPORT_FRAME, "bad frame: CRC-32 0x%08x, the header says 0x%08x", actual,
                     header->crc);
+    }
+    if (tagged) {
+        unsigned char expected[HG_SHA256_SIZE];
+        const unsigned char from = channel->send_direction == 'S' ? 'C' : 'S';
+        frame_tag(channel, from, channel->frames_received, header->bytes, head, head_length, tail, tail_length,
+                  expected);
+        if (!hg_equal_secret(tag, expected, sizeof tag)) {
+            return fail(channel, HG_TRANSPORT_FRAME,
+                        "bad frame: its tag does not match (altered, injected, replayed or reordered on the way)");
+        }
+        channel->frames_received += 1;
     }
     channel->stats.messages_received += 1;
     return HG_TRANSPORT_OK;
@@ -522,6 +572,8 @@ void hg_channel_close(hg_channel *channel)
     }
     channel->read_fd = -1;
     channel->write_fd = -1;
+    hg_wipe(channel->seal_key, sizeof channel->seal_key);
+    channel->sealed = 0;
     if (channel->child_pid > 0) {
         /* The server sees end-of-file and exits; one that does not within the timeout is killed. */
         const pid_t pid = (pid_t)channel->child_pid;

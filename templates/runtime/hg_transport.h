@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hg_auth.h"
+
 #define HG_TRANSPORT_MAGIC 0x50544748u
 #define HG_TRANSPORT_VERSION 2u  /* 2: the authenticated handshake (hg_auth.h) */
 #define HG_TRANSPORT_HEADER_SIZE 20u
@@ -71,6 +73,12 @@ typedef struct {
     int timeout_ms;             /* per frame; < 0 waits forever */
     int64_t deadline_ms;        /* when the frame being read must be whole (CLOCK_MONOTONIC), or -1 */
     int frame_budget_ms;        /* the time that frame was given, for messages */
+    /* Sealed once the handshake is done: every frame but an error then carries a tag (below). */
+    int sealed;
+    unsigned char seal_key[HG_SHA256_SIZE];
+    unsigned char send_direction;     /* 'C' for frames the client sends, 'S' for the server's */
+    uint64_t frames_sent;             /* sealed frames, each direction counted from 0 */
+    uint64_t frames_received;
     hg_transport_stats stats;
     char error[256];
 } hg_channel;
@@ -82,6 +90,7 @@ typedef struct {
     uint32_t length;
     uint32_t crc;          /* as the header says */
     uint32_t header_crc;   /* the CRC over the header's first 16 bytes, continued over the payload */
+    unsigned char bytes[HG_TRANSPORT_HEADER_SIZE];  /* as it arrived, for a sealed frame's tag */
 } hg_frame_header;
 
 uint32_t hg_crc32_update(uint32_t crc, const void *data, size_t bytes);
@@ -111,6 +120,12 @@ void hg_channel_kill(hg_channel *channel);
  * copy's data follows its arguments without being copied into one buffer). */
 int hg_send_frame(hg_channel *channel, uint16_t type, uint32_t sequence, const void *payload, uint32_t length,
                   const void *extra, uint32_t extra_length);
+
+/* From now on, seal the channel with the session key: every frame sent or read (but an error
+ * frame, which only ends a session) is followed by a 32-byte tag, HMAC(key, direction | u64 frame
+ * number | header | payload), so a frame altered, injected, replayed or reordered on the way is a
+ * broken frame. `is_server` says which direction this end sends. */
+void hg_channel_seal(hg_channel *channel, const unsigned char key[HG_SHA256_SIZE], int is_server);
 
 /* Read one header. With `wait_ms` >= 0 the whole frame (header and payload) must arrive within
  * `wait_ms` from now; with `wait_ms` < 0 the first byte is waited for as long as it takes and the

@@ -303,6 +303,10 @@ static int client_session(int fd, const hg_key *key, const hg_served_device *dev
     hg_handshake_proof(key, HG_PROOF_CLIENT, hello + 4, reply + 8, device->plan_hash, HG_TRANSPORT_VERSION,
                        device->device_name, name_length, proof);
     CHECK(hg_send_frame(&channel, HG_MSG_AUTH, 2, proof, sizeof proof, NULL, 0) == HG_TRANSPORT_OK);
+    unsigned char session_key[HG_SHA256_SIZE];
+    hg_handshake_proof(key, HG_SESSION_KEY, hello + 4, reply + 8, device->plan_hash, HG_TRANSPORT_VERSION,
+                       device->device_name, name_length, session_key);
+    hg_channel_seal(&channel, session_key, 0);
     unsigned char opened[4 + 12];
     CHECK(hg_read_header(&channel, &header, 1000) == HG_TRANSPORT_OK && header.type == (HG_MSG_AUTH | HG_MSG_REPLY));
     CHECK(hg_read_payload(&channel, &header, opened, sizeof opened, NULL) == HG_TRANSPORT_OK);
