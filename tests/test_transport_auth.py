@@ -375,6 +375,12 @@ def test_the_root_refuses_a_server_without_the_key(pair, tmp_path):
     assert_refused(result, "the server did not prove that it holds the transport key")
 
 
+def test_the_root_refuses_a_reply_whose_tag_is_forged(pair, tmp_path):
+    """A server that passed the handshake (it holds the key) but whose sealed reply was altered."""
+    result, _ = run_root(pair, tmp_path, "exec:" + peer_command("bad-tag", str(pair.key)))
+    assert_refused(result, "auth: bad frame: its tag does not match")
+
+
 def test_the_root_refuses_an_oversized_reply_and_a_loose_key(pair, tmp_path):
     result, _ = run_root(pair, tmp_path, "exec:" + peer_command("oversize"))
     assert_refused(result, "exceeds the 268435456-byte limit")

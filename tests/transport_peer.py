@@ -13,6 +13,7 @@ a fake device server on stdin/stdout that a root program starts through `exec:`:
     python transport_peer.py oversize            answers the hello with a header declaring 2 GiB
     python transport_peer.py wrong-key           answers the hello with a proof made with another key
     python transport_peer.py escape              refuses the hello with terminal escape sequences
+    python transport_peer.py bad-tag KEYFILE     the handshake with the key, then a reply with a forged tag
     python transport_peer.py kill-after N CMD..  relays to the real server CMD, and kills it (SIGKILL)
                                                  when request N arrives, before it can answer
 """
@@ -182,6 +183,16 @@ def _serve_fault(mode: str, argument: str = "") -> None:
         stdout.write(frame(REPLY | HELLO, sequence, hello)[:12] + struct.pack("<II", 2**31, 0))
     elif mode == "wrong-key":
         stdout.write(frame(REPLY | HELLO, sequence, hello))
+    elif mode == "bad-tag":  # the handshake with the real key, then an auth reply whose tag is forged
+        with open(argument, "rb") as file:
+            key = file.read()
+        hello = struct.pack("<iI", HG_OK, VERSION) + server_nonce
+        stdout.write(
+            frame(REPLY | HELLO, sequence, hello + proof(key, "server", client_nonce, server_nonce, plan_hash, name))
+        )
+        stdout.flush()
+        _, _, sequence, _ = read_frame(stdin)
+        stdout.write(frame(REPLY | AUTH, sequence, struct.pack("<iQI", HG_OK, 0, 0)) + bytes(32))
     elif mode == "escape":
         text = b"no \x1b[2J\x1b]0;owned\x07 entry\r\0"
         stdout.write(frame(ERROR, sequence, struct.pack("<i", -15) + text))

@@ -498,7 +498,7 @@ int hg_server_main(int argc, char **argv, const hg_served_device *device)
         if (is_remote) {
             fprintf(stderr,
                     "hg_server %s: warning: listening on %s, which other machines can reach: a peer needs the "
-                    "transport key, but the traffic after the handshake is neither encrypted nor authenticated\n",
+                    "transport key, but the traffic is not encrypted (anyone on the path reads the tensors)\n",
                     device->name, listen_at);
         }
         const char *colon = strrchr(listen_at, ':');

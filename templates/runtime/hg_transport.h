@@ -2,7 +2,8 @@
  * served by another process (a pipe pair to a child process, possibly under an emulator) or another
  * machine (TCP).
  *
- * A frame is a 20-byte little-endian header followed by `length` payload bytes:
+ * A frame is a 20-byte little-endian header followed by `length` payload bytes (and, once the
+ * channel is sealed, a 32-byte tag: hg_channel_seal):
  *
  *     offset  size  field
  *          0     4  magic        "HGTP" (0x50544748)
