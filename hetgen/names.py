@@ -148,6 +148,18 @@ def is_printable_ascii(text: str) -> bool:
     return _PRINTABLE.fullmatch(text) is not None
 
 
+# --- terminal text ---------------------------------------------------------------------------------
+
+
+def terminal_text(text: str) -> str:
+    """Text from another program (a device server's refusal, a board program's stderr) safe to print:
+    lines and tabs stay, every other control character (ESC and its sequences, CR, DEL, C1 controls)
+    and backslash become `\\xNN` escapes, so no peer can move the cursor or retitle the terminal."""
+    return "".join(
+        char if char in "\n\t" or (char.isprintable() and char != "\\") else _escape_code_point(char) for char in text
+    )
+
+
 # --- HTML ------------------------------------------------------------------------------------------
 
 

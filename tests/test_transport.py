@@ -19,8 +19,18 @@ import hetgen
 from hetgen.models import mlp
 from hetgen.runtime.emulate import EmulatedModel
 from hetgen.runtime.verify import verify
-from transport_peer import COPY_IN, COPY_OUT, INVOKE, RESET, WAIT, Client, frame, read_frame
-from transport_support import CFLAGS, REPO, RUN_ENV, SANITIZE, read_outputs, reference, shared_pair, write_inputs
+from transport_peer import COPY_IN, COPY_OUT, INVOKE, RESET, WAIT, Client, frame
+from transport_support import (
+    CFLAGS,
+    REPO,
+    RUN_ENV,
+    SANITIZE,
+    read_outputs,
+    reference,
+    shared_pair,
+    write_inputs,
+    write_key,
+)
 
 RUNTIME = REPO / "templates" / "runtime"
 
@@ -30,7 +40,7 @@ def unit(tmp_path_factory):
     exe = tmp_path_factory.mktemp("unit") / "transport_unit"
     subprocess.run(
         ["gcc", *CFLAGS, *SANITIZE, "-I", str(RUNTIME), "-o", str(exe), str(REPO / "tests/c/transport_unit.c")]
-        + [str(RUNTIME / "hg_transport.c")],
+        + [str(RUNTIME / name) for name in ("hg_transport.c", "hg_auth.c", "hg_server.c")],
         check=True,
     )
     return exe
@@ -56,7 +66,15 @@ def run_root(pair, tmp_path, endpoint: str, seed: int = 0, **env):
     feeds = write_inputs(pair.project, tmp_path / "in.bin", seed)
     stats = tmp_path / "stats.jsonl"
     result = subprocess.run(
-        [pair.root, "--device", f"{pair.device}={endpoint}", tmp_path / "in.bin", tmp_path / "out.bin"],
+        [
+            pair.root,
+            "--key",
+            pair.key,
+            "--device",
+            f"{pair.device}={endpoint}",
+            tmp_path / "in.bin",
+            tmp_path / "out.bin",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -73,7 +91,7 @@ def assert_matches_reference(pair, tmp_path, feeds):
 
 
 def test_resnet_over_a_pipe_matches_onnxruntime(resnet_pair, tmp_path):
-    result, feeds, stats = run_root(resnet_pair, tmp_path, f"exec:{resnet_pair.server}", seed=3)
+    result, feeds, stats = run_root(resnet_pair, tmp_path, f"exec:{resnet_pair.server} --key {resnet_pair.key}", seed=3)
     assert result.returncode == 0, result.stderr
     assert_matches_reference(resnet_pair, tmp_path, feeds)
     (line,) = stats.read_text().splitlines()
@@ -87,7 +105,7 @@ def test_resnet_over_a_pipe_matches_onnxruntime(resnet_pair, tmp_path):
 
 def test_resnet_over_tcp_matches_onnxruntime(resnet_pair, tmp_path):
     server = subprocess.Popen(
-        [resnet_pair.server, "--listen", "127.0.0.1:0", "--once"],
+        [resnet_pair.server, "--key", resnet_pair.key, "--listen", "127.0.0.1:0", "--once"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -101,12 +119,18 @@ def test_resnet_over_tcp_matches_onnxruntime(resnet_pair, tmp_path):
             resnet_pair, tmp_path, "tcp:127.0.0.1:1", HG_DEVICE_VDEVICE0=f"tcp:127.0.0.1:{port}", seed=4
         )
         assert result.returncode != 0 and "127.0.0.1:1" in result.stderr  # the option wins over the variable
+        # The key through the environment too (HG_TRANSPORT_KEY), never on a command line a user must type.
         result = subprocess.run(
             [resnet_pair.root, tmp_path / "in.bin", tmp_path / "out.bin"],
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, **RUN_ENV, "HG_DEVICE_VDEVICE0": f"tcp:127.0.0.1:{port}"},
+            env={
+                **os.environ,
+                **RUN_ENV,
+                "HG_DEVICE_VDEVICE0": f"tcp:127.0.0.1:{port}",
+                "HG_TRANSPORT_KEY": str(resnet_pair.key),
+            },
         )
         assert result.returncode == 0, result.stderr
         assert_matches_reference(resnet_pair, tmp_path, feeds)
@@ -117,7 +141,9 @@ def test_resnet_over_tcp_matches_onnxruntime(resnet_pair, tmp_path):
 
 def test_no_endpoint_says_how_to_give_one(resnet_pair, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HG_DEVICE_")}
-    result = subprocess.run([resnet_pair.root], capture_output=True, text=True, timeout=30, env={**env, **RUN_ENV})
+    result = subprocess.run(
+        [resnet_pair.root, "--key", resnet_pair.key], capture_output=True, text=True, timeout=30, env={**env, **RUN_ENV}
+    )
     assert result.returncode != 0
     assert "device vdevice0" in result.stderr and "--device vdevice0=" in result.stderr
     assert "HG_DEVICE_VDEVICE0" in result.stderr
@@ -127,11 +153,13 @@ def test_no_endpoint_says_how_to_give_one(resnet_pair, tmp_path):
 
 def test_the_server_serves_the_five_calls_to_any_client(resnet_pair):
     """A Python client drives the real server: the protocol is what hg_transport.h says."""
-    server = subprocess.Popen([resnet_pair.server], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=RUN_ENV)
+    server = subprocess.Popen(
+        [resnet_pair.server, "--key", resnet_pair.key], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=RUN_ENV
+    )
     try:
-        client = Client(server.stdout, server.stdin)
-        version, memory, programs = client.hello()
-        assert (version, memory, programs) == (1, resnet_pair.memory_size, resnet_pair.num_programs)
+        client = Client(server.stdout, server.stdin, resnet_pair.key.read_bytes(), resnet_pair.plan_hash)
+        memory, programs = client.hello()
+        assert (memory, programs) == (resnet_pair.memory_size, resnet_pair.num_programs)
         assert client.call(RESET) == (0, b"")
         data = bytes(range(256)) * 4
         assert client.call(COPY_IN, (64).to_bytes(8, "little") + len(data).to_bytes(8, "little") + data)[0] == 0
@@ -139,8 +167,8 @@ def test_the_server_serves_the_five_calls_to_any_client(resnet_pair):
         assert status == 0 and back == data
         assert client.call(WAIT) == (0, b"")  # nothing queued: nothing runs
         # A sequence number is echoed, whatever it is.
-        client.send(frame(INVOKE, 0xFFFFFFFF, (0).to_bytes(4, "little")))
-        assert read_frame(server.stdout)[1:3] == (0x80 | INVOKE, 0xFFFFFFFF)
+        client.send(client.seal(frame(INVOKE, 0xFFFFFFFF, (0).to_bytes(4, "little"))))
+        assert client.receive()[:2] == (0x80 | INVOKE, 0xFFFFFFFF)
         server.stdin.close()
         assert server.wait(timeout=10) == 0  # a clean close ends a pipe session with success
     finally:
@@ -164,6 +192,9 @@ def test_verify_emulate_runs_soc_as_two_emulated_processes(tmp_path):
     assert [d["name"] for d in manifest["remote_devices"]] == ["vdevice0"]
     host = next(t for t in manifest["targets"] if t["path"] == "soc/vdevice0/host")
     assert host["kernels"] >= 1
+    # The build drew the transport's key: 32 bytes only the owner may read, named in hetgen.json.
+    key = project / manifest["board"]["transport_key"]
+    assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_bytes()) == 32
     for transport in ("pipe", "tcp"):
         result = subprocess.run(
             [sys.executable, "-m", "hetgen", "verify", str(project), "--emulate", "--transport", transport],
@@ -204,14 +235,57 @@ def test_shipped_examples_match_onnxruntime_across_the_transport(tmp_path, examp
     assert errors and all(error.ok for error in errors), errors
 
 
-def test_server_options_are_checked(resnet_pair):
+def test_server_options_are_checked(resnet_pair, tmp_path):
+    """Bad options, a bad or missing key, a port out of range, a non-loopback address without
+    --allow-remote: each one message and exit 2, before anything listens."""
+    key = ["--key", str(resnet_pair.key)]
+    loose = write_key(tmp_path / "loose.key")
+    loose.chmod(0o644)
+    short = write_key(tmp_path / "short.key", b"0123456789")
     for arguments, message in (
         (["--bogus"], "usage:"),
-        (["--timeout-ms", "soon"], "positive number of milliseconds"),
-        (["--listen", "localhost"], "expected ADDR:PORT"),
+        ([*key, "--timeout-ms", "soon"], "--timeout-ms soon: expected a whole number from 1 to 86400000"),
+        ([*key, "--max-sessions", "0"], "--max-sessions 0: expected a whole number from 1 to 1024"),
+        ([*key, "--listen", "localhost"], "expected ADDR:PORT"),
+        ([*key, "--listen", "127.0.0.1:70000"], "--listen 127.0.0.1:70000: the port must be 0..65535"),
+        ([*key, "--listen", "0.0.0.0:0"], "not a loopback address, so other machines could reach the device"),
+        ([], "no transport key: pass --key FILE"),
+        (["--key", str(tmp_path / "none.key")], "cannot open the transport key"),
+        (["--key", str(loose)], "may be read or written by others (mode 644): run chmod 600"),
+        (["--key", str(short)], "holds 10 bytes; a key has at least 16"),
     ):
-        result = subprocess.run([resnet_pair.server, *arguments], capture_output=True, text=True, timeout=10)
+        env = {k: v for k, v in os.environ.items() if k != "HG_TRANSPORT_KEY"}
+        result = subprocess.run([resnet_pair.server, *arguments], capture_output=True, text=True, timeout=10, env=env)
         assert result.returncode == 2 and message in result.stderr, (arguments, result.stderr)
+        assert result.stdout == "", "nothing listens"
+
+
+def test_a_remote_listener_needs_allow_remote_and_warns(resnet_pair):
+    server = subprocess.Popen(
+        [resnet_pair.server, "--key", resnet_pair.key, "--listen", "0.0.0.0:0", "--allow-remote"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **RUN_ENV},
+    )
+    try:
+        assert re.fullmatch(r"listening on 0\.0\.0\.0:\d+\n", server.stdout.readline())
+    finally:
+        server.kill()
+        _, errors = server.communicate()
+    assert "warning: listening on 0.0.0.0:0, which other machines can reach" in errors
+
+
+def test_the_root_refuses_endpoints_it_cannot_use(resnet_pair, tmp_path):
+    for endpoint, message in (
+        ("tcp:127.0.0.1:70000", '"tcp:127.0.0.1:70000": the port must be 1..65535'),
+        ("tcp:127.0.0.1:0", "the port must be 1..65535"),
+        ("tcp:127.0.0.1", "is not tcp:HOST:PORT"),
+    ):
+        result, _, _ = run_root(resnet_pair, tmp_path, endpoint)
+        assert result.returncode == 4 and message in result.stderr, (endpoint, result.stderr)
+    result = subprocess.run([resnet_pair.root, "--key"], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2 and "--key needs FILE" in result.stderr
 
 
 TWO_COPROCESSORS = """

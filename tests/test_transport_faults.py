@@ -30,7 +30,7 @@ def run_root(pair, tmp_path, endpoint: str, timeout_ms: int = 2000, env=None):
     write_inputs(pair.project, tmp_path / "in.bin", 0)
     start = time.monotonic()
     result = subprocess.run(
-        [pair.root, "--device", f"vdevice0={endpoint}", tmp_path / "in.bin", tmp_path / "out.bin"],
+        [pair.root, "--key", pair.key, "--device", f"vdevice0={endpoint}", tmp_path / "in.bin", tmp_path / "out.bin"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -44,7 +44,7 @@ def requests_per_run(pair, tmp_path) -> int:
     healthy = tmp_path / "healthy"
     healthy.mkdir()
     stats = healthy / "stats.jsonl"
-    result, _ = run_root(pair, healthy, f"exec:{pair.server}", env={"HG_TRANSPORT_STATS": str(stats)})
+    result, _ = run_root(pair, healthy, f"exec:{pair.server} --key {pair.key}", env={"HG_TRANSPORT_STATS": str(stats)})
     assert result.returncode == 0, result.stderr
     (line,) = stats.read_text().splitlines()
     return json.loads(line)["messages_sent"]
@@ -62,9 +62,11 @@ def test_server_killed_in_the_middle_of_a_run(pair, tmp_path):
     # Killed while the run's middle request is in flight (counted, so a schedule with fewer copies
     # still kills it mid-run rather than after the run has finished).
     total = requests_per_run(pair, tmp_path)
-    assert total >= 4, total  # hello and alloc at start-up, then the run's own requests
+    assert total >= 5, total  # hello, auth and alloc at start-up, then the run's own requests
     middle = str(max(3, total // 2))
-    result, took = run_root(pair, tmp_path, "exec:" + peer_command("kill-after", middle, str(pair.server)))
+    result, took = run_root(
+        pair, tmp_path, "exec:" + peer_command("kill-after", middle, str(pair.server), "--key", str(pair.key))
+    )
     assert_clean_failure(result, "the peer closed the connection", "failed with status -3")
     assert took < 10
     assert not (tmp_path / "out.bin").exists()
@@ -90,7 +92,7 @@ def test_truncated_reply(pair, tmp_path):
 
 def test_server_of_another_protocol_version(pair, tmp_path):
     result, took = run_root(pair, tmp_path, "exec:" + peer_command("version"))
-    assert_clean_failure(result, "protocol version mismatch: the server speaks version 99, this program 1")
+    assert_clean_failure(result, "protocol version mismatch: the server speaks version 99, this program 2")
     assert took < 5
 
 
@@ -102,7 +104,7 @@ def test_server_that_cannot_start(pair, tmp_path):
 @pytest.fixture
 def server(pair):
     process = subprocess.Popen(
-        [pair.server, "--timeout-ms", "300"],
+        [pair.server, "--key", pair.key, "--timeout-ms", "300"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -117,8 +119,12 @@ def u64s(*values: int) -> bytes:
     return b"".join(struct.pack("<Q", v) for v in values)
 
 
+def client_of(pair, server) -> Client:
+    return Client(server.stdout, server.stdin, pair.key.read_bytes(), pair.plan_hash)
+
+
 def test_requests_outside_the_device_memory_are_refused(pair, server):
-    client = Client(server.stdout, server.stdin)
+    client = client_of(pair, server)
     client.hello()
     size = pair.memory_size
     marker = b"\xa5" * 64
@@ -155,9 +161,9 @@ def test_requests_outside_the_device_memory_are_refused(pair, server):
     ids=["crc", "magic", "length"],
 )
 def test_a_broken_frame_ends_the_session(pair, server, damage, message):
-    client = Client(server.stdout, server.stdin)
+    client = client_of(pair, server)
     client.hello()
-    client.send(damage(frame(COPY_IN, 2, u64s(0, 4) + b"abcd")))
+    client.send(client.seal(damage(frame(COPY_IN, 3, u64s(0, 4) + b"abcd"))))  # sealed, so only the damage is wrong
     _, kind, _, body = read_frame(server.stdout)
     assert kind == ERROR and message in body
     assert server.wait(timeout=5) == 1
@@ -165,24 +171,26 @@ def test_a_broken_frame_ends_the_session(pair, server, damage, message):
 
 
 def test_a_truncated_request_ends_the_session_within_the_timeout(pair, server):
-    client = Client(server.stdout, server.stdin)
+    client = client_of(pair, server)
     client.hello()
     start = time.monotonic()
     client.send(frame(COPY_IN, 2, u64s(0, 64) + b"\x00" * 64)[:40])  # and then nothing
     _, kind, _, body = read_frame(server.stdout)
-    assert kind == ERROR and b"no answer within 300 ms" in body
+    assert kind == ERROR and b"no whole frame within 300 ms" in body
     assert server.wait(timeout=5) == 1 and time.monotonic() - start < 3
     # The stream ending inside a frame is the same fault, reported at once.
-    again = subprocess.Popen([pair.server], stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
-    again.stdin.write(frame(HELLO, 1, b"\x01\x00\x00\x00")[:22])  # header and half the payload
+    again = subprocess.Popen(
+        [pair.server, "--key", pair.key], stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    again.stdin.write(frame(HELLO, 1, b"\x02\x00\x00\x00")[:22])  # header and half the payload
     again.stdin.close()
     assert again.wait(timeout=5) == 1 and b"truncated frame" in again.stderr.read()
 
 
 def test_a_client_of_another_protocol_version_is_told(pair, server):
-    server.stdin.write(frame(HELLO, 1, struct.pack("<I", 2), version=2))
+    server.stdin.write(frame(HELLO, 1, struct.pack("<I", 1), version=1))
     server.stdin.flush()
     version, kind, _, body = read_frame(server.stdout)
-    assert (version, kind) == (1, ERROR)
-    assert b"protocol version mismatch: the client speaks version 2, this server 1" in body
+    assert (version, kind) == (2, ERROR)
+    assert b"protocol version mismatch: the client speaks version 1, this server 2" in body
     assert server.wait(timeout=5) == 1

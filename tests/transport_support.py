@@ -5,6 +5,7 @@ transport), so the transport's tests run in seconds without cross compilers or q
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 PEER = Path(__file__).resolve().parent / "transport_peer.py"
 CFLAGS = ["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unused-function"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
-TRANSPORT_SOURCES = {"hg_transport.c", "hg_remote.c", "hg_server.c"}
+TRANSPORT_SOURCES = {"hg_transport.c", "hg_auth.c", "hg_remote.c", "hg_server.c"}
 # The example program frees nothing on its error paths; the fault tests are about the transport.
 RUN_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "halt_on_error=1"}
 
@@ -32,6 +33,17 @@ class Pair:
     device: str  # the remote device's name, e.g. "vdevice0"
     memory_size: int
     num_programs: int
+    key: Path  # the transport key both programs read (--key), mode 0600
+    plan_hash: bytes  # what each hello names (hetgen.json's remote_devices)
+
+
+def write_key(path: Path, key: bytes | None = None) -> Path:
+    """A transport key file as the board build writes one: random bytes, mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(os.urandom(32) if key is None else key)
+    os.chmod(path, 0o600)
+    return path
 
 
 def _target_sources(project: Path, folder: str) -> list[str]:
@@ -59,6 +71,7 @@ def build_pair(platform: str, model, out: Path) -> Pair:
         str(project / root / "main.c"),
         str(project / root / "remote_devices.c"),
         str(project / "runtime/hg_transport.c"),
+        str(project / "runtime/hg_auth.c"),
         str(project / "runtime/hg_remote.c"),
     ]
     for folder in [root, *below_root]:
@@ -67,6 +80,7 @@ def build_pair(platform: str, model, out: Path) -> Pair:
     server_sources = [
         str(project / host / "server_main.c"),
         str(project / "runtime/hg_transport.c"),
+        str(project / "runtime/hg_auth.c"),
         str(project / "runtime/hg_server.c"),
     ]
     server_includes = ["-I", str(project / "runtime")]
@@ -88,7 +102,9 @@ def build_pair(platform: str, model, out: Path) -> Pair:
     memory = int(remote.split(".memory_size = ")[1].split("u")[0])
     programs = int(remote.split(".num_programs = ")[1].split("u")[0])
     name = remote.split('.name = "')[1].split('"')[0]
-    return Pair(project, root_exe, server_exe, name, memory, programs)
+    (entry,) = manifest["remote_devices"]
+    key = write_key(out / "transport.key")
+    return Pair(project, root_exe, server_exe, name, memory, programs, key, bytes.fromhex(entry["plan_hash"]))
 
 
 _PAIRS: dict[tuple[str, str], Pair] = {}

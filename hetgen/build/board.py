@@ -28,6 +28,11 @@ from hetgen.platform.baremetal import MemoryMap, is_bare_metal, memory_map
 from hetgen.platform.model import Platform
 
 BOARD_DIR = "board"
+# The transport's shared secret (docs/transport.md, "Authentication"): drawn at build time, not at
+# generation, so the generated project stays byte-for-byte reproducible and every build has a key
+# of its own; mode 0600, which both programs insist on.
+TRANSPORT_KEY = f"{BOARD_DIR}/transport.key"
+TRANSPORT_KEY_COMMAND = "rm -f $out && (umask 077 && dd if=/dev/urandom of=$out bs=32 count=1 2>/dev/null)"
 
 
 def board_object(source: str) -> str:
@@ -77,6 +82,7 @@ class BoardPlan:
     libraries: tuple[PlannedLibrary, ...]
     programs: tuple[PlannedProgram, ...]
     notes: tuple[str, ...]  # what the board build leaves out, and why
+    transport_key: str = ""  # TRANSPORT_KEY where programs meet over the transport, else ""
 
     def root_program(self) -> PlannedProgram | None:
         return next((p for p in self.programs if p.kind == "root"), None)
@@ -99,6 +105,7 @@ class BoardPlan:
                 for p in self.programs
             ],
             "notes": list(self.notes),
+            **({"transport_key": self.transport_key} if self.transport_key else {}),
         }
 
 
@@ -169,7 +176,8 @@ def board_plan(sources: Sources, platform: Platform, options: BuildOptions) -> B
                     **_bare_metal_fields(bare_metal if kind == "root" else None, platform, target_sources.path),
                 )
             )
-    return BoardPlan(tuple(libraries), tuple(programs), tuple(notes))
+    remote = any(t.remote_children for t in sources.targets)
+    return BoardPlan(tuple(libraries), tuple(programs), tuple(notes), TRANSPORT_KEY if remote else "")
 
 
 def _bare_metal_fields(bare_metal: BareMetalProgram | None, platform: Platform, path: str) -> dict:
@@ -254,5 +262,11 @@ def board_graph(
             )
             continue
         outputs.append(graph.link(scope, "board_link", program.path, inputs, static))
+    if plan.transport_key:
+        ninja.newline()
+        ninja.comment("the transport's key, drawn once per build (delete it to draw another); see docs/transport.md")
+        ninja.rule("transport_key", TRANSPORT_KEY_COMMAND, description="KEY $out")
+        ninja.build(plan.transport_key, "transport_key")
+        outputs.append(plan.transport_key)
     ninja.newline()
     return outputs

@@ -167,9 +167,16 @@ class RemoteDeviceEntry:
     target: str  # the co-processor's program (target path)
     server: str  # its device-server executable
     env: str  # the environment variable that names its transport
+    plan_hash: str = ""  # hex: the generated project both ends are built from (the hello checks it)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "target": self.target, "server": self.server, "env": self.env}
+        return {
+            "name": self.name,
+            "target": self.target,
+            "server": self.server,
+            "env": self.env,
+            "plan_hash": self.plan_hash,
+        }
 
 
 @dataclass(frozen=True)

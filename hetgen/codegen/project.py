@@ -17,6 +17,8 @@ from hetgen.codegen.remote import (
     CLIENT_RUNTIME,
     RUNTIME_SOURCES,
     SERVER_RUNTIME,
+    RemoteDevice,
+    plan_hash,
     remote_devices,
     remote_devices_source,
     server_source,
@@ -237,15 +239,14 @@ def generate(
                 simulator=simulator_entry(program, state_offsets[program.target.path_str]) if model else None,
             )
         )
-    files_remote, targets, remote = _remote_files(lowered, prefixes, targets)
-    files.extend(files_remote)
+    remote = remote_devices(lowered, prefixes)
     runtime_dir = templates_dir() / "runtime"
     # Every shared header travels (kernels may include any); C sources only when something needs them.
     needed = set(RUNTIME_FILES) | helpers | {path.name for path in runtime_dir.glob("*.h")}
     needed |= {extra for name, extras in RUNTIME_NEEDS.items() if name in needed for extra in extras}
     if any(program.role is ProgramRole.ACCELERATOR for program in lowered.programs):
         needed |= {"hg_sim.c", "hg_sim.h"}
-    board_only = set(RUNTIME_SOURCES) if files_remote else set()
+    board_only = set(RUNTIME_SOURCES) if remote else set()
     runtime_c = []
     for name in sorted(needed | board_only):
         files.append(GeneratedFile(f"runtime/{name}", (runtime_dir / name).read_bytes()))
@@ -253,6 +254,11 @@ def generate(
             runtime_c.append(f"runtime/{name}")
     files.append(_threads_config(lowered, threads))
     files.append(_gemm_config(gemm_blocks))
+    # Last: the transport's two ends carry the plan hash of everything generated before them.
+    files_remote, targets, hashed = _remote_files(
+        lowered, prefixes, targets, remote, plan_hash((f.path, f.content) for f in files)
+    )
+    files.extend(files_remote)
     root = lowered.root
     manifest = Manifest(
         platform=lowered.name,
@@ -268,7 +274,7 @@ def generate(
         workspace_align=ALIGNMENT,
         # The board build's co-processors, each a server program the root reaches over the transport.
         remote_devices=tuple(
-            RemoteDeviceEntry(device.name, device.program, device.server, device.env_name) for device in remote
+            RemoteDeviceEntry(device.name, device.program, device.server, device.env_name, hashed) for device in remote
         ),
     )
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
@@ -288,19 +294,24 @@ def _gemm_config(blocks: GemmBlocks) -> GeneratedFile:
     return GeneratedFile("runtime/hg_gemm_config.h", text.encode())
 
 
-def _remote_files(lowered: Lowered, prefixes: dict[str, str], targets: list[TargetSources]):
-    """The board build's transport: the root's remote devices and each co-processor's server."""
-    remote = remote_devices(lowered, prefixes)
+def _remote_files(
+    lowered: Lowered,
+    prefixes: dict[str, str],
+    targets: list[TargetSources],
+    remote: tuple[RemoteDevice, ...],
+    project_hash: bytes,
+):
+    """The board build's transport: the root's remote devices and each co-processor's server, both
+    carrying `project_hash`; and the hash as hetgen.json records it ("" without a transport)."""
     if not remote:
-        return [], targets, remote
+        return [], targets, ""
     root_folder = lowered.root.target.path_str
-    files = [
-        GeneratedFile(f"{root_folder}/remote_devices.c", remote_devices_source(lowered, remote, prefixes).encode())
-    ]
+    source = remote_devices_source(lowered, remote, prefixes, project_hash)
+    files = [GeneratedFile(f"{root_folder}/remote_devices.c", source.encode())]
     servers = {}
     for device in remote:
         path = f"{device.program}/server_main.c"
-        files.append(GeneratedFile(path, server_source(lowered, device).encode()))
+        files.append(GeneratedFile(path, server_source(lowered, device, project_hash).encode()))
         servers[device.program] = BoardProgram(device.server, (path, *SERVER_RUNTIME))
     updated = []
     for sources in targets:
@@ -313,7 +324,7 @@ def _remote_files(lowered: Lowered, prefixes: dict[str, str], targets: list[Targ
         elif sources.path in servers:
             sources = replace(sources, board_programs=(*sources.board_programs, servers[sources.path]))
         updated.append(sources)
-    return files, updated, remote
+    return files, updated, project_hash.hex()
 
 
 def _file_name(stem: str, suffix: str) -> str:

@@ -9,7 +9,9 @@ runs the co-processor's runtime (and the simulated devices under it) behind the 
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hetgen.codegen.render import render
@@ -18,9 +20,26 @@ from hetgen.names import c_comment, c_string
 from hetgen.platform.baremetal import is_bare_metal
 
 # The runtime sources each side of the transport needs, compiled only in the board build.
-CLIENT_RUNTIME = ("runtime/hg_transport.c", "runtime/hg_remote.c")
-SERVER_RUNTIME = ("runtime/hg_transport.c", "runtime/hg_server.c")
-RUNTIME_SOURCES = ("hg_remote.c", "hg_server.c", "hg_transport.c")
+CLIENT_RUNTIME = ("runtime/hg_transport.c", "runtime/hg_auth.c", "runtime/hg_remote.c")
+SERVER_RUNTIME = ("runtime/hg_transport.c", "runtime/hg_auth.c", "runtime/hg_server.c")
+RUNTIME_SOURCES = ("hg_auth.c", "hg_remote.c", "hg_server.c", "hg_transport.c")
+
+
+def plan_hash(files: Iterable[tuple[str, bytes]]) -> bytes:
+    """SHA-256 of the generated project the two ends of the transport are built from: every file's
+    path and bytes, in path order, each length-prefixed (so no two projects hash alike by moving
+    bytes from one file to the next). The hello checks it; a server of another generation is refused."""
+    digest = hashlib.sha256(b"hetgen plan hash 1\0")
+    for name, content in sorted(files):
+        path = name.encode()
+        digest.update(len(path).to_bytes(8, "little") + path + len(content).to_bytes(8, "little"))
+        digest.update(content)
+    return digest.digest()
+
+
+def c_bytes(data: bytes) -> str:
+    """An initializer list of `data` for a C unsigned char array."""
+    return ", ".join(f"0x{byte:02x}" for byte in data)
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,9 @@ def remote_devices(lowered: Lowered, prefixes: dict[str, str]) -> tuple[RemoteDe
     return tuple(found)
 
 
-def remote_devices_source(lowered: Lowered, remote: tuple[RemoteDevice, ...], prefixes: dict[str, str]) -> str:
+def remote_devices_source(
+    lowered: Lowered, remote: tuple[RemoteDevice, ...], prefixes: dict[str, str], project_hash: bytes
+) -> str:
     """The root's remote_devices.c."""
     below = tuple(f"{device.program.rsplit('/', 1)[0]}/" for device in remote)
     remote_simulated = [
@@ -83,6 +104,7 @@ def remote_devices_source(lowered: Lowered, remote: tuple[RemoteDevice, ...], pr
     return render(
         "model/remote_devices.c.j2",
         prefix=prefixes[lowered.root.target.path_str],
+        PREFIX=prefixes[lowered.root.target.path_str].upper(),
         model_name=c_comment(lowered.model_name),
         target_path=c_comment(lowered.root.target.path_str),
         remote=[
@@ -99,10 +121,11 @@ def remote_devices_source(lowered: Lowered, remote: tuple[RemoteDevice, ...], pr
             for device in remote
         ],
         remote_simulated=remote_simulated,
+        plan_hash=c_bytes(project_hash),
     )
 
 
-def server_source(lowered: Lowered, device: RemoteDevice) -> str:
+def server_source(lowered: Lowered, device: RemoteDevice, project_hash: bytes) -> str:
     """A co-processor's server_main.c."""
     return render(
         "model/server_main.c.j2",
@@ -112,6 +135,8 @@ def server_source(lowered: Lowered, device: RemoteDevice) -> str:
         model_name=c_comment(lowered.model_name),
         target_path=c_comment(device.program),
         name=c_string(device.program),
+        device_name=c_string(device.name),
         memory_size=device.memory_size,
         num_programs=device.num_programs,
+        plan_hash=c_bytes(project_hash),
     )

@@ -35,6 +35,7 @@ from hetgen.bounded import trimmed
 from hetgen.build.toolchain import DEBIAN_PACKAGES
 from hetgen.codegen.manifest import RemoteDeviceEntry, read_manifest
 from hetgen.errors import HetgenError
+from hetgen.names import terminal_text
 from hetgen.runtime.loader import checked_inputs, tensor_info
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -94,10 +95,13 @@ class EmulatedModel:
         self.program = self._programs()
         self.command = (*self._emulator(self.program), str(self.path / self.program["path"]))
         # Each co-processor's server: (device name, the command that runs it on this machine).
+        self.key = self._transport_key() if self.manifest.remote_devices else None
+        key = ("--key", str(self.key)) if self.key else ()
         self.servers = tuple(
-            (device.name, (*self._emulator(server), str(self.path / server["path"])))
+            (device.name, (*self._emulator(server), str(self.path / server["path"]), *key))
             for device, server in self._servers()
         )
+        self.key_options = key
         self.transport_stats: list[dict] = []
         # A bare-metal ELF runs under a system emulator and reports its ticks and stack (hg_board.h).
         self.board_report: dict = {}
@@ -118,6 +122,13 @@ class EmulatedModel:
                 f"{self.path / root['path']}: the board program is not built; run `ninja -C {self.path} board`"
             )
         return root
+
+    def _transport_key(self) -> Path:
+        """The build's transport key (board/transport.key), which both ends of the transport read."""
+        key = self.path / self.manifest.board.get("transport_key", "board/transport.key")
+        if not key.is_file():
+            raise HetgenError(f"{key}: the board build's transport key is missing; run `ninja -C {self.path} board`")
+        return key
 
     def _servers(self) -> list[tuple[RemoteDeviceEntry, dict]]:
         """Each remote device with its server program (both from hetgen.json), built."""
@@ -164,7 +175,7 @@ class EmulatedModel:
                 if self.program.get("semihosting"):
                     command = semihosting_command(self.command, self.program["name"], arguments)
                 else:
-                    command = [*self.command, *devices, *arguments]
+                    command = [*self.command, *self.key_options, *devices, *arguments]
                 stdout = self._run_program(command, {"HG_TRANSPORT_STATS": str(stats)} if self.servers else {})
                 self.board_report = board_report(stdout)
             finally:
@@ -186,7 +197,7 @@ class EmulatedModel:
         found = re.fullmatch(r"listening on 127\.0\.0\.1:(\d+)\n", line)
         if found is None:
             process.kill()
-            detail = (process.stderr.read() or line).strip()[-2000:]
+            detail = terminal_text((process.stderr.read() or line).strip()[-2000:])
             raise HetgenError(f"the device server of {name} did not start listening: {shlex.join(server)}\n{detail}")
         return process, int(found.group(1))
 
@@ -206,7 +217,7 @@ class EmulatedModel:
         except OSError as error:
             raise HetgenError(f"cannot start {command[0]}: {error.strerror}") from None
         if result.returncode != 0:
-            detail = result.stderr.strip()[-2000:] or "(nothing on stderr)"
+            detail = terminal_text(result.stderr.strip()[-2000:]) or "(nothing on stderr)"
             raise HetgenError(f"the board program failed (exit {result.returncode}): {' '.join(command)}\n{detail}")
         return result.stdout
 

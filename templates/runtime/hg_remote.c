@@ -9,7 +9,8 @@
 
 #include "hg_runtime.h"
 
-static const char *const call_names[] = { "?", "hello", "alloc", "copy_in", "copy_out", "invoke", "wait", "reset" };
+static const char *const call_names[] = { "?",    "hello", "alloc", "copy_in", "copy_out",
+                                          "invoke", "wait", "reset", "auth" };
 
 static const char *call_name(uint16_t type)
 {
@@ -39,6 +40,96 @@ static void at_exit(void)
 /* Send one request and read its reply: the status, then up to `reply_length` result bytes. */
 static int call(hg_remote *remote, uint16_t type, const void *args, uint32_t args_length, const void *data,
                 uint32_t data_length, void *reply, uint32_t reply_length);
+static int send_request(hg_remote *remote, uint16_t type, const void *args, uint32_t args_length, const void *data,
+                        uint32_t data_length);
+static int read_reply(hg_remote *remote, uint16_t type, void *reply, uint32_t reply_length);
+
+/* The key named by --key (or HG_TRANSPORT_KEY), read once for every remote device. */
+static const char *key_option;
+static hg_key transport_key;
+static int key_loaded;
+
+static int load_key(hg_remote *remote)
+{
+    if (key_loaded) {
+        return HG_OK;
+    }
+    const char *path = hg_key_path(key_option);
+    if (path == NULL) {
+        return failed(remote, "connect",
+                      "no transport key: pass --key FILE (the board build writes board/transport.key) or set "
+                      "HG_TRANSPORT_KEY");
+    }
+    char error[512];
+    if (hg_key_load(&transport_key, path, error, sizeof error) != 0) {
+        return failed(remote, "connect", error);
+    }
+    key_loaded = 1;
+    return HG_OK;
+}
+
+/* The handshake of hg_auth.h: the hello and the server's proof, then this side's proof. */
+static int handshake(hg_remote *remote)
+{
+    enum { FIXED = 4 + HG_NONCE_SIZE + HG_PLAN_HASH_SIZE };
+    unsigned char hello[FIXED + HG_DEVICE_NAME_MAX];
+    const size_t name_length = strnlen(remote->name, HG_DEVICE_NAME_MAX);
+    const unsigned char *client_nonce = hello + 4;
+    hg_put_u32(hello, HG_TRANSPORT_VERSION);
+    if (hg_random_bytes(hello + 4, HG_NONCE_SIZE) != 0) {
+        return failed(remote, "hello", "no random numbers for a nonce");
+    }
+    memcpy(hello + 4 + HG_NONCE_SIZE, remote->plan_hash, HG_PLAN_HASH_SIZE);
+    memcpy(hello + FIXED, remote->name, name_length);
+    unsigned char challenge[4 + HG_NONCE_SIZE + HG_SHA256_SIZE];
+    int status = call(remote, HG_MSG_HELLO, hello, (uint32_t)(FIXED + name_length), NULL, 0, challenge, sizeof challenge);
+    if (status != HG_OK) {
+        return remote->state < 0 ? status : failed(remote, "hello", "the server refused the hello");
+    }
+    const uint32_t version = hg_get_u32(challenge);
+    if (version != HG_TRANSPORT_VERSION) {
+        char message[160];
+        snprintf(message, sizeof message, "protocol version mismatch: the server speaks version %u, this program %u",
+                 version, HG_TRANSPORT_VERSION);
+        return failed(remote, "hello", message);
+    }
+    const unsigned char *server_nonce = challenge + 4;
+    unsigned char proof[HG_SHA256_SIZE];
+    hg_handshake_proof(&transport_key, HG_PROOF_SERVER, client_nonce, server_nonce, remote->plan_hash, version,
+                       remote->name, name_length, proof);
+    if (!hg_equal_secret(proof, challenge + 4 + HG_NONCE_SIZE, HG_SHA256_SIZE)) {
+        return failed(remote, "hello",
+                      "the server did not prove that it holds the transport key (another build's key, or not a "
+                      "server of this build): pass both programs the same --key");
+    }
+    hg_handshake_proof(&transport_key, HG_PROOF_CLIENT, client_nonce, server_nonce, remote->plan_hash, version,
+                       remote->name, name_length, proof);
+    unsigned char session_key[HG_SHA256_SIZE];
+    hg_handshake_proof(&transport_key, HG_SESSION_KEY, client_nonce, server_nonce, remote->plan_hash, version,
+                       remote->name, name_length, session_key);
+    unsigned char opened[8 + 4];
+    status = send_request(remote, HG_MSG_AUTH, proof, sizeof proof, NULL, 0);
+    if (status == HG_OK) {
+        hg_channel_seal(&remote->channel, session_key, 0);  /* the auth's reply is the first sealed frame */
+        status = read_reply(remote, HG_MSG_AUTH, opened, sizeof opened);
+    }
+    hg_wipe(session_key, sizeof session_key);
+    if (status != HG_OK) {
+        return remote->state < 0 ? status : failed(remote, "auth", "the server refused the proof");
+    }
+    const uint64_t memory_size = hg_get_u64(opened);
+    const uint32_t num_programs = hg_get_u32(opened + 8);
+    if (memory_size != remote->memory_size || num_programs != remote->num_programs) {
+        char message[256];
+        snprintf(message, sizeof message,
+                 "the server was built for another model (%llu bytes of device memory and %u programs; this program "
+                 "expects %llu and %u): rebuild both from one generated project",
+                 (unsigned long long)memory_size, num_programs, (unsigned long long)remote->memory_size,
+                 remote->num_programs);
+        return failed(remote, "auth", message);
+    }
+    return HG_OK;
+}
 
 static int connect_remote(hg_remote *remote)
 {
@@ -64,36 +155,22 @@ static int connect_remote(hg_remote *remote)
         remote->endpoint = NULL;
         return failed(remote, "connect", message);
     }
+    if (load_key(remote) != HG_OK) {
+        return HG_ERR_DEVICE;
+    }
     if (hg_channel_open(&remote->channel, remote->endpoint, hg_transport_timeout_from_env()) != HG_TRANSPORT_OK) {
         return failed(remote, "connect", remote->channel.error);
     }
     remote->state = 1;
-    unsigned char hello[4 + 64];
-    const size_t name_length = strnlen(remote->name, 64);
-    hg_put_u32(hello, HG_TRANSPORT_VERSION);
-    memcpy(hello + 4, remote->name, name_length);
-    unsigned char reply[4 + 8 + 4];
-    const int status = call(remote, HG_MSG_HELLO, hello, (uint32_t)(4 + name_length), NULL, 0, reply, sizeof reply);
-    if (status != HG_OK) {
-        return status;
-    }
-    const uint32_t version = hg_get_u32(reply);
-    const uint64_t memory_size = hg_get_u64(reply + 4);
-    const uint32_t num_programs = hg_get_u32(reply + 12);
-    if (version != HG_TRANSPORT_VERSION) {
-        char message[160];
-        snprintf(message, sizeof message, "protocol version mismatch: the server speaks version %u, this program %u",
-                 version, HG_TRANSPORT_VERSION);
-        return failed(remote, "hello", message);
-    }
-    if (memory_size != remote->memory_size || num_programs != remote->num_programs) {
-        char message[256];
-        snprintf(message, sizeof message,
-                 "the server was built for another model (%llu bytes of device memory and %u programs; this program "
-                 "expects %llu and %u): rebuild both from one generated project",
-                 (unsigned long long)memory_size, num_programs, (unsigned long long)remote->memory_size,
-                 remote->num_programs);
-        return failed(remote, "hello", message);
+    return handshake(remote);
+}
+
+static int send_request(hg_remote *remote, uint16_t type, const void *args, uint32_t args_length, const void *data,
+                        uint32_t data_length)
+{
+    hg_channel *channel = &remote->channel;
+    if (hg_send_frame(channel, type, ++remote->sequence, args, args_length, data, data_length) != HG_TRANSPORT_OK) {
+        return failed(remote, call_name(type), channel->error);
     }
     return HG_OK;
 }
@@ -101,12 +178,15 @@ static int connect_remote(hg_remote *remote)
 static int call(hg_remote *remote, uint16_t type, const void *args, uint32_t args_length, const void *data,
                 uint32_t data_length, void *reply, uint32_t reply_length)
 {
+    const int sent = send_request(remote, type, args, args_length, data, data_length);
+    return sent != HG_OK ? sent : read_reply(remote, type, reply, reply_length);
+}
+
+static int read_reply(hg_remote *remote, uint16_t type, void *reply, uint32_t reply_length)
+{
     const char *name = call_name(type);
     hg_channel *channel = &remote->channel;
-    const uint32_t sequence = ++remote->sequence;
-    if (hg_send_frame(channel, type, sequence, args, args_length, data, data_length) != HG_TRANSPORT_OK) {
-        return failed(remote, name, channel->error);
-    }
+    const uint32_t sequence = remote->sequence;
     hg_frame_header header;
     if (hg_read_header(channel, &header, channel->timeout_ms) != HG_TRANSPORT_OK) {
         return failed(remote, name, channel->error);
@@ -126,7 +206,10 @@ static int call(hg_remote *remote, uint16_t type, const void *args, uint32_t arg
         if (hg_read_payload(channel, &header, text, header.length, NULL) != HG_TRANSPORT_OK) {
             return failed(remote, name, channel->error);
         }
-        snprintf(message, sizeof message, "the server refused the request: %s", (const char *)text + 4);
+        char escaped[4 * 64 + 4];
+        hg_escape_text(text + 4, strnlen((const char *)text + 4, header.length > 4 ? header.length - 4 : 0), escaped,
+                       sizeof escaped);
+        snprintf(message, sizeof message, "the server refused the request: %s", escaped);
         return failed(remote, name, message);
     }
     if (header.type != (HG_MSG_REPLY | type) || header.sequence != sequence) {
@@ -158,8 +241,10 @@ static int call(hg_remote *remote, uint16_t type, const void *args, uint32_t arg
     const int32_t status = (int32_t)hg_get_u32(status_bytes);
     if (status != HG_OK) {
         /* The device refused the call (memory, program index): the connection stays usable. */
+        char escaped[4 * 64 + 4];
+        hg_escape_text(text, strnlen((const char *)text, rest), escaped, sizeof escaped);
         fprintf(stderr, "hetgen: device %s (%s): %s refused: %s (status %d)\n", remote->name, remote->endpoint, name,
-                text[0] ? (const char *)text : "no reason given", (int)status);
+                text[0] ? escaped : "no reason given", (int)status);
         return status;
     }
     if (rest != reply_length) {
@@ -257,6 +342,17 @@ int hg_remote_options(int *argc, char **argv)
     int kept = 1;
     for (int i = 1; i < *argc; ++i) {
         const char *value = NULL;
+        if (strcmp(argv[i], "--key") == 0 || strncmp(argv[i], "--key=", 6) == 0) {
+            if (argv[i][5] == '=') {
+                key_option = argv[i] + 6;
+            } else if (i + 1 < *argc) {
+                key_option = argv[++i];
+            } else {
+                fprintf(stderr, "--key needs FILE, the transport key (the board build writes board/transport.key)\n");
+                return -1;
+            }
+            continue;
+        }
         if (strcmp(argv[i], "--device") == 0) {
             if (i + 1 >= *argc) {
                 fprintf(stderr, "--device needs NAME=ENDPOINT (exec:COMMAND or tcp:HOST:PORT)\n");
@@ -312,6 +408,8 @@ void hg_remote_close_all(void)
             remote->state = 0;
         }
     }
+    hg_wipe(&transport_key, sizeof transport_key);
+    key_loaded = 0;
     if (stats != NULL) {
         fclose(stats);
     }

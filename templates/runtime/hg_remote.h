@@ -4,8 +4,10 @@
  * Where each device is served comes from the root program's `--device NAME=ENDPOINT` option
  * (hg_remote_options) or else the environment variable HG_DEVICE_<NAME> (NAME upper-cased, every
  * other character '_'); ENDPOINT is exec:COMMAND or tcp:HOST:PORT. The connection opens on the
- * first call and checks, in a hello, the protocol version and that the server serves the model
- * this program was generated with. With HG_TRANSPORT_STATS=FILE, each device's traffic is appended
+ * first call with the authenticated handshake of hg_auth.h on the key file `--key FILE` (or
+ * HG_TRANSPORT_KEY) names: both sides prove they hold the key, and the hello checks the protocol
+ * version, the device's name and that the server was built from this program's generated project
+ * (the plan hash). With HG_TRANSPORT_STATS=FILE, each device's traffic is appended
  * to FILE as one JSON line when the program exits.
  *
  * The connections are process state: a board program drives its remote devices from one thread.
@@ -18,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hg_auth.h"
 #include "hg_device.h"
 #include "hg_transport.h"
 
@@ -26,6 +29,7 @@ typedef struct {
     const char *env_name;     /* "HG_DEVICE_VDEVICE0" */
     uint64_t memory_size;     /* the device memory the generated program expects the server to have */
     uint32_t num_programs;
+    unsigned char plan_hash[HG_PLAN_HASH_SIZE];  /* the generated project both programs come from */
     /* Mutable, process-wide: the endpoint chosen and the connection. */
     const char *endpoint;
     hg_channel channel;
@@ -48,8 +52,8 @@ void hg_remote_reset(hg_remote *remote);
 extern hg_remote *const hg_remote_devices[];
 extern const size_t hg_remote_num_devices;
 
-/* Take `--device NAME=ENDPOINT` options out of argv (argc updated); 0, or -1 after a message on
- * stderr for an unknown device name or a malformed option. */
+/* Take `--device NAME=ENDPOINT` and `--key FILE` options out of argv (argc updated); 0, or -1 after
+ * a message on stderr for an unknown device name or a malformed option. */
 int hg_remote_options(int *argc, char **argv);
 
 /* Close every connection (servers started by exec: exit) and write the traffic counters. */

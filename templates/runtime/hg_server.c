@@ -2,20 +2,29 @@
 #define _POSIX_C_SOURCE 200809L
 #include "hg_server.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "hg_runtime.h"
 
+#define DEFAULT_MAX_SESSIONS 8
+
 typedef struct {
     hg_channel *channel;
     const hg_served_device *device;
+    const hg_key *key;
     unsigned char *buffer;   /* one request's payload, or one copy_out's data */
     uint64_t buffer_size;
+    int authenticated;
 } session;
 
 static int reply(session *s, const hg_frame_header *request, int32_t status, const void *data, uint32_t length)
@@ -46,14 +55,6 @@ static int handle(session *s, const hg_frame_header *request, const unsigned cha
     char reason[200];
     const uint32_t length = request->length;
     switch (request->type) {
-    case HG_MSG_HELLO: {
-        unsigned char hello[4 + 8 + 4];
-        hg_put_u32(hello, HG_TRANSPORT_VERSION);
-        hg_put_u64(hello + 4, device->memory_size);
-        hg_put_u32(hello + 12, device->num_programs);
-        device->reset(device->state);
-        return reply(s, request, HG_OK, hello, sizeof hello);
-    }
     case HG_MSG_ALLOC: {
         if (length != 8) {
             return refuse(s, request, HG_ERR_ARGUMENT, "alloc takes 8 bytes of arguments");
@@ -124,89 +125,340 @@ static int handle(session *s, const hg_frame_header *request, const unsigned cha
 }
 
 /* End the session over a frame that cannot be answered in kind: tell the peer why, then stop. */
-static int end_session(session *s, uint32_t sequence, int32_t code, const char *reason)
+static enum hg_session_end end_session(session *s, uint32_t sequence, int32_t code, const char *reason)
 {
     fprintf(stderr, "hg_server %s: %s; ending the session\n", s->device->name, reason);
     unsigned char head[4];
     hg_put_u32(head, (uint32_t)code);
     (void)hg_send_frame(s->channel, HG_MSG_ERROR, sequence, head, 4, reason, (uint32_t)strnlen(reason, 250) + 1);
-    return 1;
+    hg_channel_linger(s->channel, s->channel->timeout_ms < 1000 ? s->channel->timeout_ms : 1000);
+    return s->authenticated ? HG_SESSION_BROKEN : HG_SESSION_UNAUTHENTICATED;
 }
 
-int hg_serve(hg_channel *channel, const hg_served_device *device)
+/* Read one whole frame into `payload` (at most `limit` bytes): 0, or the session's end (told). */
+static int read_request(session *s, hg_frame_header *header, unsigned char *payload, uint32_t limit, int wait_ms,
+                        enum hg_session_end *end)
 {
-    /* The largest request is a copy_in of the whole memory: its arguments and data. */
-    session s = { channel, device, NULL, device->memory_size + 16u };
-    if (s.buffer_size > HG_TRANSPORT_MAX_PAYLOAD || (s.buffer = malloc((size_t)s.buffer_size)) == NULL) {
-        fprintf(stderr, "hg_server %s: cannot hold a %llu-byte request\n", device->name,
-                (unsigned long long)s.buffer_size);
-        return 1;
+    hg_channel *channel = s->channel;
+    int status = hg_read_header(channel, header, wait_ms);
+    if (status == HG_TRANSPORT_CLOSED) {
+        if (!s->authenticated) {
+            fprintf(stderr, "hg_server %s: the peer closed the connection before the handshake\n", s->device->name);
+        }
+        *end = s->authenticated ? HG_SESSION_CLEAN : HG_SESSION_UNAUTHENTICATED;
+        return -1;
     }
-    int result = 0;
+    if (status != HG_TRANSPORT_OK) {
+        *end = end_session(s, 0, status, channel->error);
+        return -1;
+    }
+    char reason[200];
+    if (header->version != HG_TRANSPORT_VERSION) {
+        snprintf(reason, sizeof reason, "protocol version mismatch: the client speaks version %u, this server %u",
+                 header->version, HG_TRANSPORT_VERSION);
+        *end = end_session(s, header->sequence, HG_TRANSPORT_VERSION_MISMATCH, reason);
+        return -1;
+    }
+    if (header->length > limit) {
+        if (s->authenticated) {
+            snprintf(reason, sizeof reason, "a %u-byte request exceeds the device's %llu-byte memory", header->length,
+                     (unsigned long long)s->device->memory_size);
+        } else {
+            snprintf(reason, sizeof reason, "a %u-byte frame before authentication; a handshake frame has at most %u",
+                     header->length, limit);
+        }
+        *end = end_session(s, header->sequence, HG_TRANSPORT_PROTOCOL, reason);
+        return -1;
+    }
+    status = hg_read_payload(channel, header, payload, header->length, NULL);
+    if (status != HG_TRANSPORT_OK) {
+        *end = end_session(s, header->sequence, status, channel->error);
+        return -1;
+    }
+    return 0;
+}
+
+static void hex8(const unsigned char *bytes, char out[17])
+{
+    for (unsigned i = 0; i < 8; ++i) {
+        snprintf(out + 2 * i, 3, "%02x", bytes[i]);
+    }
+}
+
+/* The handshake (hg_auth.h): 0 once the peer has proved it holds the key, else the session's end. */
+static int handshake(session *s, enum hg_session_end *end)
+{
+    const hg_served_device *device = s->device;
+    hg_channel *channel = s->channel;
+    unsigned char payload[HG_HANDSHAKE_MAX_PAYLOAD];
+    hg_frame_header header;
+    char reason[320];
+    /* The hello must arrive whole within the timeout of the connection's start: an idle or trickling
+     * peer is dropped, and holds nothing but its own process meanwhile. */
+    if (read_request(s, &header, payload, sizeof payload, channel->timeout_ms, end) != 0) {
+        return -1;
+    }
+    const uint32_t fixed = 4 + HG_NONCE_SIZE + HG_PLAN_HASH_SIZE;
+    if (header.type != HG_MSG_HELLO || header.length < fixed || header.length > fixed + HG_DEVICE_NAME_MAX) {
+        snprintf(reason, sizeof reason, "expected a hello (message type 1 of %u..%u bytes), got type 0x%x of %u bytes",
+                 fixed, fixed + HG_DEVICE_NAME_MAX, header.type, header.length);
+        *end = end_session(s, header.sequence, HG_TRANSPORT_PROTOCOL, reason);
+        return -1;
+    }
+    const uint32_t version = hg_get_u32(payload);
+    const unsigned char *client_nonce = payload + 4;
+    const unsigned char *plan_hash = client_nonce + HG_NONCE_SIZE;
+    const char *name = (const char *)(plan_hash + HG_PLAN_HASH_SIZE);
+    const size_t name_length = header.length - fixed;
+    if (version != HG_TRANSPORT_VERSION) {
+        snprintf(reason, sizeof reason, "protocol version mismatch: the client's hello says version %u, this server %u",
+                 version, HG_TRANSPORT_VERSION);
+        *end = end_session(s, header.sequence, HG_TRANSPORT_VERSION_MISMATCH, reason);
+        return -1;
+    }
+    if (name_length != strlen(device->device_name) || memcmp(name, device->device_name, name_length) != 0) {
+        char asked[4 * HG_DEVICE_NAME_MAX + 4];
+        hg_escape_text(name, name_length, asked, sizeof asked);
+        snprintf(reason, sizeof reason, "the client asks for device \"%s\"; this server serves %s", asked,
+                 device->device_name);
+        *end = end_session(s, header.sequence, HG_TRANSPORT_PROTOCOL, reason);
+        return -1;
+    }
+    if (memcmp(plan_hash, device->plan_hash, HG_PLAN_HASH_SIZE) != 0) {
+        char theirs[17], mine[17];
+        hex8(plan_hash, theirs);
+        hex8(device->plan_hash, mine);
+        snprintf(reason, sizeof reason,
+                 "the client was built from another generated project (plan hash %s..., this server %s...): rebuild "
+                 "both from one",
+                 theirs, mine);
+        *end = end_session(s, header.sequence, HG_TRANSPORT_PROTOCOL, reason);
+        return -1;
+    }
+    unsigned char challenge[4 + HG_NONCE_SIZE + HG_SHA256_SIZE];
+    unsigned char *server_nonce = challenge + 4;
+    if (hg_random_bytes(server_nonce, HG_NONCE_SIZE) != 0) {
+        snprintf(reason, sizeof reason, "no random numbers for a nonce: %s", strerror(errno));
+        *end = end_session(s, header.sequence, HG_TRANSPORT_IO, reason);
+        return -1;
+    }
+    hg_put_u32(challenge, HG_TRANSPORT_VERSION);
+    hg_handshake_proof(s->key, HG_PROOF_SERVER, client_nonce, server_nonce, device->plan_hash, version, name,
+                       name_length, challenge + 4 + HG_NONCE_SIZE);
+    /* Both from the hello, which the auth's frame overwrites in `payload`. */
+    unsigned char expected[HG_SHA256_SIZE];
+    hg_handshake_proof(s->key, HG_PROOF_CLIENT, client_nonce, server_nonce, device->plan_hash, version, name,
+                       name_length, expected);
+    unsigned char session_key[HG_SHA256_SIZE];
+    hg_handshake_proof(s->key, HG_SESSION_KEY, client_nonce, server_nonce, device->plan_hash, version, name, name_length,
+                       session_key);
+    if (reply(s, &header, HG_OK, challenge, sizeof challenge) != HG_TRANSPORT_OK) {
+        fprintf(stderr, "hg_server %s: %s; ending the session\n", device->name, channel->error);
+        hg_wipe(session_key, sizeof session_key);
+        *end = HG_SESSION_UNAUTHENTICATED;
+        return -1;
+    }
+    if (read_request(s, &header, payload, sizeof payload, channel->timeout_ms, end) != 0) {
+        hg_wipe(session_key, sizeof session_key);
+        return -1;
+    }
+    if (header.type != HG_MSG_AUTH || header.length != HG_SHA256_SIZE || !hg_equal_secret(payload, expected, HG_SHA256_SIZE)) {
+        /* One refusal for every way of not proving the key, so that a peer learns nothing more. */
+        hg_wipe(session_key, sizeof session_key);
+        *end = end_session(s, header.sequence, HG_TRANSPORT_PROTOCOL,
+                           "authentication failed: the client did not prove that it holds this server's transport key");
+        return -1;
+    }
+    s->authenticated = 1;
+    hg_channel_seal(channel, session_key, 1);  /* from the auth's reply on */
+    hg_wipe(session_key, sizeof session_key);
+    hg_wipe(device->state, (size_t)device->state_size);  /* a session starts on zeroed memory */
+    device->reset(device->state);
+    unsigned char opened[8 + 4];
+    hg_put_u64(opened, device->memory_size);
+    hg_put_u32(opened + 8, device->num_programs);
+    if (reply(s, &header, HG_OK, opened, sizeof opened) != HG_TRANSPORT_OK) {
+        fprintf(stderr, "hg_server %s: %s; ending the session\n", device->name, channel->error);
+        *end = HG_SESSION_BROKEN;
+        return -1;
+    }
+    return 0;
+}
+
+static enum hg_session_end serve_requests(session *s)
+{
+    /* The largest request is a copy_in of the whole memory: its arguments and data. Only an
+     * authenticated peer gets a buffer that large. */
+    s->buffer_size = s->device->memory_size + 16u;
+    if (s->buffer_size > HG_TRANSPORT_MAX_PAYLOAD || (s->buffer = calloc(1, (size_t)s->buffer_size)) == NULL) {
+        char reason[160];
+        snprintf(reason, sizeof reason, "cannot hold a %llu-byte request", (unsigned long long)s->buffer_size);
+        s->buffer_size = 0;
+        return end_session(s, 0, HG_TRANSPORT_IO, reason);
+    }
     for (;;) {
         hg_frame_header header;
-        /* The next request may be a while coming (the controller computes); inside one, the timeout holds. */
-        int status = hg_read_header(channel, &header, -1);
-        if (status == HG_TRANSPORT_CLOSED) {
-            break;
+        enum hg_session_end end;
+        /* The next request may be a while coming (the controller computes); a started frame has the timeout. */
+        if (read_request(s, &header, s->buffer, (uint32_t)s->buffer_size, -1, &end) != 0) {
+            return end;
         }
-        if (status != HG_TRANSPORT_OK) {
-            result = end_session(&s, 0, status, channel->error);
-            break;
+        if (header.type == HG_MSG_HELLO || header.type == HG_MSG_AUTH) {
+            return end_session(s, header.sequence, HG_TRANSPORT_PROTOCOL, "a handshake message inside a session");
         }
-        if (header.version != HG_TRANSPORT_VERSION) {
-            char reason[160];
-            snprintf(reason, sizeof reason, "protocol version mismatch: the client speaks version %u, this server %u",
-                     header.version, HG_TRANSPORT_VERSION);
-            result = end_session(&s, header.sequence, HG_TRANSPORT_VERSION_MISMATCH, reason);
-            break;
-        }
-        if (header.length > s.buffer_size) {
-            char reason[160];
-            snprintf(reason, sizeof reason, "a %u-byte request exceeds the device's %llu-byte memory", header.length,
-                     (unsigned long long)device->memory_size);
-            result = end_session(&s, header.sequence, HG_TRANSPORT_PROTOCOL, reason);
-            break;
-        }
-        status = hg_read_payload(channel, &header, s.buffer, header.length, NULL);
-        if (status != HG_TRANSPORT_OK) {
-            result = end_session(&s, header.sequence, status, channel->error);
-            break;
-        }
-        if (handle(&s, &header, s.buffer) != HG_TRANSPORT_OK) {
-            fprintf(stderr, "hg_server %s: %s; ending the session\n", device->name, channel->error);
-            result = 1;
-            break;
+        if (handle(s, &header, s->buffer) != HG_TRANSPORT_OK) {
+            fprintf(stderr, "hg_server %s: %s; ending the session\n", s->device->name, s->channel->error);
+            return HG_SESSION_BROKEN;
         }
     }
-    free(s.buffer);
-    return result;
+}
+
+enum hg_session_end hg_serve(hg_channel *channel, const hg_served_device *device, const hg_key *key)
+{
+    session s = { channel, device, key, NULL, 0, 0 };
+    enum hg_session_end end;
+    if (handshake(&s, &end) == 0) {
+        end = serve_requests(&s);
+    }
+    /* Nothing of this session outlives it: not the device memory, not the last request's data, not
+     * its key. */
+    hg_wipe(device->state, (size_t)device->state_size);
+    hg_wipe(channel->seal_key, sizeof channel->seal_key);
+    if (s.buffer != NULL) {
+        hg_wipe(s.buffer, (size_t)s.buffer_size);
+        free(s.buffer);
+    }
+    return end;
 }
 
 static int usage(const char *program)
 {
     fprintf(stderr,
-            "usage: %s [--listen ADDR:PORT [--once]] [--timeout-ms N]\n"
-            "  serves its device on stdin/stdout, or on TCP (loopback unless ADDR says otherwise)\n",
+            "usage: %s --key FILE [--listen ADDR:PORT [--allow-remote] [--once] [--max-sessions N]] [--timeout-ms N]\n"
+            "  serves its device on stdin/stdout, or on TCP (loopback unless ADDR says otherwise and\n"
+            "  --allow-remote allows it); FILE is the build's transport key (board/transport.key), or\n"
+            "  HG_TRANSPORT_KEY names it\n",
             program);
     return 2;
+}
+
+static int positive_option(const char *name, const char *text, long limit, long *value)
+{
+    char *end = NULL;
+    *value = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || *value <= 0 || *value > limit) {
+        fprintf(stderr, "%s %s: expected a whole number from 1 to %ld\n", name, text, limit);
+        return -1;
+    }
+    return 0;
+}
+
+/* A connection the server cannot take: one refusal, then the close. */
+static void refuse_connection(int fd, const char *reason)
+{
+    hg_channel channel;
+    hg_channel_init(&channel, fd, fd, 1, 1000);
+    unsigned char head[4];
+    hg_put_u32(head, (uint32_t)HG_TRANSPORT_PROTOCOL);
+    (void)hg_send_frame(&channel, HG_MSG_ERROR, 0, head, 4, reason, (uint32_t)strlen(reason) + 1);
+    hg_channel_linger(&channel, 100);  /* short: the server's own loop waits meanwhile */
+    close(fd);
+}
+
+/* Each connection in a process of its own (fork): a session's device memory is its own copy of the
+ * server's (the parent never serves, so every copy starts as the program started), a slow or idle
+ * peer holds only its own process, and a crash ends one session. */
+static int serve_tcp(int listen_fd, const hg_served_device *device, const hg_key *key, int timeout_ms, int once,
+                     long max_sessions)
+{
+    long active = 0;
+    int result = 0;
+    int done = 0;
+    /* A connection that is reset between poll and accept must not block the loop in accept. */
+    const int flags = fcntl(listen_fd, F_GETFL);
+    if (flags >= 0) {
+        (void)fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK);
+    }
+    while (!done || active > 0) {
+        int status = 0;
+        pid_t ended;
+        while ((ended = waitpid(-1, &status, done ? 0 : WNOHANG)) > 0) {
+            active -= 1;
+            const int code = WIFEXITED(status) ? WEXITSTATUS(status) : HG_SESSION_BROKEN;
+            if (once && !done && code != HG_SESSION_UNAUTHENTICATED) {
+                done = 1;  /* the first authenticated session has ended: accept no more */
+                result = code;
+                close(listen_fd);
+            }
+            if (done && active == 0) {
+                break;
+            }
+        }
+        if (ended < 0 && errno == ECHILD) {
+            active = 0;
+        }
+        if (done) {
+            continue;
+        }
+        struct pollfd entry = { listen_fd, POLLIN, 0 };
+        if (poll(&entry, 1, 100) <= 0) {
+            continue;  /* and reap the sessions that ended meanwhile */
+        }
+        const int fd = accept(listen_fd, NULL, NULL);
+        if (fd < 0) {
+            continue;
+        }
+        if (active >= max_sessions) {
+            char reason[120];
+            snprintf(reason, sizeof reason, "the server is busy: %ld sessions at once (--max-sessions)", max_sessions);
+            fprintf(stderr, "hg_server %s: %s; refused a connection\n", device->name, reason);
+            refuse_connection(fd, reason);
+            continue;
+        }
+        const pid_t pid = fork();
+        if (pid == 0) {
+            close(listen_fd);
+            hg_channel channel;
+            hg_channel_init(&channel, fd, fd, 1, timeout_ms);
+            const enum hg_session_end end = hg_serve(&channel, device, key);
+            close(fd);
+            exit((int)end);
+        }
+        close(fd);
+        if (pid < 0) {
+            fprintf(stderr, "hg_server %s: fork failed: %s\n", device->name, strerror(errno));
+            continue;
+        }
+        active += 1;
+    }
+    return result == HG_SESSION_UNAUTHENTICATED ? 1 : result;
 }
 
 int hg_server_main(int argc, char **argv, const hg_served_device *device)
 {
     const char *listen_at = NULL;
+    const char *key_option = NULL;
     int once = 0;
+    int allow_remote = 0;
+    long max_sessions = DEFAULT_MAX_SESSIONS;
     int timeout_ms = hg_transport_timeout_from_env();
     for (int i = 1; i < argc; ++i) {
+        long value = 0;
         if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
             listen_at = argv[++i];
+        } else if (strcmp(argv[i], "--key") == 0 && i + 1 < argc) {
+            key_option = argv[++i];
         } else if (strcmp(argv[i], "--once") == 0) {
             once = 1;
+        } else if (strcmp(argv[i], "--allow-remote") == 0) {
+            allow_remote = 1;
+        } else if (strcmp(argv[i], "--max-sessions") == 0 && i + 1 < argc) {
+            if (positive_option("--max-sessions", argv[++i], 1024, &value) != 0) {
+                return 2;
+            }
+            max_sessions = value;
         } else if (strcmp(argv[i], "--timeout-ms") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            const long value = strtol(argv[++i], &end, 10);
-            if (*end != '\0' || value <= 0 || value > 86400000L) {
-                fprintf(stderr, "--timeout-ms %s: expected a positive number of milliseconds\n", argv[i]);
+            if (positive_option("--timeout-ms", argv[++i], 86400000L, &value) != 0) {
                 return 2;
             }
             timeout_ms = (int)value;
@@ -214,34 +466,47 @@ int hg_server_main(int argc, char **argv, const hg_served_device *device)
             return usage(argv[0]);
         }
     }
-    /* A peer that goes away must end a session, not the server. */
-    signal(SIGPIPE, SIG_IGN);
-    hg_channel channel;
-    if (listen_at == NULL) {
-        hg_channel_init(&channel, 0, 1, 0, timeout_ms);
-        return hg_serve(&channel, device);
+    const char *key_path = hg_key_path(key_option);
+    if (key_path == NULL) {
+        fprintf(stderr, "hg_server %s: no transport key: pass --key FILE (the board build writes board/transport.key) "
+                        "or set HG_TRANSPORT_KEY\n",
+                device->name);
+        return 2;
     }
-    int listen_fd = -1;
-    int port = 0;
-    char error[256];
-    if (hg_listen(listen_at, &listen_fd, &port, error, sizeof error) != HG_TRANSPORT_OK) {
+    hg_key key;
+    char error[512];
+    if (hg_key_load(&key, key_path, error, sizeof error) != 0) {
         fprintf(stderr, "hg_server %s: %s\n", device->name, error);
         return 2;
     }
-    const char *colon = strrchr(listen_at, ':');
-    printf("listening on %.*s:%d\n", colon == listen_at ? 9 : (int)(colon - listen_at),
-           colon == listen_at ? "127.0.0.1" : listen_at, port);
-    fflush(stdout);
-    int result = 0;
-    do {
-        const int fd = accept(listen_fd, NULL, NULL);
-        if (fd < 0) {
-            continue;
+    /* A peer that goes away must end a session, not the server. */
+    signal(SIGPIPE, SIG_IGN);
+    int result;
+    if (listen_at == NULL) {
+        hg_channel channel;
+        hg_channel_init(&channel, 0, 1, 0, timeout_ms);
+        result = hg_serve(&channel, device, &key) == HG_SESSION_CLEAN ? 0 : 1;
+    } else {
+        int listen_fd = -1;
+        int port = 0;
+        int is_remote = 0;
+        if (hg_listen(listen_at, allow_remote, &listen_fd, &port, &is_remote, error, sizeof error) != HG_TRANSPORT_OK) {
+            fprintf(stderr, "hg_server %s: %s\n", device->name, error);
+            hg_wipe(&key, sizeof key);
+            return 2;
         }
-        hg_channel_init(&channel, fd, fd, 1, timeout_ms);
-        result = hg_serve(&channel, device);
-        close(fd);
-    } while (!once);
-    close(listen_fd);
+        if (is_remote) {
+            fprintf(stderr,
+                    "hg_server %s: warning: listening on %s, which other machines can reach: a peer needs the "
+                    "transport key, but the traffic is not encrypted (anyone on the path reads the tensors)\n",
+                    device->name, listen_at);
+        }
+        const char *colon = strrchr(listen_at, ':');
+        printf("listening on %.*s:%d\n", colon == listen_at ? 9 : (int)(colon - listen_at),
+               colon == listen_at ? "127.0.0.1" : listen_at, port);
+        fflush(stdout);
+        result = serve_tcp(listen_fd, device, &key, timeout_ms, once, max_sessions);
+    }
+    hg_wipe(&key, sizeof key);
     return result;
 }

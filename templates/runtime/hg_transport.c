@@ -103,7 +103,13 @@ int hg_transport_timeout_from_env(void)
     }
     char *end = NULL;
     const long value = strtol(text, &end, 10);
-    if (*end != '\0' || value <= 0 || value > 86400000L) {
+    if (end == text || *end != '\0' || value <= 0 || value > 86400000L) {
+        static int warned;  /* once per process, however many channels read it */
+        if (!warned) {
+            warned = 1;
+            fprintf(stderr, "hetgen: HG_TRANSPORT_TIMEOUT_MS=%.40s is not 1..86400000 ms; using %d\n", text,
+                    HG_TRANSPORT_DEFAULT_TIMEOUT_MS);
+        }
         return HG_TRANSPORT_DEFAULT_TIMEOUT_MS;
     }
     return (int)value;
@@ -124,6 +130,8 @@ void hg_channel_init(hg_channel *channel, int read_fd, int write_fd, int is_sock
     channel->write_fd = write_fd;
     channel->is_socket = is_socket;
     channel->timeout_ms = timeout_ms;
+    channel->deadline_ms = -1;
+    channel->frame_budget_ms = timeout_ms;
     /* Non-blocking ends, so that poll's timeout bounds every read and write. */
     set_nonblocking(read_fd);
     if (write_fd != read_fd) {
@@ -137,12 +145,34 @@ void hg_channel_init(hg_channel *channel, int read_fd, int write_fd, int is_sock
     }
 }
 
-/* Wait until `fd` is ready for `events`: 0, or TIMEOUT after `timeout_ms` (< 0: forever). */
-static int wait_ready(int fd, short events, int timeout_ms)
+static int64_t monotonic_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* The milliseconds left until `deadline_ms` (-1: none), for poll: never negative. */
+static int remaining_ms(int64_t deadline_ms)
+{
+    if (deadline_ms < 0) {
+        return -1;
+    }
+    const int64_t left = deadline_ms - monotonic_ms();
+    return left <= 0 ? 0 : left > 86400000 ? 86400000 : (int)left;
+}
+
+static int64_t deadline_after(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
+}
+
+/* Wait until `fd` is ready for `events`: 0, or TIMEOUT when `deadline_ms` passes (-1: never). */
+static int wait_ready(int fd, short events, int64_t deadline_ms)
 {
     struct pollfd entry = { fd, events, 0 };
     for (;;) {
-        const int ready = poll(&entry, 1, timeout_ms);
+        const int ready = poll(&entry, 1, remaining_ms(deadline_ms));
         if (ready > 0) {
             return 0;
         }
@@ -155,18 +185,22 @@ static int wait_ready(int fd, short events, int timeout_ms)
     }
 }
 
-/* Read exactly `bytes`, waiting at most `first_timeout_ms` for the first and the channel's timeout
- * for each later chunk. CLOSED when the stream ends before the first byte, FRAME when it ends inside. */
-static int read_exact(hg_channel *channel, void *buffer, size_t bytes, int first_timeout_ms, const char *what)
+/* Read exactly `bytes` by the channel's frame deadline, however they trickle: the deadline is one
+ * point in time for the whole frame, each poll waits only for what is left of it. CLOSED when the
+ * stream ends before a header's first byte, FRAME when it ends inside a frame. */
+static int read_exact(hg_channel *channel, void *buffer, size_t bytes, const char *what)
 {
     unsigned char *p = (unsigned char *)buffer;
     size_t done = 0;
     while (done < bytes) {
-        const int timeout = done == 0 ? first_timeout_ms : channel->timeout_ms;
-        const int ready = wait_ready(channel->read_fd, POLLIN, timeout);
+        const int ready = wait_ready(channel->read_fd, POLLIN, channel->deadline_ms);
         if (ready == HG_TRANSPORT_TIMEOUT) {
-            return fail(channel, HG_TRANSPORT_TIMEOUT, "no answer within %d ms (%s: %zu of %zu bytes arrived)", timeout,
-                        what, done, bytes);
+            const int header_started = strcmp(what, "header") != 0 || done > 0;
+            if (!header_started) {
+                return fail(channel, HG_TRANSPORT_TIMEOUT, "no answer within %d ms", channel->frame_budget_ms);
+            }
+            return fail(channel, HG_TRANSPORT_TIMEOUT, "no whole frame within %d ms (%s: %zu of %zu bytes arrived)",
+                        channel->frame_budget_ms, what, done, bytes);
         }
         if (ready != 0) {
             return fail(channel, HG_TRANSPORT_IO, "poll failed: %s", strerror(errno));
@@ -190,14 +224,15 @@ static int read_exact(hg_channel *channel, void *buffer, size_t bytes, int first
     return HG_TRANSPORT_OK;
 }
 
-static int write_exact(hg_channel *channel, const void *buffer, size_t bytes)
+/* Write exactly `bytes` by `deadline_ms`: a peer that stops taking a frame cannot hold it open. */
+static int write_exact(hg_channel *channel, const void *buffer, size_t bytes, int64_t deadline_ms)
 {
     const unsigned char *p = (const unsigned char *)buffer;
     size_t done = 0;
     while (done < bytes) {
-        const int ready = wait_ready(channel->write_fd, POLLOUT, channel->timeout_ms);
+        const int ready = wait_ready(channel->write_fd, POLLOUT, deadline_ms);
         if (ready == HG_TRANSPORT_TIMEOUT) {
-            return fail(channel, HG_TRANSPORT_TIMEOUT, "the peer took nothing for %d ms (%zu of %zu bytes sent)",
+            return fail(channel, HG_TRANSPORT_TIMEOUT, "the peer did not take the frame within %d ms (%zu of %zu bytes sent)",
                         channel->timeout_ms, done, bytes);
         }
         if (ready != 0) {
@@ -215,6 +250,32 @@ static int write_exact(hg_channel *channel, const void *buffer, size_t bytes)
         }
     }
     return HG_TRANSPORT_OK;
+}
+
+void hg_channel_seal(hg_channel *channel, const unsigned char key[HG_SHA256_SIZE], int is_server)
+{
+    memcpy(channel->seal_key, key, HG_SHA256_SIZE);
+    channel->send_direction = is_server ? 'S' : 'C';
+    channel->frames_sent = 0;
+    channel->frames_received = 0;
+    channel->sealed = 1;
+}
+
+/* A sealed frame's tag: HMAC(session key, direction | u64 frame number | header | payload). */
+static void frame_tag(const hg_channel *channel, unsigned char direction, uint64_t number,
+                      const unsigned char header[HG_TRANSPORT_HEADER_SIZE], const void *head, uint32_t head_length,
+                      const void *tail, uint32_t tail_length, unsigned char tag[HG_SHA256_SIZE])
+{
+    unsigned char prefix[1 + 8];
+    prefix[0] = direction;
+    hg_put_u64(prefix + 1, number);
+    const hg_bytes parts[] = {
+        { prefix, sizeof prefix },
+        { header, HG_TRANSPORT_HEADER_SIZE },
+        { head, head_length },
+        { tail, tail_length },
+    };
+    hg_hmac_sha256(channel->seal_key, sizeof channel->seal_key, parts, sizeof parts / sizeof parts[0], tag);
 }
 
 static void encode_header(unsigned char *out, uint16_t type, uint32_t sequence, uint32_t length)
@@ -241,12 +302,20 @@ int hg_send_frame(hg_channel *channel, uint16_t type, uint32_t sequence, const v
     crc = hg_crc32_update(crc, payload, length);
     crc = hg_crc32_update(crc, extra, extra_length);
     hg_put_u32(header + 16, crc);
-    int status = write_exact(channel, header, sizeof header);
+    const int64_t deadline = deadline_after(channel->timeout_ms);  /* the whole frame, not each write */
+    int status = write_exact(channel, header, sizeof header, deadline);
     if (status == HG_TRANSPORT_OK && length > 0) {
-        status = write_exact(channel, payload, length);
+        status = write_exact(channel, payload, length, deadline);
     }
     if (status == HG_TRANSPORT_OK && extra_length > 0) {
-        status = write_exact(channel, extra, extra_length);
+        status = write_exact(channel, extra, extra_length, deadline);
+    }
+    if (status == HG_TRANSPORT_OK && channel->sealed && type != HG_MSG_ERROR) {
+        unsigned char tag[HG_SHA256_SIZE];
+        frame_tag(channel, channel->send_direction, channel->frames_sent, header, payload, length, extra, extra_length,
+                  tag);
+        status = write_exact(channel, tag, sizeof tag, deadline);
+        channel->frames_sent += 1;
     }
     if (status == HG_TRANSPORT_OK) {
         channel->stats.messages_sent += 1;
@@ -254,13 +323,25 @@ int hg_send_frame(hg_channel *channel, uint16_t type, uint32_t sequence, const v
     return status;
 }
 
-int hg_read_header(hg_channel *channel, hg_frame_header *header, int first_timeout_ms)
+int hg_read_header(hg_channel *channel, hg_frame_header *header, int wait_ms)
 {
+    if (wait_ms < 0) {
+        /* Between requests a session may idle (the controller computes); once a frame starts, its
+         * deadline holds. */
+        const int ready = wait_ready(channel->read_fd, POLLIN, -1);
+        if (ready != 0) {
+            return fail(channel, HG_TRANSPORT_IO, "poll failed: %s", strerror(errno));
+        }
+        wait_ms = channel->timeout_ms;
+    }
+    channel->frame_budget_ms = wait_ms;
+    channel->deadline_ms = deadline_after(wait_ms);
     unsigned char bytes[HG_TRANSPORT_HEADER_SIZE];
-    const int status = read_exact(channel, bytes, sizeof bytes, first_timeout_ms, "header");
+    const int status = read_exact(channel, bytes, sizeof bytes, "header");
     if (status != HG_TRANSPORT_OK) {
         return status;
     }
+    memcpy(header->bytes, bytes, sizeof bytes);
     const uint32_t magic = hg_get_u32(bytes);
     if (magic != HG_TRANSPORT_MAGIC) {
         return fail(channel, HG_TRANSPORT_FRAME, "bad frame: magic 0x%08x, expected 0x%08x", magic,
@@ -286,9 +367,9 @@ int hg_read_payload(hg_channel *channel, const hg_frame_header *header, void *he
         head_length = header->length;
     }
     const uint32_t tail_length = header->length - head_length;
-    int status = read_exact(channel, head, head_length, channel->timeout_ms, "payload");
+    int status = read_exact(channel, head, head_length, "payload");
     if (status == HG_TRANSPORT_OK && tail_length > 0) {
-        status = read_exact(channel, tail, tail_length, channel->timeout_ms, "payload");
+        status = read_exact(channel, tail, tail_length, "payload");
     }
     if (status == HG_TRANSPORT_CLOSED) {
         status = fail(channel, HG_TRANSPORT_FRAME, "truncated frame: the stream ended inside a %u-byte payload",
@@ -297,11 +378,27 @@ int hg_read_payload(hg_channel *channel, const hg_frame_header *header, void *he
     if (status != HG_TRANSPORT_OK) {
         return status;
     }
+    const int tagged = channel->sealed && header->type != HG_MSG_ERROR;
+    unsigned char tag[HG_SHA256_SIZE];
+    if (tagged && (status = read_exact(channel, tag, sizeof tag, "tag")) != HG_TRANSPORT_OK) {
+        return status == HG_TRANSPORT_CLOSED ? fail(channel, HG_TRANSPORT_FRAME, "truncated frame: no tag") : status;
+    }
     uint32_t actual = hg_crc32_update(header->header_crc, head, head_length);
     actual = hg_crc32_update(actual, tail, tail_length);
     if (actual != header->crc) {
         return fail(channel, HG_TRANSPORT_FRAME, "bad frame: CRC-32 0x%08x, the header says 0x%08x", actual,
                     header->crc);
+    }
+    if (tagged) {
+        unsigned char expected[HG_SHA256_SIZE];
+        const unsigned char from = channel->send_direction == 'S' ? 'C' : 'S';
+        frame_tag(channel, from, channel->frames_received, header->bytes, head, head_length, tail, tail_length,
+                  expected);
+        if (!hg_equal_secret(tag, expected, sizeof tag)) {
+            return fail(channel, HG_TRANSPORT_FRAME,
+                        "bad frame: its tag does not match (altered, injected, replayed or reordered on the way)");
+        }
+        channel->frames_received += 1;
     }
     channel->stats.messages_received += 1;
     return HG_TRANSPORT_OK;
@@ -357,8 +454,9 @@ static int open_exec(hg_channel *channel, const char *command, int timeout_ms)
     return HG_TRANSPORT_OK;
 }
 
-/* Split "HOST:PORT" (HOST may be "[v6]" or empty) into its parts. */
-static int split_address(const char *address, char *host, size_t host_size, char *port, size_t port_size)
+/* Split "HOST:PORT" (HOST may be "[v6]" or empty) into its parts: 0; -1 for another shape; -2 for a
+ * port outside `lowest`..65535 (getaddrinfo would take 70000 and wrap it to 4464). */
+static int split_address(const char *address, char *host, size_t host_size, char *port, size_t port_size, long lowest)
 {
     const char *colon = strrchr(address, ':');
     if (colon == NULL || colon[1] == '\0') {
@@ -381,14 +479,19 @@ static int split_address(const char *address, char *host, size_t host_size, char
             return -1;
         }
     }
-    return 0;
+    const long number = strtol(port, NULL, 10);
+    return number < lowest || number > 65535 || strlen(port) > 5 ? -2 : 0;
 }
 
 static int open_tcp(hg_channel *channel, const char *address, int timeout_ms)
 {
     char host[256];
     char port[16];
-    if (split_address(address, host, sizeof host, port, sizeof port) != 0 || host[0] == '\0') {
+    const int split = split_address(address, host, sizeof host, port, sizeof port, 1);
+    if (split == -2) {
+        return fail(channel, HG_TRANSPORT_CONNECT, "\"tcp:%s\": the port must be 1..65535", address);
+    }
+    if (split != 0 || host[0] == '\0') {
         return fail(channel, HG_TRANSPORT_CONNECT, "\"tcp:%s\" is not tcp:HOST:PORT", address);
     }
     struct addrinfo hints;
@@ -411,7 +514,7 @@ static int open_tcp(hg_channel *channel, const char *address, int timeout_ms)
         set_nonblocking(fd);
         int result = connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (result != 0 && errno == EINPROGRESS) {
-            if (wait_ready(fd, POLLOUT, timeout_ms) == 0) {
+            if (wait_ready(fd, POLLOUT, deadline_after(timeout_ms)) == 0) {
                 int error = 0;
                 socklen_t size = sizeof error;
                 getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size);
@@ -469,6 +572,8 @@ void hg_channel_close(hg_channel *channel)
     }
     channel->read_fd = -1;
     channel->write_fd = -1;
+    hg_wipe(channel->seal_key, sizeof channel->seal_key);
+    channel->sealed = 0;
     if (channel->child_pid > 0) {
         /* The server sees end-of-file and exits; one that does not within the timeout is killed. */
         const pid_t pid = (pid_t)channel->child_pid;
@@ -488,11 +593,30 @@ void hg_channel_close(hg_channel *channel)
     }
 }
 
-int hg_listen(const char *address, int *listen_fd, int *port, char *error, size_t error_size)
+/* Whether `address` is a loopback address: only this machine's processes can reach it. */
+static int is_loopback(const struct sockaddr *address)
+{
+    if (address->sa_family == AF_INET) {
+        return (ntohl(((const struct sockaddr_in *)(const void *)address)->sin_addr.s_addr) >> 24) == 127u;
+    }
+    if (address->sa_family == AF_INET6) {
+        const struct in6_addr *v6 = &((const struct sockaddr_in6 *)(const void *)address)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(v6) || (IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr[12] == 127u);
+    }
+    return 0;
+}
+
+int hg_listen(const char *address, int allow_remote, int *listen_fd, int *port, int *is_remote, char *error,
+              size_t error_size)
 {
     char host[256];
     char port_text[16];
-    if (split_address(address, host, sizeof host, port_text, sizeof port_text) != 0) {
+    const int split = split_address(address, host, sizeof host, port_text, sizeof port_text, 0);
+    if (split == -2) {
+        snprintf(error, error_size, "--listen %s: the port must be 0..65535 (0: any free port)", address);
+        return HG_TRANSPORT_CONNECT;
+    }
+    if (split != 0) {
         snprintf(error, error_size, "--listen %s: expected ADDR:PORT (e.g. 127.0.0.1:5000, or :0 for any free port)",
                  address);
         return HG_TRANSPORT_CONNECT;
@@ -509,10 +633,19 @@ int hg_listen(const char *address, int *listen_fd, int *port, char *error, size_
         snprintf(error, error_size, "--listen %s: %s", address, gai_strerror(lookup));
         return HG_TRANSPORT_CONNECT;
     }
+    *is_remote = !is_loopback(found->ai_addr);
+    if (*is_remote && !allow_remote) {
+        snprintf(error, error_size,
+                 "--listen %s: not a loopback address, so other machines could reach the device; pass --allow-remote "
+                 "to serve the network (authenticated by the key, not encrypted), or listen on 127.0.0.1",
+                 address);
+        freeaddrinfo(found);
+        return HG_TRANSPORT_CONNECT;
+    }
     int fd = socket(found->ai_family, found->ai_socktype, found->ai_protocol);
     const int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0
-        || bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 4) != 0) {
+        || bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 16) != 0) {
         snprintf(error, error_size, "--listen %s: %s", address, strerror(errno));
         if (fd >= 0) {
             close(fd);
@@ -521,6 +654,7 @@ int hg_listen(const char *address, int *listen_fd, int *port, char *error, size_
         return HG_TRANSPORT_CONNECT;
     }
     freeaddrinfo(found);
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
     struct sockaddr_storage bound;
     socklen_t size = sizeof bound;
     getsockname(fd, (struct sockaddr *)&bound, &size);
@@ -528,6 +662,56 @@ int hg_listen(const char *address, int *listen_fd, int *port, char *error, size_
                                         : ntohs(((struct sockaddr_in *)&bound)->sin_port);
     *listen_fd = fd;
     return HG_TRANSPORT_OK;
+}
+
+void hg_escape_text(const void *text, size_t bytes, char *out, size_t out_size)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)text;
+    size_t used = 0;
+    if (out_size == 0) {
+        return;
+    }
+    for (size_t i = 0; i < bytes; ++i) {
+        const int plain = p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\';
+        const size_t need = (plain ? 1 : 4) + (i + 1 < bytes ? 3 : 0);  /* and room for "..." unless the last */
+        if (used + need + 1 > out_size) {
+            if (used + 4 <= out_size) {
+                memcpy(out + used, "...", 3);
+                used += 3;
+            }
+            break;
+        }
+        if (plain) {
+            out[used++] = (char)p[i];
+        } else {
+            out[used++] = '\\';
+            out[used++] = 'x';
+            out[used++] = digits[p[i] >> 4];
+            out[used++] = digits[p[i] & 0xfu];
+        }
+    }
+    out[used] = '\0';
+}
+
+void hg_channel_linger(hg_channel *channel, int ms)
+{
+    if (!channel->is_socket || channel->read_fd < 0) {
+        return;
+    }
+    (void)shutdown(channel->write_fd, SHUT_WR);
+    const int64_t deadline = deadline_after(ms);
+    unsigned char sink[4096];
+    for (size_t dropped = 0; dropped < ((size_t)1 << 20);) {
+        if (wait_ready(channel->read_fd, POLLIN, deadline) != 0) {
+            return;
+        }
+        const ssize_t got = read(channel->read_fd, sink, sizeof sink);
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            return;
+        }
+        dropped += got > 0 ? (size_t)got : 0u;
+    }
 }
 
 void hg_channel_kill(hg_channel *channel)

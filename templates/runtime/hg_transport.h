@@ -2,7 +2,8 @@
  * served by another process (a pipe pair to a child process, possibly under an emulator) or another
  * machine (TCP).
  *
- * A frame is a 20-byte little-endian header followed by `length` payload bytes:
+ * A frame is a 20-byte little-endian header followed by `length` payload bytes (and, once the
+ * channel is sealed, a 32-byte tag: hg_channel_seal):
  *
  *     offset  size  field
  *          0     4  magic        "HGTP" (0x50544748)
@@ -12,9 +13,10 @@
  *         12     4  length       payload bytes (at most HG_TRANSPORT_MAX_PAYLOAD)
  *         16     4  crc          CRC-32 (IEEE) of header bytes 0..15, then of the payload
  *
- * Every read waits at most the channel's timeout (HG_TRANSPORT_TIMEOUT_MS, default 30000 ms), so a
- * dead or silent peer is an error code, never a hang. Errors are HG_TRANSPORT_* codes; the last
- * one's text is in channel->error.
+ * Deadlines are per frame, not per read: a frame must arrive (or leave) whole within the channel's
+ * timeout (HG_TRANSPORT_TIMEOUT_MS, default 30000 ms) however it trickles, so a dead, silent or
+ * slow peer is an error code, never a hang. Errors are HG_TRANSPORT_* codes; the last one's text is
+ * in channel->error.
  */
 #ifndef HG_TRANSPORT_H
 #define HG_TRANSPORT_H
@@ -22,20 +24,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hg_auth.h"
+
 #define HG_TRANSPORT_MAGIC 0x50544748u
-#define HG_TRANSPORT_VERSION 1u
+#define HG_TRANSPORT_VERSION 2u  /* 2: the authenticated handshake (hg_auth.h) */
 #define HG_TRANSPORT_HEADER_SIZE 20u
 #define HG_TRANSPORT_MAX_PAYLOAD (256u * 1024u * 1024u)
 #define HG_TRANSPORT_DEFAULT_TIMEOUT_MS 30000
+/* Before a session is authenticated a peer may send only small frames (a hello, an auth). */
+#define HG_HANDSHAKE_MAX_PAYLOAD 256u
+#define HG_DEVICE_NAME_MAX 64u
 
 enum hg_message_type {
-    HG_MSG_HELLO = 1,     /* payload: u32 version, then the device name the client expects */
+    HG_MSG_HELLO = 1,     /* u32 version, client nonce, plan hash, then the device name the client expects */
     HG_MSG_ALLOC = 2,     /* u64 bytes */
     HG_MSG_COPY_IN = 3,   /* u64 offset, u64 bytes, then the bytes */
     HG_MSG_COPY_OUT = 4,  /* u64 offset, u64 bytes; the reply carries the bytes after its status */
     HG_MSG_INVOKE = 5,    /* u32 program */
     HG_MSG_WAIT = 6,      /* empty */
     HG_MSG_RESET = 7,     /* empty: the start of a run (empty queues, zero counters) */
+    HG_MSG_AUTH = 8,      /* the client's proof (hg_auth.h); the reply opens the session */
     HG_MSG_ERROR = 0x7f,  /* i32 code, then a message: the peer refused a frame and ends the session */
     HG_MSG_REPLY = 0x80   /* set on a reply: payload i32 status, then the call's results */
 };
@@ -63,7 +71,15 @@ typedef struct {
     int write_fd;
     int is_socket;
     int child_pid;              /* the server started by exec:, or 0 */
-    int timeout_ms;             /* per read; < 0 waits forever */
+    int timeout_ms;             /* per frame; < 0 waits forever */
+    int64_t deadline_ms;        /* when the frame being read must be whole (CLOCK_MONOTONIC), or -1 */
+    int frame_budget_ms;        /* the time that frame was given, for messages */
+    /* Sealed once the handshake is done: every frame but an error then carries a tag (below). */
+    int sealed;
+    unsigned char seal_key[HG_SHA256_SIZE];
+    unsigned char send_direction;     /* 'C' for frames the client sends, 'S' for the server's */
+    uint64_t frames_sent;             /* sealed frames, each direction counted from 0 */
+    uint64_t frames_received;
     hg_transport_stats stats;
     char error[256];
 } hg_channel;
@@ -75,12 +91,13 @@ typedef struct {
     uint32_t length;
     uint32_t crc;          /* as the header says */
     uint32_t header_crc;   /* the CRC over the header's first 16 bytes, continued over the payload */
+    unsigned char bytes[HG_TRANSPORT_HEADER_SIZE];  /* as it arrived, for a sealed frame's tag */
 } hg_frame_header;
 
 uint32_t hg_crc32_update(uint32_t crc, const void *data, size_t bytes);
 uint32_t hg_crc32(const void *data, size_t bytes);
 
-/* The per-read timeout from HG_TRANSPORT_TIMEOUT_MS, or the default. */
+/* The per-frame timeout from HG_TRANSPORT_TIMEOUT_MS, or the default. */
 int hg_transport_timeout_from_env(void);
 
 void hg_channel_init(hg_channel *channel, int read_fd, int write_fd, int is_socket, int timeout_ms);
@@ -92,6 +109,11 @@ int hg_channel_open(hg_channel *channel, const char *spec, int timeout_ms);
 /* Close both ends; a child started by exec: is given the timeout to exit, then killed. */
 void hg_channel_close(hg_channel *channel);
 
+/* After a refusal on a socket: stop sending, and read and drop what the peer still sends (at most
+ * `ms` and 1 MiB) until it closes. Closing a socket with unread bytes resets the connection, and a
+ * reset can discard the refusal before the peer reads it. */
+void hg_channel_linger(hg_channel *channel, int ms);
+
 /* Close a channel whose peer failed: a child started by exec: (and all it started) is killed at once. */
 void hg_channel_kill(hg_channel *channel);
 
@@ -100,17 +122,32 @@ void hg_channel_kill(hg_channel *channel);
 int hg_send_frame(hg_channel *channel, uint16_t type, uint32_t sequence, const void *payload, uint32_t length,
                   const void *extra, uint32_t extra_length);
 
-/* Read one header, waiting at most `first_timeout_ms` for its first byte (< 0: forever) and the
- * channel's timeout for the rest. Checks the magic and the length bound; the version is returned
- * for the caller to judge. */
-int hg_read_header(hg_channel *channel, hg_frame_header *header, int first_timeout_ms);
+/* From now on, seal the channel with the session key: every frame sent or read (but an error
+ * frame, which only ends a session) is followed by a 32-byte tag, HMAC(key, direction | u64 frame
+ * number | header | payload), so a frame altered, injected, replayed or reordered on the way is a
+ * broken frame. `is_server` says which direction this end sends. */
+void hg_channel_seal(hg_channel *channel, const unsigned char key[HG_SHA256_SIZE], int is_server);
+
+/* Read one header. With `wait_ms` >= 0 the whole frame (header and payload) must arrive within
+ * `wait_ms` from now; with `wait_ms` < 0 the first byte is waited for as long as it takes and the
+ * whole frame must then arrive within the channel's timeout. Checks the magic and the length bound;
+ * the version is returned for the caller to judge. */
+int hg_read_header(hg_channel *channel, hg_frame_header *header, int wait_ms);
 
 /* Read the frame's payload, its first `head_length` bytes into `head` and the rest into `tail`
- * (a copy's data lands where it belongs), and check the CRC over header and payload. */
+ * (a copy's data lands where it belongs), by the deadline hg_read_header set, and check the CRC
+ * over header and payload. */
 int hg_read_payload(hg_channel *channel, const hg_frame_header *header, void *head, uint32_t head_length, void *tail);
 
-/* Listen on "ADDR:PORT" (ADDR may be empty for loopback); the bound port is stored in *port. */
-int hg_listen(const char *address, int *listen_fd, int *port, char *error, size_t error_size);
+/* Listen on "ADDR:PORT" (ADDR may be empty for loopback, PORT 0 for any free one); the bound port is
+ * stored in *port. An address other than loopback is refused unless `allow_remote`, and then
+ * *is_remote is set (the caller warns). */
+int hg_listen(const char *address, int allow_remote, int *listen_fd, int *port, int *is_remote, char *error,
+              size_t error_size);
+
+/* `text` (`bytes` of it, from a peer) as printable ASCII: other bytes, and '\\', as \xNN, so that
+ * no escape sequence reaches a terminal; cut to `out_size` with "..." where it does not fit. */
+void hg_escape_text(const void *text, size_t bytes, char *out, size_t out_size);
 
 /* Little-endian field access, the same on every host. */
 static inline void hg_put_u32(unsigned char *p, uint32_t v)
