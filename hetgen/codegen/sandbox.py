@@ -268,7 +268,6 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
             keep_trailing_newline=True,
             autoescape=False,
             finalize=finalize,
-            auto_reload=False,
         )
         self.bounded = bounded
         self.globals = {name: self.globals[name] for name in ALLOWED_GLOBALS}
@@ -294,6 +293,11 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
                     )
             tree = _Metered().visit(tree)
         return tree
+
+    def getattr(self, obj, attribute):
+        if isinstance(obj, jinja2.Undefined):  # `cycler.__init__`: say that `cycler` is undefined
+            obj._fail_with_undefined_error()
+        return super().getattr(obj, attribute)
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's own signature
         if not __self.bounded:
