@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hetgen.build.output import lock_path, writing
 from hetgen.cli import main
+from hetgen.frontend.fingerprint import model_sha256
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -133,3 +134,9 @@ def test_shape_refuses_to_change_a_static_dimension(cli, tmp_path):
     assert "axis 1 is 8, not 9" in text and not (tmp_path / "o").exists()
     code, text = cli("generate", "host", model, "-o", tmp_path / "o", "--shape", "x=2x8")  # the static 8 restated
     assert code == 0, text
+
+
+def test_a_model_hashes_the_same_in_memory_and_saved(tmp_path):
+    proto = dense_model()
+    onnx.save(proto, tmp_path / "m.onnx")
+    assert model_sha256(proto) == model_sha256(tmp_path / "m.onnx") != model_sha256(dense_model(seed=3))

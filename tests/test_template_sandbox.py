@@ -121,7 +121,7 @@ def test_payload_is_refused_at_its_file_and_line(name, platform, tmp_path, capfd
 
 def test_the_cli_exits_1_in_its_own_process(platform, tmp_path):
     canary = tmp_path / "CANARY"
-    template = put(platform, PAYLOADS["cycler_globals_os"].replace("{canary}", str(canary)))
+    template = put(platform, PAYLOADS["import_builtins"].replace("{canary}", str(canary)))
     pins = [arg for node in ("mul", "relu") for arg in ("--pin", f"{node}=dual/vec0")]
     command = [sys.executable, "-m", "hetgen", "generate", str(platform), str(platform.parent / "vec.onnx")]
     result = subprocess.run([*command, "-o", str(tmp_path / "o"), *pins], capture_output=True, text=True, cwd=REPO)
@@ -141,16 +141,30 @@ def test_a_harmless_kind_template_still_renders(platform, tmp_path, capfd):
 def test_a_link_out_of_the_templates_folder_is_refused(platform, tmp_path, capfd):
     secret = tmp_path / "secret.txt"
     secret.write_text("the user's private key\n")
-    put(platform, '{% include "kernels/leak.j2" %}')
+    template = put(platform, '{% include "kernels/leak.j2" %}')
     link = platform.parent / "tpl/kernels/leak.j2"
-    link.unlink(missing_ok=True)
     link.symlink_to(secret)
     try:
         code, text = generate(platform, tmp_path / "out", capfd)
     finally:
         link.unlink()
-    assert code == 1 and "outside the templates folder" in text, text
+    assert code == 1 and f"{template}:2: template refused" in text, text
+    assert f"{link} is a link to {secret}, outside the templates folder" in text, text
     assert not (tmp_path / "out").exists()
+    template.unlink()
+    template.symlink_to(secret)  # the kind's kernel template itself
+    try:
+        code, text = generate(platform, tmp_path / "out", capfd)
+    finally:
+        template.unlink()
+    assert code == 1 and f"{template}: template refused" in text and "outside the templates folder" in text, text
+
+
+def test_a_template_that_is_not_utf8_is_refused(platform, tmp_path, capfd):
+    template = put(platform, "")
+    template.write_bytes(b"/* \xff\xfe */\n")
+    code, text = generate(platform, tmp_path / "out", capfd)
+    assert code == 1 and f"{template}: template refused" in text and "UTF-8" in text, text
 
 
 def shipped_usage() -> dict[str, Counter]:

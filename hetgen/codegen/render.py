@@ -10,6 +10,7 @@ from jinja2.exceptions import SecurityError
 from hetgen.codegen.sandbox import (
     TemplateRefused,
     TemplateSandbox,
+    Where,
     bounded_printed,
     budgeted,
     describe,
@@ -77,14 +78,14 @@ def render(template: str, extra_dirs: tuple[str, ...] = (), *, origin: str = "",
     except HetgenError:
         raise
     except Exception as error:
-        if not is_template_failure(error):
+        site = refusal_site(error, extra_dirs) if is_template_failure(error) else None
+        if site is None:  # raised in hetgen's own templates or code: a hetgen bug, not the kind's
             raise
-        raise _refused(error, template, extra_dirs, origin) from None
+        raise _refused(error, site, origin) from None
 
 
-def _refused(error: BaseException, template: str, extra_dirs: tuple[str, ...], origin: str) -> HetgenError:
-    site = refusal_site(error, extra_dirs, (*extra_dirs, str(templates_dir())))
-    where = f"{site.file}:{site.line}" if site else f"template {template}"
+def _refused(error: BaseException, site: Where, origin: str) -> HetgenError:
+    where = f"{site.file}:{site.line}" if site.line else site.file
     source = f" (a template of {origin})" if origin else ""
     verdict = "template refused" if isinstance(error, SecurityError) else "template error"
     return HetgenError(f"{where}: {verdict}{source}: {describe(error)}")

@@ -22,6 +22,7 @@ render raises into the template file and line it came from.
 from __future__ import annotations
 
 import contextvars
+import os
 import re
 import traceback
 import types
@@ -62,7 +63,12 @@ _PERCENT_FIELD = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 
 
 class TemplateRefused(SecurityError):
-    """A template did something the sandbox does not allow, or ran past its budget."""
+    """A template did something the sandbox does not allow, or ran past its budget. `file`: the
+    template file the loader refused, when the refusal is about a file."""
+
+    def __init__(self, message: str, file: str = ""):
+        super().__init__(message)
+        self.file = file
 
 
 @dataclass
@@ -239,20 +245,31 @@ class _Metered(NodeTransformer):
 
 
 class _ConfinedLoader(jinja2.FileSystemLoader):
-    """A FileSystemLoader that reads only files inside its folders (a symlink out is refused) and
-    of a sane size."""
+    """A FileSystemLoader that reads only files inside its folders (a symlink out is refused), of a
+    sane size, as UTF-8; a refusal names the file."""
 
     def get_source(self, environment, template):
-        contents, filename, uptodate = super().get_source(environment, template)
+        pieces = jinja2.loaders.split_template_path(template)  # refuses `..`
+        for folder in self.searchpath:
+            filename = os.path.normpath(os.path.join(folder, *pieces))
+            if os.path.isfile(filename):
+                break
+        else:
+            raise jinja2.TemplateNotFound(template, f"{template!r} is in none of {', '.join(self.searchpath)}")
         resolved = Path(filename).resolve()
-        folders = [Path(folder).resolve() for folder in self.searchpath]
-        if not any(resolved.is_relative_to(folder) for folder in folders):
-            raise TemplateRefused(f"{filename}: a link to {resolved}, outside the templates folder")
-        if len(contents) > MAX_TEMPLATE_BYTES:
+        if not any(resolved.is_relative_to(Path(folder).resolve()) for folder in self.searchpath):
+            raise TemplateRefused(f"{filename} is a link to {resolved}, outside the templates folder", filename)
+        if os.path.getsize(filename) > MAX_TEMPLATE_BYTES:
             raise TemplateRefused(
-                f"{filename}: {len(contents):,} characters (a template may have {MAX_TEMPLATE_BYTES:,})"
+                f"{filename} is larger than a template may be ({MAX_TEMPLATE_BYTES:,} bytes)", filename
             )
-        return contents, filename, uptodate
+        try:
+            with open(filename, encoding="utf-8") as stream:
+                contents = stream.read()
+        except (OSError, UnicodeDecodeError) as error:
+            raise TemplateRefused(f"{filename} cannot be read as UTF-8 text ({error})", filename) from None
+        mtime = os.path.getmtime(filename)
+        return contents, filename, lambda: os.path.isfile(filename) and os.path.getmtime(filename) == mtime
 
 
 class TemplateSandbox(ImmutableSandboxedEnvironment):
@@ -330,25 +347,25 @@ class Where:
     line: int
 
 
-def _template_frames(error: BaseException, folders: tuple[str, ...]) -> list[Where]:
-    roots = [Path(folder).resolve() for folder in folders]
-    frames = []
-    for frame in traceback.extract_tb(error.__traceback__):
-        path = Path(frame.filename)
-        if path.is_absolute() and any(path.resolve().is_relative_to(root) for root in roots):
-            frames.append(Where(frame.filename, frame.lineno or 0))
-    return frames
+def refusal_site(error: BaseException, kind_folders: tuple[str, ...]) -> Where | None:
+    """The place in a kind's templates a render error comes from: the innermost template frame in a
+    kind's folder (the error may have been raised in a hetgen macro it called), or the kind's file
+    that does not parse or that the loader refused. None: the error is not the kind's templates'."""
+    roots = [Path(folder).resolve() for folder in kind_folders]
 
+    def in_kind_folder(file: str | None) -> bool:
+        if not file or not Path(file).is_absolute():
+            return False
+        path = Path(file).parent.resolve() / Path(file).name  # a link out is still the kind's file
+        return any(path.is_relative_to(root) for root in roots)
 
-def refusal_site(error: BaseException, kind_folders: tuple[str, ...], all_folders: tuple[str, ...]) -> Where | None:
-    """The template file and line a render error comes from: the innermost frame in a kind's folder,
-    else the innermost template frame at all."""
-    if isinstance(error, TemplateSyntaxError) and error.filename:
+    if isinstance(error, TemplateSyntaxError) and in_kind_folder(error.filename):
         return Where(error.filename, error.lineno or 0)
-    for folders in (kind_folders, all_folders):
-        frames = _template_frames(error, folders)
-        if frames:
-            return frames[-1]
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if in_kind_folder(frame.filename)]
+    if frames:
+        return Where(frames[-1].filename, frames[-1].lineno or 0)
+    if isinstance(error, TemplateRefused) and in_kind_folder(error.file):
+        return Where(error.file, 0)
     return None
 
 

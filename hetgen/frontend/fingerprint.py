@@ -3,7 +3,8 @@ hetgen.json so that a command given a project and a model (`explain --built`) ca
 project was built from that model. Graph names do not tell: every torch export is `main_graph`.
 
 A model file is hashed as it lies on disk, with the external data files it names (each once, by
-location, in sorted order, streamed); an in-memory ModelProto as its deterministic serialisation.
+location, in sorted order, streamed); an in-memory ModelProto as the bytes `onnx.save` would write for it, so `hetgen.compile(proto)` and
+the saved file agree (external data aside).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ _CHUNK = 1 << 20
 
 def model_sha256(model: str | Path | onnx.ModelProto) -> str:
     digest = hashlib.sha256()
-    if isinstance(model, onnx.ModelProto):
-        digest.update(b"proto\0")
-        digest.update(model.SerializeToString(deterministic=True))
+    if isinstance(model, onnx.ModelProto):  # the bytes onnx.save would write: a saved copy hashes the same
+        digest.update(b"model\0")
+        digest.update(model.SerializeToString())
         return digest.hexdigest()
     path = Path(model)
     data = path.read_bytes()
-    digest.update(b"file\0")
+    digest.update(b"model\0")
     digest.update(data)
     if b"location" in data:  # only then can a tensor name an external file (its key is spelled so)
         proto = onnx.ModelProto.FromString(data)
