@@ -10,13 +10,13 @@ are refused, containers cannot be mutated) with only the globals, filters and te
 templates use (`ALLOWED_*`; tests/test_template_sandbox.py keeps the lists exact). An environment
 that searches a kind's folder is also *bounded*: each render has a budget of steps (calls, loop
 iterations, filters, printed values) and of characters built, methods of Python's own types are
-limited to ones whose result cannot outgrow their input, and `*`, `**`, `%`, `+`, `str.join`,
-`str.replace`, `indent` and `format` are checked before they run. hetgen's own templates are not
-budgeted: what they produce is a function of the model (a C-array weights file is as large as the
-weights), which the frontend bounds.
+limited to ones whose result cannot outgrow their input, and `*`, `**`, `%`, `+`, `~`,
+`str.replace` and the `join`, `indent` and `format` filters are checked before they run or charged
+as they do. Renders that search hetgen's folder alone are not budgeted: what they produce is a
+function of the model (a C-array weights file is as large as the weights), which the frontend bounds.
 
-A refusal is a `TemplateRefused` (a Jinja `SecurityError`); `refusal` turns any error a bounded
-render raises into the template file and line it came from.
+A refusal is a `TemplateRefused` (a Jinja `SecurityError`); `refusal_site` finds the kind's template
+file and line an error of a bounded render comes from (hetgen/codegen/render.py reports it).
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ MAX_TEMPLATE_BYTES = 1 << 20  # one template file of a kind's folder
 MAX_FORMAT_WIDTH = 1000  # a width or precision in a `%` format
 
 # Methods of Python's own types a bounded template may call: none returns more than a small multiple
-# of its input (`join` and `replace` are checked before they run). Everything else on these types
-# (format, format_map, ljust, center, zfill, expandtabs, encode...) is refused.
+# of its input (`replace` is sized before it runs). Everything else on these types (format,
+# format_map, join (the join filter is sized), ljust, center, zfill, expandtabs, encode...) is refused.
 _SAFE_METHODS = frozenset(
     """capitalize casefold count endswith find get index isalnum isalpha isdigit isidentifier islower
-    isspace isupper items join keys lower lstrip partition removeprefix removesuffix replace rfind
+    isspace isupper items keys lower lstrip partition removeprefix removesuffix replace rfind
     rindex rpartition rsplit rstrip split splitlines startswith strip title upper values""".split()
 )
 _BUILTIN_TYPES = (str, bytes, int, float, bool, list, tuple, dict, set, frozenset, range)
@@ -139,11 +139,6 @@ def _sized(value):
     return value
 
 
-def _check_int(value, what: str) -> None:
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_CHARS:
-        raise TemplateRefused(f"{what}: {value} is larger than a template may ask for ({MAX_CHARS:,})")
-
-
 def _check_percent_format(text: str) -> None:
     for width, precision in _PERCENT_FIELD.findall(text):
         for number in (width, precision):
@@ -170,7 +165,7 @@ def _check_binop(operator: str, left, right) -> None:
 
 def _check_method(method, args) -> None:
     """A bounded template may call methods of Python's own types only when their result cannot
-    outgrow their input; `join` and `replace` are sized first."""
+    outgrow their input; `replace` is sized first."""
     method = getattr(method, "__wrapped__", method)  # the sandbox's str.format wrapper
     owner = getattr(method, "__self__", None)
     if not isinstance(method, (types.BuiltinMethodType, types.MethodWrapperType)) or not isinstance(
@@ -184,8 +179,6 @@ def _check_method(method, args) -> None:
         old, new = str(args[0]), str(args[1])
         grown = len(owner) + owner.count(old) * max(len(new) - len(old), 0)
         _budget().charge(grown)
-    elif isinstance(owner, str) and name == "join" and args:
-        raise TemplateRefused("str.join is not available to a kind's templates; use the join filter")
 
 
 def _bounded_filter(name: str, function):
@@ -205,8 +198,6 @@ def _bounded_filter(name: str, function):
 def _check_filter(name: str, value, args, kwargs) -> None:
     budget = _budget()
     budget.step()
-    for argument in (*args, *kwargs.values()):
-        _check_int(argument, f"the {name} filter")
     if name == "join":
         separator = args[0] if args else kwargs.get("d", "")
         if isinstance(value, (list, tuple)):
@@ -321,8 +312,6 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
             return super().call(__context, __obj, *args, **kwargs)
         _budget().step()
         _check_method(__obj, args)
-        for argument in (*args, *kwargs.values()):
-            _check_int(argument, "a call")
         return _sized(super().call(__context, __obj, *args, **kwargs))
 
     def call_binop(self, context, operator, left, right):
