@@ -94,9 +94,11 @@ def test_a_crashed_runs_staging_is_removed_and_a_half_swapped_project_put_back(c
     (tmp_path / ".out.staging-12345-0123abcd" / "sub").mkdir(parents=True)
     unrelated = tmp_path / ".outer.staging-12345-0123abcd"  # another project's: not ours to remove
     unrelated.mkdir()
+    half_written = aside / "host" / ".model.c.tmp-12345-0123abcd"  # an in-place write killed before its rename
+    half_written.write_text("/* half")
     code, text = cli("generate", "host", model, "-o", out)
     assert code == 0, text
-    assert (out / "hetgen.json").is_file()
+    assert (out / "hetgen.json").is_file() and not (out / "host" / half_written.name).exists()
     assert "0 files changed" in text  # the set-aside project was put back, then regenerated unchanged
     assert hidden_siblings(out) == [] and unrelated.is_dir()
 

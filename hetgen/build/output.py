@@ -19,8 +19,9 @@ One writer at a time: `writing(out_dir)` holds an exclusive lock on `<out>.hetge
 destination for the whole generate, build and swap, and a second hetgen on the same `-o` stops at
 once with "another hetgen is writing DIR (pid N)" rather than waiting (a user who started two
 runs wants to know, and a silent wait behind a long build looks like a hang). Holding the lock, a
-writer knows any staging or set-aside folder of this destination belongs to a run that died (killed,
-power lost) and removes it; a project set aside by a swap that died half-way is put back first.
+writer knows any staging or set-aside folder of this destination, and any temporary file inside it,
+belongs to a run that died (killed, power lost) and removes it; a project set aside by a swap that
+died half-way is put back first.
 """
 
 from __future__ import annotations
@@ -138,6 +139,9 @@ def _acquire(path: Path, out_dir: Path) -> int:
         os.close(descriptor)  # the holder removed the file we opened as it finished: take the new one
 
 
+_TEMPORARY = re.compile(r"\..+\.tmp-\d+-[0-9a-f]{8}")  # what `_write_atomic` writes before its rename
+
+
 def _sibling_pattern(out_dir: Path) -> re.Pattern:
     """The hidden siblings a run of `out_dir` makes: staging folders and the set-aside old project."""
     return re.compile(rf"\.{re.escape(out_dir.name)}\.(staging-\d+-[0-9a-f]{{8}}|old-[A-Za-z0-9_]{{8}})")
@@ -155,6 +159,11 @@ def _remove_stale(out_dir: Path) -> None:
         stale.remove(newest)
     for folder in stale:
         shutil.rmtree(folder, ignore_errors=True)
+    if out_dir.is_dir():  # an in-place update (build.ninja's regenerate rule) killed mid-write
+        for folder, _, names in os.walk(out_dir):
+            for name in names:
+                if _TEMPORARY.fullmatch(name):
+                    Path(folder, name).unlink(missing_ok=True)
 
 
 def write_project(out_dir: Path, files: tuple[GeneratedFile, ...]) -> tuple[str, ...]:
