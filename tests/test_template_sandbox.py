@@ -190,3 +190,32 @@ def test_the_sandbox_allows_exactly_what_hetgens_templates_use():
         assert set(env.globals) == {"range"}
         assert set(env.tests) == {"none"}
         assert set(env.filters) - {"hetgen_counted_loop", "hetgen_sized"} == {*sandbox.ALLOWED_FILTERS, "cfloat"}
+
+
+def test_only_jinja_hetgen_and_sized_builtin_callables_can_be_called(tmp_path):
+    """A view-model value of another library is data, not an API: numpy's `dump` would write a file."""
+    import numpy as np
+
+    from hetgen.codegen.render import render
+    from hetgen.errors import HetgenError
+
+    canary = tmp_path / "CANARY"
+    folder = tmp_path / "kind"
+    folder.mkdir()
+    refused = {
+        f"{{{{ array.dump('{canary}') }}}}": "numpy.ndarray.dump is not available",
+        f"{{{{ array.tofile('{canary}') }}}}": "numpy.ndarray.tofile is not available",
+        "{{ path.read_text() }}": "pathlib.Path.read_text is not available",
+        "{{ function(1) }}": "builtins.len is not available",
+    }
+    context = {"array": np.arange(3), "path": Path("/etc/hostname"), "function": len}
+    for body, reason in refused.items():
+        (folder / "t.j2").write_text(body)
+        with pytest.raises(HetgenError, match=re.escape(f"{folder / 't.j2'}:1: template refused: {reason}")):
+            render("t.j2", (str(folder),), **context)
+    assert not canary.exists()
+    (folder / "t.j2").write_text(
+        "{% macro m() %}[{{ caller() }}]{% endmacro %}{% call m() %}{{ 'a b'.split()|join('+') }}{% endcall %}"
+        "{% for i in range(3) %}{{ loop.cycle('x', 'y') }}{% endfor %}"
+    )
+    assert render("t.j2", (str(folder),)) == "[a+b]xyx"

@@ -32,7 +32,7 @@ from pathlib import Path
 import jinja2
 from jinja2 import nodes
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 from jinja2.visitor import NodeTransformer
 
 # What hetgen's templates use; nothing else is defined (no cycler, joiner, lipsum, namespace, dict).
@@ -163,15 +163,30 @@ def _check_binop(operator: str, left, right) -> None:
         _check_percent_format(left)
 
 
-def _check_method(method, args) -> None:
-    """A bounded template may call methods of Python's own types only when their result cannot
-    outgrow their input; `replace` is sized first."""
-    method = getattr(method, "__wrapped__", method)  # the sandbox's str.format wrapper
-    owner = getattr(method, "__self__", None)
-    if not isinstance(method, (types.BuiltinMethodType, types.MethodWrapperType)) or not isinstance(
-        owner, _BUILTIN_TYPES
-    ):
+def _check_callable(function, args) -> None:
+    """What a bounded template may call: Jinja's own callables (macros, `caller`, `loop.cycle`,
+    blocks), `range`, hetgen's view-model methods, and methods of Python's own types whose result
+    cannot outgrow their input (`replace` is sized first). Nothing else: a numpy array's `dump` or
+    `tofile` in a view-model would otherwise write any file."""
+    function = getattr(function, "__wrapped__", function)  # the sandbox's str.format wrapper
+    if function is safe_range:
         return
+    owner = getattr(function, "__self__", None)
+    if isinstance(function, (types.BuiltinMethodType, types.MethodWrapperType)) and isinstance(owner, _BUILTIN_TYPES):
+        _check_builtin_method(function, owner, args)
+        return
+    if owner is not None and not isinstance(owner, types.ModuleType):
+        module = type(owner).__module__  # a bound method: its object's class's
+    elif isinstance(function, (types.FunctionType, types.BuiltinFunctionType)):
+        module = function.__module__
+    else:
+        module = type(function).__module__  # a callable object (a macro, a loop): its class's
+    if not (module or "").startswith(("jinja2.", "hetgen.")):
+        name = getattr(function, "__qualname__", type(function).__qualname__)
+        raise TemplateRefused(f"{module}.{name} is not available to a kind's templates")
+
+
+def _check_builtin_method(method, owner, args) -> None:
     name = method.__name__
     if name not in _SAFE_METHODS:
         raise TemplateRefused(f"{type(owner).__name__}.{name} is not available to a kind's templates")
@@ -311,7 +326,7 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
         if not __self.bounded:
             return super().call(__context, __obj, *args, **kwargs)
         _budget().step()
-        _check_method(__obj, args)
+        _check_callable(__obj, args)
         return _sized(super().call(__context, __obj, *args, **kwargs))
 
     def call_binop(self, context, operator, left, right):
