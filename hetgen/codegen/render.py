@@ -45,10 +45,13 @@ def _printed(value):
 
 @cache
 def environment(extra_dirs: tuple[str, ...] = ()) -> TemplateSandbox:
-    """Templates are searched in `extra_dirs` first (a kind's own templates), then hetgen's. Both
-    render in the sandbox; with a kind's folder, under a budget too (hetgen/codegen/sandbox.py)."""
+    """Templates are searched in `extra_dirs` first (a kind's own templates), then hetgen's. All
+    render in the sandbox; with a kind's folder from outside hetgen's, under a budget too
+    (hetgen/codegen/sandbox.py). The folders of hetgen's own kinds (the npu's, templates/vecunit/)
+    are hetgen's code, as trusted as the rest of templates/."""
     search = [*extra_dirs, str(templates_dir())]
-    bounded = bool(extra_dirs)
+    own = templates_dir().resolve()
+    bounded = any(not Path(folder).resolve().is_relative_to(own) for folder in extra_dirs)
     finalize = _bounded_printed if bounded else _printed
     return TemplateSandbox(search, bounded, {"cfloat": _c_float}, finalize)
 
@@ -66,7 +69,7 @@ def render(template: str, extra_dirs: tuple[str, ...] = (), *, origin: str = "",
     refused is a HetgenError at its file and line."""
     extra_dirs = tuple(extra_dirs)
     env = environment(extra_dirs)
-    if not extra_dirs:
+    if not env.bounded:
         return env.get_template(template).render(**context)
     try:
         with budgeted() as budget:

@@ -8,11 +8,11 @@ not burn unbounded time or memory either.
 Every environment is Jinja's `ImmutableSandboxedEnvironment` (underscored and internal attributes
 are refused, containers cannot be mutated) with only the globals, filters and tests hetgen's own
 templates use (`ALLOWED_*`; tests/test_template_sandbox.py keeps the lists exact). An environment
-that searches a kind's folder is also *bounded*: each render has a budget of steps (calls, loop
+that searches a kind's folder from outside hetgen's templates is also *bounded*: each render has a budget of steps (calls, loop
 iterations, filters, printed values) and of characters built, methods of Python's own types are
 limited to ones whose result cannot outgrow their input, and `*`, `**`, `%`, `+`, `~`,
 `str.replace` and the `join`, `indent` and `format` filters are checked before they run or charged
-as they do. Renders that search hetgen's folder alone are not budgeted: what they produce is a
+as they do. Renders that search hetgen's folders alone are not budgeted: what they produce is a
 function of the model (a C-array weights file is as large as the weights), which the frontend bounds.
 
 A refusal is a `TemplateRefused` (a Jinja `SecurityError`); `refusal_site` finds the kind's template
