@@ -21,10 +21,11 @@ from onnx import external_data_helper
 from hetgen import codegen, frontend, lower
 from hetgen.build import BuildOptions, Regenerate, board_plan, build_files, require_tools, run_ninja
 from hetgen.build.baremetal import check_board_fit
-from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project
+from hetgen.build.output import BUILD_LOG, commit, discard, failed_dir, keep_failed, stage, write_project, writing
 from hetgen.codegen.project import GeneratedFile
 from hetgen.errors import BuildError
 from hetgen.frontend.external_data import gather_external_data, is_external, model_folder, model_tensors
+from hetgen.frontend.fingerprint import model_sha256
 from hetgen.frontend.load import read_model
 from hetgen.ir import Graph
 from hetgen.lower.memory import check_graph_fits
@@ -138,6 +139,7 @@ def generate_files(platform: Platform, graph: Graph, options: CompileOptions, mo
         sources.manifest,
         sanitize=tuple(options.build_options.sanitize),
         board=board.manifest() if board is not None else None,
+        model_sha256=model_sha256(model),
     )
     manifest_file = GeneratedFile("hetgen.json", manifest.to_bytes())
     model_copy = model_copy_files(model)  # what verify and bench compare against
@@ -201,22 +203,23 @@ def compile_model(
         require_tools(resolved, options.build_options)  # before anything is generated
     graph = import_graph(model, options.input_shapes)
     out_dir = Path(options.out) if options.out is not None else Path("generated") / resolved.name
-    _, _, files = generate_files(resolved, graph, options, model, out_dir)
-    if options.in_place:
-        changed = write_project(out_dir, files)
-        _touch_build_file(out_dir)
-        return Compiled(out_dir, resolved, graph, changed)
     destination = out_dir.resolve()  # a symlinked -o: swap the folder it points to, not the link
-    staging = stage(destination)
-    try:
-        changed = write_project(staging, files)
-        _touch_build_file(staging)
-        if options.build:
-            _build(staging, destination)
-    except BaseException:
-        discard(staging)
-        raise
-    commit(staging, destination)
+    with writing(destination):  # one hetgen per -o: a second one is refused at once
+        _, _, files = generate_files(resolved, graph, options, model, out_dir)
+        if options.in_place:
+            changed = write_project(out_dir, files)
+            _touch_build_file(out_dir)
+            return Compiled(out_dir, resolved, graph, changed)
+        staging = stage(destination)
+        try:
+            changed = write_project(staging, files)
+            _touch_build_file(staging)
+            if options.build:
+                _build(staging, destination)
+        except BaseException:
+            discard(staging)
+            raise
+        commit(staging, destination)
     return Compiled(out_dir, resolved, graph, changed)
 
 

@@ -199,10 +199,14 @@ class Manifest:
     # The controllers' programs as `hetgen bench` replays them with concurrent devices
     # (hetgen/partition/timeline.py: program_manifest writes it, replay reads it).
     program: Mapping[str, Any] | None = field(default=None)
+    # The SHA-256 of the model it was built from (hetgen/frontend/fingerprint.py), added by the
+    # pipeline; "" in a project an older hetgen wrote.
+    model_sha256: str = ""
 
     def to_json(self) -> dict:
         return {
             "hetgen_manifest": MANIFEST_VERSION,
+            "model_sha256": self.model_sha256,
             "platform": self.platform,
             "model": self.model,
             "prefix": self.prefix,
@@ -236,6 +240,7 @@ class Manifest:
             tuple(data.get("sanitize", ())),
             data.get("board"),
             program=data.get("program"),
+            model_sha256=data.get("model_sha256", ""),
         )
 
     def to_bytes(self) -> bytes:

@@ -133,10 +133,12 @@ def _program_files(
     files: list[GeneratedFile] = []
     kernel_paths = []
     helpers: set[str] = set()
-    extra = (program.target.kind.templates,) if program.target.kind.templates else ()
+    kind = program.target.kind
+    extra = (kind.templates,) if kind.templates else ()
+    origin = f"kind '{kind.name}', declared at {kind.source.file}:{kind.source.line}"
     for unit in program.units:
         path = f"{folder}/kernels/{_file_name(unit.fn, '.c')}"
-        text = kernel_source(unit.kernel, unit.fn, unit.label, extra, program.target.attrs)
+        text = kernel_source(unit.kernel, unit.fn, unit.label, extra, program.target.attrs, origin)
         files.append(GeneratedFile(path, text.encode()))
         kernel_paths.append(path)
         helpers.update(unit.kernel.helpers)

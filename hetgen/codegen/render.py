@@ -1,13 +1,23 @@
-"""Jinja environment shared by all code generation: strict, whitespace-tidy, deterministic."""
+"""Jinja environment shared by all code generation: sandboxed, strict, whitespace-tidy, deterministic."""
 
 from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
 
-import jinja2
+from jinja2.exceptions import SecurityError
 
-from hetgen.errors import InternalError
+from hetgen.codegen.sandbox import (
+    TemplateRefused,
+    TemplateSandbox,
+    Where,
+    bounded_printed,
+    budgeted,
+    describe,
+    is_template_failure,
+    refusal_site,
+)
+from hetgen.errors import HetgenError, InternalError
 from hetgen.names import is_printable_ascii
 from hetgen.templates_dir import templates_dir
 
@@ -34,24 +44,54 @@ def _printed(value):
 
 
 @cache
-def environment(extra_dirs: tuple[str, ...] = ()) -> jinja2.Environment:
-    """Templates are searched in `extra_dirs` first (a kind's own templates), then hetgen's."""
+def environment(extra_dirs: tuple[str, ...] = ()) -> TemplateSandbox:
+    """Templates are searched in `extra_dirs` first (a kind's own templates), then hetgen's. All
+    render in the sandbox; with a kind's folder from outside hetgen's, under a budget too
+    (hetgen/codegen/sandbox.py). The folders of hetgen's own kinds (the npu's, templates/vecunit/)
+    are hetgen's code, as trusted as the rest of templates/."""
     search = [*extra_dirs, str(templates_dir())]
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(search),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-        finalize=_printed,
-    )
-    env.filters["cfloat"] = _c_float
-    return env
+    own = templates_dir().resolve()
+    bounded = any(not Path(folder).resolve().is_relative_to(own) for folder in extra_dirs)
+    finalize = _bounded_printed if bounded else _printed
+    return TemplateSandbox(search, bounded, {"cfloat": _c_float}, finalize)
 
 
-def render(template: str, extra_dirs: tuple[str, ...] = (), **context) -> str:
-    return environment(tuple(extra_dirs)).get_template(template).render(**context)
+def _bounded_printed(value):
+    bounded_printed(value)
+    if isinstance(value, str) and not is_printable_ascii(value.replace("\n", "")):
+        raise TemplateRefused(f"printed {value[:80]!r}: generated C is printable ASCII")
+    return value
+
+
+def render(template: str, extra_dirs: tuple[str, ...] = (), *, origin: str = "", **context) -> str:
+    """`template` rendered with `context`. A template of a kind's folder (`extra_dirs`, which
+    `origin` names for messages: the kind and the platform file that declared it) that fails or is
+    refused is a HetgenError at its file and line."""
+    extra_dirs = tuple(extra_dirs)
+    env = environment(extra_dirs)
+    if not env.bounded:
+        return env.get_template(template).render(**context)
+    try:
+        with budgeted() as budget:
+            parts = []
+            for part in env.get_template(template).generate(**context):
+                budget.charge(len(part))
+                parts.append(part)
+            return "".join(parts)
+    except HetgenError:
+        raise
+    except Exception as error:
+        site = refusal_site(error, extra_dirs) if is_template_failure(error) else None
+        if site is None:  # raised in hetgen's own templates or code: a hetgen bug, not the kind's
+            raise
+        raise _refused(error, site, origin) from None
+
+
+def _refused(error: BaseException, site: Where, origin: str) -> HetgenError:
+    where = f"{site.file}:{site.line}" if site.line else site.file
+    source = f" (a template of {origin})" if origin else ""
+    verdict = "template refused" if isinstance(error, SecurityError) else "template error"
+    return HetgenError(f"{where}: {verdict}{source}: {describe(error)}")
 
 
 def template_path(template: str, extra_dirs: tuple[str, ...] = ()) -> Path:  # noqa: D103

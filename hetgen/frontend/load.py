@@ -122,12 +122,31 @@ def _override_shapes(graph: onnx.GraphProto, source: str, shapes: Shapes, initia
             )
         if any(d < 0 for d in dims):
             raise ModelError(f"{source}: shapes gives input {name!r} a negative dimension {dims}")
+        _check_static_dims(tensor, name, dims, source)
         tensor.shape.Clear()
         tensor.shape.dim.extend(onnx.TensorShapeProto.Dimension(dim_value=d) for d in dims)
     # Shapes recorded for the old input shapes would now contradict the new ones.
     del graph.value_info[:]
     for vi in graph.output:
         vi.type.tensor_type.ClearField("shape")
+
+
+def _check_static_dims(tensor: onnx.TypeProto.Tensor, name: str, dims: tuple[int, ...], source: str) -> None:
+    """`shapes` fixes dynamic dimensions only: a dimension the model declares is the model's."""
+    if not tensor.HasField("shape"):
+        return
+    declared = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+    changed = [
+        axis for axis, (was, now) in enumerate(zip(declared, dims, strict=True)) if was is not None and was != now
+    ]
+    if changed:
+        model_dims = "x".join("?" if d is None else str(d) for d in declared)
+        axes = ", ".join(f"axis {axis} is {declared[axis]}, not {dims[axis]}" for axis in changed)
+        raise ModelError(
+            f"{source}: shapes gives input {name!r} {'x'.join(map(str, dims))}, but the model declares "
+            f"{model_dims} and only its dynamic (?) dimensions can be fixed ({axes}); "
+            "to change a static dimension, export the model again"
+        )
 
 
 def _shapes_hint(graph: onnx.GraphProto) -> str:

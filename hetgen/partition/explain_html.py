@@ -264,16 +264,39 @@ def explain_html(placement: Placement, graph: Graph, report=None) -> str:
     )
 
 
-def built_report(out_dir: Path, platform, graph: Graph):
+def built_report(out_dir: Path, platform, graph: Graph, model_sha256: str):
     """Run a built project once and return its simulation report, after checking it was built from
-    this platform and model (its groups are joined with this placement's by name)."""
+    this platform and model (its groups are joined with this placement's by name): the model by its
+    SHA-256 (`model_sha256`, hetgen/frontend/fingerprint.py) and its input shapes (`--shape`)."""
     from hetgen.codegen.manifest import read_manifest
     from hetgen.runtime.devices import simulation_report
 
     manifest = read_manifest(out_dir)
+    same = "pass --built a project generated from the same platform and model"
     if (manifest.platform, manifest.model) != (platform.name, graph.name):
         raise HetgenError(
             f"{out_dir}: built for platform {manifest.platform!r} and model {manifest.model!r}, "
-            f"not {platform.name!r} and {graph.name!r}; pass --built a project of the same platform and model"
+            f"not {platform.name!r} and {graph.name!r}; {same}"
+        )
+    if not manifest.model_sha256:
+        raise HetgenError(
+            f"{out_dir}: its hetgen.json records no model hash (an older hetgen wrote it), so it cannot "
+            f"be matched with {graph.source}; generate it again with this hetgen"
+        )
+    if manifest.model_sha256 != model_sha256:
+        raise HetgenError(
+            f"{out_dir}: built from another model than {graph.source} (sha256 {manifest.model_sha256[:16]}..., "
+            f"this model's is {model_sha256[:16]}...), though both are named {graph.name!r}; {same}"
+        )
+    built = tuple(entry.shape for entry in manifest.inputs)
+    given = tuple(tuple(graph.type_of(name).shape) for name in graph.inputs)
+    if built != given:
+        raise HetgenError(
+            f"{out_dir}: built with input shapes {_dims(built)}, not {_dims(given)}; "
+            "give explain the --shape options the project was generated with"
         )
     return simulation_report(Path(out_dir))
+
+
+def _dims(shapes) -> str:
+    return ", ".join("x".join(map(str, shape)) or "scalar" for shape in shapes)
