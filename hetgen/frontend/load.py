@@ -17,7 +17,8 @@ from onnx import helper
 
 from hetgen.errors import ModelError
 from hetgen.frontend.external_data import is_external, load_external_data, model_tensors
-from hetgen.frontend.integrity import check_tensor_data, check_text, check_wiring
+from hetgen.frontend.integrity import check_initializers, check_tensor_data, check_text, check_wiring
+from hetgen.frontend.onnx_checks import check_with_onnx
 from hetgen.frontend.work import DEFAULT_DOMAINS
 from hetgen.ir import DType
 
@@ -76,11 +77,8 @@ def check_model(proto: onnx.ModelProto, source: str) -> None:
         )
     check_tensor_data(proto, source)
     check_wiring(proto.graph, source)
-    try:
-        onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as exc:
-        message = " ".join(str(exc).split())  # onnx prints the offending node over several lines
-        raise ModelError(f"{source}: the onnx checker rejects the model: {message}") from None
+    check_initializers(proto, source)
+    check_with_onnx(proto, source)
     if not proto.graph.output:
         raise ModelError(f"{source}: the graph has no outputs; there is nothing to compute")
 
