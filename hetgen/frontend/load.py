@@ -1,8 +1,9 @@
 """Read an ONNX model and check what hetgen needs before anything else looks at it.
 
 Every problem is a `ModelError` that names the file: a missing file, bytes that are not an ONNX
-protobuf, a model the onnx checker rejects, an opset outside MIN_OPSET..MAX_OPSET, no outputs, inputs of an
-unsupported element type, inputs with dynamic dimensions (unless `shapes` fixes them).
+protobuf, an opset outside MIN_OPSET..MAX_OPSET, an initializer that contradicts the graph input it
+shadows, a model onnx's full checker or strict shape inference rejects (`onnx_checks`), no outputs,
+inputs of an unsupported element type, inputs with dynamic dimensions (unless `shapes` fixes them).
 
 Initializers that are also listed as graph inputs (required before IR version 4, still allowed
 after) are treated as constants: hetgen compiles a model with its weights frozen.
