@@ -211,3 +211,22 @@ def test_a_pinned_checker_exception_still_applies_and_lets_its_case_through(exce
         onnx.shape_inference.infer_shapes(case, check_type=True, strict_mode=True, data_prop=True)
     check_with_onnx(case, exception.case)
     import_model(case)
+
+
+def broken_concats(names: list[str]) -> onnx.ModelProto:
+    inputs = [helper.make_tensor_value_info("a", F, [2, 3]), helper.make_tensor_value_info("b", F, [1, 2, 3])]
+    nodes = [helper.make_node("Concat", ["a", "b"], [f"y{k}"], axis=0, name=name) for k, name in enumerate(names)]
+    outputs = [helper.make_tensor_value_info(f"y{k}", F, [3, 3]) for k in range(len(names))]
+    return model(nodes, inputs, outputs)
+
+
+def test_onnx_errors_become_one_escaped_line_naming_the_first_node_and_counting_the_rest():
+    with pytest.raises(ModelError) as info:
+        import_model(broken_concats(["c\x1b[2Jat\nnext", "other"]))
+    message = str(info.value)
+    assert message == (
+        "model 'g': Concat 'c\\x1b[2Jat\\nnext': All inputs to Concat must have same rank. Input 1 has rank 3 != 2 "
+        "(onnx shape inference, strict) (and 1 more)"
+    )
+    with pytest.raises(ModelError, match=r"^model 'g': Concat \(output 'y0'\): All inputs"):
+        import_model(broken_concats([""]))

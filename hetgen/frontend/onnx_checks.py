@@ -27,7 +27,9 @@ from hetgen.frontend.external_data import is_external
 SKELETON_BYTES = 64 << 10
 
 # "(op_type:Concat, node name: cat): [ShapeInferenceError] All inputs ..." (the node name is optional)
-_NODE_ERROR = re.compile(r"\(op_type:(?P<op>[^,)]*)(?:, node name: (?P<name>.*?))?\): \[(?P<kind>\w+)\] (?P<text>.*)")
+_NODE_ERROR = re.compile(
+    r"\(op_type:(?P<op>[^,)]*)(?:, node name: (?P<name>.*?))?\): \[(?P<kind>\w+)\] (?P<text>.*)", re.DOTALL
+)
 
 
 def check_with_onnx(proto: onnx.ModelProto, source: str) -> None:
@@ -36,7 +38,7 @@ def check_with_onnx(proto: onnx.ModelProto, source: str) -> None:
         onnx.checker.check_model(skeleton, full_check=True)
         onnx.shape_inference.infer_shapes(skeleton, check_type=True, strict_mode=True, data_prop=True)
     except onnx.checker.ValidationError as exc:
-        message = " ".join(str(exc).split())  # onnx prints the offending node over several lines
+        message = _printable(" ".join(str(exc).split()))  # onnx prints the offending node over several lines
         raise ModelError(f"{source}: the onnx checker rejects the model: {message}") from None
     except onnx.shape_inference.InferenceError as exc:
         line = _inference_error(str(exc), proto.graph)
@@ -75,7 +77,8 @@ def _copy_field(message, field, value) -> None:
 def _inference_error(text: str, graph: onnx.GraphProto) -> str | None:
     """The one line for onnx's inference errors, naming the node; None when every one is pinned."""
     text = text.removeprefix("[ShapeInferenceError] ").removeprefix("Inference error(s): ")
-    errors = [line.strip() for line in text.splitlines() if line.strip()] or [text.strip()]
+    # one error per node, each starting "(op_type:"; a name in it may hold a line break of its own
+    errors = [e.strip() for e in re.split(r"\n(?=\(op_type:)", text.strip()) if e.strip()] or [text.strip()]
     lines = [line for line in map(lambda e: _error_line(e, graph), errors) if line is not None]
     if not lines:
         return None
@@ -86,15 +89,21 @@ def _inference_error(text: str, graph: onnx.GraphProto) -> str | None:
 def _error_line(error: str, graph: onnx.GraphProto) -> str | None:
     found = _NODE_ERROR.search(error)
     if found is None:
-        return f"onnx shape inference rejects the model: {error}"
+        return f"onnx shape inference rejects the model: {_printable(error)}"
     op, name, rule = found["op"], found["name"] or "", found["text"].strip()
     if pinned_exception(op, rule) is not None:
         return None
-    return f"{_node_label(graph, op, name)}: {rule} (onnx shape inference, strict)"
+    return f"{_node_label(graph, op, name)}: {_printable(rule)} (onnx shape inference, strict)"
+
+
+def _printable(text: str) -> str:
+    """onnx's text quotes the model's names as they are: escape what a terminal would act on."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _node_label(graph: onnx.GraphProto, op: str, name: str) -> str:
     if name:
-        return f"{op} {name!r}"
+        return f"{_printable(op)} {name!r}"
     unnamed = next((n for n in graph.node if n.op_type == op and not n.name and n.output), None)
-    return f"{op} (output {unnamed.output[0]!r})" if unnamed is not None else f"{op} (unnamed)"
+    shown = _printable(op)
+    return f"{shown} (output {unnamed.output[0]!r})" if unnamed is not None else f"{shown} (unnamed)"
