@@ -76,6 +76,7 @@ CASES = [  # (node, types, constants, the rule's message or None for a valid nod
     (node("Conv", ["x", "w"], pads=[1, 1]), {"x": (1, 1, 8, 8), "w": (1, 1, 3, 3)}, {}, "pads has 2 values"),
     (node("AveragePool", ["x"], kernel_shape=[4]), {"x": (1, 2, 3)}, {}, "spans 4 elements"),
     (node("AveragePool", ["x"], kernel_shape=[4], pads=[1, 0]), {"x": (1, 2, 3)}, {}, None),
+    (node("AveragePool", ["x"], kernel_shape=[4]), {"x": (0, 2, 3)}, {}, None),  # empty: nothing to compute
     (node("MaxPool", ["x"], kernel_shape=[2, 2], dilations=[3, 1]), {"x": (1, 1, 3, 3)}, {}, "at dilation 3"),
     (node("MaxPool", ["x"], opset=8, kernel_shape=[2, 2], dilations=[3, 1]), {"x": (1, 1, 3, 3)}, {}, None),
     (node("Gather", ["x", "i"], axis=1), {"x": (3, 2)}, {"i": np.array([[0, -2]], np.int64)}, None),
@@ -230,3 +231,20 @@ def test_onnx_errors_become_one_escaped_line_naming_the_first_node_and_counting_
     )
     with pytest.raises(ModelError, match=r"^model 'g': Concat \(output 'y0'\): All inputs"):
         import_model(broken_concats([""]))
+
+
+def test_weights_kept_in_an_external_file_never_reach_onnx(tmp_path):
+    """However large the external data (past protobuf's 2 GiB), onnx checks only the skeleton."""
+    weight = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    graph = model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [helper.make_tensor_value_info("x", F, [4, 4])],
+        [helper.make_tensor_value_info("y", F, [4, 4])],
+        [weight],
+    )
+    onnx.save_model(graph, tmp_path / "m.onnx", save_as_external_data=True, location="w.bin", size_threshold=0)
+    external = onnx.load(tmp_path / "m.onnx", load_external_data=False)
+    (tmp_path / "w.bin").unlink()  # nothing reads the data
+    skeleton = model_skeleton(external)
+    assert not skeleton.graph.initializer and [i.name for i in skeleton.graph.input] == ["x", "w"]
+    check_with_onnx(external, "m.onnx")

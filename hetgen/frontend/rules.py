@@ -146,8 +146,8 @@ def window(node: WorkNode, work: Work) -> str | None:
         if any(v < (0 if name == "pads" else 1) for v in values):
             return f"{name} {list(values)} must be {'non-negative' if name == 'pads' else 'positive'}"
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
-    if auto_pad not in ("NOTSET", "VALID"):
-        return None  # SAME_*: the padding is chosen so that every output position has a window
+    if auto_pad not in ("NOTSET", "VALID") or data.size == 0:
+        return None  # SAME_*: the padding gives every output a window; an empty input has no outputs
     for axis in range(spatial):
         before, after = (pads[axis], pads[axis + spatial]) if auto_pad == "NOTSET" else (0, 0)
         padded = data.shape[axis + 2] + before + after
