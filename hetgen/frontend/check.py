@@ -50,8 +50,8 @@ def _check_ranks(work: Work) -> None:
     """Any tensor may become a program's input or output, whose descriptor has HG_MAX_RANK dimensions."""
     producers = work.producers()
     for name, value_type in sorted(work.types.items()):
-        where = f"output of {producers[name].label}" if name in producers else "an input or constant"
-        check_rank(name, value_type, where, work.source)
+        where = "an input" if name in work.inputs else "a constant"
+        check_rank(name, value_type, f"output of {producers[name].label}" if name in producers else where, work.source)
 
 
 def _check_sizes(work: Work) -> None:

@@ -202,7 +202,7 @@ def invalid_models() -> dict[str, tuple[bytes, str]]:
         ),
         "rank_nine": (
             relu_model(x_shape=(1,) * 9).SerializeToString(),
-            "{file}: tensor 'x' (an input or constant) has rank 9, shape (1, 1, 1, 1, 1, 1, 1, 1, 1); "
+            "{file}: tensor 'x' (an input) has rank 9, shape (1, 1, 1, 1, 1, 1, 1, 1, 1); "
             "hetgen's runtime holds at most 8 dimensions (HG_MAX_RANK)",
         ),
     }
