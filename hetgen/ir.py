@@ -73,6 +73,12 @@ class DType(enum.Enum):
         return None
 
 
+# The most dimensions a tensor may have: `hg_tensor_info` describes each program input and output
+# in `int64_t shape[HG_MAX_RANK]` (templates/runtime/hg_runtime.h; tests/test_onnx_checks.py
+# compiles a check that both agree). The frontend refuses a model with a larger rank.
+MAX_RANK = 8
+
+
 @dataclass(frozen=True)
 class TensorType:
     dtype: DType

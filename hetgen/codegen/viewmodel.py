@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from hetgen.bounded import bounded_note
 from hetgen.codegen.encode import Instruction, Opcode, encode_steps
+from hetgen.errors import InternalError
+from hetgen.ir import MAX_RANK
 from hetgen.lower.program import BufferRef, Call, Copy, DeviceModel, Program, ProgramRole, Region
 from hetgen.lower.work import Engine
 from hetgen.lower.workspace import STATE_HEADER_SIZE
@@ -95,6 +97,8 @@ def vm_code(steps, kernel_index: dict[str, int]) -> list[tuple[list[int], str]]:
 
 def tensor_view(spec) -> dict:
     shape = list(spec.type.shape)
+    if len(shape) > MAX_RANK:  # the frontend refuses such models (check.py)
+        raise InternalError(f"tensor {spec.name!r} has rank {len(shape)}, past HG_MAX_RANK {MAX_RANK}")
     return {
         "name_comment": c_comment(spec.name),
         "name_escaped": c_string(spec.name),
@@ -102,7 +106,7 @@ def tensor_view(spec) -> dict:
         "dtype_code": spec.type.dtype.onnx_code,
         "dtype_label": spec.type.dtype.label,
         "rank": len(shape),
-        "shape_padded": (shape + [0] * 8)[:8] if shape else [0],
+        "shape_padded": shape + [0] * (MAX_RANK - len(shape)) if shape else [0],
         "shape_text": "x".join(map(str, shape)) or "scalar",
         "nbytes": spec.type.nbytes,
         "note": c_comment(bounded_note(spec.name)),  # run-time lengths (hetgen/bounded.py)

@@ -2,22 +2,23 @@
 
 `import_model` is the entry point. Its passes, one module each, in order:
 
-- `load`: read and check the file (protobuf, onnx checker, opset 7..21, outputs, input types and
-  static input shapes, with `shapes=` to fix dynamic ones);
+- `load`: read and check the file (protobuf, opset 7..21, shadowing initializers, onnx's full checker
+  and strict shape inference (`onnx_checks`), outputs, input types and static input shapes, with
+  `shapes=` to fix dynamic ones);
 - `functions`: function operators (Attention, GroupNormalization, ...) become their ONNX bodies;
 - `convert`: onnx's whole-model shape inference, then the frontend's working graph;
 - `contrib_quant`: onnxruntime's com.microsoft QOperator nodes become DequantizeLinear → float
   operator → QuantizeLinear;
-- `resolve` (with `normalize`, `evaluate`): node by node, rewrite old-opset forms into the newest
-  one (see `normalize` for the `_opset` convention lowerings follow), fold constant nodes, and type
-  what onnx left untyped;
+- `resolve` (with `rules`, `normalize`, `evaluate`): node by node, judge the node by hetgen's own
+  validity rules, rewrite old-opset forms into the newest one (see `normalize` for the `_opset`
+  convention lowerings follow), fold constant nodes, and type what onnx left untyped;
 - `cleanup`: Identity/Dropout removal, dead nodes, unused training outputs;
 - `qdq`: DequantizeLinear → Conv/MatMul/Gemm → QuantizeLinear islands become integer kernels; the
   dequantized constants no pattern used are folded;
 - `rewrite`: decomposed LayerNormalization and Gelu become the single operators;
 - `bounded`: NonZero/NonMaxSuppression outputs of run-time length get their shape as an output;
 - `check`: every unsupported operator, untypable tensor, non-constant shape input and unsupported
-  element type, each kind reported in one message;
+  element type, each kind reported in one message; ranks past the runtime's HG_MAX_RANK;
 - `work.to_graph`: unique C-identifier node names (`n{index}_{op}[_{onnx name}]`), the frozen Graph.
 
 `export_onnx` turns a Graph back into an ONNX model (tests compare both in onnxruntime).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from hetgen.errors import ModelError
 from hetgen.frontend.integrity import MAX_TENSOR_BYTES
+from hetgen.frontend.rules import check_rank
 from hetgen.frontend.work import Work, WorkNode
 from hetgen.ir import DType
 from hetgen.ops.registry import op_def, supported_ops
@@ -41,7 +42,16 @@ def check(work: Work) -> None:
     _check_constant_inputs(work)
     _check_typed(work)
     _check_dtypes(work)
+    _check_ranks(work)
     _check_sizes(work)
+
+
+def _check_ranks(work: Work) -> None:
+    """Any tensor may become a program's input or output, whose descriptor has HG_MAX_RANK dimensions."""
+    producers = work.producers()
+    for name, value_type in sorted(work.types.items()):
+        where = "an input" if name in work.inputs else "a constant"
+        check_rank(name, value_type, f"output of {producers[name].label}" if name in producers else where, work.source)
 
 
 def _check_sizes(work: Work) -> None:

@@ -95,29 +95,6 @@ def resolve_external_data(proto: onnx.ModelProto, model_path: Path | None, sourc
     _read_into_proto(_graph_tensors(proto.graph, initializers=False), folder, source)
 
 
-def checker_view(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The model as onnx's checker should see it: its external initializers as typed graph inputs.
-
-    For a model in memory, the checker resolves an external location against the current
-    directory, not the model's folder (and `locate` has checked the real one, bytes included);
-    as inputs of the same type and shape, the tensors still type every node that reads them.
-    """
-    if not any(is_external(t) for t in proto.graph.initializer):
-        return proto
-    view = onnx.ModelProto()
-    view.CopyFrom(proto)  # small: the large tensors are what stays outside
-    graph = view.graph
-    listed = {vi.name for vi in graph.input}
-    external = [t for t in graph.initializer if is_external(t)]
-    graph.input.extend(
-        helper.make_tensor_value_info(t.name, t.data_type, tuple(t.dims)) for t in external if t.name not in listed
-    )
-    kept = [t for t in graph.initializer if not is_external(t)]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    return view
-
-
 def load_external_data(proto: onnx.ModelProto, model_path: Path | None, source: str) -> None:
     """Read every external tensor's bytes into the proto (in place), from inside the model's folder:
     a self-contained copy of the model, for what needs one (the model copy verify compares with)."""

@@ -100,6 +100,30 @@ def _check_tensor(tensor: onnx.TensorProto, source: str) -> None:
         raise ModelError(f"{where} {declared} ({expected} values), but carries {values} values")
 
 
+def check_initializers(proto: onnx.ModelProto, source: str) -> None:
+    """An initializer named like a graph input is that input's default value, so it must match the
+    input's declared element type and shape (onnx's checker does not compare them; onnxruntime
+    does). hetgen freezes such an initializer as a constant, so a mismatch would silently take the
+    input away from the model."""
+    declared = {vi.name: vi.type.tensor_type for vi in proto.graph.input if vi.type.HasField("tensor_type")}
+    for tensor in proto.graph.initializer:
+        if tensor.name not in declared:
+            continue
+        tensor_type, dims = declared[tensor.name], tuple(tensor.dims)
+        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor_type.shape.dim)
+        same_shape = not tensor_type.HasField("shape") or (
+            len(shape) == len(dims) and all(not isinstance(d, int) or d == v for d, v in zip(shape, dims))
+        )
+        if tensor_type.elem_type in (0, tensor.data_type) and same_shape:
+            continue
+        shown = shape if tensor_type.HasField("shape") else "no shape"
+        raise ModelError(
+            f"{source}: initializer {tensor.name!r} ({type_label(tensor.data_type)} {dims}) has the name of graph "
+            f"input {tensor.name!r}, declared {type_label(tensor_type.elem_type)} {shown}; an initializer named "
+            "like an input is its default value and must match its type and shape"
+        )
+
+
 def check_wiring(graph: onnx.GraphProto, source: str) -> None:
     """Every node input and graph output is produced by something, and no nodes form a cycle."""
     producers = {name: node for node in graph.node for name in node.output if name}

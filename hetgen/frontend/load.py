@@ -1,8 +1,9 @@
 """Read an ONNX model and check what hetgen needs before anything else looks at it.
 
 Every problem is a `ModelError` that names the file: a missing file, bytes that are not an ONNX
-protobuf, a model the onnx checker rejects, an opset outside MIN_OPSET..MAX_OPSET, no outputs, inputs of an
-unsupported element type, inputs with dynamic dimensions (unless `shapes` fixes them).
+protobuf, an opset outside MIN_OPSET..MAX_OPSET, an initializer that contradicts the graph input it
+shadows, a model onnx's full checker or strict shape inference rejects (`onnx_checks`), no outputs,
+inputs of an unsupported element type, inputs with dynamic dimensions (unless `shapes` fixes them).
 
 Initializers that are also listed as graph inputs (required before IR version 4, still allowed
 after) are treated as constants: hetgen compiles a model with its weights frozen.
@@ -17,13 +18,13 @@ from onnx import helper
 
 from hetgen.errors import ModelError
 from hetgen.frontend.external_data import (
-    checker_view,
     is_external,
     load_external_data,
     model_tensors,
     resolve_external_data,
 )
-from hetgen.frontend.integrity import check_tensor_data, check_text, check_wiring
+from hetgen.frontend.integrity import check_initializers, check_tensor_data, check_text, check_wiring
+from hetgen.frontend.onnx_checks import check_with_onnx
 from hetgen.frontend.work import DEFAULT_DOMAINS
 from hetgen.ir import DType
 
@@ -82,11 +83,8 @@ def check_model(proto: onnx.ModelProto, source: str) -> None:
         )
     check_tensor_data(proto, source)
     check_wiring(proto.graph, source)
-    try:
-        onnx.checker.check_model(checker_view(proto))  # external weights stay in their file
-    except onnx.checker.ValidationError as exc:
-        message = " ".join(str(exc).split())  # onnx prints the offending node over several lines
-        raise ModelError(f"{source}: the onnx checker rejects the model: {message}") from None
+    check_initializers(proto, source)
+    check_with_onnx(proto, source)  # on a skeleton: external and large weights stay in their file
     if not proto.graph.output:
         raise ModelError(f"{source}: the graph has no outputs; there is nothing to compute")
 

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from hetgen.frontend import control_flow
+from hetgen.frontend import control_flow, rules
 from hetgen.frontend.convert import constant_node_value, value_type
 from hetgen.frontend.evaluate import evaluate
 from hetgen.frontend.normalize import normalize
@@ -47,6 +47,7 @@ def resolve(work: Work) -> None:
     pending, work.nodes = collections.deque(work.nodes), []
     while pending:
         original = pending.popleft()
+        rules.check_node(original, work)  # as the model wrote it, before it is inlined or rewritten
         replaced = control_flow.replacement(original, work)  # If/Loop decided at compile time
         if replaced is not None:
             pending.extendleft(reversed(replaced))

@@ -106,6 +106,108 @@ def huge_declared_initializer() -> bytes:
     ).SerializeToString()
 
 
+def invalid_models() -> dict[str, tuple[bytes, str]]:
+    """Models the ONNX spec forbids that used to build (issue 18): onnx's strict inference or one of
+    hetgen's own rules (hetgen/frontend/rules.py) refuses each, naming the node and the rule."""
+    ints = TensorProto.INT64
+    concat = model(
+        [helper.make_node("Concat", ["a", "b"], ["y"], axis=0, name="cat")],
+        [value("a", [2, 3]), value("b", [1, 2, 3])],
+        [value("y", [3, 3])],
+    )
+    reshape = model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="flatten")],
+        [value("x", [2, 3])],
+        [value("y", [6, 1])],
+        inits=[numpy_helper.from_array(np.array([-1, -1], np.int64), "shape")],
+    )
+    dilated = model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", dilations=[10**9, 10**9], kernel_shape=[3, 3])],
+        [value("x", [1, 1, 8, 8])],
+        [value("y", ["n", "c", "h", "w"])],
+        inits=[numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")],
+    )
+    pool = model(
+        [helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[5, 5], pads=[0, 0, 1, 1])],
+        [value("x", [1, 1, 3, 3])],
+        [value("y", ["n", "c", "h", "w"])],
+    )
+    then = helper.make_graph(
+        [helper.make_node("Constant", [], ["t"], value=numpy_helper.from_array(np.ones(2, np.float32)))],
+        "then",
+        [],
+        [value("t", [2])],
+    )
+    otherwise = helper.make_graph(
+        [helper.make_node("Constant", [], ["e"], value=numpy_helper.from_array(np.ones(2, np.int64)))],
+        "else",
+        [],
+        [value("e", [2], ints)],
+    )
+    branches = model(
+        [
+            helper.make_node("If", ["cond"], ["b"], name="choose", then_branch=then, else_branch=otherwise),
+            helper.make_node("Add", ["x", "b"], ["y"], name="add"),
+        ],
+        [value("x", [2])],
+        [value("y", [2])],
+        inits=[numpy_helper.from_array(np.array(False), "cond")],
+    )
+    shadowing = model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        [value("x", [2, 3])],
+        [value("y", [2, 3])],
+        inits=[numpy_helper.from_array(np.ones(4, np.float32), "x")],
+    )
+    shadowing.ir_version = 4
+    gather = model(
+        [helper.make_node("Gather", ["x", "indices"], ["y"], name="take", axis=0)],
+        [value("x", [3, 2])],
+        [value("y", [1, 2])],
+        inits=[numpy_helper.from_array(np.array([5], np.int64), "indices")],
+    )
+    strict = "(onnx shape inference, strict)"
+    return {
+        "concat_ranks": (
+            concat.SerializeToString(),
+            f"{{file}}: Concat 'cat': All inputs to Concat must have same rank. Input 1 has rank 3 != 2 {strict}",
+        ),
+        "reshape_two_inferred": (
+            reshape.SerializeToString(),
+            f"{{file}}: Reshape 'flatten': Target shape may not have multiple -1 dimensions. {strict}",
+        ),
+        "conv_huge_dilation": (
+            dilated.SerializeToString(),
+            "{file}: Conv 'conv': along spatial axis 0 the window spans 2000000001 elements (3 taps at dilation "
+            "1000000000), but the padded input has 8 (8 + pads 0 and 0); no output position fits",
+        ),
+        "maxpool_kernel_too_large": (
+            pool.SerializeToString(),
+            "{file}: MaxPool 'pool': along spatial axis 0 the window spans 5 elements (5 taps), but the padded "
+            "input has 4 (3 + pads 0 and 1); no output position fits",
+        ),
+        "if_branch_types": (
+            branches.SerializeToString(),
+            f"{{file}}: If 'choose': Mismatched tensor element type: inferred=int64 declared=float {strict}",
+        ),
+        "shadowing_initializer": (
+            shadowing.SerializeToString(),
+            "{file}: initializer 'x' (float32 (4,)) has the name of graph input 'x', declared float32 (2, 3); "
+            "an initializer named like an input is its default value and must match its type and shape",
+        ),
+        "gather_index_range": (
+            gather.SerializeToString(),
+            "{file}: Gather 'take': constant index 5 is out of range for axis 0 of 'x' (3 elements); "
+            "indices must lie in [-3, 2]",
+        ),
+        "rank_nine": (
+            relu_model(x_shape=(1,) * 9).SerializeToString(),
+            "{file}: tensor 'x' (an input) has rank 9, shape (1, 1, 1, 1, 1, 1, 1, 1, 1); "
+            "hetgen's runtime holds at most 8 dimensions (HG_MAX_RANK)",
+        ),
+    }
+
+
 def bad_models() -> dict[str, tuple[bytes, str]]:
     good = relu_model().SerializeToString()
     custom = model(
@@ -256,6 +358,7 @@ def bad_models() -> dict[str, tuple[bytes, str]]:
             "{file}: not an ONNX model",
         ),
         "random_bytes": (bytes(random.Random(6).randrange(256) for _ in range(4096)), "{file}: not an ONNX model"),
+        **invalid_models(),
     }
 
 
