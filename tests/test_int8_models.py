@@ -9,6 +9,11 @@ fake quantisation) and on (onnxruntime's own int8 kernels). hetgen requantizes a
 agree exactly; the step of slack covers islands computed differently on each side: a float
 Softmax/Add between Q/DQ nodes against onnxruntime's fixed-point QLinearSoftmax/QLinearAdd, and
 an input landing on a rounding tie after float32 reassociation.
+
+On x86 CPUs with AVX2 but no VNNI, onnxruntime's u8 x s8 kernels (vpmaddubsw) saturate pairs of
+products at int16, so its QLinearConv can be several steps from the exact result (9 on a QOperator
+SqueezeNet). Where hetgen and onnxruntime are more than a step apart, the ONNX reference evaluator
+decides: onnxruntime must be off from it too, and hetgen within a step of it.
 """
 
 from __future__ import annotations
@@ -95,20 +100,96 @@ def test_quantized_model_matches_onnxruntime(tmp_path, name, fmt, per_channel, a
     # -Werror: the integer kernels must be warning-free (-Wall -Wextra) at -O3 -march=native too
     library = hetgen.load(hetgen.compile("host", model, tmp_path / "out", native_only=True, werror=True))
     steps = output_steps(model)
-    references = {"onnxruntime (no optimisation)": ort_session(model.SerializeToString()), "onnxruntime int8": None}
-    references["onnxruntime int8"] = ort_optimized(model)
+    reference = ort_session(model.SerializeToString())
+    optimised = ort_optimized(model)
     exact = total = 0
+    saturates = False  # onnxruntime's u8 x s8 kernels were seen off from the exact result
     for seed in (1, 2):
         feeds = random_feeds(model, seed)
         got = library.run(feeds)
-        for label, session in references.items():
-            for output, expected in zip(session.get_outputs(), session.run(None, feeds)):
-                error = np.abs(got[output.name].astype(np.float64) - expected) / steps[output.name]
-                assert error.max() <= 1.0 + 1e-3, f"{label}: {error.max():.2f} quantisation steps off"
-                exact += int((error == 0).sum())
-                total += error.size
-    # the same arithmetic as onnxruntime's: nearly every element equal, not just within a step
-    assert exact >= LOOSER.get(name, 0.95) * total, f"only {exact} of {total} output elements agree exactly"
+        expected = dict(zip([o.name for o in reference.get_outputs()], reference.run(None, feeds)))
+        theirs = dict(zip([o.name for o in optimised.get_outputs()], optimised.run(None, feeds)))
+        for output, value in expected.items():
+            ours = got[output].astype(np.float64)
+            error = np.abs(ours - value) / steps[output]
+            if error.max() > 1.0 + 1e-3:
+                value, error = _exact_where_onnxruntime_saturates(model, feeds, output, value, ours, steps[output])
+                assert error.max() <= 1.0 + 1e-3, f"onnx reference evaluator: {error.max():.2f} quantisation steps off"
+                saturates = True
+            exact += int((error == 0).sum())
+            total += error.size
+            # onnxruntime's own int8 kernels (its optimiser on) are apart from its reference session:
+            # fused islands rounded their own way, and on AVX2 without VNNI its u8 x s8 products saturate
+            # (2 steps on tiny_cnn here). hetgen must stay within a step of it beyond that distance.
+            apart = np.abs(theirs[output].astype(np.float64) - value) / steps[output]
+            off = np.abs(ours - theirs[output]) / steps[output]
+            assert (off <= apart + 1.0 + 1e-3).all(), f"onnxruntime int8: {off.max():.2f} quantisation steps off"
+    # the same arithmetic as onnxruntime's: nearly every element equal, not just within a step (not
+    # asked where onnxruntime's saturating kernels make its own arithmetic inexact on this CPU)
+    assert saturates or exact >= LOOSER.get(name, 0.95) * total, (
+        f"only {exact} of {total} output elements agree exactly"
+    )
+
+
+def _contrib_reference_ops():
+    """onnxruntime's com.microsoft quantized operators that quantize_static writes, as their contrib
+    schema defines them (dequantize, compute in float64, quantize), for the ONNX reference evaluator."""
+    from onnx.reference.op_run import OpRun
+
+    def dequantize(x, scale, zero_point):
+        return (x.astype(np.float64) - zero_point.astype(np.float64)) * scale.astype(np.float64)
+
+    def quantize(y, scale, zero_point):
+        info = np.iinfo(zero_point.dtype)
+        q = np.rint(y / np.float64(scale)) + np.float64(zero_point)
+        return np.clip(q, info.min, info.max).astype(zero_point.dtype)
+
+    class QGemm(OpRun):
+        op_domain = "com.microsoft"
+
+        def _run(self, a, a_s, a_zp, b, b_s, b_zp, c=None, y_s=None, y_zp=None, alpha=1.0, transA=0, transB=0):
+            a, b = dequantize(a, a_s, a_zp), dequantize(b, b_s, b_zp)
+            y = alpha * ((a.T if transA else a) @ (b.T if transB else b))
+            if c is not None:  # int32, at the scale of the product
+                y = y + c.astype(np.float64) * np.float64(a_s) * b_s.astype(np.float64)
+            return (y.astype(np.float32) if y_s is None else quantize(y, y_s, y_zp),)
+
+    class QLinearConcat(OpRun):
+        op_domain = "com.microsoft"
+
+        def _run(self, y_s, y_zp, *triples, axis=None):
+            parts = [dequantize(*triples[i : i + 3]) for i in range(0, len(triples), 3)]
+            return (quantize(np.concatenate(parts, axis=axis), y_s, y_zp),)
+
+    class QLinearGlobalAveragePool(OpRun):
+        op_domain = "com.microsoft"
+
+        def _run(self, x, x_s, x_zp, y_s, y_zp, channels_last=0):
+            axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
+            return (quantize(dequantize(x, x_s, x_zp).mean(axis=axes, keepdims=True), y_s, y_zp),)
+
+    return [QGemm, QLinearConcat, QLinearGlobalAveragePool]
+
+
+def _exact_where_onnxruntime_saturates(model, feeds, output, reference, ours, step):
+    """onnxruntime's u8 x s8 kernels on AVX2 without VNNI (vpmaddubsw) saturate each pair of products
+    at int16, so a QLinearConv whose weights use the full int8 range can land steps away from the exact
+    result on such CPUs. Where hetgen and onnxruntime disagree by more than a step, the ONNX reference
+    evaluator (exact integer arithmetic, onnx.reference) decides: onnxruntime must itself be off from
+    it, and hetgen within a step of it."""
+    from onnx.reference import ReferenceEvaluator
+
+    # onnx's evaluator implements Q/DQ from opset 19 on; quantize_static writes 17, and nothing these
+    # models use (per-tensor and per-axis Q/DQ, QLinearConv, MaxPool, Flatten) changed meaning since.
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            opset.version = max(opset.version, 21)
+    evaluator = ReferenceEvaluator(model, new_ops=_contrib_reference_ops())
+    exact = evaluator.run([output], feeds)[0].astype(np.float64)
+    theirs = np.abs(reference - exact) / step
+    assert theirs.max() > 1.0 + 1e-3, "hetgen, not onnxruntime, is off from the exact result"
+    return exact, np.abs(ours - exact) / step
 
 
 def test_fused_relu_and_clip_quantize_exactly(tmp_path):
