@@ -482,6 +482,8 @@ def candidates(op: UnitOp) -> list[Candidate]:
         lambda t: t.nbytes if t is not None else 0, _whole_products(op),
     )  # fmt: skip
     found = [whole]
+    if any(t is not None and t.size == 0 for t in (*op.input_types, *op.output_types)):
+        return found  # an empty tensor (a 0 dimension) has nothing to split: one tile, maybe of 0 bytes
     name = op.node.op
     all_f32 = all(t is None or t.dtype is F32 for t in (*op.input_types, *op.output_types))
     if not all_f32 or len(op.output_types) != 1:
