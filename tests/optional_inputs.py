@@ -10,6 +10,7 @@ scales or sizes). Each omission is written both ways ONNX allows: an empty name 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,6 +43,8 @@ class Spec:
     compare: bool = True  # onnxruntime runs it (with every omission) at this opset
     # (shape, dtype) per output where onnx cannot infer them (contrib operators), or a function of the omitted set
     output_types: Callable[[frozenset[int]], tuple] | tuple[tuple[tuple[int, ...], type], ...] = ()
+    # what an omitted input means, given explicitly: the oracle where onnxruntime refuses the omission
+    defaults: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -107,15 +110,20 @@ def _qlinear_binary(op: str) -> Spec:
     a, b = Feed((2, 3), U8, 0, 255), r((2, 3), U8, 0, 255, seed=2)
     inputs = [a, c(0.05), c(120, U8), b, c(0.03), c(100, U8), c(0.07), c(128, U8)]
     omissions = (frozenset({2}), frozenset({5, 7}), frozenset({2, 5, 7}))
-    return Spec(op, inputs, domain="com.microsoft", omissions=omissions, compare=False, output_types=(((2, 3), U8),))
+    defaults = {2: c(0, U8), 5: c(0, U8), 7: c(0, U8)}
+    return Spec(
+        op, inputs, domain="com.microsoft", omissions=omissions, compare=False, output_types=(((2, 3), U8),),
+        defaults=defaults,
+    )  # fmt: skip
 
 
 def _qlinear_unary(op: str, shape=(1, 2, 3, 3), **attrs) -> Spec:
     inputs = [Feed((1, 2, 3, 3), U8, 0, 255), c(0.05), c(120, U8), c(0.04), c(128, U8)]
     omissions = (frozenset({2}), frozenset({4}), frozenset({2, 4}))
     return Spec(
-        op, inputs, attrs, domain="com.microsoft", omissions=omissions, compare=False, output_types=((shape, U8),)
-    )
+        op, inputs, attrs, domain="com.microsoft", omissions=omissions, compare=False, output_types=((shape, U8),),
+        defaults={2: c(0, U8), 4: c(0, U8)},
+    )  # fmt: skip
 
 
 SPECS: tuple[Spec, ...] = (
@@ -127,7 +135,13 @@ SPECS: tuple[Spec, ...] = (
         [Feed((1, 2, 5, 5), U8, 0, 255), r((3, 2, 3, 3), U8, 0, 255), c(100, U8), c(120, U8)],
     ),
     Spec("ConvTranspose", [Feed((1, 3, 4, 4)), r((3, 2, 3, 3)), r((2,), seed=2)], {"strides": [2, 2]}),
-    Spec("DFT", [Feed((1, 8, 1)), c(6, I64), c(1, I64)], {"onesided": 0}, opset=20),
+    Spec(
+        "DFT",
+        [Feed((1, 8, 1)), c(6, I64), c(1, I64)],
+        {"onesided": 0},
+        opset=20,
+        defaults={1: c(8, I64), 2: c(-2, I64)},
+    ),
     Spec(
         "DeformConv",
         [
@@ -152,6 +166,7 @@ SPECS: tuple[Spec, ...] = (
         {"kernel_shape": [2, 2], "strides": [2, 2]},
         # onnx's inference gives no shape for MaxUnpool(x, i, ""), and onnxruntime refuses it
         output_types=lambda omitted: ((((1, 1, 4, 4) if 2 in omitted else (1, 1, 5, 5)), F32),),
+        defaults={2: c([1, 1, 4, 4], I64)},
     ),
     Spec("NegativeLogLikelihoodLoss", [Feed((3, 5)), c([1, 0, 4], I64), r((5,), low=0.1, high=1.0)]),
     Spec(
@@ -196,7 +211,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("Slice", [Feed((4, 5)), c([1, 0], I64), c([4, 5], I64), c([0, 1], I64), c([2, 1], I64)]),
     Spec("SoftmaxCrossEntropyLoss", [Feed((3, 5)), c([1, 0, 4], I64), r((5,), low=0.1, high=1.0)]),
     Spec("Split", [Feed((6, 2)), c([2, 4], I64)], _split_attrs, opset=18, outputs=2),
-    Spec("Squeeze", [Feed((1, 3, 1, 2)), c([0], I64)]),
+    Spec("Squeeze", [Feed((1, 3, 1, 2)), c([0], I64)], defaults={1: c([0, 2], I64)}),
     Spec("Trilu", [Feed((3, 4)), c(1, I64)]),
     Spec(
         "Attention",
@@ -259,6 +274,14 @@ class Case:
     trailing: bool  # the omitted inputs at the end are left off, not written as ""
     model: onnx.ModelProto
     feeds: dict
+
+
+def with_defaults(case: Case) -> onnx.ModelProto:
+    """The case's model with each omitted input given its default value (the spec's `defaults`)."""
+    slots = case.spec.inputs(case.omitted) if callable(case.spec.inputs) else case.spec.inputs
+    filled = [case.spec.defaults[i] if i in case.omitted else slot for i, slot in enumerate(slots)]
+    model, _ = build(dataclasses.replace(case.spec, inputs=filled), frozenset(), False)
+    return model
 
 
 def build(spec: Spec, omitted: frozenset[int], trailing: bool, name: str = "node") -> tuple[onnx.ModelProto, dict]:
