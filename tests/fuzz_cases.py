@@ -127,11 +127,12 @@ def random_pins(draw, model: onnx.ModelProto, platform) -> dict[str, str]:
 
 
 @st.composite
-def fuzz_cases(draw, max_ops: int = 6, hostile_names: bool | None = None) -> FuzzCase:
+def fuzz_cases(draw, max_ops: int = 6, hostile_names: bool | None = None, platform: str | None = None) -> FuzzCase:
+    """A case on the shipped platform named `platform`, or (None) on a shipped or random one."""
     from hetgen.platform.loader import load_platform, load_platform_text
 
     model, feeds, used = draw(models(max_ops, hostile_names))
-    shipped = draw(st.sampled_from((*SHIPPED_PLATFORMS, None, None)))
+    shipped = platform or draw(st.sampled_from((*SHIPPED_PLATFORMS, None, None)))
     if shipped is None:
         text, file = draw(random_platform_text()), None
         platform = load_platform_text(text)
@@ -190,15 +191,20 @@ def _platform(case: FuzzCase):
 def run_case(case: FuzzCase, folder: Path) -> Outcome:
     """Compile, run and compare one case; never raises."""
     import hetgen
+    from hetgen.build import BuildOptions
+    from hetgen.build.toolchain import missing_tools
     from hetgen.errors import BuildError, HetgenError, ModelError, PlacementError
 
     expected, invalid = _reference(case)
     if invalid is not None:
         return invalid
     try:
+        platform = _platform(case)
+        build = {"opt": ("-O1",), "native_tuning": False}
+        native_only = bool(missing_tools(platform, BuildOptions(**build)))  # a board toolchain this machine lacks
         out = hetgen.compile(
-            _platform(case), case.model, out=folder, pins=case.pins, placement=case.placement, weights=case.weights,
-            opt=("-O1",), native_tuning=False,
+            platform, case.model, out=folder, pins=case.pins, placement=case.placement, weights=case.weights,
+            native_only=native_only, **build,
         )  # fmt: skip
     except (ModelError, PlacementError) as exc:
         message = str(exc)

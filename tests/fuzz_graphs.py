@@ -28,7 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 20
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED_PLATFORMS = ("host", "soc", "dual", "slowlink")
+SHIPPED_PLATFORMS = tuple(sorted(p.stem for p in (REPO / "platforms").glob("*.yaml")))  # all of platforms/
 RUNTIMES = ("vm", "graph", "aot")
 
 FLOAT = np.dtype("float32")
@@ -163,6 +163,15 @@ class GraphBuilder:
         self.nodes.append(helper.make_node(op, names, [t.name for t in made], name=node_name, **attrs))
         self.pool.extend(made)
         return made
+
+    def optional(self, *inputs) -> list:
+        """A node's inputs where None is an omitted optional input: written "" (as exporters do in
+        the middle) and, when it ends the list, sometimes "" and sometimes left off."""
+        names = ["" if i is None else i for i in inputs]
+        if self.draw(st.booleans()):
+            while names and names[-1] == "":
+                names.pop()
+        return names
 
     def node1(self, op, inputs, shape, dtype, exact, **attrs) -> Tensor:
         return self.node(op, inputs, [(shape, dtype, exact)], **attrs)[0]
@@ -352,12 +361,9 @@ def op_clip(g: GraphBuilder):
     lo = g.draw(st.floats(-2, 0)) if dtype == FLOAT else g.draw(st.integers(-3, 0))
     hi = lo + (g.draw(st.floats(0, 3)) if dtype == FLOAT else g.draw(st.integers(0, 4)))
     which = g.draw(st.integers(0, 3))
-    inputs = [x]
-    if which in (1, 3):
-        inputs.append(g.const(np.array(lo, dtype), "lo"))
-    if which in (2, 3):
-        inputs += [""] * (2 - len(inputs)) + [g.const(np.array(hi, dtype), "hi")]
-    g.node1("Clip", inputs, x.shape, dtype, x.exact)
+    low = g.const(np.array(lo, dtype), "lo") if which in (1, 3) else None
+    high = g.const(np.array(hi, dtype), "hi") if which in (2, 3) else None
+    g.node1("Clip", g.optional(x, low, high), x.shape, dtype, x.exact)
 
 
 def op_cast(g: GraphBuilder):
@@ -418,9 +424,7 @@ def op_conv(g: GraphBuilder):
             for size, k, s, p, d in zip(x.shape[2:], kernel, strides, pads, dilations)
         ]
     w = g.weight((out_channels, channels // groups, *kernel), FLOAT, hint="conv_w")
-    inputs = [x, w]
-    if g.draw(st.booleans()):
-        inputs.append(g.weight((out_channels,), FLOAT, hint="conv_b"))
+    inputs = g.optional(x, w, g.weight((out_channels,), FLOAT, hint="conv_b") if g.draw(st.booleans()) else None)
     attrs = {"group": groups, "strides": strides}
     if auto_pad == "NOTSET":
         attrs["pads"] = [p[0] for p in pads] + [p[1] for p in pads]
@@ -453,7 +457,7 @@ def op_conv_transpose(g: GraphBuilder):
             [s * (size - 1) + op + k for size, s, op, k in zip(x.shape[2:], strides, output_padding, kernel)],
         )
     w = g.weight((channels, per_group, *kernel), FLOAT, hint="deconv_w")
-    inputs = [x, w] + ([g.weight((per_group * groups,), FLOAT)] if g.draw(st.booleans()) else [])
+    inputs = g.optional(x, w, g.weight((per_group * groups,), FLOAT) if g.draw(st.booleans()) else None)
     g.node1(
         "ConvTranspose", inputs, (x.shape[0], per_group * groups, *out), FLOAT, False,
         group=groups, strides=strides, pads=pads, output_padding=output_padding, kernel_shape=kernel,
@@ -467,9 +471,10 @@ def op_gemm(g: GraphBuilder):
     n = g.draw(st.integers(1, 6))
     trans_b = g.draw(st.integers(0, 1))
     b = g.weight((n, k) if trans_b else (k, n), FLOAT, hint="gemm_b")
-    inputs = [a, b]
+    bias = None
     if g.draw(st.booleans()):
-        inputs.append(g.weight(g.draw(st.sampled_from(((n,), (1, n), (m, n), (m, 1), ()))), FLOAT, hint="gemm_c"))
+        bias = g.weight(g.draw(st.sampled_from(((n,), (1, n), (m, n), (m, 1), ()))), FLOAT, hint="gemm_c")
+    inputs = g.optional(a, b, bias)
     attrs = {"transA": trans_a, "transB": trans_b}
     if g.draw(st.booleans()):
         attrs |= {"alpha": g.draw(st.floats(-2, 2)), "beta": g.draw(st.floats(-2, 2))}
@@ -563,10 +568,11 @@ def op_reduce(g: GraphBuilder):
         x = positive(g, x)
     axes = sorted(set(g.draw(st.lists(st.integers(0, x.rank - 1), min_size=0, max_size=x.rank))))
     keepdims = g.draw(st.integers(0, 1))
-    inputs = [x]
+    axes_input = None
     if axes:
         signed = [a - x.rank if g.draw(st.booleans()) else a for a in axes]
-        inputs.append(g.const(np.array(signed, np.int64), "axes"))
+        axes_input = g.const(np.array(signed, np.int64), "axes")
+    inputs = g.optional(x, axes_input)
     reduced = axes or list(range(x.rank))
     shape = tuple(1 if i in reduced else d for i, d in enumerate(x.shape) if keepdims or i not in reduced)
     exact = x.exact and (dtype != FLOAT or op in ("ReduceMax", "ReduceMin"))
@@ -638,9 +644,14 @@ def op_slice(g: GraphBuilder):
         starts.append(start), ends.append(end), steps.append(step)
         shape[axis] = length
     signed_axes = [a - x.rank if g.draw(st.booleans()) else a for a in axes]
+    axes_input = g.const(np.array(signed_axes, np.int64), "axes")
+    if axes == list(range(len(axes))) and g.draw(st.booleans()):  # the default: the first len(starts) axes
+        axes_input = None
+    steps_input = g.const(np.array(steps, np.int64), "steps")
+    if set(steps) == {1} and g.draw(st.booleans()):
+        steps_input = None
     inputs = [x, g.const(np.array(starts, np.int64), "starts"), g.const(np.array(ends, np.int64), "ends")]
-    inputs += [g.const(np.array(signed_axes, np.int64), "axes"), g.const(np.array(steps, np.int64), "steps")]
-    g.node1("Slice", inputs, tuple(shape), x.dtype, x.exact)
+    g.node1("Slice", g.optional(*inputs, axes_input, steps_input), tuple(shape), x.dtype, x.exact)
 
 
 def op_transpose(g: GraphBuilder):
@@ -668,7 +679,10 @@ def op_reshape(g: GraphBuilder):
         ones = [i for i, d in enumerate(x.shape) if d == 1]
         axes = sorted(set(g.draw(st.lists(st.sampled_from(ones), min_size=1))))
         shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
-        g.node1("Squeeze", [x, g.const(np.array(axes, np.int64), "axes")], shape, x.dtype, x.exact)
+        inputs = [x, g.const(np.array(axes, np.int64), "axes")]
+        if axes == ones and g.draw(st.booleans()):  # omitted: every axis of length 1 (left off: onnxruntime
+            inputs = [x]  # refuses Squeeze(x, ""), "Axes input is null")
+        g.node1("Squeeze", inputs, shape, x.dtype, x.exact)
         return
     # Reshape to a random factorisation of the size, with one -1 and copied (0) dims sometimes
     size, dims = x.size, []
@@ -709,9 +723,15 @@ def op_pad(g: GraphBuilder):
         limit = d - 1 if mode == "reflect" else 2
         before.append(g.draw(st.integers(0, max(limit, 0))))
         after.append(g.draw(st.integers(0, max(limit, 0))))
-    inputs = [x, g.const(np.array(before + after, np.int64), "pads")]
+    pads, axes = before + after, None
+    padded = [i for i in range(x.rank) if before[i] or after[i]]
+    if g.draw(st.booleans()) and padded:  # only the padded axes, named by the optional `axes` input
+        pads = [before[i] for i in padded] + [after[i] for i in padded]
+        axes = g.const(np.array([i - x.rank if g.draw(st.booleans()) else i for i in padded], np.int64), "pad_axes")
+    value = None
     if mode == "constant" and g.draw(st.booleans()):
-        inputs.append(g.const(np.array(1.5 if x.dtype == FLOAT else 3, x.dtype), "value"))
+        value = g.const(np.array(1.5 if x.dtype == FLOAT else 3, x.dtype), "value")
+    inputs = g.optional(x, g.const(np.array(pads, np.int64), "pads"), value, axes)
     shape = tuple(d + b + a for d, b, a in zip(x.shape, before, after))
     g.node1("Pad", inputs, shape, x.dtype, x.exact, mode=mode)
 
@@ -739,9 +759,8 @@ def op_layernorm(g: GraphBuilder):
     x = g.pick((FLOAT,), min_rank=1)
     axis = g.draw(st.integers(-x.rank, x.rank - 1))
     normalized = x.shape[axis % x.rank :]
-    inputs = [x, g.weight(normalized, FLOAT, hint="ln_scale")]
-    if g.draw(st.booleans()):
-        inputs.append(g.weight(normalized, FLOAT, hint="ln_bias"))
+    bias = g.weight(normalized, FLOAT, hint="ln_bias") if g.draw(st.booleans()) else None
+    inputs = g.optional(x, g.weight(normalized, FLOAT, hint="ln_scale"), bias)
     g.node1(
         "LayerNormalization", inputs, x.shape, FLOAT, False, axis=axis, epsilon=g.draw(st.sampled_from((1e-5, 1e-3)))
     )
@@ -759,6 +778,13 @@ def op_batchnorm(g: GraphBuilder):
         return
     inputs = [x, g.weight((c,), FLOAT), g.weight((c,), FLOAT), g.weight((c,), FLOAT), g.weight((c,), FLOAT, 0.5, 2.0)]
     g.node1(op, inputs, x.shape, FLOAT, False, epsilon=g.draw(st.sampled_from((1e-5, 1e-3))))
+
+
+def roi(g: GraphBuilder, x: Tensor) -> str | None:
+    """Resize's optional roi: omitted, or given (only tf_crop_and_resize reads it)."""
+    if g.draw(st.booleans()):
+        return None
+    return g.const(np.array([0.0] * x.rank + [1.0] * x.rank, np.float32), "roi")
 
 
 def op_resize(g: GraphBuilder):
@@ -780,10 +806,10 @@ def op_resize(g: GraphBuilder):
             # onnxruntime takes the output's integer length (4). hetgen follows the spec, so the
             # two references disagree here: give integral products only.
             scales, out = [1.0, 1.0, 2.0, 2.0], (*x.shape[:2], x.shape[2] * 2, x.shape[3] * 2)
-        inputs = [x, "", g.const(np.array(scales, np.float32), "scales")]
+        inputs = g.optional(x, roi(g, x), g.const(np.array(scales, np.float32), "scales"))
     else:
         out = (*x.shape[:2], *(g.draw(st.integers(1, 8)) for _ in range(2)))
-        inputs = [x, "", "", g.const(np.array(out, np.int64), "sizes")]
+        inputs = g.optional(x, roi(g, x), None, g.const(np.array(out, np.int64), "sizes"))
         if ctm == "pytorch_half_pixel" and 1 in out[2:]:  # the references disagree here too (see above)
             attrs["coordinate_transformation_mode"] = "half_pixel"
     g.node1("Resize", inputs, out, FLOAT, False, **attrs)
@@ -799,7 +825,8 @@ def op_misc(g: GraphBuilder):
         g.node1("CumSum", inputs, x.shape, x.dtype, x.exact and x.dtype != FLOAT, **attrs)
     elif kind == 1:
         x = g.pick((FLOAT, INT64), min_rank=2)
-        inputs = [x] + ([g.const(np.array(g.draw(st.integers(-3, 3)), np.int64), "k")] if g.draw(st.booleans()) else [])
+        k = g.const(np.array(g.draw(st.integers(-3, 3)), np.int64), "k") if g.draw(st.booleans()) else None
+        inputs = g.optional(x, k)
         g.node1("Trilu", inputs, x.shape, x.dtype, x.exact, upper=g.draw(st.integers(0, 1)))
     elif kind == 2:
         x = g.pick((FLOAT,), min_rank=4, max_rank=4)

@@ -5,19 +5,23 @@ A case passes when every output matches, or when hetgen refuses it cleanly (a Mo
 PlacementError for something it does not claim, e.g. an operator/dtype combination or an
 impossible pin). An internal error, a build failure, any other exception or a wrong value fails.
 
-CI runs a few derandomized examples; `HG_FUZZ_EXAMPLES=2000` runs more (benchmarks/fuzz.py runs
-thousands with a summary and saves each failure).
+CI runs a few derandomized examples on a mix of platforms (HG_FUZZ_EXAMPLES, default 15) and on each
+shipped platform (HG_FUZZ_PLATFORM_EXAMPLES, default 2); set them higher for a longer local run, or
+run benchmarks/fuzz.py (thousands of cases, `--platform all` round-robin, a summary, each failure saved).
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fuzz_cases import FuzzCase, fuzz_cases, run_case
+from fuzz_graphs import SHIPPED_PLATFORMS
 
 EXAMPLES = int(os.environ.get("HG_FUZZ_EXAMPLES", "15"))
+PLATFORM_EXAMPLES = int(os.environ.get("HG_FUZZ_PLATFORM_EXAMPLES", "2"))
 
 
 @settings(
@@ -31,3 +35,20 @@ EXAMPLES = int(os.environ.get("HG_FUZZ_EXAMPLES", "15"))
 def test_random_graph_matches_onnxruntime_or_is_refused(tmp_path_factory, case: FuzzCase):
     outcome = run_case(case, tmp_path_factory.mktemp("fuzz") / "out")
     assert outcome.status in ("pass", "refused"), f"{outcome.status}: {outcome.reason}\n{outcome.detail}"
+
+
+@pytest.mark.parametrize("platform", SHIPPED_PLATFORMS)
+def test_random_graph_on_each_shipped_platform(tmp_path_factory, platform):
+    @settings(
+        max_examples=PLATFORM_EXAMPLES,
+        deadline=None,
+        derandomize=PLATFORM_EXAMPLES <= 50,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=fuzz_cases(platform=platform))
+    def one(case: FuzzCase):
+        outcome = run_case(case, tmp_path_factory.mktemp("fuzz") / "out")
+        assert outcome.status in ("pass", "refused"), f"{outcome.status}: {outcome.reason}\n{outcome.detail}"
+
+    one()

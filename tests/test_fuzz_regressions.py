@@ -95,3 +95,30 @@ def test_one_element_add_on_the_vector_unit_builds(tmp_path, shape):
         [helper.make_node("Add", ["x", "half"], ["y"], name="add")], [f32("x", shape)], [f32("y", shape)], [half]
     )
     check(tmp_path, model, {"x": np.full(shape, 1.25, np.float32)}, DUAL, pins={"add": "dual/vec0"})
+
+
+SOC = REPO / "platforms" / "soc.yaml"
+
+
+@pytest.mark.parametrize(
+    ("platform", "after_conv"), [(SOC, False), (DUAL, False), (SOC, True)], ids=["soc", "dual", "soc-fused"]
+)
+@pytest.mark.parametrize(
+    "inputs", [["t", "", "hi"], ["t", "lo"], ["t", "lo", ""]], ids=["no-min", "no-max", "no-max-empty"]
+)
+def test_clip_with_an_omitted_bound_builds_on_the_npu_platforms(tmp_path, platform, after_conv, inputs):
+    """Found by the fuzzer (issue 18): a Clip whose optional min is omitted ("" in node.input)
+    crashed the NPU's elementwise tiling, which gave the omitted input a block and read its size:
+    every such graph on soc and dual exited 3. After a Conv it is the Conv's fused epilogue."""
+    rng = np.random.default_rng(0)
+    shape = (1, 8, 16, 16)
+    constants = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", -0.5), ("hi", 0.75))]
+    if after_conv:
+        constants.append(numpy_helper.from_array(rng.uniform(-1, 1, (8, 8, 3, 3)).astype(np.float32), "w"))
+        first = helper.make_node("Conv", ["x", "w"], ["t"], name="conv", pads=[1, 1, 1, 1])
+    else:
+        first = helper.make_node("Sigmoid", ["x"], ["t"], name="sigmoid")
+    nodes = [first, helper.make_node("Clip", inputs, ["y"], name="clip")]
+    model = model_of(nodes, [f32("x", shape)], [f32("y", shape)], constants)
+    pins = {"conv": "soc/vdevice0/npu0"} if after_conv else {}
+    check(tmp_path, model, {"x": rng.standard_normal(shape).astype(np.float32)}, platform, pins)

@@ -266,7 +266,10 @@ def _chunk_tiles(op: UnitOp, chunk: int) -> list[TileSpec]:
     for e0, e1 in _ranges(total, chunk):
         blocks, types = [], []
         for name, typ in zip(op.inputs, op.input_types):
-            if typ.size == 1:
+            if typ is None:  # an omitted optional input (Clip's min): no block, a NULL argument
+                blocks.append(None)
+                types.append(None)
+            elif typ.size == 1:
                 blocks.append(_block(name, 0, 1, 4, 0))
                 types.append(_t(1))
             else:
@@ -455,7 +458,7 @@ def _simple_candidate(
     op: UnitOp, split: str, shape, make: Callable[[], list[TileSpec]], tiles: int, chunk_bytes, products=()
 ):
     inputs = tuple(
-        t.nbytes if t is not None and (t.size == 1 or split == "whole") else chunk_bytes(t) for t in op.input_types
+        0 if t is None else t.nbytes if t.size == 1 or split == "whole" else chunk_bytes(t) for t in op.input_types
     )
     moved = sum(t.nbytes for t in op.input_types if t is not None) + sum(t.nbytes for t in op.output_types)
     return Candidate(
@@ -479,6 +482,8 @@ def candidates(op: UnitOp) -> list[Candidate]:
         lambda t: t.nbytes if t is not None else 0, _whole_products(op),
     )  # fmt: skip
     found = [whole]
+    if any(t is not None and t.size == 0 for t in (*op.input_types, *op.output_types)):
+        return found  # an empty tensor (a 0 dimension) has nothing to split: one tile, maybe of 0 bytes
     name = op.node.op
     all_f32 = all(t is None or t.dtype is F32 for t in (*op.input_types, *op.output_types))
     if not all_f32 or len(op.output_types) != 1:

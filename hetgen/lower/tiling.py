@@ -226,14 +226,16 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
         size = max(tile.inputs[i].nbytes for tile in tiles if tile.inputs[i] is not None)  # may be 0: an empty tensor
         for slot in range(slots_in[i]):
             in_buffer[(i, slot)] = len(buffers)
-            buffers.append(Buffer("input", i, slot, offset, size))
+            buffers.append(Buffer("input", i, slot, offset if size else 0, size))  # 0 bytes: at the SRAM's start
             offset += _aligned(size)
     out_buffer: dict[tuple[int, int], int] = {}
     for j in range(n_out):
         size = max(tile.outputs[j].nbytes for tile in tiles)
         for slot in range(slots_out[j]):
             out_buffer[(j, slot)] = len(buffers)
-            buffers.append(Buffer("output", j, slot, offset, size))
+            # an empty tensor's buffer sits at the SRAM's start, never at its end (the device checks
+            # that every kernel operand starts inside the SRAM; a 0-byte one at the end would not)
+            buffers.append(Buffer("output", j, slot, offset if size else 0, size))
             offset += _aligned(size)
     # The host C kernel's workspace (im2col, GEMM packing) emulates how the MAC array streams its
     # operands; it is the emulator's, not the device's, so it lies outside SRAM (offset 0 of its own).

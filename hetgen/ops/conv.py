@@ -163,6 +163,8 @@ def lower(op: OpInstance) -> Kernel:
 
 def weight_panels(w: np.ndarray, groups: int) -> np.ndarray:
     """Each group's weights [cout_group x cin_group * kernel] as the GEMM's A panels, group after group."""
+    if w.size == 0:  # no output channels: no panels (the kernel's loops run zero times)
+        return np.zeros(0, np.float32)
     per_group = w.astype(np.float32).reshape(groups, w.shape[0] // groups, -1)
     return np.concatenate([_gemm_plan.a_panels(matrix) for matrix in per_group])
 
