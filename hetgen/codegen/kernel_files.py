@@ -26,7 +26,7 @@ from hetgen.names import c_comment
 
 FILE_BYTES = 64 * 1024  # C text per translation unit, about: compiler start-up stops dominating
 KEY_NAME = "hg_shared_kernel"  # the name every kernel is rendered under to compare their texts
-LABELLED_UNITS = 3  # a shared function's comment names this many of its units, then counts the rest
+LABELLED_UNITS = 8  # a shared function's comment names this many of its units, then counts the rest
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,6 @@ def _file_text(group: tuple[KernelFunction, ...], folder: str, index: int, files
 
 
 def _label(labels: tuple[str, ...]) -> str:
-    shown = ", ".join(labels[:LABELLED_UNITS])
+    shown = "; ".join(labels[:LABELLED_UNITS])
     rest = len(labels) - LABELLED_UNITS
-    return f"{shown} and {rest} more" if rest > 0 else shown
+    return f"{shown}; and {rest} more" if rest > 0 else shown

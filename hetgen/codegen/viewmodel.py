@@ -209,6 +209,9 @@ def aot_step(ins: Instruction, names: Mapping[str, str] | None = None) -> dict:
     return {"kind": "wait", "device": ins.device}
 
 
+AOT_PART_STEPS = 256  # an aot entry longer than this is cut into functions of this many steps
+
+
 def aot_steps(steps, names: Mapping[str, str] | None = None) -> list[dict]:
     return [aot_step(ins, names) for ins in encode_steps(steps)]
 
@@ -243,10 +246,12 @@ def program_view(
         vm_lines = [
             ", ".join(f"{w}u" for w in words) + f", /* {c_comment(c)} */" for words, c in vm_code(steps, kernel_index)
         ]
+        aot = aot_steps(steps, names)
         entries.append(
             {
                 "index": index,
-                "steps": aot_steps(steps, names),
+                "steps": aot,
+                "parts": [aot[i : i + AOT_PART_STEPS] for i in range(0, len(aot), AOT_PART_STEPS)] or [[]],
                 "graph_nodes": nodes,
                 "graph_args": args,
                 "vm_code_lines": vm_lines,
