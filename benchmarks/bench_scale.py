@@ -3,15 +3,19 @@
     python benchmarks/bench_scale.py                       # chain, mixed, dag at 250, 1000, 4000 on host
     python benchmarks/bench_scale.py --platforms host,soc --sizes 1000,5000
     python benchmarks/bench_scale.py --large               # adds 20000 and 100000 (generate only past 20000)
-    python benchmarks/bench_scale.py --profile 4000        # cProfile of one generation, top 30 by cumulative
+    python benchmarks/bench_scale.py --profile 4000        # cProfile of one in-process generation
 
 Models (ONNX, built here with hetgen's own model builder):
 - chain: Relu → Add(constant) → Mul(constant) → Sigmoid, repeated, on a [1, 8, 8, 8] tensor;
 - mixed: Conv 3x3 → Relu → Add(residual) → MatMul [8, 8], repeated (the op mix of a small CNN);
-- dag: a random DAG whose nodes read any of the last 16 tensors (Conv 1x1, Relu, Add, Mul).
+- dag: a random DAG whose nodes read any of the last 16 tensors (Conv 1x1, Relu, Add, Mul), each
+  tensor read at least once where it can be.
 
 Each case runs in a fresh process (`hetgen generate` then `ninja`, the CLI's two halves) so peak RSS
-is the stage's own. Per-stage seconds come from the pipeline's stage timer (hetgen/progress.py, `--stage-times`).
+is the stage's own; CPU seconds (user + system, children included) are printed next to wall seconds
+because a shared machine inflates the latter. The fixed start-up (Python, onnx, numpy: ~2 CPU s)
+is part of every generate figure, so slopes over small N read low. Per-stage CPU seconds come from
+the pipeline's stage timer (hetgen/progress.py, `--stage-times`).
 The slope is a least-squares fit of log(time) against log(N): 1.0 is linear, 2.0 quadratic.
 """
 
@@ -33,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
+import ninja as ninja_package  # noqa: E402
 import onnx  # noqa: E402
 
 from hetgen.models._builder import Builder  # noqa: E402
@@ -83,16 +88,25 @@ def dag_model(nodes: int, seed: int = 0, frontier: int = 16) -> onnx.ModelProto:
     b = Builder(f"dag{nodes}", opset=17, seed=seed)
     pool = [b.input("x", SHAPE)]
     channels = SHAPE[1]
+    unread: dict[str, None] = {}  # in the order they were produced
     for _ in range(nodes):
         window = pool[-frontier:]
+        # The first operand is the oldest tensor of the window nobody read yet: a model's tensors
+        # are read (a random choice alone leaves a fifth of them as graph outputs).
+        first = next((name for name in unread if name in window[:4]), None) or rng.choice(window)
         op = rng.choice(("Conv", "Relu", "Add", "Mul"))
         if op == "Conv":
             weight = b.weight((channels, channels, 1, 1), "w")
-            pool.append(b.op("Conv", [rng.choice(window), weight], kernel_shape=[1, 1]))
+            out = b.op("Conv", [first, weight], kernel_shape=[1, 1])
         elif op == "Relu":
-            pool.append(b.op("Relu", [rng.choice(window)]))
+            out = b.op("Relu", [first])
         else:
-            pool.append(b.op(op, [rng.choice(window), rng.choice(window)]))
+            second = rng.choice(window)
+            out = b.op(op, [first, second])
+            unread.pop(second, None)
+        unread.pop(first, None)
+        unread[out] = None
+        pool.append(out)
     read = {name for node in b.nodes for name in node.input}
     for name in pool[1:]:
         if name not in read:
@@ -126,18 +140,21 @@ def run_case(model_name: str, nodes: int, platform: str, build: bool, workdir: P
     if (ROOT / "hetgen" / "progress.py").exists():  # the stage timer; older checkouts have none
         command += ["--stage-times", str(times_file)]
     row = {"model": model_name, "nodes": nodes, "platform": platform}
-    row["generate_s"], row["generate_rss_mib"] = _timed(command, env)
-    row["stages"] = json.loads(times_file.read_text()) if times_file.exists() else {}
+    row["generate_s"], row["generate_cpu_s"], row["generate_rss_mib"] = _timed(command, env)
+    row["stages"] = json.loads(times_file.read_text())["cpu"] if times_file.exists() else {}
     if build:
-        row["build_s"], row["build_rss_mib"] = _timed(["ninja", "-C", str(out)], env)
+        ninja = str(Path(ninja_package.BIN_DIR) / "ninja")  # the one hetgen builds with
+        row["build_s"], row["build_cpu_s"], row["build_rss_mib"] = _timed([ninja, "-C", str(out)], env)
     row["c_files"] = sum(1 for _ in out.rglob("*.c"))
     shutil.rmtree(out, ignore_errors=True)
     model_path.unlink()
     return row
 
 
-def _timed(command: list[str], env: dict) -> tuple[float, float]:
-    # A fresh wait4 per child gives that child's own peak RSS (RUSAGE_CHILDREN is the maximum so far).
+def _timed(command: list[str], env: dict) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system, of the command and everything it ran) and peak RSS
+    in MiB (of its largest process). wait4 gives the child's own figures, where RUSAGE_CHILDREN
+    would mix in the earlier children's."""
     start = time.perf_counter()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
@@ -147,7 +164,7 @@ def _timed(command: list[str], env: dict) -> tuple[float, float]:
     process.stderr.close()
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{' '.join(command)} failed:\n{stdout.decode()[-3000:]}\n{stderr.decode()[-3000:]}")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def slope(points: list[tuple[int, float]]) -> float:
@@ -177,7 +194,8 @@ def main() -> int:
         return profile(args.models.split(",")[0], args.profile, args.platforms.split(",")[0])
     sizes = [int(s) for s in args.sizes.split(",")] + ([20000, 100000] if args.large else [])
     rows = []
-    header = f"{'model':<6} {'platform':<8} {'nodes':>7} {'gen s':>7} {'gen MiB':>8} {'build s':>8} {'bld MiB':>8} {'.c':>5}  "
+    header = f"{'model':<6} {'platform':<8} {'nodes':>7} {'gen s':>7} {'gen cpu':>7} {'gen MiB':>8} "
+    header += f"{'build s':>8} {'bld cpu':>8} {'bld MiB':>8} {'.c':>5}  "
     print(header + "  ".join(f"{s:>9}" for s in STAGES), flush=True)
     with tempfile.TemporaryDirectory(prefix="hetgen-scale-") as tmp:
         for platform in args.platforms.split(","):
@@ -187,9 +205,13 @@ def main() -> int:
                     row = run_case(model_name, nodes, platform, build, Path(tmp))
                     rows.append(row)
                     stages = "  ".join(f"{row['stages'].get(s, float('nan')):>9.2f}" for s in STAGES)
-                    build_s = f"{row['build_s']:>8.2f} {row['build_rss_mib']:>8.0f}" if build else f"{'-':>8} {'-':>8}"
+                    build_s = (
+                        f"{row['build_s']:>8.2f} {row['build_cpu_s']:>8.2f} {row['build_rss_mib']:>8.0f}"
+                        if build
+                        else f"{'-':>8} {'-':>8} {'-':>8}"
+                    )
                     print(
-                        f"{model_name:<6} {platform:<8} {nodes:>7} {row['generate_s']:>7.2f} "
+                        f"{model_name:<6} {platform:<8} {nodes:>7} {row['generate_s']:>7.2f} {row['generate_cpu_s']:>7.2f} "
                         f"{row['generate_rss_mib']:>8.0f} {build_s} {row['c_files']:>5}  {stages}",
                         flush=True,
                     )
@@ -203,10 +225,16 @@ def _print_slopes(rows: list[dict]) -> None:
     if len(rows) < 2:
         return
     gen = slope([(r["nodes"], r["generate_s"]) for r in rows])
+    gen_cpu = slope([(r["nodes"], r["generate_cpu_s"]) for r in rows])
     rss = slope([(r["nodes"], r["generate_rss_mib"]) for r in rows])
     built = [r for r in rows if "build_s" in r]
     build = f"{slope([(r['nodes'], r['build_s']) for r in built]):.2f}" if len(built) >= 2 else "-"
-    print(f"{'':<6} slope (log-log): generate {gen:.2f}, build {build}, generate peak RSS {rss:.2f}", flush=True)
+    build_cpu = f"{slope([(r['nodes'], r['build_cpu_s']) for r in built]):.2f}" if len(built) >= 2 else "-"
+    print(
+        f"{'':<6} slope (log-log): generate {gen:.2f} (cpu {gen_cpu:.2f}), build {build} (cpu {build_cpu}), "
+        f"generate peak RSS {rss:.2f}",
+        flush=True,
+    )
 
 
 def profile(model_name: str, nodes: int, platform: str) -> int:

@@ -120,7 +120,8 @@ def cmd_build(args, build: bool = True) -> int:
         compiled = compile_model(args.platform, args.model, options)
     finally:
         if args.stage_times:  # benchmarks/bench_scale.py: each stage's seconds, also of a failed run
-            Path(args.stage_times).write_text(json.dumps(options.progress.times, indent=1) + "\n")
+            times = {"wall": options.progress.times, "cpu": options.progress.cpu_times}
+            Path(args.stage_times).write_text(json.dumps(times, indent=1) + "\n")
     manifest = read_manifest(compiled.out_dir)
     for target in manifest.targets:
         print(

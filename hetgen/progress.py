@@ -5,8 +5,8 @@ when the pipeline is done, so the final report stands alone. Elsewhere (CI logs,
 stderr, ninja's regenerate rule) nothing is printed for a quick stage; a stage still running after
 `slow_s` prints its line once, and its time when it ends, so a 15-minute run is never silent.
 
-Every stage's seconds are kept (`times`) whether or not anything is printed: benchmarks/bench_scale.py
-reads them from the hidden `--stage-times FILE` option.
+Every stage's wall and CPU seconds are kept (`times`, `cpu_times`) whether or not anything is
+printed: benchmarks/bench_scale.py reads them from the hidden `--stage-times FILE` option.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ class Progress:
     stream: TextIO | None = None
     tty: bool = False
     slow_s: float = SLOW_S
-    times: dict[str, float] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)  # wall seconds per stage
+    cpu_times: dict[str, float] = field(default_factory=dict)  # the process's CPU seconds per stage
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _shown: bool = field(default=False, repr=False)  # a terminal line is on screen
 
@@ -45,7 +46,7 @@ class Progress:
     @contextmanager
     def stage(self, key: str, text: str) -> Iterator[None]:
         """Time the block as stage `key` ("placement"); `text` says what it does ("placing 5,000 nodes")."""
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         reported = threading.Event()
         timer = None
         if self.stream is not None:
@@ -60,6 +61,7 @@ class Progress:
         finally:
             elapsed = time.perf_counter() - start
             self.times[key] = self.times.get(key, 0.0) + elapsed
+            self.cpu_times[key] = self.cpu_times.get(key, 0.0) + time.process_time() - start_cpu
             if timer is not None:
                 timer.cancel()
             with self._lock:

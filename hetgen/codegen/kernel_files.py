@@ -45,9 +45,10 @@ class ProgramKernels:
     def files(self, folder: str) -> tuple[tuple[str, str], ...]:
         """(path, C text) of each translation unit, `folder`/kernels/kernels_<i>.c."""
         groups = file_groups(self.functions)
+        count = max((bucket for bucket, _ in groups), default=-1) + 1
         return tuple(
-            (f"{folder}/kernels/kernels_{index}.c", _file_text(group, folder, index, len(groups)))
-            for index, group in enumerate(groups)
+            (f"{folder}/kernels/kernels_{bucket}.c", _file_text(group, folder, bucket, count))
+            for bucket, group in groups
         )
 
 
@@ -81,25 +82,26 @@ def program_kernels(program: Program, rendered: Callable[[int], None] | None = N
     return ProgramKernels(functions, names, tuple(sorted(helpers)))
 
 
-def file_groups(functions: tuple[KernelFunction, ...]) -> tuple[tuple[KernelFunction, ...], ...]:
-    """The functions of each file, in program order; no file is empty."""
+def file_groups(functions: tuple[KernelFunction, ...]) -> tuple[tuple[int, tuple[KernelFunction, ...]], ...]:
+    """(bucket, its functions in program order) of each file; an empty bucket has no file (and the
+    others keep their numbers, so their files do not change)."""
     if not functions:
         return ()
     wanted = math.ceil(sum(len(f.text) for f in functions) / FILE_BYTES)
-    count = min(1 << max(wanted - 1, 0).bit_length(), len(functions))
+    count = 1 << max(wanted - 1, 0).bit_length()  # a power of two: regrouped only when it doubles
     groups: list[list[KernelFunction]] = [[] for _ in range(count)]
     for function in functions:
         groups[zlib.crc32(function.name.encode()) % count].append(function)
-    return tuple(tuple(group) for group in groups if group)
+    return tuple((bucket, tuple(group)) for bucket, group in enumerate(groups) if group)
 
 
-def _file_text(group: tuple[KernelFunction, ...], folder: str, index: int, files: int) -> str:
+def _file_text(group: tuple[KernelFunction, ...], folder: str, bucket: int, buckets: int) -> str:
     functions = [{"name": f.name, "label": c_comment(_label(f.labels)), "text": f.text} for f in group]
     return render(
         "kernels/_kernel_group.c.j2",
         target_path=c_comment(folder),
-        index=index + 1,
-        files=files,
+        bucket=bucket,
+        buckets=buckets,
         functions=functions,
     )
 
