@@ -98,7 +98,8 @@ class Model:
     def function(self, declaration: str, name: str):
         """Another C function of the library, e.g. a simulated device's counters (valid until `close()`)."""
         with self._library.in_use():
-            self._ffi.cdef(declaration)
+            # override: the loader itself declares some (hg_threads_shutdown, looked up at load)
+            self._ffi.cdef(declaration, override=True)
             return getattr(self._lib, name)
 
     def run_into(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
