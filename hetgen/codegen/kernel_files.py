@@ -44,8 +44,7 @@ class ProgramKernels:
 
     def files(self, folder: str) -> tuple[tuple[str, str], ...]:
         """(path, C text) of each translation unit, `folder`/kernels/kernels_<i>.c."""
-        groups = file_groups(self.functions)
-        count = max((bucket for bucket, _ in groups), default=-1) + 1
+        count, groups = file_groups(self.functions)
         return tuple(
             (f"{folder}/kernels/kernels_{bucket}.c", _file_text(group, folder, bucket, count))
             for bucket, group in groups
@@ -82,17 +81,19 @@ def program_kernels(program: Program, rendered: Callable[[int], None] | None = N
     return ProgramKernels(functions, names, tuple(sorted(helpers)))
 
 
-def file_groups(functions: tuple[KernelFunction, ...]) -> tuple[tuple[int, tuple[KernelFunction, ...]], ...]:
-    """(bucket, its functions in program order) of each file; an empty bucket has no file (and the
-    others keep their numbers, so their files do not change)."""
+def file_groups(
+    functions: tuple[KernelFunction, ...],
+) -> tuple[int, tuple[tuple[int, tuple[KernelFunction, ...]], ...]]:
+    """The number of buckets, and (bucket, its functions in program order) of each file; an empty
+    bucket has no file (and the others keep their numbers, so their files do not change)."""
     if not functions:
-        return ()
+        return 0, ()
     wanted = math.ceil(sum(len(f.text) for f in functions) / FILE_BYTES)
     count = 1 << max(wanted - 1, 0).bit_length()  # a power of two: regrouped only when it doubles
     groups: list[list[KernelFunction]] = [[] for _ in range(count)]
     for function in functions:
         groups[zlib.crc32(function.name.encode()) % count].append(function)
-    return tuple((bucket, tuple(group)) for bucket, group in enumerate(groups) if group)
+    return count, tuple((bucket, tuple(group)) for bucket, group in enumerate(groups) if group)
 
 
 def _file_text(group: tuple[KernelFunction, ...], folder: str, bucket: int, buckets: int) -> str:
