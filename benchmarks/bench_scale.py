@@ -230,9 +230,11 @@ def _print_slopes(rows: list[dict]) -> None:
     built = [r for r in rows if "build_s" in r]
     build = f"{slope([(r['nodes'], r['build_s']) for r in built]):.2f}" if len(built) >= 2 else "-"
     build_cpu = f"{slope([(r['nodes'], r['build_cpu_s']) for r in built]):.2f}" if len(built) >= 2 else "-"
+    staged = [r for r in rows if r["stages"]]
+    stages = f"{slope([(r['nodes'], sum(r['stages'].values())) for r in staged]):.2f}" if len(staged) >= 2 else "-"
     print(
-        f"{'':<6} slope (log-log): generate {gen:.2f} (cpu {gen_cpu:.2f}), build {build} (cpu {build_cpu}), "
-        f"generate peak RSS {rss:.2f}",
+        f"{'':<6} slope (log-log): generate {gen:.2f} (cpu {gen_cpu:.2f}; its stages' cpu, start-up left out, "
+        f"{stages}), build {build} (cpu {build_cpu}), generate peak RSS {rss:.2f}",
         flush=True,
     )
 
