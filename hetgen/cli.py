@@ -70,6 +70,7 @@ def _shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
 def _compile_options(args, build: bool):
     from hetgen.build import BuildOptions
     from hetgen.pipeline import CompileOptions
+    from hetgen.progress import Progress
 
     sanitize = tuple(s for s in (args.sanitize or "").split(",") if s)
     launcher = args.launcher if args.launcher is not None else os.environ.get("HETGEN_LAUNCHER", "")
@@ -96,6 +97,7 @@ def _compile_options(args, build: bool):
         weights=args.weights,
         in_place=args.in_place,
         native_only=args.native_only,
+        progress=Progress.for_stderr(),
     )
 
 
@@ -113,7 +115,13 @@ def cmd_build(args, build: bool = True) -> int:
     from hetgen.codegen.manifest import read_manifest
     from hetgen.pipeline import compile_model
 
-    compiled = compile_model(args.platform, args.model, _compile_options(args, build))
+    options = _compile_options(args, build)
+    try:
+        compiled = compile_model(args.platform, args.model, options)
+    finally:
+        if args.stage_times:  # benchmarks/bench_scale.py: each stage's seconds, also of a failed run
+            times = {"wall": options.progress.times, "cpu": options.progress.cpu_times}
+            Path(args.stage_times).write_text(json.dumps(times, indent=1) + "\n")
     manifest = read_manifest(compiled.out_dir)
     for target in manifest.targets:
         print(
@@ -330,6 +338,7 @@ def parser() -> argparse.ArgumentParser:
         )
         command.add_argument("--no-build", action="store_true", help="generate only")
         command.add_argument("--in-place", action="store_true", help=argparse.SUPPRESS)  # the regenerate rule
+        command.add_argument("--stage-times", metavar="FILE", help=argparse.SUPPRESS)  # benchmarks/bench_scale.py
         command.add_argument(
             "--weights",
             choices=("blob", "c_array"),

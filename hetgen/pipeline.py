@@ -33,6 +33,7 @@ from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
 from hetgen.platform.model import Platform
 from hetgen.platform.tuning import gemm_blocks
+from hetgen.progress import Progress, counted
 from hetgen.runtime.verify import MODEL_COPY
 from hetgen.spec import build_kernel_specs
 from hetgen.templates_dir import templates_dir
@@ -53,6 +54,8 @@ class CompileOptions:
     in_place: bool = False
     # Only the native build (this machine, one process): no board build, so no cross toolchain needed.
     native_only: bool = False
+    # Stage reports (hetgen/progress.py): the CLI's prints to stderr; None: silent, times still kept.
+    progress: Progress | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -121,28 +124,40 @@ def regenerate_rule(platform: Platform, model, out_dir: Path, options: CompileOp
     return Regenerate(tuple(command), tuple(inputs))
 
 
-def generate_files(platform: Platform, graph: Graph, options: CompileOptions, model, out_dir: Path):
-    check_graph_fits(graph, platform)  # before any kernel is lowered for an impossible tensor
-    kernels = build_kernel_specs(graph, platform)  # every operator lowered once, read by placement and lowering
-    placement = place(graph, platform, mode=options.placement, pins=options.pins, kernels=kernels)
-    lowered = lower.lower(graph, platform, placement, kernels)
-    if not options.native_only:
-        check_board_fit(lowered, platform)  # a bare-metal board's flash and RAM, before anything is built
+def generate_files(
+    platform: Platform, graph: Graph, options: CompileOptions, model, out_dir: Path, progress: Progress | None = None
+):
+    progress = progress or Progress()
+    nodes = counted(len(graph.nodes), "node")
+    with progress.stage("kernels", f"lowering the kernels of {nodes}"):
+        check_graph_fits(graph, platform)  # before any kernel is lowered for an impossible tensor
+        kernels = build_kernel_specs(graph, platform)  # every operator lowered once, read by placement and lowering
+    with progress.stage("placement", f"placing {nodes}"):
+        placement = place(graph, platform, mode=options.placement, pins=options.pins, kernels=kernels)
+    with progress.stage("lowering", f"planning the programs of {nodes}"):
+        lowered = lower.lower(graph, platform, placement, kernels)
+        if not options.native_only:
+            check_board_fit(lowered, platform)  # a bare-metal board's flash and RAM, before anything is built
     threads = platform.options.get("threads", 1)  # the worker pool's default (hg_threads_config.h)
-    sources = codegen.generate(lowered, weights=options.weights, threads=threads, gemm_blocks=gemm_blocks(platform))
-    regenerate = regenerate_rule(platform, model, out_dir, options)
-    board = None if options.native_only else board_plan(sources, platform, options.build_options)
-    build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve(), board)
-    # The loader needs to know a library was built with sanitizers before it dlopens it; verify
-    # --emulate finds the board programs and their emulators under "board".
-    manifest = dataclasses.replace(
-        sources.manifest,
-        sanitize=tuple(options.build_options.sanitize),
-        board=board.manifest() if board is not None else None,
-        model_sha256=model_sha256(model),
-    )
-    manifest_file = GeneratedFile("hetgen.json", manifest.to_bytes())
-    model_copy = model_copy_files(model)  # what verify and bench compare against
+    units = sum(len(program.units) for program in lowered.programs)
+    with progress.stage("codegen", f"rendering {counted(units, 'kernel')}"):
+        sources = codegen.generate(
+            lowered, weights=options.weights, threads=threads, gemm_blocks=gemm_blocks(platform), progress=progress
+        )
+    with progress.stage("build_files", "writing the build graph"):
+        regenerate = regenerate_rule(platform, model, out_dir, options)
+        board = None if options.native_only else board_plan(sources, platform, options.build_options)
+        build = build_files(sources, platform, options.build_options, regenerate, out_dir.resolve(), board)
+        # The loader needs to know a library was built with sanitizers before it dlopens it; verify
+        # --emulate finds the board programs and their emulators under "board".
+        manifest = dataclasses.replace(
+            sources.manifest,
+            sanitize=tuple(options.build_options.sanitize),
+            board=board.manifest() if board is not None else None,
+            model_sha256=model_sha256(model),
+        )
+        manifest_file = GeneratedFile("hetgen.json", manifest.to_bytes())
+        model_copy = model_copy_files(model)  # what verify and bench compare against
     return placement, lowered, (*sources.files, *build, manifest_file, *model_copy)
 
 
@@ -198,29 +213,46 @@ def compile_model(
     """Generate (and by default build) the project. All or nothing: the project is written and built
     in a staging folder and swapped in on success, so a user error or a failed build leaves the
     destination as it was (a failed build's log and project are kept in `<out>.hetgen-failed/`)."""
+    progress = options.progress or Progress()
+    try:
+        return _compile(platform, model, options, progress)
+    finally:
+        progress.done()
+
+
+def _compile(platform, model, options: CompileOptions, progress: Progress) -> Compiled:
     resolved = resolve_platform(platform, options.search_path)
     if not options.native_only:
         require_tools(resolved, options.build_options)  # before anything is generated
-    graph = import_graph(model, options.input_shapes)
+    with progress.stage("import", f"reading {_model_label(model)}"):
+        graph = import_graph(model, options.input_shapes)
     out_dir = Path(options.out) if options.out is not None else Path("generated") / resolved.name
     destination = out_dir.resolve()  # a symlinked -o: swap the folder it points to, not the link
     with writing(destination):  # one hetgen per -o: a second one is refused at once
-        _, _, files = generate_files(resolved, graph, options, model, out_dir)
+        _, _, files = generate_files(resolved, graph, options, model, out_dir, progress)
+        writing_files = f"writing {counted(len(files), 'file')}"
         if options.in_place:
-            changed = write_project(out_dir, files)
-            _touch_build_file(out_dir)
+            with progress.stage("write", writing_files):
+                changed = write_project(out_dir, files)
+                _touch_build_file(out_dir)
             return Compiled(out_dir, resolved, graph, changed)
         staging = stage(destination)
         try:
-            changed = write_project(staging, files)
-            _touch_build_file(staging)
+            with progress.stage("write", writing_files):
+                changed = write_project(staging, files)
+                _touch_build_file(staging)
             if options.build:
-                _build(staging, destination)
+                with progress.stage("build", "building with ninja"):
+                    _build(staging, destination)
         except BaseException:
             discard(staging)
             raise
         commit(staging, destination)
     return Compiled(out_dir, resolved, graph, changed)
+
+
+def _model_label(model) -> str:
+    return Path(model).name if isinstance(model, (str, Path)) else "the model"
 
 
 def _touch_build_file(project: Path) -> None:

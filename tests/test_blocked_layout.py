@@ -22,6 +22,7 @@ from hetgen.models import resnet
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session, random_inputs
 from hetgen.runtime.verify import verify
+from kernel_text import unit_kernels
 
 FAST = {"opt": ("-O1",), "native_tuning": True, "native_only": True, "werror": True}
 AARCH64 = ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-objdump", "qemu-aarch64")
@@ -44,15 +45,12 @@ def compile_and_compare(
     got = model.run(feeds)
     for info, wanted in zip(model.outputs, ort_session(proto.SerializeToString()).run(None, feeds)):
         np.testing.assert_allclose(got[info.name], wanted, rtol=1e-4, atol=1e-4, err_msg=info.name)
-    return kernels(out / "host" / "kernels")
+    return kernels(out)
 
 
-def kernels(folder) -> dict[str, str]:
-    found = {}
-    for path in sorted(folder.glob("*.c")):
-        text = path.read_text()
-        found[text.splitlines()[0].split("Computes ", 1)[1].rstrip(" */.")] = text
-    return found
+def kernels(out) -> dict[str, str]:
+    """The host's kernel functions: label -> C text."""
+    return unit_kernels(out)
 
 
 def blocked_convs(found: dict[str, str]) -> list[str]:
@@ -188,7 +186,7 @@ def test_aarch64_build_uses_neon_and_matches_onnxruntime_under_qemu(tmp_path):
     )
     results = verify(out, seed=5, emulate=True)
     assert results and all(r.ok for r in results), results
-    objects = [p for p in (out / "board").rglob("*.o") if "conv" in p.name]
+    objects = [p for p in (out / "board").rglob("*.o") if p.parent.name == "kernels"]  # the Convs among them
     listing = "".join(
         subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(p)], capture_output=True, text=True).stdout
         for p in objects
@@ -273,7 +271,7 @@ def test_two_threads_split_the_blocked_layers_and_match_one_thread_bit_for_bit(t
         model = hetgen.load(out)
         feeds = random_inputs(model.inputs, seed=3)
         outputs[threads] = model.run(feeds)
-        found[threads] = kernels(out / "host" / "kernels")
+        found[threads] = kernels(out)
         for info, wanted in zip(model.outputs, ort_session(proto.SerializeToString()).run(None, feeds)):
             np.testing.assert_allclose(outputs[threads][info.name], wanted, rtol=1e-4, atol=1e-4)
     split = [label for label, text in found[2].items() if "hg_parallel_for" in text]

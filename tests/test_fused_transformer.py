@@ -21,6 +21,7 @@ from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session, random_inputs
 from hetgen.spec.patterns import ATTENTION, RESIDUAL
+from kernel_text import unit_kernels
 
 FAST = {"opt": ("-O1",), "native_tuning": False, "native_only": True}
 HOST = "name: host\ntarget: {kind: native, runtime: aot}\n"
@@ -50,11 +51,7 @@ def pattern_kind(label: str) -> str | None:
 
 
 def kernel_labels(out) -> list[str]:
-    labels = []
-    for path in sorted((out / "host" / "kernels").glob("*.c")):
-        first = path.read_text().splitlines()[0]
-        labels.append(first.split("Computes ", 1)[1].rstrip(" */."))
-    return labels
+    return list(unit_kernels(out))
 
 
 def attention_model(

@@ -28,6 +28,7 @@ from hetgen.build.toolchain import board_toolchain
 from hetgen.ops import _gemm_plan
 from hetgen.pipeline import resolve_platform
 from hetgen.runtime.verify import verify
+from kernel_text import kernel_functions
 
 REPO = Path(__file__).resolve().parent.parent
 RUNTIME = REPO / "templates" / "runtime"
@@ -149,8 +150,8 @@ def conv_gemm_matmul_model() -> onnx.ModelProto:
 
 
 def kernel_sources(out: Path) -> dict[str, str]:
-    """Generated kernel sources by node name (hg_host_k_n0_conv.c -> n0_conv)."""
-    return {p.stem.removeprefix("hg_host_k_"): p.read_text() for p in (out / "host" / "kernels").glob("*.c")}
+    """Generated kernel functions by node name (hg_host_k_n0_conv -> n0_conv)."""
+    return {name.removeprefix("hg_host_k_"): text for name, (_, text) in kernel_functions(out).items()}
 
 
 def test_constant_weights_reach_the_library_packed(tmp_path):

@@ -24,6 +24,7 @@ import hetgen
 from hetgen.errors import HetgenError
 from hetgen.ops.conv import DepthwiseSplit, depthwise_split
 from hetgen.runtime.reference import ort_session, random_inputs
+from kernel_text import kernel_functions, unit_kernels
 
 HEADS, SEQ, HEAD_DIM = 2, 128, 32
 Z = [4, 64, 128]  # Softmax rows of 128 along the last axis; 128 inner columns along axis 1
@@ -118,12 +119,8 @@ def host_platform(folder: Path, threads: int) -> Path:
 
 
 def kernel_sources(out: Path) -> dict[str, str]:
-    """Each kernel's C text by the label on its first line ("Softmax (n7_softmax)", ...)."""
-    sources = {}
-    for path in sorted((out / "host" / "kernels").glob("*.c")):
-        text = path.read_text()
-        sources[text.splitlines()[0].split("Computes ", 1)[1].rstrip(" */.")] = text
-    return sources
+    """Each kernel function's C text by the label of the nodes it computes ("Softmax (n7_softmax)", ...)."""
+    return unit_kernels(out)
 
 
 def split_kernels(out: Path) -> set[str]:
@@ -197,9 +194,10 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     headers = tmp_path / "runtime"
     shutil.copytree(outs[2] / "runtime", headers)
     (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
+    functions = [text for _, text in kernel_functions(outs[2]).values() if "hg_parallel_for" in text]
+    assert len(functions) == len(LARGE) + 2  # two MaxPools, two depthwise Convs
     kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
     split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
-    assert len(split) == len(LARGE) + 2  # two MaxPools, two depthwise Convs
     for index, source in enumerate(split):
         copy = headers / source.name  # beside the headers, so "hg_threads_config.h" is this one
         shutil.copy(source, copy)

@@ -1,4 +1,4 @@
-"""Render one lowered kernel into a self-contained C translation unit."""
+"""Render one lowered kernel into C: a function definition, or a self-contained translation unit."""
 
 from __future__ import annotations
 
@@ -10,24 +10,34 @@ from hetgen.ops.base import Kernel
 def kernel_source(
     kernel: Kernel, fn: str, label: str, extra_dirs: tuple[str, ...] = (), device=None, origin: str = ""
 ) -> str:
-    """The C text of `kernel` as function `fn`; `label` says which model node(s) it computes (any text: it
-    is escaped here for the file's opening comment).
+    """The C text of `kernel` as function `fn`, a file of its own; `label` says which model node(s) it
+    computes (any text: it is escaped here for the file's opening comment).
 
     `device` holds the target's attributes, for a kind's own templates (e.g. a vector unit's lanes);
     `origin` names where `extra_dirs` came from, for a refused template's message.
     """
+    return _render("kernels/_kernel_file.c.j2", kernel, fn, extra_dirs, device, origin, label=c_comment(label))
+
+
+def kernel_definition(kernel: Kernel, fn: str, extra_dirs: tuple[str, ...] = (), device=None, origin: str = "") -> str:
+    """The C definition of `kernel` as function `fn` (and its static helpers), without a file's
+    opening comment and includes: what hetgen/codegen/kernel_files.py groups and compares."""
+    return _render("kernels/_kernel.c.j2", kernel, fn, extra_dirs, device, origin)
+
+
+def _render(template: str, kernel: Kernel, fn: str, extra_dirs, device, origin: str, **extra) -> str:
     params = dict(kernel.params)
     inner = params.pop("inner_kernel", None)
     if inner is not None:  # a kernel around another one (float16 storage around a float32 kernel)
-        params["inner_source"] = kernel_source(inner, f"{fn}_f32", label, extra_dirs, device, origin)
+        params["inner_source"] = kernel_definition(inner, f"{fn}_f32", extra_dirs, device, origin)
     return render(
-        "kernels/_kernel_file.c.j2",
+        template,
         extra_dirs,
         origin=origin,
         kernel_template=kernel.template,
         fn=fn,
-        label=c_comment(label),
         scratch_bytes=kernel.scratch_bytes,
         device=dict(device or {}),
+        **extra,
         **params,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hetgen.codegen.kernels import kernel_source
+from hetgen.codegen.kernel_files import program_kernels
 from hetgen.codegen.manifest import (
     Manifest,
     RemoteDeviceEntry,
@@ -32,6 +32,7 @@ from hetgen.names import c_comment, c_string, is_path_component, target_prefix
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
 from hetgen.partition.timeline import program_manifest
 from hetgen.platform.baremetal import is_bare_metal
+from hetgen.progress import Progress
 from hetgen.templates_dir import templates_dir
 
 # Runtime sources every generated project carries, so a board project needs no Python.
@@ -85,7 +86,7 @@ class TargetSources:
 
     path: str  # target folder, e.g. "soc/vdevice0"
     prefix: str  # C API prefix, e.g. "hg_soc"
-    kernels: tuple[str, ...]  # kernel .c files
+    kernels: tuple[str, ...]  # kernel .c files (hetgen/codegen/kernel_files.py)
     program: str  # model.c
     weights_asm: str  # weights.S (or weights.c for C-array weights)
     weights_blob: str  # weights.bin
@@ -127,22 +128,19 @@ def _weights_file(program: Program, model_name: str, prefix: str, folder: str, w
 
 
 def _program_files(
-    program: Program, model_name: str, prefix: str, children: list[dict], simulated: list[dict], weights: str = "blob"
+    program: Program,
+    model_name: str,
+    prefix: str,
+    children: list[dict],
+    simulated: list[dict],
+    weights: str = "blob",
+    rendered=None,
 ):
     folder = program.target.path_str
-    files: list[GeneratedFile] = []
-    kernel_paths = []
-    helpers: set[str] = set()
-    kind = program.target.kind
-    extra = (kind.templates,) if kind.templates else ()
-    origin = f"kind '{kind.name}', declared at {kind.source.file}:{kind.source.line}"
-    for unit in program.units:
-        path = f"{folder}/kernels/{_file_name(unit.fn, '.c')}"
-        text = kernel_source(unit.kernel, unit.fn, unit.label, extra, program.target.attrs, origin)
-        files.append(GeneratedFile(path, text.encode()))
-        kernel_paths.append(path)
-        helpers.update(unit.kernel.helpers)
-    view = program_view(program, model_name, prefix, RUNTIME_VERSION, children, simulated)
+    kernels = program_kernels(program, rendered)  # identical kernels once, in a bounded number of files
+    files = [GeneratedFile(path, text.encode()) for path, text in kernels.files(folder)]
+    kernel_paths = [file.path for file in files]
+    view = program_view(program, model_name, prefix, RUNTIME_VERSION, children, simulated, kernels)
     is_root = program.role is ProgramRole.ROOT
     if is_root:
         files.append(GeneratedFile(f"{folder}/{_file_name(prefix, '.h')}", render("model/model.h.j2", **view).encode()))
@@ -168,7 +166,7 @@ def _program_files(
         weights_asm=weights_source.path,
         weights_blob=blob,
         example=example,
-        helpers=tuple(sorted(helpers)),
+        helpers=kernels.helpers,
         children=tuple(child["path"] for child in children),
         is_controller=program.role is not ProgramRole.ACCELERATOR,
     )
@@ -176,11 +174,25 @@ def _program_files(
 
 
 def generate(
-    lowered: Lowered, weights: str = "blob", threads: int = 1, gemm_blocks: GemmBlocks = DEFAULT_BLOCKS
+    lowered: Lowered,
+    weights: str = "blob",
+    threads: int = 1,
+    gemm_blocks: GemmBlocks = DEFAULT_BLOCKS,
+    progress: Progress | None = None,
 ) -> Sources:
     """All files of the project, in memory. `weights`: "blob" (linked by .incbin) or "c_array";
     `threads`: the platform's `options.threads`, the worker pool's compiled-in default;
-    `gemm_blocks`: the platform's `options.tuning`, the GEMM's cache blocks (hg_gemm_config.h)."""
+    `gemm_blocks`: the platform's `options.tuning`, the GEMM's cache blocks (hg_gemm_config.h);
+    `progress` hears how many of the kernels are rendered."""
+    total = sum(len(program.units) for program in lowered.programs)
+    done = 0
+
+    def rendered(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress.step("rendering kernels", done, total)
+
     files: list[GeneratedFile] = []
     targets = []
     helpers: set[str] = set()
@@ -216,6 +228,7 @@ def generate(
             children,
             simulated if is_root else [],
             weights,
+            rendered,
         )
         files.extend(program_files)
         targets.append(sources)

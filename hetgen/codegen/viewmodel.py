@@ -7,8 +7,11 @@ Model names reach the templates only escaped for where they land (`hetgen.names`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hetgen.bounded import bounded_note
 from hetgen.codegen.encode import Instruction, Opcode, encode_steps
+from hetgen.codegen.kernel_files import ProgramKernels
 from hetgen.errors import InternalError
 from hetgen.ir import MAX_RANK
 from hetgen.lower.program import BufferRef, Call, Copy, DeviceModel, Program, ProgramRole, Region
@@ -133,8 +136,9 @@ GRAPH_COMMENTS = {
 }
 
 
-def graph_tables(steps) -> tuple[list[dict], list[dict]]:
-    """The graph runtime's node and argument tables for one step list."""
+def graph_tables(steps, names: Mapping[str, str] | None = None) -> tuple[list[dict], list[dict]]:
+    """The graph runtime's node and argument tables for one step list; `names` maps a unit's fn to
+    the (shared) function that computes it (hetgen/codegen/kernel_files.py), by default itself."""
     nodes, args = [], []
     for ins in encode_steps(steps):
         # An invocation's node carries its sub-program where other nodes point at their arguments.
@@ -144,7 +148,7 @@ def graph_tables(steps) -> tuple[list[dict], list[dict]]:
             {
                 "op": ins.opcode.c_name,
                 "device": ins.device,
-                "fn": ins.fn or "NULL",
+                "fn": _function(ins.fn, names) or "NULL",
                 "first_arg": first_arg,
                 "num_args": len(ins.refs),
                 "bytes": ins.nbytes,
@@ -180,11 +184,15 @@ def work_table(steps) -> list[dict]:
     return table
 
 
-def aot_step(ins: Instruction) -> dict:
+def _function(fn: str, names: Mapping[str, str] | None) -> str:
+    return names.get(fn, fn) if names is not None else fn
+
+
+def aot_step(ins: Instruction, names: Mapping[str, str] | None = None) -> dict:
     """One instruction as a statement of the straight-line C (`aot`)."""
     if ins.opcode is Opcode.CALL:
         args = [c_expression(ref) for ref in ins.refs] or ["NULL"]
-        return {"kind": "call", "fn": ins.fn, "args": args, "comment": c_comment(ins.subject)}
+        return {"kind": "call", "fn": _function(ins.fn, names), "args": args, "comment": c_comment(ins.subject)}
     if ins.opcode is Opcode.COPY:
         src, dst = (c_expression(ref) for ref in ins.refs)
         comment = c_comment(f"copy {ins.subject}")
@@ -205,8 +213,11 @@ def aot_step(ins: Instruction) -> dict:
     return {"kind": "wait", "device": ins.device}
 
 
-def aot_steps(steps) -> list[dict]:
-    return [aot_step(ins) for ins in encode_steps(steps)]
+AOT_PART_STEPS = 256  # an aot entry longer than this is cut into functions of this many steps
+
+
+def aot_steps(steps, names: Mapping[str, str] | None = None) -> list[dict]:
+    return [aot_step(ins, names) for ins in encode_steps(steps)]
 
 
 def _byte_list(tensors) -> str:
@@ -221,22 +232,30 @@ def program_view(
     runtime_version: int,
     children: list[dict],
     simulated_devices: list[dict] = (),
+    kernels: ProgramKernels | None = None,
 ) -> dict:
     """`children`: each device's prefix, path, block offset and size; `simulated_devices` (root only):
-    every simulated accelerator below, with its prefix and its block's offset in the workspace."""
-    kernel_fns = [unit.fn for unit in program.units]
-    kernel_index = {fn: index for index, fn in enumerate(kernel_fns)}
+    every simulated accelerator below, with its prefix and its block's offset in the workspace;
+    `kernels`: the functions that compute the units (shared where identical), by default one each."""
+    if kernels is None:
+        kernel_fns, names = [unit.fn for unit in program.units], None
+    else:
+        kernel_fns, names = [function.name for function in kernels.functions], kernels.names
+    position = {fn: index for index, fn in enumerate(kernel_fns)}
+    kernel_index = {unit.fn: position[_function(unit.fn, names)] for unit in program.units}
     entries = []
     first_counter = 0
     for index, steps in enumerate(program.entries):
-        nodes, args = graph_tables(steps)
+        nodes, args = graph_tables(steps, names)
         vm_lines = [
             ", ".join(f"{w}u" for w in words) + f", /* {c_comment(c)} */" for words, c in vm_code(steps, kernel_index)
         ]
+        aot = aot_steps(steps, names)
         entries.append(
             {
                 "index": index,
-                "steps": aot_steps(steps),
+                "steps": aot,
+                "parts": [aot[i : i + AOT_PART_STEPS] for i in range(0, len(aot), AOT_PART_STEPS)] or [[]],
                 "graph_nodes": nodes,
                 "graph_args": args,
                 "vm_code_lines": vm_lines,

@@ -53,11 +53,17 @@ __all__ = ["fold_dequantize", "keeps_quantized", "rewrite_qdq"]
 
 
 def rewrite_qdq(work: Work) -> None:
-    index = 0
+    """Rewrite the first island that matches, then look again from the start (a rewrite can complete
+    an island before it), until none does. The reader's producer and user maps describe
+    `work.nodes`, so they are built again only after a rewrite, not for every candidate: a float
+    model (no QuantizeLinear, so no island can end) costs one pass over its ops."""
+    if not any(node.op == "QuantizeLinear" for node in work.nodes):
+        return
+    index, reader = 0, Reader(work)
     while index < len(work.nodes):
         node = work.nodes[index]
         match = MATCHERS.get(node.op) if node.is_default_domain else None
-        found = match(work, node, Reader(work)) if match else None
+        found = match(work, node, reader) if match else None
         if found is None:
             index += 1
             continue
@@ -71,7 +77,7 @@ def rewrite_qdq(work: Work) -> None:
             elif id(n) not in gone:
                 rebuilt.append(n)
         work.nodes = rebuilt
-        index = 0
+        index, reader = 0, Reader(work)
 
 
 def _int_bias(work: Work, reader: Reader, name: str, x_scale: np.ndarray, w_scale: np.ndarray, n: int):

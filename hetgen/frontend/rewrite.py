@@ -37,10 +37,14 @@ def rewrite_patterns(work: Work) -> None:
 
 
 def _rewrite_all(work: Work, anchor: str, match) -> None:
-    index = 0
+    # The reader describes work.nodes: built once, and again only after a rewrite changed them, so
+    # a model of N nodes with M anchors costs O(N), not O(N * M).
+    if not any(node.op == anchor for node in work.nodes):
+        return
+    index, reader = 0, _Reader(work)
     while index < len(work.nodes):
         node = work.nodes[index]
-        found = match(work, node, _Reader(work)) if node.op == anchor and node.is_default_domain else None
+        found = match(work, node, reader) if node.op == anchor and node.is_default_domain else None
         if found is None:
             index += 1
             continue
@@ -50,7 +54,7 @@ def _rewrite_all(work: Work, anchor: str, match) -> None:
         work.nodes = [
             replacement if i == last else n for i, n in enumerate(work.nodes) if i == last or id(n) not in gone
         ]
-        index = 0  # positions changed; start over (patterns are rare and graphs small)
+        index, reader = 0, _Reader(work)  # positions changed; start over (patterns are rare)
 
 
 class _Reader:

@@ -32,6 +32,7 @@ where little is live keep the platform's blocks, so only those near the peak pay
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -325,8 +326,9 @@ def _live_per_unit(on_target, units, unit_inputs, graph, is_root: bool) -> list[
             if name and name not in graph.constants and name in graph.types and name not in caller:
                 first.setdefault(name, 0 if name in graph.inputs else step)
                 last[name] = end - 1 if name in graph.outputs else step
-    live = [0] * end
+    delta = [0] * (end + 1)  # a difference array: the cost is tensors + units, not their lifetimes
     for name, start in first.items():
-        for step in range(start, last[name] + 1):
-            live[step] += graph.types[name].nbytes
-    return live
+        nbytes = graph.types[name].nbytes
+        delta[start] += nbytes
+        delta[last[name] + 1] -= nbytes
+    return list(itertools.accumulate(delta[:end]))

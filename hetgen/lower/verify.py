@@ -10,6 +10,7 @@ memory that exist.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from hetgen.lower.memory import ALIGNMENT
@@ -131,18 +132,26 @@ class _Check:
             self.overlaps(program)
 
     def overlaps(self, program: Program) -> None:
-        """Buffers that share bytes must not be live at once (live: first to last touch)."""
+        """Buffers that share bytes must not be live at once (live: first to last touch). A sweep
+        over the buffers by first touch compares each with those still live then, so the cost is
+        the buffers times how many are live at once, not all pairs that reuse the same bytes."""
         spans = self.touched.get(program.target, {})
         placed = sorted(
-            (offset, offset + max(nbytes, 1), name) for name, offset, nbytes in program.memory.buffers if name in spans
+            (spans[name][0], offset, offset + max(nbytes, 1), name)
+            for name, offset, nbytes in program.memory.buffers
+            if name in spans
         )
-        for index, (_, end, name) in enumerate(placed):
-            for other_start, _, other in placed[index + 1 :]:
-                if other_start >= end:
-                    break
-                (a_first, a_last), (b_first, b_last) = spans[name], spans[other]
-                if a_first <= b_last and b_first <= a_last:
-                    self.fail(program, f"buffers {name!r} and {other!r} share bytes while both are live")
+        live: dict[str, tuple[int, int]] = {}  # name -> its bytes [start, end), while live
+        ending: list[tuple[int, str]] = []  # (last touch, name) of the live ones, a heap
+        for first, start, end, name in placed:
+            while ending and ending[0][0] < first:
+                del live[heapq.heappop(ending)[1]]
+            for other, (other_start, other_end) in live.items():
+                if other_start < end and start < other_end:
+                    pair = (other, name) if (other_start, other) < (start, name) else (name, other)
+                    self.fail(program, f"buffers {pair[0]!r} and {pair[1]!r} share bytes while both are live")
+            live[name] = (start, end)
+            heapq.heappush(ending, (spans[name][1], name))
 
 
 def broken_invariants(lowered: Lowered) -> tuple[str, ...]:

@@ -98,7 +98,8 @@ class Model:
     def function(self, declaration: str, name: str):
         """Another C function of the library, e.g. a simulated device's counters (valid until `close()`)."""
         with self._library.in_use():
-            self._ffi.cdef(declaration)
+            # override: the loader itself declares some (hg_threads_shutdown, looked up at load)
+            self._ffi.cdef(declaration, override=True)
             return getattr(self._lib, name)
 
     def run_into(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
@@ -198,6 +199,9 @@ class _LoadedLibrary:
         self._guard = threading.Condition()
         self._calls = 0
         self._closed = False
+        # Looked up now, not in close(): close may run as a garbage-collection finalizer in the middle
+        # of another cdef, and cffi's C parser lock is not reentrant (pytest hung there, forever).
+        self._shutdown = _pool_shutdown(ffi, lib)
 
     @contextmanager
     def in_use(self):
@@ -219,9 +223,8 @@ class _LoadedLibrary:
                 return
             self._closed = True
             self._guard.wait_for(lambda: self._calls == 0)
-        shutdown = _pool_shutdown(self._ffi, self._lib)
-        if shutdown is not None:
-            shutdown()
+        if self._shutdown is not None:
+            self._shutdown()
         self._ffi.dlclose(self._lib)
 
 
