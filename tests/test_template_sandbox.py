@@ -141,8 +141,9 @@ def test_a_harmless_kind_template_still_renders(platform, tmp_path, capfd):
 def test_a_link_out_of_the_templates_folder_is_refused(platform, tmp_path, capfd):
     secret = tmp_path / "secret.txt"
     secret.write_text("the user's private key\n")
-    template = put(platform, '{% include "kernels/leak.j2" %}')
-    link = platform.parent / "tpl/kernels/leak.j2"
+    # under a shipped template's name: `hetgen check` refuses a file that replaces none
+    template = put(platform, '{% include "kernels/_loops.j2" %}')
+    link = platform.parent / "tpl/kernels/_loops.j2"
     link.symlink_to(secret)
     try:
         code, text = generate(platform, tmp_path / "out", capfd)

@@ -23,7 +23,7 @@ from hetgen.codegen.remote import (
     remote_devices_source,
     server_source,
 )
-from hetgen.codegen.render import render
+from hetgen.codegen.render import forget_templates, render
 from hetgen.codegen.viewmodel import program_view
 from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
@@ -184,6 +184,7 @@ def generate(
     `threads`: the platform's `options.threads`, the worker pool's compiled-in default;
     `gemm_blocks`: the platform's `options.tuning`, the GEMM's cache blocks (hg_gemm_config.h);
     `progress` hears how many of the kernels are rendered."""
+    forget_templates()  # a kind's folder may have changed since the last generation in this process
     total = sum(len(program.units) for program in lowered.programs)
     done = 0
 

@@ -56,6 +56,13 @@ def environment(extra_dirs: tuple[str, ...] = ()) -> TemplateSandbox:
     return TemplateSandbox(search, bounded, {"cfloat": _c_float}, finalize)
 
 
+def forget_templates() -> None:
+    """Drop the compiled templates. Jinja re-checks a cached template's own file only, so a template
+    added since to a folder earlier on the search path (a kind's override) would go unseen by a
+    long-lived process (`hetgen.compile` called again); each generation starts afresh."""
+    environment.cache_clear()
+
+
 def _bounded_printed(value):
     bounded_printed(value)
     if isinstance(value, str) and not is_printable_ascii(value.replace("\n", "")):
