@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fuzz_cases import FuzzCase, fuzz_cases, run_case
+
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
 
 EXAMPLES = int(os.environ.get("HG_FUZZ_EXAMPLES", "15"))
 

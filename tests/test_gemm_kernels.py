@@ -73,6 +73,7 @@ def cases(tmp_path_factory) -> dict[tuple[int, int, int], Path]:
     return gemm_operands(tmp_path_factory, SHAPES, seed=7)
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_micro_kernels_of_every_isa_match_numpy_in_every_operand_mode(name, cases, tmp_path):
     cc, flags, launcher, isa, runnable = BUILDS[name]
@@ -153,6 +154,7 @@ def kernel_sources(out: Path) -> dict[str, str]:
     return {p.stem.removeprefix("hg_host_k_"): p.read_text() for p in (out / "host" / "kernels").glob("*.c")}
 
 
+@pytest.mark.cc
 def test_constant_weights_reach_the_library_packed(tmp_path):
     out = hetgen.compile("host", conv_gemm_matmul_model(), out=tmp_path / "out", native_only=True, werror=True)
     sources = kernel_sources(out)
@@ -165,6 +167,7 @@ def test_constant_weights_reach_the_library_packed(tmp_path):
     assert errors and all(e.ok for e in errors), errors
 
 
+@pytest.mark.cc
 def test_weights_given_at_run_time_are_packed_by_the_kernel(tmp_path):
     model = conv_gemm_matmul_model()
     graph = model.graph
@@ -178,6 +181,7 @@ def test_weights_given_at_run_time_are_packed_by_the_kernel(tmp_path):
     assert errors and all(e.ok for e in errors), errors
 
 
+@pytest.mark.cc
 def test_packed_kernels_are_clean_under_asan_and_ubsan(tmp_path):
     """Generate-time panels, implicit im2col and the epilogues, in a sanitized native build."""
     model = tmp_path / "packed.onnx"
@@ -224,6 +228,7 @@ def fast_host(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.cc
 def test_winograd_convolutions_match_onnxruntime(tmp_path):
     out = hetgen.compile(fast_host(tmp_path), winograd_model(), out=tmp_path / "out", native_only=True, werror=True)
     sources = kernel_sources(out)
@@ -233,6 +238,7 @@ def test_winograd_convolutions_match_onnxruntime(tmp_path):
     assert errors and all(e.ok for e in errors), errors
 
 
+@pytest.mark.cc
 def test_winograd_is_clean_under_asan_and_ubsan(tmp_path):
     model = tmp_path / "winograd.onnx"
     onnx.save(winograd_model(), model)

@@ -25,6 +25,8 @@ from hetgen.frontend import import_model
 from hetgen.models import BUILDERS
 from hetgen.runtime.reference import ort_session
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 ort = pytest.importorskip("onnxruntime")
 quantized_model = pytest.importorskip("hetgen.models.quantized").quantized
 
