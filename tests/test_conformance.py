@@ -8,6 +8,11 @@ printed at the end of the run (see `conftest.py`). Every skip is pinned with its
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
+import os
+
 import pytest
 
 import conformance
@@ -20,13 +25,27 @@ CASES = conformance.cases()
 
 
 @pytest.fixture(scope="session")
-def outcomes(request) -> dict[str, tuple[str, str]]:
+def outcomes(request, tmp_path_factory) -> dict[str, tuple[str, str]]:
     selected = [
         item.callspec.params["case"]
         for item in request.session.items
         if item.module.__name__ == __name__ and hasattr(item, "callspec") and "case" in item.callspec.params
     ]
-    return conformance.run_cases(selected)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return conformance.run_cases(selected)
+    # Every xdist worker collects every test, so each would compile all the selected cases (`-n 2`
+    # built all 1,800 twice): the first worker to get here computes them, the others read its
+    # outcomes. The folder above a worker's basetemp is this run's, shared by its workers.
+    digest = hashlib.sha256("\n".join(case.name for case in selected).encode()).hexdigest()[:16]
+    shared = tmp_path_factory.getbasetemp().parent / f"conformance-{digest}.json"
+    with open(f"{shared}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if shared.is_file():
+            return {name: tuple(outcome) for name, outcome in json.loads(shared.read_text()).items()}
+        computed = conformance.run_cases(selected)
+        shared.with_suffix(".tmp").write_text(json.dumps(computed))
+        shared.with_suffix(".tmp").replace(shared)
+        return computed
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
