@@ -1,4 +1,5 @@
 import dataclasses
+import re
 import sys
 from pathlib import Path
 
@@ -6,8 +7,68 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import fast_tier  # noqa: E402  (tests/ is on sys.path from the line above)
+
 CONFORMANCE = "tests/test_conformance.py::"
 BACKEND = "tests/test_backend.py::"
+
+
+def _deselects_cc(markexpr: str) -> bool:
+    """Whether `-m markexpr` leaves out a test marked only `cc` (`not cc`, `not cc and not x`, ...)."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression
+
+    return not Expression.compile(markexpr).evaluate(lambda name, **kwargs: name == "cc")
+
+
+def pytest_configure(config):
+    if fast_tier.wanted(_deselects_cc(config.option.markexpr)):
+        fast_tier.install()
+
+
+def pytest_unconfigure(config):
+    fast_tier.remove()
+
+
+# A module marked cc as a whole (this line at its top level) is not even imported by the fast tier:
+# all its tests would be deselected, and importing some costs more than the fast tier's tests
+# (test_conformance.py and test_backend.py load every ONNX node case at collection).
+_WHOLE_MODULE_CC = re.compile(r"^pytestmark = \[?pytest\.mark\.cc\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path, config):
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_") and fast_tier.refusing():
+        return bool(_WHOLE_MODULE_CC.search(collection_path.read_text())) or None
+    return None
+
+
+_log_offset = 0
+
+
+def pytest_runtest_logstart(nodeid, location):
+    global _log_offset
+    _log_offset = fast_tier.log_size()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In the fast tier, a test phase during which a wrapped tool was asked to run fails, whatever the
+    test asserted (a test that expects a build to fail would pass on the wrapper's refusal)."""
+    global _log_offset
+    report = yield
+    if fast_tier.active():
+        ran = fast_tier.ran_since(_log_offset)
+        _log_offset = fast_tier.log_size()
+        if fast_tier.recording():
+            with open(fast_tier.os.environ[fast_tier.RECORD_ENV], "a") as record:
+                first = ran[0][:200] if ran else ""
+                record.write(f"{item.nodeid}\t{call.when}\t{report.duration:.2f}\t{len(ran)}\t{first}\n")
+        elif ran:
+            shown = "\n".join(f"  {line[:300]}" for line in ran[:5])
+            report.outcome = "failed"
+            report.longrepr = f"{item.nodeid}: {fast_tier.MESSAGE}; it ran {len(ran)} tool command(s):\n{shown}"
+    return report
 
 
 def _counts(terminalreporter, prefix: str) -> dict[str, int]:

@@ -25,6 +25,8 @@ def as_array(value) -> np.ndarray:
     return onnx.numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
 
 
+pytestmark = pytest.mark.cc  # every case is built through ninja and loaded
+
 ALL_CASES = [case for case in conformance.cases() if case.name not in conformance.EXPECTED_FAILURES]
 PER_OPERATOR_SET = 3
 

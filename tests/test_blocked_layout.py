@@ -110,6 +110,7 @@ def plain_cnn() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("layout", ["nchw4c", "nchw8c", "nchw16c"])
 def test_plain_cnn_runs_blocked_with_reorders_only_at_the_run_edges(tmp_path, layout):
     found = compile_and_compare(tmp_path, plain_cnn(), layout)
@@ -123,6 +124,7 @@ def test_plain_cnn_runs_blocked_with_reorders_only_at_the_run_edges(tmp_path, la
     assert all(f"NCHW{v}c" in found[label] for label in blocked)
 
 
+@pytest.mark.cc
 def test_blocks_wider_than_the_isa_build_through_vector_extensions(tmp_path):
     """Without -march=native (SSE2 only), 16-float blocks are GCC vector extensions: -Wpsabi clean."""
     found = compile_and_compare(tmp_path, plain_cnn(), "nchw16c", native_tuning=False)
@@ -133,6 +135,7 @@ def blocked_nchw(found: dict[str, str]) -> list[str]:
     return [label for label, text in found.items() if label.startswith("Conv") and "blocked" not in text]
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("layout", ["nchw8c", "nchwc"])
 def test_resnet_keeps_one_run_from_the_stem_pool_to_the_classifier(tmp_path, layout):
     """Residual Adds fused into the Convs read their other operand blocked; strided 1x1 shortcuts."""
@@ -148,6 +151,7 @@ def test_resnet_keeps_one_run_from_the_stem_pool_to_the_classifier(tmp_path, lay
     assert reorders(found, "ReorderNCHW") == [] and len(blocked_pools(found)) == 1, list(found)
 
 
+@pytest.mark.cc
 def test_default_layout_is_nchw_and_the_option_takes_effect(tmp_path):
     proto = resnet(widths=(16, 24), blocks=1, size=12, seed=3)
     plain = compile_and_compare(tmp_path / "plain", proto, None)
@@ -173,6 +177,7 @@ def test_block_width_follows_the_target():
     assert block_width(root, "nchw16c") == 16
 
 
+@pytest.mark.cc
 @pytest.mark.skipif(any(shutil.which(t) is None for t in AARCH64), reason="needs gcc-aarch64-linux-gnu and qemu-user")
 def test_aarch64_build_uses_neon_and_matches_onnxruntime_under_qemu(tmp_path):
     text = "name: a64\ntarget: {kind: aarch64, runtime: graph}\noptions: {layout: nchwc}\n"
@@ -218,6 +223,7 @@ def two_outputs_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+@pytest.mark.cc
 def test_a_blocked_tensor_that_is_also_a_graph_output_is_reordered_once(tmp_path):
     found = compile_and_compare(tmp_path, two_outputs_model(), "nchw4c")
     assert len(blocked_convs(found)) == 2
@@ -225,6 +231,7 @@ def test_a_blocked_tensor_that_is_also_a_graph_output_is_reordered_once(tmp_path
     assert len(reorders(found, "ReorderNCHW")) == 2  # a (an output, also read blocked by b) and b
 
 
+@pytest.mark.cc
 def test_depthwise_convs_end_a_run(tmp_path):
     """5x5 Convs (16 -> 32 -> 32) around a depthwise one: each is a run of its own, the depthwise
     Conv between them stays NCHW, with one reorder at each edge."""
@@ -250,6 +257,7 @@ def test_depthwise_convs_end_a_run(tmp_path):
     assert len(reorders(found, "ReorderNCHWc")) == 2 and len(reorders(found, "ReorderNCHW")) == 2, list(found)
 
 
+@pytest.mark.cc
 def test_runs_whose_reorders_cost_more_than_they_save_stay_nchw(tmp_path):
     """MobileNetV2: its 1x1 Convs between depthwise ones do too few multiply-adds per byte the
     reorders around them would move (MACS_PER_REORDER_BYTE), so nothing is blocked."""
@@ -259,6 +267,7 @@ def test_runs_whose_reorders_cost_more_than_they_save_stay_nchw(tmp_path):
     assert blocked_convs(found) == [] and reorders(found, "ReorderNCHWc") == [], list(found)
 
 
+@pytest.mark.cc
 def test_two_threads_split_the_blocked_layers_and_match_one_thread_bit_for_bit(tmp_path):
     """The blocked Convs and reorders split their rows over the worker pool in tasks fixed at
     generate time, so a build for 2 threads agrees with onnxruntime and with the 1-thread build
@@ -323,6 +332,7 @@ def pools_and_add_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+@pytest.mark.cc
 def test_pools_and_an_unfused_add_keep_the_run_blocked(tmp_path):
     """A run goes on through the Add, AveragePool and MaxPool and ends in the global pools, which
     write NCHW themselves: one reorder in (x), one out (c, an output); at 2 threads the split

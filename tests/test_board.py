@@ -54,6 +54,7 @@ def soc(tmp_path_factory) -> Path:
     return hetgen.compile("soc", REPO / "examples/resnet_tiny.onnx", out=out, werror=True, opt=("-O1",))
 
 
+@pytest.mark.cc
 @needs_cross
 def test_soc_targets_get_their_own_compilers_and_isa(soc):
     commands = json.loads((soc / "compile_commands.json").read_text())
@@ -81,6 +82,7 @@ def test_soc_targets_get_their_own_compilers_and_isa(soc):
     assert (soc / "board/lib/libhg_soc.a").is_file() and (soc / "board/lib/libhg_soc_vdevice0_host.a").is_file()
 
 
+@pytest.mark.cc
 @needs_cross
 def test_soc_root_program_reaches_its_coprocessor_over_the_transport(soc):
     """The root (aarch64) cannot link its riscv64 co-processor: it gets a remote device, and the
@@ -99,6 +101,7 @@ def test_soc_root_program_reaches_its_coprocessor_over_the_transport(soc):
     assert "board/obj/soc/remote_devices.c.o" in build_ninja
 
 
+@pytest.mark.cc
 @needs_cross
 def test_named_targets_native_and_board(soc):
     subprocess.run([NINJA, "-C", str(soc), "-t", "clean"], check=True, capture_output=True)
@@ -117,6 +120,7 @@ MODELS = {
 }
 
 
+@pytest.mark.cc
 @needs_cross
 @pytest.mark.parametrize("board", ["aarch64", "riscv64"])
 @pytest.mark.parametrize("model", sorted(MODELS))
@@ -131,6 +135,7 @@ def test_board_program_under_qemu_matches_onnxruntime(tmp_path, board, model):
     assert errors and all(e.ok for e in errors), errors
 
 
+@pytest.mark.cc
 @needs_cross
 def test_board_program_refuses_bad_input_files(tmp_path):
     out = hetgen.compile(REPO / "platforms/board-riscv64.yaml", mlp(seed=1), out=tmp_path / "out", **FAST)
@@ -172,6 +177,7 @@ target:
 """
 
 
+@pytest.mark.cc
 def test_missing_compiler_is_refused_before_anything_is_written(tmp_path):
     platform = tmp_path / "far.yaml"
     platform.write_text(MISSING.replace("arm-none-eabi-gcc-missing", "arm-none-eabi-gcc"))
@@ -249,6 +255,7 @@ def test_regeneration_keeps_every_option(monkeypatch):
         assert getattr(parsed, field) == getattr(options, field), field
 
 
+@pytest.mark.cc
 @needs_cross
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="needs ccache (the README's set-up installs it)")
 def test_ccache_launcher_serves_a_clean_rebuild_and_survives_regeneration(tmp_path, monkeypatch):

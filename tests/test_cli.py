@@ -142,6 +142,7 @@ def test_a_real_shell_pipe_into_head(tmp_path):
 # verify: exit 1 for a mismatch, --inputs, inputs the model can take
 
 
+@pytest.mark.cc
 def test_verify_returns_1_for_a_mismatch(cli, tmp_path, dense_file):
     """verify compares with the model copy; make that copy disagree with what was built."""
     out = tmp_path / "mismatch"
@@ -154,6 +155,7 @@ def test_verify_returns_1_for_a_mismatch(cli, tmp_path, dense_file):
     assert result.returncode == 1 and "MISMATCH" in result.stdout and "0 of 1 outputs match" in result.stdout
 
 
+@pytest.mark.cc
 def test_verify_takes_the_users_inputs(cli, tmp_path, built):
     x = np.random.default_rng(11).standard_normal((1, 8)).astype(np.float32)
     good = tmp_path / "good.npz"
@@ -164,6 +166,7 @@ def test_verify_takes_the_users_inputs(cli, tmp_path, built):
     np.testing.assert_allclose(hetgen.load(built).run({"x": x})["y"], expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(
     ("arrays", "message"),
     [
@@ -180,6 +183,7 @@ def test_verify_refuses_inputs_the_model_does_not_take(cli, tmp_path, built, arr
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
 
 
+@pytest.mark.cc
 def test_verify_inputs_that_are_not_npz(cli, tmp_path, built):
     (tmp_path / "notes.txt").write_text("not numpy")
     for path in (tmp_path / "notes.txt", tmp_path / "missing.npz"):
@@ -187,6 +191,7 @@ def test_verify_inputs_that_are_not_npz(cli, tmp_path, built):
         assert result.returncode == 1 and str(path) in result.stderr and "np.savez" in result.stderr, result.stderr
 
 
+@pytest.mark.cc
 def test_random_index_inputs_stay_inside_the_table(cli, tmp_path):
     """Token ids for a 5-row table: random values up to 8 made onnxruntime fail and verify blame hetgen."""
     model = tmp_path / "embedding.onnx"
@@ -238,6 +243,7 @@ def test_value_ranges_follow_indices_to_what_they_index(tmp_path):
 # --shape and shapes=
 
 
+@pytest.mark.cc
 def test_shape_fixes_a_dynamic_dimension(cli, tmp_path):
     model = tmp_path / "dynamic.onnx"
     onnx.save(dense_model(batch="N"), model)
@@ -260,6 +266,7 @@ def test_shape_fixes_a_dynamic_dimension(cli, tmp_path):
     assert [t.shape for t in hetgen.load(python).inputs] == [(2, 8)]
 
 
+@pytest.mark.cc
 def test_ninja_regeneration_keeps_the_shapes(cli, tmp_path):
     model = tmp_path / "dynamic.onnx"
     onnx.save(dense_model(batch="N"), model)
@@ -281,6 +288,7 @@ def test_a_malformed_shape_is_one_message(cli, tmp_path, dense_file, value):
 # The model copy keeps external data
 
 
+@pytest.mark.cc
 def test_model_copy_keeps_external_data(cli, tmp_path):
     source = tmp_path / "src"
     source.mkdir()
@@ -309,6 +317,7 @@ def test_a_model_beyond_one_protobuf_keeps_its_data_beside_the_copy(tmp_path):
 # Sanitizer builds
 
 
+@pytest.mark.cc
 def test_sanitized_build_is_verified_with_its_runtime_loaded(cli, tmp_path, dense_file):
     out = tmp_path / "asan"
     result = cli("host", dense_file, "-o", out, "--sanitize", "address,undefined")
@@ -324,6 +333,7 @@ def test_sanitized_build_is_verified_with_its_runtime_loaded(cli, tmp_path, dens
 # Atomic output
 
 
+@pytest.mark.cc
 def test_a_failed_build_names_its_log_and_writes_no_folder(cli, tmp_path, dense_file, monkeypatch):
     monkeypatch.setenv("HETGEN_LAUNCHER", "false")  # every compile command fails
     result = cli("host", dense_file, "-o", tmp_path / "out")

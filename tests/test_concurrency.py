@@ -126,6 +126,7 @@ def built(tmp_path_factory):
     return model, placement, out
 
 
+@pytest.mark.cc
 def test_overlapping_branches_compute_what_onnxruntime_computes(built):
     model, _, out = built
     x = np.random.default_rng(1).standard_normal((1, 64, 14, 14)).astype(np.float32)
@@ -134,6 +135,7 @@ def test_overlapping_branches_compute_what_onnxruntime_computes(built):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.cc
 def test_priced_and_simulated_makespans_agree_and_overlap(built):
     _, placement, out = built
     price = placement_price(placement)
@@ -150,6 +152,7 @@ def test_priced_and_simulated_makespans_agree_and_overlap(built):
     assert price.total_us >= max(npu_branch, root_branch)
 
 
+@pytest.mark.cc
 def test_replayed_copies_are_what_the_device_counted(built):
     """The replay times each copy as the device counts it: summed, they are the device's counters."""
     _, _, out = built

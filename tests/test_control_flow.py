@@ -70,11 +70,13 @@ def check(model, feeds):
         np.testing.assert_allclose(got[output.name], wanted, rtol=1e-6, err_msg=output.name)
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("trips", [1, 4])
 def test_loop_with_constant_trip_count_unrolls(trips):
     check(loop_model(trips), {"x": np.asarray([1.0, -2.0, 0.5], np.float32)})
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("condition", [True, False])
 def test_if_with_constant_condition_takes_its_branch(condition):
     check(if_model(condition), {"x": np.asarray([1.5, -2.0, 3.0], np.float32)})

@@ -84,6 +84,7 @@ def nms_feeds(seed: int) -> dict[str, np.ndarray]:
     }
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("runtime", ["aot", "vm"])
 def test_nonzero_of_run_time_values_matches_onnxruntime(tmp_path, runtime):
     proto = nonzero_model()
@@ -108,6 +109,7 @@ def test_nonzero_of_run_time_values_matches_onnxruntime(tmp_path, runtime):
     assert all(error.ok for error in verify(out, seed=4))
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("center_point_box", [0, 1])
 def test_nms_of_run_time_boxes_matches_onnxruntime(tmp_path, center_point_box):
     proto = nms_model(max_per_class=8, center_point_box=center_point_box)
@@ -126,6 +128,7 @@ def test_nms_of_run_time_boxes_matches_onnxruntime(tmp_path, center_point_box):
     assert manifest["selected"] == [2 * 3 * 8, 3]  # batches * classes * min(boxes, max per class)
 
 
+@pytest.mark.cc
 @pytest.mark.skipif(shutil.which("qemu-aarch64") is None, reason="needs qemu-user and gcc-aarch64-linux-gnu")
 def test_nonzero_on_the_board_build_under_qemu(tmp_path):
     platform = load_platform_text("name: a64\ntarget: {kind: aarch64, runtime: aot}\n")

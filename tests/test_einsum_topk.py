@@ -9,6 +9,8 @@ from onnx import TensorProto, helper
 import harness
 from hetgen.runtime.reference import ort_session
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 EQUATIONS = [
     ("ii->i", [(4, 4)]),
     ("ii", [(3, 3)]),

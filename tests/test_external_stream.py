@@ -108,6 +108,7 @@ def matmul_model(folder, rows: int = 512, cols: int = 1024):
     return path, weight
 
 
+@pytest.mark.cc
 def test_a_streamed_weight_is_mapped_and_builds_what_onnxruntime_computes(tmp_path):
     path, weight = matmul_model(tmp_path)
     before = (tmp_path / "weights.bin").read_bytes()

@@ -6,12 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import harness
 import hetgen
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session
+
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
 
 FAST = {"opt": ("-O1",), "native_tuning": False, "native_only": True}
 HOST = "name: host\ntarget: {kind: native, runtime: aot}\n"

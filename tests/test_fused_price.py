@@ -115,6 +115,7 @@ def test_explain_shows_the_fused_units():
         assert group["alternatives"] and all(a["delta_us"] > 0 for a in group["alternatives"])  # apart: dearer
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(("platform_name", "model_name"), [("soc", "transformer"), ("slowlink", "resnet")])
 def test_explain_total_is_what_the_program_counts(tmp_path, platform_name, model_name):
     """The fused units on the application core, the rest where the search put it; explain's total
@@ -157,6 +158,7 @@ def two_conv_add() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("residual_on", ["s", NPU])
 def test_a_residual_from_a_device_is_not_fused(tmp_path, residual_on):
     """The Add's other input computed on the npu: the fused Conv would wait for the device, so the
@@ -282,6 +284,7 @@ def test_lowering_never_fuses_across_two_groups():
     assert {frozenset({n}) for n in chain.nodes} <= separate
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(
     ("platform_name", "model"), [("board-aarch64", shufflenet), ("dual", squeezenet)], ids=["shufflenet", "squeezenet"]
 )

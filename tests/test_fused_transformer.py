@@ -23,6 +23,8 @@ from hetgen.runtime.reference import ort_session, random_inputs
 from hetgen.spec.patterns import ATTENTION, RESIDUAL
 from kernel_text import unit_kernels
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 FAST = {"opt": ("-O1",), "native_tuning": False, "native_only": True}
 HOST = "name: host\ntarget: {kind: native, runtime: aot}\n"
 

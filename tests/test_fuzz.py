@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from fuzz_cases import FuzzCase, fuzz_cases, run_case
 from fuzz_graphs import SHIPPED_PLATFORMS
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 EXAMPLES = int(os.environ.get("HG_FUZZ_EXAMPLES", "15"))
 PLATFORM_EXAMPLES = int(os.environ.get("HG_FUZZ_PLATFORM_EXAMPLES", "2"))
 

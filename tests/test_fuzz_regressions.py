@@ -11,6 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 from fuzz_cases import FuzzCase, run_case
 from fuzz_graphs import OPSET, REPO
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 HOST = REPO / "platforms" / "host.yaml"
 
 

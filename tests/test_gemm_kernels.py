@@ -74,6 +74,7 @@ def cases(tmp_path_factory) -> dict[tuple[int, int, int], Path]:
     return gemm_operands(tmp_path_factory, SHAPES, seed=7)
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_micro_kernels_of_every_isa_match_numpy_in_every_operand_mode(name, cases, tmp_path):
     cc, flags, launcher, isa, runnable = BUILDS[name]
@@ -154,6 +155,7 @@ def kernel_sources(out: Path) -> dict[str, str]:
     return {name.removeprefix("hg_host_k_"): text for name, (_, text) in kernel_functions(out).items()}
 
 
+@pytest.mark.cc
 def test_constant_weights_reach_the_library_packed(tmp_path):
     out = hetgen.compile("host", conv_gemm_matmul_model(), out=tmp_path / "out", native_only=True, werror=True)
     sources = kernel_sources(out)
@@ -166,6 +168,7 @@ def test_constant_weights_reach_the_library_packed(tmp_path):
     assert errors and all(e.ok for e in errors), errors
 
 
+@pytest.mark.cc
 def test_weights_given_at_run_time_are_packed_by_the_kernel(tmp_path):
     model = conv_gemm_matmul_model()
     graph = model.graph
@@ -179,6 +182,7 @@ def test_weights_given_at_run_time_are_packed_by_the_kernel(tmp_path):
     assert errors and all(e.ok for e in errors), errors
 
 
+@pytest.mark.cc
 def test_packed_kernels_are_clean_under_asan_and_ubsan(tmp_path):
     """Generate-time panels, implicit im2col and the epilogues, in a sanitized native build."""
     model = tmp_path / "packed.onnx"
@@ -225,6 +229,7 @@ def fast_host(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.cc
 def test_winograd_convolutions_match_onnxruntime(tmp_path):
     out = hetgen.compile(fast_host(tmp_path), winograd_model(), out=tmp_path / "out", native_only=True, werror=True)
     sources = kernel_sources(out)
@@ -234,6 +239,7 @@ def test_winograd_convolutions_match_onnxruntime(tmp_path):
     assert errors and all(e.ok for e in errors), errors
 
 
+@pytest.mark.cc
 def test_winograd_is_clean_under_asan_and_ubsan(tmp_path):
     model = tmp_path / "winograd.onnx"
     onnx.save(winograd_model(), model)

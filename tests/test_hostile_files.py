@@ -152,6 +152,7 @@ def _matmul_model(weight_shape=(32, 48)) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("location", ["weights.bin", "data/weights.bin"])
 def test_valid_external_data_builds_and_matches_onnxruntime(tmp_path, location):
     model_path = tmp_path / "model" / "model.onnx"
@@ -380,6 +381,7 @@ def test_a_declared_static_bytes_figure_takes_effect(tmp_path):
     assert not (tmp_path / "too_big").exists()
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("platform", ["host", "soc"])
 def test_zero_size_tensors_build_and_match_onnxruntime(tmp_path, platform):
     bias = numpy_helper.from_array(np.ones((3,), np.float32), "b")

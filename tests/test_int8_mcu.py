@@ -13,6 +13,8 @@ import pytest
 
 from hetgen.templates_dir import templates_dir
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 HERE = Path(__file__).parent / "c"
 CC, QEMU = "arm-none-eabi-gcc", "qemu-system-arm"
 

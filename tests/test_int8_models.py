@@ -31,6 +31,8 @@ from hetgen.models import BUILDERS
 from hetgen.runtime.reference import ort_session
 from kernel_text import kernel_functions
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 ort = pytest.importorskip("onnxruntime")
 quantized_model = pytest.importorskip("hetgen.models.quantized").quantized
 

@@ -9,11 +9,14 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session
+
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
 
 PLATFORM = """
 name: q8

@@ -17,6 +17,8 @@ import harness
 from hetgen.frontend import import_model
 from hetgen.runtime.reference import ort_session
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 RNG = np.random.default_rng(7)
 TYPES = {np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.int32: TensorProto.INT32}
 

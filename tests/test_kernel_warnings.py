@@ -11,6 +11,8 @@ import pytest
 import conformance
 from hetgen.templates_dir import templates_dir
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 OPS = (
     "GRU", "LSTM", "RNN", "Einsum", "TopK", "GridSample", "RoiAlign", "DFT", "STFT", "Det", "Col2Im",
     "DeformConv", "TfIdfVectorizer", "BitCast", "ReverseSequence", "MaxUnpool", "TensorScatter", "CumProd",

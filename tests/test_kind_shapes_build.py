@@ -20,6 +20,8 @@ from hetgen.platform import load_platform
 from hetgen.runtime.reference import ort_session, random_inputs
 from hetgen.templates_dir import templates_dir
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 FIGURES = "    figures: {peak_gflops: 4, bandwidth_gbps: 4, launch_us: 3}\n"
 PATTERNS = '    patterns:\n      - {label: binary, chain: [Add, "Relu?"], where: {dtype: float32}}\n'
 

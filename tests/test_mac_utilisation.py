@@ -166,6 +166,7 @@ def test_a_kind_without_the_arrays_shape_keeps_full_utilisation():
     assert mac_utilisation(plan.mac_products[0], rates) == 1.0
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(
     "what, model",
     [

@@ -18,6 +18,8 @@ from hetgen.cli import EXIT_OK, EXIT_USER_ERROR, main
 from hetgen.codegen.manifest import MANIFEST, MANIFEST_VERSION, Manifest, read_manifest
 from hetgen.errors import HetgenError
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 REPO = Path(__file__).resolve().parent.parent
 
 

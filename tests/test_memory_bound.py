@@ -103,10 +103,12 @@ def built_within_the_bound(tmp_path: Path, name: str, model: onnx.ModelProto) ->
     return planned.program / planned.bound
 
 
+@pytest.mark.cc
 def test_an_mlp_builds_within_ten_percent_of_its_bound(tmp_path):
     assert built_within_the_bound(tmp_path, "mlp", mlp()) <= SLACK
 
 
+@pytest.mark.cc
 def test_a_vgg_builds_within_ten_percent_of_its_bound_where_fast_memory_would_not(tmp_path):
     """VGG at 64 x 64: Winograd's 16/9 larger weights for every 3x3 layer would put it 35 % over;
     lean takes them only for the layers that fit the budget."""
@@ -127,6 +129,7 @@ def test_every_bench_model_is_planned_within_ten_percent_of_its_bound(name):
     assert got.arena_ratio <= SLACK, got
 
 
+@pytest.mark.cc
 def test_a_small_alexnet_stem_takes_smaller_blocks_and_still_matches_onnxruntime(tmp_path):
     """AlexNet at 224: one 1 MiB block of the stem's input taps (nc = 1024 columns of 363 rows) would
     be more than the activations live there; a narrower block keeps the program near its bound."""
@@ -158,11 +161,13 @@ SMALL_MODELS = {
 }
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("name", sorted(SMALL_MODELS))
 def test_smaller_models_build_within_ten_percent_of_their_bound(tmp_path, name):
     assert built_within_the_bound(tmp_path, name, SMALL_MODELS[name]()) <= SLACK
 
 
+@pytest.mark.cc
 def test_a_densenet_planned_at_its_bound_is_clean_under_asan_and_ubsan(tmp_path):
     """DenseNet's concatenations keep many maps live at once: every offset the search moved, in a
     sanitized build checked against onnxruntime."""

@@ -17,6 +17,8 @@ from hetgen.models import BUILDERS, resnet, transformer_encoder
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session, random_inputs
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 # Compile time matters here, not kernel speed; the simulation only (tests/test_board.py runs boards).
 FAST = {"opt": ("-O1",), "native_tuning": False, "native_only": True}
 FAMILIES = [name for name in BUILDERS]

@@ -145,6 +145,7 @@ def test_comment_text_cannot_leave_a_comment(text):
     assert code_tokens(f"/*{escaped}*/ // {escaped}\n") == []
 
 
+@pytest.mark.cc
 def test_literals_and_comments_compile_and_read_back(tmp_path):
     """gcc -std=c11 (trigraphs on) reads every c_string literal back as the name's UTF-8 bytes, and
     no c_comment, in a block or a line comment, swallows or adds code."""
@@ -187,6 +188,7 @@ def test_path_components_are_safe(text):
     assert len(component.encode()) <= 255
 
 
+@pytest.mark.cc
 def test_ninja_reads_back_escaped_paths_and_commands(tmp_path):
     """A build edge from and to files with `$`, `$ `, spaces and colons in their names, whose command
     has hostile arguments: ninja builds exactly those files and the shell sees exactly those words."""
@@ -303,6 +305,7 @@ def check_project(out: Path, model: onnx.ModelProto) -> None:
         np.testing.assert_allclose(got[output.name], wanted, rtol=1e-4, atol=1e-5, err_msg=repr(output.name))
 
 
+@pytest.mark.cc
 def test_hostile_names_on_the_host(tmp_path):
     """Inputs whose identifiers collide (`a-b`, `a_b`, `A_B`) beside an injection; outputs named
     `int`, `for` and with a NUL; every other name hostile. The C example prints the output names as
@@ -325,6 +328,7 @@ def test_hostile_names_on_the_host(tmp_path):
         assert shown + b": " in printed
 
 
+@pytest.mark.cc
 def test_hostile_names_on_the_soc(tmp_path):
     """The soc's vm root, graph co-processor and simulated npu, with nodes pinned onto each by their
     hostile names; the model file and output folder have `$`, spaces and colons in their paths, so
@@ -404,6 +408,7 @@ def renamed(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("example", ["resnet_tiny", "transformer_tiny"])
 def test_shipped_examples_with_hostile_names_match_onnxruntime(tmp_path, example):
     """The examples' operators (and so their kernel templates) on the soc, every name hostile."""

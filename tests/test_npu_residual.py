@@ -184,6 +184,7 @@ def block_build(tmp_path_factory):
     return model, out, loaded
 
 
+@pytest.mark.cc
 def test_simulator_counts_the_fused_tile_by_hand(block_build):
     """16 -> 16 channels, 3x3, on 16 x 16 pixels: the unit fits the SRAM whole, one tile.
     Its kernel command: the MAC array's 256 output pixels (M) x 16 channels (N) over 16 * 9 taps
@@ -205,12 +206,14 @@ def test_simulator_counts_the_fused_tile_by_hand(block_build):
     assert stats["invocations"] == 1 and stats["compute_cycles"] == sum(counts.values())
 
 
+@pytest.mark.cc
 def test_the_generated_command_names_the_residual_engine(block_build):
     _, out, _ = block_build
     source = next(out.rglob("npu0/model.c")).read_text()
     assert "{ HG_SIM_MAC_ARRAY_RESIDUAL, " in source and "HG_SIM_VECTOR" not in source.split("_work_0[]")[1]
 
 
+@pytest.mark.cc
 def test_sanitized_build_of_a_tiled_residual_unit_verifies(tmp_path):
     """ASan and UBSan over the tiled unit's DMA and kernel calls (the residual read from SRAM), -Werror."""
     model = residual_block(channels=24, size=20, bias=True)
@@ -224,6 +227,7 @@ def test_sanitized_build_of_a_tiled_residual_unit_verifies(tmp_path):
     assert done.returncode == 0 and "1 of 1 outputs match" in done.stdout, done.stdout + done.stderr
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("platform_name", ["soc", "dual"])
 def test_small_resnet_matches_onnxruntime(tmp_path, platform_name):
     model = resnet(widths=(16, 32), blocks=1, size=32)
@@ -244,11 +248,13 @@ def tiled_resnet(request, tmp_path_factory):
     return model, out
 
 
+@pytest.mark.cc
 def test_tiled_resnet_matches_onnxruntime(tiled_resnet):
     model, out = tiled_resnet
     _run(out, model)
 
 
+@pytest.mark.cc
 def test_tiled_resnet_estimate_and_simulation_agree(tiled_resnet):
     _, out = tiled_resnet
     document = bench_json(out)
@@ -259,6 +265,7 @@ def test_tiled_resnet_estimate_and_simulation_agree(tiled_resnet):
     assert any(g.label == "conv_residual" for g in report.groups)
 
 
+@pytest.mark.cc
 def test_the_residual_units_tiles_are_priced_with_the_mac_columns_they_leave_idle(tmp_path):
     """ResNet-18's second stage shape (128 -> 128 channels, 56 x 56) on 512 KiB: the Conv alone runs
     16 channels a tile double-buffered; with the residual's buffers that no longer fits. Eight

@@ -105,6 +105,7 @@ def test_priced_copies_are_the_programs_copies():
     assert x_link.cost_us == pytest.approx(20 + x_link.bytes / 4e3)
 
 
+@pytest.mark.cc
 def test_the_copies_over_the_link_are_counted_as_priced(tmp_path):
     """The same program run: the co-processor counts each copy over its link, as many and as large
     as the placement priced, and the link time it counts is the priced one."""
@@ -122,6 +123,7 @@ def test_the_copies_over_the_link_are_counted_as_priced(tmp_path):
     assert report.transfer_simulated_us == pytest.approx(report.transfer_estimate_us, rel=0.02)
 
 
+@pytest.mark.cc
 def test_explain_total_is_bench_estimate(tmp_path):
     model = REPO / "examples" / "resnet_tiny.onnx"
     out = tmp_path / "out"
@@ -154,6 +156,7 @@ CASES = [
 ]
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(("platform_name", "model_name", "mode"), CASES)
 def test_estimate_and_simulation_agree(tmp_path, platform_name, model_name, mode):
     platform = load_platform(str(REPO / "platforms" / f"{platform_name}.yaml"))
@@ -178,6 +181,7 @@ def test_estimate_and_simulation_agree(tmp_path, platform_name, model_name, mode
         assert report.counted_us > 0.5 * report.simulated_us
 
 
+@pytest.mark.cc
 def test_overlapping_branches_are_priced_as_simulated(tmp_path):
     """Two independent branches, one on the npu behind the co-processor and one on the root: both
     the price and the simulation run them concurrently, agree within the tolerance, and take less

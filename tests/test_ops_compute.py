@@ -117,6 +117,7 @@ def _array(value) -> np.ndarray:
     return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("op", COMPUTE_OPS)
 def test_conformance(op):
     cases = [c for c in conformance_cases() if c.model.graph.node[0].op_type == op and c.name not in NOT_SUPPORTED]
@@ -217,10 +218,12 @@ def conv_model(x_shape, w_shape, bias, attrs) -> onnx.ModelProto:
     return make_model([helper.make_node("Conv", list(inputs), ["y"], name="conv", **attrs)], inputs)
 
 
+@pytest.mark.cc
 def test_conv_matches_onnxruntime():
     compare_all([conv_model(*case) for case in CONV_CASES], frozen=("w", "b"))
 
 
+@pytest.mark.cc
 def test_conv_transpose_matches_onnxruntime():
     cases = [
         ({"x": (1, 4, 5, 6), "w": (4, 3, 3, 3), "b": (6,)}, {"group": 2, "strides": [2, 1], "pads": [1, 0, 0, 1]}),
@@ -256,6 +259,7 @@ MATMUL_CASES = [
 ]
 
 
+@pytest.mark.cc
 def test_gemm_and_matmul_match_onnxruntime():
     models = []
     for a_shape, b_shape, c_shape, attrs in GEMM_CASES:
@@ -284,6 +288,7 @@ POOL_CASES = [
 ]
 
 
+@pytest.mark.cc
 def test_pools_match_onnxruntime():
     compare_all(
         [
@@ -293,6 +298,7 @@ def test_pools_match_onnxruntime():
     )
 
 
+@pytest.mark.cc
 def test_normalisations_and_softmax_match_onnxruntime():
     inputs = {"x": (2, 6, 5, 7), "s": (6,), "b": (6,), "m": (6,), "v": (6,)}
     models = []
@@ -343,6 +349,7 @@ def activation_nodes(activation: str, attrs: dict) -> list:
     return [*bounds, helper.make_node("Clip", ["t", "lo", "hi"], ["y"], name="act")]
 
 
+@pytest.mark.cc
 def test_fused_epilogues_match_onnxruntime():
     """An activation fused into Conv/Gemm/MatMul gives what onnxruntime computes with two nodes."""
     runs = []

@@ -134,6 +134,7 @@ BROADCASTS = [
 ]
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(("a_shape", "b_shape"), BROADCASTS)
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Less"])
 def test_binary_broadcasting(op, a_shape, b_shape):
@@ -142,6 +143,7 @@ def test_binary_broadcasting(op, a_shape, b_shape):
     check_against_reference(op, {"a": a, "b": b})
 
 
+@pytest.mark.cc
 def test_variadic_broadcasting():
     # the first input has the full shape: onnx's reference Mean accumulates into it
     inputs = {
@@ -168,6 +170,7 @@ def test_channel_bias_is_a_unit_stride_inner_loop():
     assert "%" not in source and "/" not in source.split("{", 1)[1]  # no index arithmetic per element
 
 
+@pytest.mark.cc
 def test_add_applies_fused_relu(tmp_path):
     t = TensorType(DType.FLOAT32, (4, 5))
     instance = _instance("Add", [t, t], [t], epilogue=[Epilogue("Relu")])
@@ -177,6 +180,7 @@ def test_add_applies_fused_relu(tmp_path):
     assert op_def("Add").fusable_epilogue
 
 
+@pytest.mark.cc
 def test_unary_math_matches_reference():
     x = np.linspace(-6, 6, 97, dtype=F32).reshape(97)
     for op, attrs in [
@@ -199,12 +203,14 @@ def test_unary_math_matches_reference():
         check_against_reference(op, {"x": x}, **attrs)
 
 
+@pytest.mark.cc
 def test_softplus_does_not_overflow():
     x = np.array([-1000, -50, 0, 50, 100, 1000], dtype=F32)
     got = harness.run_model(_model("Softplus", {"x": x}), {"x": x})["y0"]
     np.testing.assert_allclose(got, [0, np.exp(-50), np.log(2), 50, 100, 1000], rtol=1e-6, atol=1e-30)
 
 
+@pytest.mark.cc
 def test_round_is_half_to_even():
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, 2.6], dtype=F32)
     got = harness.run_model(_model("Round", {"x": x}), {"x": x})["y0"]
@@ -216,6 +222,7 @@ def test_round_is_half_to_even():
 I32_EDGES = np.array([0, 1, -1, 7, -7, 2**31 - 1, -(2**31), 100, -100], dtype=np.int32)
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64])
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
 def test_integer_arithmetic_wraps_like_numpy(op, dtype):
@@ -229,6 +236,7 @@ def test_integer_arithmetic_wraps_like_numpy(op, dtype):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.cc
 def test_integer_div_and_mod_edges():
     a = np.repeat(I32_EDGES, len(I32_EDGES))
     b = np.tile(I32_EDGES, len(I32_EDGES))
@@ -248,6 +256,7 @@ def test_integer_div_and_mod_edges():
     assert div[(a == -(2**31)) & (b == -1)][0] == -(2**31)  # wraps, as numpy
 
 
+@pytest.mark.cc
 def test_float_mod_takes_the_divisors_sign():
     a = np.array([5.5, -5.5, 5.5, -5.5, 0.0, 3.0], dtype=F32)
     b = np.array([2.0, 2.0, -2.0, -2.0, -1.0, np.inf], dtype=F32)
@@ -257,6 +266,7 @@ def test_float_mod_takes_the_divisors_sign():
     assert np.signbit(got[4])
 
 
+@pytest.mark.cc
 def test_integer_pow():
     a = np.array([2, -3, 0, 1, -1, 7], dtype=np.int64)
     b = np.array([10, 3, 0, 100, 5, 2], dtype=np.int64)
@@ -270,6 +280,7 @@ def test_pow_by_two_is_a_multiplication():
     assert "powf" not in source and "a * a" in source
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(
     "to", [TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8, TensorProto.INT8, TensorProto.BOOL]
 )
@@ -286,6 +297,7 @@ def test_cast_float_to_integer_edges(to):
         np.testing.assert_array_equal(got[:7], want[:7])
 
 
+@pytest.mark.cc
 def test_bitshift_by_too_much_is_zero():
     a = np.array([1, 255, 16, 3], dtype=np.uint8)
     b = np.array([7, 8, 200, 0], dtype=np.uint8)
@@ -293,6 +305,7 @@ def test_bitshift_by_too_much_is_zero():
     np.testing.assert_array_equal(got, [128, 0, 0, 3])
 
 
+@pytest.mark.cc
 def test_clip_with_runtime_and_constant_bounds():
     x = np.array([-3, -1, 0, 1, 3, np.nan], dtype=F32)
     lo, hi = np.array(-1.5, F32), np.array(2.0, F32)
@@ -300,6 +313,7 @@ def test_clip_with_runtime_and_constant_bounds():
     check_against_reference("Clip", {"x": x, "lo": lo, "hi": hi}, frozen=("lo", "hi"))
 
 
+@pytest.mark.cc
 def test_where_broadcasts_all_three():
     c = RNG.random((3, 1)) > 0.5
     check_against_reference("Where", {"c": c, "x": RNG.random((1, 4)).astype(F32), "y": np.array(9.0, F32)})
@@ -311,6 +325,7 @@ REDUCTIONS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
 REDUCTIONS += ["ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"]
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("axes", [(0,), (1,), (3,), (1, 2), (0, 3), (0, 2), (0, 1, 2, 3)])
 @pytest.mark.parametrize("keepdims", [0, 1])
 def test_reductions(axes, keepdims):
@@ -319,6 +334,7 @@ def test_reductions(axes, keepdims):
         check_against_reference(op, {"x": x, "axes": np.array(axes, np.int64)}, frozen=("axes",), keepdims=keepdims)
 
 
+@pytest.mark.cc
 def test_integer_and_bool_reductions():
     x = RNG.integers(-100, 100, (3, 4, 5)).astype(np.int32)
     axes = np.array([1], np.int64)
@@ -328,6 +344,7 @@ def test_integer_and_bool_reductions():
     check_against_reference("ReduceMax", {"x": flags, "axes": axes}, frozen=("axes",))
 
 
+@pytest.mark.cc
 def test_reduce_log_sum_exp_is_stable():
     x = np.array([[1000.0, 1000.0], [-1000.0, -1000.0]], dtype=F32)
     model = _model("ReduceLogSumExp", {"x": x, "axes": np.array([1], np.int64)}, keepdims=0)
@@ -342,6 +359,7 @@ def test_reduce_keeps_the_accumulator_in_a_register_for_an_inner_reduced_run():
     assert "acc = acc + v" in source
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
 @pytest.mark.parametrize("last", [0, 1])
 def test_argmax_with_ties_and_nan(op, last):
@@ -353,6 +371,7 @@ def test_argmax_with_ties_and_nan(op, last):
 # -- data movement -----------------------------------------------------------------------------
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("perm", [(0, 2, 3, 1), (0, 3, 1, 2), (3, 2, 1, 0), (1, 0, 2, 3), (0, 1, 3, 2)])
 def test_transpose(perm):
     x = RNG.random((2, 3, 4, 5)).astype(F32)
@@ -376,6 +395,7 @@ def test_reshape_is_one_memcpy():
     assert source.count("memcpy") == 1 and _loops(source) == 0
 
 
+@pytest.mark.cc
 def test_concat_and_split_round_trip():
     a, b = RNG.random((2, 3, 4)).astype(F32), RNG.random((2, 5, 4)).astype(F32)
     check_against_reference("Concat", {"a": a, "b": b}, axis=1)
@@ -386,6 +406,7 @@ def test_concat_and_split_round_trip():
     check_against_reference("Split", {"x": x}, outputs=3, axis=1, num_outputs=3)
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(
     ("starts", "ends", "axes", "steps"),
     [
@@ -401,6 +422,7 @@ def test_slice(starts, ends, axes, steps):
     check_against_reference("Slice", feeds, frozen=("s", "e", "a", "t"))
 
 
+@pytest.mark.cc
 def test_gather_negative_and_out_of_range_indices():
     data = RNG.random((4, 5, 3)).astype(F32)
     indices = np.array([[0, -1], [2, -5]], np.int64)
@@ -413,6 +435,7 @@ def test_gather_negative_and_out_of_range_indices():
     assert (got[:, 1:] == 0).all()  # out of range: zeros, never a read outside the input
 
 
+@pytest.mark.cc
 def test_gather_elements():
     data = RNG.random((3, 4)).astype(F32)
     indices = np.array([[0, -1, 2], [1, 0, -3], [3, 3, 0]], np.int64)
@@ -422,12 +445,14 @@ def test_gather_elements():
     )
 
 
+@pytest.mark.cc
 def test_expand_and_tile():
     x = RNG.random((3, 1)).astype(F32)
     check_against_reference("Expand", {"x": x, "shape": np.array([2, 1, 4], np.int64)}, frozen=("shape",))
     check_against_reference("Tile", {"x": x, "r": np.array([2, 3], np.int64)}, frozen=("r",))
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 def test_pad(mode):
     x = RNG.integers(0, 100, (2, 3, 4)).astype(np.int32)
@@ -441,11 +466,13 @@ def test_pad(mode):
     np.testing.assert_array_equal(harness.run_model(model, feeds, frozen=("pads",))["y0"], want)
 
 
+@pytest.mark.cc
 def test_pad_with_runtime_constant_value():
     x = RNG.random((2, 3)).astype(F32)
     check_against_reference("Pad", {"x": x, "pads": np.array([1, 0, 0, 2]), "v": np.array(5.0, F32)}, frozen=("pads",))
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("mode", ["DCR", "CRD"])
 def test_depth_to_space_round_trip(mode):
     x = RNG.random((1, 8, 2, 3)).astype(F32)
@@ -453,6 +480,7 @@ def test_depth_to_space_round_trip(mode):
     check_against_reference("SpaceToDepth", {"x": RNG.random((1, 2, 4, 6)).astype(F32)}, blocksize=2)
 
 
+@pytest.mark.cc
 def test_cumsum_reverse_exclusive_wraps_integers():
     x = np.array([[2**31 - 1, 1, 5], [-3, 4, -(2**31)]], np.int32)
     for reverse in (0, 1):
@@ -461,6 +489,7 @@ def test_cumsum_reverse_exclusive_wraps_integers():
             check_against_reference("CumSum", feeds, frozen=("axis",), reverse=reverse, exclusive=exclusive)
 
 
+@pytest.mark.cc
 def test_scatter_skips_out_of_range_indices():
     data = np.zeros((3, 4), F32)
     indices = np.array([[1, 9], [-1, 0]], np.int64)
@@ -473,6 +502,7 @@ def test_scatter_skips_out_of_range_indices():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.cc
 def test_gather_nd_with_batch_dims():
     data = RNG.random((2, 3, 4)).astype(F32)
     indices = np.array([[[1, -1]], [[2, 0]]], np.int64)
@@ -492,6 +522,7 @@ RESIZES = [
 ]
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("attrs", RESIZES, ids=lambda a: "-".join(str(v) for v in a.values()))
 @pytest.mark.parametrize("scales", [(1, 1, 2, 3), (1, 1, 0.5, 0.75), (1, 1, 1.7, 1)])
 def test_resize_nchw(attrs, scales):
@@ -500,6 +531,7 @@ def test_resize_nchw(attrs, scales):
     check_against_reference("Resize", feeds, frozen=("roi", "scales"), opset=19, **attrs)
 
 
+@pytest.mark.cc
 def test_resize_channels_last_moves_rows():
     x = RNG.random((1, 5, 6, 3)).astype(F32)
     feeds = {"x": x, "roi": np.array([], F32), "scales": np.array([1, 2, 2, 1], F32)}
@@ -559,6 +591,7 @@ for name, (status, detail) in sorted(outcomes.items()):
 """
 
 
+@pytest.mark.cc
 def test_kernels_are_clean_under_asan_and_ubsan():
     """A sanitizer report aborts the run (-fno-sanitize-recover), so a clean exit is the check."""
     libasan = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()

@@ -76,6 +76,7 @@ def host_platform(runtime: str) -> str:
     return f"name: host_{runtime}\ntarget: {{kind: native, runtime: {runtime}}}\n"
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("runtime", ["aot", "graph", "vm"])
 def test_every_runtime_matches_onnxruntime(tmp_path, model_file, runtime):
     platform = load_platform_text(host_platform(runtime))
@@ -87,6 +88,7 @@ def test_every_runtime_matches_onnxruntime(tmp_path, model_file, runtime):
     assert [t.name for t in model.inputs] == ["x"] and model.outputs[0].shape == (1, 8, 16, 16)
 
 
+@pytest.mark.cc
 def test_soc_runs_heterogeneous_program_in_one_process(tmp_path, big_model_file):
     out = hetgen.compile("soc", big_model_file, out=tmp_path / "soc")
     manifest = json.loads((out / "hetgen.json").read_text())
@@ -100,6 +102,7 @@ def test_soc_runs_heterogeneous_program_in_one_process(tmp_path, big_model_file)
     assert "kernels 0.0 us" not in npu, report
 
 
+@pytest.mark.cc
 def test_second_run_leaves_ninja_nothing_to_do_and_edits_rebuild_one_kernel(tmp_path, model_file):
     out = tmp_path / "inc"
     platform = tmp_path / "host.yaml"
@@ -146,6 +149,7 @@ def test_generation_is_deterministic(tmp_path, model_file):
         assert (first / relative).read_bytes() == (second / relative).read_bytes(), relative
 
 
+@pytest.mark.cc
 def test_sanitized_example_runs_clean(tmp_path, big_model_file):
     out = tmp_path / "asan"
     result = subprocess.run(
@@ -160,6 +164,7 @@ def test_sanitized_example_runs_clean(tmp_path, big_model_file):
     assert "y: 16384 bytes" in run.stdout
 
 
+@pytest.mark.cc
 def test_example_main_reads_inputs_and_writes_outputs(tmp_path, model_file):
     out = hetgen.compile(load_platform_text(host_platform("aot")), model_file, out=tmp_path / "c")
     x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
@@ -209,6 +214,7 @@ def test_missing_platform_names_what_exists(tmp_path, model_file):
     assert "no_such_platform" in result.stderr
 
 
+@pytest.mark.cc
 def test_verify_cli_reports_errors_per_output(tmp_path, model_file):
     out = tmp_path / "v"
     assert run_cli("host", str(model_file), "-o", str(out)).returncode == 0
@@ -217,6 +223,7 @@ def test_verify_cli_reports_errors_per_output(tmp_path, model_file):
     assert "y: max abs error" in result.stdout and "1 of 1 outputs match" in result.stdout
 
 
+@pytest.mark.cc
 def test_c_array_weights_build_and_match(tmp_path, model_file):
     out = hetgen.compile(load_platform_text(host_platform("aot")), model_file, out=tmp_path / "arr", weights="c_array")
     assert (out / "host_aot/weights.c").is_file() and not (out / "host_aot/weights.S").exists()
@@ -251,6 +258,7 @@ def test_output_folder_that_is_not_ours_is_refused(tmp_path, model_file):
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
 
 
+@pytest.mark.cc
 def test_ninja_regenerates_when_the_model_changes(tmp_path, model_file):
     model = tmp_path / "model.onnx"
     model.write_bytes(model_file.read_bytes())
@@ -288,6 +296,7 @@ def edited_model(model_file: Path, tmp_path: Path, alpha: float) -> Path:
     return path
 
 
+@pytest.mark.cc
 def test_failed_build_leaves_no_new_folder_and_keeps_its_log(tmp_path, model_file):
     platform = load_platform_text(host_platform("graph"))
     out = tmp_path / "new"
@@ -310,6 +319,7 @@ def test_failed_build_leaves_no_new_folder_and_keeps_its_log(tmp_path, model_fil
     assert stat.S_IMODE((out / "build.ninja").stat().st_mode) == 0o666 & ~umask
 
 
+@pytest.mark.cc
 def test_failed_build_or_generation_leaves_an_existing_folder_exactly_as_it_was(tmp_path, model_file):
     platform = load_platform_text(host_platform("graph"))
     out = hetgen.compile(platform, model_file, out=tmp_path / "out")
@@ -326,6 +336,7 @@ def test_failed_build_or_generation_leaves_an_existing_folder_exactly_as_it_was(
     assert result.returncode == 0 and snapshot(out) != before, result.stderr
 
 
+@pytest.mark.cc
 def test_rebuild_through_staging_recompiles_only_the_changed_kernel(tmp_path, model_file):
     """The build runs in a copy of the project that is then swapped in: timestamps and ninja's logs
     survive both, so a rebuild after a small model change compiles one kernel, in place of all."""

@@ -100,6 +100,7 @@ def test_explain_json_and_dot_from_the_cli(tmp_path):
     assert dot.returncode == 0 and dot.stdout.lstrip().startswith("digraph")
 
 
+@pytest.mark.cc
 def test_greedy_and_cost_modes_both_build_and_agree_numerically(tmp_path):
     model = conv_model(16, 16)
     outputs = {}

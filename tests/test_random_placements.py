@@ -16,6 +16,8 @@ import hetgen
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 SHAPE = [1, 8, 8, 8]
 RUNTIMES = ("vm", "graph", "aot")
 

@@ -15,6 +15,8 @@ import hetgen
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 FAST = {"opt": ("-O1",), "native_tuning": False, "native_only": True}
 HOST = "name: host\ntarget: {kind: native, runtime: aot}\n"
 SOC = Path(__file__).resolve().parents[1] / "platforms" / "soc.yaml"

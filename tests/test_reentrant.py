@@ -65,6 +65,7 @@ def built(request, tmp_path_factory):
     return out, model
 
 
+@pytest.mark.cc
 def test_run_from_eight_threads_matches_onnxruntime(built):
     out, model = built
     loaded = hetgen.load(out)
@@ -90,6 +91,7 @@ def test_run_from_eight_threads_matches_onnxruntime(built):
     assert not wrong, f"{len(wrong)} of {len(feeds)} concurrent runs differ from onnxruntime"
 
 
+@pytest.mark.cc
 def test_simulated_counters_are_per_workspace(built):
     out, _ = built
     loaded = hetgen.load(out)
@@ -106,6 +108,7 @@ def test_simulated_counters_are_per_workspace(built):
         loaded.device_stats(len(counting))
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(
     "value, message",
     [
@@ -175,6 +178,7 @@ int main(int argc, char **argv) {
 """
 
 
+@pytest.mark.cc
 def test_generated_c_from_pthreads_under_thread_sanitizer(tmp_path):
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed")

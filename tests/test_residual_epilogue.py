@@ -14,6 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 from hetgen.models import resnet
 from tests.test_fused_transformer import compile_and_compare
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 
 def conv_add_model(
     channels=16,

@@ -21,6 +21,8 @@ from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform_text
 from test_reentrant import PINS, small_model
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 HERE = Path(__file__).resolve().parent
 RUNTIME = HERE.parent / "templates" / "runtime"
 HG_OK, HG_ERR_BYTECODE, HG_ERR_DEVICE = 0, -2, -3

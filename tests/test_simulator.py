@@ -120,12 +120,14 @@ def five(tmp_path_factory):
     return run_counts(tmp_path_factory.mktemp("five"), five_kernels(), platform(), PIN_ALL)
 
 
+@pytest.mark.cc
 def test_matmul_64_cubed_fills_the_16x16_array(five):
     _, _, counts, _ = five
     # ceil(64/16) * ceil(64/16) * 64 = 1024 steps; SRAM: 3 * 16 KiB / 64 = 768 cycles, hidden; + 64 to start
     assert counts[("kernel", "mm64")] == 64 + 1024
 
 
+@pytest.mark.cc
 def test_an_odd_shape_wastes_lanes(five):
     _, _, counts, _ = five
     # 65 x 65 outputs over 64: ceil(65/16) = 5 row and column tiles, 5 * 5 * 64 = 1600 steps for
@@ -136,6 +138,7 @@ def test_an_odd_shape_wastes_lanes(five):
     assert macs_per_step_64 == 256 and macs_per_step_65 < 0.67 * 256
 
 
+@pytest.mark.cc
 def test_convolution_is_a_matrix_product_of_pixels_by_output_channels(five):
     _, _, counts, _ = five
     # 16 x 16 output pixels (M = 256), 16 output channels (N), 8 * 3 * 3 taps (K = 72):
@@ -143,18 +146,21 @@ def test_convolution_is_a_matrix_product_of_pixels_by_output_channels(five):
     assert counts[("kernel", "conv")] == 64 + 1152
 
 
+@pytest.mark.cc
 def test_elementwise_add_is_bound_by_local_memory(five):
     _, _, counts, _ = five
     # 16384 sums / 16 lanes = 1024 cycles, but 3 * 64 KiB / 64 bytes per cycle = 3072 cycles
     assert counts[("kernel", "add")] == 64 + 3072
 
 
+@pytest.mark.cc
 def test_pooling_counts_its_taps(five):
     _, _, counts, _ = five
     # 4096 outputs of 9 taps / 16 lanes = 2304 cycles; SRAM: 2 * 16 KiB / 64 = 512, hidden
     assert counts[("kernel", "pool")] == 64 + 2304
 
 
+@pytest.mark.cc
 def test_tile_loads_and_stores_are_dma(five):
     """Each kernel here fits the 512 KiB SRAM whole: one tile that DMAs its inputs and weights in,
     computes, and DMAs its output back, one command after the other (no second tile to overlap)."""
@@ -170,6 +176,7 @@ def test_tile_loads_and_stores_are_dma(five):
     assert stats["compute_cycles"] == sum(counts.values())
 
 
+@pytest.mark.cc
 def test_bench_joins_each_group_with_its_counters(five):
     _, _, counts, out = five
     report = simulation_report(out)
@@ -187,6 +194,7 @@ def single(tmp_path_factory):
     return run_counts(tmp_path_factory.mktemp("one"), one_matmul(), platform(dma_gbps=3), {"mm": NPU})
 
 
+@pytest.mark.cc
 def test_copies_to_and_from_the_controller_are_dma(single):
     _, stats, counts, _ = single
     per_copy = 32 + -(-64 * 64 * 4 // 3)  # ceil(16384 / 3) = 5462
@@ -195,6 +203,7 @@ def test_copies_to_and_from_the_controller_are_dma(single):
     assert stats["invocations"] == 1
 
 
+@pytest.mark.cc
 def test_the_platforms_npu_parameters_take_effect(tmp_path, single):
     _, _, before, _ = single
     _, _, after, _ = run_counts(tmp_path, one_matmul(), platform(macs=128, dma_gbps=3, command=10), {"mm": NPU})
@@ -203,6 +212,7 @@ def test_the_platforms_npu_parameters_take_effect(tmp_path, single):
     assert after[("kernel", "mm")] == 10 + 2048
 
 
+@pytest.mark.cc
 def test_bench_json_puts_estimate_beside_simulation(five):
     _, stats, counts, out = five
     document = bench_json(out)
@@ -271,6 +281,7 @@ def _cycles(work: dict, dma_per_cycle: float) -> int:
     return 64 + max(compute, -(-work["bytes"] // 64))
 
 
+@pytest.mark.cc
 def test_double_buffered_tiles_overlap_dma_and_compute(tmp_path):
     """A 3x3 convolution, 32 -> 32 channels on 32 x 32 pixels, on a 96 KiB SRAM runs as tiles,
     double-buffered. The DMA engine and the MAC array each run their commands in order; a command

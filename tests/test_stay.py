@@ -137,6 +137,7 @@ def test_a_tensor_read_by_two_npu_groups_crosses_the_link_once(sram_kib):
     assert sent.count("x") == 1, sent
 
 
+@pytest.mark.cc
 def test_a_tight_chain_still_matches_onnxruntime(tmp_path):
     model = conv_chain()
     platform = load_platform_text(SOC.format(sram_kib=300, dma_gbps=8))

@@ -158,6 +158,7 @@ def thread_count() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+@pytest.mark.cc
 def test_large_kernels_split_and_small_ones_stay_serial(builds):
     _, outs = builds
     assert split_kernels(outs[2]) == set(LARGE)
@@ -167,6 +168,7 @@ def test_large_kernels_split_and_small_ones_stay_serial(builds):
     assert "hg_parallel_for" not in tiny and "hg_threads.h" not in tiny
 
 
+@pytest.mark.cc
 def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkeypatch):
     model, outs = builds
     feeds = random_inputs(hetgen.load(outs[1]).inputs, seed=5)
@@ -185,6 +187,7 @@ def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkey
         assert np.array_equal(one[name].view(np.uint32), three[name].view(np.uint32)), f"{name}: 1 and 3 threads differ"
 
 
+@pytest.mark.cc
 def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     """Bare metal has no pool (hg_threads_config.h: HG_THREADS_POOL 0): a split kernel then refers to
     no pool function and no pthreads, so it links without hg_threads.c's pool or -pthread."""
@@ -207,6 +210,7 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
         assert "hg_parallel_for" not in undefined and "pthread" not in undefined, (source.name, undefined)
 
 
+@pytest.mark.cc
 def test_a_model_unloads_with_its_pool_stopped_again_and_again(builds, monkeypatch):
     """Unloading (close, or collection) stops and joins the worker before the library is unmapped:
     a worker left running (spinning) in unmapped code was a segfault. Thirty loads in one process,
@@ -263,6 +267,7 @@ print("ok", flush=True)
 """
 
 
+@pytest.mark.cc
 def test_the_interpreter_exits_cleanly_with_a_pool_running(builds):
     """At exit the model is unloaded (its finalizer, atexit) while a daemon thread keeps running it
     and the pool's worker spins: the unload waits for the run in flight and joins the worker."""
@@ -416,6 +421,7 @@ int main(int argc, char **argv) {
 """
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("sanitizers", [("thread",), ("address", "undefined")], ids=["tsan", "asan-ubsan"])
 def test_split_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch, sanitizers):
     if shutil.which("gcc") is None:

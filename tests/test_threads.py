@@ -75,6 +75,7 @@ def builds(tmp_path_factory):
     return model, outs
 
 
+@pytest.mark.cc
 def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkeypatch):
     model, outs = builds
     monkeypatch.delenv("HG_THREADS", raising=False)
@@ -92,6 +93,7 @@ def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkey
     assert (outs[2] / "runtime" / "hg_threads_config.h").read_text().count("HG_THREADS_DEFAULT 2") == 1
 
 
+@pytest.mark.cc
 def test_hg_threads_overrides_the_platform_at_run_time(builds, monkeypatch):
     model, outs = builds
     x = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
@@ -182,6 +184,7 @@ int main(void) {
 """
 
 
+@pytest.mark.cc
 def test_pool_is_clean_under_thread_sanitizer(tmp_path, monkeypatch):
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed")

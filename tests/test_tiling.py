@@ -113,6 +113,7 @@ def odd_build(tmp_path_factory):
     return model, platform, out
 
 
+@pytest.mark.cc
 def test_odd_layers_tiled_into_16_kib_match_onnxruntime(odd_build):
     model, platform, out = odd_build
     plans = _plans(import_model(model), platform)

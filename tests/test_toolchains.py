@@ -11,6 +11,8 @@ import pytest
 
 import hetgen
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 REPO = Path(__file__).resolve().parent.parent
 COMPILERS = ["gcc", "clang", "aarch64-linux-gnu-gcc", "riscv64-linux-gnu-gcc"]
 

@@ -32,6 +32,8 @@ from transport_support import (
     write_key,
 )
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 RUNTIME = REPO / "templates" / "runtime"
 
 

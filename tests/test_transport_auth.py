@@ -87,12 +87,14 @@ RFC_4231 = [
 ]
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(("key", "data", "mac"), RFC_4231, ids=["1", "2", "3", "4", "6", "7"])
 def test_c_hmac_sha256_meets_rfc_4231_and_pythons_hmac(unit, key, data, mac):
     assert hmac.new(key, data, hashlib.sha256).hexdigest() == mac  # the vector as Python computes it
     assert c_says(unit, "hmac", key.hex(), data.hex()) == mac
 
 
+@pytest.mark.cc
 def test_c_sha256_and_hmac_agree_with_python_on_every_padding_boundary(unit):
     rng = random.Random(7)
     for size in (0, 1, 55, 56, 57, 63, 64, 65, 119, 120, 128, 1000, 20000):
@@ -102,6 +104,7 @@ def test_c_sha256_and_hmac_agree_with_python_on_every_padding_boundary(unit):
         assert c_says(unit, "hmac", key.hex(), data.hex()) == hmac.new(key, data, hashlib.sha256).hexdigest(), size
 
 
+@pytest.mark.cc
 def test_escape_leaves_no_control_character(unit):
     text = b"ok \x1b[2J\x1b]0;owned\x07 \\ \r\n\x9b\xff end"
     assert c_says(unit, "escape", text.hex()) == r"ok \x1b[2J\x1b]0;owned\x07 \x5c \x0d\x0a\x9b\xff end"
@@ -170,6 +173,7 @@ def refusal_then_close(sock: socket.socket) -> bytes:
     return body[4:].rstrip(b"\0")
 
 
+@pytest.mark.cc
 def test_an_idle_peer_does_not_block_a_second_client(pair, server):
     idle = server.connect()  # connects, then says nothing
     start = time.monotonic()
@@ -185,6 +189,7 @@ def test_an_idle_peer_does_not_block_a_second_client(pair, server):
     idle.close()
 
 
+@pytest.mark.cc
 def test_a_trickling_peer_is_dropped_at_its_frame_deadline(pair, server):
     """A hello sent one byte every 50 ms would take 4.8 s whole; a per-read timeout would wait for it."""
     hello = frame(HELLO, 1, hello_payload(os.urandom(NONCE), pair.plan_hash, pair.device.encode()))
@@ -209,6 +214,7 @@ def test_a_trickling_peer_is_dropped_at_its_frame_deadline(pair, server):
     assert sent < len(hello) and 0.55 < took < 1.5, (sent, took)
 
 
+@pytest.mark.cc
 def test_a_peer_without_the_key_gets_one_refusal_and_a_close(pair, server):
     # It skips the proof and asks for memory.
     with server.connect() as sock:
@@ -249,6 +255,7 @@ class Recorder:
         self.writer.flush()
 
 
+@pytest.mark.cc
 def test_a_recorded_session_replayed_is_refused(pair, server):
     with server.connect() as sock:
         recorder = Recorder(sock.makefile("wb"))
@@ -265,6 +272,7 @@ def test_a_recorded_session_replayed_is_refused(pair, server):
         assert reader.read(1) == b""
 
 
+@pytest.mark.cc
 def test_frames_injected_or_replayed_inside_a_session_are_refused(pair, server):
     """After the handshake every frame carries a tag over its number: one that the peer did not
     seal, or an old one sent again, is a broken frame, though its CRC is right."""
@@ -283,6 +291,7 @@ def test_frames_injected_or_replayed_inside_a_session_are_refused(pair, server):
         assert b"bad frame: its tag does not match" in refusal_then_close(sock)
 
 
+@pytest.mark.cc
 def test_a_second_session_reads_zeros_not_the_first_ones_data(pair, server):
     marker = bytes(range(256)) * 32  # 8 KiB, as the issue's reproduction read back
     size = min(len(marker), pair.memory_size)
@@ -302,6 +311,7 @@ def test_a_second_session_reads_zeros_not_the_first_ones_data(pair, server):
         assert third.call(COPY_OUT, u64s(0, size)) == (0, bytes(size))
 
 
+@pytest.mark.cc
 def test_the_hello_names_the_device_and_the_plan(pair, server):
     with server.connect() as sock:
         peer = Client(sock.makefile("rb"), sock.makefile("wb"), pair.key.read_bytes(), pair.plan_hash, b"npu\x1b[31m")
@@ -318,6 +328,7 @@ def test_the_hello_names_the_device_and_the_plan(pair, server):
         assert b"the client's hello says version 1, this server 2" in refusal_then_close(sock)
 
 
+@pytest.mark.cc
 def test_an_oversized_frame_before_authentication_is_refused_unread(pair, server):
     with server.connect() as sock:
         head = struct.pack("<IHHII", 0x50544748, 2, HELLO, 1, 100_000)
@@ -327,6 +338,7 @@ def test_an_oversized_frame_before_authentication_is_refused_unread(pair, server
         )
 
 
+@pytest.mark.cc
 def test_more_peers_than_sessions_are_refused_not_queued(pair):
     listening = listen(pair, "--timeout-ms", "600", "--max-sessions", "1")
     try:
@@ -359,6 +371,7 @@ def assert_refused(result, *phrases):
     assert "Sanitizer" not in result.stderr and "runtime error" not in result.stderr
 
 
+@pytest.mark.cc
 def test_the_root_drops_a_server_trickling_its_reply(pair, tmp_path):
     """The reply (92 bytes) comes a byte every 50 ms: 4.6 s whole; the root gives the frame 500 ms."""
     result, took = run_root(pair, tmp_path, "exec:" + peer_command("trickle", "50"), timeout_ms=500)
@@ -366,6 +379,7 @@ def test_the_root_drops_a_server_trickling_its_reply(pair, tmp_path):
     assert took < 2, took
 
 
+@pytest.mark.cc
 def test_the_root_refuses_a_server_without_the_key(pair, tmp_path):
     result, _ = run_root(pair, tmp_path, "exec:" + peer_command("wrong-key"))
     assert_refused(result, "hello: the server did not prove that it holds the transport key")
@@ -375,12 +389,14 @@ def test_the_root_refuses_a_server_without_the_key(pair, tmp_path):
     assert_refused(result, "the server did not prove that it holds the transport key")
 
 
+@pytest.mark.cc
 def test_the_root_refuses_a_reply_whose_tag_is_forged(pair, tmp_path):
     """A server that passed the handshake (it holds the key) but whose sealed reply was altered."""
     result, _ = run_root(pair, tmp_path, "exec:" + peer_command("bad-tag", str(pair.key)))
     assert_refused(result, "auth: bad frame: its tag does not match")
 
 
+@pytest.mark.cc
 def test_the_root_refuses_an_oversized_reply_and_a_loose_key(pair, tmp_path):
     result, _ = run_root(pair, tmp_path, "exec:" + peer_command("oversize"))
     assert_refused(result, "exceeds the 268435456-byte limit")
@@ -390,6 +406,7 @@ def test_the_root_refuses_an_oversized_reply_and_a_loose_key(pair, tmp_path):
     assert_refused(result, "may be read or written by others (mode 640): run chmod 600")
 
 
+@pytest.mark.cc
 def test_a_refusal_reaches_the_terminal_escaped(pair, tmp_path):
     result, _ = run_root(pair, tmp_path, "exec:" + peer_command("escape"))
     assert_refused(result, r"the server refused the request: no \x1b[2J\x1b]0;owned\x07 entry\x0d")

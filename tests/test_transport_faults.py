@@ -18,6 +18,8 @@ import pytest
 from transport_peer import ALLOC, COPY_IN, COPY_OUT, ERROR, HELLO, INVOKE, WAIT, Client, frame, read_frame
 from transport_support import RUN_ENV, peer_command, shared_pair, write_inputs
 
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+
 EXIT_RUN = 4  # templates/model/main.c.j2: a failed init or run
 
 

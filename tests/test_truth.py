@@ -148,6 +148,7 @@ def activation_model(with_pre_activation_outputs: bool) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.cc
 def test_fused_and_standalone_activations_are_bit_identical_and_match_onnxruntime(tmp_path):
     rng = np.random.default_rng(2)
     x = (rng.standard_normal((1, 3, 4, 4)) * 8).astype(np.float32)  # wide: both tails of each curve

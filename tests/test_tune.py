@@ -63,6 +63,7 @@ def static_asserts(out: Path) -> list[str]:
     )
 
 
+@pytest.mark.cc
 def test_tuning_blocks_change_the_generated_runtime_and_kernels_which_still_match(tmp_path):
     # memory: fast, so no layer takes blocks smaller than the platform's (lean would here: prepack.py)
     tuned_file, default_file = tmp_path / "tuned.yaml", tmp_path / "default.yaml"
@@ -117,6 +118,7 @@ def test_search_keeps_the_fastest_candidate_of_each_block_size():
     assert len(trials) == 4  # (128, 256 default), kc 128, 512, mc 64: the default is not timed twice
 
 
+@pytest.mark.cc
 def test_a_quick_tune_on_this_machine_writes_blocks_and_figures_that_explain_uses(tmp_path):
     out = tmp_path / "host-tuned.yaml"
     result = tune("host", out=out, quick=True, search_path=(str(REPO / "platforms"),))

@@ -8,10 +8,13 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import hetgen
 from hetgen.runtime.reference import ort_session, random_inputs
+
+pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
 
 
 def elementwise_model() -> onnx.ModelProto:
