@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
@@ -55,6 +56,7 @@ def kernel_files(out) -> dict[str, str]:
     return {path.name: path.read_text() for path in sorted((out / "host" / "kernels").glob("*.c"))}
 
 
+@pytest.mark.cc
 def test_two_hundred_identical_nodes_share_one_kernel_function_and_match_onnxruntime(tmp_path):
     out = hetgen.compile("host", conv_relu_chain(100), out=tmp_path / "out", native_only=True, werror=True)
     functions = kernel_functions(out)

@@ -141,6 +141,7 @@ def test_a_rank_past_the_runtimes_is_refused_where_a_node_makes_it():
     assert import_model(model([helper.make_node("Relu", ["x"], ["y"])], [x], same)).type_of("y").rank == MAX_RANK
 
 
+@pytest.mark.cc
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 def test_the_rank_limit_is_the_runtimes(tmp_path):
     check = tmp_path / "rank.c"

@@ -99,6 +99,7 @@ RUN = (
 )
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(("case_id", "platform_name", "pin"), RUN, ids=[f"{c}-{p}" for c, p, _ in RUN])
 def test_an_omitted_optional_input_matches_onnxruntime(case_id, platform_name, pin, tmp_path):
     from fuzz_cases import FuzzCase, run_case
@@ -126,6 +127,7 @@ DEFAULTED = (
 )
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize("case_id", DEFAULTED)
 def test_an_omitted_input_means_its_default(case_id, tmp_path):
     import hetgen

@@ -232,6 +232,7 @@ def test_c_array_weights_build_and_match(tmp_path, model_file):
     np.testing.assert_allclose(got, reference(model_file, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.cc
 def test_installed_command_works_from_any_directory(tmp_path):
     """The console script of the installed wheel (CI installs it) carries templates and platforms."""
     command = shutil.which("hetgen")

@@ -59,6 +59,7 @@ RUN += [
 ]
 
 
+@pytest.mark.cc
 @pytest.mark.parametrize(("case", "platform_name", "pin"), RUN, ids=[f"{c}-{p}" for c, p, _ in RUN])
 def test_an_empty_tensor_matches_the_reference(case, platform_name, pin, tmp_path):
     import hetgen
