@@ -1,90 +1,116 @@
 #!/usr/bin/env python3
-"""Replay check: the generated sources of the shipped examples, before and after a change.
+"""Replay check: do two revisions of hetgen generate the same projects for the shipped examples?
 
-    python .ci/replay.py snapshot DIR      # generate (no build) every example on every shipped platform
-    python .ci/replay.py diff OLD NEW      # list what differs; exit 1 if anything does
+A refactor that should change nothing proves it here. Every shipped model (examples/*.onnx) is
+generated (not built) for every shipped platform (platforms/*.yaml) by this checkout and by another
+revision (a temporary git worktree), and the two sets of files are compared byte for byte, after
+the output folder's own absolute path is replaced by a placeholder.
 
-A refactor that should change nothing shows that it changed nothing: snapshot on the old commit,
-snapshot on the new one, diff. Generation only (`hetgen generate`), so it needs no compiler and
-runs in well under a minute per platform.
+    python .ci/replay.py                   # this checkout against HEAD (uncommitted changes)
+    python .ci/replay.py --against main~3  # against any revision
+    python .ci/replay.py --diff            # also print a unified diff of each changed text file
+
+Exit status: 0 when nothing changed, 1 when something did (listed), 2 when a side failed to generate.
 """
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
+PLACEHOLDER = b"@OUT@"
+TREE_PLACEHOLDER = b"@TREE@"  # build.ninja's regenerate rule names the hetgen tree that wrote it
 
 
-def _cases() -> list[tuple[Path, Path]]:
-    platforms = sorted((REPO / "platforms").glob("*.yaml"))
-    models = sorted((REPO / "examples").glob("*.onnx"))
+def cases(tree: Path) -> list[tuple[Path, Path]]:
+    models = sorted((tree / "examples").glob("*.onnx"))
+    platforms = sorted((tree / "platforms").glob("*.yaml"))
     return [(platform, model) for platform in platforms for model in models]
 
 
-def snapshot(folder: Path) -> int:
-    folder.mkdir(parents=True, exist_ok=True)
-    # build.ninja names the checkout and the output folder (it regenerates itself): the diff
-    # reads them back from here and compares with both replaced by placeholders.
-    (folder / _ROOTS).write_text(f"{REPO}\n{folder}\n")
-    failures = 0
-    for platform, model in _cases():
-        out = folder / f"{platform.stem}__{model.stem}"
+def generate(tree: Path, into: Path) -> dict[str, bytes]:
+    """Every case's files, keyed `platform/model/relative path`; a case that fails is recorded as such."""
+    files: dict[str, bytes] = {}
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    for platform, model in cases(tree):
+        key = f"{platform.stem}/{model.stem}"
+        out = into / key
         result = subprocess.run(
             [sys.executable, "-m", "hetgen", "generate", str(platform), str(model), "-o", str(out)],
-            cwd=REPO,
+            cwd=tree,
+            env=env,
             capture_output=True,
-            text=True,
         )
-        # A refusal is part of the replay too: its message is what the user sees.
-        (folder / f"{out.name}.log").write_text(f"exit {result.returncode}\n{result.stderr}")
-        status = "ok" if result.returncode == 0 else f"exit {result.returncode}"
-        print(f"{out.name}: {status}", flush=True)
-        failures += result.returncode not in (0, 1)
-    return 1 if failures else 0
+        if result.returncode != 0:
+            # Refusals are part of the behaviour too (e.g. a platform that cannot hold a model).
+            files[f"{key}/<exit status>"] = f"{result.returncode}\n".encode() + result.stderr.replace(
+                str(out).encode(), PLACEHOLDER
+            )
+            continue
+        for path in sorted(p for p in out.rglob("*") if p.is_file()):
+            content = path.read_bytes().replace(str(out.resolve()).encode(), PLACEHOLDER)
+            files[f"{key}/{path.relative_to(out)}"] = normalise(content, out, tree)
+    return files
 
 
-_ROOTS = "replay-roots.txt"
-_NINJA_CONTINUATION = re.compile(rb" ?\$\n +")
+def normalise(content: bytes, out: Path, tree: Path) -> bytes:
+    """Replace what differs only because the two trees live in different folders."""
+    content = content.replace(sys.executable.encode(), b"@PYTHON@")
+    for folder in (out.resolve(), out):
+        content = content.replace(str(folder).encode(), PLACEHOLDER)
+    content = content.replace(str(tree.resolve()).encode(), TREE_PLACEHOLDER)
+    # ninja_syntax wraps long lines at a width, so paths of other lengths wrap elsewhere.
+    return re.sub(rb" \$\n +", b" ", content)
 
 
-def _files(root: Path) -> set[Path]:
-    return {path.relative_to(root) for path in root.rglob("*") if path.is_file()} - {Path(_ROOTS)}
+def other_tree(revision: str, into: Path) -> Path:
+    tree = into / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), revision], cwd=ROOT, check=True)
+    return tree
 
 
-def _normalised(snapshot: Path, relative: Path) -> bytes:
-    data = (snapshot / relative).read_bytes()
-    repo, folder = (snapshot / _ROOTS).read_text().split("\n")[:2]
-    data = data.replace(folder.encode(), b"<OUT>").replace(repo.encode(), b"<REPO>")
-    return _NINJA_CONTINUATION.sub(b" ", data)  # ninja_syntax wraps lines by their length
-
-
-def diff(old: Path, new: Path) -> int:
-    old_files, new_files = _files(old), _files(new)
-    changed = sorted(p for p in old_files & new_files if _normalised(old, p) != _normalised(new, p))
-    only_old, only_new = sorted(old_files - new_files), sorted(new_files - old_files)
-    for path in changed:
-        print(f"changed  {path}")
-    for path in only_old:
-        print(f"removed  {path}")
-    for path in only_new:
-        print(f"added    {path}")
-    total = len(changed) + len(only_old) + len(only_new)
-    print(f"{total} of {len(old_files | new_files)} files differ")
-    return 1 if total else 0
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "snapshot":
-        return snapshot(Path(argv[1]).resolve())
-    if len(argv) == 3 and argv[0] == "diff":
-        return diff(Path(argv[1]), Path(argv[2]))
-    print(__doc__, file=sys.stderr)
-    return 2
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", default="HEAD", help="revision to compare with (default: HEAD)")
+    parser.add_argument("--diff", action="store_true", help="print a unified diff of changed text files")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hetgen-replay-") as scratch:
+        scratch_path = Path(scratch)
+        tree = other_tree(args.against, scratch_path)
+        try:
+            before = generate(tree, scratch_path / "before")
+            after = generate(ROOT, scratch_path / "after")
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+    changed = sorted(k for k in before.keys() & after.keys() if before[k] != after[k])
+    only_before = sorted(before.keys() - after.keys())
+    only_after = sorted(after.keys() - before.keys())
+    for key in changed:
+        print(f"changed   {key}")
+        if args.diff:
+            try:
+                old, new = before[key].decode().splitlines(), after[key].decode().splitlines()
+            except UnicodeDecodeError:
+                continue
+            print("\n".join(f"    {line}" for line in difflib.unified_diff(old, new, lineterm="", n=1)))
+    for key in only_before:
+        print(f"removed   {key}")
+    for key in only_after:
+        print(f"added     {key}")
+    total = len(before.keys() | after.keys())
+    print(
+        f"replay against {args.against}: {total} files, {len(changed)} changed, "
+        f"{len(only_before)} removed, {len(only_after)} added"
+    )
+    return 1 if changed or only_before or only_after else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(main())
