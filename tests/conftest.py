@@ -87,7 +87,7 @@ def pytest_terminal_summary(terminalreporter):
     lines = []
     for prefix, what in (
         (CONFORMANCE, "ONNX node cases, op by op"),
-        (BACKEND, "ONNX node cases through HetgenBackend (up to 3 per operator set; HG_BACKEND_ALL=1: all)"),
+        (BACKEND, "ONNX node cases through HetgenBackend (up to 2 per operator set; HG_BACKEND_ALL=1: all)"),
     ):
         c = _counts(terminalreporter, prefix)
         total = sum(c.values())

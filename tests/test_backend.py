@@ -1,7 +1,7 @@
 """The ONNX backend node tests through the hetgen Backend: the whole pipeline (frontend, placement,
 lowering with the memory planner, codegen, ninja, cffi). test_conformance.py runs every case of
 every operator hetgen claims op by op, kernels alone, in batches; here each set of operators gets up
-to three of its cases (the first, middle and last by name), which keeps CI in its time budget
+to two of its cases (the first and last by name), which keeps CI in its time budget
 (all 1,786 cases take about 10 minutes on 2 cores). HG_BACKEND_ALL=1 runs every case."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def as_array(value) -> np.ndarray:
 pytestmark = pytest.mark.cc  # every case is built through ninja and loaded
 
 ALL_CASES = [case for case in conformance.cases() if case.name not in conformance.EXPECTED_FAILURES]
-PER_OPERATOR_SET = 3
+PER_OPERATOR_SET = 2  # every operator set through the whole pipeline; test_conformance runs every case
 
 
 def sample(cases: list) -> list:
@@ -38,7 +38,7 @@ def sample(cases: list) -> list:
         by_ops[conformance.case_ops(case)].append(case)
     kept = set()
     for group in by_ops.values():
-        picks = {0, len(group) // 2, len(group) - 1} if len(group) > PER_OPERATOR_SET else range(len(group))
+        picks = {0, len(group) - 1} if len(group) > PER_OPERATOR_SET else range(len(group))
         kept.update(group[i].name for i in picks)
     return [case for case in cases if case.name in kept]
 

@@ -137,7 +137,7 @@ def test_elementwise_float16_is_native_and_rounds_once_per_node(tmp_path):
         # the fp16 kind computes on half registers; the plain aarch64 kind never does
         found = half_arithmetic(board_program(out))
         assert bool(found) is fp16, (fp16, found[:5])
-        source = "\n".join(p.read_text() for p in out.rglob("*_k_*.c"))
+        source = "\n".join(p.read_text() for p in out.rglob("kernels/*.c"))
         assert ("_Float16 *restrict out" in source) is fp16
 
 
@@ -158,7 +158,7 @@ def test_float16_cnn_on_fp16_kind_agrees_with_onnxruntime(tmp_path):
                 got[name].astype(np.float32), want[name].astype(np.float32), rtol=1e-3, atol=1e-3, err_msg=name
             )
     # Conv and MatMul keep float32 accumulation (as onnxruntime's CPU kernels): their float32 kernel is there
-    source = "\n".join(p.read_text() for p in out.rglob("*_k_*.c"))
+    source = "\n".join(p.read_text() for p in out.rglob("kernels/*.c"))
     assert "_f32(inner)" in source and "(_Float16)((const float *)" in source
 
 

@@ -194,6 +194,18 @@ def if_reading_an_outer_value_twice() -> onnx.ModelProto:
     )
 
 
+def stft_one_sided_by_default() -> onnx.ModelProto:
+    return model(
+        [helper.make_node("STFT", ["signal", "step", "", "length"], ["y"], name="stft")],
+        [helper.make_tensor_value_info("signal", F, [1, 128, 1])],
+        [helper.make_tensor_value_info("y", F, [1, 15, 9, 2])],
+        [
+            numpy_helper.from_array(np.array(8, np.int64), "step"),
+            numpy_helper.from_array(np.array(16, np.int64), "length"),
+        ],
+    )
+
+
 def mvn_with_default_axes() -> onnx.ModelProto:
     return model(
         [helper.make_node("MeanVarianceNormalization", ["x"], ["y"])],
