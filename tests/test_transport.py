@@ -105,14 +105,19 @@ def test_resnet_over_a_pipe_matches_onnxruntime(resnet_pair, tmp_path):
     assert counters["bytes_sent"] > input_bytes and counters["bytes_received"] > 20 * counters["messages_received"]
 
 
-def test_resnet_over_tcp_matches_onnxruntime(resnet_pair, tmp_path):
-    server = subprocess.Popen(
-        [resnet_pair.server, "--key", resnet_pair.key, "--listen", "127.0.0.1:0", "--once"],
+def listening_server(pair, address: str, *options: str) -> subprocess.Popen:
+    """The pair's server on TCP with its key; it announces its port on stdout."""
+    return subprocess.Popen(
+        [pair.server, "--key", pair.key, "--listen", address, *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **RUN_ENV},
     )
+
+
+def test_resnet_over_tcp_matches_onnxruntime(resnet_pair, tmp_path):
+    server = listening_server(resnet_pair, "127.0.0.1:0", "--once")
     try:
         announced = server.stdout.readline()
         port = re.fullmatch(r"listening on 127\.0\.0\.1:(\d+)\n", announced).group(1)
@@ -263,13 +268,7 @@ def test_server_options_are_checked(resnet_pair, tmp_path):
 
 
 def test_a_remote_listener_needs_allow_remote_and_warns(resnet_pair):
-    server = subprocess.Popen(
-        [resnet_pair.server, "--key", resnet_pair.key, "--listen", "0.0.0.0:0", "--allow-remote"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **RUN_ENV},
-    )
+    server = listening_server(resnet_pair, "0.0.0.0:0", "--allow-remote")
     try:
         assert re.fullmatch(r"listening on 0\.0\.0\.0:\d+\n", server.stdout.readline())
     finally:
