@@ -15,10 +15,11 @@ from hetgen.frontend import import_model
 from hetgen.lower.program import Call, DeviceCopyIn, DeviceCopyOut, Invoke, Wait
 from hetgen.partition.price import placement_price
 from hetgen.partition.search import place
-from hetgen.partition.timeline import Await, Lanes, Submit, Work, copy_cycles, makespan, program_order
+from hetgen.partition.timeline import Await, Lanes, Submit, Work, makespan, program_order
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.devices import simulation_report
 from hetgen.runtime.reference import ort_session
+from hetgen.runtime.replay import copy_cycles
 
 TOLERANCE = 0.15
 

@@ -201,7 +201,7 @@ def test_the_priced_split_is_the_generated_split(model):
     graph = import_model(model())
     platform = load_platform_text(host(4))
     kernels = build_kernel_specs(graph, platform)
-    lowered = lower.lower(graph, platform, place(graph, platform, kernels=kernels), kernels)
+    lowered = lower.lower(graph, platform, place(graph, platform, kernels=kernels))
     seen = {"tasks": 0, "gemm": 0}
     for program in lowered.programs:
         for unit in program.units:

@@ -197,7 +197,7 @@ class Manifest:
     sanitize: tuple[str, ...] = ()
     board: Mapping[str, Any] | None = field(default=None)
     # The controllers' programs as `hetgen bench` replays them with concurrent devices
-    # (hetgen/partition/timeline.py: program_manifest writes it, replay reads it).
+    # (hetgen/codegen/replay_manifest.py writes it, hetgen/runtime/replay.py reads it).
     program: Mapping[str, Any] | None = field(default=None)
     # The SHA-256 of the model it was built from (hetgen/frontend/fingerprint.py), added by the
     # pipeline; "" in a project an older hetgen wrote.

@@ -24,13 +24,13 @@ from hetgen.codegen.remote import (
     server_source,
 )
 from hetgen.codegen.render import forget_templates, render
+from hetgen.codegen.replay_manifest import program_manifest
 from hetgen.codegen.viewmodel import program_view
 from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
-from hetgen.partition.timeline import program_manifest
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.progress import Progress
 from hetgen.templates_dir import templates_dir

@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from hetgen.errors import InternalError
 from hetgen.ir import TensorType
 from hetgen.lower.memory import MemoryPlan
 from hetgen.lower.work import Work
@@ -206,17 +205,6 @@ class Lowered:
     @property
     def root(self) -> Program:
         return self.programs[0]
-
-    def verify(self) -> Lowered:
-        """This value, unchanged, when it holds the invariants the runtimes rely on
-        (hetgen/lower/verify.py); otherwise an InternalError listing every broken one."""
-        from hetgen.lower.verify import broken_invariants  # the checks read the step types defined here
-
-        problems = broken_invariants(self)
-        if problems:
-            listed = "\n  ".join(problems)
-            raise InternalError(f"the lowered program breaks its invariants:\n  {listed}")
-        return self
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,11 @@ from hetgen.lower.program import (
     Wait,
     Weights,
 )
-from hetgen.lower.schedule import SCall, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym
 from hetgen.lower.work import dma_work
 from hetgen.platform import device_attrs
 from hetgen.platform.model import Role, Target
 from hetgen.spec import KernelTable
+from hetgen.spec.schedule import SCall, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym
 
 
 def clock_mhz(target: Target) -> float:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
+from hetgen.spec.table import KernelTable
 
 MODES = ("cost", "greedy")
 
@@ -66,7 +67,7 @@ class Group:
 
 @dataclass(frozen=True)
 class Tiling:
-    """How one kernel unit of a group runs on an accelerator with SRAM (hetgen/lower/tiling.py)."""
+    """How one kernel unit of a group runs on an accelerator with SRAM (hetgen/spec/tiling.py)."""
 
     unit: str  # the unit's head node
     split: str  # "whole", "rows", "channels", "rows x channels", "rows x columns", "chunks", ...
@@ -127,6 +128,8 @@ class Placement:
     # Each accelerator's refusal of each unclaimed node: the structure behind `unclaimed`'s text.
     unclaimed_refusals: tuple[Refusal, ...] = ()
     search_note: str = ""  # when not exact in cost mode: why, and what bounded the search (explain prints it)
+    # The kernel table the placement was priced with: lowering emits exactly its kernels and tilings.
+    kernels: KernelTable | None = field(default=None, repr=False, compare=False)
     _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

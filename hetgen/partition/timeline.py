@@ -2,7 +2,7 @@
 
 A controller submits a device's sub-program and goes on with its own work; it waits only before the
 first step that reads the device's results, before its next submission to that device, or at its
-end (hetgen/lower/schedule.py writes the program that way). Timed by these rules:
+end (hetgen/spec/schedule.py writes the program that way). Timed by these rules:
 
 - the controller has a clock: its own work (a kernel, a copy it makes) moves it by that work's time;
 - each device it drives has a clock: a submission at controller time t starts at
@@ -24,14 +24,14 @@ issued as early as its inputs allow, and controller work that does not depend on
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
-from hetgen.lower.alias import alias_source
-from hetgen.lower.invocation import one_unit_per_invocation
-from hetgen.lower.schedule import (
+from hetgen.platform.model import Platform, Role, Target
+from hetgen.spec.alias import alias_source
+from hetgen.spec.invocation import one_unit_per_invocation
+from hetgen.spec.schedule import (
     SCall,
     Schedule,
     Scheduler,
@@ -42,7 +42,6 @@ from hetgen.lower.schedule import (
     UnitInfo,
     child_devices,
 )
-from hetgen.platform.model import Platform, Role, Target
 
 
 @dataclass(frozen=True)
@@ -196,7 +195,7 @@ def placement_makespan(
     groups, graph: Graph, platform: Platform, transfer_us: Callable[[str, str, int], float]
 ) -> float:
     """The makespan of the program lowering emits for `groups` (in program order): the scheduler of
-    hetgen/lower/schedule.py run over the groups (one unit each), timed step by step by `Clocks`
+    hetgen/spec/schedule.py run over the groups (one unit each), timed step by step by `Clocks`
     with each group at its cost and each copy at `transfer_us(from place, to place, bytes)`."""
     if not groups:
         return 0.0
@@ -254,112 +253,3 @@ def placement_schedule(groups, graph: Graph, platform: Platform, *, timing_only:
         units, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated, timing_only=timing_only
     ).run()
     return schedule, kept
-
-
-# --- the simulation: the generated program, at what the devices counted -------------------------
-
-
-def program_manifest(lowered) -> dict:
-    """The controllers' programs as `replay` reads them from the manifest: per controller path, its
-    devices (path, kind of timing) and its entries' steps."""
-    from hetgen.lower.program import Call, DeviceCopyIn, DeviceCopyOut, Invoke, ProgramRole, Wait
-
-    by_path = {p.target.path_str: p for p in lowered.programs}
-    result = {}
-    for program in lowered.programs:
-        if program.role is ProgramRole.ACCELERATOR:
-            continue
-        entries = []
-        for entry in program.entries:
-            steps = []
-            for step in entry:
-                if isinstance(step, Call):
-                    steps.append({"call": list(step.unit.nodes)})
-                elif isinstance(step, (DeviceCopyIn, DeviceCopyOut)):
-                    steps.append({"copy": step.device, "bytes": step.nbytes})
-                elif isinstance(step, Invoke):
-                    steps.append({"invoke": step.device, "program": step.program})
-                elif isinstance(step, Wait):
-                    steps.append({"wait": step.device})
-            entries.append(steps)
-        devices = []
-        for path in program.devices:
-            child = by_path.get(path) or by_path[_host_of(lowered, path)]  # a composite: its host's program
-            devices.append({"path": child.target.path_str, **_copy_timing(child)})
-        result[program.target.path_str] = {"devices": devices, "entries": entries}
-    return result
-
-
-def _host_of(lowered, path: str) -> str:
-    for program in lowered.programs:
-        if program.role.value == "coprocessor" and program.target.path_str.rsplit("/", 1)[0] == path:
-            return program.target.path_str
-    return path
-
-
-def _copy_timing(program) -> dict:
-    """How the device counts one copy to or from its controller (hg_sim.c, hg_link_account)."""
-    model, link = program.device_model, program.counted_link
-    if model is not None:
-        return {
-            "clock_mhz": model.clock_mhz,
-            "dma_setup_cycles": model.dma_setup_cycles,
-            "dma_bytes_per_cycle": model.dma_bytes_per_cycle,
-            "link_latency_cycles": model.link_latency_cycles,
-            "link_bytes_per_cycle": model.link_bytes_per_cycle,
-        }
-    if link is not None:
-        return {
-            "clock_mhz": link.clock_mhz,
-            "dma_setup_cycles": 0,
-            "dma_bytes_per_cycle": 0.0,
-            "link_latency_cycles": link.latency_cycles,
-            "link_bytes_per_cycle": link.bytes_per_cycle,
-        }
-    return {"clock_mhz": 1000.0, "dma_setup_cycles": 0, "dma_bytes_per_cycle": 0.0}
-
-
-def copy_cycles(timing: Mapping, nbytes: int) -> int:
-    """The cycles a device counts for one copy of `nbytes` (hg_sim_dma_cycles + hg_link_account)."""
-    cycles = 0
-    rate = float(timing.get("dma_bytes_per_cycle") or 0.0)
-    if rate > 0.0:
-        cycles += int(timing.get("dma_setup_cycles", 0)) + (math.ceil(nbytes / rate) if nbytes else 0)
-    link_rate = float(timing.get("link_bytes_per_cycle") or 0.0)
-    if link_rate > 0.0:
-        cycles += int(float(timing.get("link_latency_cycles", 0.0)) + nbytes / link_rate + 0.5)
-    return cycles
-
-
-def replay(
-    programs: Mapping[str, Mapping],
-    root: str,
-    call_us: Callable[[str, Sequence[str]], float],
-    invocation_us: Callable[[str, int], float],
-) -> float:
-    """The generated program's time: the root's entry 0 timed by `makespan`, each controller's
-    kernel call at `call_us(controller, nodes)`, each copy at what its device counts for it, each
-    accelerator's sub-program at `invocation_us(device, program)` (what the simulator counted), each
-    co-processor's sub-program replayed the same way."""
-
-    def entry_us(path: str, index: int) -> float:
-        program = programs[path]
-        devices = program["devices"]
-        steps: list[Timed] = []
-        for step in program["entries"][index]:
-            if "call" in step:
-                steps.append(Work(call_us(path, step["call"])))
-            elif "copy" in step:
-                timing = devices[step["copy"]]
-                steps.append(Work(copy_cycles(timing, step["bytes"]) / float(timing["clock_mhz"])))
-            elif "invoke" in step:
-                device = devices[step["invoke"]]["path"]
-                if device in programs:
-                    steps.append(Submit(device, entry_us(device, step["program"])))
-                else:
-                    steps.append(Submit(device, invocation_us(device, step["program"])))
-            elif "wait" in step:
-                steps.append(Await(devices[step["wait"]]["path"]))
-        return makespan(steps)
-
-    return entry_us(root, 0)

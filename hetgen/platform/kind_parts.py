@@ -13,8 +13,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hetgen.ops.registry import OPS
 from hetgen.platform.kind_templates import check_templates_folder
 from hetgen.platform.model import FrozenMap, Pattern, PatternStep, Role, SourcePos
+from hetgen.platform.predicates import PREDICATE_VALIDATORS
 from hetgen.platform.schema import (
     ATTRIBUTE_TYPES,
     Problems,
@@ -304,10 +306,7 @@ def _unknown_op(op: str) -> str:
 
 @lru_cache(maxsize=1)
 def _graph_ops() -> frozenset[str]:
-    """The operators a graph can hold after import: those hetgen lowers. Imported when first
-    needed, as the predicates are: the operator registry sits in a later stage."""
-    from hetgen.ops.registry import OPS
-
+    """The operators a graph can hold after import: those hetgen lowers."""
     return frozenset(OPS)
 
 
@@ -363,11 +362,5 @@ def _predicate_value(node: YNode):
 
 
 def _predicate_validators() -> dict:
-    """name -> validator(value) -> problem or None, owned by the partition stage.
-
-    Imported when first needed: the partition stage imports this package's model, so a
-    module-level import would be circular.
-    """
-    from hetgen.partition.predicates import PREDICATES
-
-    return {name: entry[0] for name, entry in PREDICATES.items()}
+    """name -> validator(value) -> problem or None (hetgen/platform/predicates.py)."""
+    return PREDICATE_VALIDATORS

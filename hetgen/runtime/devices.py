@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hetgen.codegen.manifest import CounterEntry, EstimateEntry, Manifest, TargetEntry
-from hetgen.partition.timeline import replay
 from hetgen.runtime.loader import load
+from hetgen.runtime.replay import replay
 from hetgen.runtime.verify import feeds_for
 
 

@@ -47,7 +47,7 @@ class Work:
     k: int = 0
     bytes: int = 0  # local-memory bytes the command reads and writes (DMA: bytes moved)
     # How many commands back the command this one waits for is (0: none): a tiled program's DMA
-    # and compute overlap, each waiting only for the buffers it needs (hetgen/lower/tiling.py).
+    # and compute overlap, each waiting only for the buffers it needs (hetgen/spec/tiling.py).
     after: int = 0
     # A strided DMA moves m segments of n bytes; the bytes between segment starts at each end.
     src_stride: int = 0

@@ -123,7 +123,7 @@ class Scheduler:
         *,
         timing_only: bool = False,
     ):
-        """`isolated`: accelerators that run each unit as its own invocation (hetgen/lower/invocation.py),
+        """`isolated`: accelerators that run each unit as its own invocation (hetgen/spec/invocation.py),
         loading only that unit's weights. Tensors stay in the device's memory between invocations as
         anywhere else: copied in once, copied out only for a reader outside the device.
 
