@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from hetgen.abi import Region  # where a buffer lives: `enum hg_region` of the generated hg_constants.h
 from hetgen.errors import InternalError
 from hetgen.ir import TensorType
 from hetgen.lower.memory import MemoryPlan
@@ -12,17 +13,6 @@ from hetgen.lower.work import Work
 from hetgen.lower.workspace import SimulatedDevice, WorkspaceLayout
 from hetgen.ops.base import Kernel
 from hetgen.platform.model import Runtime, Target
-
-
-class Region(enum.Enum):
-    """Where a buffer lives, as the runtimes see it. Values are the C enum's."""
-
-    NONE = 0  # an omitted optional input: NULL
-    ARENA = 1  # offset into the target's workspace
-    WEIGHTS = 2  # offset into the weights blob
-    INPUT = 3  # index of a caller-provided input buffer
-    OUTPUT = 4  # index of a caller-provided output buffer
-    DEVICE = 5  # offset into a child device's local memory (device programs only)
 
 
 @dataclass(frozen=True)
