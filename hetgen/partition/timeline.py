@@ -42,6 +42,7 @@ from hetgen.lower.schedule import (
     UnitInfo,
     child_devices,
 )
+from hetgen.platform.device_model import DEFAULT_CLOCK_MHZ
 from hetgen.platform.model import Platform, Role, Target
 
 
@@ -316,7 +317,7 @@ def _copy_timing(program) -> dict:
             "link_latency_cycles": link.latency_cycles,
             "link_bytes_per_cycle": link.bytes_per_cycle,
         }
-    return {"clock_mhz": 1000.0, "dma_setup_cycles": 0, "dma_bytes_per_cycle": 0.0}
+    return {"clock_mhz": DEFAULT_CLOCK_MHZ, "dma_setup_cycles": 0, "dma_bytes_per_cycle": 0.0}
 
 
 def copy_cycles(timing: Mapping, nbytes: int) -> int:
