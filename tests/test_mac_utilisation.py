@@ -157,14 +157,19 @@ def test_the_tiling_search_prefers_tiles_that_keep_the_array_busy():
     assert plan_us(shaped, rates) < plan_us(blind, rates)
 
 
-def test_a_kind_without_the_arrays_shape_keeps_full_utilisation():
+def test_a_kind_without_the_arrays_shape_is_priced_with_its_device_models_array():
+    """A YAML kind whose figures say nothing of a MAC array is simulated with its device model's
+    (the defaults: 16 x 16, hetgen/platform/device_model.py), so it is priced with that array too
+    (issue 19: one machine model; it used to be priced at full utilisation while its simulator
+    counted the idle columns)."""
     platform = load_platform_text(SHAPELESS)
     acc = _npu(platform, "plain/acc0")
-    assert acc.figures.mac_rows is None and acc.figures.mac_cols is None
+    assert (acc.figures.mac_rows, acc.figures.mac_cols) == (16, 16)
+    assert acc.figures.command_us == 0.05  # a figure the kind declares stays the kind's
     rates = tile_rates(acc, 1.0)
-    assert (rates.mac_rows, rates.mac_cols) == (0, 0)
+    assert (rates.mac_rows, rates.mac_cols) == (16, 16)
     plan, _ = _plan(conv(2), SHAPELESS, "plain/acc0")
-    assert mac_utilisation(plan.mac_products[0], rates) == 1.0
+    assert mac_utilisation(plan.mac_products[0], rates) == pytest.approx(2 / 16)
 
 
 @pytest.mark.cc

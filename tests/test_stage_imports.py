@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "hetgen"
 
 # hetgen's packages in pipeline order; a module may import its own stage and any earlier one.
-BASE = ("errors", "names", "ir", "bounded", "progress", "templates_dir", "models")  # leaves every stage uses
+BASE = ("errors", "names", "ir", "bounded", "progress", "templates_dir", "models", "abi")  # leaves every stage uses
 STAGES = ("ops", "platform", "frontend", "spec", "partition", "lower", "codegen", "build", "runtime")
 # Entry points: they compose the stages, so they may import any of them.
 ENTRY = ("__init__", "__main__", "cli", "pipeline", "backend", "tune")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from hetgen.abi import STATS_NAMES
+from hetgen.codegen.constants import constants_header
 from hetgen.codegen.kernel_files import program_kernels
 from hetgen.codegen.manifest import (
     Manifest,
@@ -36,23 +38,15 @@ from hetgen.progress import Progress
 from hetgen.templates_dir import templates_dir
 
 # Runtime sources every generated project carries, so a board project needs no Python.
-RUNTIME_FILES = ("hg_runtime.h", "hg_device.h", "hg_kernels.h", "hg_graph.c", "hg_vm.c")
+CONSTANTS_HEADER = "hg_constants.h"  # generated: hetgen/codegen/constants.py
+RUNTIME_FILES = (CONSTANTS_HEADER, "hg_runtime.h", "hg_device.h", "hg_kernels.h", "hg_graph.c", "hg_vm.c")
 RUNTIME_VERSION = 2
 # Runtime sources that another runtime source calls: the GEMM splits its work over the worker pool.
 RUNTIME_NEEDS = {"hg_gemm.c": ("hg_threads.c",)}
 
 
-# hg_device_stats (templates/runtime/hg_runtime.h), field by field in order.
-STATS_FIELDS = (
-    "compute_cycles",
-    "load_cycles",
-    "dma_cycles",
-    "invocations",
-    "invoke_cycles",
-    "link_cycles",
-    "link_bytes",
-    "link_copies",
-)
+# hg_device_stats (hg_constants.h, generated from hetgen/abi.py), field by field in order.
+STATS_FIELDS = STATS_NAMES
 
 
 @dataclass(frozen=True)
@@ -265,6 +259,9 @@ def generate(
     board_only = set(RUNTIME_SOURCES) if remote else set()
     runtime_c = []
     for name in sorted(needed | board_only):
+        if name == CONSTANTS_HEADER:  # written from hetgen/abi.py, not copied
+            files.append(GeneratedFile(f"runtime/{name}", constants_header().encode()))
+            continue
         files.append(GeneratedFile(f"runtime/{name}", (runtime_dir / name).read_bytes()))
         if name.endswith(".c") and name not in board_only:
             runtime_c.append(f"runtime/{name}")

@@ -5,6 +5,7 @@ its entries' steps (kernel calls, copies, invocations, waits)."""
 from __future__ import annotations
 
 from hetgen.lower.program import Call, DeviceCopyIn, DeviceCopyOut, Invoke, ProgramRole, Wait
+from hetgen.platform.device_model import DEFAULT_CLOCK_MHZ
 
 
 def program_manifest(lowered) -> dict:
@@ -62,4 +63,4 @@ def _copy_timing(program) -> dict:
             "link_latency_cycles": link.latency_cycles,
             "link_bytes_per_cycle": link.bytes_per_cycle,
         }
-    return {"clock_mhz": 1000.0, "dma_setup_cycles": 0, "dma_bytes_per_cycle": 0.0}
+    return {"clock_mhz": DEFAULT_CLOCK_MHZ, "dma_setup_cycles": 0, "dma_bytes_per_cycle": 0.0}

@@ -5,23 +5,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from hetgen.abi import Region  # where a buffer lives: `enum hg_region` of the generated hg_constants.h
 from hetgen.ir import TensorType
 from hetgen.lower.memory import MemoryPlan
 from hetgen.lower.work import Work
 from hetgen.lower.workspace import SimulatedDevice, WorkspaceLayout
 from hetgen.ops.base import Kernel
+from hetgen.platform.device_model import DeviceModel  # a simulated accelerator's parameters
 from hetgen.platform.model import Runtime, Target
-
-
-class Region(enum.Enum):
-    """Where a buffer lives, as the runtimes see it. Values are the C enum's."""
-
-    NONE = 0  # an omitted optional input: NULL
-    ARENA = 1  # offset into the target's workspace
-    WEIGHTS = 2  # offset into the weights blob
-    INPUT = 3  # index of a caller-provided input buffer
-    OUTPUT = 4  # index of a caller-provided output buffer
-    DEVICE = 5  # offset into a child device's local memory (device programs only)
 
 
 @dataclass(frozen=True)
@@ -132,25 +123,6 @@ class ProgramRole(enum.Enum):
     ROOT = "root"  # the root controller: entry 0 is the model's run function
     COPROCESSOR = "coprocessor"  # a composite's host: entries are sub-programs its parent invokes
     ACCELERATOR = "accelerator"  # a simulated device: entries are command lists
-
-
-@dataclass(frozen=True)
-class DeviceModel:
-    """A simulated accelerator's own parameters (docs/simulator.md), from its kind's attributes."""
-
-    clock_mhz: float
-    dma_bytes_per_cycle: float
-    capacity: int  # local memory bytes
-    mac_rows: int = 16  # the MAC array is mac_rows x mac_cols multipliers
-    mac_cols: int = 16
-    vector_lanes: int = 16  # elements the vector unit processes per cycle
-    sram_bytes_per_cycle: float = 64.0  # local memory bandwidth seen by the engines
-    dma_setup_cycles: int = 32  # before a DMA's first byte moves
-    command_cycles: int = 64  # decoding and starting one kernel command
-    invoke_cycles: int = 0  # each invocation: driver call, doorbell, completion interrupt
-    link_latency_cycles: float = 0.0  # the link from its controller (none: 0 bytes per cycle)
-    link_bytes_per_cycle: float = 0.0
-    int8_mac_cols: int = 16  # columns of the MAC array when it multiplies int8 operands
 
 
 @dataclass(frozen=True)

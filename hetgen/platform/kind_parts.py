@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hetgen.ops.registry import OPS
+from hetgen.platform.device_model import PARAMETERS
 from hetgen.platform.kind_templates import check_templates_folder
 from hetgen.platform.model import FrozenMap, Pattern, PatternStep, Role, SourcePos
 from hetgen.platform.predicates import PREDICATE_VALIDATORS
@@ -32,7 +33,9 @@ from hetgen.platform.schema import (
 )
 from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
 
-KIND_KEYS = ("role", "refines", "doc", "attributes", "figures", "memory", "toolchain", "templates", "patterns")
+KIND_KEYS = (
+    "role", "refines", "doc", "attributes", "figures", "memory", "device", "toolchain", "templates", "patterns",
+)  # fmt: skip
 LEGACY_KIND_KEYS = {"extends": "refines"}  # one spelling for one idea; `extends` gets pointed here
 ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
 FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
@@ -86,6 +89,8 @@ class KindDraft:
     patterns: list[Pattern] = field(default_factory=list)
     key_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each key was written
     formula_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each figure/memory value was
+    device: dict[str, float | str] = field(default_factory=dict)  # the device model's parameters given
+    device_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each was written
 
 
 def parse_kind_block(node: YNode, problems: Problems, templates_base: Path, builtin: bool) -> dict[str, KindDraft]:
@@ -127,6 +132,8 @@ def _parse_kind(key: YScalar, node: YNode, problems: Problems, base: Path, built
             draft.figures = _parse_formulas(value, ALL_FIGURE_KEYS, field_what, problems, draft.formula_pos)
         elif name.value == "memory":
             draft.memory = _parse_formulas(value, MEMORY_KEYS, field_what, problems, draft.formula_pos)
+        elif name.value == "device":
+            draft.device = _parse_formulas(value, tuple(PARAMETERS), field_what, problems, draft.device_pos)
         elif name.value == "toolchain":
             draft.toolchain = parse_toolchain(value, field_what, problems)
         elif name.value == "templates":

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hetgen.codegen.manifest import CounterEntry, EstimateEntry, Manifest, TargetEntry
+from hetgen.platform.device_model import DEFAULT_CLOCK_MHZ
 from hetgen.runtime.loader import load
 from hetgen.runtime.replay import replay
 from hetgen.runtime.verify import feeds_for
@@ -134,7 +135,7 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
     per_invocation: dict[str, float] = {}  # device -> invoke us per invocation
     devices = []
     for target in _counting(manifest):
-        path, clock = target.path, float(target.clock_mhz or 1000.0)
+        path, clock = target.path, float(target.clock_mhz or DEFAULT_CLOCK_MHZ)
         stats = model.device_stats(target.stats_device)
         counters = _counters(target)
         if counters:
@@ -236,7 +237,7 @@ def _makespan(manifest: Manifest, model, estimates: tuple[EstimateEntry, ...]) -
         counters = _counters(target)
         if not counters:
             continue
-        clock = float(target.clock_mhz or 1000.0)
+        clock = float(target.clock_mhz or DEFAULT_CLOCK_MHZ)
         stats = model.device_stats(target.stats_device)
         launch = stats["invoke_cycles"] / stats["invocations"] if stats["invocations"] else 0.0
         for counter, cycles in zip(counters, model.device_counters(target.simulator.counters_offset, len(counters))):

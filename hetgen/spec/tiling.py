@@ -27,6 +27,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hetgen.abi import WAIT_RING
 from hetgen.errors import InternalError
 from hetgen.ir import Graph, Node
 from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
@@ -47,7 +48,7 @@ __all__ = ["Action", "Block", "Rates", "TilePlan", "Unfit", "plan_us", "tensor_n
 
 ALIGNMENT = 64
 # The simulator remembers when the last RING commands finished; a command waits for one of them.
-RING = 64
+RING = WAIT_RING
 
 
 def _aligned(value: int) -> int:
