@@ -16,8 +16,8 @@ end (hetgen/spec/schedule.py writes the program that way). Timed by these rules:
 
 The steps (`KernelCall`, `DeviceCopy`, `DeviceInvoke`, `DeviceWait`) come from the scheduler for the
 placement's price (hetgen/spec/schedule.py: `timed_program`), from lowering for the generated
-program (hetgen/lower/timed.py), and from the manifest for bench (`ProgramSteps.from_json`, written
-by hetgen/codegen/replay_manifest.py with `to_json`).
+program (hetgen/lower/program.py: `Lowered.timed_program`), and from the manifest for bench
+(`ProgramSteps.from_json`; codegen writes lowering's with `to_json`).
 """
 
 from __future__ import annotations
