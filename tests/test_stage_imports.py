@@ -50,13 +50,17 @@ CROSS_STAGE_CALLS = {
     ("partition", "hetgen.spec.invocation", "weight_load_bytes"): "what a group's tiles load of its weights",
     ("partition", "hetgen.spec.patterns", "residual_waits"): "when a residual unit's device must wait",
     ("partition", "hetgen.spec.schedule", "child_devices"): "the devices a controller drives",
+    ("partition", "hetgen.spec.schedule", "timed_program"): "the scheduler's steps as the one interpreter times them",
+    ("partition", "hetgen.spec.timeline", "call_shares"): "each call's part of its group's estimate",
+    ("partition", "hetgen.spec.timeline", "run_timeline"): "the one interpreter prices the placement's program",
     ("partition", "hetgen.spec.tiling", "plan_us"): "a tile plan's time under the device model",
     # After the build: reading what earlier stages wrote, and the one concurrency model.
     ("runtime", "hetgen.build.ninja_file", "library_path"): "where the build put the library",
     ("runtime", "hetgen.codegen.manifest", "read_manifest"): "the manifest codegen wrote",
     ("runtime", "hetgen.codegen.render", "render"): "the explain page renders in the one template sandbox",
     ("runtime", "hetgen.partition.explain", "explanation"): "the explain page shows what explain says",
-    ("runtime", "hetgen.partition.timeline", "makespan"): "bench replays the program on the placement's model",
+    ("runtime", "hetgen.spec.timeline", "call_shares"): "a controller's calls at their part of its group's estimate",
+    ("runtime", "hetgen.spec.timeline", "run_timeline"): "bench replays the program with the placement's interpreter",
 }
 
 

@@ -26,7 +26,6 @@ from hetgen.codegen.remote import (
     server_source,
 )
 from hetgen.codegen.render import forget_templates, render
-from hetgen.codegen.replay_manifest import program_manifest
 from hetgen.codegen.viewmodel import program_view
 from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
@@ -282,7 +281,7 @@ def generate(
         targets=tuple(manifest_targets),
         estimates=estimate_entries(lowered),
         estimate_us=lowered.estimate_us,
-        program={"root": root.target.path_str, "controllers": program_manifest(lowered)},  # bench's replay
+        program=lowered.timed_program(),  # bench's replay
         workspace_size=root.workspace.size,
         workspace_align=ALIGNMENT,
         # The board build's co-processors, each a server program the root reaches over the transport.

@@ -11,8 +11,19 @@ from hetgen.lower.memory import MemoryPlan
 from hetgen.lower.work import Work
 from hetgen.lower.workspace import SimulatedDevice, WorkspaceLayout
 from hetgen.ops.base import Kernel
-from hetgen.platform.device_model import DeviceModel  # a simulated accelerator's parameters
+from hetgen.platform.device_model import DEFAULT_CLOCK_MHZ, DeviceModel  # a simulated accelerator's parameters
 from hetgen.platform.model import Runtime, Target
+from hetgen.spec.timeline import (
+    ControllerSteps,
+    CopyTiming,
+    DeviceCopy,
+    DeviceInvoke,
+    DeviceRef,
+    DeviceWait,
+    KernelCall,
+    ProgramSteps,
+    TimedStep,
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,9 @@ class Call:
     args: tuple[BufferRef, ...]
     work: Work | None = None  # what a simulated accelerator is asked to do (accelerators only)
 
+    def timed(self) -> KernelCall:
+        return KernelCall(self.unit.nodes)
+
 
 @dataclass(frozen=True)
 class Copy:
@@ -62,6 +76,9 @@ class DeviceCopyIn:
     nbytes: int
     tensor: str = ""
 
+    def timed(self) -> DeviceCopy:
+        return DeviceCopy(self.device, self.nbytes)
+
 
 @dataclass(frozen=True)
 class DeviceCopyOut:
@@ -71,6 +88,9 @@ class DeviceCopyOut:
     nbytes: int
     tensor: str = ""
 
+    def timed(self) -> DeviceCopy:
+        return DeviceCopy(self.device, self.nbytes, True)
+
 
 @dataclass(frozen=True)
 class Invoke:
@@ -79,13 +99,24 @@ class Invoke:
     device: int
     program: int
 
+    def timed(self) -> DeviceInvoke:
+        return DeviceInvoke(self.device, self.program)
+
 
 @dataclass(frozen=True)
 class Wait:
     device: int
 
+    def timed(self) -> DeviceWait:
+        return DeviceWait(self.device)
+
 
 Step = Call | Copy | DeviceCopyIn | DeviceCopyOut | Invoke | Wait
+
+
+def timed_steps(entry) -> tuple[TimedStep, ...]:
+    """An entry's steps as hetgen/spec/timeline.py times them (a copy within a target is not timed)."""
+    return tuple(step.timed() for step in entry if not isinstance(step, Copy))
 
 
 @dataclass(frozen=True)
@@ -164,6 +195,21 @@ class Program:
     def steps(self) -> tuple[Step, ...]:
         return tuple(step for entry in self.entries for step in entry)
 
+    def copy_timing(self) -> CopyTiming:
+        """How this device counts one copy to or from its controller (hg_sim.c, hg_link_account)."""
+        model, link = self.device_model, self.counted_link
+        if model is not None:
+            return CopyTiming(
+                model.clock_mhz,
+                model.dma_setup_cycles,
+                model.dma_bytes_per_cycle,
+                model.link_latency_cycles,
+                model.link_bytes_per_cycle,
+            )
+        if link is not None:
+            return CopyTiming(link.clock_mhz, 0, 0.0, link.latency_cycles, link.bytes_per_cycle)
+        return CopyTiming(DEFAULT_CLOCK_MHZ, 0, 0.0)
+
 
 @dataclass(frozen=True)
 class Lowered:
@@ -177,6 +223,32 @@ class Lowered:
     @property
     def root(self) -> Program:
         return self.programs[0]
+
+    def timed_program(self) -> ProgramSteps:
+        """The program's steps as hetgen/spec/timeline.py times them (and the manifest records them
+        for `hetgen bench`): each controller's entries and devices, with how each device counts a
+        copy; each accelerator's sub-programs as the kernel calls they run."""
+        by_path = {p.target.path_str: p for p in self.programs}
+        controllers, accelerators = {}, {}
+        for program in self.programs:
+            if program.role is ProgramRole.ACCELERATOR:
+                accelerators[program.target.path_str] = tuple(
+                    tuple(step.timed() for step in entry if isinstance(step, Call)) for entry in program.entries
+                )
+                continue
+            devices = []
+            for path in program.devices:
+                child = by_path.get(path) or by_path[self._host_of(path)]  # a composite: its host's program
+                devices.append(DeviceRef(child.target.path_str, child.copy_timing()))
+            entries = tuple(timed_steps(entry) for entry in program.entries)
+            controllers[program.target.path_str] = ControllerSteps(tuple(devices), entries)
+        return ProgramSteps(self.root.target.path_str, controllers, accelerators)
+
+    def _host_of(self, path: str) -> str:
+        for program in self.programs:
+            if program.role is ProgramRole.COPROCESSOR and program.target.path_str.rsplit("/", 1)[0] == path:
+                return program.target.path_str
+        return path
 
 
 @dataclass(frozen=True)

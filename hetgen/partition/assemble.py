@@ -108,7 +108,7 @@ def chosen_makespan(space: SearchSpace, candidates: tuple[Candidate, ...], chose
 def makespan_floor(candidates: tuple[Candidate, ...], chosen: Sequence[int]) -> float:
     """A lower bound of `chosen_makespan`, from the groups alone: the work of the busiest target.
 
-    By the timing rules (hetgen/partition/timeline.py) every group is one step of its target's
+    By the timing rules (hetgen/spec/timeline.py) every group is one step of its target's
     program (a controller's own work moves its clock; an accelerator's or a co-processor's
     sub-program moves its device's clock, which every submission only pushes later, and the
     program ends after every device's clock), so no target's total work exceeds the makespan.

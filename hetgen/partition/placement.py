@@ -119,7 +119,7 @@ class Transfer:
 class Placement:
     groups: tuple[Group, ...]  # in a valid execution order (each after everything it reads)
     transfers: tuple[Transfer, ...]
-    total_us: float  # the program's makespan (hetgen/partition/timeline.py): at most groups + transfers
+    total_us: float  # the program's makespan (hetgen/spec/timeline.py): at most groups + transfers
     mode: str  # "cost" or "greedy"
     unclaimed: tuple[tuple[str, str], ...] = ()  # (node name, why no accelerator could take it)
     exact: bool = (
@@ -174,7 +174,7 @@ class Placement:
             raise InternalError(f"nodes left unplaced: {', '.join(missing[:10])}")
         _check_acyclic(self.groups, graph)
         expected = sum(g.cost_us for g in self.groups) + sum(t.cost_us for t in self.transfers)
-        # Devices run concurrently (hetgen/partition/timeline.py): the total is at most the sum of its parts.
+        # Devices run concurrently (hetgen/spec/timeline.py): the total is at most the sum of its parts.
         if not (self.total_us >= 0.0 and self.total_us <= expected * (1 + 1e-9) + 1e-6):
             raise InternalError(f"placement total {self.total_us} us exceeds the sum of its parts ({expected} us)")
         return self

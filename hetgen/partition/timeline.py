@@ -1,24 +1,13 @@
-"""The program's time when devices run concurrently: one set of rules for the price and the simulation.
+"""The placement's side of the program's time: the order the program runs the groups in, and the
+price of a placement, the program lowering will emit for it timed by the one interpreter
+(hetgen/spec/timeline.py: `run_timeline`) at the cost model's estimates.
 
-A controller submits a device's sub-program and goes on with its own work; it waits only before the
-first step that reads the device's results, before its next submission to that device, or at its
-end (hetgen/spec/schedule.py writes the program that way). Timed by these rules:
-
-- the controller has a clock: its own work (a kernel, a copy it makes) moves it by that work's time;
-- each device it drives has a clock: a submission at controller time t starts at
-  max(t, the device's clock) (its inputs were copied in before t) and moves the device's clock to
-  start + the sub-program's time (its invocation overhead included: the launch);
-- a wait moves the controller's clock to the device's clock;
-- the program's time is its controller's final clock (a co-processor's program, timed the same way,
-  is the time of the submission that invoked it).
-
-`Clocks` holds the rules; `makespan` applies them to a step list. The placement's price (`placement_makespan`) applies
-them to the program lowering will emit for it, built by the same scheduler from the placement's
-groups, each step at the cost model's estimate; `hetgen bench` (`replay`) applies them to the
-program the project was generated with (`program_manifest`), each device's sub-program at what the
-simulator counted and each controller's kernels at their estimate (controllers run natively, so
-their kernels are not simulated). `program_order` chooses the order of the groups: device work is
-issued as early as its inputs allow, and controller work that does not depend on it runs meanwhile.
+`placement_makespan` builds the program with the scheduler lowering uses (hetgen/spec/schedule.py)
+from the placement's groups and times its steps (`timed_program`) with `Estimated`: each group at
+its cost, each copy at the topology's transfer time. `hetgen bench` replays the generated program's
+steps through the same interpreter at what the devices counted (hetgen/runtime/replay.py).
+`program_order` chooses the order of the groups: device work is issued as early as its inputs
+allow, and controller work that does not depend on it runs meanwhile.
 """
 
 from __future__ import annotations
@@ -28,77 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
-from hetgen.platform.model import Platform, Role, Target
+from hetgen.platform.model import Platform, Role
 from hetgen.spec.alias import alias_source
 from hetgen.spec.invocation import one_unit_per_invocation
-from hetgen.spec.schedule import (
-    SCall,
-    Schedule,
-    Scheduler,
-    SCopyIn,
-    SCopyOut,
-    SInvoke,
-    SWait,
-    UnitInfo,
-    child_devices,
-)
-
-
-@dataclass(frozen=True)
-class Work:
-    """The controller itself is busy for `us` (a kernel, a copy it makes)."""
-
-    us: float
-
-
-@dataclass(frozen=True)
-class Submit:
-    """Device `device` gets a sub-program that takes `us` (launch included)."""
-
-    device: str
-    us: float
-
-
-@dataclass(frozen=True)
-class Await:
-    device: str
-
-
-Timed = Work | Submit | Await
-
-
-class Clocks:
-    """A controller's clock and the clocks of the devices it drives, moved by the rules above."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.free: dict[str, float] = {}
-
-    def work(self, us: float) -> None:
-        self.now += us
-
-    def submit(self, device: str, us: float) -> None:
-        self.free[device] = max(self.now, self.free.get(device, 0.0)) + us
-
-    def wait(self, device: str) -> None:
-        self.now = max(self.now, self.free.get(device, 0.0))
-
-    def end(self) -> float:
-        return max([self.now, *self.free.values()])
-
-
-def makespan(steps: Iterable[Timed]) -> float:
-    """The controller's final clock after `steps`, by the rules above."""
-    clocks = Clocks()
-    for step in steps:
-        if isinstance(step, Work):
-            clocks.work(step.us)
-        elif isinstance(step, Submit):
-            clocks.submit(step.device, step.us)
-        else:
-            clocks.wait(step.device)
-    return clocks.end()
-
+from hetgen.spec.schedule import Schedule, Scheduler, UnitInfo, child_devices, timed_program
+from hetgen.spec.timeline import Estimated, ProgramSteps, call_shares, run_timeline
 
 # --- the order of the groups -------------------------------------------------------------------
 
@@ -195,38 +118,36 @@ def placement_makespan(
     groups, graph: Graph, platform: Platform, transfer_us: Callable[[str, str, int], float]
 ) -> float:
     """The makespan of the program lowering emits for `groups` (in program order): the scheduler of
-    hetgen/spec/schedule.py run over the groups (one unit each), timed step by step by `Clocks`
+    hetgen/spec/schedule.py run over the groups (one unit each), its steps timed by `run_timeline`
     with each group at its cost and each copy at `transfer_us(from place, to place, bytes)`."""
     if not groups:
         return 0.0
+    program, groups = placement_program(groups, graph, platform)
+    return run_timeline(program, estimated_timing(program, groups, transfer_us))
+
+
+def placement_program(groups, graph: Graph, platform: Platform) -> tuple[ProgramSteps, list]:
+    """The timed steps of the program lowering emits for `groups`, and the groups it runs."""
     schedule, groups = placement_schedule(groups, graph, platform, timing_only=True)
+    types, sizes = graph.types, {}
+
+    def nbytes(tensor: str) -> int:
+        size = sizes.get(tensor)
+        if size is None:
+            size = sizes[tensor] = types[tensor].nbytes
+        return size
+
     root = platform.root.controller()
-    types, nbytes = graph.types, {}
+    return timed_program(schedule, root, [tuple(g.nodes) for g in groups], nbytes), groups
 
-    def entry_us(controller: Target, entry) -> float:
-        clocks = Clocks()
-        for step in entry:
-            if isinstance(step, SCall):
-                clocks.work(groups[step.unit].cost_us)
-            elif isinstance(step, (SCopyIn, SCopyOut)):
-                size = nbytes.get(step.src.tensor)
-                if size is None:
-                    size = nbytes[step.src.tensor] = types[step.src.tensor].nbytes
-                clocks.work(transfer_us(step.src.target.path_str, step.dst.target.path_str, size))
-            elif isinstance(step, SInvoke):
-                device = schedule.devices[controller][step.device]
-                memory = device.host if device.host is not None else device
-                program = schedule.entries[memory][step.program]
-                if device.host is not None:
-                    us = entry_us(memory, program)
-                else:
-                    us = sum(groups[s.unit].cost_us for s in program if isinstance(s, SCall))
-                clocks.submit(device.path_str, us)
-            elif isinstance(step, SWait):
-                clocks.wait(schedule.devices[controller][step.device].path_str)
-        return clocks.end()
 
-    return entry_us(root, schedule.entries[root][0])
+def estimated_timing(
+    program: ProgramSteps, groups: Iterable, transfer_us: Callable[[str, str, int], float]
+) -> Estimated:
+    """The cost model's timing of `program`: each call at its share of its group's cost."""
+    return Estimated(
+        call_shares(program, ((g.name, tuple(g.nodes), g.cost_us) for g in groups)), transfer_us, program.accelerators
+    )
 
 
 def placement_schedule(groups, graph: Graph, platform: Platform, *, timing_only: bool = False) -> tuple[Schedule, list]:

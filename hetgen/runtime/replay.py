@@ -1,56 +1,30 @@
-"""The generated program's time at what the devices counted: the manifest's steps
-(hetgen/codegen/replay_manifest.py) run on the placement's concurrency model (hetgen/partition/timeline.py:
-`makespan`), each step timed by what the simulator or the link counted for it."""
+"""The generated program's time at what the devices counted: the manifest's timed steps run through
+the one interpreter the placement is priced with (hetgen/spec/timeline.py: `run_timeline`), with
+`Counted` as the timing source."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from hetgen.partition.timeline import Await, Submit, Timed, Work, makespan
-
-
-def copy_cycles(timing: Mapping, nbytes: int) -> int:
-    """The cycles a device counts for one copy of `nbytes` (hg_sim_dma_cycles + hg_link_account)."""
-    cycles = 0
-    rate = float(timing.get("dma_bytes_per_cycle") or 0.0)
-    if rate > 0.0:
-        cycles += int(timing.get("dma_setup_cycles", 0)) + (math.ceil(nbytes / rate) if nbytes else 0)
-    link_rate = float(timing.get("link_bytes_per_cycle") or 0.0)
-    if link_rate > 0.0:
-        cycles += int(float(timing.get("link_latency_cycles", 0.0)) + nbytes / link_rate + 0.5)
-    return cycles
+from hetgen.spec.timeline import DeviceCopy, DeviceRef, KernelCall
 
 
-def replay(
-    programs: Mapping[str, Mapping],
-    root: str,
-    call_us: Callable[[str, Sequence[str]], float],
-    invocation_us: Callable[[str, int], float],
-) -> float:
-    """The generated program's time: the root's entry 0 timed by `makespan`, each controller's
-    kernel call at `call_us(controller, nodes)`, each copy at what its device counts for it, each
-    accelerator's sub-program at `invocation_us(device, program)` (what the simulator counted), each
-    co-processor's sub-program replayed the same way."""
+@dataclass(frozen=True)
+class Counted:
+    """What the devices counted: each accelerator's sub-program at the cycles the simulator counted
+    for it (`invocations`, keyed (device, program), its invocation overhead included), each copy at
+    what its device counts for it (its `CopyTiming`); each controller's kernels, which run natively
+    and are not simulated, at their share of their group's estimate (`shares`, from `call_shares`)."""
 
-    def entry_us(path: str, index: int) -> float:
-        program = programs[path]
-        devices = program["devices"]
-        steps: list[Timed] = []
-        for step in program["entries"][index]:
-            if "call" in step:
-                steps.append(Work(call_us(path, step["call"])))
-            elif "copy" in step:
-                timing = devices[step["copy"]]
-                steps.append(Work(copy_cycles(timing, step["bytes"]) / float(timing["clock_mhz"])))
-            elif "invoke" in step:
-                device = devices[step["invoke"]]["path"]
-                if device in programs:
-                    steps.append(Submit(device, entry_us(device, step["program"])))
-                else:
-                    steps.append(Submit(device, invocation_us(device, step["program"])))
-            elif "wait" in step:
-                steps.append(Await(devices[step["wait"]]["path"]))
-        return makespan(steps)
+    shares: Mapping[tuple[str, tuple[str, ...]], float]
+    invocations: Mapping[tuple[str, int], float]
 
-    return entry_us(root, 0)
+    def call_us(self, target: str, call: KernelCall) -> float:
+        return self.shares.get((target, call.nodes), 0.0)
+
+    def copy_us(self, controller: str, device: DeviceRef, copy: DeviceCopy) -> float:
+        return device.copies.us(copy.nbytes) if device.copies is not None else 0.0
+
+    def invocation_us(self, device: str, program: int) -> float:
+        return self.invocations.get((device, program), 0.0)
