@@ -144,6 +144,15 @@ CARRIES = InputRoles("first")  # reshapes, casts, copies: an index stays an inde
 
 
 @dataclass(frozen=True)
+class Expanded:
+    """An operator hetgen compiles through its ONNX function body (or one hetgen writes): the
+    frontend replaces its nodes by the body's registered primitives (hetgen/frontend/functions.py)."""
+
+    op: str
+    const_inputs: tuple[int, ...] = ()  # inputs that must be known at compile time (they set an output's shape)
+
+
+@dataclass(frozen=True)
 class OpDef:
     """One operator's entry in the registry, with the facts other stages ask of it (its traits).
 
@@ -175,6 +184,10 @@ class OpDef:
     # The output's length is known only at run time, up to a static bound (hetgen/bounded.py): the
     # frontend adds its actual shape as a second output (hetgen/frontend/bounded.py).
     bounded: bool = False
+    # Lowered through its float32 kernel, converting float16 inputs and outputs at the kernel's
+    # boundary (hetgen/ops/_float16.py); False where it handles float16 itself (Cast) or has none
+    # (the quantized operators).
+    float16_boundary: bool = True
     domain: str = ""  # the ONNX domain it is exported in (hetgen/frontend/export.py); "" is ONNX's own
 
     @property

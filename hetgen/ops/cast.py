@@ -42,4 +42,7 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("Cast", lower, input_roles=CARRIES), OpDef("CastLike", lower))
+DEFS = (
+    OpDef("Cast", lower, input_roles=CARRIES, float16_boundary=False),
+    OpDef("CastLike", lower, float16_boundary=False),
+)

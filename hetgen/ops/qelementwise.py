@@ -197,11 +197,17 @@ def lower_lookup(op: OpInstance) -> Kernel:
 
 CONTRIB = "com.microsoft"  # onnxruntime's contrib operators
 DEFS = (
-    OpDef("QLinearAdd", lower_binary, fusable_epilogue=True, domain=CONTRIB),
-    OpDef("QLinearMul", lower_binary, fusable_epilogue=True, domain=CONTRIB),
-    OpDef("QLinearGlobalAveragePool", lower_global_average_pool, work=WorkRule.GLOBAL, domain=CONTRIB),
-    OpDef("QLinearConcat", lower_concat, domain=CONTRIB),
-    OpDef("QLinearAveragePool", lower_average_pool, work=WorkRule.WINDOW, domain=CONTRIB),
-    OpDef("QLinearSigmoid", lower_lookup, domain=CONTRIB),
-    OpDef("QLinearLeakyRelu", lower_lookup, domain=CONTRIB),
+    OpDef("QLinearAdd", lower_binary, fusable_epilogue=True, domain=CONTRIB, float16_boundary=False),
+    OpDef("QLinearMul", lower_binary, fusable_epilogue=True, domain=CONTRIB, float16_boundary=False),
+    OpDef(
+        "QLinearGlobalAveragePool",
+        lower_global_average_pool,
+        work=WorkRule.GLOBAL,
+        domain=CONTRIB,
+        float16_boundary=False,
+    ),
+    OpDef("QLinearConcat", lower_concat, domain=CONTRIB, float16_boundary=False),
+    OpDef("QLinearAveragePool", lower_average_pool, work=WorkRule.WINDOW, domain=CONTRIB, float16_boundary=False),
+    OpDef("QLinearSigmoid", lower_lookup, domain=CONTRIB, float16_boundary=False),
+    OpDef("QLinearLeakyRelu", lower_lookup, domain=CONTRIB, float16_boundary=False),
 )

@@ -236,9 +236,22 @@ def lower_matmul_integer(op: OpInstance) -> Kernel:
 
 DEFS = (
     OpDef(
-        "QLinearConv", lower_qlinear_conv, fusable_epilogue=True, weight_input=3, integer_mac=IntegerMac("Conv", 0, 3)
+        "QLinearConv",
+        lower_qlinear_conv,
+        fusable_epilogue=True,
+        weight_input=3,
+        integer_mac=IntegerMac("Conv", 0, 3),
+        float16_boundary=False,
     ),
-    OpDef("ConvInteger", lower_conv_integer, weight_input=1, integer_mac=IntegerMac("Conv", 0, 1)),
-    OpDef("QLinearMatMul", lower_qlinear_matmul, fusable_epilogue=True, integer_mac=IntegerMac("MatMul", 0, 3)),
-    OpDef("MatMulInteger", lower_matmul_integer, integer_mac=IntegerMac("MatMul", 0, 1)),
+    OpDef(
+        "ConvInteger", lower_conv_integer, weight_input=1, integer_mac=IntegerMac("Conv", 0, 1), float16_boundary=False
+    ),
+    OpDef(
+        "QLinearMatMul",
+        lower_qlinear_matmul,
+        fusable_epilogue=True,
+        integer_mac=IntegerMac("MatMul", 0, 3),
+        float16_boundary=False,
+    ),
+    OpDef("MatMulInteger", lower_matmul_integer, integer_mac=IntegerMac("MatMul", 0, 1), float16_boundary=False),
 )
