@@ -579,9 +579,9 @@ SANITIZED += ("scatter", "tril", "triu", "cumsum", "onehot", "hardmax")
 _SANITIZER_RUN = """
 import sys
 import conformance, harness
-from hetgen.ops import _tensor_list
+from hetgen.ops import registry
 harness.CFLAGS = [*harness.CFLAGS, "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-ops = frozenset(d.op for m in _tensor_list.MODULES for d in m.DEFS)
+ops = frozenset(d.op for m in registry.TENSOR for d in m.DEFS)
 cases = [c for c in conformance.cases(ops) if any(p in c.name for p in sys.argv[1:])]
 outcomes = conformance.run_cases(cases)
 print(len(cases), "cases")

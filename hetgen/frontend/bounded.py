@@ -14,15 +14,15 @@ from hetgen.bounded import shape_output
 from hetgen.errors import ModelError
 from hetgen.frontend.resolve import _registry_types as bound_types
 from hetgen.frontend.work import ValueType, Work
-
-BOUNDED_OPS = frozenset({"NonZero", "NonMaxSuppression"})
+from hetgen.ops.registry import op_def
 
 
 def add_shape_outputs(work: Work) -> None:
     consumers = work.consumers()
     problems = []
     for node in work.nodes:
-        if node.op not in BOUNDED_OPS or not node.is_default_domain:
+        definition = op_def(node.op)
+        if definition is None or not definition.bounded or not node.is_default_domain:
             continue
         output = node.outputs[0]
         # the buffer is the bound, whatever shape the model declares (onnx's inference takes a

@@ -11,10 +11,9 @@ stays as a copy node.
 from __future__ import annotations
 
 from hetgen.frontend.work import ValueType, Work, WorkNode, subgraph_inputs
-from hetgen.ops.registry import supported_ops
+from hetgen.ops.registry import op_def, supported_ops
 
-# Trailing outputs that only training uses; dropped when nothing reads them.
-OPTIONAL_OUTPUTS_FROM = {"BatchNormalization": 1, "LayerNormalization": 1, "MaxPool": 1}
+# Trailing outputs that only training uses (`OpDef.optional_outputs_from`) are dropped when nothing reads them.
 
 
 def remove_identities(work: Work) -> None:
@@ -52,7 +51,8 @@ def _rename_uses(work: Work, old: str, new: str) -> None:
 def trim_optional_outputs(work: Work) -> None:
     used = set(work.consumers()) | set(work.outputs)
     for node in work.nodes:
-        keep = OPTIONAL_OUTPUTS_FROM.get(node.op) if node.is_default_domain else None
+        definition = op_def(node.op) if node.is_default_domain else None
+        keep = definition.optional_outputs_from if definition is not None else None
         if keep is None:
             continue
         while len(node.outputs) > keep and node.outputs[-1] not in used:

@@ -11,25 +11,13 @@ from onnx import helper, numpy_helper
 
 from hetgen.frontend.work import WorkNode, to_node_proto
 from hetgen.ir import Graph
-
-# Operators of the IR that are onnxruntime's contrib operators (the QDQ rewrite makes them).
-CONTRIB_OPS = {
-    "QLinearAdd": "com.microsoft",
-    "QLinearMul": "com.microsoft",
-    "QLinearConcat": "com.microsoft",
-    "QLinearAveragePool": "com.microsoft",
-    "QLinearSigmoid": "com.microsoft",
-    "QLinearLeakyRelu": "com.microsoft",
-    "QLinearGlobalAveragePool": "com.microsoft",
-}
+from hetgen.ops.registry import op_def
 
 
 def export_onnx(graph: Graph) -> onnx.ModelProto:
     opset = max([graph.opset, *(node.attr("_opset", graph.opset) for node in graph.nodes)])
     nodes = [
-        to_node_proto(
-            WorkNode(n.op, list(n.inputs), list(n.outputs), dict(n.attrs), CONTRIB_OPS.get(n.op, "")), name=n.name
-        )
+        to_node_proto(WorkNode(n.op, list(n.inputs), list(n.outputs), dict(n.attrs), _domain(n.op)), name=n.name)
         for n in graph.nodes
     ]
     initializers = []
@@ -53,9 +41,14 @@ def export_onnx(graph: Graph) -> onnx.ModelProto:
         value_info=[info(n) for n in sorted(produced - set(graph.outputs))],
     )
     opsets = [helper.make_opsetid("", opset)]
-    opsets += [
-        helper.make_opsetid(d, 1) for d in sorted({CONTRIB_OPS[n.op] for n in graph.nodes if n.op in CONTRIB_OPS})
-    ]
+    opsets += [helper.make_opsetid(d, 1) for d in sorted({_domain(n.op) for n in graph.nodes} - {""})]
     model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="hetgen")
     model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)  # com.microsoft: unknown to onnx
     return model
+
+
+def _domain(op: str) -> str:
+    """The ONNX domain an operator of the IR is exported in (`OpDef.domain`: onnxruntime's contrib
+    operators, which the QDQ rewrite makes, are "com.microsoft")."""
+    definition = op_def(op)
+    return definition.domain if definition is not None else ""

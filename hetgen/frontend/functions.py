@@ -1,4 +1,4 @@
-"""Replace nodes of function operators (`hetgen/ops/_function_list.py`) by their ONNX function body.
+"""Replace nodes of function operators (`EXPANDED` in `hetgen/ops/registry.py`) by their ONNX function body.
 
 Runs on the prepared model, before shape inference: onnx types the model first (a context-dependent
 body depends on its inputs' element types and ranks), then each node is replaced by its body with
@@ -13,7 +13,7 @@ from onnx import defs
 
 from hetgen.errors import ModelError
 from hetgen.frontend.work import DEFAULT_DOMAINS
-from hetgen.ops._function_list import EXPANDED_OPS
+from hetgen.ops.registry import EXPANDED_OPS
 
 MAX_DEPTH = 8  # bodies within bodies; the standard's deepest is 2
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from hetgen.ir import DType, TensorType
 from hetgen.ops.base import OpInstance, Unsupported
 
@@ -34,10 +32,6 @@ def present_outputs(op: OpInstance) -> tuple[bool, ...]:
 
 def total_bytes(*types: TensorType | None) -> int:
     return sum(t.nbytes for t in types if t is not None)
-
-
-def prod(values) -> int:
-    return math.prod(values)
 
 
 def channel_planes(op: OpInstance) -> dict:

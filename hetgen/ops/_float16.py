@@ -7,7 +7,8 @@ and rounds each float32 output to float16 (round to nearest even). This is what 
 provider and numpy do for most float16 operators (compute wider, round the result), so results
 agree to the last float16 bit on elementwise operators and within float16 resolution elsewhere.
 
-Operators in `NATIVE_FLOAT16` handle float16 themselves (Cast, where the conversion is the point).
+Operators declared `float16_boundary=False` handle float16 themselves (Cast, where the conversion
+is the point) or have no float16 instances (the quantized ones).
 
 Native float16 arithmetic. On a CPU kind with `fp16: true` (aarch64: ARMv8.2-A FP16, built with
 `-march=armv8.2-a+fp16`) the template renders, from the same kernel, code that computes in
@@ -36,7 +37,6 @@ from hetgen.ops.base import Kernel, OpDef, OpInstance
 TEMPLATE = "kernels/float16_boundary.c.j2"
 ELEMENTWISE = "kernels/elementwise.c.j2"  # kernels that may compute in native float16
 HALF_CTYPE = "_Float16"  # C's interchange half type (ISO/IEC TS 18661-3), on aarch64 and x86 gcc/clang
-NATIVE_FLOAT16 = frozenset({"Cast", "CastLike"})
 ALIGN = 64  # each widened buffer starts on a cache line (and a vector register's alignment)
 
 
@@ -58,7 +58,7 @@ def _widened_constant(value: np.ndarray | None) -> np.ndarray | None:
 
 def with_float16_boundary(definition: OpDef) -> OpDef:
     """`definition`, lowering float16 instances through its float32 kernel."""
-    if definition.op in NATIVE_FLOAT16:
+    if not definition.float16_boundary:
         return definition
     return replace(definition, lower=functools.partial(lower_at_float32, definition.lower))
 

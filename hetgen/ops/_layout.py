@@ -10,7 +10,6 @@ is a (rows, channels, pixels) nest whose inner loop is unit-stride.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -117,7 +116,3 @@ def view_strides(view: np.ndarray, root: np.ndarray) -> tuple[tuple[int, ...], i
     """(element strides, element offset) of a view derived from `element_view(...)` `root`."""
     offset = view.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     return tuple(int(s) for s in view.strides), int(offset)
-
-
-def size_of(shape: Sequence[int]) -> int:
-    return math.prod(shape)

@@ -12,6 +12,7 @@ runtimes call any kernel from a table.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,9 +92,72 @@ class Kernel:
     parallel: Parallel = SERIAL  # how it shares the worker pool (hetgen/ops/_parallel.py), for the cost model
 
 
+class WorkRule(enum.Enum):
+    """How the device model shapes one call of the operator (hetgen/spec/work.py `shape_work`)."""
+
+    VECTOR = "vector"  # the vector unit, one tap per output element (elementwise and the rest)
+    CONV = "conv"  # the MAC array: groups x output pixels x output channels over the receptive field
+    GEMM = "gemm"  # the MAC array: one 2-D product (transA decides the depth)
+    MATMUL = "matmul"  # the MAC array: numpy's batched product
+    WINDOW = "window"  # the vector unit, `kernel_shape` taps per output element
+    GLOBAL = "global"  # the vector unit, every spatial element of input 0 per output element
+
+    @property
+    def mac(self) -> bool:
+        return self in (WorkRule.CONV, WorkRule.GEMM, WorkRule.MATMUL)
+
+
+class Tiling(enum.Enum):
+    """How the device model may split the operator into tiles besides running it whole
+    (hetgen/spec/tile_shapes.py `candidates`; float32 instances with one output only)."""
+
+    WHOLE = "whole"  # one tile
+    WINDOW = "window"  # a 4-D sliding window (Conv, window pools): rows and channels
+    CHANNELS = "channels"  # a 4-D global pool: channel ranges
+    MATRIX = "matrix"  # a 2-D product: rows, columns and depth
+    CHUNKS = "chunks"  # elementwise on same-shaped (or scalar) operands: contiguous chunks
+
+
+@dataclass(frozen=True)
+class IntegerMac:
+    """An integer kernel computing a float operator's product on int8 operands (the MAC array's
+    int8 columns): the float operator whose shape rule it shares, and its (x, w) input indices."""
+
+    like: str  # "Conv" or "MatMul"
+    x: int
+    w: int
+
+
+@dataclass(frozen=True)
+class InputRoles:
+    """What an integer model input may hold when it reaches this operator (hetgen/runtime/inputs.py
+    keeps seeded random inputs valid)."""
+
+    carries: str = ""  # "first": the output carries input 0's values on; "all": every input's
+    indices: int | None = None  # the input that indexes input 0 (its values stay below the axis)
+    indexed_axis: str | None = None  # the attribute naming that axis (None: the leading axes)
+    divisor: int | None = None  # the input that divides (its values stay non-zero)
+
+
+NO_ROLES = InputRoles()
+CARRIES = InputRoles("first")  # reshapes, casts, copies: an index stays an index through them
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """An operator hetgen compiles through its ONNX function body (or one hetgen writes): the
+    frontend replaces its nodes by the body's registered primitives (hetgen/frontend/functions.py)."""
+
+    op: str
+    const_inputs: tuple[int, ...] = ()  # inputs that must be known at compile time (they set an output's shape)
+
+
 @dataclass(frozen=True)
 class OpDef:
-    """One operator's entry in the registry."""
+    """One operator's entry in the registry, with the facts other stages ask of it (its traits).
+
+    Every trait has a default that most operators keep; docs/operators.md says which stage reads
+    which."""
 
     op: str
     lower: Callable[[OpInstance], Kernel]
@@ -103,3 +167,30 @@ class OpDef:
     # Inputs that must be known at compile time (Reshape's shape, Slice's starts, ...). The
     # frontend reports a clear error when one is not; the conformance backend freezes them.
     const_inputs: tuple[int, ...] = ()
+    # -- traits --
+    # The input holding a weight with spatial kernel dimensions (O, I, kH, kW...): platform
+    # predicates read its kernel size and the node's `group` (hetgen/partition/predicates.py).
+    weight_input: int | None = None
+    # The output is input 0's bytes unchanged: lowering makes it a second name for the same buffer
+    # and the cost model prices it as nothing (hetgen/spec/alias.py).
+    alias: bool = False
+    integer_mac: IntegerMac | None = None  # an int8 product on the MAC array (hetgen/spec/work.py, invocation.py)
+    work: WorkRule = WorkRule.VECTOR  # the device model's shape of one call
+    tiling: Tiling = Tiling.WHOLE  # how the device model may tile it
+    input_roles: InputRoles = NO_ROLES
+    # Outputs from this index on are optional: the frontend drops trailing ones nothing reads
+    # (hetgen/frontend/cleanup.py).
+    optional_outputs_from: int | None = None
+    # The output's length is known only at run time, up to a static bound (hetgen/bounded.py): the
+    # frontend adds its actual shape as a second output (hetgen/frontend/bounded.py).
+    bounded: bool = False
+    # Lowered through its float32 kernel, converting float16 inputs and outputs at the kernel's
+    # boundary (hetgen/ops/_float16.py); False where it handles float16 itself (Cast) or has none
+    # (the quantized operators).
+    float16_boundary: bool = True
+    domain: str = ""  # the ONNX domain it is exported in (hetgen/frontend/export.py); "" is ONNX's own
+
+    @property
+    def mac(self) -> bool:
+        """Runs on the MAC array (float or int8)."""
+        return self.work.mac or self.integer_mac is not None

@@ -27,4 +27,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("BatchNormalization", lower),)
+DEFS = (OpDef("BatchNormalization", lower, optional_outputs_from=1),)

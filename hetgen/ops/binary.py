@@ -13,7 +13,7 @@ from functools import reduce
 from hetgen.ir import DType
 from hetgen.ops._cexpr import INTEGER_DTYPES, SUFFIX, UNSIGNED, UNSIGNED_DTYPES, libm, literal, scalar_value
 from hetgen.ops._elementwise import Operand, check_epilogue, elementwise_kernel
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import NO_ROLES, InputRoles, Kernel, OpDef, OpInstance, Tiling, Unsupported
 
 NUMERIC = (DType.FLOAT32, DType.FLOAT64, *INTEGER_DTYPES)
 
@@ -172,4 +172,15 @@ _OPS = (
     *LOGICAL,
     *BITWISE,
 )
-DEFS = tuple(OpDef(op, lower, fusable_epilogue=op == "Add") for op in sorted(_OPS))
+CHUNKED = ("Add", "Sub", "Mul", "Div")  # the device model tiles these in contiguous chunks (hetgen/spec/tile_shapes.py)
+DIVIDING = ("Div", "Mod")  # input 1 divides (hetgen/runtime/inputs.py keeps it non-zero)
+DEFS = tuple(
+    OpDef(
+        op,
+        lower,
+        fusable_epilogue=op == "Add",
+        tiling=Tiling.CHUNKS if op in CHUNKED else Tiling.WHOLE,
+        input_roles=InputRoles(divisor=1) if op in DIVIDING else NO_ROLES,
+    )
+    for op in sorted(_OPS)
+)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hetgen.ir import DType
 from hetgen.ops._elementwise import Operand, elementwise_kernel
-from hetgen.ops.base import Kernel, OpDef, OpInstance
+from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance
 
 
 def cast_expression(x: str, src: DType, dst: DType) -> tuple[str, bool]:
@@ -42,4 +42,7 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("Cast", lower), OpDef("CastLike", lower))
+DEFS = (
+    OpDef("Cast", lower, input_roles=CARRIES, float16_boundary=False),
+    OpDef("CastLike", lower, float16_boundary=False),
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from hetgen.ops._activation import clip
 from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, highest, literal, lowest, require_dtype, scalar_value
 from hetgen.ops._elementwise import Operand, elementwise_kernel
-from hetgen.ops.base import Kernel, OpDef, OpInstance
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Tiling
 
 
 def _bound(op: OpInstance, index: int, attr: str, default: str, operands: list, var: str) -> str | None:
@@ -39,4 +39,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("Clip", lower),)
+DEFS = (OpDef("Clip", lower, tiling=Tiling.CHUNKS),)

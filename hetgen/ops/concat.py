@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hetgen.ops._copy import copy_into_view, copy_kernel
 from hetgen.ops._layout import element_view, normalize_axis
-from hetgen.ops.base import Kernel, OpDef, OpInstance
+from hetgen.ops.base import InputRoles, Kernel, OpDef, OpInstance
 
 
 def lower(op: OpInstance) -> Kernel:
@@ -25,4 +25,4 @@ def lower(op: OpInstance) -> Kernel:
     return copy_kernel(copies, out_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Concat", lower),)
+DEFS = (OpDef("Concat", lower, input_roles=InputRoles(carries="all")),)

@@ -26,7 +26,7 @@ import numpy as np
 from hetgen.ops import _gemm_plan, _parallel, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
 
 # The direct loop sums all taps of a row in one expression up to this kernel width.
 MAX_UNROLLED_TAPS = 8
@@ -169,4 +169,4 @@ def weight_panels(w: np.ndarray, groups: int) -> np.ndarray:
     return np.concatenate([_gemm_plan.a_panels(matrix) for matrix in per_group])
 
 
-DEFS = (OpDef("Conv", lower, fusable_epilogue=True),)
+DEFS = (OpDef("Conv", lower, fusable_epilogue=True, weight_input=1, work=WorkRule.CONV, tiling=Tiling.WINDOW),)

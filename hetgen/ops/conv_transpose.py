@@ -76,4 +76,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("ConvTranspose", lower),)
+DEFS = (OpDef("ConvTranspose", lower, weight_input=1),)

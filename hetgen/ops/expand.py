@@ -10,7 +10,7 @@ import numpy as np
 
 from hetgen.ops._copy import copy_from_view, copy_kernel
 from hetgen.ops._layout import element_view
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance, Unsupported
 
 
 def lower_expand(op: OpInstance) -> Kernel:
@@ -41,4 +41,7 @@ def lower_tile(op: OpInstance) -> Kernel:
     return copy_kernel([copy_from_view(0, len(op.node.inputs), view, root)], x_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Expand", lower_expand, const_inputs=(1,)), OpDef("Tile", lower_tile, const_inputs=(1,)))
+DEFS = (
+    OpDef("Expand", lower_expand, const_inputs=(1,), input_roles=CARRIES),
+    OpDef("Tile", lower_tile, const_inputs=(1,), input_roles=CARRIES),
+)

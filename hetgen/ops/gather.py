@@ -10,7 +10,7 @@ import math
 from hetgen.ir import DType
 from hetgen.ops._cexpr import BITS_TYPE
 from hetgen.ops._layout import contiguous_strides, index_expr, loops_for, normalize_axis
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import InputRoles, Kernel, OpDef, OpInstance, Unsupported
 
 
 def _index_type(op: OpInstance) -> DType:
@@ -93,7 +93,7 @@ def lower_gather_nd(op: OpInstance) -> Kernel:
 
 
 DEFS = (
-    OpDef("Gather", lower_gather),
-    OpDef("GatherElements", lower_gather_elements),
-    OpDef("GatherND", lower_gather_nd),
+    OpDef("Gather", lower_gather, input_roles=InputRoles("first", indices=1, indexed_axis="axis")),
+    OpDef("GatherElements", lower_gather_elements, input_roles=InputRoles("first", indices=1, indexed_axis="axis")),
+    OpDef("GatherND", lower_gather_nd, input_roles=InputRoles("first", indices=1)),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hetgen.ops import _gemm_plan, _parallel
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
 
 
 def bias_strides(op: OpInstance, m: int, n: int) -> tuple[int, int] | None:
@@ -76,4 +76,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("Gemm", lower, fusable_epilogue=True),)
+DEFS = (OpDef("Gemm", lower, fusable_epilogue=True, work=WorkRule.GEMM, tiling=Tiling.MATRIX),)

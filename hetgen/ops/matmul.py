@@ -14,7 +14,7 @@ import numpy as np
 
 from hetgen.ops import _gemm_plan, _parallel
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
 
 
 def batch_strides(batch: tuple[int, ...], out_batch: tuple[int, ...], matrix: int) -> tuple[int, ...]:
@@ -82,4 +82,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("MatMul", lower, fusable_epilogue=True),)
+DEFS = (OpDef("MatMul", lower, fusable_epilogue=True, work=WorkRule.MATMUL, tiling=Tiling.MATRIX),)

@@ -66,4 +66,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("NonMaxSuppression", lower, infer=infer, const_inputs=(2,)),)
+DEFS = (OpDef("NonMaxSuppression", lower, infer=infer, const_inputs=(2,), bounded=True),)

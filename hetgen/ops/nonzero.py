@@ -36,4 +36,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("NonZero", lower, infer=infer),)
+DEFS = (OpDef("NonZero", lower, infer=infer, bounded=True),)

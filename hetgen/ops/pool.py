@@ -11,7 +11,7 @@ from hetgen.ir import DType
 from hetgen.ops import _parallel
 from hetgen.ops._common import input_arg_count, present_outputs, require_float32, total_bytes
 from hetgen.ops._spatial import Window, window
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Tiling, Unsupported, WorkRule
 
 # MaxPool also runs on bytes; the value a window starts from is the type's minimum.
 MAX_TYPES = {DType.FLOAT32: "-INFINITY", DType.INT8: "INT8_MIN", DType.UINT8: "0"}
@@ -105,8 +105,8 @@ def lower_global_pool(op: OpInstance) -> Kernel:
 
 
 DEFS = (
-    OpDef("AveragePool", lower_window_pool),
-    OpDef("GlobalAveragePool", lower_global_pool),
-    OpDef("GlobalMaxPool", lower_global_pool),
-    OpDef("MaxPool", lower_window_pool),
+    OpDef("AveragePool", lower_window_pool, work=WorkRule.WINDOW, tiling=Tiling.WINDOW),
+    OpDef("GlobalAveragePool", lower_global_pool, work=WorkRule.GLOBAL, tiling=Tiling.CHANNELS),
+    OpDef("GlobalMaxPool", lower_global_pool, work=WorkRule.GLOBAL, tiling=Tiling.CHANNELS),
+    OpDef("MaxPool", lower_window_pool, work=WorkRule.WINDOW, tiling=Tiling.WINDOW, optional_outputs_from=1),
 )

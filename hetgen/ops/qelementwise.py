@@ -22,7 +22,7 @@ from hetgen.ops._cexpr import c_float
 from hetgen.ops._common import input_arg_count, total_bytes
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops._spatial import window
-from hetgen.ops.base import Epilogue, Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import Epilogue, Kernel, OpDef, OpInstance, Unsupported, WorkRule
 from hetgen.ops.pool import axis_tables
 from hetgen.ops.qlinear import output_clamp
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
@@ -195,12 +195,19 @@ def lower_lookup(op: OpInstance) -> Kernel:
     return Kernel("kernels/qlut.c.j2", params, flops=x_type.size, bytes_accessed=total_bytes(x_type, y_type))
 
 
+CONTRIB = "com.microsoft"  # onnxruntime's contrib operators
 DEFS = (
-    OpDef("QLinearAdd", lower_binary, fusable_epilogue=True),
-    OpDef("QLinearMul", lower_binary, fusable_epilogue=True),
-    OpDef("QLinearGlobalAveragePool", lower_global_average_pool),
-    OpDef("QLinearConcat", lower_concat),
-    OpDef("QLinearAveragePool", lower_average_pool),
-    OpDef("QLinearSigmoid", lower_lookup),
-    OpDef("QLinearLeakyRelu", lower_lookup),
+    OpDef("QLinearAdd", lower_binary, fusable_epilogue=True, domain=CONTRIB, float16_boundary=False),
+    OpDef("QLinearMul", lower_binary, fusable_epilogue=True, domain=CONTRIB, float16_boundary=False),
+    OpDef(
+        "QLinearGlobalAveragePool",
+        lower_global_average_pool,
+        work=WorkRule.GLOBAL,
+        domain=CONTRIB,
+        float16_boundary=False,
+    ),
+    OpDef("QLinearConcat", lower_concat, domain=CONTRIB, float16_boundary=False),
+    OpDef("QLinearAveragePool", lower_average_pool, work=WorkRule.WINDOW, domain=CONTRIB, float16_boundary=False),
+    OpDef("QLinearSigmoid", lower_lookup, domain=CONTRIB, float16_boundary=False),
+    OpDef("QLinearLeakyRelu", lower_lookup, domain=CONTRIB, float16_boundary=False),
 )

@@ -16,7 +16,7 @@ import math
 from hetgen.ir import DType, TensorType
 from hetgen.ops._common import input_arg_count, total_bytes
 from hetgen.ops._spatial import conv_geometry
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
@@ -235,8 +235,23 @@ def lower_matmul_integer(op: OpInstance) -> Kernel:
 
 
 DEFS = (
-    OpDef("QLinearConv", lower_qlinear_conv, fusable_epilogue=True),
-    OpDef("ConvInteger", lower_conv_integer),
-    OpDef("QLinearMatMul", lower_qlinear_matmul, fusable_epilogue=True),
-    OpDef("MatMulInteger", lower_matmul_integer),
+    OpDef(
+        "QLinearConv",
+        lower_qlinear_conv,
+        fusable_epilogue=True,
+        weight_input=3,
+        integer_mac=IntegerMac("Conv", 0, 3),
+        float16_boundary=False,
+    ),
+    OpDef(
+        "ConvInteger", lower_conv_integer, weight_input=1, integer_mac=IntegerMac("Conv", 0, 1), float16_boundary=False
+    ),
+    OpDef(
+        "QLinearMatMul",
+        lower_qlinear_matmul,
+        fusable_epilogue=True,
+        integer_mac=IntegerMac("MatMul", 0, 3),
+        float16_boundary=False,
+    ),
+    OpDef("MatMulInteger", lower_matmul_integer, integer_mac=IntegerMac("MatMul", 0, 1), float16_boundary=False),
 )

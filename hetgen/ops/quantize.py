@@ -102,7 +102,7 @@ def lower_dynamic(op: OpInstance) -> Kernel:
 
 
 DEFS = (
-    OpDef("QuantizeLinear", lower_quantize),
-    OpDef("DequantizeLinear", lower_dequantize),
-    OpDef("DynamicQuantizeLinear", lower_dynamic),
+    OpDef("QuantizeLinear", lower_quantize, float16_boundary=False),
+    OpDef("DequantizeLinear", lower_dequantize, float16_boundary=False),
+    OpDef("DynamicQuantizeLinear", lower_dynamic, float16_boundary=False),
 )

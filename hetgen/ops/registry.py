@@ -1,30 +1,128 @@
-"""The explicit list of operators hetgen supports.
+"""The one list of operators hetgen supports.
 
-One module per operator (or per small family of operators that share one template), each exposing
-`DEFS: tuple[OpDef, ...]`. Adding an operator is adding a module and one line below.
+Each lowered operator has one module (or one per small family of operators that share a template),
+each exposing `DEFS: tuple[OpDef, ...]`, listed once in `MODULES` below; operators compiled through
+their ONNX function body are `Expanded` entries in `EXPANDED`. Adding an operator is its module, one
+line here and its template (docs/operators.md).
 """
 
 from __future__ import annotations
 
-# fmt: off
-# -- compute operators (convolution, GEMM, pooling, normalisation) --
-# -- elementwise, reduction and data-movement operators --
 from hetgen.ops import (
-    _compute_list,  # noqa: E402
-    _quant_list,  # noqa: E402
-    _tensor_list,  # noqa: E402
+    argmax,
+    batchnorm,
+    binary,
+    cast,
+    clip,
+    col2im,
+    concat,
+    control_flow,
+    conv,
+    conv_transpose,
+    cumsum,
+    deform_conv,
+    depth_to_space,
+    det,
+    dft,
+    einsum,
+    expand,
+    folded,
+    gather,
+    gemm,
+    grid_sample,
+    instancenorm,
+    layernorm,
+    lrn,
+    matmul,
+    nms,
+    nonzero,
+    onehot,
+    pad,
+    pool,
+    qelementwise,
+    qlinear,
+    quantize,
+    range,
+    recurrent,
+    reduce,
+    reshape,
+    resize,
+    roi_align,
+    scatter,
+    sequence_ops,
+    shape,
+    slice,
+    softmax,
+    split,
+    tfidf,
+    topk,
+    transpose,
+    trilu,
+    unary,
+    where,
 )
 from hetgen.ops._float16 import with_float16_boundary
-from hetgen.ops._function_list import EXPANDED_CONST_INPUTS, EXPANDED_OPS  # compiled through their ONNX function body
-from hetgen.ops.base import OpDef
+from hetgen.ops.base import Expanded, OpDef
 
+# fmt: off
+# -- compute operators: convolution, GEMM, pooling, normalisation --
+COMPUTE = (
+    batchnorm, conv, conv_transpose, gemm, instancenorm, layernorm, lrn, matmul, pool, softmax,
+    recurrent,  # RNN, GRU, LSTM
+    grid_sample, det, col2im, roi_align,
+    dft,  # DFT, STFT
+    deform_conv,
+)
+# -- elementwise, reduction and data-movement operators --
+TENSOR = (
+    # elementwise
+    unary, binary, where, clip, cast,
+    # reductions and scans
+    reduce, argmax, cumsum,
+    # data movement
+    reshape, transpose, concat, split, slice, expand, depth_to_space, gather, scatter, pad, resize, trilu, onehot,
+    # shapes and sequences (usually folded by the frontend)
+    shape, range,
+    folded,  # compile-time only: Unique, Compress, MelWeightMatrix
+    nonzero, nms,  # run-time length up to a static bound (hetgen/bounded.py)
+    einsum, topk,
+    control_flow,  # If, Loop: decided at compile time
+    sequence_ops,  # BitCast, MaxUnpool, ReverseSequence, TensorScatter
+    tfidf,  # TfIdfVectorizer
+)
+# -- quantized arithmetic (int8/uint8): `float16_boundary=False` on each --
+QUANTIZED = (quantize, qlinear, qelementwise)
+
+MODULES = (*COMPUTE, *TENSOR, *QUANTIZED)
+
+# -- compiled through their ONNX function body (hetgen/frontend/functions.py replaces each node of
+# these by its body before anything else sees the graph, so their kernels are the registered
+# primitives' kernels; listing an operator here claims it) --
+EXPANDED: tuple[Expanded, ...] = (
+    Expanded("Attention"),
+    Expanded("BlackmanWindow", const_inputs=(0,)),
+    Expanded("CenterCropPad", const_inputs=(1,)),
+    Expanded("GroupNormalization"),
+    Expanded("HammingWindow", const_inputs=(0,)),
+    Expanded("HannWindow", const_inputs=(0,)),
+    Expanded("MeanVarianceNormalization"),
+    Expanded("NegativeLogLikelihoodLoss"),
+    Expanded("RMSNormalization"),
+    Expanded("RotaryEmbedding"),
+    Expanded("SoftmaxCrossEntropyLoss"),
+    Expanded("AffineGrid", const_inputs=(1,)),
+    Expanded("SwiGLU"),
+    Expanded("LinearAttention"),  # its body is a Scan, unrolled
+    # no ONNX body: hetgen writes one (hetgen/frontend/functions.py, HETGEN_BODIES)
+    Expanded("LpNormalization"),
+    Expanded("LpPool"),
+    Expanded("CausalConvWithState"),
+)
 # fmt: on
 
-OPS: dict[str, OpDef] = {
-    d.op: with_float16_boundary(d) for module in (*_compute_list.MODULES, *_tensor_list.MODULES) for d in module.DEFS
-}
-
-OPS.update({d.op: d for module in _quant_list.MODULES for d in module.DEFS})
+OPS: dict[str, OpDef] = {d.op: with_float16_boundary(d) for module in MODULES for d in module.DEFS}
+EXPANDED_OPS: frozenset[str] = frozenset(e.op for e in EXPANDED)
+_EXPANDED_CONST_INPUTS = {e.op: e.const_inputs for e in EXPANDED}
 
 
 def supported_ops() -> frozenset[str]:
@@ -38,4 +136,4 @@ def op_def(op: str) -> OpDef | None:
 def const_inputs(op: str) -> tuple[int, ...]:
     """The inputs of `op` that must be known at compile time (registered or expanded operators)."""
     definition = OPS.get(op)
-    return definition.const_inputs if definition else EXPANDED_CONST_INPUTS.get(op, ())
+    return definition.const_inputs if definition else _EXPANDED_CONST_INPUTS.get(op, ())

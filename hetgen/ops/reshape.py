@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hetgen.ir import DType
 from hetgen.ops._copy import Fill, copy_kernel, whole_copy
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance, Unsupported
 
 
 def lower(op: OpInstance) -> Kernel:
@@ -39,10 +39,10 @@ def lower_dropout(op: OpInstance) -> Kernel:
 
 
 DEFS = (
-    OpDef("Reshape", lower, const_inputs=(1,)),
-    OpDef("Flatten", lower),
-    OpDef("Squeeze", lower, const_inputs=(1,)),
-    OpDef("Unsqueeze", lower, const_inputs=(1,)),
-    OpDef("Identity", lower),
+    OpDef("Reshape", lower, const_inputs=(1,), alias=True, input_roles=CARRIES),
+    OpDef("Flatten", lower, alias=True, input_roles=CARRIES),
+    OpDef("Squeeze", lower, const_inputs=(1,), alias=True, input_roles=CARRIES),
+    OpDef("Unsqueeze", lower, const_inputs=(1,), alias=True, input_roles=CARRIES),
+    OpDef("Identity", lower, alias=True, input_roles=CARRIES),
     OpDef("Dropout", lower_dropout, const_inputs=(1, 2)),
 )

@@ -9,7 +9,7 @@ import math
 from hetgen.ir import DType
 from hetgen.ops._cexpr import BITS_TYPE, FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED
 from hetgen.ops._layout import contiguous_strides, index_expr, loops_for, normalize_axis
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import InputRoles, Kernel, OpDef, OpInstance, Unsupported
 
 
 def _combine(reduction: str, dtype: DType) -> tuple[str, str]:
@@ -86,8 +86,11 @@ def lower_scatter_nd(op: OpInstance) -> Kernel:
     )
 
 
+INDEXED_BY_AXIS = InputRoles(indices=1, indexed_axis="axis")
 DEFS = (
-    OpDef("ScatterElements", lower_scatter_elements),
-    OpDef("ScatterND", lower_scatter_nd),
-    OpDef("Scatter", lower_scatter_elements),  # opset 9-10; the frontend renames it ScatterElements
+    OpDef("ScatterElements", lower_scatter_elements, input_roles=INDEXED_BY_AXIS),
+    OpDef("ScatterND", lower_scatter_nd, input_roles=InputRoles(indices=1)),
+    OpDef(
+        "Scatter", lower_scatter_elements, input_roles=INDEXED_BY_AXIS
+    ),  # opset 9-10; the frontend renames it ScatterElements
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hetgen.ops._copy import copy_from_view, copy_kernel
 from hetgen.ops._layout import element_view, normalize_axis
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance, Unsupported
 
 
 def lower(op: OpInstance) -> Kernel:
@@ -30,4 +30,4 @@ def lower(op: OpInstance) -> Kernel:
     return copy_kernel(copies, x_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Split", lower, const_inputs=(1,)),)
+DEFS = (OpDef("Split", lower, const_inputs=(1,), input_roles=CARRIES),)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hetgen.ops._copy import copy_from_view, copy_kernel
 from hetgen.ops._layout import element_view, normalize_axis
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance, Unsupported
 
 
 def lower(op: OpInstance) -> Kernel:
@@ -21,4 +21,4 @@ def lower(op: OpInstance) -> Kernel:
     return copy_kernel([copy], x_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Transpose", lower),)
+DEFS = (OpDef("Transpose", lower, input_roles=CARRIES),)

@@ -9,7 +9,7 @@ from hetgen.ir import DType
 from hetgen.ops._activation import ACTIVATIONS, epilogue_from_attributes, sigmoid
 from hetgen.ops._cexpr import INTEGER_DTYPES, UNSIGNED, UNSIGNED_DTYPES, libm, literal
 from hetgen.ops._elementwise import Operand, elementwise_kernel
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Tiling, Unsupported
 
 # Each builder returns the C expression of the result from the element variable `x`, the float
 # dtype `t` (float32 or float64) and the node (for attributes).
@@ -143,4 +143,6 @@ def lower(op: OpInstance) -> Kernel:
 
 
 _OPS = (*FLOAT_BUILDERS, "Not", "BitwiseNot")
-DEFS = tuple(OpDef(op, lower) for op in sorted(_OPS))
+# the device model tiles these in contiguous chunks (hetgen/spec/tile_shapes.py)
+CHUNKED = ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish")
+DEFS = tuple(OpDef(op, lower, tiling=Tiling.CHUNKS if op in CHUNKED else Tiling.WHOLE) for op in sorted(_OPS))

@@ -16,14 +16,12 @@ import numpy as np
 
 from hetgen.errors import InternalError
 from hetgen.ir import Graph, Node
+from hetgen.ops.registry import op_def
 from hetgen.platform.model import Pattern, Target
 from hetgen.platform.predicates import PREDICATE_VALIDATORS
 from hetgen.spec import KernelTable
 from hetgen.spec.invocation import group_plans, one_unit_per_invocation
 from hetgen.spec.tiling import Unfit
-
-# Operators whose weight input carries spatial kernel dimensions, and that input's index.
-WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "QLinearConv": 3}
 
 
 @dataclass(frozen=True)
@@ -53,11 +51,17 @@ def working_set(view: MatchView) -> tuple[int, int, int]:
     return inputs, outputs, weights
 
 
+def _weight_input(node: Node) -> int | None:
+    """The input of `node` holding a weight with spatial kernel dimensions (`OpDef.weight_input`)."""
+    definition = op_def(node.op)
+    return definition.weight_input if definition is not None else None
+
+
 def _kernel_dims(node: Node, graph: Graph) -> tuple[int, ...] | None:
     kernel_shape = node.attr("kernel_shape")
     if kernel_shape is not None:
         return tuple(int(k) for k in kernel_shape)
-    index = WEIGHT_INPUT.get(node.op)
+    index = _weight_input(node)
     if index is None or index >= len(node.inputs) or node.inputs[index] not in graph.types:
         return None
     return graph.types[node.inputs[index]].shape[2:]
@@ -83,7 +87,7 @@ def _check_max_kernel(value: Any, view: MatchView) -> str | None:
 def _check_groups(value: Any, view: MatchView) -> str | None:
     accepted = value if isinstance(value, (list, tuple)) else (value,)
     for node in view.nodes:
-        if node.op not in WEIGHT_INPUT:
+        if _weight_input(node) is None:
             continue
         group = int(node.attr("group", 1))
         channels = view.graph.types[node.inputs[0]].shape[1] if node.inputs[0] in view.graph.types else None

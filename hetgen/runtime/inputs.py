@@ -21,37 +21,10 @@ import onnx
 from onnx import numpy_helper, shape_inference
 
 from hetgen.errors import HetgenError
+from hetgen.ops.base import NO_ROLES, InputRoles
+from hetgen.ops.registry import op_def
 
 DEFAULT_RANGE = (0, 8)  # small non-negative integers, where nothing narrower is known
-
-# Operators whose output carries the input's values on (so an index stays an index through them).
-VALUE_PRESERVING = {
-    "Cast",
-    "Identity",
-    "Reshape",
-    "Squeeze",
-    "Unsqueeze",
-    "Flatten",
-    "Transpose",
-    "Expand",
-    "Tile",
-    "Concat",
-    "Slice",
-    "Split",
-    "Gather",
-    "GatherElements",
-    "GatherND",
-}  # fmt: skip  (the Gathers pass their data operand's values on)
-# operator -> (operand position of the indices, the attribute naming the indexed axis)
-INDEXING = {
-    "Gather": (1, "axis"),
-    "GatherElements": (1, "axis"),
-    "ScatterElements": (1, "axis"),
-    "Scatter": (1, "axis"),
-    "GatherND": (1, None),
-    "ScatterND": (1, None),
-}
-DIVIDING = {"Div": 1, "Mod": 1}  # operator -> operand position of the divisor
 
 
 def value_ranges(model_path: Path, inputs) -> dict[str, tuple[int, int]]:
@@ -77,27 +50,34 @@ def _range(name: str, consumers, shapes, constants) -> tuple[int, int]:
     seen, queue = {name}, deque([name])
     while queue:
         for node, position in consumers.get(queue.popleft(), ()):
-            if node.op_type in VALUE_PRESERVING and (position == 0 or node.op_type == "Concat"):
+            roles = _roles(node)
+            if roles.carries and (position == 0 or roles.carries == "all"):
                 for output in node.output:
                     if output and output not in seen:
                         seen.add(output)
                         queue.append(output)
-            elif node.op_type in INDEXING and position == INDEXING[node.op_type][0]:
-                high = min(high, _indexed_size(node, shapes))
+            elif roles.indices is not None and position == roles.indices:
+                high = min(high, _indexed_size(node, roles, shapes))
             elif node.op_type == "OneHot" and position == 0:
                 depth = constants.get(node.input[1]) if len(node.input) > 1 else None
                 high = min(high, int(numpy_helper.to_array(depth).reshape(-1)[0]) if depth is not None else 1)
-            elif DIVIDING.get(node.op_type) == position:
+            elif roles.divisor == position:
                 low = max(low, 1)
     return low, max(high, low + 1)
 
 
-def _indexed_size(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> int:
+def _roles(node: onnx.NodeProto) -> InputRoles:
+    """What the operator's inputs and output hold (`OpDef.input_roles`): which it passes on, which index or divide."""
+    definition = op_def(node.op_type)
+    return definition.input_roles if definition is not None else NO_ROLES
+
+
+def _indexed_size(node: onnx.NodeProto, roles: InputRoles, shapes: Mapping[str, tuple[int, ...]]) -> int:
     """The size of the axis `node` indexes; 1 (only zeros, always valid) when it is not known."""
     data = shapes.get(node.input[0])
     if not data or min(data) <= 0:
         return 1
-    axis_attribute = INDEXING[node.op_type][1]
+    axis_attribute = roles.indexed_axis
     if axis_attribute is None:  # GatherND / ScatterND index the leading axes: stay below all of them
         return min(data)
     axis = next((a.i for a in node.attribute if a.name == axis_attribute), 0)

@@ -5,10 +5,10 @@ it already is (one rule for both)."""
 from __future__ import annotations
 
 from hetgen.ir import Graph, Node
+from hetgen.ops.registry import op_def
 
-# Operators whose output is their input's bytes unchanged: they become a second name for the same
-# buffer instead of a copy (the kernels downstream were lowered with the right shapes already).
-ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+# Operators whose output is their input's bytes unchanged (`OpDef.alias`) become a second name for
+# the same buffer instead of a copy (the kernels downstream were lowered with the right shapes already).
 
 
 def alias_source(node: Node, graph: Graph) -> str | None:
@@ -19,8 +19,8 @@ def alias_source(node: Node, graph: Graph) -> str | None:
     """
     source = node.inputs[0] if node.inputs else ""
     if (
-        node.op in ALIAS_OPS
-        and source
+        source
+        and _is_alias(node.op)
         and source not in graph.constants
         and source not in graph.inputs
         and node.outputs
@@ -31,3 +31,8 @@ def alias_source(node: Node, graph: Graph) -> str | None:
     ):
         return source
     return None
+
+
+def _is_alias(op: str) -> bool:
+    definition = op_def(op)
+    return definition is not None and definition.alias

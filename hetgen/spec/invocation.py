@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from hetgen.ir import Graph, Node
 from hetgen.ops.base import Epilogue
+from hetgen.ops.registry import op_def
 from hetgen.platform.model import CostFigures, Role, Target
 from hetgen.spec.fusion import cut_units
 from hetgen.spec.patterns import FusedPattern
@@ -27,13 +28,11 @@ def one_unit_per_invocation(target: Target) -> bool:
     return target.role is Role.ACCELERATOR and target.memory_bytes is not None
 
 
-INTEGER_OPS = frozenset({"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
-
-
 def peak_gops(figures: CostFigures, nodes: Iterable[Node] = ()) -> float:
     """The arithmetic throughput a group reaches: int8 for an integer kernel on an int8 datapath."""
     head = next(iter(nodes), None)
-    if head is not None and head.op in INTEGER_OPS and figures.peak_int8_gops:
+    definition = op_def(head.op) if head is not None else None
+    if definition is not None and definition.integer_mac is not None and figures.peak_int8_gops:
         return figures.peak_int8_gops
     return figures.peak_gflops
 

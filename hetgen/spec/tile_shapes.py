@@ -17,15 +17,11 @@ from dataclasses import dataclass, replace
 
 from hetgen.ir import DType, Graph, Node, TensorType
 from hetgen.ops._spatial import window
-from hetgen.ops.base import Epilogue, OpInstance
+from hetgen.ops.base import Epilogue, OpInstance, Tiling
+from hetgen.ops.registry import op_def
 from hetgen.spec.work import shape_work
 
 F32 = DType.FLOAT32
-ELEMENTWISE = frozenset(
-    {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish"}
-)
-WINDOW_POOLS = frozenset({"MaxPool", "AveragePool"})
-GLOBAL_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
 
 
 @dataclass(frozen=True)
@@ -328,12 +324,10 @@ def _extents(total: int, size: int) -> list[tuple[int, int]]:
     return [(count, extent) for count, extent in ((full, size), (1 if rest else 0, rest)) if count]
 
 
-MAC_OPS = frozenset({"Conv", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
-
-
 def _whole_products(op: UnitOp) -> tuple[tuple[int, int, int, int], ...]:
     """The product the whole operator as one tile computes (the simulator's descriptor of it)."""
-    if op.node.op not in MAC_OPS:
+    definition = op_def(op.node.op)
+    if definition is None or not definition.mac:
         return ()
     work = shape_work(op.node, [t for t in op.input_types if t is not None], list(op.output_types))
     return ((1, work.batch, work.m, work.n),)
@@ -482,14 +476,15 @@ def candidates(op: UnitOp) -> list[Candidate]:
     found = [whole]
     if any(t is not None and t.size == 0 for t in (*op.input_types, *op.output_types)):
         return found  # an empty tensor (a 0 dimension) has nothing to split: one tile, maybe of 0 bytes
-    name = op.node.op
+    definition = op_def(op.node.op)
+    tiling = definition.tiling if definition is not None else Tiling.WHOLE
     all_f32 = all(t is None or t.dtype is F32 for t in (*op.input_types, *op.output_types))
     if not all_f32 or len(op.output_types) != 1:
         return found
     x = op.input_types[0]
-    if name in ("Conv", *WINDOW_POOLS) and x.rank == 4 and not op.node.attr("ceil_mode", 0):
+    if tiling is Tiling.WINDOW and x.rank == 4 and not op.node.attr("ceil_mode", 0):
         found += _window_candidates(op)
-    elif name in GLOBAL_POOLS and x.rank == 4:
+    elif tiling is Tiling.CHANNELS and x.rank == 4:
         n_batch, c, height, width = x.shape
         for chans in _halvings(c)[1:]:
             found.append(
@@ -502,9 +497,9 @@ def candidates(op: UnitOp) -> list[Candidate]:
                     lambda t, chans=chans: chans * (t.nbytes // max(1, t.shape[0] * t.shape[1])),
                 )  # fmt: skip
             )
-    elif name in ("MatMul", "Gemm") and _matrix_view(op) is not None:
+    elif tiling is Tiling.MATRIX and _matrix_view(op) is not None:
         found += _matrix_candidates(op)
-    elif name in ELEMENTWISE and all(
+    elif tiling is Tiling.CHUNKS and all(
         t.shape == op.output_types[0].shape or t.size == 1 for t in op.input_types if t is not None
     ):
         total = op.output_types[0].size

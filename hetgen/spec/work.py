@@ -14,15 +14,8 @@ from dataclasses import dataclass, replace
 
 from hetgen.abi import Engine  # the unit that executes a command: `enum hg_sim_engine` (hg_constants.h)
 from hetgen.ir import Graph, Node, TensorType
-from hetgen.ops.base import OpInstance
-
-# Integer kernels and the float operator whose shape rule they share; (x, w) input indices.
-INTEGER_KERNELS = {
-    "QLinearConv": ("Conv", 0, 3),
-    "ConvInteger": ("Conv", 0, 1),
-    "QLinearMatMul": ("MatMul", 0, 3),
-    "MatMulInteger": ("MatMul", 0, 1),
-}
+from hetgen.ops.base import OpInstance, WorkRule
+from hetgen.ops.registry import op_def
 
 
 @dataclass(frozen=True)
@@ -62,12 +55,15 @@ def instance_work(instance: OpInstance, after: int = 0) -> Work:
 def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) -> Work:
     output = outputs[0]
     touched = sum(t.nbytes for t in inputs) + sum(t.nbytes for t in outputs)
-    if head.op in INTEGER_KERNELS:  # the float operator's shape, on the int8 MAC array
-        op, x, w = INTEGER_KERNELS[head.op]
+    definition = op_def(head.op)
+    integer = definition.integer_mac if definition is not None else None
+    if integer is not None:  # the float operator's shape, on the int8 MAC array
+        op, x, w = integer.like, integer.x, integer.w
         float_head = Node(head.name, op, (head.inputs[x], head.inputs[w]), head.outputs, head.attrs)
         shaped = shape_work(float_head, [inputs[x], inputs[w]], outputs)
         return Work(Engine.MAC_ARRAY_INT8, shaped.batch, shaped.m, shaped.n, shaped.k, touched)
-    if head.op == "Conv":
+    rule = definition.work if definition is not None else WorkRule.VECTOR
+    if rule is WorkRule.CONV:
         x, w = inputs[0].shape, inputs[1].shape
         groups = int(head.attr("group", 1))
         out_pixels = math.prod(output.shape[2:])
@@ -75,18 +71,18 @@ def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) 
         # a fourth input is a residual the Conv adds to its outputs (hetgen/ops/conv.py)
         engine = Engine.MAC_ARRAY_RESIDUAL if len(head.inputs) > 3 and head.inputs[3] else Engine.MAC_ARRAY
         return Work(engine, x[0] * groups, out_pixels, w[0] // groups, depth, touched)
-    if head.op == "Gemm":
+    if rule is WorkRule.GEMM:
         rows, cols = output.shape
         depth = inputs[0].shape[0] if head.attr("transA", 0) else inputs[0].shape[1]
         return Work(Engine.MAC_ARRAY, 1, rows, cols, depth, touched)
-    if head.op == "MatMul":  # numpy semantics: a 1-D operand is one row (a) or one column (b)
+    if rule is WorkRule.MATMUL:  # numpy semantics: a 1-D operand is one row (a) or one column (b)
         a, b = inputs[0].shape, inputs[1].shape
         rows = a[-2] if len(a) >= 2 else 1
         cols = b[-1] if len(b) >= 2 else 1
         return Work(Engine.MAC_ARRAY, output.size // max(rows * cols, 1), rows, cols, a[-1], touched)
     taps = 1
-    if head.op in ("MaxPool", "AveragePool", "QLinearAveragePool"):
+    if rule is WorkRule.WINDOW:
         taps = math.prod(head.attr("kernel_shape", (1,)))
-    elif head.op in ("GlobalAveragePool", "GlobalMaxPool", "QLinearGlobalAveragePool"):
+    elif rule is WorkRule.GLOBAL:
         taps = math.prod(inputs[0].shape[2:])
     return Work(Engine.VECTOR, 1, output.size, 1, taps, touched)
