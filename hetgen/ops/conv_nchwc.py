@@ -247,6 +247,8 @@ def reorder(shape: tuple[int, ...], v: int, to_blocked: bool) -> Kernel:
         "channels": channels,
         "blocks": blocks(channels, v),
         "size": size,
+        "block_floats": size * v,  # one channel block of one image
+        "zero_channels": blocks(channels, v) * v - channels,  # the last block's padding
     }
     return Kernel(
         template="kernels/nchwc_reorder.c.j2",
