@@ -30,7 +30,7 @@ bounds on the makespan of any placement with every copy free:
 A ratio above `bound` would disprove the bound; a ratio far below it is what copies over the links
 and the order of the work cost. The "(N nodes)" after each target is how many of the graph's nodes
 any pattern of that target can take: layers bigger than an npu's SRAM are tiled
-(hetgen/lower/tiling.py), so it takes every layer one of its tilings fits. `--npu-sram-kib` gives the
+(hetgen/spec/tiling.py), so it takes every layer one of its tilings fits. `--npu-sram-kib` gives the
 npus other SRAM sizes.
 
 `--simulate DIR` also builds the searched and the best single-device placements (native build,
@@ -54,7 +54,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from hetgen.frontend import import_model  # noqa: E402
-from hetgen.lower.memory import check_graph_fits  # noqa: E402
 from hetgen.models import cnn, transformer  # noqa: E402
 from hetgen.partition import place  # noqa: E402
 from hetgen.partition.assemble import assemble  # noqa: E402
@@ -62,6 +61,8 @@ from hetgen.partition.bound import critical_path_bound, makespan_bound  # noqa: 
 from hetgen.partition.cost import Calibration  # noqa: E402
 from hetgen.partition.space import SearchSpace  # noqa: E402
 from hetgen.platform import load_platform, load_platform_text  # noqa: E402
+from hetgen.spec import build_kernel_specs  # noqa: E402
+from hetgen.spec.fits import check_graph_fits  # noqa: E402
 
 MODELS = {
     "resnet18": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=224),
@@ -143,7 +144,7 @@ def main() -> int:
         for file in platforms:
             platform = platform_with_sram(file, args.npu_sram_kib)
             check_graph_fits(graph, platform)
-            space = SearchSpace(graph, platform, Calibration())
+            space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
             singles, takes = {}, {}
             for loc, path in enumerate(space.paths):
                 single = single_device(space, loc)

@@ -163,7 +163,7 @@ def cmd_explain(args) -> int:
         print(explain_dot(placement, graph))
     elif args.format == "html":
         from hetgen.frontend.fingerprint import model_sha256
-        from hetgen.partition.explain_html import built_report, explain_html
+        from hetgen.runtime.explain_html import built_report, explain_html
 
         report = built_report(Path(args.built), platform, graph, model_sha256(args.model)) if args.built else None
         print(explain_html(placement, graph, report), end="")

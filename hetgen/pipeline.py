@@ -28,7 +28,6 @@ from hetgen.frontend.external_data import gather_external_data, is_external, mod
 from hetgen.frontend.fingerprint import model_sha256
 from hetgen.frontend.load import read_model
 from hetgen.ir import Graph
-from hetgen.lower.memory import check_graph_fits
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
 from hetgen.platform.model import Platform
@@ -36,6 +35,7 @@ from hetgen.platform.tuning import gemm_blocks
 from hetgen.progress import Progress, counted
 from hetgen.runtime.verify import MODEL_COPY
 from hetgen.spec import build_kernel_specs
+from hetgen.spec.fits import check_graph_fits
 from hetgen.templates_dir import templates_dir
 
 
@@ -135,7 +135,7 @@ def generate_files(
     with progress.stage("placement", f"placing {nodes}"):
         placement = place(graph, platform, mode=options.placement, pins=options.pins, kernels=kernels)
     with progress.stage("lowering", f"planning the programs of {nodes}"):
-        lowered = lower.lower(graph, platform, placement, kernels)
+        lowered = lower.lower(graph, platform, placement)
         if not options.native_only:
             check_board_fit(lowered, platform)  # a bare-metal board's flash and RAM, before anything is built
     threads = platform.options.get("threads", 1)  # the worker pool's default (hg_threads_config.h)

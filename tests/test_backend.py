@@ -14,8 +14,8 @@ import onnx
 import pytest
 
 import conformance
+from hetgen.backend import HetgenBackend
 from hetgen.errors import HetgenError
-from hetgen.runtime.backend import HetgenBackend
 
 # Messages that mean "hetgen does not support this case" (an element type, dynamic shapes), not a bug.
 UNSUPPORTED = ("not supported", "hetgen accepts", "accepted:", "must be a compile-time constant")

@@ -1,6 +1,6 @@
 """Devices run concurrently with their controllers (issue 8, item 5): the generated program submits
 device work and waits only before its first reader; the simulator's replay and the price time that
-program by the same rules (hetgen/partition/timeline.py), and both see the overlap."""
+program with the same interpreter (hetgen/spec/timeline.py), and both see the overlap."""
 
 from __future__ import annotations
 
@@ -11,14 +11,25 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
 from hetgen import lower
+from hetgen.codegen.manifest import read_manifest
 from hetgen.frontend import import_model
 from hetgen.lower.program import Call, DeviceCopyIn, DeviceCopyOut, Invoke, Wait
 from hetgen.partition.price import placement_price
 from hetgen.partition.search import place
-from hetgen.partition.timeline import Await, Lanes, Submit, Work, copy_cycles, makespan, program_order
+from hetgen.partition.timeline import Lanes, program_order
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.devices import simulation_report
 from hetgen.runtime.reference import ort_session
+from hetgen.spec.timeline import (
+    ControllerSteps,
+    DeviceCopy,
+    DeviceInvoke,
+    DeviceRef,
+    DeviceWait,
+    KernelCall,
+    ProgramSteps,
+    run_timeline,
+)
 
 TOLERANCE = 0.15
 
@@ -77,13 +88,34 @@ PINS = {
 }
 
 
+class _Listed:
+    """A timing that reads each step's time off the step: a call's node is its time, an
+    accelerator's sub-program number its time."""
+
+    def call_us(self, target, call):
+        return float(call.nodes[0])
+
+    def copy_us(self, controller, device, copy):
+        return float(copy.nbytes)
+
+    def invocation_us(self, device, program):
+        return float(program)
+
+
+def _makespan(*steps) -> float:
+    devices = (DeviceRef("d"), DeviceRef("e"))
+    return run_timeline(ProgramSteps("root", {"root": ControllerSteps(devices, (steps,))}), _Listed())
+
+
 def test_makespan_follows_the_rules():
     # root works 5, submits 10 to d (starts at 5, ends 15), works 3 (8), waits (15), submits 2 to d
     # (15..17), submits 4 to e (15..19), works 1 (16), waits for e (19): the root ends at 19
-    steps = [Work(5), Submit("d", 10), Work(3), Await("d"), Submit("d", 2), Submit("e", 4), Work(1), Await("e")]
-    assert makespan(steps) == 19
+    d, e = 0, 1
+    work, submit, wait = KernelCall, DeviceInvoke, DeviceWait
+    steps = [work(("5",)), submit(d, 10), work(("3",)), wait(d), submit(d, 2), submit(e, 4), work(("1",)), wait(e)]
+    assert _makespan(*steps) == 19
     # a second submission queues behind the first; the program ends when the last device does
-    assert makespan([Submit("d", 10), Submit("d", 10), Work(1)]) == 20
+    assert _makespan(submit(d, 10), submit(d, 10), work(("1",))) == 20
 
 
 def test_program_order_submits_device_work_before_independent_root_work():
@@ -156,12 +188,12 @@ def test_priced_and_simulated_makespans_agree_and_overlap(built):
 def test_replayed_copies_are_what_the_device_counted(built):
     """The replay times each copy as the device counts it: summed, they are the device's counters."""
     _, _, out = built
-    import json
-
-    manifest = json.loads((out / "hetgen.json").read_text())
-    root = manifest["program"]["controllers"][manifest["program"]["root"]]
-    (timing,) = root["devices"]
-    replayed = sum(copy_cycles(timing, step["bytes"]) for entry in root["entries"] for step in entry if "copy" in step)
+    program = read_manifest(out).program
+    root = program.controllers[program.root]
+    (device,) = root.devices
+    replayed = sum(
+        device.copies.cycles(step.nbytes) for entry in root.entries for step in entry if type(step) is DeviceCopy
+    )
     (device,) = simulation_report(out).devices
     counted = (device.copy_us + device.link_us) * device.clock_mhz
     assert replayed == pytest.approx(counted, rel=1e-6, abs=2)

@@ -18,9 +18,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hetgen.frontend import import_model
 from hetgen.names import html_script_json, html_text
-from hetgen.partition.explain_html import explain_html
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
+from hetgen.runtime.explain_html import explain_html
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "examples" / "resnet_tiny.onnx"

@@ -63,7 +63,7 @@ def test_fused_groups_are_the_generated_fused_kernels(platform_name, model_name)
     if platform_name == "host":  # on soc, the npu takes the convolutions: no residual unit is left
         assert [g.label for g in fused_groups].count(kind) == count, [g.label for g in placement.groups]
 
-    lowered = lower.lower(graph, platform, placement, kernels)
+    lowered = lower.lower(graph, platform, placement)
     units = generated_units(lowered)
     generated = sorted((target, sorted(nodes)) for target, nodes in units if kernels.fused(nodes) is not None)
     assert generated == sorted((g.target, sorted(g.nodes)) for g in fused_groups)
@@ -172,7 +172,7 @@ def test_a_residual_from_a_device_is_not_fused(tmp_path, residual_on):
     labels = [g.label for g in placement.groups]
     fused = residual_on == "s"
     assert (RESIDUAL in labels) == fused, labels
-    units = [nodes for _, nodes in generated_units(lower.lower(graph, platform, placement, kernels))]
+    units = [nodes for _, nodes in generated_units(lower.lower(graph, platform, placement))]
     conv_b, add = (next(n.name for n in graph.nodes if n.outputs == (t,)) for t in ("b", "s"))
     assert any({conv_b, add} <= nodes for nodes in units) == fused, units
     out = hetgen.compile(platform, model, out=tmp_path / "out", native_only=True, native_tuning=False, pins=pins)
@@ -210,7 +210,8 @@ def test_the_search_takes_a_fused_attention_in_any_order(monkeypatch):
     """A fused attention is a DAG, not a chain: the search opens it at whichever of its nodes comes
     first in its order. Any topological order finds the same least cost, each node placed once."""
     platform = platform_named("host")
-    space = SearchSpace(import_model(transformer_encoder()), platform, Calibration())
+    graph = import_model(transformer_encoder())
+    space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
     costs = []
     for order in (search_order, latest_first_order):
         monkeypatch.setattr(exact, "search_order", order)
@@ -262,7 +263,7 @@ def test_an_epilogue_chain_on_a_controller_is_priced_and_generated_as_one_kernel
         assert group.launch_us == pytest.approx(target.figures.launch_us)  # one launch, not one per operator
         apart = sum(kernel_us(target.figures, Work(*kernels.group_work([m])), efficiency) for m in members)
         assert group.cost_us < apart  # why the search takes it
-    generated = sorted(sorted(nodes) for _, nodes in generated_units(lower.lower(graph, platform, placement, kernels)))
+    generated = sorted(sorted(nodes) for _, nodes in generated_units(lower.lower(graph, platform, placement)))
     aliases = {n for g in placement.groups for n in g.nodes} - {n for nodes in generated for n in nodes}
     assert generated == sorted(sorted(g.nodes) for g in placement.groups if not set(g.nodes) <= aliases)
 
@@ -278,8 +279,8 @@ def test_lowering_never_fuses_across_two_groups():
     split = [dataclasses.replace(chain, name=f"{chain.name}_{k}", nodes=(n,)) for k, n in enumerate(chain.nodes)]
     at = placement.groups.index(chain)
     apart = dataclasses.replace(placement, groups=(*placement.groups[:at], *split, *placement.groups[at + 1 :]))
-    fused = {nodes for _, nodes in generated_units(lower.lower(graph, platform, placement, kernels))}
-    separate = {nodes for _, nodes in generated_units(lower.lower(graph, platform, apart, kernels))}
+    fused = {nodes for _, nodes in generated_units(lower.lower(graph, platform, placement))}
+    separate = {nodes for _, nodes in generated_units(lower.lower(graph, platform, apart))}
     assert frozenset(chain.nodes) in fused and frozenset(chain.nodes) not in separate
     assert {frozenset({n}) for n in chain.nodes} <= separate
 

@@ -18,14 +18,15 @@ from hetgen.codegen.viewmodel import aot_steps, graph_tables, vm_code
 from hetgen.errors import InternalError, ModelError
 from hetgen.frontend import import_model
 from hetgen.lower.fuse import kernel_units
-from hetgen.lower.invocation import kernel_units_of
 from hetgen.lower.program import Invoke
+from hetgen.lower.verify import verified
 from hetgen.models import mobilenet_v2, resnet, tiny_cnn
 from hetgen.ops import registry
 from hetgen.ops.base import Unsupported
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
 from hetgen.spec import build_kernel_specs
+from hetgen.spec.invocation import kernel_units_of
 
 PLATFORMS = Path(__file__).resolve().parent.parent / "platforms"
 
@@ -40,7 +41,7 @@ def test_each_node_and_each_unit_it_can_head_is_lowered_once_and_nothing_after(c
     counted.clear()
     platform = load_platform(str(PLATFORMS / "host.yaml"))
     placement = place(graph, platform, kernels=kernels)
-    lowered = lower.lower(graph, platform, placement, kernels)
+    lowered = lower.lower(graph, platform, placement)
     assert counted == {}  # placement and lowering read the table; neither lowers an operator again
     labels = [unit.label for program in lowered.programs for unit in program.units]
     assert any("Relu" in label and "Conv" in label for label in labels)  # the fused unit was used
@@ -82,7 +83,7 @@ def test_an_unsupported_instance_is_a_refusal_in_the_lowerings_words(monkeypatch
     platform = load_platform(str(PLATFORMS / "host.yaml"))
     placement = place(graph, platform, kernels=kernels)
     with pytest.raises(ModelError, match=f"{conv.label}: this Conv is not for us"):
-        lower.lower(graph, platform, placement, kernels)
+        lower.lower(graph, platform, placement)
 
 
 def test_a_lowering_that_crashes_is_a_bug_not_a_guess(monkeypatch):
@@ -102,7 +103,7 @@ def test_placement_and_lowering_cut_a_group_into_the_same_units():
     kernels = build_kernel_specs(graph)
     everywhere = {node.name: "one target" for node in graph.nodes}
     lowered = [unit.names for unit in kernel_units(graph, everywhere, kernels)]
-    priced = [tuple(node.name for node in chain) for chain, _ in kernel_units_of(graph.nodes, graph)]
+    priced = [tuple(node.name for node in chain) for chain, _ in kernel_units_of(graph.nodes, graph, kernels)]
     assert lowered == priced
     assert any(len(names) > 1 for names in lowered)
 
@@ -118,8 +119,7 @@ def test_generation_builds_the_table_once(monkeypatch):
         raise AssertionError("a stage built its own kernel table")
 
     monkeypatch.setattr(pipeline, "build_kernel_specs", build_once)
-    monkeypatch.setattr("hetgen.partition.space.build_kernel_specs", never)
-    monkeypatch.setattr("hetgen.lower.build_kernel_specs", never)
+    monkeypatch.setattr("hetgen.partition.search.build_kernel_specs", never)  # only for a caller without one
     platform = load_platform(str(PLATFORMS / "soc.yaml"))
     graph = import_model(tiny_cnn())
     pipeline.generate_files(platform, graph, pipeline.CompileOptions(build=False), tiny_cnn(), Path("unused"))
@@ -162,13 +162,13 @@ def test_verify_refuses_buffers_that_share_bytes_while_live(lowered_soc):
     assert len(memory.buffers) > 1
     stacked = dataclasses.replace(memory, buffers=tuple((name, 0, size) for name, _, size in memory.buffers))
     with pytest.raises(InternalError, match="share bytes while both are live"):
-        _with_program(lowered_soc, index, memory=stacked).verify()
+        verified(_with_program(lowered_soc, index, memory=stacked))
 
 
 def test_verify_refuses_a_call_to_another_programs_kernel(lowered_soc):
     index = _device_index(lowered_soc)
     with pytest.raises(InternalError, match="which is not one of its kernels"):
-        _with_program(lowered_soc, index, units=lowered_soc.root.units).verify()
+        verified(_with_program(lowered_soc, index, units=lowered_soc.root.units))
 
 
 def test_verify_refuses_an_invocation_of_a_missing_sub_program(lowered_soc):
@@ -178,7 +178,7 @@ def test_verify_refuses_an_invocation_of_a_missing_sub_program(lowered_soc):
         for entry in root.entries
     )
     with pytest.raises(InternalError, match="invokes sub-program 99"):
-        _with_program(lowered_soc, 0, entries=entries).verify()
+        verified(_with_program(lowered_soc, 0, entries=entries))
 
 
 # -- the codegen-to-runtime manifest is a typed value ------------------------------------------------
@@ -226,7 +226,7 @@ def test_every_runtime_lays_out_the_same_instructions(lowered_soc):
 def test_tilings_are_planned_with_the_table_and_only_read_after(monkeypatch):
     """The fits_memory predicate, the cost model, explain's tiling lines and lowering all read the
     table's tile plans: none of them plans a tiling again."""
-    import hetgen.lower.tiling as tiling
+    import hetgen.spec.tiling as tiling
 
     graph = import_model(resnet(size=96))
     platform = load_platform(str(PLATFORMS / "soc.yaml"))
@@ -235,7 +235,7 @@ def test_tilings_are_planned_with_the_table_and_only_read_after(monkeypatch):
     planned = []
     monkeypatch.setattr(tiling, "_best_plan", lambda *args: planned.append(args))  # what unit_plan calls
     placement = place(graph, platform, kernels=kernels)
-    lowered = lower.lower(graph, platform, placement, kernels)
+    lowered = lower.lower(graph, platform, placement)
     assert planned == []
     npu = next(program for program in lowered.programs if program.device_model is not None)
     assert npu.units and any(group.tilings for group in placement.groups)

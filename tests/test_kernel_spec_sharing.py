@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from hetgen.ir import DType, TensorType
-from hetgen.spec import build_kernel_specs, unit_spec
+from hetgen.spec import build_kernel_specs
+from hetgen.spec.build import unit_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from partition_fixtures import GraphBuilder  # noqa: E402

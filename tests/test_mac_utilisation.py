@@ -15,9 +15,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from bench_support import bench_json
 from hetgen.frontend import import_model
-from hetgen.lower.invocation import group_plans, tile_rates
-from hetgen.lower.tiling import Rates, TilePlan, mac_utilisation, plan_us
 from hetgen.platform.loader import load_platform_text
+from hetgen.spec import build_kernel_specs
+from hetgen.spec.invocation import group_plans, tile_rates
+from hetgen.spec.tiling import Rates, TilePlan, mac_utilisation, plan_us
 
 # The npu as docs/simulator.md describes it: 16 x 16 MACs at 1000 MHz (512 GFLOP/s).
 PLATFORM = """
@@ -83,7 +84,7 @@ def _plan(model, platform_text, path=NPU, sram_kib=512):
     )
     graph = import_model(model)
     target = _npu(platform, path)
-    (plan,) = group_plans(list(graph.nodes), graph, target)
+    (plan,) = group_plans(list(graph.nodes), graph, target, build_kernel_specs(graph, platform))
     assert isinstance(plan, TilePlan)
     return plan, target
 
@@ -143,7 +144,7 @@ def test_the_tiling_search_prefers_tiles_that_keep_the_array_busy():
     platform = load_platform_text(PLATFORM.format(sram_kib=512))
     graph = import_model(model)
     npu = _npu(platform)
-    from hetgen.lower.tiling import unit_plan
+    from hetgen.spec.tiling import unit_plan
 
     rates = tile_rates(npu, 1.0, list(graph.nodes))
     shaped = unit_plan(list(graph.nodes), graph, (), npu.memory_bytes, rates)
@@ -156,14 +157,19 @@ def test_the_tiling_search_prefers_tiles_that_keep_the_array_busy():
     assert plan_us(shaped, rates) < plan_us(blind, rates)
 
 
-def test_a_kind_without_the_arrays_shape_keeps_full_utilisation():
+def test_a_kind_without_the_arrays_shape_is_priced_with_its_device_models_array():
+    """A YAML kind whose figures say nothing of a MAC array is simulated with its device model's
+    (the defaults: 16 x 16, hetgen/platform/device_model.py), so it is priced with that array too
+    (issue 19: one machine model; it used to be priced at full utilisation while its simulator
+    counted the idle columns)."""
     platform = load_platform_text(SHAPELESS)
     acc = _npu(platform, "plain/acc0")
-    assert acc.figures.mac_rows is None and acc.figures.mac_cols is None
+    assert (acc.figures.mac_rows, acc.figures.mac_cols) == (16, 16)
+    assert acc.figures.command_us == 0.05  # a figure the kind declares stays the kind's
     rates = tile_rates(acc, 1.0)
-    assert (rates.mac_rows, rates.mac_cols) == (0, 0)
+    assert (rates.mac_rows, rates.mac_cols) == (16, 16)
     plan, _ = _plan(conv(2), SHAPELESS, "plain/acc0")
-    assert mac_utilisation(plan.mac_products[0], rates) == 1.0
+    assert mac_utilisation(plan.mac_products[0], rates) == pytest.approx(2 / 16)
 
 
 @pytest.mark.cc

@@ -89,7 +89,11 @@ BROKEN = [
     ("not text", lambda text: b"\xff\x00\xfe" * 8, "cannot be read as JSON"),
     ("empty", lambda text: b"", "cannot be read as JSON"),
     ("a list", lambda text: b"[1, 2]\n", "not what hetgen writes"),
-    ("a newer format", _with(hetgen_manifest=MANIFEST_VERSION + 1), "another hetgen version (format 2;"),
+    (
+        "a newer format",
+        _with(hetgen_manifest=MANIFEST_VERSION + 1),
+        f"another hetgen version (format {MANIFEST_VERSION + 1};",
+    ),
     ("no format version", _without("hetgen_manifest"), "another hetgen version (no format version;"),
     ("a missing entry", _without("prefix"), "has no 'prefix' entry"),
     ("a wrong type", _with(inputs=5), "not what hetgen writes"),

@@ -24,8 +24,6 @@ from onnx import TensorProto, helper, numpy_helper
 import hetgen
 from bench_support import bench_json
 from hetgen.frontend import import_model
-from hetgen.lower.invocation import group_plans, tile_rates
-from hetgen.lower.tiling import Action, TilePlan, plan_us
 from hetgen.models.cnn import resnet
 from hetgen.partition import place
 from hetgen.platform import load_platform
@@ -33,6 +31,8 @@ from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.devices import simulation_report
 from hetgen.runtime.reference import ort_session
 from hetgen.spec import build_kernel_specs
+from hetgen.spec.invocation import group_plans, tile_rates
+from hetgen.spec.tiling import Action, TilePlan, plan_us
 
 TOLERANCE = 0.15
 

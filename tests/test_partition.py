@@ -30,6 +30,7 @@ from hetgen.partition.patterns import match_patterns
 from hetgen.partition.price import placement_price
 from hetgen.partition.space import SearchSpace
 from hetgen.platform.model import Link
+from hetgen.spec import build_kernel_specs
 from partition_fixtures import (
     CPU,
     NPU,
@@ -58,7 +59,7 @@ def exhaustive_best(graph, platform, pins=None) -> float:
     controller) to each other place that reads it (graph outputs are read by the root), each copy
     between two places on the way paid once however many readers lie beyond it.
     """
-    space = SearchSpace(graph, platform, Calibration())
+    space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
     topology = Topology(platform)
     nodes = graph.nodes
     root = topology.root.path_str
@@ -109,7 +110,7 @@ def test_cost_mode_is_optimal_against_exhaustive_enumeration():
         pins = {}
         if seed % 3 == 0:  # pin a node to some place that can run it on its own
             node = rng.randrange(len(graph.nodes))
-            space = SearchSpace(graph, platform, Calibration())
+            space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
             places = sorted({space.paths[c.loc] for c in space.candidates if c.nodes == (node,)})
             pins = {graph.nodes[node].name: rng.choice(places)}
         placement = place(graph, platform, pins=pins)
@@ -136,7 +137,8 @@ def test_pruning_never_changes_the_optimum_on_medium_graphs():
     for seed in range(25):
         rng = random.Random(1000 + seed)
         graph = random_dag(rng, rng.randint(10, 22))
-        space = SearchSpace(graph, random_platform(rng), Calibration())
+        platform = random_platform(rng)
+        space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
         pruned, plain = ExactSearch(space, space.candidates), ExactSearch(space, space.candidates, prune=False)
         assert pruned.run(DEFAULT_MAX_STATES)[1] and plain.run(10**7)[1]
         assert pruned.best_cost == pytest.approx(plain.best_cost, rel=1e-9), f"seed {seed}"
@@ -152,7 +154,7 @@ def test_breadth_first_graphs_are_searched_in_a_narrow_order():
         total = b.binary("Add", total, head)
     b.output(total)
     graph = b.build()
-    space = SearchSpace(graph, soc(), Calibration())
+    space = SearchSpace(graph, soc(), Calibration(), build_kernel_specs(graph, soc()))
     assert _live_width(space, search_order(space)) <= 3 < _live_width(space, list(range(len(graph.nodes))))
     assert place(graph, soc()).exact
 
@@ -171,7 +173,7 @@ def test_wide_5000_node_dag_places_in_bounded_work():
     """A random DAG with ~16 tensors live at every step: the plain DP's states multiply with the
     frontier (10 s and more); the search's budget bounds the states it offers, whatever the clock."""
     graph = wide_random_dag(random.Random(1), 5000, 16)
-    space = SearchSpace(graph, soc(), Calibration())
+    space = SearchSpace(graph, soc(), Calibration(), build_kernel_specs(graph, soc()))
     search = ExactSearch(space, space.candidates)
     chosen, exact = search.run(DEFAULT_MAX_STATES)
     steps = len(graph.nodes)
@@ -441,7 +443,7 @@ def test_unknown_mode_is_an_error():
 
 def rejections_for(graph, where, *steps) -> tuple[list, list]:
     platform = flat(npu_patterns=(pattern("p", *(steps or ("Conv",)), where=where),), with_dsp=False)
-    found = match_patterns(graph, platform)
+    found = match_patterns(graph, platform, build_kernel_specs(graph, platform))
     matches = [m.nodes for m in found.matches if m.target == "cpu/npu"]
     return matches, [r.reason for r in found.rejections]
 
@@ -611,7 +613,11 @@ def test_target_of_and_groups_convex_on_real_placements():
 def test_a_controller_catch_all_pattern_replaces_the_implicit_one():
     platform = flat(with_dsp=False, cpu_patterns=(pattern("any_op", "*", efficiency=0.5),))
     graph = conv_relu_net(1)
-    labels = {m.label for m in match_patterns(graph, platform).matches if m.target == "cpu"}
+    labels = {
+        m.label
+        for m in match_patterns(graph, platform, build_kernel_specs(graph, platform)).matches
+        if m.target == "cpu"
+    }
     assert labels == {"any_op"}
     assert {g.label for g in place(graph, platform).groups if g.target == "cpu"} <= {"any_op"}
 

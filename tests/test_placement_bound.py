@@ -12,6 +12,7 @@ from hetgen.partition import place
 from hetgen.partition.bound import critical_path_bound, makespan_bound
 from hetgen.partition.cost import Calibration
 from hetgen.partition.space import SearchSpace
+from hetgen.spec import build_kernel_specs
 from partition_fixtures import conv_relu_net, random_dag, random_platform, residual_net, soc, transformer
 
 
@@ -19,7 +20,7 @@ from partition_fixtures import conv_relu_net, random_dag, random_platform, resid
 def test_no_searched_placement_beats_the_bound(seed):
     rng = random.Random(seed)
     graph, platform = random_dag(rng, rng.randint(6, 14)), random_platform(rng)
-    space = SearchSpace(graph, platform, Calibration())
+    space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
     searched = place(graph, platform)
     floor = max(makespan_bound(space), critical_path_bound(space))
     assert floor <= searched.total_us * (1 + 1e-9)
@@ -31,7 +32,7 @@ def test_no_searched_placement_beats_the_bound(seed):
 )
 def test_bound_holds_on_model_shapes(graph):
     platform = soc()
-    space = SearchSpace(graph, platform, Calibration())
+    space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
     for mode in ("cost", "greedy"):
         assert max(makespan_bound(space), critical_path_bound(space)) <= place(graph, platform, mode=mode).total_us * (
             1 + 1e-9

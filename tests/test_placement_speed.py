@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from hetgen.lower.schedule import SCall, SLoadWeight
 from hetgen.partition import place
 from hetgen.partition.timeline import placement_schedule
 from hetgen.platform.model import Link
+from hetgen.spec.schedule import SCall, SLoadWeight
 from partition_fixtures import flat, residual_net, soc, wide_random_dag
 
 

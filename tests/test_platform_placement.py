@@ -61,7 +61,7 @@ def test_slow_link_keeps_a_small_convolution_on_the_host():
 
 def test_bigger_sram_admits_a_bigger_layer():
     """32 KiB in, 32 KiB out, 36 KiB of weights: 4 KiB cannot hold one output row's input rows with
-    one channel's weights; 64 KiB takes the layer as tiles (hetgen/lower/tiling.py), 4 MiB whole."""
+    one channel's weights; 64 KiB takes the layer as tiles (hetgen/spec/tiling.py), 4 MiB whole."""
     model = conv_model(32, 16)
     assert conv_target(load_platform_text(npu_platform(32, 1, sram_kib=4)), model) == "p"
     assert conv_target(load_platform_text(npu_platform(32, 1, sram_kib=64)), model) == "p/npu0"

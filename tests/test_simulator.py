@@ -21,6 +21,7 @@ from bench_support import bench_json
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.devices import simulation_report
 from hetgen.runtime.reference import ort_session
+from hetgen.spec import build_kernel_specs
 
 PLATFORM = """
 name: simt
@@ -289,8 +290,8 @@ def test_double_buffered_tiles_overlap_dma_and_compute(tmp_path):
     to that timeline, worked out here by hand from each tile's shapes, which is less than the
     commands' cycles one after another."""
     from hetgen.frontend import import_model
-    from hetgen.lower.invocation import group_plans
-    from hetgen.lower.tiling import Action
+    from hetgen.spec.invocation import group_plans
+    from hetgen.spec.tiling import Action
 
     rng = np.random.default_rng(4)
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
@@ -303,7 +304,7 @@ def test_double_buffered_tiles_overlap_dma_and_compute(tmp_path):
     plat = load_platform_text(text.format(macs=256, dma_gbps=4, command=64))
     npu = next(t for t in plat.targets() if t.path_str == NPU)
     ir = import_model(model)
-    (plan,) = group_plans(list(ir.nodes), ir, npu)
+    (plan,) = group_plans(list(ir.nodes), ir, npu, build_kernel_specs(ir, plat))
     assert plan.double_buffered and plan.count > 2
     finish, free, end, serial = [], {True: 0, False: 0}, 0, 0
     for command in plan.commands:
@@ -324,15 +325,3 @@ def test_double_buffered_tiles_overlap_dma_and_compute(tmp_path):
         end = max(end, done)
     _, stats, _, _ = run_counts(tmp_path, model, plat, {"conv": NPU})
     assert stats["compute_cycles"] == end < serial
-
-
-def test_stats_fields_are_the_c_structs_fields_in_order():
-    """The loader's cffi struct and the board program's report both follow STATS_FIELDS."""
-    import re
-
-    from hetgen.codegen.project import STATS_FIELDS
-    from hetgen.templates_dir import templates_dir
-
-    header = (templates_dir() / "runtime" / "hg_runtime.h").read_text()
-    body = re.search(r"typedef struct \{([^}]*)\} hg_device_stats;", header).group(1)
-    assert tuple(re.findall(r"uint64_t (\w+);", body)) == STATS_FIELDS

@@ -86,7 +86,7 @@ CONVS_AND_RELUS = tuple(f"conv{i}" for i in range(3)) + tuple(f"relu{i}" for i i
 def test_a_chain_on_the_npu_crosses_the_link_once_each_way(sram_kib):
     """Three convolutions (300 KiB: they do not fit the SRAM together, one does; 4096 KiB: they
     would). Either way the npu runs one invocation per group, as the cost model prices it
-    (hetgen/lower/invocation.py), and what passes between invocations never goes back to the root."""
+    (hetgen/spec/invocation.py), and what passes between invocations never goes back to the root."""
     lowered = lowered_on_npu(conv_chain(), sram_kib=sram_kib, pinned=CONVS_AND_RELUS)
     assert copies(lowered, "s") == (1, 1, 1)  # x in, y out, one invocation of the co-processor
     # one invocation per group; x in once, the intermediates stay in the npu, y out
@@ -95,7 +95,7 @@ def test_a_chain_on_the_npu_crosses_the_link_once_each_way(sram_kib):
 
 def test_the_estimate_prices_weight_loads_and_copies_at_the_dma_rate():
     """One conv on the npu, one tile (4 MiB of SRAM holds it whole): its 36864 bytes of weights and
-    its 8192-byte input DMA'd into SRAM, its 8192-byte output DMA'd back (hetgen/lower/tiling.py).
+    its 8192-byte input DMA'd into SRAM, its 8192-byte output DMA'd back (hetgen/spec/tiling.py).
     Going from 8 to 1 GB/s of DMA adds exactly their time, priced beside the computation."""
     model, costs = conv_chain(1), {}
     for dma in (8, 1):

@@ -1,6 +1,6 @@
 """Tiling (issue 8, item 1): a unit whose tensors do not fit the npu's SRAM runs as tiles that do,
 DMA'd in, computed and DMA'd out; the program computes them for real on the simulated device (its
-kernels read and write SRAM only) and matches onnxruntime. One plan (hetgen/lower/tiling.py) is
+kernels read and write SRAM only) and matches onnxruntime. One plan (hetgen/spec/tiling.py) is
 what the fits_memory predicate accepts, what the cost model prices and what lowering emits."""
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from onnx import TensorProto, helper, numpy_helper
 import hetgen
 from hetgen import lower
 from hetgen.frontend import import_model
-from hetgen.lower.invocation import group_plans
 from hetgen.lower.program import Call, Copy, ProgramRole, Region
-from hetgen.lower.tiling import Action, TilePlan, Unfit
 from hetgen.partition import place
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session
+from hetgen.spec import build_kernel_specs
+from hetgen.spec.invocation import group_plans
+from hetgen.spec.tiling import Action, TilePlan, Unfit
 
 PLATFORM = """
 name: t
@@ -89,11 +90,12 @@ def _npu(platform):
 
 def _plans(graph, platform) -> dict[str, TilePlan]:
     npu = _npu(platform)
+    kernels = build_kernel_specs(graph, platform)
     by_name = {node.source_name: node for node in graph.nodes}
     chains = {"conv_s2": ["conv_s2", "relu1"], "conv_dw": ["conv_dw", "relu6"], "add": ["add", "relu_add"]}
     plans = {}
     for head in ("conv_s2", "conv_dil", "conv_dw", "add", "maxpool", "avgpool", "gap", "gemm", "matmul"):
-        (plan,) = group_plans([by_name[n] for n in chains.get(head, [head])], graph, npu)
+        (plan,) = group_plans([by_name[n] for n in chains.get(head, [head])], graph, npu, kernels)
         plans[head] = plan
     return plans
 
@@ -198,8 +200,8 @@ def test_the_cost_model_prices_the_plan():
     """The group's estimate is its plan's commands timed with the platform's figures (compute at
     the pattern's efficiency, DMA at dma_gbps, command_us per command) plus one launch; more SRAM
     (fewer tiles, fewer halo and weight re-reads) costs less."""
-    from hetgen.lower.invocation import tile_rates
-    from hetgen.lower.tiling import plan_us
+    from hetgen.spec.invocation import tile_rates
+    from hetgen.spec.tiling import plan_us
 
     model = odd_layers()
     costs = {}
@@ -211,7 +213,7 @@ def test_the_cost_model_prices_the_plan():
         (group,) = [g for g in placement.groups if node.name in g.nodes]
         assert group.target == NPU
         npu = _npu(platform)
-        (plan,) = group_plans([node], graph, npu)
+        (plan,) = group_plans([node], graph, npu, build_kernel_specs(graph, platform))
         # conv2d's efficiency (1.0: the MAC array's idle cells are priced from its shape instead)
         expected = npu.figures.launch_us + plan_us(plan, tile_rates(npu, 1.0))
         assert group.cost_us == pytest.approx(expected)

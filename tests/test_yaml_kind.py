@@ -48,3 +48,35 @@ def test_yaml_declared_accelerator_runs_its_own_templates(tmp_path):
     feeds = random_inputs(model.inputs, seed=3)
     expected = ort_session(proto.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(model.run(feeds)["z"], expected, rtol=1e-5, atol=1e-6)
+
+
+def wide_elementwise_model() -> onnx.ModelProto:
+    """The same chain on 1 x 64 x 64 x 64: tiles of the vecunit's 256 KiB buffer, not one block."""
+    model = elementwise_model()
+    for value in (*model.graph.input, *model.graph.output):
+        del value.type.tensor_type.shape.dim[:]
+        value.type.tensor_type.shape.dim.extend(helper.make_tensor_type_proto(1, [1, 64, 64, 64]).tensor_type.shape.dim)
+    return model
+
+
+@pytest.mark.parametrize("model", [elementwise_model, wide_elementwise_model], ids=["small", "tiled"])
+def test_the_vecunit_is_simulated_as_priced(tmp_path, model):
+    """Issue 19, item 2: the YAML-declared kind's simulator runs its own device model (32 lanes, one
+    row of 32 multipliers, its clock), and its groups' estimates agree with what the simulation
+    counts within the npu's tolerance (tests/test_one_truth.py). Before, the simulator took the
+    npu's 16 lanes and the cost model none of its command overheads: 4.3x to 4.9x (small), 1.25x."""
+    from hetgen.runtime.devices import simulation_report
+    from test_one_truth import TOLERANCE
+
+    pins = {name: "dual/vec0" for name in ("mul", "add", "relu", "sigmoid")}
+    out = hetgen.compile("dual", model(), out=tmp_path / "dual", native_only=True, pins=pins)
+    source = "".join(path.read_text() for path in (out / "dual" / "vec0").glob("*.c"))
+    assert "{ 1u, 32u, 32u, 64u, 32u, 1000u, 32u," in source  # hg_sim_params: 1 x 32, 32 lanes
+    report = simulation_report(out)
+    groups = [group for group in report.groups if group.target == "dual/vec0"]
+    assert len(groups) == 3 and all(group.simulated_us is not None for group in groups)
+    for group in groups:
+        assert abs(group.simulated_us / group.estimate_us - 1) <= TOLERANCE, group
+    assert abs(report.simulated_us / report.estimate_us - 1) <= TOLERANCE, (report.simulated_us, report.estimate_us)
+    (vec,) = [device for device in report.devices if device.path == "dual/vec0"]
+    assert vec.clock_mhz == 1000.0

@@ -8,27 +8,10 @@ here once, and the runtimes differ only in how they lay the same instruction out
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
+from hetgen.abi import Opcode  # `enum hg_opcode` of the generated hg_constants.h
 from hetgen.lower.program import BufferRef, Call, Copy, DeviceCopyIn, DeviceCopyOut, Invoke, Region, Wait
-
-
-class Opcode(enum.IntEnum):
-    """`enum hg_opcode` of templates/runtime/hg_runtime.h: the VM's bytecode and the graph node table
-    both encode with these numbers (tests/test_truth.py checks them against the header)."""
-
-    END = 0
-    CALL = 1
-    COPY = 2
-    COPY_IN = 3
-    COPY_OUT = 4
-    INVOKE = 5
-    WAIT = 6
-
-    @property
-    def c_name(self) -> str:
-        return f"HG_OP_{self.name}"
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from typing import Any
 from hetgen.errors import HetgenError
 from hetgen.lower.program import Call, Copy, Lowered, Program
 from hetgen.lower.workspace import STATE_HEADER_SIZE
+from hetgen.spec.timeline import ProgramSteps
 
 MANIFEST = "hetgen.json"  # its name in a generated project
-MANIFEST_VERSION = 1  # the format `to_json` writes and `from_json` reads; any change to either bumps it
+MANIFEST_VERSION = 2  # the format `to_json` writes and `from_json` reads; any change to either bumps it
 
 
 @dataclass(frozen=True)
@@ -196,9 +197,9 @@ class Manifest:
     # with (the loader must know before it dlopens them) and the board build's own record.
     sanitize: tuple[str, ...] = ()
     board: Mapping[str, Any] | None = field(default=None)
-    # The controllers' programs as `hetgen bench` replays them with concurrent devices
-    # (hetgen/partition/timeline.py: program_manifest writes it, replay reads it).
-    program: Mapping[str, Any] | None = field(default=None)
+    # The controllers' programs as `hetgen bench` replays them with concurrent devices: their timed
+    # steps (hetgen/spec/timeline.py; lowering writes them, hetgen/runtime/replay.py times them).
+    program: ProgramSteps | None = field(default=None)
     # The SHA-256 of the model it was built from (hetgen/frontend/fingerprint.py), added by the
     # pipeline; "" in a project an older hetgen wrote.
     model_sha256: str = ""
@@ -220,7 +221,7 @@ class Manifest:
             "remote_devices": [d.to_json() for d in self.remote_devices],
             "sanitize": list(self.sanitize),
             "board": self.board,
-            "program": self.program,
+            "program": self.program.to_json() if self.program is not None else None,
         }
 
     @classmethod
@@ -239,7 +240,7 @@ class Manifest:
             tuple(RemoteDeviceEntry(**d) for d in data.get("remote_devices", ())),
             tuple(data.get("sanitize", ())),
             data.get("board"),
-            program=data.get("program"),
+            program=ProgramSteps.from_json(data["program"]) if data.get("program") is not None else None,
             model_sha256=data.get("model_sha256", ""),
         )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from hetgen.abi import STATS_NAMES
+from hetgen.codegen.constants import constants_header
 from hetgen.codegen.kernel_files import program_kernels
 from hetgen.codegen.manifest import (
     Manifest,
@@ -30,13 +32,13 @@ from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
-from hetgen.partition.timeline import program_manifest
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.progress import Progress
 from hetgen.templates_dir import templates_dir
 
 # Runtime sources every generated project carries, so a board project needs no Python.
-RUNTIME_FILES = ("hg_runtime.h", "hg_device.h", "hg_kernels.h", "hg_graph.c", "hg_vm.c")
+CONSTANTS_HEADER = "hg_constants.h"  # generated: hetgen/codegen/constants.py
+RUNTIME_FILES = (CONSTANTS_HEADER, "hg_runtime.h", "hg_device.h", "hg_kernels.h", "hg_graph.c", "hg_vm.c")
 # The device drivers a program of each role is run by (its model.c lays out their configuration).
 ROLE_FILES = {
     ProgramRole.ACCELERATOR: {"hg_sim.c", "hg_sim.h"},
@@ -49,17 +51,8 @@ RUNTIME_VERSION = 2
 RUNTIME_NEEDS = {"hg_gemm.c": ("hg_threads.c",)}
 
 
-# hg_device_stats (templates/runtime/hg_runtime.h), field by field in order.
-STATS_FIELDS = (
-    "compute_cycles",
-    "load_cycles",
-    "dma_cycles",
-    "invocations",
-    "invoke_cycles",
-    "link_cycles",
-    "link_bytes",
-    "link_copies",
-)
+# hg_device_stats (hg_constants.h, generated from hetgen/abi.py), field by field in order.
+STATS_FIELDS = STATS_NAMES
 
 
 @dataclass(frozen=True)
@@ -272,6 +265,9 @@ def generate(
     board_only = set(RUNTIME_SOURCES) if remote else set()
     runtime_c = []
     for name in sorted(needed | board_only):
+        if name == CONSTANTS_HEADER:  # written from hetgen/abi.py, not copied
+            files.append(GeneratedFile(f"runtime/{name}", constants_header().encode()))
+            continue
         files.append(GeneratedFile(f"runtime/{name}", (runtime_dir / name).read_bytes()))
         if name.endswith(".c") and name not in board_only:
             runtime_c.append(f"runtime/{name}")
@@ -292,7 +288,7 @@ def generate(
         targets=tuple(manifest_targets),
         estimates=estimate_entries(lowered),
         estimate_us=lowered.estimate_us,
-        program={"root": root.target.path_str, "controllers": program_manifest(lowered)},  # bench's replay
+        program=lowered.timed_program(),  # bench's replay
         workspace_size=root.workspace.size,
         workspace_align=ALIGNMENT,
         # The board build's co-processors, each a server program the root reaches over the transport.

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from hetgen.errors import HetgenError, ModelError, PlacementError
+from hetgen.errors import HetgenError, InternalError, ModelError, PlacementError
 from hetgen.ir import Graph
-from hetgen.lower.alias import alias_source
 from hetgen.lower.blocked_layout import block_layout
 from hetgen.lower.fuse import Unit, kernel_units, placed_patterns, placement_groups
-from hetgen.lower.invocation import one_unit_per_invocation
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
 from hetgen.lower.program import (
@@ -31,15 +29,18 @@ from hetgen.lower.program import (
     Weights,
 )
 from hetgen.lower.resolve import Resolver, counted_link, device_model
-from hetgen.lower.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
 from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
-from hetgen.lower.tiling import TilePlan, Unfit, tensor_names
+from hetgen.lower.verify import verified
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.ops.base import Kernel
-from hetgen.partition.price import placement_price
+from hetgen.partition.placement import Placement
 from hetgen.platform.model import Platform, Role, Runtime, Target
-from hetgen.spec import KernelTable, build_kernel_specs
+from hetgen.spec import KernelTable
+from hetgen.spec.alias import alias_source
+from hetgen.spec.invocation import one_unit_per_invocation
+from hetgen.spec.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
+from hetgen.spec.tiling import TilePlan, Unfit, tensor_names
 
 __all__ = ["lower", "Lowered", "Program"]
 
@@ -76,10 +77,8 @@ def pack_weights(names: list[str], graph: Graph) -> Weights:
     return Weights(tuple(entries), b"".join(chunks))
 
 
-def ordered_nodes(graph: Graph, placement) -> tuple[list, dict[str, str]]:
+def ordered_nodes(graph: Graph, placement: Placement) -> tuple[list, dict[str, str]]:
     """Nodes in the placement's execution order (groups stay contiguous), and node → target."""
-    if placement is None:
-        return list(graph.nodes), {}
     position = {node.name: index for index, node in enumerate(graph.nodes)}
     order = [name for group in placement.groups for name in sorted(group.nodes, key=position.__getitem__)]
     by_name = {node.name: node for node in graph.nodes}
@@ -102,17 +101,18 @@ def target_prefixes(platform: Platform) -> dict[Target, str]:
     return prefixes
 
 
-def lower(graph: Graph, platform: Platform, placement=None, kernels: KernelTable | None = None) -> Lowered:
-    """Lower the placed graph, its kernels taken from the kernel table (`kernels`, built here when
-    not given); accelerators cut their work into invocations by the rule the cost model prices
-    (`invocation.py`)."""
+def lower(graph: Graph, platform: Platform, placement: Placement) -> Lowered:
+    """Lower the placed graph, its kernels and tilings taken from the kernel table the placement was
+    priced with; accelerators cut their work into invocations by the rule the cost model prices
+    (hetgen/spec/invocation.py)."""
+    if placement.kernels is None:
+        raise InternalError("lowering needs a placement from partition.place(), which carries its kernel table")
     isolated = frozenset(t for t in platform.targets() if one_unit_per_invocation(t))
-    table = kernels if kernels is not None else build_kernel_specs(graph, platform)
-    return _lower(graph, platform, placement, isolated, table).verify()
+    return verified(_lower(graph, platform, placement, isolated, placement.kernels))
 
 
 def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Graph):
-    """Remove pure reshapes (hetgen/lower/alias.py); return the remaining units and kernels and each
+    """Remove pure reshapes (hetgen/spec/alias.py); return the remaining units and kernels and each
     unit's buffer names."""
     rename: dict[str, str] = {}
     kept_units, kept_kernels, buffers = [], [], []
@@ -205,7 +205,7 @@ def tiled_units(units, infos, kernels: KernelTable, tiled_targets) -> dict[int, 
 
 
 def _lower(
-    graph: Graph, platform: Platform, placement, isolated: frozenset[Target], kernel_table: KernelTable
+    graph: Graph, platform: Platform, placement: Placement, isolated: frozenset[Target], kernel_table: KernelTable
 ) -> Lowered:
     root = platform.root.controller()
     root_path = root.path_str
@@ -264,7 +264,7 @@ def _lower(
     resolver = Resolver(graph, plans, weights, root, functions, written_at_root, kernel_table)
 
     estimates: dict[str, float] = {}  # by target path, as the placement names them
-    for group in placement.groups if placement is not None else ():
+    for group in placement.groups:
         estimates[group.target] = estimates.get(group.target, 0.0) + group.cost_us
     composites = {t.host: t for t in platform.targets() if t.host is not None}
     programs = []
@@ -315,7 +315,7 @@ def _lower(
         tuple(programs),
         simulated_devices(programs, layouts),
         placement_estimates(placement),
-        placement_price(placement).total_us if placement is not None else 0.0,
+        placement.total_us,
     )
 
 
@@ -339,10 +339,8 @@ def _tiled_entry(resolver, target, entry, tiled, unit_inputs, units, sram_size) 
     return steps
 
 
-def placement_estimates(placement) -> tuple[GroupEstimate, ...]:
+def placement_estimates(placement: Placement) -> tuple[GroupEstimate, ...]:
     """The cost model's figure for each group and transfer, kept for `hetgen bench` to compare."""
-    if placement is None:
-        return ()
     groups = [GroupEstimate(g.name, g.target, tuple(g.nodes), g.label, g.cost_us) for g in placement.groups]
     transfers = [
         GroupEstimate(f"{t.tensor} -> {t.dst}", t.dst, (), "transfer", t.cost_us, t.tensor, t.src, _transfer_parts(t))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from hetgen.ir import Graph, Node
 from hetgen.ops.base import Epilogue, Kernel, OpInstance
 from hetgen.ops.registry import op_def
+from hetgen.partition.placement import Placement
 from hetgen.spec import KernelTable
 from hetgen.spec.fusion import cut_units
 from hetgen.spec.patterns import FusedPattern
@@ -58,40 +59,36 @@ class Unit:
         return self.pattern is not None
 
 
-def placed_patterns(placement, kernels: KernelTable, controllers: Collection[str]) -> tuple[FusedPattern, ...]:
+def placed_patterns(
+    placement: Placement, kernels: KernelTable, controllers: Collection[str]
+) -> tuple[FusedPattern, ...]:
     """The pattern units `placement` formed: its groups on controllers that are exactly a pattern
     unit's nodes, and its groups elsewhere that are exactly a residual unit's (an accelerator's
     pattern table offers those: npu.yaml's conv_residual; the cost model priced them as that one
-    unit, hetgen/lower/invocation.py). Without a placement everything runs on the root controller,
-    as one group per unit."""
-    if placement is None:
-        return tuple(kernels.patterns.values())
+    unit, hetgen/spec/invocation.py)."""
     found = (
         (group.target in controllers, kernels.fused(group.nodes)) for group in placement.groups if len(group.nodes) > 1
     )
     return tuple(p for on_controller, p in found if p is not None and (on_controller or p.residual is not None))
 
 
-def placement_groups(placement) -> dict[str, int] | None:
-    """Node name -> the index of its placement group; None without a placement (everything on the
-    root controller, each unit as fused as the table allows)."""
-    if placement is None:
-        return None
+def placement_groups(placement: Placement) -> dict[str, int]:
+    """Node name -> the index of its placement group."""
     return {name: index for index, group in enumerate(placement.groups) for name in group.nodes}
 
 
 def kernel_units(
-    graph: Graph, group_of: Mapping[str, int] | None, kernels: KernelTable, patterns: Iterable[FusedPattern] = ()
+    graph: Graph, group_of: Mapping[str, int], kernels: KernelTable, patterns: Iterable[FusedPattern] = ()
 ) -> tuple[Unit, ...]:
     """The placed graph (nodes in execution order) cut into units, none spanning two placement
-    groups (`group_of`: node -> its group, `placement_groups`; None: no placement, one group); the
+    groups (`group_of`: node -> its group, `placement_groups`); the
     `patterns` placement formed (`placed_patterns`) each one unit, emitted where its last node is
     (every input of every node in it exists by then)."""
     pattern_units = [Unit.of_pattern(p) for p in patterns]
     pattern_of = {n.name: unit for unit in pattern_units for n in unit.nodes}
 
     def same_group(head: Node, activation: Node) -> bool:
-        together = group_of is None or group_of[activation.name] == group_of[head.name]
+        together = group_of[activation.name] == group_of[head.name]
         return together and activation.name not in pattern_of
 
     plain = [n for n in graph.nodes if n.name not in pattern_of]

@@ -5,24 +5,25 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from hetgen.errors import InternalError
+from hetgen.abi import Region  # where a buffer lives: `enum hg_region` of the generated hg_constants.h
 from hetgen.ir import TensorType
 from hetgen.lower.memory import MemoryPlan
 from hetgen.lower.work import Work
 from hetgen.lower.workspace import SimulatedDevice, WorkspaceLayout
 from hetgen.ops.base import Kernel
+from hetgen.platform.device_model import DEFAULT_CLOCK_MHZ, DeviceModel  # a simulated accelerator's parameters
 from hetgen.platform.model import Runtime, Target
-
-
-class Region(enum.Enum):
-    """Where a buffer lives, as the runtimes see it. Values are the C enum's."""
-
-    NONE = 0  # an omitted optional input: NULL
-    ARENA = 1  # offset into the target's workspace
-    WEIGHTS = 2  # offset into the weights blob
-    INPUT = 3  # index of a caller-provided input buffer
-    OUTPUT = 4  # index of a caller-provided output buffer
-    DEVICE = 5  # offset into a child device's local memory (device programs only)
+from hetgen.spec.timeline import (
+    ControllerSteps,
+    CopyTiming,
+    DeviceCopy,
+    DeviceInvoke,
+    DeviceRef,
+    DeviceWait,
+    KernelCall,
+    ProgramSteps,
+    TimedStep,
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class Call:
     args: tuple[BufferRef, ...]
     work: Work | None = None  # what a simulated accelerator is asked to do (accelerators only)
 
+    def timed(self) -> KernelCall:
+        return KernelCall(self.unit.nodes)
+
 
 @dataclass(frozen=True)
 class Copy:
@@ -72,6 +76,9 @@ class DeviceCopyIn:
     nbytes: int
     tensor: str = ""
 
+    def timed(self) -> DeviceCopy:
+        return DeviceCopy(self.device, self.nbytes)
+
 
 @dataclass(frozen=True)
 class DeviceCopyOut:
@@ -81,6 +88,9 @@ class DeviceCopyOut:
     nbytes: int
     tensor: str = ""
 
+    def timed(self) -> DeviceCopy:
+        return DeviceCopy(self.device, self.nbytes, True)
+
 
 @dataclass(frozen=True)
 class Invoke:
@@ -89,13 +99,24 @@ class Invoke:
     device: int
     program: int
 
+    def timed(self) -> DeviceInvoke:
+        return DeviceInvoke(self.device, self.program)
+
 
 @dataclass(frozen=True)
 class Wait:
     device: int
 
+    def timed(self) -> DeviceWait:
+        return DeviceWait(self.device)
+
 
 Step = Call | Copy | DeviceCopyIn | DeviceCopyOut | Invoke | Wait
+
+
+def timed_steps(entry) -> tuple[TimedStep, ...]:
+    """An entry's steps as hetgen/spec/timeline.py times them (a copy within a target is not timed)."""
+    return tuple(step.timed() for step in entry if not isinstance(step, Copy))
 
 
 @dataclass(frozen=True)
@@ -133,25 +154,6 @@ class ProgramRole(enum.Enum):
     ROOT = "root"  # the root controller: entry 0 is the model's run function
     COPROCESSOR = "coprocessor"  # a composite's host: entries are sub-programs its parent invokes
     ACCELERATOR = "accelerator"  # a simulated device: entries are command lists
-
-
-@dataclass(frozen=True)
-class DeviceModel:
-    """A simulated accelerator's own parameters (docs/simulator.md), from its kind's attributes."""
-
-    clock_mhz: float
-    dma_bytes_per_cycle: float
-    capacity: int  # local memory bytes
-    mac_rows: int = 16  # the MAC array is mac_rows x mac_cols multipliers
-    mac_cols: int = 16
-    vector_lanes: int = 16  # elements the vector unit processes per cycle
-    sram_bytes_per_cycle: float = 64.0  # local memory bandwidth seen by the engines
-    dma_setup_cycles: int = 32  # before a DMA's first byte moves
-    command_cycles: int = 64  # decoding and starting one kernel command
-    invoke_cycles: int = 0  # each invocation: driver call, doorbell, completion interrupt
-    link_latency_cycles: float = 0.0  # the link from its controller (none: 0 bytes per cycle)
-    link_bytes_per_cycle: float = 0.0
-    int8_mac_cols: int = 16  # columns of the MAC array when it multiplies int8 operands
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,21 @@ class Program:
     def steps(self) -> tuple[Step, ...]:
         return tuple(step for entry in self.entries for step in entry)
 
+    def copy_timing(self) -> CopyTiming:
+        """How this device counts one copy to or from its controller (hg_sim.c, hg_link_account)."""
+        model, link = self.device_model, self.counted_link
+        if model is not None:
+            return CopyTiming(
+                model.clock_mhz,
+                model.dma_setup_cycles,
+                model.dma_bytes_per_cycle,
+                model.link_latency_cycles,
+                model.link_bytes_per_cycle,
+            )
+        if link is not None:
+            return CopyTiming(link.clock_mhz, 0, 0.0, link.latency_cycles, link.bytes_per_cycle)
+        return CopyTiming(DEFAULT_CLOCK_MHZ, 0, 0.0)
+
 
 @dataclass(frozen=True)
 class Lowered:
@@ -207,16 +224,31 @@ class Lowered:
     def root(self) -> Program:
         return self.programs[0]
 
-    def verify(self) -> Lowered:
-        """This value, unchanged, when it holds the invariants the runtimes rely on
-        (hetgen/lower/verify.py); otherwise an InternalError listing every broken one."""
-        from hetgen.lower.verify import broken_invariants  # the checks read the step types defined here
+    def timed_program(self) -> ProgramSteps:
+        """The program's steps as hetgen/spec/timeline.py times them (and the manifest records them
+        for `hetgen bench`): each controller's entries and devices, with how each device counts a
+        copy; each accelerator's sub-programs as the kernel calls they run."""
+        by_path = {p.target.path_str: p for p in self.programs}
+        controllers, accelerators = {}, {}
+        for program in self.programs:
+            if program.role is ProgramRole.ACCELERATOR:
+                accelerators[program.target.path_str] = tuple(
+                    tuple(step.timed() for step in entry if isinstance(step, Call)) for entry in program.entries
+                )
+                continue
+            devices = []
+            for path in program.devices:
+                child = by_path.get(path) or by_path[self._host_of(path)]  # a composite: its host's program
+                devices.append(DeviceRef(child.target.path_str, child.copy_timing()))
+            entries = tuple(timed_steps(entry) for entry in program.entries)
+            controllers[program.target.path_str] = ControllerSteps(tuple(devices), entries)
+        return ProgramSteps(self.root.target.path_str, controllers, accelerators)
 
-        problems = broken_invariants(self)
-        if problems:
-            listed = "\n  ".join(problems)
-            raise InternalError(f"the lowered program breaks its invariants:\n  {listed}")
-        return self
+    def _host_of(self, path: str) -> str:
+        for program in self.programs:
+            if program.role is ProgramRole.COPROCESSOR and program.target.path_str.rsplit("/", 1)[0] == path:
+                return program.target.path_str
+        return path
 
 
 @dataclass(frozen=True)

@@ -27,51 +27,22 @@ from hetgen.lower.program import (
     Wait,
     Weights,
 )
-from hetgen.lower.schedule import SCall, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym
 from hetgen.lower.work import dma_work
-from hetgen.platform import device_attrs
+from hetgen.platform import device_model as device_model_module
 from hetgen.platform.model import Role, Target
 from hetgen.spec import KernelTable
+from hetgen.spec.schedule import SCall, SCopyIn, SCopyOut, SInvoke, SLoadWeight, SWait, Sym
 
 
 def clock_mhz(target: Target) -> float:
-    return device_attrs.clock_mhz(target.attrs)
+    return device_model_module.clock_mhz(target)
 
 
 def device_model(target: Target, planned_bytes: int) -> DeviceModel:
-    """The simulator's parameters from the kind's attributes (hetgen/platform/kinds/npu.yaml); a kind
-    that declares none of them gets DeviceModel's defaults. A device of unbounded local memory
-    (`memory.local_bytes` null or not given) has exactly the `planned_bytes` its work needs."""
-    attrs, defaults = target.attrs, DeviceModel(0.0, 0.0, 0)
-    macs = int(attrs.get("macs_per_cycle", defaults.mac_rows * defaults.mac_cols))
-    rows = max(1, min(int(attrs.get("mac_rows", defaults.mac_rows)), macs))
-    return DeviceModel(
-        clock_mhz=clock_mhz(target),
-        dma_bytes_per_cycle=device_attrs.dma_bytes_per_cycle(attrs, target.figures.bandwidth_gbps),
-        capacity=target.memory_bytes if target.memory_bytes is not None else planned_bytes,
-        mac_rows=rows,
-        mac_cols=max(1, macs // rows),
-        vector_lanes=int(attrs.get("vector_lanes", defaults.vector_lanes)),
-        sram_bytes_per_cycle=float(attrs.get("sram_bytes_per_cycle", defaults.sram_bytes_per_cycle)),
-        dma_setup_cycles=int(attrs.get("dma_setup_cycles", defaults.dma_setup_cycles)),
-        command_cycles=int(attrs.get("command_cycles", defaults.command_cycles)),
-        # A kind without the attribute prices its invocations with its launch_us figure: the same event.
-        invoke_cycles=device_attrs.invoke_cycles(attrs, target.figures.launch_us),
-        **link_cycles(target),
-        int8_mac_cols=max(1, int(attrs.get("int8_macs_per_cycle", macs)) // rows),
-    )
-
-
-def link_cycles(target: Target) -> dict[str, float]:
-    """The link from the target's controller, in the target's cycles (hg_link): what the device
-    counts for each copy over it."""
-    if target.link is None:
-        return {"link_latency_cycles": 0.0, "link_bytes_per_cycle": 0.0}
-    clock = clock_mhz(target)
-    return {
-        "link_latency_cycles": target.link.latency_us * clock,
-        "link_bytes_per_cycle": target.link.bandwidth_gbps * 1e3 / clock,
-    }
+    """The simulator's parameters: the target's device model (hetgen/platform/device_model.py); a
+    device of unbounded local memory (`memory.local_bytes` null or not given) has exactly the
+    `planned_bytes` its work needs."""
+    return device_model_module.device_model(target).with_capacity(planned_bytes)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A tile plan (hetgen/lower/tiling.py) becomes the command list a simulated accelerator runs.
+"""A tile plan (hetgen/spec/tiling.py) becomes the command list a simulated accelerator runs.
 
 The device's memory is one block: its SRAM first (`sram_size` bytes, where every kernel call's
 operands lie, as the plan laid them out), then the emulating C kernels' workspace (im2col, GEMM
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from hetgen.errors import InternalError
 from hetgen.lower.program import BufferRef, Call, Copy, KernelUnit, Region
-from hetgen.lower.tiling import Action, TilePlan
 from hetgen.lower.work import Engine, Work, instance_work
+from hetgen.spec.tiling import Action, TilePlan
 
 
 @dataclass(frozen=True)

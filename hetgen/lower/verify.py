@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import (
     BufferRef,
@@ -164,3 +165,13 @@ def broken_invariants(lowered: Lowered) -> tuple[str, ...]:
         check.run(root, entry)
     check.plans()
     return tuple(dict.fromkeys(check.problems))
+
+
+def verified(lowered: Lowered) -> Lowered:
+    """`lowered`, unchanged, when it holds the invariants the runtimes rely on; otherwise an
+    InternalError listing every broken one."""
+    problems = broken_invariants(lowered)
+    if problems:
+        listed = "\n  ".join(problems)
+        raise InternalError(f"the lowered program breaks its invariants:\n  {listed}")
+    return lowered

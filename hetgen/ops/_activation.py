@@ -12,10 +12,33 @@ float dtype `t` and the activation's parameters (an `Epilogue`: kind, alpha, bet
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from hetgen.ir import DType, Node
 from hetgen.ops._cexpr import libm, literal
-from hetgen.ops.base import FUSABLE_ACTIVATIONS, Epilogue
+
+# Activations that may be fused into the kernel that produces their input (Conv, Gemm, MatMul, Add).
+FUSABLE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """A fused activation applied to each output element before it is stored.
+
+    `kind` is an ONNX op name from FUSABLE_ACTIVATIONS; `alpha`/`beta` carry its parameters
+    (LeakyRelu alpha, Clip min/max, HardSigmoid alpha/beta). Rendered by
+    `templates/kernels/_epilogue.j2`.
+    """
+
+    kind: str
+    alpha: float = 0.0
+    beta: float = 0.0
+
+    def c_expression(self, x: str) -> str:
+        """The float32 C expression of this activation applied to `x`: the same text the
+        standalone kernel uses (`hetgen/ops/_activation.py`)."""
+        return activation_c(self, x)
+
 
 Builder = Callable[[str, DType, Epilogue], str]
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from hetgen.ir import DType
-from hetgen.ops.base import Unsupported
+from hetgen.ops._unsupported import Unsupported
 
 INTEGER_DTYPES = (
     DType.UINT8,

@@ -1,6 +1,7 @@
 """Workspace sizing and generate-time packing for `hg_sgemm_ex` (templates/runtime/hg_gemm.c).
 
-The constants mirror `HG_SGEMM_*` in templates/runtime/hg_kernels.h; every kernel that calls the
+The panel and split constants are hetgen/abi.py's, which the C runtime reads from the generated
+hg_constants.h (`HG_SGEMM_*`); the cache blocks are hg_kernels.h's defaults or hg_gemm_config.h's. Every kernel that calls the
 GEMM checks its workspace against the C macro with a `_Static_assert`, so a mismatch fails the
 build instead of overrunning memory.
 
@@ -16,7 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PANEL_M, PANEL_N = 8, 32
+from hetgen.abi import GEMM_PANEL_M, GEMM_PANEL_N, GEMM_SPLIT_MACS
+
+PANEL_M, PANEL_N = GEMM_PANEL_M, GEMM_PANEL_N
 HELPER = "hg_gemm.c"
 
 
@@ -111,8 +114,8 @@ def a_panel_floats(m: int, k: int) -> int:
 
 
 # hg_sgemm_ex (templates/runtime/hg_gemm.c) splits a product of at least this many multiply-adds
-# between the pool's threads (HG_SGEMM_SPLIT_MACS there; tests/test_threads_price.py reads it).
-SPLIT_MACS = 1 << 18
+# between the pool's threads (HG_SGEMM_SPLIT_MACS of the generated hg_constants.h).
+SPLIT_MACS = GEMM_SPLIT_MACS
 
 
 def gemm_parallelism(m: int, n: int, k: int, threads: int, a_packed: bool = False, b_packed: bool = False) -> float:

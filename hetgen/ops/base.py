@@ -19,32 +19,12 @@ from typing import Any
 import numpy as np
 
 from hetgen.ir import Graph, Node, TensorType
+from hetgen.ops._activation import FUSABLE_ACTIVATIONS, Epilogue
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
 from hetgen.ops._parallel import SERIAL, Parallel
+from hetgen.ops._unsupported import Unsupported
 
-# Activations that may be fused into the kernel that produces their input (Conv, Gemm, MatMul, Add).
-FUSABLE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
-
-
-@dataclass(frozen=True)
-class Epilogue:
-    """A fused activation applied to each output element before it is stored.
-
-    `kind` is an ONNX op name from FUSABLE_ACTIVATIONS; `alpha`/`beta` carry its parameters
-    (LeakyRelu alpha, Clip min/max, HardSigmoid alpha/beta). Rendered by
-    `templates/kernels/_epilogue.j2`.
-    """
-
-    kind: str
-    alpha: float = 0.0
-    beta: float = 0.0
-
-    def c_expression(self, x: str) -> str:
-        """The float32 C expression of this activation applied to `x`: the same text the
-        standalone kernel uses (`hetgen/ops/_activation.py`)."""
-        from hetgen.ops._activation import activation_c  # the table imports this module
-
-        return activation_c(self, x)
+__all__ = ["FUSABLE_ACTIVATIONS", "Epilogue", "Unsupported"]  # defined beside what they need, named here as before
 
 
 @dataclass(frozen=True)
@@ -110,13 +90,6 @@ class Kernel:
     helpers: tuple[str, ...] = ()  # shared C sources under templates/runtime/ the kernel calls
     prepacked: tuple[Prepacked, ...] = ()  # constant inputs it can read in a generate-time layout
     parallel: Parallel = SERIAL  # how it shares the worker pool (hetgen/ops/_parallel.py), for the cost model
-
-
-class Unsupported(Exception):
-    """Raised by a lowering when this particular instance (dtype, attribute) is not supported.
-
-    The message says what is unsupported and, where there is one, what would be accepted.
-    """
 
 
 @dataclass(frozen=True)

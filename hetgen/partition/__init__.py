@@ -7,11 +7,9 @@ Pattern tables say what each device could run (`patterns`, `predicates`); the co
 from hetgen.partition.cost import Calibration, calibrate
 from hetgen.partition.explain import explain_dot, explain_json, explain_text
 from hetgen.partition.placement import Alternative, Group, Placement, Transfer
-from hetgen.partition.predicates import ACCEPTED_PREDICATES, validate_where
 from hetgen.partition.search import DEFAULT_MAX_STATES, place
 
 __all__ = [
-    "ACCEPTED_PREDICATES",
     "Alternative",
     "Calibration",
     "DEFAULT_MAX_STATES",
@@ -23,5 +21,4 @@ __all__ = [
     "explain_json",
     "explain_text",
     "place",
-    "validate_where",
 ]

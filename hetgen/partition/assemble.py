@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from hetgen.lower.invocation import group_plans, kernel_units_of, one_unit_per_invocation, residual_load_bytes
-from hetgen.lower.tiling import Action, TilePlan
 from hetgen.partition.cost import format_bytes, weight_load_us
 from hetgen.partition.fused import legal_fusions
 from hetgen.partition.pins import Pin
@@ -26,6 +24,8 @@ from hetgen.partition.placement import (
 from hetgen.partition.price import price
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.partition.timeline import Lanes, placement_makespan, program_order
+from hetgen.spec.invocation import group_plans, kernel_units_of, one_unit_per_invocation, residual_load_bytes
+from hetgen.spec.tiling import Action, TilePlan
 
 EPSILON_US = 1e-9
 
@@ -90,7 +90,7 @@ def assemble(
     transfers = tuple(transfers)
     groups = in_program_order(space, groups)
     total = price(groups, transfers, placement_makespan(groups, space.graph, space.platform, _copy_us(space))).total_us
-    return Placement(tuple(groups), transfers, total, mode, unclaimed, exact, unclaimed_refusals)
+    return Placement(tuple(groups), transfers, total, mode, unclaimed, exact, unclaimed_refusals, kernels=space.kernels)
 
 
 def chosen_makespan(space: SearchSpace, candidates: tuple[Candidate, ...], chosen: Sequence[int]) -> float:
@@ -108,7 +108,7 @@ def chosen_makespan(space: SearchSpace, candidates: tuple[Candidate, ...], chose
 def makespan_floor(candidates: tuple[Candidate, ...], chosen: Sequence[int]) -> float:
     """A lower bound of `chosen_makespan`, from the groups alone: the work of the busiest target.
 
-    By the timing rules (hetgen/partition/timeline.py) every group is one step of its target's
+    By the timing rules (hetgen/spec/timeline.py) every group is one step of its target's
     program (a controller's own work moves its clock; an accelerator's or a co-processor's
     sub-program moves its device's clock, which every submission only pushes later, and the
     program ends after every device's clock), so no target's total work exceeds the makespan.
@@ -321,7 +321,7 @@ def unclaimed_nodes(space: SearchSpace) -> tuple[Refusal, ...]:
 
 
 def _tile_plans(space: SearchSpace, c) -> tuple[Tiling, ...]:
-    """The tile plans the cost model priced this group with (hetgen/lower/tiling.py), summarised."""
+    """The tile plans the cost model priced this group with (hetgen/spec/tiling.py), summarised."""
     target = space.targets[c.loc]
     if not one_unit_per_invocation(target):
         return ()

@@ -1,6 +1,6 @@
 """How fast any placement of a graph could possibly be: a lower bound on the makespan.
 
-Every group is one step of its target's program (hetgen/partition/timeline.py; `makespan_floor`
+Every group is one step of its target's program (hetgen/spec/timeline.py; `makespan_floor`
 in assemble.py rests on the same rule), so no placement finishes before its busiest target has done
 its work. Relax everything else — copies are free, dependencies never make a device wait, and a
 node's work may even be split between devices at will — and what is left is a linear program:

@@ -16,8 +16,8 @@
                     calls = the hg_parallel_for calls that hand work out (one per split GEMM call)
                     (a Conv that lowering runs as Winograd is priced as the kernel table's im2col
                     GEMM, its split as its flops: the layout is chosen after placement, by memory)
-    on an accelerator that runs one group per invocation (hetgen/lower/invocation.py, the rule
-    lowering follows), its units' tile plans (hetgen/lower/tiling.py) timed command by command:
+    on an accelerator that runs one group per invocation (hetgen/spec/invocation.py, the rule
+    lowering follows), its units' tile plans (hetgen/spec/tiling.py) timed command by command:
     group time    = scale * (launch_us + sum over units of plan_us(plan, rates)), where a tile's
                     compute takes max(flops / (peak_gflops * 1e3 * efficiency),
                     its SRAM bytes / (local_gbps * 1e3)), its DMA (input blocks with halos,
@@ -44,7 +44,10 @@ from dataclasses import dataclass, field
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph, Node
-from hetgen.lower.invocation import (
+from hetgen.ops._parallel import POOL_CALL_US, SERIAL, Parallel
+from hetgen.platform.baremetal import is_bare_metal
+from hetgen.platform.model import CostFigures, Link, Platform, Role, Target
+from hetgen.spec.invocation import (
     group_plans,
     kernel_units_of,
     one_unit_per_invocation,
@@ -52,10 +55,8 @@ from hetgen.lower.invocation import (
     tile_rates,
     weight_load_bytes,
 )
-from hetgen.lower.tiling import Unfit, plan_us
-from hetgen.ops._parallel import POOL_CALL_US, SERIAL, Parallel
-from hetgen.platform.baremetal import is_bare_metal
-from hetgen.platform.model import CostFigures, Link, Platform, Role, Target
+from hetgen.spec.table import KernelTable
+from hetgen.spec.tiling import Unfit, plan_us
 
 
 @dataclass(frozen=True)
@@ -119,11 +120,9 @@ def pool_threads(platform: Platform, target: Target) -> int:
     return threads
 
 
-def unit_parallel(kernels, nodes: tuple[Node, ...]) -> Parallel:
+def unit_parallel(kernels: KernelTable, nodes: tuple[Node, ...]) -> Parallel:
     """How the one kernel a controller runs for a group (a node, a head with its fused
     activations, a multi-operator unit: partition/fused.py) shares the pool."""
-    if kernels is None:
-        return SERIAL
     names = tuple(node.name for node in nodes)
     pattern = kernels.fused(names) if len(names) > 1 else None
     spec = kernels.units.get(pattern.names if pattern is not None else names)
@@ -137,13 +136,13 @@ def group_us(
     scale: float,
     graph: Graph,
     nodes: Iterable[Node],
-    kernels=None,
+    kernels: KernelTable,
     threads: int = 1,
 ) -> float:
     """A placement group's time on `target`.
 
     Where lowering runs each group as its own invocation on a device with local SRAM
-    (hetgen/lower/invocation.py), the group runs its units' tile plans (hetgen/lower/tiling.py): the
+    (hetgen/spec/invocation.py), the group runs its units' tile plans (hetgen/spec/tiling.py): the
     plans' commands timed with the device's figures, DMA (tile loads incl. halos and weight
     re-loads, stores) overlapping compute where the plan double-buffers. Its activations arrive
     and leave as the placement's transfers. Elsewhere a kernel takes the longer of its compute and
@@ -164,7 +163,7 @@ def group_us(
 
 
 def weight_load_us(
-    target: Target, graph: Graph, nodes: Iterable[Node], scale: float = 1.0, kernels=None
+    target: Target, graph: Graph, nodes: Iterable[Node], scale: float, kernels: KernelTable
 ) -> tuple[int, float]:
     """The weight bytes a group on `target` loads into local memory by DMA (re-loads across tiles
     included) and their DMA time: part of the group's time, shown on its own by explain. (0, 0.0)

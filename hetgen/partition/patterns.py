@@ -15,9 +15,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
-from hetgen.partition.predicates import MatchView, rejection, validate_where
+from hetgen.partition.predicates import MatchView, rejection
 from hetgen.platform.model import Pattern, PatternStep, Platform, Role, Target
-from hetgen.spec import KernelTable, build_kernel_specs
+from hetgen.platform.predicates import validate_where
+from hetgen.spec import KernelTable
 
 ANY_OP = "*"
 FALLBACK = Pattern(label=ANY_OP, chain=(PatternStep((ANY_OP,)),))
@@ -110,9 +111,8 @@ def chains(steps: Sequence[PatternStep], start: int, ops: Sequence[str], success
     yield from dict.fromkeys(extend(0, None, ()))
 
 
-def match_patterns(graph: Graph, platform: Platform, kernels: KernelTable | None = None) -> Matches:
+def match_patterns(graph: Graph, platform: Platform, kernels: KernelTable) -> Matches:
     """Run every runnable target's pattern table over the graph (its kernel table: `kernels`)."""
-    kernels = kernels if kernels is not None else build_kernel_specs(graph, platform)
     successors = chain_successors(graph)
     ops = [node.op for node in graph.nodes]
     matches: dict[Match, None] = {}

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
+from hetgen.spec.table import KernelTable
 
 MODES = ("cost", "greedy")
 
@@ -66,7 +67,7 @@ class Group:
 
 @dataclass(frozen=True)
 class Tiling:
-    """How one kernel unit of a group runs on an accelerator with SRAM (hetgen/lower/tiling.py)."""
+    """How one kernel unit of a group runs on an accelerator with SRAM (hetgen/spec/tiling.py)."""
 
     unit: str  # the unit's head node
     split: str  # "whole", "rows", "channels", "rows x channels", "rows x columns", "chunks", ...
@@ -118,7 +119,7 @@ class Transfer:
 class Placement:
     groups: tuple[Group, ...]  # in a valid execution order (each after everything it reads)
     transfers: tuple[Transfer, ...]
-    total_us: float  # the program's makespan (hetgen/partition/timeline.py): at most groups + transfers
+    total_us: float  # the program's makespan (hetgen/spec/timeline.py): at most groups + transfers
     mode: str  # "cost" or "greedy"
     unclaimed: tuple[tuple[str, str], ...] = ()  # (node name, why no accelerator could take it)
     exact: bool = (
@@ -127,6 +128,8 @@ class Placement:
     # Each accelerator's refusal of each unclaimed node: the structure behind `unclaimed`'s text.
     unclaimed_refusals: tuple[Refusal, ...] = ()
     search_note: str = ""  # when not exact in cost mode: why, and what bounded the search (explain prints it)
+    # The kernel table the placement was priced with: lowering emits exactly its kernels and tilings.
+    kernels: KernelTable | None = field(default=None, repr=False, compare=False)
     _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -171,7 +174,7 @@ class Placement:
             raise InternalError(f"nodes left unplaced: {', '.join(missing[:10])}")
         _check_acyclic(self.groups, graph)
         expected = sum(g.cost_us for g in self.groups) + sum(t.cost_us for t in self.transfers)
-        # Devices run concurrently (hetgen/partition/timeline.py): the total is at most the sum of its parts.
+        # Devices run concurrently (hetgen/spec/timeline.py): the total is at most the sum of its parts.
         if not (self.total_us >= 0.0 and self.total_us <= expected * (1 + 1e-9) + 1e-6):
             raise InternalError(f"placement total {self.total_us} us exceeds the sum of its parts ({expected} us)")
         return self

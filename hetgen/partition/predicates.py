@@ -2,28 +2,28 @@
 
 Each predicate is a small function from (its value, the match) to a rejection reason, or None when
 the match passes. The reasons end up in `hetgen explain`, so they name the tensor or node and the
-numbers involved. The platform loader validates `where` blocks with `validate_where` too, so a typo
-is caught with a file position before any model is seen.
+numbers involved. The platform stage owns their names and validates their values (`hetgen/platform/predicates.py`),
+so a typo is caught with a file position before any model is seen.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from hetgen.errors import Diagnostic, PlatformError
-from hetgen.ir import DType, Graph, Node
-from hetgen.platform.model import Kind, Pattern, Target
+from hetgen.errors import InternalError
+from hetgen.ir import Graph, Node
+from hetgen.platform.model import Pattern, Target
+from hetgen.platform.predicates import PREDICATE_VALIDATORS
 from hetgen.spec import KernelTable
+from hetgen.spec.invocation import group_plans, one_unit_per_invocation
+from hetgen.spec.tiling import Unfit
 
 # Operators whose weight input carries spatial kernel dimensions, and that input's index.
 WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "QLinearConv": 3}
-
-DTYPE_LABELS = tuple(dtype.label for dtype in DType)
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,10 @@ def _check_attrs(value: Any, view: MatchView) -> str | None:
 
 def _check_fits_memory(value: Any, view: MatchView) -> str | None:
     """A match fits when each of its kernel units has a tiling whose SRAM buffers fit
-    (hetgen/lower/tiling.py); on other targets with bounded memory, when its working set does."""
+    (hetgen/spec/tiling.py); on other targets with bounded memory, when its working set does."""
     capacity = view.target.memory_bytes
     if not value or capacity is None:
         return None
-    from hetgen.lower.invocation import group_plans, one_unit_per_invocation
-    from hetgen.lower.tiling import Unfit
-
     if one_unit_per_invocation(view.target):
         for plan in group_plans(view.nodes, view.graph, view.target, view.kernels):
             if isinstance(plan, Unfit):
@@ -166,93 +163,26 @@ def _check_residual(value: Any, view: MatchView) -> str | None:
     )
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _valid_dtype(value: Any) -> str | None:
-    labels = [value] if isinstance(value, str) else value
-    if not isinstance(labels, (list, tuple)) or not labels or not all(isinstance(v, str) for v in labels):
-        return f"dtype must be a dtype name or a list of them, not {value!r}"
-    unknown = [label for label in labels if label not in DTYPE_LABELS]
-    if unknown:
-        return f"dtype: unknown {', '.join(unknown)}; accepted: {', '.join(DTYPE_LABELS)}"
-    return None
-
-
-def _valid_groups(value: Any) -> str | None:
-    items = value if isinstance(value, (list, tuple)) else [value]
-    if items and all(_is_count(item) or item == "depthwise" for item in items):
-        return None
-    return f"groups must be 1, depthwise or a list of group counts, not {value!r}"
-
-
-def _valid_count(name: str) -> Callable[[Any], str | None]:
-    return lambda value: None if _is_count(value) else f"{name} must be a positive integer, not {value!r}"
-
-
-def _valid_attrs(value: Any) -> str | None:
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return None
-    return f"attrs must map attribute names to values, not {value!r}"
-
-
-def _valid_flag(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"fits_memory must be true or false, not {value!r}"
-
-
-def _valid_residual(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"residual must be true or false, not {value!r}"
-
-
-# name -> (validate the value, check a match)
-PREDICATES: dict[str, tuple[Callable[[Any], str | None], Callable[[Any, MatchView], str | None]]] = {
-    "attrs": (_valid_attrs, _check_attrs),
-    "dtype": (_valid_dtype, _check_dtype),
-    "fits_memory": (_valid_flag, _check_fits_memory),
-    "groups": (_valid_groups, _check_groups),
-    "max_kernel": (_valid_count("max_kernel"), _check_max_kernel),
-    "max_rank": (_valid_count("max_rank"), _check_max_rank),
-    "residual": (_valid_residual, _check_residual),
+# name -> check a match; exactly the names the platform stage validates
+CHECKS: dict[str, Callable[[Any, MatchView], str | None]] = {
+    "attrs": _check_attrs,
+    "dtype": _check_dtype,
+    "fits_memory": _check_fits_memory,
+    "groups": _check_groups,
+    "max_kernel": _check_max_kernel,
+    "max_rank": _check_max_rank,
+    "residual": _check_residual,
 }
-ACCEPTED_PREDICATES = tuple(sorted(PREDICATES))
-
-
-def where_problems(pattern: Pattern) -> list[str]:
-    """What is wrong with a pattern's `where` block, one message per problem (empty when valid)."""
-    problems = []
-    for name, value in pattern.where.items():
-        entry = PREDICATES.get(name)
-        if entry is None:
-            problems.append(
-                f"pattern '{pattern.label}': unknown predicate '{name}'; accepted: {', '.join(ACCEPTED_PREDICATES)}"
-            )
-            continue
-        message = entry[0](value)
-        if message:
-            problems.append(f"pattern '{pattern.label}': {message}")
-    if not (
-        isinstance(pattern.efficiency, (int, float)) and 0 < pattern.efficiency and math.isfinite(pattern.efficiency)
-    ):
-        problems.append(f"pattern '{pattern.label}': efficiency must be a positive number, not {pattern.efficiency!r}")
-    return problems
-
-
-def validate_where(patterns: Sequence[Pattern], kind: Kind) -> None:
-    """Raise PlatformError listing every bad predicate of a kind's pattern table."""
-    problems = [message for pattern in patterns for message in where_problems(pattern)]
-    if problems:
-        where = kind.source
-        raise PlatformError(
-            f"kind '{kind.name}' has an invalid pattern table",
-            tuple(Diagnostic(where.file, where.line, where.column, message) for message in problems),
-        )
+if set(CHECKS) != set(PREDICATE_VALIDATORS):  # one name list, two halves: a predicate is both or neither
+    raise InternalError(
+        f"predicates validated but never checked, or the reverse: {set(CHECKS) ^ set(PREDICATE_VALIDATORS)}"
+    )
 
 
 def rejection(pattern: Pattern, view: MatchView) -> str | None:
     """Why `pattern`'s predicates reject the match, or None when they all accept it."""
     for name, value in pattern.where.items():
-        reason = PREDICATES[name][1](value, view)
+        reason = CHECKS[name](value, view)
         if reason:
             return reason
     return None

@@ -1,7 +1,7 @@
 """What a placement costs, in one place: explain's total, the placement's `total_us` and the
 estimate `hetgen bench` shows beside the simulation all come from here, so they cannot differ.
 
-Devices run concurrently with their controllers (hetgen/partition/timeline.py): the program's time
+Devices run concurrently with their controllers (hetgen/spec/timeline.py): the program's time
 is the makespan of the program lowering emits, each group at its cost and each copy at its link and
 DMA time. `group_us` and `transfer_us` are the parts it is made of; their sum is what it would take
 one thing at a time, so `total_us` is at most that sum, and less where work overlaps.

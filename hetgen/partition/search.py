@@ -20,7 +20,6 @@ from types import MappingProxyType
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph
-from hetgen.lower.memory import check_graph_fits
 from hetgen.partition.assemble import assemble, chosen_makespan, makespan_floor
 from hetgen.partition.cost import Calibration, calibrate
 from hetgen.partition.exact import ExactSearch
@@ -29,7 +28,8 @@ from hetgen.partition.pins import resolve_pins, restrict
 from hetgen.partition.placement import MODES, Placement
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.platform.model import Platform
-from hetgen.spec import KernelTable
+from hetgen.spec import KernelTable, build_kernel_specs
+from hetgen.spec.fits import check_graph_fits
 
 DEFAULT_MAX_STATES = 1024
 
@@ -82,6 +82,8 @@ def place(
     if not isinstance(calibration, Calibration):
         calibration = calibrate(calibration or {})
     check_graph_fits(graph, platform)  # before any cost or table is computed for an impossible tensor
+    if kernels is None:  # the same table the pipeline builds and passes: one path, built here for a direct caller
+        kernels = build_kernel_specs(graph, platform)
     space = SearchSpace(graph, platform, calibration, kernels)
     pinned = resolve_pins(space, pins)
     candidates = restrict(space, pinned)

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
-from hetgen.lower.alias import alias_source
 from hetgen.partition.cost import Calibration, Topology, Work, group_us, pool_threads
 from hetgen.partition.fused import group_work, with_fused
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
-from hetgen.spec import KernelTable, build_kernel_specs
+from hetgen.spec import KernelTable
+from hetgen.spec.alias import alias_source
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,9 @@ class Candidate:
 
 
 class SearchSpace:
-    def __init__(self, graph: Graph, platform: Platform, calibration: Calibration, kernels: KernelTable | None = None):
+    def __init__(self, graph: Graph, platform: Platform, calibration: Calibration, kernels: KernelTable):
         self.graph = graph
-        self.kernels = kernels if kernels is not None else build_kernel_specs(graph, platform)
+        self.kernels = kernels
         self.platform = platform
         self.calibration = calibration
         self.topology = Topology(platform)
@@ -58,7 +58,7 @@ class SearchSpace:
 
     def _index_tensors(self) -> None:
         graph = self.graph
-        # A reshape lowering drops (hetgen/lower/alias.py) runs nowhere: its output is its input's
+        # A reshape lowering drops (hetgen/spec/alias.py) runs nowhere: its output is its input's
         # tensor, read where that tensor is.
         self.aliases = frozenset(i for i, node in enumerate(graph.nodes) if alias_source(node, graph) is not None)
         names = [n for n in graph.inputs if not graph.is_constant(n)]

@@ -1,105 +1,27 @@
-"""The program's time when devices run concurrently: one set of rules for the price and the simulation.
+"""The placement's side of the program's time: the order the program runs the groups in, and the
+price of a placement, the program lowering will emit for it timed by the one interpreter
+(hetgen/spec/timeline.py: `run_timeline`) at the cost model's estimates.
 
-A controller submits a device's sub-program and goes on with its own work; it waits only before the
-first step that reads the device's results, before its next submission to that device, or at its
-end (hetgen/lower/schedule.py writes the program that way). Timed by these rules:
-
-- the controller has a clock: its own work (a kernel, a copy it makes) moves it by that work's time;
-- each device it drives has a clock: a submission at controller time t starts at
-  max(t, the device's clock) (its inputs were copied in before t) and moves the device's clock to
-  start + the sub-program's time (its invocation overhead included: the launch);
-- a wait moves the controller's clock to the device's clock;
-- the program's time is its controller's final clock (a co-processor's program, timed the same way,
-  is the time of the submission that invoked it).
-
-`Clocks` holds the rules; `makespan` applies them to a step list. The placement's price (`placement_makespan`) applies
-them to the program lowering will emit for it, built by the same scheduler from the placement's
-groups, each step at the cost model's estimate; `hetgen bench` (`replay`) applies them to the
-program the project was generated with (`program_manifest`), each device's sub-program at what the
-simulator counted and each controller's kernels at their estimate (controllers run natively, so
-their kernels are not simulated). `program_order` chooses the order of the groups: device work is
-issued as early as its inputs allow, and controller work that does not depend on it runs meanwhile.
+`placement_makespan` builds the program with the scheduler lowering uses (hetgen/spec/schedule.py)
+from the placement's groups and times its steps (`timed_program`) with `Estimated`: each group at
+its cost, each copy at the topology's transfer time. `hetgen bench` replays the generated program's
+steps through the same interpreter at what the devices counted (hetgen/runtime/replay.py).
+`program_order` chooses the order of the groups: device work is issued as early as its inputs
+allow, and controller work that does not depend on it runs meanwhile.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
-from hetgen.lower.alias import alias_source
-from hetgen.lower.invocation import one_unit_per_invocation
-from hetgen.lower.schedule import (
-    SCall,
-    Schedule,
-    Scheduler,
-    SCopyIn,
-    SCopyOut,
-    SInvoke,
-    SWait,
-    UnitInfo,
-    child_devices,
-)
-from hetgen.platform.model import Platform, Role, Target
-
-
-@dataclass(frozen=True)
-class Work:
-    """The controller itself is busy for `us` (a kernel, a copy it makes)."""
-
-    us: float
-
-
-@dataclass(frozen=True)
-class Submit:
-    """Device `device` gets a sub-program that takes `us` (launch included)."""
-
-    device: str
-    us: float
-
-
-@dataclass(frozen=True)
-class Await:
-    device: str
-
-
-Timed = Work | Submit | Await
-
-
-class Clocks:
-    """A controller's clock and the clocks of the devices it drives, moved by the rules above."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.free: dict[str, float] = {}
-
-    def work(self, us: float) -> None:
-        self.now += us
-
-    def submit(self, device: str, us: float) -> None:
-        self.free[device] = max(self.now, self.free.get(device, 0.0)) + us
-
-    def wait(self, device: str) -> None:
-        self.now = max(self.now, self.free.get(device, 0.0))
-
-    def end(self) -> float:
-        return max([self.now, *self.free.values()])
-
-
-def makespan(steps: Iterable[Timed]) -> float:
-    """The controller's final clock after `steps`, by the rules above."""
-    clocks = Clocks()
-    for step in steps:
-        if isinstance(step, Work):
-            clocks.work(step.us)
-        elif isinstance(step, Submit):
-            clocks.submit(step.device, step.us)
-        else:
-            clocks.wait(step.device)
-    return clocks.end()
-
+from hetgen.platform.model import Platform, Role
+from hetgen.spec.alias import alias_source
+from hetgen.spec.invocation import one_unit_per_invocation
+from hetgen.spec.schedule import Schedule, Scheduler, UnitInfo, child_devices, timed_program
+from hetgen.spec.timeline import Estimated, ProgramSteps, call_shares, run_timeline
 
 # --- the order of the groups -------------------------------------------------------------------
 
@@ -196,38 +118,36 @@ def placement_makespan(
     groups, graph: Graph, platform: Platform, transfer_us: Callable[[str, str, int], float]
 ) -> float:
     """The makespan of the program lowering emits for `groups` (in program order): the scheduler of
-    hetgen/lower/schedule.py run over the groups (one unit each), timed step by step by `Clocks`
+    hetgen/spec/schedule.py run over the groups (one unit each), its steps timed by `run_timeline`
     with each group at its cost and each copy at `transfer_us(from place, to place, bytes)`."""
     if not groups:
         return 0.0
+    program, groups = placement_program(groups, graph, platform)
+    return run_timeline(program, estimated_timing(program, groups, transfer_us))
+
+
+def placement_program(groups, graph: Graph, platform: Platform) -> tuple[ProgramSteps, list]:
+    """The timed steps of the program lowering emits for `groups`, and the groups it runs."""
     schedule, groups = placement_schedule(groups, graph, platform, timing_only=True)
+    types, sizes = graph.types, {}
+
+    def nbytes(tensor: str) -> int:
+        size = sizes.get(tensor)
+        if size is None:
+            size = sizes[tensor] = types[tensor].nbytes
+        return size
+
     root = platform.root.controller()
-    types, nbytes = graph.types, {}
+    return timed_program(schedule, root, [tuple(g.nodes) for g in groups], nbytes), groups
 
-    def entry_us(controller: Target, entry) -> float:
-        clocks = Clocks()
-        for step in entry:
-            if isinstance(step, SCall):
-                clocks.work(groups[step.unit].cost_us)
-            elif isinstance(step, (SCopyIn, SCopyOut)):
-                size = nbytes.get(step.src.tensor)
-                if size is None:
-                    size = nbytes[step.src.tensor] = types[step.src.tensor].nbytes
-                clocks.work(transfer_us(step.src.target.path_str, step.dst.target.path_str, size))
-            elif isinstance(step, SInvoke):
-                device = schedule.devices[controller][step.device]
-                memory = device.host if device.host is not None else device
-                program = schedule.entries[memory][step.program]
-                if device.host is not None:
-                    us = entry_us(memory, program)
-                else:
-                    us = sum(groups[s.unit].cost_us for s in program if isinstance(s, SCall))
-                clocks.submit(device.path_str, us)
-            elif isinstance(step, SWait):
-                clocks.wait(schedule.devices[controller][step.device].path_str)
-        return clocks.end()
 
-    return entry_us(root, schedule.entries[root][0])
+def estimated_timing(
+    program: ProgramSteps, groups: Iterable, transfer_us: Callable[[str, str, int], float]
+) -> Estimated:
+    """The cost model's timing of `program`: each call at its share of its group's cost."""
+    return Estimated(
+        call_shares(program, ((g.name, tuple(g.nodes), g.cost_us) for g in groups)), transfer_us, program.accelerators
+    )
 
 
 def placement_schedule(groups, graph: Graph, platform: Platform, *, timing_only: bool = False) -> tuple[Schedule, list]:
@@ -254,112 +174,3 @@ def placement_schedule(groups, graph: Graph, platform: Platform, *, timing_only:
         units, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated, timing_only=timing_only
     ).run()
     return schedule, kept
-
-
-# --- the simulation: the generated program, at what the devices counted -------------------------
-
-
-def program_manifest(lowered) -> dict:
-    """The controllers' programs as `replay` reads them from the manifest: per controller path, its
-    devices (path, kind of timing) and its entries' steps."""
-    from hetgen.lower.program import Call, DeviceCopyIn, DeviceCopyOut, Invoke, ProgramRole, Wait
-
-    by_path = {p.target.path_str: p for p in lowered.programs}
-    result = {}
-    for program in lowered.programs:
-        if program.role is ProgramRole.ACCELERATOR:
-            continue
-        entries = []
-        for entry in program.entries:
-            steps = []
-            for step in entry:
-                if isinstance(step, Call):
-                    steps.append({"call": list(step.unit.nodes)})
-                elif isinstance(step, (DeviceCopyIn, DeviceCopyOut)):
-                    steps.append({"copy": step.device, "bytes": step.nbytes})
-                elif isinstance(step, Invoke):
-                    steps.append({"invoke": step.device, "program": step.program})
-                elif isinstance(step, Wait):
-                    steps.append({"wait": step.device})
-            entries.append(steps)
-        devices = []
-        for path in program.devices:
-            child = by_path.get(path) or by_path[_host_of(lowered, path)]  # a composite: its host's program
-            devices.append({"path": child.target.path_str, **_copy_timing(child)})
-        result[program.target.path_str] = {"devices": devices, "entries": entries}
-    return result
-
-
-def _host_of(lowered, path: str) -> str:
-    for program in lowered.programs:
-        if program.role.value == "coprocessor" and program.target.path_str.rsplit("/", 1)[0] == path:
-            return program.target.path_str
-    return path
-
-
-def _copy_timing(program) -> dict:
-    """How the device counts one copy to or from its controller (hg_sim.c, hg_link_account)."""
-    model, link = program.device_model, program.counted_link
-    if model is not None:
-        return {
-            "clock_mhz": model.clock_mhz,
-            "dma_setup_cycles": model.dma_setup_cycles,
-            "dma_bytes_per_cycle": model.dma_bytes_per_cycle,
-            "link_latency_cycles": model.link_latency_cycles,
-            "link_bytes_per_cycle": model.link_bytes_per_cycle,
-        }
-    if link is not None:
-        return {
-            "clock_mhz": link.clock_mhz,
-            "dma_setup_cycles": 0,
-            "dma_bytes_per_cycle": 0.0,
-            "link_latency_cycles": link.latency_cycles,
-            "link_bytes_per_cycle": link.bytes_per_cycle,
-        }
-    return {"clock_mhz": 1000.0, "dma_setup_cycles": 0, "dma_bytes_per_cycle": 0.0}
-
-
-def copy_cycles(timing: Mapping, nbytes: int) -> int:
-    """The cycles a device counts for one copy of `nbytes` (hg_sim_dma_cycles + hg_link_account)."""
-    cycles = 0
-    rate = float(timing.get("dma_bytes_per_cycle") or 0.0)
-    if rate > 0.0:
-        cycles += int(timing.get("dma_setup_cycles", 0)) + (math.ceil(nbytes / rate) if nbytes else 0)
-    link_rate = float(timing.get("link_bytes_per_cycle") or 0.0)
-    if link_rate > 0.0:
-        cycles += int(float(timing.get("link_latency_cycles", 0.0)) + nbytes / link_rate + 0.5)
-    return cycles
-
-
-def replay(
-    programs: Mapping[str, Mapping],
-    root: str,
-    call_us: Callable[[str, Sequence[str]], float],
-    invocation_us: Callable[[str, int], float],
-) -> float:
-    """The generated program's time: the root's entry 0 timed by `makespan`, each controller's
-    kernel call at `call_us(controller, nodes)`, each copy at what its device counts for it, each
-    accelerator's sub-program at `invocation_us(device, program)` (what the simulator counted), each
-    co-processor's sub-program replayed the same way."""
-
-    def entry_us(path: str, index: int) -> float:
-        program = programs[path]
-        devices = program["devices"]
-        steps: list[Timed] = []
-        for step in program["entries"][index]:
-            if "call" in step:
-                steps.append(Work(call_us(path, step["call"])))
-            elif "copy" in step:
-                timing = devices[step["copy"]]
-                steps.append(Work(copy_cycles(timing, step["bytes"]) / float(timing["clock_mhz"])))
-            elif "invoke" in step:
-                device = devices[step["invoke"]]["path"]
-                if device in programs:
-                    steps.append(Submit(device, entry_us(device, step["program"])))
-                else:
-                    steps.append(Submit(device, invocation_us(device, step["program"])))
-            elif "wait" in step:
-                steps.append(Await(devices[step["wait"]]["path"]))
-        return makespan(steps)
-
-    return entry_us(root, 0)

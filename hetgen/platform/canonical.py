@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from hetgen.platform.device_model import device_model
 from hetgen.platform.model import Kind, Platform, Role, Target, Toolchain
 from hetgen.platform.targets import kind_figures
 
@@ -46,6 +47,8 @@ def kind_document(kind: Kind) -> dict[str, Any]:
     if kind.role is not Role.COMPOSITE:
         document["figures"] = dict(kind.figures)
         document["memory"] = dict(kind.memory)
+    if kind.device:
+        document["device"] = dict(kind.device)
         if kind.toolchain != Toolchain():
             document["toolchain"] = _toolchain_document(kind.toolchain)
     if kind.templates:
@@ -88,6 +91,8 @@ def _target_document(target: Target) -> dict[str, Any]:
         document["link"] = {"bandwidth_gbps": target.link.bandwidth_gbps, "latency_us": target.link.latency_us}
     if target.role is not Role.COMPOSITE:
         computed = kind_figures(target.kind, target.attrs)
+        if target.role is Role.ACCELERATOR:  # the rates its device model gives, unless the kind says
+            computed = {**device_model(target).cost_figures(), **computed}
         computed.setdefault("command_us", 0.0)  # an optional figure: absent means 0
         overrides = {k: v for k, v in vars(target.figures).items() if computed.get(k) != v}
         if overrides:

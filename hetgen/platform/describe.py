@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from hetgen.platform.device_model import PARAMETERS
 from hetgen.platform.kind_parts import MEMORY_KEYS
 from hetgen.platform.kinds import builtin_kinds
 from hetgen.platform.model import AttrSpec, Kind, Pattern, Role, Toolchain
@@ -45,6 +46,8 @@ def _kind_block(kind: Kind) -> str:
         limits = ", ".join(f"{key} = {kind.memory[key]}" for key in MEMORY_KEYS[1:] if kind.memory.get(key) is not None)
         limits = f" ({limits})" if limits else ""
         lines.append(f"  memory: {'unbounded' if local is None else f'local_bytes = {local}'}{limits}")
+        if kind.role is Role.ACCELERATOR:
+            lines.append(f"  device: {_device_line(kind)}")
         if kind.toolchain != Toolchain():
             lines.append(f"  toolchain: {_toolchain_line(kind.toolchain)}")
     if kind.templates:
@@ -67,6 +70,20 @@ def _attribute_line(spec: AttrSpec, width: int) -> str:
         extras.append("one of " + "|".join(map(str, spec.choices)))
     extra = f" ({', '.join(extras)})" if extras else ""
     return f"{spec.name:<{width}}  {spec.type:<9} {value + extra:<24}  {spec.doc}".rstrip()
+
+
+def _device_line(kind: Kind) -> str:
+    """The simulated device's model: the kind's `device:` entries, then the parameters read from its
+    attributes, then those left at their defaults (hetgen/platform/device_model.py)."""
+    names = {spec.name for spec in kind.attributes}
+    given = [f"{name} = {value}" for name, value in kind.device.items()]
+    given += [f"{name} = {name}" for name in PARAMETERS if name not in kind.device and name in names]
+    rest = [name for name in PARAMETERS if name not in kind.device and name not in names]
+    defaults = [
+        f"{n} {PARAMETERS[n].default:g}" if PARAMETERS[n].default is not None else f"{n} ({PARAMETERS[n].derived})"
+        for n in rest
+    ]
+    return ", ".join(given) + (f"; defaults: {', '.join(defaults)}" if defaults else "")
 
 
 def _toolchain_line(toolchain: Toolchain) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from hetgen.platform.device_model import PARAMETERS
 from hetgen.platform.kind_parts import (
     ALL_FIGURE_KEYS,
     ATTRIBUTE_KEYS,
@@ -137,6 +138,12 @@ def _options_schema() -> dict[str, Any]:
     )
 
 
+def _parameter_doc(spec) -> str:
+    default = spec.derived if spec.default is None else f"{spec.default:g}"
+    kind = "an integer count" if spec.count else "a positive rate"
+    return f"{spec.doc}: {kind}, a number or an expression over the kind's attributes (default: {default})"
+
+
 def _kind_definition_schema() -> dict[str, Any]:
     formula = {"anyOf": [{"type": "number"}, {"type": "string"}]}
     attribute = {key: {} for key in ATTRIBUTE_KEYS}
@@ -162,6 +169,7 @@ def _kind_definition_schema() -> dict[str, Any]:
         attributes={"type": "object", "additionalProperties": _closed(attribute)},
         figures=_closed({key: formula for key in ALL_FIGURE_KEYS}),
         memory=_closed({key: {"anyOf": [formula, {"type": "null"}]} for key in MEMORY_KEYS}),
+        device=_closed({name: {**formula, "description": _parameter_doc(spec)} for name, spec in PARAMETERS.items()}),
         toolchain={"$ref": "#/$defs/toolchain"},
         templates={"type": "string"},
         patterns={"type": "array", "items": _closed(pattern, required=("label", "chain"))},

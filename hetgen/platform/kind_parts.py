@@ -13,8 +13,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hetgen.ops.registry import OPS
+from hetgen.platform.device_model import PARAMETERS
 from hetgen.platform.kind_templates import check_templates_folder
 from hetgen.platform.model import FrozenMap, Pattern, PatternStep, Role, SourcePos
+from hetgen.platform.predicates import PREDICATE_VALIDATORS
 from hetgen.platform.schema import (
     ATTRIBUTE_TYPES,
     Problems,
@@ -30,7 +33,9 @@ from hetgen.platform.schema import (
 )
 from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
 
-KIND_KEYS = ("role", "refines", "doc", "attributes", "figures", "memory", "toolchain", "templates", "patterns")
+KIND_KEYS = (
+    "role", "refines", "doc", "attributes", "figures", "memory", "device", "toolchain", "templates", "patterns",
+)  # fmt: skip
 LEGACY_KIND_KEYS = {"extends": "refines"}  # one spelling for one idea; `extends` gets pointed here
 ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
 FIGURE_KEYS = ("peak_gflops", "bandwidth_gbps", "launch_us")
@@ -84,6 +89,8 @@ class KindDraft:
     patterns: list[Pattern] = field(default_factory=list)
     key_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each key was written
     formula_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each figure/memory value was
+    device: dict[str, float | str] = field(default_factory=dict)  # the device model's parameters given
+    device_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each was written
 
 
 def parse_kind_block(node: YNode, problems: Problems, templates_base: Path, builtin: bool) -> dict[str, KindDraft]:
@@ -125,6 +132,8 @@ def _parse_kind(key: YScalar, node: YNode, problems: Problems, base: Path, built
             draft.figures = _parse_formulas(value, ALL_FIGURE_KEYS, field_what, problems, draft.formula_pos)
         elif name.value == "memory":
             draft.memory = _parse_formulas(value, MEMORY_KEYS, field_what, problems, draft.formula_pos)
+        elif name.value == "device":
+            draft.device = _parse_formulas(value, tuple(PARAMETERS), field_what, problems, draft.device_pos)
         elif name.value == "toolchain":
             draft.toolchain = parse_toolchain(value, field_what, problems)
         elif name.value == "templates":
@@ -304,10 +313,7 @@ def _unknown_op(op: str) -> str:
 
 @lru_cache(maxsize=1)
 def _graph_ops() -> frozenset[str]:
-    """The operators a graph can hold after import: those hetgen lowers. Imported when first
-    needed, as the predicates are: the operator registry sits in a later stage."""
-    from hetgen.ops.registry import OPS
-
+    """The operators a graph can hold after import: those hetgen lowers."""
     return frozenset(OPS)
 
 
@@ -363,11 +369,5 @@ def _predicate_value(node: YNode):
 
 
 def _predicate_validators() -> dict:
-    """name -> validator(value) -> problem or None, owned by the partition stage.
-
-    Imported when first needed: the partition stage imports this package's model, so a
-    module-level import would be circular.
-    """
-    from hetgen.partition.predicates import PREDICATES
-
-    return {name: entry[0] for name, entry in PREDICATES.items()}
+    """name -> validator(value) -> problem or None (hetgen/platform/predicates.py)."""
+    return PREDICATE_VALIDATORS

@@ -144,12 +144,14 @@ def _merge(draft: KindDraft, parent: Kind | None, problems: Problems) -> Kind | 
         check_device_attribute_types(draft.name, declared, problems)
     figures = {**(parent.figures if parent else {}), **draft.figures}
     memory = {**(parent.memory if parent else {}), **draft.memory}
+    device = {**(parent.device if parent else {}), **draft.device}  # parameter by parameter
     patterns = {p.label: p for p in (parent.patterns if parent else ())}
     patterns.update({p.label: p for p in draft.patterns})  # same label: the refinement replaces it
     base_toolchain = parent.toolchain if parent else Toolchain()
     toolchain = dataclasses.replace(base_toolchain, **draft.toolchain)
     _check_role_rules(draft, role, figures, patterns, problems)
-    _check_formulas(draft, figures | memory, attributes, problems)
+    _check_formulas(draft, figures | memory, attributes, problems, draft.formula_pos)
+    _check_formulas(draft, device, attributes, problems, draft.device_pos, "device parameter")
     if len(problems) != before:
         return None
     return Kind(
@@ -160,6 +162,7 @@ def _merge(draft: KindDraft, parent: Kind | None, problems: Problems) -> Kind | 
         attributes=tuple(attributes.values()),
         figures=FrozenMap(figures),
         memory=FrozenMap(memory),
+        device=FrozenMap(device),
         patterns=tuple(patterns.values()),
         toolchain=toolchain,
         templates=draft.templates if draft.templates is not None else (parent.templates if parent else ""),
@@ -169,6 +172,12 @@ def _merge(draft: KindDraft, parent: Kind | None, problems: Problems) -> Kind | 
 
 def _check_role_rules(draft: KindDraft, role: Role, figures, patterns, problems: Problems) -> None:
     what = f"kind '{draft.name}'"
+    if role is not Role.ACCELERATOR and "device" in draft.key_pos:
+        problems.add(
+            draft.key_pos["device"],
+            f"'device' is not accepted on {role.value} {what}: it is the model of a simulated accelerator "
+            "(docs/simulator.md); only accelerator kinds declare one",
+        )
     if role is Role.COMPOSITE:
         for key in ("figures", "memory", "patterns", "toolchain"):
             if key in draft.key_pos:
@@ -185,24 +194,32 @@ def _check_role_rules(draft: KindDraft, role: Role, figures, patterns, problems:
         problems.add(draft.pos, f"accelerator {what} has no patterns, so nothing could run on it; add 'patterns'")
 
 
-def _check_formulas(draft: KindDraft, formulas, attributes: Mapping[str, AttrSpec], problems: Problems) -> None:
+def _check_formulas(
+    draft: KindDraft,
+    formulas,
+    attributes: Mapping[str, AttrSpec],
+    problems: Problems,
+    positions: Mapping[str, SourcePos],
+    what: str = "",
+) -> None:
     numeric = sorted(name for name, spec in attributes.items() if spec.type in NUMERIC_TYPES)
     defaults = {name: attributes[name].default for name in numeric if attributes[name].default is not None}
     for key, value in formulas.items():
-        if value is None or key not in draft.formula_pos:
+        if value is None or key not in positions:
             continue  # inherited formulas were checked on the parent, whose attributes we keep
+        label = f"{what} '{key}'" if what else f"'{key}'"
         try:
             unknown = sorted(expression_names(value) - set(numeric)) if isinstance(value, str) else []
             if not unknown and (not isinstance(value, str) or expression_names(value) <= set(defaults)):
                 # A bomb or an overflow is refused here, at its own position, not at each target.
                 evaluate(value, defaults)
         except ExpressionError as exc:
-            problems.add(draft.formula_pos[key], f"'{key}' of kind '{draft.name}': {exc}")
+            problems.add(positions[key], f"{label} of kind '{draft.name}': {exc}")
             continue
         if unknown:
             problems.add(
-                draft.formula_pos[key],
-                f"'{key}' of kind '{draft.name}' uses {', '.join(unknown)}, which "
+                positions[key],
+                f"{label} of kind '{draft.name}' uses {', '.join(unknown)}, which "
                 f"{'is not a numeric attribute' if len(unknown) == 1 else 'are not numeric attributes'}; "
                 f"numeric attributes: {listing(numeric)}",
             )

@@ -138,6 +138,8 @@ class Kind:
     attributes: tuple[AttrSpec, ...] = ()
     figures: Mapping[str, Any] = field(default_factory=dict)  # numbers or expressions of attributes
     memory: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"local_bytes": "sram_kib * 1024"}
+    # An accelerator's device model (hetgen/platform/device_model.py): parameter -> number or expression
+    device: Mapping[str, Any] = field(default_factory=dict)
     patterns: tuple[Pattern, ...] = ()
     toolchain: Toolchain = Toolchain()
     templates: str = ""  # absolute folder of kernel templates overriding the defaults ("" = none)

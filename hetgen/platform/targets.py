@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetgen.names import MAX_IDENTIFIER
-from hetgen.platform.device_attrs import check_device_attribute_values, check_device_rates
+from hetgen.platform.device_attrs import check_device_parameters
+from hetgen.platform.device_model import build_model, parameters
 from hetgen.platform.expressions import ExpressionError, evaluate
 from hetgen.platform.kind_parts import ALL_FIGURE_KEYS, MAC_FIGURES, MEMORY_KEYS, NODE_KEYS, parse_toolchain
 from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
@@ -84,9 +85,6 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
     before = len(problems)
     _check_role(body, kind, place, what, problems)
     attrs = _attributes(body, kind, what, problems)
-    if attrs is not None and kind.role is Role.ACCELERATOR:
-        where = {name: (body.get(name) or body).pos for name in attrs}  # a default: the node that took it
-        check_device_attribute_values(what, attrs, where, problems)
     link = _link(body.get("link"), what, problems) if body.get("link") is not None else None
 
     host = toolchain = None
@@ -106,10 +104,8 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
     if kind.role is Role.COMPOSITE:
         figures, memory = host.figures, {}
     else:
-        figures = _figures(body, kind, attrs, what, problems)
-        if figures is not None and kind.role is Role.ACCELERATOR:
-            check_device_rates(what, attrs, figures.launch_us, figures.bandwidth_gbps, body.pos, problems)
         memory = {key: _memory(kind, key, attrs, body, what, problems) for key in MEMORY_KEYS}
+        figures = _figures(body, kind, attrs, what, problems, memory.get("local_bytes"), link)
     if len(problems) != before:
         return None
     return Target(
@@ -264,7 +260,9 @@ def _toolchain(body: YMap, base: Toolchain, what: str, problems: Problems) -> To
     return dataclasses.replace(base, **parse_toolchain(node, f"the toolchain of {what}", problems))
 
 
-def _figures(body: YMap, kind: Kind, attrs: Mapping[str, Any], what: str, problems: Problems) -> CostFigures | None:
+def _figures(
+    body: YMap, kind: Kind, attrs: Mapping[str, Any], what: str, problems: Problems, capacity, link
+) -> CostFigures | None:
     try:
         figures = kind_figures(kind, attrs)
     except ExpressionError as exc:
@@ -277,6 +275,12 @@ def _figures(body: YMap, kind: Kind, attrs: Mapping[str, Any], what: str, proble
         for key, value in overrides.entries:
             if key.value in ALL_FIGURE_KEYS:
                 figures[key.value] = read_number(value, f"figure '{key.value}' of {what}", problems, minimum=0)
+    if kind.role is Role.ACCELERATOR:
+        derived = _device_figures(body, kind, attrs, figures, what, problems, capacity, link)
+        if derived is None:
+            return None
+        # The device model's rates, where neither the kind nor the target gives the figure itself.
+        figures = {**derived, **figures}
     for key in ("peak_gflops", "bandwidth_gbps", "local_gbps", "peak_int8_gops", "vector_gops", *MAC_FIGURES):
         if figures.get(key) is not None and figures[key] <= 0:
             problems.add(body.pos, f"figure '{key}' of {what} is {figures[key]:g}; it must be positive")
@@ -285,6 +289,21 @@ def _figures(body: YMap, kind: Kind, attrs: Mapping[str, Any], what: str, proble
         problems.add(body.pos, f"figure 'launch_us' of {what} is negative")
         return None
     return None if None in figures.values() else CostFigures(**figures)
+
+
+def _device_figures(body: YMap, kind: Kind, attrs, figures, what: str, problems: Problems, capacity, link):
+    """The cost model's rates from the target's device model (hetgen/platform/device_model.py), after
+    checking every parameter fits the simulator; None when one does not (recorded)."""
+    try:
+        values = parameters(kind.device, attrs, figures)
+    except ExpressionError as exc:
+        problems.add(body.pos, f"the device model of kind '{kind.name}' cannot be computed for {what}: {exc}")
+        return None
+    where = {name: (body.get(name) or body).pos for name in attrs}  # a default: the node that took it
+    launch_us = float(figures.get("launch_us") or 0.0)
+    if not check_device_parameters(what, values, kind.device, attrs, where, body.pos, problems, launch_us):
+        return None
+    return build_model(values, capacity, link).cost_figures()
 
 
 def _memory(kind: Kind, key: str, attrs: Mapping[str, Any], body: YMap, what: str, problems: Problems) -> int | None:

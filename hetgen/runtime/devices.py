@@ -16,9 +16,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hetgen.codegen.manifest import CounterEntry, EstimateEntry, Manifest, TargetEntry
-from hetgen.partition.timeline import replay
+from hetgen.platform.device_model import DEFAULT_CLOCK_MHZ
 from hetgen.runtime.loader import load
+from hetgen.runtime.replay import Counted
 from hetgen.runtime.verify import feeds_for
+from hetgen.spec.timeline import call_shares, run_timeline
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class DeviceTime:
 @dataclass(frozen=True)
 class SimulationReport:
     """The whole program: `estimate_us` is explain's total; `simulated_us` the generated program's
-    time with devices running concurrently (`makespan_us`, hetgen/partition/timeline.py), replayed
+    time with devices running concurrently (`makespan_us`, hetgen/spec/timeline.py), replayed
     from what the devices counted (`counted_us`, one at a time) and the controllers' groups at their
     estimate (`controller_us`: not simulated)."""
 
@@ -134,7 +136,7 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
     per_invocation: dict[str, float] = {}  # device -> invoke us per invocation
     devices = []
     for target in _counting(manifest):
-        path, clock = target.path, float(target.clock_mhz or 1000.0)
+        path, clock = target.path, float(target.clock_mhz or DEFAULT_CLOCK_MHZ)
         stats = model.device_stats(target.stats_device)
         counters = _counters(target)
         if counters:
@@ -204,52 +206,26 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
 
 
 def _makespan(manifest: Manifest, model, estimates: tuple[EstimateEntry, ...]) -> float | None:
-    """The generated program replayed with concurrent devices (hetgen/partition/timeline.py): each
-    accelerator invocation at the cycles the simulator counted for it, each copy at what its device
-    counts for it, each controller's kernels at their group's estimate (not simulated)."""
+    """The generated program replayed with concurrent devices through the interpreter the placement
+    is priced with (hetgen/spec/timeline.py: `run_timeline`): each accelerator invocation at the
+    cycles the simulator counted for it, each copy at what its device counts for it, each
+    controller's kernels at their group's estimate (not simulated)."""
     program = manifest.program
     if program is None:
         return None
-    controllers = program["controllers"]
-    group_of = {node: e for e in estimates if not e.tensor for node in e.nodes}
-    # A group's estimate is shared by the calls that run any of its nodes: a group lowered as
-    # several kernels gives each a share. Lowering never fuses across groups (lower/fuse.py), so a
-    # call normally has one group; one that had several would take each of their shares.
-    calls: dict[tuple[str, str], int] = {}  # (controller, group) -> the kernel calls that run its nodes
-
-    def groups_of(nodes) -> list[EstimateEntry]:
-        seen: dict[str, EstimateEntry] = {}
-        for node in nodes:
-            group = group_of.get(node)
-            if group is not None:
-                seen.setdefault(group.name, group)
-        return list(seen.values())
-
-    for path, item in controllers.items():
-        for entry in item["entries"]:
-            for step in entry:
-                for group in groups_of(step.get("call") or ()):
-                    key = (path, group.name)
-                    calls[key] = calls.get(key, 0) + 1
+    shares = call_shares(program, ((e.name, e.nodes, e.estimate_us) for e in estimates if not e.tensor))
     invocations: dict[tuple[str, int], float] = {}
     for target in _counting(manifest):
         counters = _counters(target)
         if not counters:
             continue
-        clock = float(target.clock_mhz or 1000.0)
+        clock = float(target.clock_mhz or DEFAULT_CLOCK_MHZ)
         stats = model.device_stats(target.stats_device)
         launch = stats["invoke_cycles"] / stats["invocations"] if stats["invocations"] else 0.0
         for counter, cycles in zip(counters, model.device_counters(target.simulator.counters_offset, len(counters))):
             key = (target.path, counter.program)
             invocations[key] = invocations.get(key, launch / clock) + cycles / clock
-
-    def call_us(path: str, nodes) -> float:
-        return sum(group.estimate_us / calls[(path, group.name)] for group in groups_of(nodes))
-
-    def invocation_us(path: str, index: int) -> float:
-        return invocations.get((path, index), 0.0)
-
-    return replay(controllers, program["root"], call_us, invocation_us)
+    return run_timeline(program, Counted(shares, invocations))
 
 
 def report_lines(report: SimulationReport) -> list[str]:

@@ -1,6 +1,6 @@
 """The tilings a placement may ask for, planned once with the kernel table: for each accelerator that
-runs one unit per invocation (its SRAM is bounded: hetgen/lower/invocation.py), each unit whose head
-operator its pattern table can start a group with or carry in one (hetgen/lower/tiling.py decides
+runs one unit per invocation (its SRAM is bounded: hetgen/spec/invocation.py), each unit whose head
+operator its pattern table can start a group with or carry in one (hetgen/spec/tiling.py decides
 the tiling), and each residual unit (a Conv with its residual Add, `patterns.py`) on each such
 accelerator whose pattern table names both operators. The `fits_memory` predicate, the cost model
 and lowering all read these plans.
@@ -9,16 +9,14 @@ and lowering all read these plans.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from hetgen.ir import Graph
 from hetgen.platform.model import Platform, Target
+from hetgen.spec.invocation import one_unit_per_invocation, tile_rates
+from hetgen.spec.patterns import FusedPattern
 from hetgen.spec.signature import UnitKeys
-
-if TYPE_CHECKING:
-    from hetgen.lower.tiling import TilePlan, Unfit
-    from hetgen.spec import KernelSpec
-    from hetgen.spec.patterns import FusedPattern
+from hetgen.spec.table import KernelSpec
+from hetgen.spec.tiling import TilePlan, Unfit, unit_plan
 
 ANY_OP = "*"
 
@@ -41,10 +39,6 @@ def tile_plans(
 
     A unit's tiling is a function of its shape key (signature.py) and the target, so units with
     one key share one plan, planned once."""
-    # Imported here: lowering's package imports the partition stage, which imports this one.
-    from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
-    from hetgen.lower.tiling import unit_plan
-
     keys = keys if keys is not None else UnitKeys(graph)
     by_name = {node.name: node for node in graph.nodes}
     plans: dict[tuple[str, tuple[str, ...]], TilePlan | Unfit] = {}
@@ -76,9 +70,6 @@ def residual_plans(
     """(target path, residual unit's node names) -> its tiling on each tiled accelerator whose
     pattern table names Conv and Add: the Conv's tiles, each also loading the residual's block of
     its output rows and channels (no halo) and adding it before the store."""
-    from hetgen.lower.invocation import one_unit_per_invocation, tile_rates
-    from hetgen.lower.tiling import unit_plan
-
     residuals = [p for p in patterns if p.residual is not None and _typed(p.nodes, graph)]
     plans: dict[tuple[str, tuple[str, ...]], TilePlan | Unfit] = {}
     for target in platform.targets() if residuals else ():

@@ -9,25 +9,12 @@ unit reduces, the bytes a DMA moves.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, replace
 
+from hetgen.abi import Engine  # the unit that executes a command: `enum hg_sim_engine` (hg_constants.h)
 from hetgen.ir import Graph, Node, TensorType
 from hetgen.ops.base import OpInstance
-
-
-class Engine(enum.Enum):
-    """The unit of the device that executes a command. Values are the C enum's (hg_sim.h)."""
-
-    MAC_ARRAY = 1  # `batch` matrix products of m x n outputs over a depth of k
-    VECTOR = 2  # m output elements, each reducing k taps (k = 1: elementwise)
-    DMA = 3  # `bytes` moved between the device's weights and its local memory
-    MAC_ARRAY_INT8 = 4  # as MAC_ARRAY, on int8 operands (the array's int8 columns: int8_mac_cols)
-    # as MAC_ARRAY, then the vector unit adds a residual tensor to each of its batch x m x n outputs
-    # (a Conv with its residual Add fused: hetgen/spec/patterns.py)
-    MAC_ARRAY_RESIDUAL = 5
-
 
 # Integer kernels and the float operator whose shape rule they share; (x, w) input indices.
 INTEGER_KERNELS = {
@@ -47,7 +34,7 @@ class Work:
     k: int = 0
     bytes: int = 0  # local-memory bytes the command reads and writes (DMA: bytes moved)
     # How many commands back the command this one waits for is (0: none): a tiled program's DMA
-    # and compute overlap, each waiting only for the buffers it needs (hetgen/lower/tiling.py).
+    # and compute overlap, each waiting only for the buffers it needs (hetgen/spec/tiling.py).
     after: int = 0
     # A strided DMA moves m segments of n bytes; the bytes between segment starts at each end.
     src_stride: int = 0

@@ -27,8 +27,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import hetgen
 from hetgen.ops._gemm_plan import GemmBlocks
 from hetgen.platform.model import Target
+from hetgen.runtime.loader import checked_input, load
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,6 @@ def probe_platform_text(blocks: GemmBlocks, memory: str) -> str:
 
 
 def probe_gflops(probe: Probe, platform_file: Path, folder: Path, repeats: int) -> float:
-    import hetgen
-    from hetgen.runtime.loader import checked_input, load
-
     out = hetgen.compile(platform_file, probe.model, out=folder / probe.name, native_only=True)
     model = load(out)
     rng = np.random.default_rng(2)

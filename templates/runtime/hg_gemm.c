@@ -203,9 +203,7 @@ static void sgemm_small_part(void *arg, size_t part, void *scratch)
                    job->epilogue, job->ctx, align64(scratch ? scratch : job->work));
 }
 
-/* Below this many multiply-adds, waking a worker costs more than it saves. */
-#define HG_SGEMM_SPLIT_MACS (1u << 18)
-
+/* Below HG_SGEMM_SPLIT_MACS multiply-adds (hg_constants.h), waking a worker costs more than it saves. */
 void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, float *c, size_t ldc,
                  int accumulate, hg_gemm_epilogue_fn epilogue, const void *ctx, void *work)
 {

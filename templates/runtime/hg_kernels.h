@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hg_constants.h"
+
 #define HG_UNUSED(x) ((void)(x))
 
 /* A kernel's range function (templates/kernels/_parallel.j2) stays a function of its own: inlined
@@ -31,9 +33,8 @@
    its panels one after another, each spanning all k); any other operand is packed here, block by
    block, from strides or by the caller's `pack_b` function (a convolution's implicit im2col). */
 
-/* Panel sizes: the layout contract with hetgen/ops/_gemm_plan.py, the same for every ISA. */
-#define HG_SGEMM_PANEL_M 8
-#define HG_SGEMM_PANEL_N 32
+/* Panel sizes (HG_SGEMM_PANEL_M, HG_SGEMM_PANEL_N): the layout contract with hetgen/ops/_gemm_plan.py,
+   the same for every ISA, in hg_constants.h (generated from hetgen/abi.py). */
 /* Cache blocking: the platform's (`options: {tuning: ...}`, measured by `hetgen tune`) from the
    generated hg_gemm_config.h, else these defaults; hetgen/ops/_gemm_plan.py (GemmBlocks) sizes
    every kernel's workspace with the same values, and the kernels check it with _Static_assert. */

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hg_constants.h" /* generated from hetgen/abi.py: opcodes, regions, hg_device_stats */
+
 #define HG_RUNTIME_VERSION 2
 
 /* Error codes returned by every runtime entry point. */
@@ -22,15 +24,6 @@
 #define HG_MAX_ARGS 64
 
 typedef void (*hg_kernel_fn)(void *const *args);
-
-enum hg_region {
-    HG_REGION_NONE = 0,
-    HG_REGION_ARENA = 1,
-    HG_REGION_WEIGHTS = 2,
-    HG_REGION_INPUT = 3,
-    HG_REGION_OUTPUT = 4,
-    HG_REGION_DEVICE = 5
-};
 
 typedef struct {
     uint32_t region;
@@ -64,18 +57,6 @@ typedef struct {
     int64_t shape[HG_MAX_RANK];
     uint64_t nbytes;
 } hg_tensor_info;
-
-/* A simulated device's counters over the last run on one workspace (cycles at its clock). */
-typedef struct {
-    uint64_t compute_cycles;  /* kernels and weight loads */
-    uint64_t load_cycles;     /* weight loads alone */
-    uint64_t dma_cycles;      /* copies to and from the controller */
-    uint64_t invocations;
-    uint64_t invoke_cycles;   /* each invocation's overhead: driver, doorbell, completion interrupt */
-    uint64_t link_cycles;     /* copies over the link from the controller: its latency, then its bandwidth */
-    uint64_t link_bytes;
-    uint64_t link_copies;
-} hg_device_stats;
 
 /* The link from a device's controller to the device, in the device's cycles; bytes_per_cycle 0:
  * no link (the controller shares its memory). */
@@ -169,16 +150,7 @@ int hg_graph_run(const hg_graph_node *nodes, size_t num_nodes, const hg_buffer_r
  *   INVOKE d p                                 start sub-program p on device d
  *   WAIT d                                     wait for device d
  *   END
- */
-enum hg_opcode {
-    HG_OP_END = 0,
-    HG_OP_CALL = 1,
-    HG_OP_COPY = 2,
-    HG_OP_COPY_IN = 3,
-    HG_OP_COPY_OUT = 4,
-    HG_OP_INVOKE = 5,
-    HG_OP_WAIT = 6
-};
+ * (enum hg_opcode: hg_constants.h) */
 
 /* Every instruction is checked as it is read (opcode, word count, kernel and device indices,
  * regions, offsets and sizes); a corrupt program returns HG_ERR_BYTECODE. */

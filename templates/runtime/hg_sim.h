@@ -8,20 +8,6 @@
 #include "hg_device.h"
 #include "hg_runtime.h"
 
-#define HG_SIM_QUEUE_DEPTH 16
-/* A command may wait for one of the last HG_SIM_RING commands before it (hg_sim_work.after). */
-#define HG_SIM_RING 64
-
-/* The engine that executes a command (hetgen/lower/work.py's Engine). */
-enum hg_sim_engine {
-    HG_SIM_NONE = 0,
-    HG_SIM_MAC_ARRAY = 1, /* batch matrix products of m x n outputs over a depth of k */
-    HG_SIM_VECTOR = 2,    /* m output elements, each reducing k taps */
-    HG_SIM_DMA = 3,       /* bytes moved from the device's weights into local memory */
-    HG_SIM_MAC_ARRAY_INT8 = 4, /* as HG_SIM_MAC_ARRAY on int8 operands: int8_mac_cols columns */
-    HG_SIM_MAC_ARRAY_RESIDUAL = 5, /* as HG_SIM_MAC_ARRAY, then the vector unit adds a residual to its batch x m x n outputs */
-};
-
 /* What one command asks of the device: the shape of its work, not its time. */
 typedef struct {
     uint32_t engine;

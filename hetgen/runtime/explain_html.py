@@ -1,6 +1,7 @@
 """Explain as one self-contained HTML page: the graph coloured by device, and the program's timeline
 per device (kernels, launches, weight loads, copies) as the cost model sees it and, for a built
-project, as the simulator counted it.
+project, as the simulator counted it. It sits with the runtime because a built project's counters are
+part of the page.
 
 Python decides every position (a layered layout of the DAG, bars on a time axis); the template
 (templates/explain/page.html.j2) only lays them out, and every name goes through
@@ -13,12 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hetgen.codegen.manifest import read_manifest
 from hetgen.codegen.render import render
 from hetgen.errors import HetgenError
 from hetgen.ir import Graph
 from hetgen.names import html_script_json, html_text
 from hetgen.partition.explain import Explanation, explanation
 from hetgen.partition.placement import Placement, Transfer
+from hetgen.runtime.devices import simulation_report
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
 LINK_COLOUR = "#555555"
@@ -268,9 +271,6 @@ def built_report(out_dir: Path, platform, graph: Graph, model_sha256: str):
     """Run a built project once and return its simulation report, after checking it was built from
     this platform and model (its groups are joined with this placement's by name): the model by its
     SHA-256 (`model_sha256`, hetgen/frontend/fingerprint.py) and its input shapes (`--shape`)."""
-    from hetgen.codegen.manifest import read_manifest
-    from hetgen.runtime.devices import simulation_report
-
     manifest = read_manifest(out_dir)
     same = "pass --built a project generated from the same platform and model"
     if (manifest.platform, manifest.model) != (platform.name, graph.name):

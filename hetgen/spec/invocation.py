@@ -5,7 +5,7 @@ An accelerator with a bounded local memory (SRAM) runs each kernel unit (a place
 operator and the activations fused into it) as its own invocation. Activations stay in the device's
 memory (outside SRAM) from the first use to the last: copied in once, and out only for a reader
 elsewhere (those copies are the placement's transfers). An invocation runs its unit's tiling
-(hetgen/lower/tiling.py): tiles of inputs and weights DMA'd into SRAM, computed, DMA'd out. The
+(hetgen/spec/tiling.py): tiles of inputs and weights DMA'd into SRAM, computed, DMA'd out. The
 same plan decides whether the unit fits (the fits_memory predicate), what it costs (cost.py) and
 what lowering emits, so no fallback changes the program behind the placement's back.
 """
@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from hetgen.ir import Graph, Node
-from hetgen.lower.tiling import Action, Rates, TilePlan, Unfit, unit_plan
 from hetgen.ops.base import Epilogue
 from hetgen.platform.model import CostFigures, Role, Target
-from hetgen.spec.fusion import cut_units, unit_chains
+from hetgen.spec.fusion import cut_units
 from hetgen.spec.patterns import FusedPattern
+from hetgen.spec.table import KernelTable
+from hetgen.spec.tiling import Action, Rates, TilePlan, Unfit
 
 
 def one_unit_per_invocation(target: Target) -> bool:
@@ -65,51 +66,42 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
 
 
 def kernel_units_of(
-    nodes: Sequence[Node], graph: Graph, kernels=None
+    nodes: Sequence[Node], graph: Graph, kernels: KernelTable
 ) -> list[tuple[tuple[Node, ...], tuple[Epilogue, ...]]]:
     """How lowering cuts a placed group into kernel units: a group that is exactly one of the
     kernel table's residual units (a Conv with its residual Add: hetgen/spec/patterns.py) is that
     one unit; otherwise by the one fusion rule (hetgen/spec/fusion.py), within the group.
-    `kernels`: the kernel table (or, from older callers, just its chains), where there is one."""
+    `kernels`: the graph's kernel table."""
     if len(nodes) == 1:
         return [(tuple(nodes), ())]
     pattern = residual_unit(nodes, kernels)
     if pattern is not None:
         return [(pattern.nodes, pattern.epilogue)]
-    chains = getattr(kernels, "chains", kernels)
-    return cut_units(nodes, chains if chains is not None else unit_chains(graph), lambda head, activation: True)
+    return cut_units(nodes, kernels.chains, lambda head, activation: True)
 
 
-def residual_unit(nodes: Sequence[Node], kernels) -> FusedPattern | None:
+def residual_unit(nodes: Sequence[Node], kernels: KernelTable) -> FusedPattern | None:
     """The kernel table's residual unit whose nodes are exactly `nodes`, if there is one."""
-    fused = getattr(kernels, "fused", None)
-    if fused is None or len(nodes) < 2:
+    if len(nodes) < 2:
         return None
-    pattern = fused(node.name for node in nodes)
+    pattern = kernels.fused(node.name for node in nodes)
     return pattern if pattern is not None and pattern.residual is not None else None
 
 
-def unit_inputs(chain: Sequence[Node], kernels=None) -> tuple[str, ...]:
+def unit_inputs(chain: Sequence[Node], kernels: KernelTable) -> tuple[str, ...]:
     """The inputs of a kernel unit's kernel: its head's, or a residual unit's (x, w, bias, residual)."""
     pattern = residual_unit(chain, kernels)
     return pattern.inputs if pattern is not None else chain[0].inputs
 
 
-def group_plans(nodes: Sequence[Node], graph: Graph, target: Target, kernels=None) -> list[TilePlan | Unfit]:
-    """The tiling of each kernel unit of a group placed on a tiled accelerator (`tiling.unit_plan`):
-    what the fits_memory predicate, the cost model and lowering all read, from the kernel table
-    (`kernels`, hetgen/spec) where there is one."""
-    if kernels is not None:
-        units = kernel_units_of(nodes, graph, kernels)
-        return [kernels.tile_plan(target.path_str, tuple(node.name for node in chain)) for chain, _ in units]
-    capacity = target.memory_bytes
-    return [
-        unit_plan(chain, graph, epilogue, capacity, tile_rates(target, 1.0, chain))
-        for chain, epilogue in kernel_units_of(nodes, graph)
-    ]
+def group_plans(nodes: Sequence[Node], graph: Graph, target: Target, kernels: KernelTable) -> list[TilePlan | Unfit]:
+    """The tiling of each kernel unit of a group placed on a tiled accelerator (`tiling.unit_plan`),
+    as the kernel table planned it: what the fits_memory predicate, the cost model and lowering all read."""
+    units = kernel_units_of(nodes, graph, kernels)
+    return [kernels.tile_plan(target.path_str, tuple(node.name for node in chain)) for chain, _ in units]
 
 
-def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target, kernels=None) -> int:
+def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target, kernels: KernelTable) -> int:
     """Bytes of constants (weights, biases) a group's tile plans DMA into local memory, a weight
     slice loaded again for a later tile counted each time: the weight part of what the plans price."""
     total = 0
@@ -123,7 +115,7 @@ def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target, kerne
     return total
 
 
-def residual_load_bytes(plan: TilePlan, chain: Sequence[Node], kernels=None) -> int:
+def residual_load_bytes(plan: TilePlan, chain: Sequence[Node], kernels: KernelTable) -> int:
     """Bytes a residual unit's tiles DMA of its residual (its kernel's last input; 0 for other units)."""
     pattern = residual_unit(chain, kernels)
     if pattern is None:

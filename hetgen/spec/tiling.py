@@ -27,8 +27,12 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hetgen.abi import WAIT_RING
+from hetgen.errors import InternalError
 from hetgen.ir import Graph, Node
-from hetgen.lower.tile_shapes import (
+from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
+from hetgen.ops.registry import op_def
+from hetgen.spec.tile_shapes import (
     Block,
     Candidate,
     TileSpec,
@@ -38,14 +42,13 @@ from hetgen.lower.tile_shapes import (
     tensor_names,
     unit_op,
 )
-from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
-from hetgen.ops.registry import op_def
+from hetgen.spec.work import Engine, instance_work
 
 __all__ = ["Action", "Block", "Rates", "TilePlan", "Unfit", "plan_us", "tensor_names", "unit_plan"]
 
 ALIGNMENT = 64
 # The simulator remembers when the last RING commands finished; a command waits for one of them.
-RING = 64
+RING = WAIT_RING
 
 
 def _aligned(value: int) -> int:
@@ -138,8 +141,6 @@ class TilePlan:
     def mac_products(self) -> tuple[tuple[Product, ...], ...]:
         """Per kernel: the MAC-array product one call computes, as the simulator's work descriptor
         says (hetgen/spec/work.py); () for a kernel of the vector unit."""
-        from hetgen.spec.work import Engine, instance_work
-
         mac_engines = (Engine.MAC_ARRAY, Engine.MAC_ARRAY_INT8, Engine.MAC_ARRAY_RESIDUAL)
         found = []
         for kernel in self.kernels:
@@ -311,8 +312,6 @@ def _with_waits(raw: list[tuple]) -> tuple[Command, ...]:
             # engine it still remembers, which finishes later (engines run in order).
             wait = next((c for c in range(index - RING + 1, index) if commands[c].is_dma != dma), -1)
             if wait < 0:
-                from hetgen.errors import InternalError
-
                 raise InternalError(f"tiling: command {index} has no command of the other engine within {RING}")
         for b in reads:
             last_read[b] = index

@@ -1,6 +1,6 @@
 """Tile shapes: what one tile of a kernel unit computes and which blocks of its tensors it reads.
 
-For each operator hetgen tiles (hetgen/lower/tiling.py decides among them): convolutions and window
+For each operator hetgen tiles (hetgen/spec/tiling.py decides among them): convolutions and window
 pooling by output rows (with the input rows their windows reach, the halo) and output channels (with
 their slice of the weights), global pooling by channels, matrix products by rows and columns of the
 output (a batch item at a time), elementwise operators by chunks; any operator as one whole tile.
@@ -16,7 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from hetgen.ir import DType, Graph, Node, TensorType
+from hetgen.ops._spatial import window
 from hetgen.ops.base import Epilogue, OpInstance
+from hetgen.spec.work import shape_work
 
 F32 = DType.FLOAT32
 ELEMENTWISE = frozenset(
@@ -122,8 +124,6 @@ def _ranges(total: int, size: int) -> list[tuple[int, int]]:
 
 def _window_geometry(op: UnitOp) -> tuple:
     """(kernel, strides, dilations, pads_begin, pads_end) over H and W of a rank-4 window op."""
-    from hetgen.ops._spatial import window
-
     x, y = op.input_types[0], op.output_types[0]
     if op.node.op == "Conv":
         kernel = tuple(op.node.attr("kernel_shape") or op.input_types[1].shape[2:])
@@ -335,8 +335,6 @@ def _whole_products(op: UnitOp) -> tuple[tuple[int, int, int, int], ...]:
     """The product the whole operator as one tile computes (the simulator's descriptor of it)."""
     if op.node.op not in MAC_OPS:
         return ()
-    from hetgen.spec.work import shape_work
-
     work = shape_work(op.node, [t for t in op.input_types if t is not None], list(op.output_types))
     return ((1, work.batch, work.m, work.n),)
 

@@ -9,7 +9,7 @@ own accelerators) are split again from their host's point of view, recursively.
 Submissions are asynchronous: a controller invokes a device's sub-program and waits for it (and
 copies its results out) only before the first step that reads one of them, before its next
 submission to the same device, or at the end of its own program. Work that does not depend on the
-device runs in between (hetgen/partition/timeline.py times this program by the same rules).
+device runs in between (`timed_program` gives the steps hetgen/spec/timeline.py times).
 
 Steps here are symbolic (tensors named, not yet placed in memory); every write and read of a tensor
 on a target is recorded with its time (the unit index) so memory can be planned per target. Every
@@ -18,9 +18,19 @@ table is keyed by the `Target` itself (hashed by its path), not by a spelling of
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hetgen.platform.model import Role, Target
+from hetgen.spec.timeline import (
+    ControllerSteps,
+    DeviceCopy,
+    DeviceInvoke,
+    DeviceRef,
+    DeviceWait,
+    KernelCall,
+    ProgramSteps,
+)
 
 
 @dataclass(frozen=True)
@@ -123,7 +133,7 @@ class Scheduler:
         *,
         timing_only: bool = False,
     ):
-        """`isolated`: accelerators that run each unit as its own invocation (hetgen/lower/invocation.py),
+        """`isolated`: accelerators that run each unit as its own invocation (hetgen/spec/invocation.py),
         loading only that unit's weights. Tensors stay in the device's memory between invocations as
         anywhere else: copied in once, copied out only for a reader outside the device.
 
@@ -313,3 +323,39 @@ class Scheduler:
                     self.schedule.touch(device, name, index)
             steps.append(call)
         return steps
+
+
+def timed_program(
+    schedule: Schedule, root: Target, unit_nodes: Sequence[tuple[str, ...]], nbytes: Callable[[str], int]
+) -> ProgramSteps:
+    """The schedule's steps as hetgen/spec/timeline.py times them: each call named by its unit's IR
+    nodes (`unit_nodes`), each copy with its tensor's `nbytes`; each device by the path of the program
+    it runs (a composite: its host). Weight loads are inside an accelerator's time, not steps."""
+    calls = [KernelCall(nodes) for nodes in unit_nodes]
+    controllers, accelerators = {}, {}
+    for target, entries in schedule.entries.items():
+        devices = schedule.devices.get(target)
+        if devices is None:  # an accelerator: its sub-programs' calls
+            accelerators[target.path_str] = tuple(
+                tuple(calls[step.unit] for step in entry if type(step) is SCall) for entry in entries
+            )
+            continue
+        timed_entries = []
+        for entry in entries:
+            timed = []
+            for step in entry:
+                kind = type(step)
+                if kind is SCall:
+                    timed.append(calls[step.unit])
+                elif kind is SCopyIn:
+                    timed.append(DeviceCopy(step.device, nbytes(step.src.tensor)))
+                elif kind is SCopyOut:
+                    timed.append(DeviceCopy(step.device, nbytes(step.src.tensor), True))
+                elif kind is SInvoke:
+                    timed.append(DeviceInvoke(step.device, step.program))
+                elif kind is SWait:
+                    timed.append(DeviceWait(step.device))
+            timed_entries.append(tuple(timed))
+        refs = tuple(DeviceRef((d.host if d.host is not None else d).path_str) for d in devices)
+        controllers[target.path_str] = ControllerSteps(refs, tuple(timed_entries))
+    return ProgramSteps(root.path_str, controllers, accelerators)

@@ -19,6 +19,7 @@ import onnx
 from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep
 
+import hetgen
 from hetgen.build import BuildOptions
 from hetgen.ops.registry import const_inputs
 from hetgen.platform.loader import load_platform_text
@@ -59,8 +60,6 @@ class HetgenRep(BackendRep):
         self._compiled: dict[str, object] = {}
 
     def run(self, inputs, **kwargs):
-        import hetgen
-
         if isinstance(inputs, dict):
             feeds = dict(inputs)
         else:

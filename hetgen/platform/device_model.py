@@ -1,0 +1,153 @@
+"""A simulated accelerator's machine model: declared once by its kind, read by codegen and the cost model.
+
+Every accelerator runs on the C device model (templates/runtime/hg_sim.c, docs/simulator.md). Its
+parameters are `PARAMETERS` below, each with its default. A kind declares its device model as
+data, under `device:` in its kind file (each parameter a number or an expression over the kind's
+attributes, checked where it is written, like a figure); a parameter the block does not give is
+the kind's attribute of the same name where it has one (the npu's `clock_mhz`, `mac_rows`, ...),
+else its default. A refinement inherits the block, parameter by parameter.
+
+`device_model(target)` is the one function that turns that into a `DeviceModel`, from which
+both the simulator's C configuration (`hg_sim_params`, rendered by codegen) and the cost model's
+rates for the device's micro-architecture (`DeviceModel.cost_figures`: the local memory's rate,
+the overhead of each command, the vector unit's rate and the MAC array's shape, which the
+platform's targets carry in their figures unless the kind declares one itself) are derived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hetgen.platform.expressions import evaluate
+from hetgen.platform.model import Link, Role
+
+UINT32_MAX = 2**32 - 1
+DEFAULT_CLOCK_MHZ = 1000.0  # a device (or a co-processor counting its link) without a clock: 1 GHz
+
+
+@dataclass(frozen=True)
+class Parameter:
+    count: bool  # an integer count (a uint32_t in hg_sim_params); else a positive rate
+    minimum: int  # for counts: the least value (rates must be > 0)
+    default: float | None  # None: derived, as `derived` says
+    doc: str
+    derived: str = ""  # how a parameter without a default gets its value
+
+
+PARAMETERS: Mapping[str, Parameter] = {
+    "clock_mhz": Parameter(False, 0, DEFAULT_CLOCK_MHZ, "the device clock, converting cycles to time"),
+    "dma_gbps": Parameter(False, 0, None, "the DMA engine's bandwidth, GB/s", "the kind's bandwidth_gbps figure"),
+    "sram_bytes_per_cycle": Parameter(False, 0, 64.0, "local memory bandwidth the engines see"),
+    "macs_per_cycle": Parameter(True, 1, 256, "the MAC array's multipliers"),
+    "int8_macs_per_cycle": Parameter(True, 1, None, "the MAC array's int8 multipliers", "macs_per_cycle"),
+    "mac_rows": Parameter(True, 1, 16, "the MAC array's rows (columns: macs_per_cycle / mac_rows)"),
+    "vector_lanes": Parameter(True, 1, 16, "elements the vector unit processes per cycle"),
+    "dma_setup_cycles": Parameter(True, 0, 32, "cycles before a DMA's first byte moves"),
+    "command_cycles": Parameter(True, 0, 64, "cycles to decode and start one command"),
+    "invoke_cycles": Parameter(True, 0, None, "cycles of each invocation", "launch_us * clock_mhz"),
+}
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """A simulated accelerator's own parameters (docs/simulator.md), as `hg_sim_params` holds them."""
+
+    clock_mhz: float
+    dma_bytes_per_cycle: float
+    capacity: int | None  # local memory bytes; None: unbounded (lowering gives it what it planned)
+    mac_rows: int  # the MAC array is mac_rows x mac_cols multipliers
+    mac_cols: int
+    int8_mac_cols: int  # columns of the MAC array when it multiplies int8 operands
+    vector_lanes: int  # elements the vector unit processes per cycle
+    sram_bytes_per_cycle: float  # local memory bandwidth seen by the engines
+    dma_setup_cycles: int  # before a DMA's first byte moves
+    command_cycles: int  # decoding and starting one kernel command
+    invoke_cycles: int  # each invocation: driver call, doorbell, completion interrupt
+    link_latency_cycles: float = 0.0  # the link from its controller (none: 0 bytes per cycle)
+    link_bytes_per_cycle: float = 0.0
+
+    def cost_figures(self) -> dict[str, float]:
+        """The cost model's rates for what the simulator counts beyond the kind's peak and DMA
+        figures: the engines' local memory (local_gbps), each tile command's overhead (command_us:
+        a kernel's and a DMA's, averaged), the vector unit (vector_gops) and the MAC array's shape."""
+        return {
+            "local_gbps": self.sram_bytes_per_cycle * self.clock_mhz / 1000,
+            "command_us": (self.command_cycles + self.dma_setup_cycles) / 2 / self.clock_mhz,
+            "vector_gops": self.vector_lanes * self.clock_mhz / 1000,
+            "mac_rows": float(self.mac_rows),
+            "mac_cols": float(self.mac_cols),
+            "int8_mac_cols": float(self.int8_mac_cols),
+        }
+
+    def with_capacity(self, planned_bytes: int) -> DeviceModel:
+        """A device of unbounded local memory has exactly the bytes its work needs."""
+        return self if self.capacity is not None else dataclasses.replace(self, capacity=planned_bytes)
+
+
+def parameter_sources(kind_device: Mapping[str, Any], attrs: Mapping[str, Any]) -> dict[str, str]:
+    """Where each parameter comes from: 'device' (the kind's block), 'attribute' or 'default'."""
+    return {
+        name: "device" if name in kind_device else "attribute" if name in attrs else "default" for name in PARAMETERS
+    }
+
+
+def parameters(kind_device: Mapping[str, Any], attrs: Mapping[str, Any], figures: Mapping[str, Any]) -> dict:
+    """Every parameter's value for a target: the kind's `device:` entry evaluated over the target's
+    attributes, else the attribute of its name, else its default (the derived ones from the target's
+    bandwidth_gbps and launch_us figures). Raises ExpressionError for a formula that fails."""
+    numeric = {k: v for k, v in attrs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    values: dict[str, Any] = {}
+    for name, spec in PARAMETERS.items():
+        if name in kind_device:
+            values[name] = evaluate(kind_device[name], numeric)
+        elif name in attrs:
+            values[name] = attrs[name]
+        else:
+            values[name] = spec.default
+    clock = float(values["clock_mhz"])
+    if values["dma_gbps"] is None:
+        values["dma_gbps"] = figures.get("bandwidth_gbps") or 1.0
+    if values["int8_macs_per_cycle"] is None:
+        values["int8_macs_per_cycle"] = values["macs_per_cycle"]
+    if values["invoke_cycles"] is None:
+        values["invoke_cycles"] = round(float(figures.get("launch_us") or 0.0) * clock)
+    return values
+
+
+def build_model(values: Mapping[str, Any], capacity: int | None, link: Link | None) -> DeviceModel:
+    clock = float(values["clock_mhz"])
+    macs = int(values["macs_per_cycle"])
+    rows = max(1, min(int(values["mac_rows"]), macs))
+    return DeviceModel(
+        clock_mhz=clock,
+        dma_bytes_per_cycle=float(values["dma_gbps"]) * 1e3 / clock,
+        capacity=capacity,
+        mac_rows=rows,
+        mac_cols=max(1, macs // rows),
+        int8_mac_cols=max(1, int(values["int8_macs_per_cycle"]) // rows),
+        vector_lanes=int(values["vector_lanes"]),
+        sram_bytes_per_cycle=float(values["sram_bytes_per_cycle"]),
+        dma_setup_cycles=int(values["dma_setup_cycles"]),
+        command_cycles=int(values["command_cycles"]),
+        invoke_cycles=int(values["invoke_cycles"]),
+        link_latency_cycles=link.latency_us * clock if link is not None else 0.0,
+        link_bytes_per_cycle=link.bandwidth_gbps * 1e3 / clock if link is not None else 0.0,
+    )
+
+
+def device_model(target) -> DeviceModel:
+    """The simulated device's model of an accelerator `target` (a `Target`): the one source of the
+    simulator's configuration and of the cost model's rates for its micro-architecture."""
+    figures = dataclasses.asdict(target.figures)
+    values = parameters(target.kind.device, target.attrs, figures)
+    return build_model(values, target.memory_bytes, target.link)
+
+
+def clock_mhz(target) -> float:
+    """A target's clock: an accelerator's device model's; another's `clock_mhz` attribute, else 1 GHz."""
+    if target.role is Role.ACCELERATOR:
+        return device_model(target).clock_mhz
+    return float(target.attrs.get("clock_mhz", DEFAULT_CLOCK_MHZ))
