@@ -39,6 +39,13 @@ from hetgen.templates_dir import templates_dir
 # Runtime sources every generated project carries, so a board project needs no Python.
 CONSTANTS_HEADER = "hg_constants.h"  # generated: hetgen/codegen/constants.py
 RUNTIME_FILES = (CONSTANTS_HEADER, "hg_runtime.h", "hg_device.h", "hg_kernels.h", "hg_graph.c", "hg_vm.c")
+# The device drivers a program of each role is run by (its model.c lays out their configuration).
+ROLE_FILES = {
+    ProgramRole.ACCELERATOR: {"hg_sim.c", "hg_sim.h"},
+    ProgramRole.COPROCESSOR: {"hg_coproc.c", "hg_coproc.h"},
+}
+# Headers that travel only with their role's programs (every other shared header always travels).
+ROLE_FILES_ONLY = {"hg_coproc.h"}
 RUNTIME_VERSION = 2
 # Runtime sources that another runtime source calls: the GEMM splits its work over the worker pool.
 RUNTIME_NEEDS = {"hg_gemm.c": ("hg_threads.c",)}
@@ -251,10 +258,10 @@ def generate(
     remote = remote_devices(lowered, prefixes)
     runtime_dir = templates_dir() / "runtime"
     # Every shared header travels (kernels may include any); C sources only when something needs them.
-    needed = set(RUNTIME_FILES) | helpers | {path.name for path in runtime_dir.glob("*.h")}
+    needed = set(RUNTIME_FILES) | helpers | {path.name for path in runtime_dir.glob("*.h")} - ROLE_FILES_ONLY
     needed |= {extra for name, extras in RUNTIME_NEEDS.items() if name in needed for extra in extras}
-    if any(program.role is ProgramRole.ACCELERATOR for program in lowered.programs):
-        needed |= {"hg_sim.c", "hg_sim.h"}
+    for program in lowered.programs:
+        needed |= ROLE_FILES.get(program.role, set())
     board_only = set(RUNTIME_SOURCES) if remote else set()
     runtime_c = []
     for name in sorted(needed | board_only):

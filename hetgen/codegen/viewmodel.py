@@ -18,10 +18,17 @@ from hetgen.lower.program import BufferRef, Call, Copy, DeviceModel, Program, Pr
 from hetgen.lower.work import Engine
 from hetgen.lower.workspace import STATE_HEADER_SIZE
 from hetgen.names import c_comment, c_string
+from hetgen.platform.model import Runtime
 
 # `enum hg_region`: Region's values are the C enum's (checked against the header like Opcode).
 REGION_C = {region: f"HG_REGION_{region.name}" for region in Region}
 OPCODES = {op.name: op.value for op in Opcode}
+# Each runtime's part of a controller's model.c: how its entries run (included by model/model.c.j2).
+ENTRIES_TEMPLATES = {
+    Runtime.VM: "model/entries_vm.c.j2",
+    Runtime.GRAPH: "model/entries_graph.c.j2",
+    Runtime.AOT: "model/entries_aot.c.j2",
+}
 
 
 def c_expression(ref: BufferRef) -> str:
@@ -276,6 +283,7 @@ def program_view(
         "model_name": c_comment(model_name),
         "target_path": c_comment(program.target.path_str),
         "runtime": program.runtime.value,
+        "entries_template": ENTRIES_TEMPLATES[program.runtime],
         "runtime_version": runtime_version,
         "inputs": [tensor_view(t) for t in program.inputs],
         "outputs": [tensor_view(t) for t in program.outputs],

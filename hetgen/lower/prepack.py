@@ -158,11 +158,12 @@ def with_offers(kernel: Kernel, offers) -> Kernel:
     """`kernel` reading its constants in the offers' layouts: their parameters and workspace."""
     if not offers:
         return kernel
-    params, scratch = dict(kernel.params), kernel.scratch_bytes
+    params, scratch, template = dict(kernel.params), kernel.scratch_bytes, kernel.template
     for offer in offers:
         params.update(offer.params)
         scratch = scratch if offer.scratch_bytes is None else offer.scratch_bytes
-    return dataclasses.replace(kernel, params=params, scratch_bytes=scratch, prepacked=())
+        template = template if offer.template is None else offer.template
+    return dataclasses.replace(kernel, template=template, params=params, scratch_bytes=scratch, prepacked=())
 
 
 class Fitting:

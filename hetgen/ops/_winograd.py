@@ -54,7 +54,6 @@ def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DE
     m_bytes = _gemm_plan.align(4 * 16 * cout * tiles)
     pack = _gemm_plan.pack_bytes(cout, tiles, cin, blocks, a_packed=True)
     params = {
-        "variant": "winograd",
         "w_packed": True,
         "tiles_h": tiles_h,
         "tiles_w": tiles_w,
@@ -65,6 +64,12 @@ def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DE
         "wino_pack_offset": v_bytes + m_bytes,
         "wino_pack_bytes": pack,
         "u_block_floats": _gemm_plan.a_panel_floats(cout, cin),
+        "padded_cols": 2 * tiles_w + 2,  # a row of tiles' input columns, with a zero on each side
+        "out_cols": 2 * tiles_w,
+        "v_stride": cin * tiles,  # V[xi]: cin rows of `tiles`
+        "m_stride": cout * tiles,  # M[xi]: cout rows of `tiles`
+        "image_floats": cin * win.in_size,
+        "out_image_floats": cout * win.out_size,
     }
     return params, v_bytes + m_bytes + pack
 

@@ -76,6 +76,7 @@ class Prepacked:
     layout: Callable[[np.ndarray], np.ndarray]  # the model's value -> the kernel's (float32) array
     params: Mapping[str, Any] = field(default_factory=dict)
     scratch_bytes: int | None = None  # the workspace the kernel needs then, when it differs
+    template: str | None = None  # the template that lays the kernel out then, when it differs
 
 
 @dataclass(frozen=True)

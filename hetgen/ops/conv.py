@@ -1,6 +1,7 @@
 """Conv: 1-D, 2-D and 3-D convolution (NCHW), grouped and depthwise, with optional bias.
 
-Three strategies, chosen here so the template only lays out loops:
+Four strategies (`ConvVariant`, each a template of its own), chosen here so the templates only lay
+out loops:
 - `direct` when each group has one input channel (depthwise): a direct loop, vectorised along the
   output row, bias and activation applied while the row is in cache, split between the worker
   pool's threads by channel planes (or blocks of a plane's rows, when there are few planes:
@@ -20,6 +21,7 @@ does a residual Add fused into the Conv (`hetgen/spec/patterns.py`), read from a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 
@@ -30,6 +32,23 @@ from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupp
 
 # The direct loop sums all taps of a row in one expression up to this kernel width.
 MAX_UNROLLED_TAPS = 8
+
+
+class ConvVariant(str, Enum):
+    """How a convolution is computed, and the template that lays it out. A string too, so the
+    parameter compares with its name (`params["variant"] == "winograd"`)."""
+
+    DIRECT = "direct"
+    POINTWISE = "pointwise"
+    IMPLICIT = "implicit"
+    WINOGRAD = "winograd"
+
+    @property
+    def template(self) -> str:
+        return f"kernels/conv_{self.value}.c.j2"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -60,11 +79,11 @@ def depthwise_split(planes: int, rows: int, row_work: int) -> DepthwiseSplit:
     return DepthwiseSplit(block_rows, blocks, tasks)
 
 
-def strategy(groups: int, cin_group: int, win) -> str:
+def strategy(groups: int, cin_group: int, win) -> ConvVariant:
     if cin_group == 1 and groups > 1:
-        return "direct"
+        return ConvVariant.DIRECT
     unit = win.kernel_size == 1 and set(win.strides) == {1} and not any(win.pads_begin + win.pads_end)
-    return "pointwise" if unit else "implicit"
+    return ConvVariant.POINTWISE if unit else ConvVariant.IMPLICIT
 
 
 def interior_columns(win) -> tuple[int, int, tuple[int, ...]]:
@@ -123,6 +142,10 @@ def lower(op: OpInstance) -> Kernel:
         "has_bias": has_bias,
         "residual": residual,
         "out_index": input_arg_count(op),
+        "scratch_index": input_arg_count(op) + 1,
+        "k_hw": win.kernel[1] * win.kernel[2],
+        "w_group_stride": cout_group * k_dim,
+        "fused": bool(has_bias or op.epilogue or residual),
         "epilogue": op.epilogue,
     }
     helpers = (_gemm_plan.HELPER,)
@@ -143,9 +166,13 @@ def lower(op: OpInstance) -> Kernel:
             # Alternatives for the same weights, the faster first: Winograd's 16/9 larger weights
             # where the memory budget allows them (hetgen/lower/prepack.py), else the GEMM's panels.
             wino_params, wino_scratch = _winograd.plan(win, channels, out_channels, op.gemm_blocks)
-            prepacked = (Prepacked(1, _winograd.weight_panels, wino_params, wino_scratch), panels)
+            wino_params["variant"] = ConvVariant.WINOGRAD
+            winograd = Prepacked(
+                1, _winograd.weight_panels, wino_params, wino_scratch, template=ConvVariant.WINOGRAD.template
+            )
+            prepacked = (winograd, panels)
     return Kernel(
-        template="kernels/conv.c.j2",
+        template=variant.template,
         params=params,
         scratch_bytes=pack,
         flops=2 * batch * out_channels * win.out_size * k_dim,

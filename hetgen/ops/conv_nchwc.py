@@ -58,11 +58,46 @@ class Segment:
     width: int
     checked: bool
 
+    @property
+    def suffix(self) -> str:
+        """The tile function's name after its width: checked tiles are `_checked`."""
+        return "_checked" if self.checked else ""
+
 
 @dataclass(frozen=True)
 class Tile:
+    """One register tile function: `width` columns, each `floats` apart in the input row."""
+
     width: int
     checked: bool
+    span: int  # input columns under the tile (its taps included)
+    v: int
+
+    @property
+    def suffix(self) -> str:
+        return "_checked" if self.checked else ""
+
+    @property
+    def columns(self) -> range:
+        return range(self.width)
+
+    @property
+    def span_floats(self) -> int:
+        return self.span * self.v
+
+    @property
+    def floats(self) -> int:
+        return self.width * self.v
+
+    @property
+    def store_offsets(self) -> tuple[int, ...]:
+        """Each column's first float in an output block's row."""
+        return tuple(r * self.v for r in range(self.width))
+
+
+def tile_of(width: int, checked: bool, win, v: int) -> Tile:
+    stride_w, dil_w, k_w = win.strides[2], win.dilations[2], win.kernel[2]
+    return Tile(width, checked, (width - 1) * stride_w + (k_w - 1) * dil_w + 1, v)
 
 
 def blocks(channels: int, v: int) -> int:
@@ -126,7 +161,7 @@ def lower(op: OpInstance, v: int) -> Kernel:
     weight_block_floats = in_blocks * win.kernel_size * v * v
     ocr, width = register_tile(out_blocks, win.out_shape[2], v, 4 * weight_block_floats)
     cut = segments(win, width)
-    tiles = tuple(dict.fromkeys(Tile(s.width, s.checked) for s in cut if s.stop > s.start))
+    tiles = tuple(dict.fromkeys(tile_of(s.width, s.checked, win, v) for s in cut if s.stop > s.start))
     residual = op.has_input(3)
     rows = geometry.batch * (out_blocks // ocr) * win.out_shape[1]
     macs = geometry.batch * geometry.out_channels * win.out_size * geometry.channels * win.kernel_size
@@ -142,6 +177,22 @@ def lower(op: OpInstance, v: int) -> Kernel:
         "weight_block_floats": weight_block_floats,
         "ocr": ocr,
         "tiles": tiles,
+        # every offset and size the tiles and the row loop print, in floats (bytes: vector_bytes)
+        "x_offsets": tuple(r * win.strides[2] * v for r in range(max(t.width for t in tiles))) if tiles else (),
+        "bias_offsets": tuple(o * v for o in range(ocr)),
+        "weight_offsets": tuple(o * weight_block_floats for o in range(ocr)),
+        "out_offsets": tuple(o * win.out_shape[1] * win.out_shape[2] * v for o in range(ocr)),
+        "dil_h_less_1": win.dilations[1] - 1,
+        "in_plane_floats": win.in_shape[1] * win.in_shape[2] * v,
+        "in_row_floats": win.in_shape[2] * v,
+        "in_image_floats": in_blocks * win.in_shape[1] * win.in_shape[2] * v,
+        "w_block_floats": win.kernel[1] * win.kernel[2] * v * v,
+        "vector_bytes": 4 * v,
+        "dil_w_floats": win.dilations[2] * v,
+        "vv": v * v,
+        "block_groups": out_blocks // ocr,
+        "rows_per_image": win.out_shape[1] * (out_blocks // ocr),
+        "out_plane_floats": win.out_shape[1] * win.out_shape[2] * v,
         "segments": tuple(s for s in cut if s.stop > s.start),
         "has_bias": op.has_input(2),
         "residual": residual,
@@ -196,6 +247,8 @@ def reorder(shape: tuple[int, ...], v: int, to_blocked: bool) -> Kernel:
         "channels": channels,
         "blocks": blocks(channels, v),
         "size": size,
+        "block_floats": size * v,  # one channel block of one image
+        "zero_channels": blocks(channels, v) * v - channels,  # the last block's padding
     }
     return Kernel(
         template="kernels/nchwc_reorder.c.j2",

@@ -37,6 +37,8 @@ def lower(op: OpInstance) -> Kernel:
             "row": f"({n - 1} - s)" if reverse else "s",
             "previous": f"({n} - s)" if reverse else "(s - 1)",
             "first": n - 1 if reverse else 0,
+            "slab": n * math.prod(shape[axis + 1 :]),  # one outer index's elements
+            "first_at": (n - 1 if reverse else 0) * math.prod(shape[axis + 1 :]),  # the first step's row
             "add": add,
             "identity": "1" if name == "CumProd" else "0",
             "out_arg": len(op.node.inputs),

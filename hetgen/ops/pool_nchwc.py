@@ -53,6 +53,7 @@ def lower(op: OpInstance, v: int) -> Kernel:
             "channels": channels,
             "blocks": ib,
             "size": size,
+            "block_floats": size * v,  # one channel block of one image
             "pieces": units,
             "tasks": task_count(units, 4 * units * size * v // REORDER_TASK_BYTES),
         }
@@ -66,6 +67,8 @@ def lower(op: OpInstance, v: int) -> Kernel:
         "V": v,
         "variant": "max" if op.node.op == "MaxPool" else "avg",
         "axes": tuple(axis_tables(win, i, include_pad) for i in (1, 2)),
+        "in_plane_floats": win.in_shape[1] * win.in_shape[2] * v,
+        "out_row_floats": win.out_shape[2] * v,
         "pieces": rows,
         "tasks": task_count(rows, nbytes // REORDER_TASK_BYTES),
     }

@@ -136,6 +136,9 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
         "pad_plane_w": padded[2],
+        "pad_plane_size": padded[0] * padded[1] * padded[2],
+        "w_group_stride": cout_group * k_dim,  # one group's weights
+        "scratch_index": input_arg_count(op) + 1,
         "batch": batch,
         "groups": groups,
         "in_channels": channels,

@@ -1,9 +1,11 @@
 """RNN, GRU and LSTM: static sequence length, every direction, layout and activation ONNX allows.
 
-One template (`recurrent.c.j2`) runs all three: for each direction and batch row, the steps in
-order (reversed for the reverse direction, from the row's own `sequence_lens` when given), each
-step's gate pre-activations `x_t W^T + h_{t-1} R^T + Wb + Rb` in float32, then the cell of the
-operator. Python decides every index, stride and the C expression of each activation.
+One loop (`templates/kernels/_recurrent.j2`) runs all three: for each direction and batch row, the
+steps in order (reversed for the reverse direction, from the row's own `sequence_lens` when given),
+each step's gate pre-activations `x_t W^T + h_{t-1} R^T + Wb + Rb` in float32, then the cell of the
+operator, a template of its own (`recurrent_rnn`, `_gru`, `_lstm`.c.j2, chosen by `Cell`). Python
+decides every index, stride, each direction's offsets (`Direction`) and the C expression of each
+activation.
 
 ONNX gate orders: GRU z, r, h; LSTM i, o, f, c (peepholes P: i, o, f). `activation_alpha/beta` are
 consumed in order by the activations that take them, as onnxruntime does.
@@ -11,11 +13,25 @@ consumed in order by the activations that take them, as onnxruntime does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
+
 from hetgen.ir import DType
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
-TEMPLATE = "kernels/recurrent.c.j2"
-GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+class Cell(Enum):
+    """The operator's cell: its gate count and its template."""
+
+    RNN = ("RNN", 1, "kernels/recurrent_rnn.c.j2")
+    GRU = ("GRU", 3, "kernels/recurrent_gru.c.j2")
+    LSTM = ("LSTM", 4, "kernels/recurrent_lstm.c.j2")
+
+    def __init__(self, op: str, gates: int, template: str):
+        self.op, self.gates, self.template = op, gates, template
+
+
+GATES = {cell.op: cell.gates for cell in Cell}
 DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("Sigmoid", "Tanh", "Tanh")}
 # activation: (C expression of `v` given alpha and beta, default alpha, default beta); None: unused
 _ACTIVATIONS = {
@@ -63,6 +79,70 @@ def _activation_expressions(op: OpInstance, directions: int) -> list[list[str]]:
     return [expressions[d * per_direction : (d + 1) * per_direction] for d in range(directions)]
 
 
+@dataclass(frozen=True)
+class Preactivations:
+    """The C text of each gate's pre-activation in the cell, of step `j` (peepholes included)."""
+
+    i: str = ""  # LSTM input gate
+    o: str = ""  # LSTM output gate
+    f: str = ""  # LSTM forget gate
+    c: str = ""  # LSTM cell candidate
+    r: str = ""  # GRU reset gate
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One direction's slices, in elements: of W, R, B ([Wb, Rb]), the states and Y."""
+
+    reverse: bool
+    w: int  # W[d]
+    r: int  # R[d]
+    wb: int  # Wb[d]
+    rb: int  # Rb[d]
+    r_h: int  # GRU: R[d]'s h gate block
+    rb_h: int  # GRU: Rb[d]'s h gate part
+    state: int  # initial_h[d], initial_c[d], Y_h[d], Y_c[d]
+    y: int  # Y[t][d]
+    activations: tuple[str, ...]
+    pre: Preactivations
+
+
+def _directions(
+    cell: Cell, hidden: int, inputs: int, reverse: tuple[bool, ...], activations, peepholes: bool, strides
+) -> tuple[Direction, ...]:
+    gates, state_strides, y_strides = cell.gates, strides[0], strides[1]
+    rows = gates * hidden
+    directions = []
+    for d, (backward, functions) in enumerate(zip(reverse, activations)):
+        pre = Preactivations()
+        if cell is Cell.LSTM:
+            peep = [f"peep[{d * 3 * hidden + k * hidden}u + j]" if peepholes else "0.0f" for k in range(3)]
+            pre = Preactivations(
+                i=f"g[j] + {peep[0]} * c[j]",
+                o=f"g[{hidden}u + j] + {peep[1]} * c[j]",
+                f=f"g[{2 * hidden}u + j] + {peep[2]} * c[j]",
+                c=f"g[{3 * hidden}u + j]",
+            )
+        elif cell is Cell.GRU:
+            pre = Preactivations(r=f"g[{hidden}u + j]")
+        directions.append(
+            Direction(
+                reverse=backward,
+                w=d * rows * inputs,
+                r=d * rows * hidden,
+                wb=d * 2 * rows,
+                rb=d * 2 * rows + rows,
+                r_h=d * rows * hidden + 2 * hidden * hidden,
+                rb_h=d * 2 * rows + rows + 2 * hidden,
+                state=d * state_strides[0],
+                y=d * y_strides[1],
+                activations=tuple(functions),
+                pre=pre,
+            )
+        )
+    return tuple(directions)
+
+
 def lower(op: OpInstance) -> Kernel:
     kind = op.node.op
     x_type = op.input_types[0]
@@ -103,20 +183,33 @@ def lower(op: OpInstance) -> Kernel:
         y_strides = (directions * hidden, hidden, steps * directions * hidden)
         state_strides = (hidden, directions * hidden)
     scratch_floats = (gates + 3) * hidden
+    cell = Cell[kind]
+    reverse = tuple(direction == "reverse" or d == 1 for d in range(directions))
+    has = {i: op.has_input(i) for i in range(8)}
     return Kernel(
-        template=TEMPLATE,
+        template=cell.template,
         params={
             "kind": kind,
             "steps": steps,
             "batch": batch,
             "inputs": inputs,
             "hidden": hidden,
-            "gates": gates,
-            "directions": directions,
-            "reverse": [direction == "reverse" or d == 1 for d in range(directions)],
-            "activations": _activation_expressions(op, directions),
-            "has": {i: op.has_input(i) for i in range(8)},
+            "gate_rows": gates * hidden,
+            "gate": tuple(k * hidden for k in range(gates)),  # each gate's first row in g
+            "y_floats": steps * directions * batch * hidden,
+            "directions": _directions(
+                cell,
+                hidden,
+                inputs,
+                reverse,
+                _activation_expressions(op, directions),
+                has[7],
+                (state_strides, y_strides),
+            ),
+            "has": has,
             "outputs": outputs,
+            "has_y": "Y" in outputs,
+            "final_states": tuple((name, state) for name, state in (("Y_h", "h"), ("Y_c", "c")) if name in outputs),
             "clip": _c_float(clip) if clip is not None else None,
             "linear_before_reset": int(op.attr("linear_before_reset", 0)),
             "input_forget": coupled,

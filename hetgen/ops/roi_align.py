@@ -31,6 +31,10 @@ def lower(op: OpInstance) -> Kernel:
             "width": x.shape[3],
             "out_h": out.shape[2],
             "out_w": out.shape[3],
+            "region_size": x.shape[1] * out.shape[2] * out.shape[3],  # one region's output elements
+            "plane_size": x.shape[2] * x.shape[3],
+            "last_row": x.shape[2] - 1,
+            "last_column": x.shape[3] - 1,
             "sampling_ratio": int(op.attr("sampling_ratio", 0)),
             "spatial_scale": c_double(float(op.attr("spatial_scale", 1.0))),
             "half_pixel": transform == "half_pixel",
