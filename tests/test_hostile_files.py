@@ -262,6 +262,7 @@ def assert_no_internal_error(code: int, stderr: str, case: Path) -> None:
     assert "internal error" not in stderr and "Traceback" not in stderr, (case, stderr)
 
 
+@pytest.mark.usefixtures("templates_compiled_once")  # generates many projects (conftest.py)
 def test_mutated_models_never_crash_hetgen(tmp_path):
     rng, base = random.Random(2026), small_model()
     outcomes = {0: 0, 1: 0}

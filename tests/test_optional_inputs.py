@@ -58,6 +58,7 @@ def test_every_supported_operator_with_optional_inputs_has_a_case():
     assert set(optional_inputs.LEFT_OUT) == left_out
 
 
+@pytest.mark.usefixtures("templates_compiled_once")  # generates many projects (conftest.py)
 @pytest.mark.parametrize("case_id", sorted(CASES))
 def test_an_omitted_optional_input_generates_on_every_platform(case_id, tmp_path):
     from hetgen.errors import PlacementError

@@ -31,6 +31,7 @@ def pinned_paths(name: str, op: str) -> list[str]:
     return [path for path, heads in pinnable_targets(platform(name)) if heads is not None and op in heads]
 
 
+@pytest.mark.usefixtures("templates_compiled_once")  # generates many projects (conftest.py)
 @pytest.mark.parametrize("case", sorted(zero_size.CASES))
 def test_an_empty_tensor_generates_on_every_platform(case, tmp_path):
     from hetgen.errors import PlacementError
