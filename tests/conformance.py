@@ -95,29 +95,39 @@ def read_pinned_skips(path: Path = PINNED_SKIPS_FILE) -> dict[str, str]:
     return pinned
 
 
-def write_pinned_skips(outcomes: dict[str, tuple[str, str]], path: Path = PINNED_SKIPS_FILE) -> int:
+def write_pinned_skips(
+    outcomes: dict[str, tuple[str, str]], path: Path = PINNED_SKIPS_FILE, header: str = _PIN_HEADER
+) -> int:
     lines = [
         f"{name}: {skip_reason(detail)}" for name, (status, detail) in sorted(outcomes.items()) if status == "skip"
     ]
-    path.write_text(_PIN_HEADER + "".join(line + "\n" for line in lines))
+    path.write_text(header + "".join(line + "\n" for line in lines))
     return len(lines)
 
 
 PINNED_SKIPS: dict[str, str] = read_pinned_skips() if PINNED_SKIPS_FILE.exists() else {}
+PIN_COMMAND = "PYTHONPATH=. python tests/conformance.py --pin"
 
 
-def pin_mismatch(name: str, status: str, detail: str) -> str | None:
-    """Why the outcome of case `name` disagrees with the pinned skips; None when it agrees."""
-    pinned = PINNED_SKIPS.get(name)
-    fix = f"fix it, or pin it in {PINNED_SKIPS_FILE.name} (PYTHONPATH=. python tests/conformance.py --pin)"
-    if status == "skip" and pinned is None:
+def pin_mismatch(
+    name: str,
+    status: str,
+    detail: str,
+    pinned: dict[str, str] | None = None,
+    path: Path = PINNED_SKIPS_FILE,
+    command: str = PIN_COMMAND,
+) -> str | None:
+    """Why the outcome of case `name` disagrees with the pinned skips (`pinned`, read from `path`,
+    rewritten by `command`; conformance's by default); None when it agrees."""
+    pins = PINNED_SKIPS if pinned is None else pinned
+    pin = pins.get(name)
+    fix = f"fix it, or pin it in {path.name} ({command})"
+    if status == "skip" and pin is None:
         return f"{name} newly skips ({skip_reason(detail)}); {fix}"
-    if status == "skip" and pinned != skip_reason(detail):
-        return f"{name} skips for another reason now: {skip_reason(detail)!r}, pinned {pinned!r}; {fix}"
-    if status == "pass" and pinned is not None:
-        return (
-            f"{name} passes now: take it off {PINNED_SKIPS_FILE.name} (PYTHONPATH=. python tests/conformance.py --pin)"
-        )
+    if status == "skip" and pin != skip_reason(detail):
+        return f"{name} skips for another reason now: {skip_reason(detail)!r}, pinned {pin!r}; {fix}"
+    if status == "pass" and pin is not None:
+        return f"{name} passes now: take it off {path.name} ({command})"
     return None
 
 
