@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import functools
+import hashlib
 import os
 import re
 import subprocess
@@ -94,29 +95,39 @@ def read_pinned_skips(path: Path = PINNED_SKIPS_FILE) -> dict[str, str]:
     return pinned
 
 
-def write_pinned_skips(outcomes: dict[str, tuple[str, str]], path: Path = PINNED_SKIPS_FILE) -> int:
+def write_pinned_skips(
+    outcomes: dict[str, tuple[str, str]], path: Path = PINNED_SKIPS_FILE, header: str = _PIN_HEADER
+) -> int:
     lines = [
         f"{name}: {skip_reason(detail)}" for name, (status, detail) in sorted(outcomes.items()) if status == "skip"
     ]
-    path.write_text(_PIN_HEADER + "".join(line + "\n" for line in lines))
+    path.write_text(header + "".join(line + "\n" for line in lines))
     return len(lines)
 
 
 PINNED_SKIPS: dict[str, str] = read_pinned_skips() if PINNED_SKIPS_FILE.exists() else {}
+PIN_COMMAND = "PYTHONPATH=. python tests/conformance.py --pin"
 
 
-def pin_mismatch(name: str, status: str, detail: str) -> str | None:
-    """Why the outcome of case `name` disagrees with the pinned skips; None when it agrees."""
-    pinned = PINNED_SKIPS.get(name)
-    fix = f"fix it, or pin it in {PINNED_SKIPS_FILE.name} (PYTHONPATH=. python tests/conformance.py --pin)"
-    if status == "skip" and pinned is None:
+def pin_mismatch(
+    name: str,
+    status: str,
+    detail: str,
+    pinned: dict[str, str] | None = None,
+    path: Path = PINNED_SKIPS_FILE,
+    command: str = PIN_COMMAND,
+) -> str | None:
+    """Why the outcome of case `name` disagrees with the pinned skips (`pinned`, read from `path`,
+    rewritten by `command`; conformance's by default); None when it agrees."""
+    pins = PINNED_SKIPS if pinned is None else pinned
+    pin = pins.get(name)
+    fix = f"fix it, or pin it in {path.name} ({command})"
+    if status == "skip" and pin is None:
         return f"{name} newly skips ({skip_reason(detail)}); {fix}"
-    if status == "skip" and pinned != skip_reason(detail):
-        return f"{name} skips for another reason now: {skip_reason(detail)!r}, pinned {pinned!r}; {fix}"
-    if status == "pass" and pinned is not None:
-        return (
-            f"{name} passes now: take it off {PINNED_SKIPS_FILE.name} (PYTHONPATH=. python tests/conformance.py --pin)"
-        )
+    if status == "skip" and pin != skip_reason(detail):
+        return f"{name} skips for another reason now: {skip_reason(detail)!r}, pinned {pin!r}; {fix}"
+    if status == "pass" and pin is not None:
+        return f"{name} passes now: take it off {path.name} ({command})"
     return None
 
 
@@ -126,13 +137,68 @@ class Outcome:
     detail: str = ""
 
 
-@functools.lru_cache(maxsize=1)
-def _all_cases() -> tuple:
+# onnx makes its node cases by running each operator's Python generator (numpy computes every
+# expected output): 7 s of CPU on an idle machine, paid by each process that collects them (every
+# xdist worker). The first process stores them in a cache folder, keyed by the versions and files
+# that make them, under a lock, so the other workers and later runs load them in a fraction of a
+# second. HG_TEST_CACHE names the folder ("off": no cache); default ~/.cache/hetgen-tests.
+CACHE_ENV = "HG_TEST_CACHE"
+
+
+def _cases_cache() -> Path | None:
+    import sys
+
+    import onnx.backend.test.case.node as node_cases
+
+    setting = os.environ.get(CACHE_ENV, "")
+    if setting == "off":
+        return None
+    folder = Path(setting) if setting else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = folder / "hetgen-tests" if not setting else folder
+    sources = Path(node_cases.__file__).parent
+    stamp = max(f.stat().st_mtime_ns for f in sources.rglob("*.py"))
+    key = f"{onnx.__version__}|{np.__version__}|{sys.version}|{sources}|{stamp}"
+    return folder / f"onnx-node-cases-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pickle"
+
+
+def _collect_cases() -> tuple:
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return tuple(collect_testcases(""))
+
+
+@functools.lru_cache(maxsize=1)
+def all_cases() -> tuple:
+    """Every ONNX backend node test case (onnx.backend.test.case.node), from the cache when it has them."""
+    import fcntl
+    import pickle
+
+    path = _cases_cache()
+    if path is None:
+        return _collect_cases()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "w")  # noqa: SIM115  (held until the cache is written)
+    except OSError:
+        return _collect_cases()
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be writing it: wait, then read its cases
+        try:
+            with open(path, "rb") as cached:
+                return pickle.load(cached)
+        except Exception:  # absent, or written by something else: make it again
+            pass
+        cases = _collect_cases()
+        partial = path.with_suffix(f".{os.getpid()}.part")
+        try:
+            with open(partial, "wb") as out:
+                pickle.dump(cases, out, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(partial, path)
+        except OSError:
+            partial.unlink(missing_ok=True)
+        return cases
 
 
 def case_ops(case) -> frozenset[str]:
@@ -142,7 +208,7 @@ def case_ops(case) -> frozenset[str]:
 def cases(ops: frozenset[str] | None = None) -> list:
     """The backend node test cases that only use registered (or folded) operators."""
     known = (supported_ops() if ops is None else ops) | FOLDED_OPS
-    selected = [c for c in _all_cases() if case_ops(c) <= known and case_ops(c) - FOLDED_OPS]
+    selected = [c for c in all_cases() if case_ops(c) <= known and case_ops(c) - FOLDED_OPS]
     return sorted(selected, key=lambda c: c.name)
 
 
@@ -354,7 +420,7 @@ def record(name: str, status: str, detail: str) -> None:
 
 def coverage() -> str:
     """The claimed operators and their node cases, for CI's summary."""
-    exercised = {op for case in _all_cases() for op in case_ops(case)} - FOLDED_OPS
+    exercised = {op for case in all_cases() for op in case_ops(case)} - FOLDED_OPS
     claimed = supported_ops()
     return (
         f"operators claimed: {len(claimed)} ({len(claimed & exercised)} of the {len(exercised)} the ONNX node "

@@ -8,38 +8,78 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fast_tier  # noqa: E402  (tests/ is on sys.path from the line above)
+import stages  # noqa: E402
 
 CONFORMANCE = "tests/test_conformance.py::"
 BACKEND = "tests/test_backend.py::"
 
 
-def _deselects_cc(markexpr: str) -> bool:
-    """Whether `-m markexpr` leaves out a test marked only `cc` (`not cc`, `not cc and not x`, ...)."""
-    if not markexpr:
-        return False
-    from _pytest.mark.expression import Expression
-
-    return not Expression.compile(markexpr).evaluate(lambda name, **kwargs: name == "cc")
-
-
 def pytest_configure(config):
-    if fast_tier.wanted(_deselects_cc(config.option.markexpr)):
-        fast_tier.install()
+    for stage, (covers, _) in stages.STAGES.items():
+        config.addinivalue_line("markers", f"{stage}: the {stage} stage's tests ({covers}; tests/stages.py)")
+    which = fast_tier.tier(fast_tier.tier_of_markexpr(config.option.markexpr))
+    if which:
+        fast_tier.install(which)
 
 
 def pytest_unconfigure(config):
     fast_tier.remove()
 
 
-# A module marked cc as a whole (this line at its top level) is not even imported by the fast tier:
-# all its tests would be deselected, and importing some costs more than the fast tier's tests
-# (test_conformance.py and test_backend.py load every ONNX node case at collection).
-_WHOLE_MODULE_CC = re.compile(r"^pytestmark = \[?pytest\.mark\.cc\b", re.MULTILINE)
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config, items):
+    """`external` implies `cc` (so `-m "not cc"` stays the fast tier), and each test gets its
+    module's stage marker (tests/stages.py)."""
+    for item in items:
+        if item.get_closest_marker("external") is not None and item.get_closest_marker("cc") is None:
+            item.add_marker(pytest.mark.cc)
+        stage = stages.stage_of(item.path)
+        if stage is not None:
+            item.add_marker(stage)
+
+
+def pytest_runtest_setup(item):
+    if stages.unmapped(item.path):
+        pytest.fail(f"{item.path.name} has no stage: add it to STAGES in tests/stages.py", pytrace=False)
+
+
+# A module marked as a whole (`pytestmark = pytest.mark.cc` or a list holding it at its top level)
+# is not even imported by a run that cannot select it: the fast tier leaves out the cc and external
+# modules, the integration tier the external ones, `-m partition` every other stage's; importing some
+# costs more than the fast tier's tests (test_conformance.py and test_backend.py load every ONNX node case).
+_PYTESTMARK = re.compile(r"^pytestmark = ", re.MULTILINE)
+
+
+def _module_marks(text: str) -> set[str]:
+    """The markers in a module's top-level `pytestmark = ...` statement."""
+    found = _PYTESTMARK.search(text)
+    if found is None:
+        return set()
+    depth, end = 0, found.end()
+    while end < len(text) and (depth or text[end] != "\n"):
+        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(text[end], 0)
+        end += 1
+    statement = re.sub(r"#[^\n]*", "", text[found.end() : end])
+    return set(re.findall(r"\bpytest\.mark\.(\w+)", statement))
 
 
 def pytest_ignore_collect(collection_path, config):
-    if collection_path.suffix == ".py" and collection_path.name.startswith("test_") and fast_tier.refusing():
-        return bool(_WHOLE_MODULE_CC.search(collection_path.read_text())) or None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    marks = _module_marks(collection_path.read_text())
+    fixed = {"cc": True} if marks & {"cc", "external"} else {}
+    if "external" in marks:
+        fixed["external"] = True
+    refusing = fast_tier.refusing()
+    if (refusing == fast_tier.FAST and "cc" in fixed) or (refusing == fast_tier.INTEGRATION and "external" in fixed):
+        return True  # also when HETGEN_FAST_TIER chose the tier: every test of the module would fail
+    markexpr = config.option.markexpr
+    if markexpr:
+        fixed.update({stage: False for stage in stages.STAGES})
+        stage = stages.stage_of(collection_path)
+        if stage is not None:
+            fixed[stage] = True
+        return not fast_tier.selectable(markexpr, fixed) or None
     return None
 
 
@@ -53,21 +93,27 @@ def pytest_runtest_logstart(nodeid, location):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    """In the fast tier, a test phase during which a wrapped tool was asked to run fails, whatever the
-    test asserted (a test that expects a build to fail would pass on the wrapper's refusal)."""
+    """In the fast and integration tiers, a test phase during which a refused tool was asked to run
+    fails, whatever the test asserted (a test that expects a build to fail would pass on the
+    wrapper's refusal). When recording, each phase is written with the tools it ran."""
     global _log_offset
     report = yield
     if fast_tier.active():
         ran = fast_tier.ran_since(_log_offset)
         _log_offset = fast_tier.log_size()
         if fast_tier.recording():
+            external = [line for line in ran if fast_tier.is_external(line)]
             with open(fast_tier.os.environ[fast_tier.RECORD_ENV], "a") as record:
                 first = ran[0][:200] if ran else ""
-                record.write(f"{item.nodeid}\t{call.when}\t{report.duration:.2f}\t{len(ran)}\t{first}\n")
+                first_external = external[0][:200] if external else ""
+                record.write(
+                    f"{item.nodeid}\t{call.when}\t{report.duration:.2f}\t{len(ran)}\t{len(external)}"
+                    f"\t{first}\t{first_external}\n"
+                )
         elif ran:
             shown = "\n".join(f"  {line[:300]}" for line in ran[:5])
             report.outcome = "failed"
-            report.longrepr = f"{item.nodeid}: {fast_tier.MESSAGE}; it ran {len(ran)} tool command(s):\n{shown}"
+            report.longrepr = f"{item.nodeid}: {fast_tier.message()}; it ran {len(ran)} tool command(s):\n{shown}"
     return report
 
 
@@ -131,3 +177,16 @@ def counted(monkeypatch):
     for op, definition in list(registry.OPS.items()):
         monkeypatch.setitem(registry.OPS, op, counting(definition))
     return calls
+
+
+@pytest.fixture
+def templates_compiled_once(monkeypatch):
+    """hetgen compiles its Jinja templates afresh for every generation (hetgen/codegen/project.py calls
+    `forget_templates`: a kind's template folder may have changed since the last generation in the
+    same process), which is most of the time a small model takes to generate. A test that generates
+    many projects on the shipped platforms, whose template folders no test changes, keeps them
+    compiled across its generations and the next such test's: the same text, 5 to 10 times faster
+    (tests/test_optional_inputs.py)."""
+    from hetgen.codegen import project
+
+    monkeypatch.setattr(project, "forget_templates", lambda: None)

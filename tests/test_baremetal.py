@@ -108,7 +108,7 @@ def test_shipped_mcu_platform_is_the_mps2_an386():
     assert target.toolchain.emulator == ("qemu-system-arm", "-M", "mps2-an386")
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_each_kind_builds_warning_free_with_no_heap_or_os_and_matches_onnxruntime(tmp_path, kind):
     """-Wall -Wextra -Werror for every Cortex-M kind; the ELF runs under its kind's qemu board."""
@@ -139,7 +139,7 @@ def resnet_mcu(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.cc
+@pytest.mark.external
 def test_mcu_image_keeps_weights_in_flash_and_the_arena_in_ram(resnet_mcu):
     elf = resnet_mcu / "board/bin/hg_mcu_main.elf"
     found = assert_bare_metal_image(elf)
@@ -165,7 +165,7 @@ def test_mcu_image_keeps_weights_in_flash_and_the_arena_in_ram(resnet_mcu):
     assert f"peak RAM {sizes.peak_ram} of 4194304 B" in report and f"the arena {arena}" in report
 
 
-@pytest.mark.cc
+@pytest.mark.external
 def test_mcu_resnet_under_qemu_matches_onnxruntime_and_reports_ticks(resnet_mcu):
     model = EmulatedModel(resnet_mcu)
     errors = verify(resnet_mcu, seed=1, emulate=True)
@@ -176,7 +176,7 @@ def test_mcu_resnet_under_qemu_matches_onnxruntime_and_reports_ticks(resnet_mcu)
     assert report["runs"] == 2 and report["ticks"] > 0 and 0 < report["stack"] < 16 * 1024
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @pytest.mark.parametrize("name", ["transformer_tiny", "tiny_cnn"])
 def test_more_models_on_the_mcu_match_onnxruntime(tmp_path, name):
     model = REPO / "examples/transformer_tiny.onnx" if name == "transformer_tiny" else tiny_cnn(seed=2)
@@ -186,7 +186,7 @@ def test_more_models_on_the_mcu_match_onnxruntime(tmp_path, name):
     assert errors and all(e.ok for e in errors), errors
 
 
-@pytest.mark.cc
+@pytest.mark.external
 def test_libm_stays_small(tmp_path):
     """The transformer's softmax, layer norm and GELU: exp is inline (hg_expf), sqrt is the FPU's
     instruction; what newlib's libm still gives (erff) is a few KiB, not the whole library."""
@@ -224,7 +224,7 @@ def test_model_too_large_for_the_board_is_refused_before_anything_is_built(tmp_p
     assert not out.exists() and not Path(f"{out}.hetgen-failed").exists()
 
 
-@pytest.mark.cc
+@pytest.mark.external
 def test_board_program_refuses_bad_input_files(tmp_path, resnet_mcu):
     model = EmulatedModel(resnet_mcu)
     (tmp_path / "short.bin").write_bytes(b"\0" * 10)
@@ -264,7 +264,7 @@ def test_missing_arm_toolchain_is_refused_and_native_only_verifies_natively(tmp_
     assert errors and all(e.ok for e in errors), errors
 
 
-@pytest.mark.cc
+@pytest.mark.external
 def test_mcu_drives_a_simulated_npu_in_process(tmp_path):
     """platforms/mcu-npu.yaml: the NPU's device model is linked into the ELF; under qemu it counts the
     same cycles as the native simulation of the same run, and the outputs match onnxruntime."""
@@ -303,7 +303,7 @@ target:
 """
 
 
-@pytest.mark.cc
+@pytest.mark.external
 def test_cortex_m_as_the_host_of_an_accelerator_with_coprocessor(tmp_path):
     """A Cortex-M7 root whose accelerator has a Cortex-M4 co-processor: no OS means no transport, so
     the co-processor's library links into the root's ELF (same ISA) and the whole runs under qemu."""
@@ -361,7 +361,7 @@ int main(void)
 """
 
 
-@pytest.mark.cc
+@pytest.mark.external
 def test_systick_under_icount_counts_one_tick_per_40_instructions(tmp_path, resnet_mcu):
     """What benchmarks/bench_mcu.py relies on: under -icount shift=0 SysTick (the board's 25 MHz)
     advances once per 40 instructions, so a loop of 20 million instructions reads 500,000 ticks."""

@@ -177,7 +177,7 @@ def test_block_width_follows_the_target():
     assert block_width(root, "nchw16c") == 16
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @pytest.mark.skipif(any(shutil.which(t) is None for t in AARCH64), reason="needs gcc-aarch64-linux-gnu and qemu-user")
 def test_aarch64_build_uses_neon_and_matches_onnxruntime_under_qemu(tmp_path):
     text = "name: a64\ntarget: {kind: aarch64, runtime: graph}\noptions: {layout: nchwc}\n"

@@ -54,7 +54,7 @@ def soc(tmp_path_factory) -> Path:
     return hetgen.compile("soc", REPO / "examples/resnet_tiny.onnx", out=out, werror=True, opt=("-O1",))
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_cross
 def test_soc_targets_get_their_own_compilers_and_isa(soc):
     commands = json.loads((soc / "compile_commands.json").read_text())
@@ -82,7 +82,7 @@ def test_soc_targets_get_their_own_compilers_and_isa(soc):
     assert (soc / "board/lib/libhg_soc.a").is_file() and (soc / "board/lib/libhg_soc_vdevice0_host.a").is_file()
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_cross
 def test_soc_root_program_reaches_its_coprocessor_over_the_transport(soc):
     """The root (aarch64) cannot link its riscv64 co-processor: it gets a remote device, and the
@@ -101,7 +101,7 @@ def test_soc_root_program_reaches_its_coprocessor_over_the_transport(soc):
     assert "board/obj/soc/remote_devices.c.o" in build_ninja
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_cross
 def test_named_targets_native_and_board(soc):
     subprocess.run([NINJA, "-C", str(soc), "-t", "clean"], check=True, capture_output=True)
@@ -120,7 +120,7 @@ MODELS = {
 }
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_cross
 @pytest.mark.parametrize("board", ["aarch64", "riscv64"])
 @pytest.mark.parametrize("model", sorted(MODELS))
@@ -135,7 +135,7 @@ def test_board_program_under_qemu_matches_onnxruntime(tmp_path, board, model):
     assert errors and all(e.ok for e in errors), errors
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_cross
 def test_board_program_refuses_bad_input_files(tmp_path):
     out = hetgen.compile(REPO / "platforms/board-riscv64.yaml", mlp(seed=1), out=tmp_path / "out", **FAST)
@@ -255,7 +255,7 @@ def test_regeneration_keeps_every_option(monkeypatch):
         assert getattr(parsed, field) == getattr(options, field), field
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_cross
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="needs ccache (the README's set-up installs it)")
 def test_ccache_launcher_serves_a_clean_rebuild_and_survives_regeneration(tmp_path, monkeypatch):

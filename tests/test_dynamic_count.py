@@ -128,7 +128,7 @@ def test_nms_of_run_time_boxes_matches_onnxruntime(tmp_path, center_point_box):
     assert manifest["selected"] == [2 * 3 * 8, 3]  # batches * classes * min(boxes, max per class)
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @pytest.mark.skipif(shutil.which("qemu-aarch64") is None, reason="needs qemu-user and gcc-aarch64-linux-gnu")
 def test_nonzero_on_the_board_build_under_qemu(tmp_path):
     platform = load_platform_text("name: a64\ntarget: {kind: aarch64, runtime: aot}\n")

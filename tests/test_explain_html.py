@@ -100,7 +100,7 @@ def built(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_chromium
 def test_the_page_draws_the_graph_by_device_and_both_timelines(built, tmp_path):
     page = tmp_path / "page.html"
@@ -168,7 +168,7 @@ def test_names_are_escaped_for_html():
     assert re.fullmatch(r"[\x09\x0a\x20-\x7e]*", page)  # ASCII: every other character is a reference
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_chromium
 def test_hostile_names_stay_text_in_the_browser(tmp_path):
     graph = import_model(hostile_model())

@@ -111,7 +111,7 @@ def half_arithmetic(program: Path) -> list[str]:
     return HALF_ARITHMETIC.findall(disassembly)
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_cross
 def test_elementwise_float16_is_native_and_rounds_once_per_node(tmp_path):
     proto = elementwise_model()
@@ -141,7 +141,7 @@ def test_elementwise_float16_is_native_and_rounds_once_per_node(tmp_path):
         assert ("_Float16 *restrict out" in source) is fp16
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_cross
 def test_float16_cnn_on_fp16_kind_agrees_with_onnxruntime(tmp_path):
     proto = cnn_model()
@@ -183,7 +183,7 @@ NODE_CASES = ("test_celu_float16", "test_max_float16", "test_mod_mixed_sign_floa
 NODE_CASES += ("test_isinf_float16", "test_causal_conv_with_state_silu_fp16")
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_cross
 def test_float16_node_cases_on_the_fp16_kind_under_qemu(tmp_path):
     import conformance

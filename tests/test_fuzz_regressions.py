@@ -103,7 +103,13 @@ SOC = REPO / "platforms" / "soc.yaml"
 
 
 @pytest.mark.parametrize(
-    ("platform", "after_conv"), [(SOC, False), (DUAL, False), (SOC, True)], ids=["soc", "dual", "soc-fused"]
+    ("platform", "after_conv"),
+    [
+        pytest.param(SOC, False, marks=pytest.mark.external),  # its board build: the cross compilers
+        (DUAL, False),
+        pytest.param(SOC, True, marks=pytest.mark.external),
+    ],
+    ids=["soc", "dual", "soc-fused"],
 )
 @pytest.mark.parametrize(
     "inputs", [["t", "", "hi"], ["t", "lo"], ["t", "lo", ""]], ids=["no-min", "no-max", "no-max-empty"]

@@ -75,7 +75,9 @@ def cases(tmp_path_factory) -> dict[tuple[int, int, int], Path]:
 
 
 @pytest.mark.cc
-@pytest.mark.parametrize("name", sorted(BUILDS))
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.external) if n.endswith(" board") else n for n in sorted(BUILDS)]
+)
 def test_micro_kernels_of_every_isa_match_numpy_in_every_operand_mode(name, cases, tmp_path):
     cc, flags, launcher, isa, runnable = BUILDS[name]
     needed = [cc, *launcher[:1]]

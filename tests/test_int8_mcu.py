@@ -13,7 +13,7 @@ import pytest
 
 from hetgen.templates_dir import templates_dir
 
-pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
+pytestmark = pytest.mark.external  # every test here builds for Cortex-M and runs it under qemu-system-arm
 
 HERE = Path(__file__).parent / "c"
 CC, QEMU = "arm-none-eabi-gcc", "qemu-system-arm"

@@ -328,7 +328,7 @@ def test_hostile_names_on_the_host(tmp_path):
         assert shown + b": " in printed
 
 
-@pytest.mark.cc
+@pytest.mark.external
 def test_hostile_names_on_the_soc(tmp_path):
     """The soc's vm root, graph co-processor and simulated npu, with nodes pinned onto each by their
     hostile names; the model file and output folder have `$`, spaces and colons in their paths, so
@@ -408,7 +408,7 @@ def renamed(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @pytest.mark.parametrize("example", ["resnet_tiny", "transformer_tiny"])
 def test_shipped_examples_with_hostile_names_match_onnxruntime(tmp_path, example):
     """The examples' operators (and so their kernel templates) on the soc, every name hostile."""

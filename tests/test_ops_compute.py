@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import subprocess
 import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -101,13 +100,9 @@ def check_outputs(results: dict, expected: dict, tolerances: dict) -> list[str]:
 @functools.cache
 def conformance_cases() -> tuple:
     """The single-node ONNX backend test cases of the compute operators."""
-    from onnx.backend.test.case.node import collect_testcases
+    import conformance
 
-    # "" collects every operator: onnx caches the collection globally, so a filtered call here
-    # would hide other operators' cases from tests that run later in the session.
-    with warnings.catch_warnings():  # generating some other operators' data warns
-        warnings.simplefilter("ignore")
-        cases = collect_testcases("")
+    cases = conformance.all_cases()  # every operator's (a filtered collection would hide the others')
     return tuple(
         case for case in cases if len(case.model.graph.node) == 1 and case.model.graph.node[0].op_type in COMPUTE_OPS
     )

@@ -100,12 +100,57 @@ def test_explain_json_and_dot_from_the_cli(tmp_path):
     assert dot.returncode == 0 and dot.stdout.lstrip().startswith("digraph")
 
 
+def conv_chain(channels: tuple[int, ...], size: int) -> onnx.ModelProto:
+    """Conv + Relu layers from channels[i] to channels[i + 1], 3x3, padded: y = relu(conv(...relu(conv(x))))."""
+    rng = np.random.default_rng(1)
+    nodes, weights, tensor = [], [], "x"
+    for index, (inner, outer) in enumerate(zip(channels, channels[1:])):
+        weight = (rng.standard_normal((outer, inner, 3, 3)) * 0.2).astype(np.float32)
+        weights.append(numpy_helper.from_array(weight, f"w{index}"))
+        out = "y" if index == len(channels) - 2 else f"r{index}"
+        nodes += [
+            helper.make_node("Conv", [tensor, f"w{index}"], [f"c{index}"], pads=[1, 1, 1, 1], name=f"conv{index}"),
+            helper.make_node("Relu", [f"c{index}"], [out], name=f"relu{index}"),
+        ]
+        tensor = out
+    graph = helper.make_graph(
+        nodes,
+        "conv_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels[0], size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels[-1], size, size])],
+        initializer=weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def placed_targets(out: Path) -> dict[str, str]:
+    """{operator: target} as the built project's manifest (hetgen.json) records its placement."""
+    manifest = json.loads((out / "hetgen.json").read_text())
+    return {
+        node: entry["target"] for entry in manifest["estimates"] if not entry.get("tensor") for node in entry["nodes"]
+    }
+
+
 @pytest.mark.cc
-def test_greedy_and_cost_modes_both_build_and_agree_numerically(tmp_path):
-    model = conv_model(16, 16)
-    outputs = {}
+def test_greedy_and_cost_modes_place_differently_and_both_match_onnxruntime(tmp_path):
+    """On soc, a 4-channel first layer does not pay its trip to the npu but the 64-channel layers do:
+    the cost mode keeps the first Conv + Relu on the root and sends the rest to the npu (a copy
+    between them), the greedy mode sends everything to the npu. Each built program computes what
+    onnxruntime (graph optimisations off) computes, on random inputs."""
+    from hetgen.runtime.reference import ort_session
+
+    model = conv_chain((4, 4, 64, 64), 8)
+    feeds = {"x": np.random.default_rng(7).standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    (expected,) = ort_session(model.SerializeToString()).run(None, feeds)
+    assert np.ptp(feeds["x"]) > 1 and np.ptp(expected) > 0  # not a constant input, nor a constant output
+    placed = {}
     for mode in ("cost", "greedy"):
-        out = hetgen.compile("soc", model, out=tmp_path / mode, placement=mode, opt=("-O1",))
-        feeds = {"x": np.ones((1, 16, 16, 16), np.float32)}
-        outputs[mode] = hetgen.load(out).run(feeds)["y"]
-    np.testing.assert_allclose(outputs["cost"], outputs["greedy"], rtol=1e-5, atol=1e-6)
+        out = hetgen.compile(
+            "soc", model, out=tmp_path / mode, placement=mode, opt=("-O1",), native_tuning=False, native_only=True
+        )
+        placed[mode] = placed_targets(out)
+        got = hetgen.load(out).run(feeds)["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=f"placement {mode}")
+    npu = "soc/vdevice0/npu0"
+    assert placed["greedy"] and set(placed["greedy"].values()) == {npu}, placed
+    assert set(placed["cost"].values()) == {"soc", npu}, placed  # the modes differ, and cost mixes targets

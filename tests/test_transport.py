@@ -188,6 +188,7 @@ needs_board_tools = pytest.mark.skipif(
 )
 
 
+@pytest.mark.external
 @needs_board_tools
 def test_verify_emulate_runs_soc_as_two_emulated_processes(tmp_path):
     """CI's board check: a small MLP on soc.yaml, pinned so that the riscv64 co-processor runs a kernel
@@ -219,6 +220,7 @@ def test_verify_emulate_runs_soc_as_two_emulated_processes(tmp_path):
     assert stats["ok"] and stats["messages_sent"] == stats["messages_received"] >= 5
 
 
+@pytest.mark.external
 @needs_board_tools
 @pytest.mark.parametrize(
     ("example", "pins"),
@@ -306,6 +308,7 @@ target:
 """
 
 
+@pytest.mark.external
 @needs_board_tools
 def test_two_coprocessors_each_a_server_of_its_own(tmp_path):
     """Every co-processor of the root is remote, whatever its ISA or runtime, each named by its device."""

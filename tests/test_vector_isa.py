@@ -104,7 +104,7 @@ def gemm_cases(tmp_path_factory) -> dict[tuple[int, int, int], Path]:
     )
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_riscv
 @pytest.mark.parametrize("compiler", ["riscv64-linux-gnu-gcc", "clang"])
 def test_rvv_micro_kernel_matches_numpy_in_every_operand_mode_at_every_vector_length(tmp_path, gemm_cases, compiler):
@@ -150,7 +150,7 @@ def riscv_builds(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_riscv
 @pytest.mark.parametrize("vector", ["rvv", "none"])
 def test_riscv64_cnn_under_qemu_matches_onnxruntime(riscv_builds, vector):
@@ -165,7 +165,7 @@ def test_riscv64_cnn_under_qemu_matches_onnxruntime(riscv_builds, vector):
     assert errors and all(e.ok for e in errors), errors
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_riscv
 def test_only_the_rvv_core_receives_vector_instructions(riscv_builds, tmp_path):
     found = {}
@@ -198,7 +198,7 @@ def arm_listing(out: Path) -> str:
     return disassembly("arm-none-eabi-objdump", out / board_program(out)["path"], "-m", "armv8.1-m.main")
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_arm
 @pytest.mark.parametrize("kind", ["cortex-m55", "cortex-m4", "cortex-m7"])
 def test_cortex_m_cnn_under_qemu_matches_onnxruntime_with_helium_only_on_the_m55(tmp_path, kind):
@@ -213,7 +213,7 @@ def test_cortex_m_cnn_under_qemu_matches_onnxruntime_with_helium_only_on_the_m55
     assert errors and all(e.ok for e in errors), errors
 
 
-@pytest.mark.cc
+@pytest.mark.external
 @needs_arm
 @pytest.mark.parametrize(("kind", "dot"), [("cortex-m55", "vmlava"), ("cortex-m4", "smlad")])
 def test_int8_dot_products_use_helium_on_the_m55_and_smlad_on_the_m4(tmp_path, kind, dot):
