@@ -14,7 +14,7 @@ from pathlib import Path
 STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "platform": (
         "the platform stage: loading, kinds, figures, bounds (hetgen/platform/)",
-        ("test_platform", "test_platform_bounds", "test_kind_shapes_build", "test_yaml_kind"),
+        ("test_platform", "test_platform_bounds", "test_kind_shapes_build", "test_yaml_kind", "test_device_model"),
     ),
     "frontend": (
         "the frontend: ONNX import, checks, folding, control flow, QDQ (hetgen/frontend/)",
@@ -38,6 +38,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_int8_ops",
             "test_kernel_spec",
             "test_kernel_spec_sharing",
+            "test_op_tables",
             "test_kernel_warnings",
             "test_ops_compute",
             "test_ops_tensor",
@@ -62,6 +63,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_threads_price",
             "test_truth",
             "test_explain_html",
+            "test_one_timeline",
         ),
     ),
     "lower": (
@@ -80,7 +82,14 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "codegen": (
         "code generation: templates, names, kernel files (hetgen/codegen/)",
-        ("test_names", "test_kernel_sharing", "test_template_sandbox", "test_templates_ascii"),
+        (
+            "test_names",
+            "test_kernel_sharing",
+            "test_template_sandbox",
+            "test_templates_ascii",
+            "test_template_metrics",
+            "test_constants",
+        ),
     ),
     "build": (
         "the build: build.ninja, toolchains, the board build, bare metal (hetgen/build/)",
@@ -115,7 +124,10 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_progress",
         ),
     ),
-    "suite": ("the test suite's own machinery: tiers, stages", ("test_fast_tier",)),
+    "suite": (
+        "the test suite's own machinery and the code's shape: tiers, stages, the import graph",
+        ("test_fast_tier", "test_stage_imports"),
+    ),
 }
 
 TESTS = Path(__file__).resolve().parent

@@ -108,8 +108,8 @@ def refusal(case) -> str | None:
     its data sets as HetgenRep.run compiles it, without building (hetgen refuses before it builds);
     None when every data set generates."""
     import hetgen
+    from hetgen.backend import NATIVE_PLATFORM, constant_inputs, freeze
     from hetgen.platform.loader import load_platform_text
-    from hetgen.runtime.backend import NATIVE_PLATFORM, constant_inputs, freeze
 
     names = [vi.name for vi in case.model.graph.input]
     constant = constant_inputs(case.model)
