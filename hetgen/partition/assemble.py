@@ -75,6 +75,7 @@ def assemble(
                 0.0 if space.aliases.issuperset(c.nodes) else space.launch_us(c.loc),  # a dropped reshape
                 *_weights(space, c, loads),
                 _tile_plans(space, c),
+                c.efficiency,
             )
         )
     crossed: dict[tuple[int, int], tuple] = {}  # (from, to) -> the links and DMA engines a copy uses
@@ -102,6 +103,11 @@ def chosen_makespan(space: SearchSpace, candidates: tuple[Candidate, ...], chose
         for k, c in enumerate(picked)
     ]
     groups = in_program_order(space, groups, renamed=False)
+    return placement_makespan(groups, space.graph, space.platform, _copy_us(space))
+
+
+def groups_makespan(space: SearchSpace, groups: Sequence[Group]) -> float:
+    """The makespan of `groups` (in program order) at their costs: what `assemble` prices them at."""
     return placement_makespan(groups, space.graph, space.platform, _copy_us(space))
 
 

@@ -20,7 +20,8 @@ from types import MappingProxyType
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph
-from hetgen.partition.assemble import assemble, chosen_makespan, makespan_floor
+from hetgen.partition.assemble import assemble, chosen_makespan, groups_makespan, makespan_floor
+from hetgen.partition.choices import choose, priced
 from hetgen.partition.cost import Calibration, calibrate
 from hetgen.partition.exact import ExactSearch
 from hetgen.partition.overlap import improve_makespan
@@ -89,7 +90,9 @@ def place(
     candidates = restrict(space, pinned)
     if mode != "cost":
         chosen = search_greedy(space, candidates)
-        return assemble(space, candidates, chosen, mode=mode, exact=False, pins=pinned).verify(graph)
+        return with_choices(space, assemble(space, candidates, chosen, mode=mode, exact=False, pins=pinned)).verify(
+            graph
+        )
     search = ExactSearch(space, candidates)
     chosen, exact = search.run(max_states)
     placement = assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned)
@@ -104,7 +107,16 @@ def place(
         moved = assemble(space, candidates, improved, mode=mode, exact=placement.exact, pins=pinned)
         placement = replace(moved, search_note="; ".join(filter(None, (placement.search_note, note))))
         chosen = improved
-    return _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy).verify(graph)
+    placement = _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy)
+    return with_choices(space, placement).verify(graph)
+
+
+def with_choices(space: SearchSpace, placement: Placement) -> Placement:
+    """The placement with its kernel choices (hetgen/partition/choices.py), priced as the program
+    that runs them."""
+    choices = choose(space.graph, space.platform, placement, space.kernels)
+    makespan = lambda groups: groups_makespan(space, groups)  # noqa: E731
+    return priced(placement, choices, space.platform, space.kernels, space.calibration.scale_for, makespan)
 
 
 def _greedy_or_none(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[int] | None:
