@@ -132,7 +132,11 @@ def priced(
             groups.append(group)
             continue
         changed = True
-        groups.append(replace(group, cost_us=cost))
+        units = choices.of_group(group)
+        variants = tuple(c.variant for c in units) + tuple(
+            f"reorder to {f'nchw{r.v}c' if r.to_blocked else 'nchw'}" for c in units for r in c.reorders
+        )
+        groups.append(replace(group, cost_us=cost, variants=variants, searched_us=group.cost_us))
     if not changed:
         return replace(placement, choices=choices)
     total = price(groups, placement.transfers, makespan(groups)).total_us

@@ -64,6 +64,10 @@ class Group:
     weight_us: float = 0.0  # their DMA time, inside cost_us
     tilings: tuple[Tiling, ...] = ()  # on a tiled accelerator: each kernel unit's tile plan, as priced
     efficiency: float = 1.0  # the pattern's efficiency the cost model priced it at
+    # Where the kernel choice stage (hetgen/partition/choices.py) re-priced it: the variants its
+    # kernels run as (reorders included), and what the search priced the kernel table's kernels at.
+    variants: tuple[str, ...] = ()
+    searched_us: float | None = None
 
 
 @dataclass(frozen=True)
