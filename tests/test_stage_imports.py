@@ -32,6 +32,7 @@ CROSS_STAGE_CALLS = {
     # The device model placement and lowering share (spec/ owns tiling, invocation and scheduling rules).
     ("lower", "hetgen.spec.invocation", "one_unit_per_invocation"): "which accelerators run one unit per invocation",
     ("lower", "hetgen.spec.tiling", "tensor_names"): "the operand names of a unit's tile commands",
+    ("lower", "hetgen.partition.choices", "stale"): "lowering refuses choices made for other groups",
     ("lower", "hetgen.partition.blocked_layout", "blocked_name"): "the names of the tensors the choice stage blocked",
     ("lower", "hetgen.spec.work", "dma_work"): "work descriptors of device copies, not in the table (issue 19 item 4)",
     ("lower", "hetgen.spec.work", "instance_work"): "work descriptors of re-blocked units (issue 19 item 4)",

@@ -32,7 +32,7 @@ from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
 from hetgen.lower.verify import verified
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
-from hetgen.partition.choices import Choices
+from hetgen.partition.choices import Choices, stale
 from hetgen.partition.placement import Placement
 from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.spec import KernelTable
@@ -90,6 +90,12 @@ def lower(graph: Graph, platform: Platform, placement: Placement) -> Lowered:
     if placement.kernels is None or not isinstance(placement.choices, Choices):
         raise InternalError(
             "lowering needs a placement from partition.place(), which carries its kernel table and choices"
+        )
+    why = stale(placement.choices, placement)
+    if why is not None:
+        raise InternalError(
+            f"the placement's kernel choices were made for other groups ({why}); "
+            "a placement edited after place() needs partition.choices.with_choices"
         )
     isolated = frozenset(t for t in platform.targets() if one_unit_per_invocation(t))
     return verified(_lower(graph, platform, placement, isolated, placement.kernels))

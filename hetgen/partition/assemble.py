@@ -106,11 +106,6 @@ def chosen_makespan(space: SearchSpace, candidates: tuple[Candidate, ...], chose
     return placement_makespan(groups, space.graph, space.platform, _copy_us(space))
 
 
-def groups_makespan(space: SearchSpace, groups: Sequence[Group]) -> float:
-    """The makespan of `groups` (in program order) at their costs: what `assemble` prices them at."""
-    return placement_makespan(groups, space.graph, space.platform, _copy_us(space))
-
-
 def makespan_floor(candidates: tuple[Candidate, ...], chosen: Sequence[int]) -> float:
     """A lower bound of `chosen_makespan`, from the groups alone: the work of the busiest target.
 

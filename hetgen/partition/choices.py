@@ -33,10 +33,11 @@ from hetgen.ir import Graph
 from hetgen.ops._parallel import SERIAL
 from hetgen.ops.base import Kernel, Prepacked
 from hetgen.partition.blocked_layout import BlockedUnit, Reorder, blocked_units
-from hetgen.partition.cost import Work, kernel_us, pool_threads, unit_parallel
+from hetgen.partition.cost import Calibration, Topology, Work, kernel_us, pool_threads, unit_parallel
 from hetgen.partition.placement import Group, Placement
 from hetgen.partition.prepack import taken_offers
 from hetgen.partition.price import price
+from hetgen.partition.timeline import placement_makespan
 from hetgen.partition.units import Unit, drop_aliases, ordered_nodes, placed_units
 from hetgen.platform.model import Platform, Role
 from hetgen.spec import KernelTable
@@ -112,6 +113,38 @@ def choose(graph: Graph, platform: Platform, placement: Placement, kernels: Kern
             )
         )
     return Choices(tuple(choices), (), MappingProxyType(packed))
+
+
+def with_choices(
+    graph: Graph, platform: Platform, placement: Placement, calibration: Calibration | None = None
+) -> Placement:
+    """`placement` (from `place()`, or one edited by hand) with its kernel choices made for its groups
+    and priced as the program that runs them; `calibration`: the one it was priced with."""
+    kernels = placement.kernels
+    calibration = calibration or Calibration()
+    topology = Topology(platform)
+
+    def copy_us(src: str, dst: str, nbytes: int) -> float:
+        return sum(hop.us(nbytes) for hop in topology.copies(src, dst))
+
+    choices = choose(graph, platform, placement, kernels)
+    makespan = lambda groups: placement_makespan(groups, graph, platform, copy_us)  # noqa: E731
+    return priced(placement, choices, platform, kernels, calibration.scale_for, makespan)
+
+
+def stale(choices: Choices, placement: Placement) -> str | None:
+    """Why `choices` are not those of `placement`'s groups (a unit spanning two groups, or chosen
+    for another target than its group's), or None."""
+    group_of = {name: group for group in placement.groups for name in group.nodes}
+    for choice in choices.units:
+        groups = {group_of[name] for name in choice.unit.names if name in group_of}
+        unit = " + ".join(choice.unit.names)
+        if len(groups) != 1:
+            return f"unit {unit} spans groups {', '.join(sorted(g.name for g in groups))}"
+        (group,) = groups
+        if group.target != choice.target:
+            return f"unit {unit} was chosen for {choice.target}; its group runs on {group.target}"
+    return None
 
 
 def priced(

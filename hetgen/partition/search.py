@@ -20,8 +20,8 @@ from types import MappingProxyType
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph
-from hetgen.partition.assemble import assemble, chosen_makespan, groups_makespan, makespan_floor
-from hetgen.partition.choices import choose, priced
+from hetgen.partition.assemble import assemble, chosen_makespan, makespan_floor
+from hetgen.partition.choices import with_choices
 from hetgen.partition.cost import Calibration, calibrate
 from hetgen.partition.exact import ExactSearch
 from hetgen.partition.overlap import improve_makespan
@@ -90,9 +90,8 @@ def place(
     candidates = restrict(space, pinned)
     if mode != "cost":
         chosen = search_greedy(space, candidates)
-        return with_choices(space, assemble(space, candidates, chosen, mode=mode, exact=False, pins=pinned)).verify(
-            graph
-        )
+        placement = assemble(space, candidates, chosen, mode=mode, exact=False, pins=pinned)
+        return with_choices(graph, platform, placement, calibration).verify(graph)
     search = ExactSearch(space, candidates)
     chosen, exact = search.run(max_states)
     placement = assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned)
@@ -108,15 +107,7 @@ def place(
         placement = replace(moved, search_note="; ".join(filter(None, (placement.search_note, note))))
         chosen = improved
     placement = _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy)
-    return with_choices(space, placement).verify(graph)
-
-
-def with_choices(space: SearchSpace, placement: Placement) -> Placement:
-    """The placement with its kernel choices (hetgen/partition/choices.py), priced as the program
-    that runs them."""
-    choices = choose(space.graph, space.platform, placement, space.kernels)
-    makespan = lambda groups: groups_makespan(space, groups)  # noqa: E731
-    return priced(placement, choices, space.platform, space.kernels, space.calibration.scale_for, makespan)
+    return with_choices(graph, platform, placement, calibration).verify(graph)
 
 
 def _greedy_or_none(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[int] | None:
