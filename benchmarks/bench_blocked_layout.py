@@ -1,5 +1,5 @@
 """ResNet-18 and MobileNetV2 with convolutions in NCHW (hetgen's GEMM / Winograd / implicit-GEMM
-kernels) beside the same models with runs of blocked layers (NCHW[V]c, hetgen/lower/blocked_layout.py).
+kernels) beside the same models with runs of blocked layers (NCHW[V]c, hetgen/partition/blocked_layout.py).
 
     python benchmarks/bench_blocked_layout.py [--sizes 64,224] [--runs 21] [--layouts nchw,nchwc]
                                               [--threads 1,2] [--models resnet18,mobilenet_v2]

@@ -165,7 +165,7 @@ def counted(monkeypatch):
     def counting(definition):
         def lower_counted(instance):
             # Lean memory lowers a GEMM-backed unit again with smaller cache blocks where its
-            # workspace would lift the activation peak (hetgen/lower/prepack.py): the same kernel
+            # workspace would lift the activation peak (hetgen/partition/prepack.py): the same kernel
             # with another workspace, which no cost reads. Only a lowering with the table's own
             # blocks would be a second decision.
             if instance.gemm_blocks == _gemm_plan.DEFAULT_BLOCKS:

@@ -383,7 +383,7 @@ def test_systick_under_icount_counts_one_tick_per_40_instructions(tmp_path, resn
 def test_flash_holds_the_models_weights_not_a_larger_packed_copy(tmp_path):
     """On a host with `memory: fast`, 3x3 layers take Winograd-transformed weights (16/9 of the
     model's); a board's flash gets the model's own weights (or GEMM panels that only pad them)."""
-    from hetgen.lower.prepack import BARE_METAL_GROWTH
+    from hetgen.partition.prepack import BARE_METAL_GROWTH
 
     model = REPO / "examples/resnet_tiny.onnx"
     weights = sum(onnx.numpy_helper.to_array(t).nbytes for t in onnx.load(str(model)).graph.initializer)

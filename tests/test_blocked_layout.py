@@ -1,4 +1,4 @@
-"""Runs of convolutions in a blocked channel layout (NCHW[V]c, hetgen/lower/blocked_layout.py).
+"""Runs of convolutions in a blocked channel layout (NCHW[V]c, hetgen.partition.blocked_layout.py).
 
 Each model is compiled for real and compared with onnxruntime (graph optimisations off); which
 layers ran blocked, and where the reorders are, is read from the generated kernels: each kernel
@@ -17,8 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
 from hetgen.errors import HetgenError
-from hetgen.lower.blocked_layout import block_width, host_block_width
 from hetgen.models import resnet
+from hetgen.partition.blocked_layout import block_width, host_block_width
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session, random_inputs
 from hetgen.runtime.verify import verify

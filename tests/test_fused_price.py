@@ -20,9 +20,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
 from hetgen import lower
+from hetgen.errors import InternalError
 from hetgen.frontend import import_model
 from hetgen.models import mobilenet_v2, resnet, shufflenet, squeezenet, transformer_encoder
 from hetgen.partition import exact
+from hetgen.partition.choices import with_choices
 from hetgen.partition.cost import Calibration, Work, kernel_us
 from hetgen.partition.exact import ExactSearch, search_order
 from hetgen.partition.explain import explain_json, explain_text
@@ -279,6 +281,9 @@ def test_lowering_never_fuses_across_two_groups():
     split = [dataclasses.replace(chain, name=f"{chain.name}_{k}", nodes=(n,)) for k, n in enumerate(chain.nodes)]
     at = placement.groups.index(chain)
     apart = dataclasses.replace(placement, groups=(*placement.groups[:at], *split, *placement.groups[at + 1 :]))
+    with pytest.raises(InternalError, match="kernel choices were made for other groups"):
+        lower.lower(graph, platform, apart)  # its kernels were chosen for the fused group
+    apart = with_choices(graph, platform, apart)
     fused = {nodes for _, nodes in generated_units(lower.lower(graph, platform, placement))}
     separate = {nodes for _, nodes in generated_units(lower.lower(graph, platform, apart))}
     assert frozenset(chain.nodes) in fused and frozenset(chain.nodes) not in separate

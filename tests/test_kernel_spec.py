@@ -17,13 +17,13 @@ from hetgen.codegen.manifest import CounterEntry, Manifest
 from hetgen.codegen.viewmodel import aot_steps, graph_tables, vm_code
 from hetgen.errors import InternalError, ModelError
 from hetgen.frontend import import_model
-from hetgen.lower.fuse import kernel_units
 from hetgen.lower.program import Invoke
 from hetgen.lower.verify import verified
 from hetgen.models import mobilenet_v2, resnet, tiny_cnn
 from hetgen.ops import registry
 from hetgen.ops.base import Unsupported
 from hetgen.partition.search import place
+from hetgen.partition.units import kernel_units
 from hetgen.platform.loader import load_platform
 from hetgen.spec import build_kernel_specs
 from hetgen.spec.invocation import kernel_units_of

@@ -3,7 +3,7 @@ the model's weights plus the liveness lower bound of its activations (hetgen/low
 `options.memory: lean`, the default, keeps real builds within 10 % of it, with the caller's buffers
 counted on both sides and left out of both; `fast` does not. Lean gets there by taking Winograd's
 larger weights only where they fit, and by giving each layer whose workspace would lift the
-activation peak smaller GEMM blocks (hetgen/lower/prepack.py); those layers still match onnxruntime."""
+activation peak smaller GEMM blocks (hetgen/partition/prepack.py); those layers still match onnxruntime."""
 
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ import dataclasses
 from hetgen.errors import HetgenError, InternalError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.blocked_layout import block_layout
-from hetgen.lower.fuse import Unit, kernel_units, placed_patterns, placement_groups
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
 from hetgen.lower.program import (
@@ -33,11 +32,10 @@ from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
 from hetgen.lower.verify import verified
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
-from hetgen.ops.base import Kernel
+from hetgen.partition.choices import Choices, stale
 from hetgen.partition.placement import Placement
 from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.spec import KernelTable
-from hetgen.spec.alias import alias_source
 from hetgen.spec.invocation import one_unit_per_invocation
 from hetgen.spec.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
 from hetgen.spec.tiling import TilePlan, Unfit, tensor_names
@@ -45,20 +43,13 @@ from hetgen.spec.tiling import TilePlan, Unfit, tensor_names
 __all__ = ["lower", "Lowered", "Program"]
 
 
-def lower_units(units: tuple[Unit, ...], kernels: KernelTable, graph: Graph) -> tuple[Kernel, ...]:
-    """Each unit's kernel, from the kernel table; report every unsupported instance in one message."""
-    lowered, problems = [], []
-    for unit in units:
-        spec = kernels.unit(unit.names)
-        lowered.append(spec.kernel)
-        if spec.kernel is None:
-            problems.append(f"{unit.head.label}: {spec.refusal}")
-    if problems:
+def refused(choices: Choices, graph: Graph) -> None:
+    """Report every unit the kernel table could not lower, in one message."""
+    if choices.refused:
         where = f"{graph.source}: " if graph.source else ""
         raise ModelError(
-            f"{where}the model uses operators hetgen cannot generate code for:\n  " + "\n  ".join(problems)
+            f"{where}the model uses operators hetgen cannot generate code for:\n  " + "\n  ".join(choices.refused)
         )
-    return tuple(lowered)
 
 
 def tensor_specs(names: tuple[str, ...], graph: Graph) -> tuple[TensorSpec, ...]:
@@ -75,15 +66,6 @@ def pack_weights(names: list[str], graph: Graph) -> Weights:
         chunks.append(data + b"\0" * (padded - len(data)))
         offset += padded
     return Weights(tuple(entries), b"".join(chunks))
-
-
-def ordered_nodes(graph: Graph, placement: Placement) -> tuple[list, dict[str, str]]:
-    """Nodes in the placement's execution order (groups stay contiguous), and node → target."""
-    position = {node.name: index for index, node in enumerate(graph.nodes)}
-    order = [name for group in placement.groups for name in sorted(group.nodes, key=position.__getitem__)]
-    by_name = {node.name: node for node in graph.nodes}
-    assignment = {name: group.target for group in placement.groups for name in group.nodes}
-    return [by_name[name] for name in order], assignment
 
 
 def target_prefixes(platform: Platform) -> dict[Target, str]:
@@ -105,27 +87,18 @@ def lower(graph: Graph, platform: Platform, placement: Placement) -> Lowered:
     """Lower the placed graph, its kernels and tilings taken from the kernel table the placement was
     priced with; accelerators cut their work into invocations by the rule the cost model prices
     (hetgen/spec/invocation.py)."""
-    if placement.kernels is None:
-        raise InternalError("lowering needs a placement from partition.place(), which carries its kernel table")
+    if placement.kernels is None or not isinstance(placement.choices, Choices):
+        raise InternalError(
+            "lowering needs a placement from partition.place(), which carries its kernel table and choices"
+        )
+    why = stale(placement.choices, placement)
+    if why is not None:
+        raise InternalError(
+            f"the placement's kernel choices were made for other groups ({why}); "
+            "a placement edited after place() needs partition.choices.with_choices"
+        )
     isolated = frozenset(t for t in platform.targets() if one_unit_per_invocation(t))
     return verified(_lower(graph, platform, placement, isolated, placement.kernels))
-
-
-def drop_aliases(units: tuple[Unit, ...], kernels: tuple[Kernel, ...], graph: Graph):
-    """Remove pure reshapes (hetgen/spec/alias.py); return the remaining units and kernels and each
-    unit's buffer names."""
-    rename: dict[str, str] = {}
-    kept_units, kept_kernels, buffers = [], [], []
-    for unit, kernel in zip(units, kernels):
-        head = unit.head
-        source = alias_source(head, graph) if len(unit.nodes) == 1 else None
-        if source is not None:
-            rename[head.outputs[0]] = rename.get(source, source)
-            continue
-        kept_units.append(unit)
-        kept_kernels.append(kernel)
-        buffers.append(tuple(rename.get(name, name) for name in unit.inputs))
-    return tuple(kept_units), tuple(kept_kernels), buffers
 
 
 def plan_target(target, schedule, units_on_target, kernels, graph, is_root) -> tuple[MemoryPlan, Weights]:
@@ -208,16 +181,16 @@ def _lower(
     graph: Graph, platform: Platform, placement: Placement, isolated: frozenset[Target], kernel_table: KernelTable
 ) -> Lowered:
     root = platform.root.controller()
-    root_path = root.path_str
-    nodes, assignment = ordered_nodes(graph, placement)
-    assignment = assignment or {node.name: root_path for node in nodes}
-    ordered = dataclasses.replace(graph, nodes=tuple(nodes))
-    controllers = {t.path_str for t in platform.targets() if t.role is Role.CONTROLLER}
-    patterns = placed_patterns(placement, kernel_table, controllers)  # the fused groups placement priced
-    all_units = kernel_units(ordered, placement_groups(placement), kernel_table, patterns)  # as placement priced
-    units, kernels, unit_inputs = drop_aliases(all_units, lower_units(all_units, kernel_table, graph), graph)
-    graph, kernels, unit_inputs = apply_prepacked(graph, units, kernels, unit_inputs, assignment, platform)
-    blocked = block_layout(graph, units, kernels, unit_inputs, assignment, platform)  # NCHWc runs
+    choices: Choices = placement.choices
+    refused(choices, graph)
+    # the units, kernels and layouts the kernel choice stage recorded (hetgen/partition/choices.py)
+    units = tuple(c.unit for c in choices.units)
+    kernels = tuple(c.kernel for c in choices.units)
+    assignment = {c.unit.head.name: c.target for c in choices.units}
+    offers = {index: c.offers for index, c in enumerate(choices.units) if c.offers}
+    graph, unit_inputs = apply_prepacked(graph, units, [c.inputs for c in choices.units], offers, choices.packed)
+    blocks = {index: c.blocked for index, c in enumerate(choices.units) if c.blocked is not None}
+    blocked = block_layout(graph, units, kernels, unit_inputs, assignment, blocks)  # NCHWc runs
     graph, units, kernels, unit_inputs, assignment = (
         blocked.graph,
         blocked.units,

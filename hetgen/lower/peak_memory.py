@@ -10,7 +10,7 @@
 The liveness is over hetgen's own order of steps (the one the generated code runs), not the best of
 all orders: for a chain of layers they are the same; for branches (Inception, residual blocks) an
 order that finishes the larger branch first can need less. No planner of this order can go below
-the bound without recomputing or streaming weights; `options.memory: lean` (hetgen/lower/prepack.py)
+the bound without recomputing or streaming weights; `options.memory: lean` (hetgen/partition/prepack.py)
 keeps the program within 10 % of it. The root program only: a platform whose devices hold tensors of
 their own has more memory than this counts.
 """

@@ -75,6 +75,7 @@ def assemble(
                 0.0 if space.aliases.issuperset(c.nodes) else space.launch_us(c.loc),  # a dropped reshape
                 *_weights(space, c, loads),
                 _tile_plans(space, c),
+                c.efficiency,
             )
         )
     crossed: dict[tuple[int, int], tuple] = {}  # (from, to) -> the links and DMA engines a copy uses

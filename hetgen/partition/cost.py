@@ -14,8 +14,12 @@
                         fewer panels than T on the side it splits, else panels / ceil(panels / T);
                         1 for a kernel that never splits (and then no pool cost)
                     calls = the hg_parallel_for calls that hand work out (one per split GEMM call)
-                    (a Conv that lowering runs as Winograd is priced as the kernel table's im2col
-                    GEMM, its split as its flops: the layout is chosen after placement, by memory)
+                    A unit is priced as the kernel the program runs: the search prices the kernel
+                    table's, and once the groups are placed the kernel choice stage
+                    (hetgen/partition/choices.py) re-prices each CPU group as its chosen variants:
+                    a Winograd Conv at Winograd's work and split (hetgen/spec/variants.py), a
+                    blocked (NCHW[V]c) unit at its blocked kernel's, each reorder at the edge of
+                    a blocked run as a kernel of its own in the group it serves
     on an accelerator that runs one group per invocation (hetgen/spec/invocation.py, the rule
     lowering follows), its units' tile plans (hetgen/spec/tiling.py) timed command by command:
     group time    = scale * (launch_us + sum over units of plan_us(plan, rates)), where a tile's

@@ -152,6 +152,11 @@ def render_text(e: Explanation) -> str:
         lines.append(f"{group.name}  {group.target}  [{group.label}]  {group.cost_us:.1f} us")
         lines.append(f"    ops: {', '.join(f'{name} ({op})' for name, op in report.ops)}")
         lines.append(f"    launch: {group.launch_us:.1f} us of the {group.cost_us:.1f} us")
+        if group.searched_us is not None:
+            lines.append(
+                f"    kernels: {', '.join(group.variants)} (chosen after placement; "
+                f"the search priced the table's kernels at {group.searched_us:.1f} us)"
+            )
         if group.weight_bytes:
             lines.append(
                 f"    weights: {format_bytes(group.weight_bytes)} loaded into local memory by DMA, "
@@ -233,6 +238,8 @@ def render_json(e: Explanation) -> dict:
                 "op_types": [op for _, op in r.ops],
                 "cost_us": r.group.cost_us,
                 "launch_us": r.group.launch_us,
+                "variants": list(r.group.variants),
+                "searched_us": r.group.searched_us,
                 "label": r.group.label,
                 "reason": r.group.reason,
                 "alternatives": [

@@ -63,6 +63,11 @@ class Group:
     weight_bytes: int = 0  # weights its invocation loads into an accelerator's local memory
     weight_us: float = 0.0  # their DMA time, inside cost_us
     tilings: tuple[Tiling, ...] = ()  # on a tiled accelerator: each kernel unit's tile plan, as priced
+    efficiency: float = 1.0  # the pattern's efficiency the cost model priced it at
+    # Where the kernel choice stage (hetgen/partition/choices.py) re-priced it: the variants its
+    # kernels run as (reorders included), and what the search priced the kernel table's kernels at.
+    variants: tuple[str, ...] = ()
+    searched_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,9 @@ class Placement:
     search_note: str = ""  # when not exact in cost mode: why, and what bounded the search (explain prints it)
     # The kernel table the placement was priced with: lowering emits exactly its kernels and tilings.
     kernels: KernelTable | None = field(default=None, repr=False, compare=False)
+    # Each kernel unit as the program runs it (hetgen/partition/choices.py's Choices): the variant
+    # its groups are priced with, which lowering takes as it is.
+    choices: object | None = field(default=None, repr=False, compare=False)
     _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

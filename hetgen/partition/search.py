@@ -21,6 +21,7 @@ from types import MappingProxyType
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph
 from hetgen.partition.assemble import assemble, chosen_makespan, makespan_floor
+from hetgen.partition.choices import with_choices
 from hetgen.partition.cost import Calibration, calibrate
 from hetgen.partition.exact import ExactSearch
 from hetgen.partition.overlap import improve_makespan
@@ -89,7 +90,8 @@ def place(
     candidates = restrict(space, pinned)
     if mode != "cost":
         chosen = search_greedy(space, candidates)
-        return assemble(space, candidates, chosen, mode=mode, exact=False, pins=pinned).verify(graph)
+        placement = assemble(space, candidates, chosen, mode=mode, exact=False, pins=pinned)
+        return with_choices(graph, platform, placement, calibration).verify(graph)
     search = ExactSearch(space, candidates)
     chosen, exact = search.run(max_states)
     placement = assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned)
@@ -104,7 +106,8 @@ def place(
         moved = assemble(space, candidates, improved, mode=mode, exact=placement.exact, pins=pinned)
         placement = replace(moved, search_note="; ".join(filter(None, (placement.search_note, note))))
         chosen = improved
-    return _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy).verify(graph)
+    placement = _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy)
+    return with_choices(graph, platform, placement, calibration).verify(graph)
 
 
 def _greedy_or_none(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[int] | None:

@@ -26,6 +26,7 @@ class Candidate:
     compute_us: float
     inputs: tuple[int, ...]  # tensor ids read from outside the group (constants excluded)
     outputs: tuple[int, ...]  # tensor ids the group writes that are read later or are graph outputs
+    efficiency: float = 1.0  # its pattern's
 
     @property
     def last(self) -> int:
@@ -153,7 +154,9 @@ class SearchSpace:
             compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels, threads)
             if self.aliases.issuperset(match.nodes):  # dropped by lowering: nothing runs, nothing moves
                 compute, inputs, outputs = 0.0, (), ()
-            candidates.append(Candidate(len(candidates), loc, match.label, match.nodes, compute, inputs, outputs))
+            candidates.append(
+                Candidate(len(candidates), loc, match.label, match.nodes, compute, inputs, outputs, match.efficiency)
+            )
         return tuple(candidates)
 
     def _boundary(self, members: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -9,7 +9,7 @@ runtime/hg_gemm_config.h, shared by all of them, and each kernel's workspace). `
 default) keeps the program's arena and packed weights within 10 % of the model's weights plus the
 liveness lower bound of its activations, taking layouts that grow the weights (Winograd's) only
 where that budget allows and giving a layer smaller GEMM blocks where its workspace would lift
-the activation peak (hetgen/lower/prepack.py); `fast` takes the layouts everywhere and keeps the
+the activation peak (hetgen/partition/prepack.py); `fast` takes the layouts everywhere and keeps the
 platform's blocks. Both are parsed here, at the edge, and
 read through `gemm_blocks` and `memory_mode` so no raw dict travels further.
 """
@@ -68,7 +68,7 @@ def memory_mode(platform: Platform) -> str:
     return platform.options.get("memory") or DEFAULT_MEMORY
 
 
-# options.layout: the channel layout of convolution runs on CPU controllers (hetgen/lower/blocked_layout.py)
+# options.layout: the channel layout of convolution runs on CPU controllers (hetgen/partition/blocked_layout.py)
 LAYOUTS = ("nchw", "nchwc", "nchw4c", "nchw8c", "nchw16c")
 
 

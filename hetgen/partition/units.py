@@ -1,4 +1,5 @@
-"""Kernel units: the nodes that become one generated C function.
+"""Kernel units: the nodes that become one generated C function (the kernel choice stage,
+hetgen/partition/choices.py, cuts the placed graph into them once; lowering reads its units).
 
 A unit is one node, or a node followed by activations it absorbs as an epilogue (Conv→Relu,
 Gemm→Clip, Add→Relu). Which activation may be absorbed is decided once, by the kernel table's
@@ -15,6 +16,7 @@ nothing itself.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -23,6 +25,7 @@ from hetgen.ops.base import Epilogue, Kernel, OpInstance
 from hetgen.ops.registry import op_def
 from hetgen.partition.placement import Placement
 from hetgen.spec import KernelTable
+from hetgen.spec.alias import alias_source
 from hetgen.spec.fusion import cut_units
 from hetgen.spec.patterns import FusedPattern
 
@@ -121,3 +124,36 @@ def op_instance(unit: Unit, graph: Graph) -> OpInstance:
     if unit.pattern is not None:
         return unit.pattern.instance(graph)
     return OpInstance.of(unit.head, graph, unit.epilogue, outputs=unit.nodes[-1].outputs)
+
+
+def ordered_nodes(graph: Graph, placement: Placement) -> tuple[list, dict[str, str]]:
+    """Nodes in the placement's execution order (groups stay contiguous), and node -> target."""
+    position = {node.name: index for index, node in enumerate(graph.nodes)}
+    order = [name for group in placement.groups for name in sorted(group.nodes, key=position.__getitem__)]
+    by_name = {node.name: node for node in graph.nodes}
+    assignment = {name: group.target for group in placement.groups for name in group.nodes}
+    return [by_name[name] for name in order], assignment
+
+
+def placed_units(graph: Graph, placement: Placement, kernels: KernelTable, controllers) -> tuple[Unit, ...]:
+    """The placed graph cut into units, in execution order, as placement priced them."""
+    nodes, _ = ordered_nodes(graph, placement)
+    ordered = dataclasses.replace(graph, nodes=tuple(nodes))
+    patterns = placed_patterns(placement, kernels, controllers)  # the fused groups placement priced
+    return kernel_units(ordered, placement_groups(placement), kernels, patterns)
+
+
+def drop_aliases(units: tuple[Unit, ...], graph: Graph) -> tuple[tuple[Unit, ...], list[tuple[str, ...]]]:
+    """Remove pure reshapes (hetgen/spec/alias.py); return the remaining units and each unit's
+    buffer names (a dropped reshape's output read as its input)."""
+    rename: dict[str, str] = {}
+    kept, buffers = [], []
+    for unit in units:
+        head = unit.head
+        source = alias_source(head, graph) if len(unit.nodes) == 1 else None
+        if source is not None:
+            rename[head.outputs[0]] = rename.get(source, source)
+            continue
+        kept.append(unit)
+        buffers.append(tuple(rename.get(name, name) for name in unit.inputs))
+    return tuple(kept), buffers

@@ -1,0 +1,216 @@
+"""The kernel choice: which variant of each kernel the program runs, decided once after placement,
+and the placement priced with it.
+
+Some choices depend on where everything else runs, so they are made once the groups are placed:
+on a CPU controller, which layout a unit's constants take (Winograd's transformed weights, GEMM
+panels, or the model's: hetgen/partition/prepack.py, within the target's memory budget), its GEMM
+cache blocks (the platform's, or smaller where its workspace would lift the activation peak), and
+which runs of convolutions go NCHW[V]c, with a reorder kernel at each edge of a run
+(hetgen/partition/blocked_layout.py). `choose` records each unit's kernel as the program will run
+it (`UnitChoice`: the variant's template, parameters, workspace and work, hetgen/spec/variants.py)
+and the reorders; `priced` re-prices every controller group whose kernels differ from the kernel
+table's with the cost model (hetgen/partition/cost.py): the group's time is its kernels' times, a
+reorder being a kernel of its own in the group of the unit it serves. The placement's total is then
+the makespan of those groups in the same program order. So `explain`, `Placement.total_us`, the
+manifest's estimates and `hetgen bench` all show the price of the program lowering emits; lowering
+takes these choices as they are (hetgen/lower/prepack.py, hetgen/lower/blocked_layout.py) and
+decides nothing.
+
+The search itself prices each unit as the table's kernel: the choices cannot be known before the
+groups are (a memory budget is per target, a run spans groups), so a placement the search compared
+against another was priced without them; the one it returns is priced with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+import numpy as np
+
+from hetgen.ir import Graph
+from hetgen.ops._parallel import SERIAL
+from hetgen.ops.base import Kernel, Prepacked
+from hetgen.partition.blocked_layout import BlockedUnit, Reorder, blocked_units
+from hetgen.partition.cost import Calibration, Topology, Work, kernel_us, pool_threads, unit_parallel
+from hetgen.partition.placement import Group, Placement
+from hetgen.partition.prepack import taken_offers
+from hetgen.partition.price import price
+from hetgen.partition.timeline import placement_makespan
+from hetgen.partition.units import Unit, drop_aliases, ordered_nodes, placed_units
+from hetgen.platform.model import Platform, Role
+from hetgen.spec import KernelTable
+from hetgen.spec.variants import variant_name
+
+
+@dataclass(frozen=True)
+class UnitChoice:
+    """One kernel unit of the program as it will run: on `target`, reading `inputs` (the model's
+    tensor names, a dropped reshape's output read as its input), `kernel` with every choice applied
+    (its flops, bytes and split are the variant's), the offers whose layouts its constants take,
+    and, where it runs blocked, how (with the reorders around it)."""
+
+    unit: Unit
+    target: str
+    inputs: tuple[str, ...]
+    kernel: Kernel
+    variant: str  # "winograd", "implicit", "pointwise", "direct", "nchw8c", "gemm", ...
+    offers: tuple[Prepacked, ...] = ()
+    blocked: BlockedUnit | None = None
+
+    @property
+    def reorders(self) -> tuple[Reorder, ...]:
+        return () if self.blocked is None else (*self.blocked.reorders_in, *self.blocked.reorders_out)
+
+
+@dataclass(frozen=True)
+class Choices:
+    """Every kernel unit of the program, in execution order, with its choices; or, where the table
+    refuses one of them, the refusals (lowering reports them: the model cannot be generated)."""
+
+    units: tuple[UnitChoice, ...]
+    refused: tuple[str, ...] = ()
+    # (unit index, input index) -> the constant in the layout its taken offer reads (made once)
+    packed: Mapping[tuple[int, int], np.ndarray] = field(
+        default_factory=lambda: MappingProxyType({}), repr=False, compare=False
+    )
+
+    def of_group(self, group: Group) -> tuple[UnitChoice, ...]:
+        nodes = set(group.nodes)
+        return tuple(c for c in self.units if c.unit.head.name in nodes)
+
+
+def choose(graph: Graph, platform: Platform, placement: Placement, kernels: KernelTable) -> Choices:
+    """Each kernel unit of `placement`'s program with its variant (module doc)."""
+    controllers = {t.path_str for t in platform.targets() if t.role is Role.CONTROLLER}
+    all_units = placed_units(graph, placement, kernels, controllers)
+    refused = tuple(
+        f"{unit.head.label}: {kernels.unit(unit.names).refusal}"
+        for unit in all_units
+        if kernels.unit(unit.names).kernel is None
+    )
+    if refused:
+        return Choices((), refused)
+    _, assignment = ordered_nodes(graph, placement)
+    root = platform.root.controller().path_str
+    assignment = assignment or {node.name: root for node in graph.nodes}
+    units, unit_inputs = drop_aliases(all_units, graph)
+    table = tuple(kernels.unit(unit.names).kernel for unit in units)
+    taken, offers, layouts = taken_offers(graph, units, table, unit_inputs, assignment, platform)
+    blocked = blocked_units(graph, units, taken, unit_inputs, assignment, platform)
+    packed = {
+        (index, offer.index): layouts.packed(index, offer) for index, chosen in offers.items() for offer in chosen
+    }
+    choices = []
+    for index, unit in enumerate(units):
+        how = blocked.get(index)
+        kernel = taken[index] if how is None else how.kernel
+        variant = variant_name(kernel, how.v if how is not None else None)
+        choices.append(
+            UnitChoice(
+                unit, assignment[unit.head.name], unit_inputs[index], kernel, variant, offers.get(index, ()), how
+            )
+        )
+    return Choices(tuple(choices), (), MappingProxyType(packed))
+
+
+def with_choices(
+    graph: Graph, platform: Platform, placement: Placement, calibration: Calibration | None = None
+) -> Placement:
+    """`placement` (from `place()`, or one edited by hand) with its kernel choices made for its groups
+    and priced as the program that runs them; `calibration`: the one it was priced with."""
+    kernels = placement.kernels
+    calibration = calibration or Calibration()
+    topology = Topology(platform)
+
+    def copy_us(src: str, dst: str, nbytes: int) -> float:
+        return sum(hop.us(nbytes) for hop in topology.copies(src, dst))
+
+    choices = choose(graph, platform, placement, kernels)
+    makespan = lambda groups: placement_makespan(groups, graph, platform, copy_us)  # noqa: E731
+    return priced(placement, choices, platform, kernels, calibration.scale_for, makespan)
+
+
+def stale(choices: Choices, placement: Placement) -> str | None:
+    """Why `choices` are not those of `placement`'s groups (a unit spanning two groups, or chosen
+    for another target than its group's), or None."""
+    group_of = {name: group for group in placement.groups for name in group.nodes}
+    for choice in choices.units:
+        groups = {group_of[name] for name in choice.unit.names if name in group_of}
+        unit = " + ".join(choice.unit.names)
+        if len(groups) != 1:
+            return f"unit {unit} spans groups {', '.join(sorted(g.name for g in groups))}"
+        (group,) = groups
+        if group.target != choice.target:
+            return f"unit {unit} was chosen for {choice.target}; its group runs on {group.target}"
+    return None
+
+
+def priced(
+    placement: Placement, choices: Choices, platform: Platform, kernels: KernelTable, scale_for, makespan
+) -> Placement:
+    """`placement` with each CPU controller group whose kernels are not the table's re-priced as the
+    kernels the program runs (`group_price`), its total the makespan of the groups so priced
+    (`makespan(groups)`), and `choices` attached. `scale_for(target)`: the calibration's scale."""
+    targets = {t.path_str: t for t in platform.targets()}
+    groups = []
+    changed = False
+    for group in placement.groups:
+        target = targets[group.target]
+        cost = None
+        if target.role is Role.CONTROLLER and choices.units:
+            cost = group_price(group, choices, platform, kernels, scale_for(target))
+        if cost is None:
+            groups.append(group)
+            continue
+        changed = True
+        units = choices.of_group(group)
+        variants = tuple(c.variant for c in units) + tuple(
+            f"reorder to {f'nchw{r.v}c' if r.to_blocked else 'nchw'}" for c in units for r in c.reorders
+        )
+        groups.append(replace(group, cost_us=cost, variants=variants, searched_us=group.cost_us))
+    if not changed:
+        return replace(placement, choices=choices)
+    total = price(groups, placement.transfers, makespan(groups)).total_us
+    return replace(placement, groups=tuple(groups), total_us=total, choices=choices)
+
+
+def group_price(group: Group, choices: Choices, platform: Platform, kernels: KernelTable, scale: float) -> float | None:
+    """The time of a controller group's kernels as the program runs them, or None where they are the
+    kernel table's (the search's price stands): one unit at its variant's work and split; several
+    at their summed work (the table's group work, each unit's own replaced by its variant's), as the
+    search priced them; each reorder a kernel of its own."""
+    units = choices.of_group(group)
+    reorders = [r for c in units for r in c.reorders]
+    specs = [kernels.unit(c.unit.names) for c in units]
+    works = [variant_work(c.kernel, s) for c, s in zip(units, specs)]
+    same = all(
+        (w.flops, w.bytes, c.kernel.parallel) == (s.flops, s.bytes, s.parallel) for c, s, w in zip(units, specs, works)
+    )
+    if not units or (same and not reorders):
+        return None
+    target = next(t for t in platform.targets() if t.path_str == group.target)
+    figures, threads, efficiency = target.figures, pool_threads(platform, target), group.efficiency
+    nodes = tuple(node for c in units for node in c.unit.nodes)
+    if len(units) == 1:
+        work, parallel = works[0], units[0].kernel.parallel
+    else:
+        flops, nbytes = kernels.group_work(nodes)
+        flops += sum(w.flops - s.flops for w, s in zip(works, specs))
+        nbytes += sum(w.bytes - s.bytes for w, s in zip(works, specs))
+        work, parallel = Work(flops, nbytes), unit_parallel(kernels, nodes)
+    total = kernel_us(figures, work, efficiency, scale, nodes, parallel if threads > 1 else SERIAL, threads)
+    for reorder in reorders:
+        k = reorder.kernel
+        split = k.parallel if threads > 1 else SERIAL
+        total += kernel_us(figures, Work(k.flops, k.bytes_accessed), efficiency, scale, (), split, threads)
+    return total
+
+
+def variant_work(kernel: Kernel, spec) -> Work:
+    """What the cost model prices a unit's chosen kernel at: its own figures, or (where its lowering
+    counts none) the table's estimate from the shapes, as the table prices a kernel."""
+    if kernel.flops > 0 or kernel.bytes_accessed > 0:
+        return Work(float(kernel.flops), float(kernel.bytes_accessed))
+    return Work(spec.flops, spec.bytes)
