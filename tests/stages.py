@@ -64,6 +64,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_truth",
             "test_explain_html",
             "test_one_timeline",
+            "test_priced_choices",
         ),
     ),
     "lower": (
