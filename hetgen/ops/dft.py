@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import scalar_value
-from hetgen.ops._layout import normalize_axis
+from hetgen.ops._common import normalize_axis, scalar_value
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 TEMPLATE = "kernels/dft.c.j2"

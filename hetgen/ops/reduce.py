@@ -13,8 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.ir import DType, TensorType
-from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED, UNSIGNED_DTYPES, highest, libm, literal, lowest
-from hetgen.ops._layout import collapse, contiguous_strides, index_expr, loops_for, normalize_axis
+from hetgen.ops._common import (
+    FLOAT_DTYPES,
+    INTEGER_DTYPES,
+    UNSIGNED,
+    UNSIGNED_DTYPES,
+    collapse,
+    contiguous_strides,
+    highest,
+    index_expr,
+    libm,
+    literal,
+    loops_for,
+    lowest,
+    normalize_axis,
+)
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 NUMERIC = (*FLOAT_DTYPES, *INTEGER_DTYPES)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ops import _parallel
-from hetgen.ops._common import input_arg_count, normalized_axis, require_float32, total_bytes
+from hetgen.ops._common import input_arg_count, normalize_axis, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance
 
 AXIS_SEMANTICS_OPSET = 13
@@ -23,7 +23,7 @@ def lower(op: OpInstance) -> Kernel:
     opset = op.attr("_opset")
     coerce_2d = opset is not None and int(opset) < AXIS_SEMANTICS_OPSET
     rank = max(len(shape), 1)
-    axis = normalized_axis(op, int(op.attr("axis", 1 if coerce_2d else -1)), rank)
+    axis = normalize_axis(int(op.attr("axis", 1 if coerce_2d else -1)), rank, op=op)
     if coerce_2d:
         outer, length, inner = math.prod(shape[:axis]), math.prod(shape[axis:]), 1
     else:
