@@ -190,6 +190,12 @@ class OpDef:
     # (the quantized operators).
     float16_boundary: bool = True
     domain: str = ""  # the ONNX domain it is exported in (hetgen/frontend/export.py); "" is ONNX's own
+    # -- versions --
+    # The first opset (of `domain`) whose semantics `lower` implements. An operator whose meaning
+    # changed with an opset has one entry per meaning, each with its `since` and the same traits
+    # (an opset changes the lowering, not the facts); the registry picks the entry for a node's
+    # opset (hetgen/ops/registry.py `op_def`).
+    since: int = 1
 
     @property
     def mac(self) -> bool:
