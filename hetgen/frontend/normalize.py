@@ -53,6 +53,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hetgen.frontend.work import ValueType, Work, WorkNode
+from hetgen.ops.registry import OPS
 
 Rule = Callable[[WorkNode, Work], list[WorkNode]]
 
@@ -164,23 +165,8 @@ def _clip(node: WorkNode, work: Work) -> list[WorkNode]:
     return [node.derive("Clip", _trim([node.inputs[0], *bounds]), node.outputs, attrs, 11)]
 
 
-REDUCE_AXES_INPUT_SINCE = {
-    "ReduceSum": 13,
-    **dict.fromkeys(
-        (
-            "ReduceMean",
-            "ReduceMax",
-            "ReduceMin",
-            "ReduceProd",
-            "ReduceL1",
-            "ReduceL2",
-            "ReduceLogSum",
-            "ReduceLogSumExp",
-            "ReduceSumSquare",
-        ),
-        18,
-    ),
-}
+# The reductions whose axes were an attribute before some opset (`OpDef.axes_input_since`).
+REDUCE_AXES_INPUT_SINCE = {op: d.axes_input_since for op, d in OPS.items() if d.axes_input_since is not None}
 
 
 @_keep_if_not_constant

@@ -25,4 +25,4 @@ def lower(op: OpInstance) -> Kernel:
     return copy_kernel(copies, out_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Concat", lower, input_roles=InputRoles(carries="all")),)
+DEFS = (OpDef("Concat", lower, input_roles=InputRoles(carries="all"), quantized_passthrough=True),)

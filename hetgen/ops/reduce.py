@@ -193,4 +193,8 @@ REDUCTIONS = (
     "ReduceLogSum",
     "ReduceLogSumExp",
 )
-DEFS = tuple(OpDef(op, lower, const_inputs=(1,)) for op in REDUCTIONS)
+AXES_INPUT_SINCE = 18  # ReduceSum's axes became an input at 13, the others' at 18
+DEFS = tuple(
+    OpDef(op, lower, const_inputs=(1,), axes_input_since=13 if op == "ReduceSum" else AXES_INPUT_SINCE)
+    for op in REDUCTIONS
+)

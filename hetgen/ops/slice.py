@@ -45,4 +45,4 @@ def lower(op: OpInstance) -> Kernel:
     return copy_kernel([copy_from_view(0, len(op.node.inputs), view, root)], x_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Slice", lower, const_inputs=(1, 2, 3, 4), input_roles=CARRIES),)
+DEFS = (OpDef("Slice", lower, const_inputs=(1, 2, 3, 4), input_roles=CARRIES, quantized_passthrough=True),)

@@ -21,4 +21,4 @@ def lower(op: OpInstance) -> Kernel:
     return copy_kernel([copy], x_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Transpose", lower, input_roles=CARRIES),)
+DEFS = (OpDef("Transpose", lower, input_roles=CARRIES, quantized_passthrough=True),)
