@@ -108,8 +108,9 @@ BLOCKED_INPUTS = {"conv": (0, 3), "pool": (0,), "add": (0, 1), "global": (0,)}
 
 
 def _pool_kind(op: str) -> str | None:
-    """ "pool" for a float window pool (MaxPool, AveragePool), "global" for a float global pool, from
-    their traits: the device model tiles them (QLinear pools share the work rule, not the tiling)."""
+    """The blocked kind of a float pool, from its traits: "pool" for a window pool (MaxPool,
+    AveragePool), "global" for a global one; None for any other operator. The device model tiles
+    these pools (QLinear pools share the work rule, not the tiling)."""
     definition = op_def(op)
     if definition is None:
         return None

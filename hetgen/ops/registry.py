@@ -4,8 +4,7 @@ Each lowered operator has one module (or one per small family of operators that 
 each exposing `DEFS: tuple[OpDef, ...]`, listed once in `MODULES` below; an operator whose meaning
 changed with an opset has one entry per meaning (`OpDef.since`), and `op_def` picks the one for a
 node's opset. Operators compiled through their ONNX function body are `Expanded` entries in
-`EXPANDED`. Adding an operator is its module, one
-line here and its template (docs/operators.md).
+`EXPANDED`. Adding an operator is its module, one line here and its template (docs/operators.md).
 """
 
 from __future__ import annotations
