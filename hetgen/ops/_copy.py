@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import BITS_TYPE, literal
-from hetgen.ops._layout import collapse, contiguous_strides, index_expr, loops_for, view_strides
+from hetgen.ops._common import BITS_TYPE, collapse, contiguous_strides, index_expr, literal, loops_for, view_strides
 from hetgen.ops.base import Kernel
 
 TEMPLATE = "kernels/copy.c.j2"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from hetgen.ir import DType, TensorType
 from hetgen.ops import _parallel
-from hetgen.ops._layout import broadcast_strides, collapse, contiguous_strides, index_expr, loops_for
+from hetgen.ops._common import broadcast_strides, collapse, contiguous_strides, index_expr, loops_for
 from hetgen.ops.base import Epilogue, Kernel, Unsupported
 
 TEMPLATE = "kernels/elementwise.c.j2"

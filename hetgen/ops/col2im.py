@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ir import DType
-from hetgen.ops._layout import contiguous_strides
+from hetgen.ops._common import contiguous_strides
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import scalar_value
-from hetgen.ops._layout import normalize_axis
+from hetgen.ops._common import normalize_axis, scalar_value
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 TEMPLATE = "kernels/dft.c.j2"
@@ -22,16 +21,24 @@ def _float(op: OpInstance, x) -> None:
         raise Unsupported(f"{op.node.op} on {x.dtype.label}; accepted: float32, float64")
 
 
+AXIS_INPUT_OPSET = 20  # DFT's axis: an attribute (default 1) before, input 2 (default -2) since
+
+
+def lower_dft_17(op: OpInstance) -> Kernel:
+    _float(op, op.input_types[0])
+    return _lower_dft(op, int(op.attr("axis", 1)))
+
+
 def lower_dft(op: OpInstance) -> Kernel:
+    _float(op, op.input_types[0])
+    axis_value = op.constant(2)
+    if op.has_input(2) and axis_value is None:
+        raise Unsupported("DFT axis must be a compile-time constant")
+    return _lower_dft(op, int(scalar_value(axis_value, "DFT axis")) if axis_value is not None else -2)
+
+
+def _lower_dft(op: OpInstance, axis: int) -> Kernel:
     x = op.input_types[0]
-    _float(op, x)
-    if int(op.attr("_opset", 20)) < 20:
-        axis = int(op.attr("axis", 1))
-    else:
-        axis_value = op.constant(2)
-        if op.has_input(2) and axis_value is None:
-            raise Unsupported("DFT axis must be a compile-time constant")
-        axis = int(scalar_value(axis_value, "DFT axis")) if axis_value is not None else -2
     axis = normalize_axis(axis, x.rank)
     if axis == x.rank - 1:
         raise Unsupported("DFT along the last axis (the real/imaginary one); accepted: a signal axis")
@@ -99,4 +106,8 @@ def lower_stft(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("DFT", lower_dft, const_inputs=(1, 2)), OpDef("STFT", lower_stft, const_inputs=(1, 3)))
+DEFS = (
+    OpDef("DFT", lower_dft_17, const_inputs=(1, 2), since=17),
+    OpDef("DFT", lower_dft, const_inputs=(1, 2), since=AXIS_INPUT_OPSET),
+    OpDef("STFT", lower_stft, const_inputs=(1, 3)),
+)

@@ -107,6 +107,13 @@ def lower_global_pool(op: OpInstance) -> Kernel:
 DEFS = (
     OpDef("AveragePool", lower_window_pool, work=WorkRule.WINDOW, tiling=Tiling.WINDOW),
     OpDef("GlobalAveragePool", lower_global_pool, work=WorkRule.GLOBAL, tiling=Tiling.CHANNELS),
-    OpDef("GlobalMaxPool", lower_global_pool, work=WorkRule.GLOBAL, tiling=Tiling.CHANNELS),
-    OpDef("MaxPool", lower_window_pool, work=WorkRule.WINDOW, tiling=Tiling.WINDOW, optional_outputs_from=1),
+    OpDef("GlobalMaxPool", lower_global_pool, work=WorkRule.GLOBAL, tiling=Tiling.CHANNELS, quantized_passthrough=True),
+    OpDef(
+        "MaxPool",
+        lower_window_pool,
+        work=WorkRule.WINDOW,
+        tiling=Tiling.WINDOW,
+        optional_outputs_from=1,
+        quantized_passthrough=True,
+    ),
 )

@@ -14,8 +14,7 @@ import math
 
 import numpy as np
 
-from hetgen.ops._cexpr import FLOAT_DTYPES, literal
-from hetgen.ops._layout import contiguous_strides, normalize_axis
+from hetgen.ops._common import FLOAT_DTYPES, contiguous_strides, literal, normalize_axis
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hetgen.ops._cexpr import scalar_value
+from hetgen.ops._common import scalar_value
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
