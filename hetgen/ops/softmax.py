@@ -36,7 +36,9 @@ def lower(op: OpInstance) -> Kernel:
         "outer": outer,
         "length": length,
         "inner": inner,
+        "row_stride": length * inner,
         "out_index": input_arg_count(op),
+        "scratch_index": input_arg_count(op) + 1,
         "split": split,
     }
     return Kernel(
