@@ -67,6 +67,8 @@ def elementwise_kernel(
             "empty": size == 0,
             "loads": loads,
             "loops": loops,
+            "outer_loops": loops[:-1],  # the vector unit's kernel strip-mines the innermost loop
+            "innermost_loop": loops[-1] if loops else None,
             "out_ctype": out_type.dtype.c_type,
             "out_arg": out_arg,
             "out_index": index_expr(loops, collapsed[-1]),

@@ -44,6 +44,7 @@ def lower(op: OpInstance) -> Kernel:
             "outer": outer,
             "n": n,
             "inner": inner,
+            "row_stride": n * inner,
             "better": _better(op.node.op, last, dtype.is_float),
             "scratch_arg": len(op.node.inputs) + 1,
         },

@@ -38,6 +38,8 @@ def lower(op: OpInstance) -> Kernel:
             "rank": rank,
             "batch": batch,
             "channels": channels,
+            "planes": batch * channels,
+            "last_axis": rank - 1,
             "image": image,
             "image_strides": contiguous_strides(image),
             "image_size": math.prod(image),

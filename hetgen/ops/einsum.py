@@ -79,6 +79,7 @@ def lower(op: OpInstance) -> Kernel:
             "outer": loops[: len(output)],
             "inner": loops[len(output) :],
             "reads": reads,
+            "product": " * ".join(f"in{read['arg']}[{read['index']}]" for read in reads),
             "out_arg": len(op.node.inputs),
             "out_index": out_index,
             "empty": size == 0,

@@ -50,6 +50,7 @@ def lower(op: OpInstance) -> Kernel:
         params={
             "batches": batches,
             "boxes": count,
+            "batch_stride": count * 4,
             "classes": classes,
             "per_class": per_class,
             "center_point_box": center,

@@ -74,6 +74,7 @@ def lower_hardmax(op: OpInstance) -> Kernel:
             "outer": math.prod(shape[:axis]),
             "n": shape[axis],
             "inner": math.prod(shape[axis + 1 :]),
+            "row_stride": math.prod(shape[axis:]),
         },
         flops=x_type.size,
         bytes_accessed=2 * x_type.nbytes,

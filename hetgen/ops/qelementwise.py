@@ -152,6 +152,7 @@ def lower_average_pool(op: OpInstance) -> Kernel:
         "qmin": qmin,
         "qmax": qmax,
         "out_index": input_arg_count(op),
+        "scratch_index": input_arg_count(op) + 1,
     }
     return Kernel(
         "kernels/qavgpool.c.j2",

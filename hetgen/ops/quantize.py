@@ -95,6 +95,8 @@ def lower_dynamic(op: OpInstance) -> Kernel:
         "variant": "dynamic",
         "size": x_type.size,
         "out_index": input_arg_count(op),
+        "scale_index": input_arg_count(op) + 1,
+        "zero_point_index": input_arg_count(op) + 2,
         "in_ctype": "float",
         "out_ctype": "uint8_t",
     }

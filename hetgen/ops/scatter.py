@@ -88,7 +88,8 @@ def lower_scatter_nd(op: OpInstance) -> Kernel:
             "axes": [{"extent": data.shape[j], "stride": strides[j]} for j in range(depth)],
             "block": math.prod(data.shape[depth:]),
             "combine": combine,
-            "itemsize": data.dtype.itemsize,
+            "replace": combine == "u",
+            "block_bytes": math.prod(data.shape[depth:]) * data.dtype.itemsize,
         },
         bytes_accessed=2 * data.nbytes + updates.nbytes + indices.nbytes,
     )

@@ -44,7 +44,9 @@ def _lower(op: OpInstance, coerce_2d: bool) -> Kernel:
         "outer": outer,
         "length": length,
         "inner": inner,
+        "row_stride": length * inner,
         "out_index": input_arg_count(op),
+        "scratch_index": input_arg_count(op) + 1,
         "split": split,
     }
     return Kernel(

@@ -30,6 +30,7 @@ def lower(op: OpInstance) -> Kernel:
             "inner": math.prod(shape[axis + 1 :]),
             "n": n,
             "k": k,
+            "row_stride": math.prod(shape[axis:]),
             "better": ">" if int(op.attr("largest", 1)) else "<",
             "values_arg": inputs if op.node.outputs[0] else None,
             "indices_arg": inputs + 1 if len(op.node.outputs) > 1 and op.node.outputs[1] else None,
