@@ -59,6 +59,8 @@ PAYLOADS = {
     + "{{ a40|length }}",
     "join_bomb": "{% set s = 'x' * 10000000 %}{{ [s, s, s, s, s, s, s, s]|join }}",
     "indent_bomb": "{{ ('x\\n' * 1000000)|indent(60) }}",
+    "loop_nest_depth_bomb": "{{ ([{'var': 'i', 'extent': 1}]|loop_nest(10**9)).body|length }}",
+    "loop_nest_width_bomb": "{{ (([{'var': 'i', 'extent': 1}] * 60000)|loop_nest(0)).level }}",
     "ljust_bomb": "{{ 'x'.ljust(10**9) }}",
     "replace_bomb": "{% set s = 'x' * 100000 %}{{ s.replace('', s) }}",
     "recursive_macro": "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
@@ -184,13 +186,17 @@ def shipped_usage() -> dict[str, Counter]:
 def test_the_sandbox_allows_exactly_what_hetgens_templates_use():
     used = shipped_usage()
     assert set(used["globals"]) == set(sandbox.ALLOWED_GLOBALS)
-    assert set(used["filters"]) == {*sandbox.ALLOWED_FILTERS, "cfloat"}
+    assert set(used["filters"]) == {*sandbox.ALLOWED_FILTERS, "cfloat", "loop_nest"}
     assert set(used["tests"]) == set(sandbox.ALLOWED_TESTS)
     for env in (environment(), environment(("/nonexistent",))):
         assert isinstance(env, jinja2.sandbox.ImmutableSandboxedEnvironment)
         assert set(env.globals) == {"range"}
         assert set(env.tests) == {"none"}
-        assert set(env.filters) - {"hetgen_counted_loop", "hetgen_sized"} == {*sandbox.ALLOWED_FILTERS, "cfloat"}
+        assert set(env.filters) - {"hetgen_counted_loop", "hetgen_sized"} == {
+            *sandbox.ALLOWED_FILTERS,
+            "cfloat",
+            "loop_nest",
+        }
 
 
 def test_only_jinja_hetgen_and_sized_builtin_callables_can_be_called(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -38,6 +39,9 @@ def _c_float(value: float) -> str:
 
 
 INDENT = "    "  # one level of the generated C's indentation
+# The deepest nest `loop_nest` lays out: a kernel nests at most a loop per dimension of its widest
+# tensor (HG_MAX_RANK, 8) and a few of its own; a kind's template may not ask for a gigabyte of spaces.
+MAX_LOOP_LEVELS = 64
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,11 @@ class LoopNest:
 
 def loop_nest(loops, depth: int) -> LoopNest:
     """The `loop_nest` filter: `loops` laid out from indentation level `depth` (kernels/_loops.j2)."""
-    loops = tuple(loops)
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth <= MAX_LOOP_LEVELS:
+        raise TemplateRefused(f"loop_nest's depth must be an integer from 0 to {MAX_LOOP_LEVELS}, not {depth!r}")
+    loops = tuple(itertools.islice(loops, MAX_LOOP_LEVELS + 1))
+    if depth + len(loops) > MAX_LOOP_LEVELS:
+        raise TemplateRefused(f"loop_nest would nest more than {MAX_LOOP_LEVELS} levels")
     level = depth + len(loops)
     headers = tuple(
         LoopHeader(INDENT * (depth + i), _field(loop, "var"), _field(loop, "extent")) for i, loop in enumerate(loops)
