@@ -378,6 +378,8 @@ def _parse_where(node: YNode | None, what: str, problems: Problems) -> FrozenMap
             continue
         if key.value not in validators:
             hint = close_match(key.value, validators)
+            if key.value == "residual":  # the kernel table decides which Conv and Add form one unit
+                hint = " (the kernel table decides which Conv and Add are a residual unit: name it with 'unit: conv_residual')"
             problems.add(key.pos, f"unknown predicate '{key.value}' in {what}{hint}; accepted: {listing(validators)}")
             continue
         message = validators[key.value](data)

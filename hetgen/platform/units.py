@@ -26,6 +26,7 @@ NAMED_UNITS = {
     "attention": "MatMul, scale, mask, Softmax and MatMul with the Transposes around them, as one kernel",
     "conv_residual": "a Conv whose epilogue adds a residual tensor (its Add) and the Add's activations",
 }
+CONTROLLER_UNITS = ("attention",)  # no tiling (hetgen/spec/tiling.py): only a controller runs them
 EPILOGUE_HEADS = tuple(sorted(op for op, definition in OPS.items() if definition.fusable_epilogue))
 ACTIVATIONS = tuple(sorted(FUSABLE_ACTIVATIONS))
 
