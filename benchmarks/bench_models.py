@@ -79,7 +79,11 @@ def peak_gflops() -> float:
 def matrix_flops(model: onnx.ModelProto) -> int:
     """Arithmetic of the model's convolutions and matrix products (2 per multiply-add)."""
     graph = import_graph(model, {})
-    return sum(op_def(node.op).lower(OpInstance.of(node, graph)).flops for node in graph.nodes if node.op in MATRIX_OPS)
+    return sum(
+        op_def(node.op, node.opset).lower(OpInstance.of(node, graph)).flops
+        for node in graph.nodes
+        if node.op in MATRIX_OPS
+    )
 
 
 def memory_figures_for(platform: str, model: onnx.ModelProto, memory: str | None = None) -> MemoryFigures:

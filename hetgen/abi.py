@@ -53,7 +53,8 @@ class Engine(enum.Enum):
     MAC_ARRAY_RESIDUAL = 5
 
 
-# A simulated device (hg_sim.c) queues at most this many invocations between two waits.
+# A device behind hg_device.h, a simulated one (hg_sim.c) or a co-processor (hg_coproc.c), queues at
+# most this many invocations between two waits.
 QUEUE_DEPTH = 16
 # The simulator remembers when the last WAIT_RING commands finished; a command waits for one of them
 # (hg_sim_work.after < WAIT_RING; hetgen/spec/tiling.py plans within it).

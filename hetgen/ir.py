@@ -113,6 +113,9 @@ class Node:
     outputs: tuple[str, ...]
     attrs: tuple[tuple[str, AttrValue], ...] = ()
     source_name: str = ""  # the node's name in the ONNX file, for messages
+    # The version of its domain's opset whose semantics the node follows (hetgen/frontend/normalize.py);
+    # the registry picks the operator's entry for it (hetgen/ops/registry.py `op_def`). None: the newest.
+    opset: int | None = None
 
     def attr(self, key: str, default: AttrValue = None) -> AttrValue:
         for name, value in self.attrs:

@@ -335,7 +335,7 @@ def _prepare(case, prefix: str) -> list[_Unit] | tuple[str, str]:
             graph = import_onnx(harness.freeze_inputs(case.model, feeds, frozen)).verify()
             kernels, sources, helpers = [], [], set()
             for node, instance in harness.op_instances(graph):
-                kernel = op_def(node.op).lower(instance)
+                kernel = op_def(node.op, node.opset).lower(instance)
                 fn = f"hg_{prefix}_{k}_{node.name}"
                 sources.append(kernel_source(kernel, fn, node.label))
                 helpers.update(kernel.helpers)

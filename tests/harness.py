@@ -53,7 +53,7 @@ def build_library(graph: Graph, workdir: Path):
     sources, kernels = [], []
     helpers: set[str] = set()
     for node, instance in op_instances(graph):
-        definition = op_def(node.op)
+        definition = op_def(node.op, node.opset)
         assert definition is not None, f"{node.op} is not registered"
         kernel = definition.lower(instance)
         fn = f"hg_{node.name}"

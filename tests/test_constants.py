@@ -60,7 +60,10 @@ def test_the_templates_copy_is_the_generated_header():
 def test_no_runtime_source_spells_a_shared_number():
     """The runtime's sources define none of the shared names themselves: they include the header."""
     shared = ["enum hg_opcode {", "enum hg_region {", "enum hg_sim_engine {", "} hg_device_stats;"]
-    shared += [f"#define {name} " for name in ("HG_SIM_QUEUE_DEPTH", "HG_SIM_RING", "HG_SGEMM_SPLIT_MACS")]
+    shared += [
+        f"#define {name} "
+        for name in ("HG_SIM_QUEUE_DEPTH", "HG_COPROC_QUEUE_DEPTH", "HG_SIM_RING", "HG_SGEMM_SPLIT_MACS")
+    ]
     shared += [f"#define {name} " for name in ("HG_SGEMM_PANEL_M", "HG_SGEMM_PANEL_N")]
     for path in sorted(RUNTIME.iterdir()):
         if path.name == "hg_constants.h" or path.suffix not in (".c", ".h"):
@@ -82,6 +85,8 @@ def _static_asserts() -> str:
     checks += [f'_Static_assert(HG_SIM_{e.name} == {e.value}, "HG_SIM_{e.name}");' for e in abi.Engine]
     checks += [
         f'_Static_assert(HG_SIM_QUEUE_DEPTH == {abi.QUEUE_DEPTH}, "queue depth");',
+        f'_Static_assert(HG_COPROC_QUEUE_DEPTH == {abi.QUEUE_DEPTH}u, "co-processor queue depth");',
+        '_Static_assert(sizeof(((hg_coproc_state *)0)->pending) == sizeof(uint32_t) * HG_COPROC_QUEUE_DEPTH, "pending");',
         f'_Static_assert(HG_SIM_RING == {abi.WAIT_RING}, "wait ring");',
         f'_Static_assert(HG_SGEMM_PANEL_M == {abi.GEMM_PANEL_M} && HG_SGEMM_PANEL_N == {abi.GEMM_PANEL_N}, "panels");',
         f'_Static_assert(HG_SGEMM_SPLIT_MACS == {abi.GEMM_SPLIT_MACS}u, "GEMM split");',
@@ -110,7 +115,7 @@ def test_c_sees_pythons_values(tmp_path):
     """Compiled against the runtime's own headers (hg_sim.h, hg_kernels.h, hg_runtime.h: what the
     runtime's sources include) beside the generated header: C's values are Python's."""
     check = tmp_path / "check.c"
-    includes = '#include <stddef.h>\n#include "hg_sim.h"\n#include "hg_kernels.h"\n'
+    includes = '#include <stddef.h>\n#include "hg_sim.h"\n#include "hg_kernels.h"\n#include "hg_coproc.h"\n'
     check.write_text(includes + _static_asserts() + "\n")
     good = _runtime_headers(tmp_path / "good", constants_header())
     subprocess.run(["cc", "-fsyntax-only", "-I", str(good), str(check)], check=True)

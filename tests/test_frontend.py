@@ -123,8 +123,8 @@ def test_transformer_imports_with_folded_shapes_and_fused_patterns(all_ops, opse
 def test_every_node_carries_its_opset(all_ops):
     graph = import_model(models.transformer_encoder(opset=13, layer_norm="decomposed"))
     for node in graph.nodes:
-        assert isinstance(node.attr("_opset"), int)
-    by_op = {n.op: n.attr("_opset") for n in graph.nodes}
+        assert isinstance(node.opset, int) and not any(name.startswith("_") for name, _ in node.attrs)
+    by_op = {n.op: n.opset for n in graph.nodes}
     assert by_op["MatMul"] == 13 and by_op["LayerNormalization"] == 17 and by_op["Gelu"] == 20
 
 
@@ -405,7 +405,7 @@ def test_normal_forms_have_constant_inputs_and_explicit_axes(all_ops):
     graph = import_model(single_node_model("ReduceMean", [], {"axes": [-1, 1]}, 11))
     node = graph.nodes[0]
     np.testing.assert_array_equal(graph.constants[node.inputs[1]], [1, 3])
-    assert node.attr("keepdims") == 1 and node.attr("_opset") == 18 and not node.has_attr("axes")
+    assert node.attr("keepdims") == 1 and node.opset == 18 and not node.has_attr("axes")
 
     graph = import_model(single_node_model("Split", [], {"axis": -1, "num_outputs": 2}, 18, outputs=2))
     node = graph.nodes[0]
@@ -414,7 +414,7 @@ def test_normal_forms_have_constant_inputs_and_explicit_axes(all_ops):
 
     graph = import_model(single_node_model("Clip", [], {"min": 0.0}, 7))
     node = graph.nodes[0]
-    assert len(node.inputs) == 2 and float(graph.constants[node.inputs[1]]) == 0.0 and node.attr("_opset") == 11
+    assert len(node.inputs) == 2 and float(graph.constants[node.inputs[1]]) == 0.0 and node.opset == 11
 
     graph = import_model(single_node_model("Softmax", [], {}, 17))
     assert graph.nodes[0].attr("axis") == 3
@@ -521,7 +521,7 @@ def test_decomposed_layer_norm_becomes_layer_normalization(all_ops, square, opse
     graph = import_model(model)
     assert ops_of(graph) == ["LayerNormalization"]
     node = graph.nodes[0]
-    assert node.outputs == ("y",) and node.attr("axis") == 2 and node.attr("_opset") == max(opset, 17)
+    assert node.outputs == ("y",) and node.attr("axis") == 2 and node.opset == max(opset, 17)
     assert node.attr("epsilon") == pytest.approx(1e-5)
     assert_same_results(model, graph)
 

@@ -18,19 +18,21 @@ from hetgen.ops.registry import supported_ops
 
 HETGEN = Path(__file__).resolve().parent.parent / "hetgen"
 
-# Tables that stay, each with why it is not an operator's fact. The frontend's rewrites are keyed
-# by ONNX forms before normalisation (old opsets, contrib domains, QDQ islands), not by what an
-# operator of the IR is; moving them onto OpDef is open work (issue 19 item 3).
+# Tables that stay, each with why it is not an operator's fact. They map ONNX forms as the model
+# writes them (old opsets, the com.microsoft domain, QDQ islands, operators hetgen never registers)
+# to frontend rewrite or check functions, which the ops stage cannot hold (it is imported by the
+# frontend, not the other way round). A per-operator value is a trait instead (the reductions'
+# `axes_input_since`, the QDQ passthroughs' `quantized_passthrough`).
 ALLOWED = {
-    "frontend/contrib_quant.py:UNARY": "rewrite: com.microsoft QLinear* -> DequantizeLinear, op, QuantizeLinear",
-    "frontend/contrib_quant.py:BINARY": "rewrite: com.microsoft QLinearAdd/Mul -> float ops",
-    "frontend/functions.py:HETGEN_BODIES": "the bodies hetgen writes for expanded operators",
-    "frontend/normalize.py:REDUCE_AXES_INPUT_SINCE": "rewrite: old-opset attribute forms",
-    "frontend/normalize.py:RULES": "rewrite: old-opset forms into the newest one",
-    "frontend/qdq.py:MATCHERS": "rewrite: QDQ islands into quantized operators",
-    "frontend/qdq_islands.py:PASSTHROUGH": "rewrite: QDQ islands into quantized operators",
+    "frontend/contrib_quant.py:UNARY": (
+        "rewrite of com.microsoft forms: QLinearSoftmax/Sigmoid/LeakyRelu have no OpDef to carry it"
+    ),
+    "frontend/contrib_quant.py:BINARY": "rewrite of com.microsoft forms into float ops, beside UNARY",
+    "frontend/functions.py:HETGEN_BODIES": "frontend functions writing ONNX bodies (ops cannot import the frontend)",
+    "frontend/normalize.py:RULES": "frontend rewrite functions of old-opset forms, some never registered (Upsample)",
+    "frontend/qdq.py:MATCHERS": "frontend rewrite functions matching QDQ islands around several operators",
     "frontend/rules.py:_WINDOWED": "validity rules of ONNX forms (LpPool is expanded, not registered)",
-    "frontend/rules.py:RULES": "validity rules of ONNX forms",
+    "frontend/rules.py:RULES": "frontend validity-check functions of ONNX forms",
 }
 
 

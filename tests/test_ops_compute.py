@@ -375,7 +375,7 @@ def run_fused(runs: list) -> list[np.ndarray]:
         graph = harness.import_onnx(single).verify()
         ((node, instance),) = harness.op_instances(graph)
         instance = dataclasses.replace(instance, epilogue=(epilogue,))
-        kernels.append((graph, node, op_def(node.op).lower(instance), f"hg_fused{index}"))
+        kernels.append((graph, node, op_def(node.op, node.opset).lower(instance), f"hg_fused{index}"))
     with tempfile.TemporaryDirectory(prefix="hg_fused_") as tmp:
         sources, helpers = [], set()
         for _graph, node, kernel, fn in kernels:
@@ -404,24 +404,36 @@ def run_fused(runs: list) -> list[np.ndarray]:
 # --- lowering decisions, no compiler ----------------------------------------------------------
 
 
-def lowered(op: str, attrs: dict, shapes: list, out_shapes: list):
+def lowered(op: str, attrs: dict, shapes: list, out_shapes: list, opset: int | None = None):
     from hetgen.ir import DType, Node, TensorType
 
     names = tuple(f"i{k}" for k in range(len(shapes)))
-    node = Node("n0", op, names, tuple(f"o{k}" for k in range(len(out_shapes))), tuple(sorted(attrs.items())))
+    outputs = tuple(f"o{k}" for k in range(len(out_shapes)))
+    node = Node("n0", op, names, outputs, tuple(sorted(attrs.items())), opset=opset)
     types = tuple(TensorType(DType.FLOAT32, tuple(s)) for s in shapes)
     outs = tuple(TensorType(DType.FLOAT32, tuple(s)) for s in out_shapes)
-    return op_def(op).lower(OpInstance(node, types, outs, (None,) * len(shapes)))
+    return op_def(op, opset).lower(OpInstance(node, types, outs, (None,) * len(shapes)))
 
 
 def test_softmax_before_opset_13_coerces_to_2d():
     """Before opset 13, Softmax normalises over all dimensions from `axis` on."""
-    old = lowered("Softmax", {"_opset": 11, "axis": 1}, [(2, 3, 4)], [(2, 3, 4)])
+    old = lowered("Softmax", {"axis": 1}, [(2, 3, 4)], [(2, 3, 4)], opset=11)
     assert (old.params["outer"], old.params["length"], old.params["inner"]) == (2, 12, 1)
     new = lowered("Softmax", {"axis": 1}, [(2, 3, 4)], [(2, 3, 4)])
     assert (new.params["outer"], new.params["length"], new.params["inner"]) == (2, 3, 4)
-    default_old = lowered("LogSoftmax", {"_opset": 12}, [(2, 3, 4)], [(2, 3, 4)])
+    default_old = lowered("LogSoftmax", {}, [(2, 3, 4)], [(2, 3, 4)], opset=12)
     assert default_old.params["length"] == 12
+
+
+def test_the_registry_picks_the_entry_for_the_opset():
+    """An operator whose meaning changed with an opset has one entry per meaning (`since`)."""
+    assert [op_def("Softmax", opset).since for opset in (7, 12, 13, 21, None)] == [1, 1, 13, 13, 13]
+    assert [op_def("DFT", opset).since for opset in (17, 19, 20, None)] == [17, 17, 20, 20]
+    assert op_def("DFT", 16).since == 17  # older than every entry: the oldest
+    assert op_def("Conv", 7) is op_def("Conv")  # one entry: every opset
+    for op in ("Softmax", "DFT"):  # the same facts, only the lowering differs
+        old, new = op_def(op, 1), op_def(op)
+        assert dataclasses.replace(old, lower=None, since=0) == dataclasses.replace(new, lower=None, since=0)
 
 
 def test_conv_strategies_and_cost():

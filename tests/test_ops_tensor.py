@@ -92,13 +92,13 @@ def _instance(op: str, in_types, out_types, attrs=(), constants=(), epilogue=())
 
 
 def _source(instance: OpInstance) -> str:
-    kernel = op_def(instance.node.op).lower(instance)
+    kernel = op_def(instance.node.op, instance.node.opset).lower(instance)
     return kernel_source(kernel, "hg_test", instance.node.label)
 
 
 def run_instance(instance: OpInstance, arrays: list[np.ndarray], tmp_path) -> list[np.ndarray]:
     """Compile one lowered instance alone and run it on `arrays` (inputs)."""
-    kernel = op_def(instance.node.op).lower(instance)
+    kernel = op_def(instance.node.op, instance.node.opset).lower(instance)
     path = tmp_path / "k.c"
     path.write_text(kernel_source(kernel, "hg_test", instance.node.label))
     lib = tmp_path / "k.so"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -35,6 +37,43 @@ def _c_float(value: float) -> str:
     return f"{text}f"
 
 
+INDENT = "    "  # one level of the generated C's indentation
+
+
+@dataclass(frozen=True)
+class LoopHeader:
+    indent: str
+    var: str
+    extent: int
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    """A nest of loops (each with `var` and `extent`) laid out from indentation level `depth`: the
+    `for` headers with their indentation, the closing braces' indentation (innermost first), and the
+    body's indentation and level (where a nest inside this one starts)."""
+
+    headers: tuple[LoopHeader, ...]
+    closers: tuple[str, ...]
+    body: str
+    level: int
+
+
+def loop_nest(loops, depth: int) -> LoopNest:
+    """The `loop_nest` filter: `loops` laid out from indentation level `depth` (kernels/_loops.j2)."""
+    loops = tuple(loops)
+    level = depth + len(loops)
+    headers = tuple(
+        LoopHeader(INDENT * (depth + i), _field(loop, "var"), _field(loop, "extent")) for i, loop in enumerate(loops)
+    )
+    closers = tuple(INDENT * (level - 1 - i) for i in range(len(loops)))
+    return LoopNest(headers, closers, INDENT * level, level)
+
+
+def _field(item, name: str):
+    return item[name] if isinstance(item, Mapping) else getattr(item, name)
+
+
 def _printed(value):
     """Every value a template prints: one that is not printable ASCII (a newline aside) is a name that
     skipped `hetgen.names`, and a hetgen bug, caught here before it reaches C."""
@@ -53,7 +92,7 @@ def environment(extra_dirs: tuple[str, ...] = ()) -> TemplateSandbox:
     own = templates_dir().resolve()
     bounded = any(not Path(folder).resolve().is_relative_to(own) for folder in extra_dirs)
     finalize = _bounded_printed if bounded else _printed
-    return TemplateSandbox(search, bounded, {"cfloat": _c_float}, finalize)
+    return TemplateSandbox(search, bounded, {"cfloat": _c_float, "loop_nest": loop_nest}, finalize)
 
 
 def forget_templates() -> None:

@@ -10,7 +10,7 @@
 - `contrib_quant`: onnxruntime's com.microsoft QOperator nodes become DequantizeLinear → float
   operator → QuantizeLinear;
 - `resolve` (with `rules`, `normalize`, `evaluate`): node by node, judge the node by hetgen's own
-  validity rules, rewrite old-opset forms into the newest one (see `normalize` for the `_opset`
+  validity rules, rewrite old-opset forms into the newest one (see `normalize` for the node `opset`
   convention lowerings follow), fold constant nodes, and type what onnx left untyped;
 - `cleanup`: Identity/Dropout removal, dead nodes, unused training outputs;
 - `qdq`: DequantizeLinear → Conv/MatMul/Gemm → QuantizeLinear islands become integer kernels; the

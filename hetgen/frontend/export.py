@@ -1,7 +1,7 @@
 """Graph IR → ONNX model, for comparing a Graph with its source model in onnxruntime.
 
 Each node is written in the form the frontend left it (see `normalize`), so the model imports the
-largest `_opset` of its nodes. Constant graph outputs become Constant nodes.
+largest `opset` of its nodes. Constant graph outputs become Constant nodes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hetgen.ops.registry import op_def
 
 
 def export_onnx(graph: Graph) -> onnx.ModelProto:
-    opset = max([graph.opset, *(node.attr("_opset", graph.opset) for node in graph.nodes)])
+    opset = max([graph.opset, *(graph.opset if node.opset is None else node.opset for node in graph.nodes)])
     nodes = [
         to_node_proto(WorkNode(n.op, list(n.inputs), list(n.outputs), dict(n.attrs), _domain(n.op)), name=n.name)
         for n in graph.nodes

@@ -63,6 +63,7 @@ def fold_batchnorm(graph: Graph) -> Graph:
             (bn.outputs[0],),
             conv.attrs,
             conv.source_name,
+            conv.opset,
         )
         dropped.add(bn.name)
     if not replaced:

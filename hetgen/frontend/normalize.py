@@ -3,7 +3,7 @@
 Lowerings therefore see one form per operator, whatever opset (7..21) the model was exported at:
 
 ==========================  =====================================================================
-operator                    form after the frontend (`_opset` is at least the version shown)
+operator                    form after the frontend (its `opset` is at least the version shown)
 ==========================  =====================================================================
 Softmax, LogSoftmax,        opset-13 semantics (one axis). Before 13 these coerced the input to
 Hardmax                     2-D; that becomes Reshape → op(axis=1) → Reshape unless the axis was
@@ -36,10 +36,12 @@ Flatten, LayerNormalization,
 LpNormalization
 ==========================  =====================================================================
 
-Every node then carries the attribute `_opset` (int): the version of its domain's opset whose
-semantics it follows *as written now*, i.e. max(model opset, the version of the form above). A
-lowering that must tell versions apart reads `op.node.attr('_opset')`; for the operators above it
-never has to. Evaluating a node with onnx at `_opset` gives its meaning (the frontend's folding and
+Every node then carries its `opset` (`WorkNode.opset`, then the IR's typed `Node.opset`): the
+version of its domain's opset whose semantics it follows *as written now*, i.e. max(model opset,
+the version of the form above). An operator whose meaning changed with an opset has one registry
+entry per meaning (`OpDef.since`), and the registry picks the entry for the node's opset
+(hetgen/ops/registry.py `op_def`); for the operators above it never has to tell them apart.
+Evaluating a node with onnx at its opset gives its meaning (the frontend's folding and
 `export_onnx` rely on this).
 """
 
@@ -51,6 +53,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hetgen.frontend.work import ValueType, Work, WorkNode
+from hetgen.ops.registry import OPS
 
 Rule = Callable[[WorkNode, Work], list[WorkNode]]
 
@@ -162,23 +165,8 @@ def _clip(node: WorkNode, work: Work) -> list[WorkNode]:
     return [node.derive("Clip", _trim([node.inputs[0], *bounds]), node.outputs, attrs, 11)]
 
 
-REDUCE_AXES_INPUT_SINCE = {
-    "ReduceSum": 13,
-    **dict.fromkeys(
-        (
-            "ReduceMean",
-            "ReduceMax",
-            "ReduceMin",
-            "ReduceProd",
-            "ReduceL1",
-            "ReduceL2",
-            "ReduceLogSum",
-            "ReduceLogSumExp",
-            "ReduceSumSquare",
-        ),
-        18,
-    ),
-}
+# The reductions whose axes were an attribute before some opset (`OpDef.axes_input_since`).
+REDUCE_AXES_INPUT_SINCE = {op: d.axes_input_since for op, d in OPS.items() if d.axes_input_since is not None}
 
 
 @_keep_if_not_constant

@@ -20,12 +20,13 @@ from hetgen.frontend.qdq_match import (
     quantized_output,
 )
 from hetgen.frontend.work import Work, WorkNode
+from hetgen.ops.registry import OPS
 
-# Operators that only select or move elements: on a quantized tensor they give what quantizing
-# their float result gives, when every input and the output share one scale and zero point
-# (Q(DQ(q)) = q, and quantisation preserves order). Inputs beyond the first are constants, except
-# Concat's.
-PASSTHROUGH = ("MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Concat")
+# Operators that only select or move elements (`OpDef.quantized_passthrough`): on a quantized tensor
+# they give what quantizing their float result gives, when every input and the output share one
+# scale and zero point (Q(DQ(q)) = q, and quantisation preserves order). Inputs beyond the first are
+# constants, except Concat's.
+PASSTHROUGH = tuple(op for op, definition in OPS.items() if definition.quantized_passthrough)
 
 
 def _match_passthrough(work: Work, node: WorkNode, reader: Reader):

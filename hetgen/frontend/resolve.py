@@ -157,7 +157,7 @@ def _onnx_node_types(node: WorkNode, work: Work) -> dict[str, ValueType]:
 
 
 def _registry_types(node: WorkNode, work: Work) -> dict[str, ValueType]:
-    definition = op_def(node.op) if node.is_default_domain else None
+    definition = op_def(node.op, node.opset) if node.is_default_domain else None
     if definition is None or definition.infer is None:
         return {}
     input_types = []
@@ -166,7 +166,8 @@ def _registry_types(node: WorkNode, work: Work) -> dict[str, ValueType]:
         if name and dtype is None:
             return {}
         input_types.append(TensorType(dtype, work.types[name].shape) if name else None)
-    ir_node = Node("infer", node.op, tuple(node.inputs), tuple(node.outputs), tuple(sorted(node.attrs.items())))
+    attrs = tuple(sorted(node.attrs.items()))
+    ir_node = Node("infer", node.op, tuple(node.inputs), tuple(node.outputs), attrs, opset=node.opset)
     instance = OpInstance(
         ir_node, tuple(input_types), (), tuple(work.constants.get(n) if n else None for n in node.inputs)
     )

@@ -4,9 +4,9 @@ Exporters (older torch, TF converters, models from before opset 17/20) spell the
 
 - LayerNorm: ReduceMean → Sub → Pow(2) → ReduceMean → Add(eps) → Sqrt → Div → Mul(gamma) → Add(beta),
   over trailing axes, keepdims=1. It becomes LayerNormalization(x, gamma, beta) (opset-17 semantics,
-  `_opset` ≥ 17). Mul(d, d) in place of Pow(d, 2), and a missing Mul or Add, are accepted.
+  its `opset` ≥ 17). Mul(d, d) in place of Pow(d, 2), and a missing Mul or Add, are accepted.
 - Gelu: x * 0.5 * (1 + erf(x / sqrt(2))) in any association of the product, with Mul by 1/sqrt(2)
-  in place of the division. It becomes Gelu(x) (approximate='none', `_opset` ≥ 20).
+  in place of the division. It becomes Gelu(x) (approximate='none', its `opset` ≥ 20).
 - Gelu, tanh form: x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), x^3 as Pow(x, 3) or
   x * x * x, each product in either order. It becomes Gelu(x, approximate='tanh').
 

@@ -171,16 +171,15 @@ def to_graph(work: Work, name: str) -> Graph:
     types = {n: TensorType(DType.from_onnx(t.elem), t.shape) for n, t in work.types.items()}
     nodes = []
     for index, node in enumerate(work.nodes):
-        attrs = dict(node.attrs)
-        attrs["_opset"] = node.opset
         nodes.append(
             Node(
                 node_name(index, node),
                 node.op,
                 tuple(node.inputs),
                 tuple(node.outputs),
-                tuple(sorted(attrs.items())),
+                tuple(sorted(node.attrs.items())),
                 node.source_name,
+                node.opset,
             )
         )
     constants = {n: np.require(a, requirements="C") for n, a in work.constants.items()}

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hetgen.ir import DType, Node
-from hetgen.ops._cexpr import libm, literal
+from hetgen.ops._common import libm, literal
 
 # Activations that may be fused into the kernel that produces their input (Conv, Gemm, MatMul, Add).
 FUSABLE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import BITS_TYPE, literal
-from hetgen.ops._layout import collapse, contiguous_strides, index_expr, loops_for, view_strides
+from hetgen.ops._common import BITS_TYPE, collapse, contiguous_strides, index_expr, literal, loops_for, view_strides
 from hetgen.ops.base import Kernel
 
 TEMPLATE = "kernels/copy.c.j2"
@@ -87,7 +86,7 @@ def _copy_block(copy: Copy, itemsize: int) -> dict | None:
         return None
     extents, (src, dst) = collapse(copy.extents, [copy.src_strides, copy.dst_strides])
     block = {
-        "kind": "elements",
+        "reads": True,
         "src_arg": copy.src_arg,
         "dst_arg": copy.dst_arg,
         "src_offset": copy.src_offset,
@@ -96,16 +95,13 @@ def _copy_block(copy: Copy, itemsize: int) -> dict | None:
     }
     if extents and src[-1] == 1 and dst[-1] == 1:
         loops = loops_for(extents[:-1])
+        src_index, dst_index = index_expr(loops, src[:-1]), index_expr(loops, dst[:-1])
         block.update(
-            kind="rows",
-            loops=loops,
-            row_bytes=extents[-1] * itemsize,
-            src_index=index_expr(loops, src[:-1]),
-            dst_index=index_expr(loops, dst[:-1]),
+            loops=loops, statements=(f"memcpy(dst + {dst_index}, src + {src_index}, {extents[-1] * itemsize});",)
         )
         return block
     loops = loops_for(extents)
-    block.update(loops=loops, src_index=index_expr(loops, src), dst_index=index_expr(loops, dst))
+    block.update(loops=loops, statements=(f"dst[{index_expr(loops, dst)}] = src[{index_expr(loops, src)}];",))
     return block
 
 
@@ -115,32 +111,32 @@ def _fill_block(fill: Fill) -> dict | None:
     extents, (dst,) = collapse(fill.extents, [fill.dst_strides])
     runtime = fill.value_arg is not None
     zero_bytes = not runtime and not np.asarray(fill.value, dtype=fill.dtype.numpy).tobytes().strip(b"\0")
-    block = {"dst_arg": fill.dst_arg, "dst_offset": fill.dst_offset, "ctype": fill.dtype.c_type}
+    block = {"reads": False, "dst_arg": fill.dst_arg, "dst_offset": fill.dst_offset, "ctype": fill.dtype.c_type}
     if zero_bytes and extents and dst[-1] == 1:
         loops = loops_for(extents[:-1])
-        block.update(
-            kind="zero_rows",
-            loops=loops,
-            row_bytes=extents[-1] * fill.dtype.itemsize,
-            dst_index=index_expr(loops, dst[:-1]),
-        )
+        row_bytes = extents[-1] * fill.dtype.itemsize
+        block.update(loops=loops, statements=(f"memset(dst + {index_expr(loops, dst[:-1])}, 0, {row_bytes});",))
         return block
     loops = loops_for(extents)
     value = f"((const {fill.dtype.c_type} *)args[{fill.value_arg}])[0]" if runtime else literal(fill.value, fill.dtype)
-    block.update(kind="fill", loops=loops, dst_index=index_expr(loops, dst), value=value)
+    block.update(loops=loops, statements=(f"dst[{index_expr(loops, dst)}] = {value};",))
     return block
 
 
 def _data_block(data: Data) -> dict | None:
     if not data.values:
         return None
+    values = ", ".join(literal(v, data.dtype) for v in data.values)
     return {
-        "kind": "data",
+        "reads": False,
         "dst_arg": data.dst_arg,
         "dst_offset": 0,
         "ctype": data.dtype.c_type,
         "loops": (),
-        "values": [literal(v, data.dtype) for v in data.values],
+        "statements": (
+            f"static const {data.dtype.c_type} value[{len(data.values)}] = {{ {values} }};",
+            "memcpy(dst, value, sizeof value);",
+        ),
     }
 
 

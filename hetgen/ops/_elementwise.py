@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from hetgen.ir import DType, TensorType
 from hetgen.ops import _parallel
-from hetgen.ops._layout import broadcast_strides, collapse, contiguous_strides, index_expr, loops_for
+from hetgen.ops._common import broadcast_strides, collapse, contiguous_strides, index_expr, loops_for
 from hetgen.ops.base import Epilogue, Kernel, Unsupported
 
 TEMPLATE = "kernels/elementwise.c.j2"
@@ -67,6 +67,8 @@ def elementwise_kernel(
             "empty": size == 0,
             "loads": loads,
             "loops": loops,
+            "outer_loops": loops[:-1],  # the vector unit's kernel strip-mines the innermost loop
+            "innermost_loop": loops[-1] if loops else None,
             "out_ctype": out_type.dtype.c_type,
             "out_arg": out_arg,
             "out_index": index_expr(loops, collapsed[-1]),

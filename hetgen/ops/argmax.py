@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, require_dtype
-from hetgen.ops._layout import normalize_axis
+from hetgen.ops._common import FLOAT_DTYPES, INTEGER_DTYPES, normalize_axis, require_dtype
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -45,6 +44,7 @@ def lower(op: OpInstance) -> Kernel:
             "outer": outer,
             "n": n,
             "inner": inner,
+            "row_stride": n * inner,
             "better": _better(op.node.op, last, dtype.is_float),
             "scratch_arg": len(op.node.inputs) + 1,
         },

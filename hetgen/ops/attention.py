@@ -98,6 +98,8 @@ def lower(spec: AttentionSpec, op: OpInstance) -> Kernel:
         "pack_bytes": pack,
         "mask_type": None if mask is None else ("float" if mask.kind == "add" else "uint8_t"),
         "out_index": len(op.node.inputs),
+        "scratch_index": len(op.node.inputs) + 1,
+        "batch_heads": spec.batch * spec.heads,
         "parallel_heads": parallel_heads,
     }
     return Kernel(

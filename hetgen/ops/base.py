@@ -190,6 +190,19 @@ class OpDef:
     # (the quantized operators).
     float16_boundary: bool = True
     domain: str = ""  # the ONNX domain it is exported in (hetgen/frontend/export.py); "" is ONNX's own
+    # Only selects or moves elements: on a quantized tensor it gives what quantizing its float result
+    # gives when its inputs and output share one scale and zero point, so a QDQ island runs it on the
+    # integers (hetgen/frontend/qdq_islands.py).
+    quantized_passthrough: bool = False
+    # The opset since which the axes are a constant input 1, not an attribute: the frontend rewrites
+    # the older form (hetgen/frontend/normalize.py); None where the axes never were an attribute.
+    axes_input_since: int | None = None
+    # -- versions --
+    # The first opset (of `domain`) whose semantics `lower` implements. An operator whose meaning
+    # changed with an opset has one entry per meaning, each with its `since` and the same traits
+    # (an opset changes the lowering, not the facts); the registry picks the entry for a node's
+    # opset (hetgen/ops/registry.py `op_def`).
+    since: int = 1
 
     @property
     def mac(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import reduce
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import INTEGER_DTYPES, SUFFIX, UNSIGNED, UNSIGNED_DTYPES, libm, literal, scalar_value
+from hetgen.ops._common import INTEGER_DTYPES, SUFFIX, UNSIGNED, UNSIGNED_DTYPES, libm, literal, scalar_value
 from hetgen.ops._elementwise import Operand, check_epilogue, elementwise_kernel
 from hetgen.ops.base import NO_ROLES, InputRoles, Kernel, OpDef, OpInstance, Tiling, Unsupported
 

@@ -7,7 +7,7 @@ broadcast scalar. `min(max(x, lo), hi)` as numpy.clip: NaN passes through, and l
 from __future__ import annotations
 
 from hetgen.ops._activation import clip
-from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, highest, literal, lowest, require_dtype, scalar_value
+from hetgen.ops._common import FLOAT_DTYPES, INTEGER_DTYPES, highest, literal, lowest, require_dtype, scalar_value
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Tiling
 

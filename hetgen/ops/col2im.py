@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ir import DType
-from hetgen.ops._layout import contiguous_strides
+from hetgen.ops._common import contiguous_strides
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -38,6 +38,8 @@ def lower(op: OpInstance) -> Kernel:
             "rank": rank,
             "batch": batch,
             "channels": channels,
+            "planes": batch * channels,
+            "last_axis": rank - 1,
             "image": image,
             "image_strides": contiguous_strides(image),
             "image_size": math.prod(image),

@@ -3,8 +3,8 @@ is not the innermost one, so the common channel concat is a handful of memcpy ca
 
 from __future__ import annotations
 
+from hetgen.ops._common import element_view, normalize_axis
 from hetgen.ops._copy import copy_into_view, copy_kernel
-from hetgen.ops._layout import element_view, normalize_axis
 from hetgen.ops.base import InputRoles, Kernel, OpDef, OpInstance
 
 
@@ -25,4 +25,4 @@ def lower(op: OpInstance) -> Kernel:
     return copy_kernel(copies, out_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Concat", lower, input_roles=InputRoles(carries="all")),)
+DEFS = (OpDef("Concat", lower, input_roles=InputRoles(carries="all"), quantized_passthrough=True),)

@@ -53,11 +53,15 @@ def lower(op: OpInstance) -> Kernel:
         "rows": rows,
         "in_rows": in_rows,
         "chunk_rows": chunk_rows,
+        "chunk_cols": chunk_rows * win.in_shape[2],
+        "group_weights": cin_group * rows,
         "has_bias": op.has_input(2),
+        "bias_value": f"bias[g * {cout_group}u + co]" if op.has_input(2) else "0.0f",
         "col_offset": 0,
         "pack_offset": col_bytes,
         "pack_bytes": pack,
         "out_index": input_arg_count(op),
+        "scratch_index": input_arg_count(op) + 1,
     }
     return Kernel(
         template="kernels/conv_transpose.c.j2",

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED, require_dtype, scalar_value
-from hetgen.ops._layout import normalize_axis
+from hetgen.ops._common import FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED, normalize_axis, require_dtype, scalar_value
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 

@@ -3,8 +3,8 @@ which is one strided copy."""
 
 from __future__ import annotations
 
+from hetgen.ops._common import element_view
 from hetgen.ops._copy import copy_from_view, copy_kernel
-from hetgen.ops._layout import element_view
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 

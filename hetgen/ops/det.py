@@ -18,7 +18,13 @@ def lower(op: OpInstance) -> Kernel:
     n = x.shape[-1]
     return Kernel(
         template="kernels/det.c.j2",
-        params={"ctype": x.dtype.c_type, "n": n, "count": math.prod(x.shape[:-2]), "empty": n == 0},
+        params={
+            "ctype": x.dtype.c_type,
+            "n": n,
+            "matrix_size": n * n,
+            "count": math.prod(x.shape[:-2]),
+            "empty": n == 0,
+        },
         scratch_bytes=8 * max(n * n, 1),
         flops=math.prod(x.shape[:-2]) * n**3,
         bytes_accessed=x.nbytes + op.output_types[0].nbytes,

@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import scalar_value
-from hetgen.ops._layout import normalize_axis
+from hetgen.ops._common import normalize_axis, scalar_value
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 TEMPLATE = "kernels/dft.c.j2"
@@ -22,16 +21,24 @@ def _float(op: OpInstance, x) -> None:
         raise Unsupported(f"{op.node.op} on {x.dtype.label}; accepted: float32, float64")
 
 
+AXIS_INPUT_OPSET = 20  # DFT's axis: an attribute (default 1) before, input 2 (default -2) since
+
+
+def lower_dft_17(op: OpInstance) -> Kernel:
+    _float(op, op.input_types[0])
+    return _lower_dft(op, int(op.attr("axis", 1)))
+
+
 def lower_dft(op: OpInstance) -> Kernel:
+    _float(op, op.input_types[0])
+    axis_value = op.constant(2)
+    if op.has_input(2) and axis_value is None:
+        raise Unsupported("DFT axis must be a compile-time constant")
+    return _lower_dft(op, int(scalar_value(axis_value, "DFT axis")) if axis_value is not None else -2)
+
+
+def _lower_dft(op: OpInstance, axis: int) -> Kernel:
     x = op.input_types[0]
-    _float(op, x)
-    if int(op.attr("_opset", 20)) < 20:
-        axis = int(op.attr("axis", 1))
-    else:
-        axis_value = op.constant(2)
-        if op.has_input(2) and axis_value is None:
-            raise Unsupported("DFT axis must be a compile-time constant")
-        axis = int(scalar_value(axis_value, "DFT axis")) if axis_value is not None else -2
     axis = normalize_axis(axis, x.rank)
     if axis == x.rank - 1:
         raise Unsupported("DFT along the last axis (the real/imaginary one); accepted: a signal axis")
@@ -55,8 +62,11 @@ def lower_dft(op: OpInstance) -> Kernel:
             "length_in": length_in,
             "length_out": y.shape[axis],
             "n": n,
-            "complex_in": x.shape[-1] == 2,
             "complex_out": y.shape[-1] == 2,
+            "in_step": 2 if x.shape[-1] == 2 else 1,  # values per element: 2 when complex
+            "out_step": 2 if y.shape[-1] == 2 else 1,
+            "imag_in": "(double)x[at * 2u + 1]" if x.shape[-1] == 2 else "0.0",
+            "half": n // 2,
             "sign": 1 if inverse else -1,
             "scale": f"{1.0 / n!r}" if inverse and n else "1.0",
             "hermitian": inverse and onesided,
@@ -90,8 +100,10 @@ def lower_stft(op: OpInstance) -> Kernel:
             "frame_step": int(scalar_value(step, "STFT frame_step")),
             "n": frame,
             "length_out": y.shape[2],
-            "complex_in": signal.shape[-1] == 2,
+            "in_step": 2 if signal.shape[-1] == 2 else 1,
+            "imag_in": "w * (double)x[at * 2u + 1]" if signal.shape[-1] == 2 else "0.0",
             "has_window": window is not None,
+            "window_value": "(double)window[t]" if window is not None else "1.0",
             "out_arg": len(op.node.inputs),
         },
         flops=8 * y.size * frame,
@@ -99,4 +111,8 @@ def lower_stft(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("DFT", lower_dft, const_inputs=(1, 2)), OpDef("STFT", lower_stft, const_inputs=(1, 3)))
+DEFS = (
+    OpDef("DFT", lower_dft_17, const_inputs=(1, 2), since=17),
+    OpDef("DFT", lower_dft, const_inputs=(1, 2), since=AXIS_INPUT_OPSET),
+    OpDef("STFT", lower_stft, const_inputs=(1, 3)),
+)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import string
 
 from hetgen.ir import DType
-from hetgen.ops._layout import Loop, contiguous_strides, index_expr
+from hetgen.ops._common import Loop, contiguous_strides, index_expr
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 ACCEPTED = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64)
@@ -79,6 +79,7 @@ def lower(op: OpInstance) -> Kernel:
             "outer": loops[: len(output)],
             "inner": loops[len(output) :],
             "reads": reads,
+            "product": " * ".join(f"in{read['arg']}[{read['index']}]" for read in reads),
             "out_arg": len(op.node.inputs),
             "out_index": out_index,
             "empty": size == 0,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hetgen.ops._common import element_view
 from hetgen.ops._copy import copy_from_view, copy_kernel
-from hetgen.ops._layout import element_view
 from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance, Unsupported
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import BITS_TYPE
-from hetgen.ops._layout import contiguous_strides, index_expr, loops_for, normalize_axis
+from hetgen.ops._common import BITS_TYPE, contiguous_strides, index_expr, loops_for, normalize_axis
 from hetgen.ops.base import InputRoles, Kernel, OpDef, OpInstance, Unsupported
 
 

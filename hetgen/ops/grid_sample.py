@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ir import DType
-from hetgen.ops._layout import contiguous_strides
+from hetgen.ops._common import contiguous_strides
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 MODES = {"nearest": 1, "linear": 2, "cubic": 4}  # points read per dimension
@@ -52,8 +52,15 @@ def lower(op: OpInstance) -> Kernel:
             "strides": contiguous_strides(dims),
             "spatial": math.prod(dims),
             "rank": rank,
-            "mode": mode,
-            "padding": padding,
+            "last_dim": rank - 1,
+            "nearest": mode == "nearest",
+            "linear": mode == "linear",
+            "cubic": mode == "cubic",
+            "first_back": 1 if mode == "cubic" else 0,  # taps before the point's floor
+            "zero_padding": padding == "zeros",
+            "border_padding": padding == "border",
+            "reflection_padding": padding == "reflection",
+            "float_suffix": "f" if x_type.dtype is DType.FLOAT32 else "",
             "align": align,
             "taps": per_dim**rank,
             "per_dim": per_dim,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from hetgen.ops import _parallel
-from hetgen.ops._common import input_arg_count, normalized_axis, present_outputs, require_float32, total_bytes
+from hetgen.ops._common import input_arg_count, normalize_axis, present_outputs, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -28,7 +28,7 @@ def param_stride(op: OpInstance, index: int, inner: int) -> int:
 def lower(op: OpInstance) -> Kernel:
     require_float32(op)
     x_type = op.input_types[0]
-    axis = normalized_axis(op, int(op.attr("axis", -1)), x_type.rank)
+    axis = normalize_axis(int(op.attr("axis", -1)), x_type.rank, op=op)
     outer, inner = math.prod(x_type.shape[:axis]), math.prod(x_type.shape[axis:])
     outputs = present_outputs(op)
     has_bias = op.has_input(2)

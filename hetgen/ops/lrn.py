@@ -16,6 +16,8 @@ def lower(op: OpInstance) -> Kernel:
     params = {
         "batch": batch,
         "channels": channels,
+        "last_channel": channels - 1,
+        "image_size": channels * (x_type.size // (batch * channels) if batch * channels else 0),
         "plane": x_type.size // (batch * channels) if batch * channels else 0,
         "before": (size - 1) // 2,  # channels below c in its window
         "after": size - 1 - (size - 1) // 2,  # channels above c

@@ -63,6 +63,7 @@ def lower(op: OpInstance) -> Kernel:
         "pack_bytes": _gemm_plan.pack_bytes(rows, n, k, op.gemm_blocks),
         "b_packed": False,
         "out_index": input_arg_count(op),
+        "scratch_index": input_arg_count(op) + 1,
         "epilogue": op.epilogue,
     }
     prepacked = ()

@@ -11,7 +11,7 @@ box exceeds the threshold, in float32 as both compute it.
 from __future__ import annotations
 
 from hetgen.ir import DType, TensorType
-from hetgen.ops._cexpr import require_dtype
+from hetgen.ops._common import require_dtype
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -50,6 +50,7 @@ def lower(op: OpInstance) -> Kernel:
         params={
             "batches": batches,
             "boxes": count,
+            "batch_stride": count * 4,
             "classes": classes,
             "per_class": per_class,
             "center_point_box": center,

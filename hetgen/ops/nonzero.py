@@ -7,7 +7,7 @@ With a constant input the frontend folds the node instead, and its output has a 
 from __future__ import annotations
 
 from hetgen.ir import DType, TensorType
-from hetgen.ops._layout import contiguous_strides
+from hetgen.ops._common import contiguous_strides
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 

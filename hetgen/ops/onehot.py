@@ -11,9 +11,16 @@ import math
 
 import numpy as np
 
-from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, require_dtype, scalar_value
+from hetgen.ops._common import (
+    FLOAT_DTYPES,
+    INTEGER_DTYPES,
+    element_view,
+    normalize_axis,
+    require_dtype,
+    scalar_value,
+    view_strides,
+)
 from hetgen.ops._copy import Fill, copy_kernel
-from hetgen.ops._layout import element_view, normalize_axis, view_strides
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -67,6 +74,7 @@ def lower_hardmax(op: OpInstance) -> Kernel:
             "outer": math.prod(shape[:axis]),
             "n": shape[axis],
             "inner": math.prod(shape[axis + 1 :]),
+            "row_stride": math.prod(shape[axis:]),
         },
         flops=x_type.size,
         bytes_accessed=2 * x_type.nbytes,

@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetgen.ops._cexpr import BITS_TYPE, scalar_value
+from hetgen.ops._common import (
+    BITS_TYPE,
+    contiguous_strides,
+    element_view,
+    index_expr,
+    loops_for,
+    normalize_axis,
+    scalar_value,
+    view_strides,
+)
 from hetgen.ops._copy import Copy, Fill, copy_kernel
-from hetgen.ops._layout import contiguous_strides, element_view, index_expr, loops_for, normalize_axis, view_strides
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 

@@ -60,13 +60,17 @@ def lower_window_pool(op: OpInstance) -> Kernel:
     params = {
         **win.view(),
         "axes": tuple(axis_tables(win, i, include_pad) for i in range(3)),
-        "variant": "max" if is_max else "avg",
+        "is_max": is_max,
+        "title": "MaxPool" if is_max else "AveragePool",
+        "table_note": "" if is_max else ", taps counted by the average",
+        "acc_ctype": x_type.dtype.c_type if is_max else "float",
         "planes": planes,
         "ctype": x_type.dtype.c_type,
         "init": MAX_TYPES[x_type.dtype] if is_max else "0.0f",
         "with_indices": bool(with_indices),
         "column_major": storage_order == 1,
         "out_index": input_arg_count(op),
+        "indices_index": input_arg_count(op) + 1,
         "split": split,
     }
     return Kernel(
@@ -88,14 +92,15 @@ def lower_global_pool(op: OpInstance) -> Kernel:
     size = x_type.size // planes if planes else 0
     split = _parallel.split(planes, size)
     params = {
-        "variant": "global_max" if op.node.op == "GlobalMaxPool" else "global_avg",
+        "is_max": op.node.op == "GlobalMaxPool",
+        "title": "GlobalMaxPool" if op.node.op == "GlobalMaxPool" else "GlobalAveragePool",
         "planes": planes,
         "plane_size": size,
         "out_index": input_arg_count(op),
         "split": split,
     }
     return Kernel(
-        template="kernels/pool.c.j2",
+        template="kernels/pool_global.c.j2",
         params=params,
         flops=x_type.size,
         bytes_accessed=total_bytes(x_type, *op.output_types),
@@ -107,6 +112,13 @@ def lower_global_pool(op: OpInstance) -> Kernel:
 DEFS = (
     OpDef("AveragePool", lower_window_pool, work=WorkRule.WINDOW, tiling=Tiling.WINDOW),
     OpDef("GlobalAveragePool", lower_global_pool, work=WorkRule.GLOBAL, tiling=Tiling.CHANNELS),
-    OpDef("GlobalMaxPool", lower_global_pool, work=WorkRule.GLOBAL, tiling=Tiling.CHANNELS),
-    OpDef("MaxPool", lower_window_pool, work=WorkRule.WINDOW, tiling=Tiling.WINDOW, optional_outputs_from=1),
+    OpDef("GlobalMaxPool", lower_global_pool, work=WorkRule.GLOBAL, tiling=Tiling.CHANNELS, quantized_passthrough=True),
+    OpDef(
+        "MaxPool",
+        lower_window_pool,
+        work=WorkRule.WINDOW,
+        tiling=Tiling.WINDOW,
+        optional_outputs_from=1,
+        quantized_passthrough=True,
+    ),
 )

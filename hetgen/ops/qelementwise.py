@@ -18,8 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetgen.ops._activation import DEFAULTS, activation_c
-from hetgen.ops._cexpr import c_float
-from hetgen.ops._common import input_arg_count, total_bytes
+from hetgen.ops._common import c_float, input_arg_count, total_bytes
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops._spatial import window
 from hetgen.ops.base import Epilogue, Kernel, OpDef, OpInstance, Unsupported, WorkRule
@@ -153,6 +152,7 @@ def lower_average_pool(op: OpInstance) -> Kernel:
         "qmin": qmin,
         "qmax": qmax,
         "out_index": input_arg_count(op),
+        "scratch_index": input_arg_count(op) + 1,
     }
     return Kernel(
         "kernels/qavgpool.c.j2",

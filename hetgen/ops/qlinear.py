@@ -217,6 +217,9 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         "acc_offset": a_bytes + b_bytes,
         "scale_offset": a_bytes + b_bytes + acc_bytes,
         "out_index": input_arg_count(op),
+        "scratch_index": input_arg_count(op) + 1,
+        "matrix_size": m * n,
+        "title": "Quantized" if requant else "Integer",
     }
     return Kernel(
         template="kernels/qmatmul.c.j2",

@@ -11,7 +11,7 @@ the nodes work whether or not they are constants.
 from __future__ import annotations
 
 from hetgen.ir import DType, TensorType
-from hetgen.ops._common import input_arg_count, normalized_axis, total_bytes
+from hetgen.ops._common import input_arg_count, normalize_axis, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 TEMPLATE = "kernels/quantize.c.j2"
@@ -29,7 +29,7 @@ def channel_split(op: OpInstance, x_type: TensorType, scale_type: TensorType) ->
         )
     if scale_type.size == 1 and scale_type.rank <= 1:
         return 1, 1, x_type.size
-    axis = normalized_axis(op, int(op.attr("axis", 1)), x_type.rank)
+    axis = normalize_axis(int(op.attr("axis", 1)), x_type.rank, op=op)
     if scale_type.rank != 1 or scale_type.shape[0] != x_type.shape[axis]:
         raise Unsupported(
             f"{op.node.op} scale of shape {scale_type.shape} for input {x_type} along axis {axis}; "
@@ -95,6 +95,8 @@ def lower_dynamic(op: OpInstance) -> Kernel:
         "variant": "dynamic",
         "size": x_type.size,
         "out_index": input_arg_count(op),
+        "scale_index": input_arg_count(op) + 1,
+        "zero_point_index": input_arg_count(op) + 2,
         "in_ctype": "float",
         "out_ctype": "uint8_t",
     }

@@ -4,7 +4,7 @@ static shape). Floats are computed in double and rounded once, as numpy.arange d
 from __future__ import annotations
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import require_dtype
+from hetgen.ops._common import require_dtype
 from hetgen.ops.base import Kernel, OpDef, OpInstance
 
 

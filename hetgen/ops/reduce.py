@@ -13,8 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.ir import DType, TensorType
-from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED, UNSIGNED_DTYPES, highest, libm, literal, lowest
-from hetgen.ops._layout import collapse, contiguous_strides, index_expr, loops_for, normalize_axis
+from hetgen.ops._common import (
+    FLOAT_DTYPES,
+    INTEGER_DTYPES,
+    UNSIGNED,
+    UNSIGNED_DTYPES,
+    collapse,
+    contiguous_strides,
+    highest,
+    index_expr,
+    libm,
+    literal,
+    loops_for,
+    lowest,
+    normalize_axis,
+)
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 NUMERIC = (*FLOAT_DTYPES, *INTEGER_DTYPES)
@@ -180,4 +193,8 @@ REDUCTIONS = (
     "ReduceLogSum",
     "ReduceLogSumExp",
 )
-DEFS = tuple(OpDef(op, lower, const_inputs=(1,)) for op in REDUCTIONS)
+AXES_INPUT_SINCE = 18  # ReduceSum's axes became an input at 13, the others' at 18
+DEFS = tuple(
+    OpDef(op, lower, const_inputs=(1,), axes_input_since=13 if op == "ReduceSum" else AXES_INPUT_SINCE)
+    for op in REDUCTIONS
+)

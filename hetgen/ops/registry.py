@@ -1,12 +1,15 @@
 """The one list of operators hetgen supports.
 
 Each lowered operator has one module (or one per small family of operators that share a template),
-each exposing `DEFS: tuple[OpDef, ...]`, listed once in `MODULES` below; operators compiled through
-their ONNX function body are `Expanded` entries in `EXPANDED`. Adding an operator is its module, one
-line here and its template (docs/operators.md).
+each exposing `DEFS: tuple[OpDef, ...]`, listed once in `MODULES` below; an operator whose meaning
+changed with an opset has one entry per meaning (`OpDef.since`), and `op_def` picks the one for a
+node's opset. Operators compiled through their ONNX function body are `Expanded` entries in
+`EXPANDED`. Adding an operator is its module, one line here and its template (docs/operators.md).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from hetgen.ops import (
     argmax,
@@ -120,7 +123,27 @@ EXPANDED: tuple[Expanded, ...] = (
 )
 # fmt: on
 
-OPS: dict[str, OpDef] = {d.op: with_float16_boundary(d) for module in MODULES for d in module.DEFS}
+
+def _versions(definitions) -> dict[str, tuple[OpDef, ...]]:
+    """Each operator's entries, oldest `since` first; entries of one operator differ only in
+    `since` and `lower` (an opset changes the lowering, not the facts)."""
+    versions: dict[str, list[OpDef]] = {}
+    for definition in definitions:
+        versions.setdefault(definition.op, []).append(with_float16_boundary(definition))
+    for op, entries in versions.items():
+        entries.sort(key=lambda d: d.since)
+        sinces = [d.since for d in entries]
+        assert len(set(sinces)) == len(sinces), f"{op}: two entries since opset {sinces}"
+        facts = {dataclasses.replace(d, lower=None, since=1) for d in entries}
+        assert len(facts) == 1, f"{op}: versioned entries differ in their traits"
+    return {op: tuple(entries) for op, entries in versions.items()}
+
+
+_VERSIONS = _versions(d for module in MODULES for d in module.DEFS)
+# Each operator's newest entry: its traits, and the lowering of a node whose opset is not known.
+OPS: dict[str, OpDef] = {op: entries[-1] for op, entries in _VERSIONS.items()}
+# The older entries of operators whose meaning changed with an opset (Softmax 1/13, DFT 17/20).
+EARLIER: dict[str, tuple[OpDef, ...]] = {op: entries[:-1] for op, entries in _VERSIONS.items() if len(entries) > 1}
 EXPANDED_OPS: frozenset[str] = frozenset(e.op for e in EXPANDED)
 _EXPANDED_CONST_INPUTS = {e.op: e.const_inputs for e in EXPANDED}
 
@@ -129,8 +152,15 @@ def supported_ops() -> frozenset[str]:
     return frozenset(OPS) | EXPANDED_OPS
 
 
-def op_def(op: str) -> OpDef | None:
-    return OPS.get(op)
+def op_def(op: str, opset: int | None = None) -> OpDef | None:
+    """The entry of `op` for a node at `opset` (the version of the operator's domain it follows,
+    `Node.opset`): the one with the largest `since` not above it; an opset older than every entry
+    gets the oldest. Without an opset, the newest: the traits, which every entry shares."""
+    newest = OPS.get(op)
+    if newest is None or opset is None or opset >= newest.since:
+        return newest
+    older = EARLIER.get(op, ())
+    return next((d for d in reversed(older) if d.since <= opset), older[0] if older else newest)
 
 
 def const_inputs(op: str) -> tuple[int, ...]:

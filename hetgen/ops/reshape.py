@@ -39,10 +39,10 @@ def lower_dropout(op: OpInstance) -> Kernel:
 
 
 DEFS = (
-    OpDef("Reshape", lower, const_inputs=(1,), alias=True, input_roles=CARRIES),
-    OpDef("Flatten", lower, alias=True, input_roles=CARRIES),
-    OpDef("Squeeze", lower, const_inputs=(1,), alias=True, input_roles=CARRIES),
-    OpDef("Unsqueeze", lower, const_inputs=(1,), alias=True, input_roles=CARRIES),
+    OpDef("Reshape", lower, const_inputs=(1,), alias=True, input_roles=CARRIES, quantized_passthrough=True),
+    OpDef("Flatten", lower, alias=True, input_roles=CARRIES, quantized_passthrough=True),
+    OpDef("Squeeze", lower, const_inputs=(1,), alias=True, input_roles=CARRIES, quantized_passthrough=True),
+    OpDef("Unsqueeze", lower, const_inputs=(1,), alias=True, input_roles=CARRIES, quantized_passthrough=True),
     OpDef("Identity", lower, alias=True, input_roles=CARRIES),
     OpDef("Dropout", lower_dropout, const_inputs=(1, 2)),
 )

@@ -14,8 +14,7 @@ import math
 
 import numpy as np
 
-from hetgen.ops._cexpr import FLOAT_DTYPES, literal
-from hetgen.ops._layout import contiguous_strides, normalize_axis
+from hetgen.ops._common import FLOAT_DTYPES, contiguous_strides, literal, normalize_axis
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -243,6 +242,8 @@ def lower(op: OpInstance) -> Kernel:
             "in_outer_stride": strides[first - 1] if first > 0 else 0,
             "out_outer_stride": out_strides[first - 1] if first > 0 else 0,
             "axes": axes,
+            "channel_loops": [{"var": "c", "extent": inner}],
+            "tap_loops": [{"var": f"t{k}", "extent": a["taps"]} for k, a in enumerate(axes)],
             "out_axis_strides": [out_strides[d] for d in range(first, last + 1)],
             "inner": inner,
             "extrapolate": extrapolate,

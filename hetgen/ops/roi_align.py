@@ -6,7 +6,7 @@ reference's) exactly, including max mode's maximum over each sample's four weigh
 from __future__ import annotations
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import c_double
+from hetgen.ops._common import c_double
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 

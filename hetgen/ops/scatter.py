@@ -7,8 +7,16 @@ from __future__ import annotations
 import math
 
 from hetgen.ir import DType
-from hetgen.ops._cexpr import BITS_TYPE, FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED
-from hetgen.ops._layout import contiguous_strides, index_expr, loops_for, normalize_axis
+from hetgen.ops._common import (
+    BITS_TYPE,
+    FLOAT_DTYPES,
+    INTEGER_DTYPES,
+    UNSIGNED,
+    contiguous_strides,
+    index_expr,
+    loops_for,
+    normalize_axis,
+)
 from hetgen.ops.base import InputRoles, Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -80,7 +88,8 @@ def lower_scatter_nd(op: OpInstance) -> Kernel:
             "axes": [{"extent": data.shape[j], "stride": strides[j]} for j in range(depth)],
             "block": math.prod(data.shape[depth:]),
             "combine": combine,
-            "itemsize": data.dtype.itemsize,
+            "replace": combine == "u",
+            "block_bytes": math.prod(data.shape[depth:]) * data.dtype.itemsize,
         },
         bytes_accessed=2 * data.nbytes + updates.nbytes + indices.nbytes,
     )

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 
-from hetgen.ops._cexpr import BITS_TYPE
-from hetgen.ops._layout import contiguous_strides, normalize_axis
+from hetgen.ops._common import BITS_TYPE, contiguous_strides, normalize_axis
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 TEMPLATE = "kernels/sequence_ops.c.j2"

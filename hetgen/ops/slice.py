@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hetgen.ops._common import element_view, normalize_axis
 from hetgen.ops._copy import copy_from_view, copy_kernel
-from hetgen.ops._layout import element_view, normalize_axis
 from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -45,4 +45,4 @@ def lower(op: OpInstance) -> Kernel:
     return copy_kernel([copy_from_view(0, len(op.node.inputs), view, root)], x_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Slice", lower, const_inputs=(1, 2, 3, 4), input_roles=CARRIES),)
+DEFS = (OpDef("Slice", lower, const_inputs=(1, 2, 3, 4), input_roles=CARRIES, quantized_passthrough=True),)

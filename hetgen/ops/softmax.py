@@ -1,9 +1,11 @@
 """Softmax and LogSoftmax.
 
 Opset >= 13: along one axis. Opset < 13: the input is coerced to 2-D at `axis` and normalised
-along the flattened trailing dimensions. The node does not carry the model's opset; the frontend
-attaches `_opset` to nodes whose semantics changed with it, and opset-13 semantics apply without.
-The view is (outer, length, inner): rows of `length` values `inner` apart.
+along the flattened trailing dimensions. One entry per meaning (`since`); the registry picks the
+one for the node's opset (`Node.opset`), the opset-13 one when it is not known. The frontend
+rewrites the older form into the newer (hetgen/frontend/normalize.py), so only a graph built
+without it reaches `lower_coerced`. The view is (outer, length, inner): rows of `length` values
+`inner` apart.
 """
 
 from __future__ import annotations
@@ -11,19 +13,25 @@ from __future__ import annotations
 import math
 
 from hetgen.ops import _parallel
-from hetgen.ops._common import input_arg_count, normalized_axis, require_float32, total_bytes
+from hetgen.ops._common import input_arg_count, normalize_axis, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance
 
 AXIS_SEMANTICS_OPSET = 13
 
 
 def lower(op: OpInstance) -> Kernel:
+    return _lower(op, coerce_2d=False)
+
+
+def lower_coerced(op: OpInstance) -> Kernel:
+    return _lower(op, coerce_2d=True)
+
+
+def _lower(op: OpInstance, coerce_2d: bool) -> Kernel:
     require_float32(op)
     shape = op.input_types[0].shape
-    opset = op.attr("_opset")
-    coerce_2d = opset is not None and int(opset) < AXIS_SEMANTICS_OPSET
     rank = max(len(shape), 1)
-    axis = normalized_axis(op, int(op.attr("axis", 1 if coerce_2d else -1)), rank)
+    axis = normalize_axis(int(op.attr("axis", 1 if coerce_2d else -1)), rank, op=op)
     if coerce_2d:
         outer, length, inner = math.prod(shape[:axis]), math.prod(shape[axis:]), 1
     else:
@@ -36,7 +44,9 @@ def lower(op: OpInstance) -> Kernel:
         "outer": outer,
         "length": length,
         "inner": inner,
+        "row_stride": length * inner,
         "out_index": input_arg_count(op),
+        "scratch_index": input_arg_count(op) + 1,
         "split": split,
     }
     return Kernel(
@@ -50,4 +60,9 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("LogSoftmax", lower), OpDef("Softmax", lower))
+DEFS = (
+    OpDef("LogSoftmax", lower_coerced),
+    OpDef("LogSoftmax", lower, since=AXIS_SEMANTICS_OPSET),
+    OpDef("Softmax", lower_coerced),
+    OpDef("Softmax", lower, since=AXIS_SEMANTICS_OPSET),
+)

@@ -6,8 +6,8 @@ attribute, or `num_outputs`, determined during shape inference.
 
 from __future__ import annotations
 
+from hetgen.ops._common import element_view, normalize_axis
 from hetgen.ops._copy import copy_from_view, copy_kernel
-from hetgen.ops._layout import element_view, normalize_axis
 from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance, Unsupported
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import math
 
-from hetgen.ops._cexpr import FLOAT_DTYPES, INTEGER_DTYPES, require_dtype, scalar_value
-from hetgen.ops._layout import normalize_axis
+from hetgen.ops._common import FLOAT_DTYPES, INTEGER_DTYPES, normalize_axis, require_dtype, scalar_value
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -31,6 +30,7 @@ def lower(op: OpInstance) -> Kernel:
             "inner": math.prod(shape[axis + 1 :]),
             "n": n,
             "k": k,
+            "row_stride": math.prod(shape[axis:]),
             "better": ">" if int(op.attr("largest", 1)) else "<",
             "values_arg": inputs if op.node.outputs[0] else None,
             "indices_arg": inputs + 1 if len(op.node.outputs) > 1 and op.node.outputs[1] else None,

@@ -4,8 +4,8 @@ NCHW -> NHWC is a three-deep nest (N, HW, C) and a permutation that keeps the la
 
 from __future__ import annotations
 
+from hetgen.ops._common import element_view, normalize_axis
 from hetgen.ops._copy import copy_from_view, copy_kernel
-from hetgen.ops._layout import element_view, normalize_axis
 from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -21,4 +21,4 @@ def lower(op: OpInstance) -> Kernel:
     return copy_kernel([copy], x_type.dtype.itemsize)
 
 
-DEFS = (OpDef("Transpose", lower, input_roles=CARRIES),)
+DEFS = (OpDef("Transpose", lower, input_roles=CARRIES, quantized_passthrough=True),)

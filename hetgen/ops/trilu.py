@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hetgen.ops._cexpr import scalar_value
+from hetgen.ops._common import scalar_value
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -27,6 +27,8 @@ def lower(op: OpInstance) -> Kernel:
             "batch": math.prod(batch),
             "rows": rows,
             "cols": cols,
+            "matrices_rows": math.prod(batch) * rows,
+            "row_bytes": cols * x_type.dtype.itemsize,
             "upper": bool(op.attr("upper", 1)),
             # upper: a row keeps columns [i + k, cols); lower: [0, i + k + 1)
             "cut": k if op.attr("upper", 1) else k + 1,

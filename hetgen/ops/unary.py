@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from hetgen.ir import DType
 from hetgen.ops._activation import ACTIVATIONS, epilogue_from_attributes, sigmoid
-from hetgen.ops._cexpr import INTEGER_DTYPES, UNSIGNED, UNSIGNED_DTYPES, libm, literal
+from hetgen.ops._common import INTEGER_DTYPES, UNSIGNED, UNSIGNED_DTYPES, libm, literal
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Tiling, Unsupported
 

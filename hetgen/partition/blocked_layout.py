@@ -42,7 +42,8 @@ from collections.abc import Mapping
 from hetgen.errors import InternalError
 from hetgen.ir import DType, Graph
 from hetgen.ops import add_nchwc, conv_nchwc, pool_nchwc
-from hetgen.ops.base import Kernel, Unsupported
+from hetgen.ops.base import Kernel, Tiling, Unsupported, WorkRule
+from hetgen.ops.registry import op_def
 from hetgen.partition.units import Unit, op_instance
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Target
@@ -108,6 +109,20 @@ def worth_blocking(op, kernel: Kernel, v: int) -> bool:
 BLOCKED_INPUTS = {"conv": (0, 3), "pool": (0,), "add": (0, 1), "global": (0,)}
 
 
+def _pool_kind(op: str) -> str | None:
+    """The blocked kind of a float pool, from its traits: "pool" for a window pool (MaxPool,
+    AveragePool), "global" for a global one; None for any other operator. The device model tiles
+    these pools (QLinear pools share the work rule, not the tiling)."""
+    definition = op_def(op)
+    if definition is None:
+        return None
+    if definition.work is WorkRule.WINDOW and definition.tiling is Tiling.WINDOW:
+        return "pool"
+    if definition.work is WorkRule.GLOBAL and definition.tiling is Tiling.CHANNELS:
+        return "global"
+    return None
+
+
 def blocked_kind(unit: Unit, graph: Graph, kernel: Kernel, inputs, v: int, written: Mapping[str, int]) -> str | None:
     """How `unit` runs blocked with width `v` (a key of BLOCKED_INPUTS), or None where it keeps
     NCHW. `written`: the tensors blocked units before it write, with their widths."""
@@ -116,8 +131,8 @@ def blocked_kind(unit: Unit, graph: Graph, kernel: Kernel, inputs, v: int, writt
         # a tensor blocked with another V (two CPUs of different vector widths) is read as NCHW
         clash = any(written.get(name, v) != v for name in inputs[:1] + inputs[3:4])
         return "conv" if not clash and worth_blocking(op, kernel, v) else None
-    if unit.head.op in pool_nchwc.WINDOW_POOLS + pool_nchwc.GLOBAL_POOLS:
-        kind = "pool" if unit.head.op in pool_nchwc.WINDOW_POOLS else "global"
+    kind = _pool_kind(unit.head.op)
+    if kind is not None:
         return kind if written.get(inputs[0]) == v and pool_nchwc.blockable(op) else None
     if unit.head.op == "Add" and not unit.is_pattern:
         both = len(inputs) == 2 and all(written.get(name) == v for name in inputs)

@@ -115,7 +115,7 @@ def unit_lowering(unit: Unit) -> Callable[[OpInstance], Kernel] | None:
     """The function lowering `unit`: the pattern's kernel, else the head operator's lowering."""
     if unit.pattern is not None:
         return unit.pattern.lower
-    definition = op_def(unit.head.op)
+    definition = op_def(unit.head.op, unit.head.opset)
     return definition.lower if definition is not None else None
 
 

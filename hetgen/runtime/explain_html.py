@@ -75,6 +75,9 @@ def graph_layout(graph: Graph, placement: Placement, colours: dict[str, str]) ->
                 {
                     "x": x,
                     "y": y,
+                    "text_x": x + 5,
+                    "op_y": y + 14,
+                    "label_y": y + 28,
                     "w": BOX_W,
                     "h": BOX_H,
                     "op": html_text(node.op),
@@ -93,7 +96,10 @@ def graph_layout(graph: Graph, placement: Placement, colours: dict[str, str]) ->
             bend = GAP_Y / 2
             crossing = placement.target_of(graph.nodes[p].name) != placement.target_of(node.name)
             edges.append(
-                {"d": f"M{x1:g},{y1:g} C{x1:g},{y1 + bend:g} {x2:g},{y2 - bend:g} {x2:g},{y2:g}", "crossing": crossing}
+                {
+                    "d": f"M{x1:g},{y1:g} C{x1:g},{y1 + bend:g} {x2:g},{y2 - bend:g} {x2:g},{y2:g}",
+                    "css_class": "edge crossing" if crossing else "edge",
+                }
             )
     widest = max((len(members) for members in layers), default=1)
     return {
@@ -207,7 +213,12 @@ def timeline(events: list[Event], lanes: list[str], colours: dict[str, str], sca
     return {
         "bars": bars,
         "lanes": [
-            {"name": html_text(lane), "y": k * LANE_H, "colour": colours.get(lane, LINK_COLOUR)}
+            {
+                "name": html_text(lane),
+                "y": k * LANE_H,
+                "label_y": k * LANE_H + 17,
+                "colour": colours.get(lane, LINK_COLOUR),
+            }
             for k, lane in enumerate(lanes)
         ],
         "total_us": now,

@@ -6,7 +6,7 @@ import math
 from types import MappingProxyType
 
 from hetgen.ir import Graph, Node
-from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
+from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported, WorkRule
 from hetgen.ops.registry import op_def
 from hetgen.platform.model import Platform
 from hetgen.spec.fusion import fusion_chains
@@ -100,7 +100,7 @@ class SharedSpecs:
 
 def lowered(head: Node, instance: OpInstance) -> tuple[Kernel | None, str | None]:
     """The kernel, or why this instance cannot be lowered (the lowering's own words)."""
-    definition = op_def(head.op)
+    definition = op_def(head.op, head.opset)
     if definition is None:
         return None, f"operator {head.op} is not supported"
     try:
@@ -143,11 +143,14 @@ def estimated_work(node: Node, graph: Graph) -> tuple[float, float]:
     outs = [types[n] for n in node.outputs if n and n in types]
     out_size = sum(t.size for t in outs)
     flops = float(max(out_size, sum(t.size for t in ins)))
-    if node.op in ("Conv", "ConvTranspose") and len(ins) >= 2:
-        source = out_size if node.op == "Conv" else ins[0].size
+    definition = op_def(node.op)
+    work = definition.work if definition is not None else WorkRule.VECTOR
+    # ConvTranspose by name: the device model prices it as vector work, no trait sets it apart
+    if (work is WorkRule.CONV or node.op == "ConvTranspose") and len(ins) >= 2:
+        source = out_size if work is WorkRule.CONV else ins[0].size
         flops = 2.0 * source * math.prod(ins[1].shape[1:])
-    elif node.op == "MatMul" and len(ins) >= 2 and ins[0].rank >= 1:
+    elif work is WorkRule.MATMUL and len(ins) >= 2 and ins[0].rank >= 1:
         flops = 2.0 * out_size * ins[0].shape[-1]
-    elif node.op == "Gemm" and len(ins) >= 2 and ins[0].rank == 2:
+    elif work is WorkRule.GEMM and len(ins) >= 2 and ins[0].rank == 2:
         flops = 2.0 * out_size * ins[0].shape[0 if node.attr("transA", 0) else 1]
     return flops, float(sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs))

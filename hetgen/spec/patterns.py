@@ -69,7 +69,7 @@ class FusedPattern:
     def lower(self, instance: OpInstance) -> Kernel:
         if self.attention is not None:
             return attention.lower(self.attention, instance)
-        return op_def(self.head.op).lower(instance)
+        return op_def(self.head.op, self.head.opset).lower(instance)
 
 
 def fused_patterns(graph: Graph, chains: Mapping[str, tuple[tuple[str, Epilogue], ...]]) -> tuple[FusedPattern, ...]:

@@ -71,7 +71,7 @@ class UnitKeys:
         types, constants = self.graph.types, self.graph.constants
         inputs = tuple((types.get(name), name in constants) if name else OMITTED for name in node.inputs)
         outputs = tuple(types.get(name) if name else OMITTED for name in node.outputs)
-        return (node.op, repr(node.attrs), inputs, outputs)
+        return (node.op, node.opset, repr(node.attrs), inputs, outputs)
 
     def _node_values(self, node: Node) -> int:
         part = self._values.get(node.name)

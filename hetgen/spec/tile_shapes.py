@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from hetgen.ir import DType, Graph, Node, TensorType
 from hetgen.ops._spatial import window
-from hetgen.ops.base import Epilogue, OpInstance, Tiling
+from hetgen.ops.base import Epilogue, OpInstance, Tiling, WorkRule
 from hetgen.ops.registry import op_def
 from hetgen.spec.work import shape_work
 
@@ -58,6 +58,12 @@ class UnitOp:
     constant: tuple[bool, ...]  # per input: a weight (from the weight store), not an activation
     epilogue: tuple[Epilogue, ...]
 
+    @property
+    def work(self) -> WorkRule:
+        """Its operator's work rule: CONV (Conv) and GEMM (Gemm) tile with their weight and bias."""
+        definition = op_def(self.node.op)
+        return definition.work if definition is not None else WorkRule.VECTOR
+
     def instance(self, input_types, output_types, attrs: dict | None = None) -> OpInstance:
         node = self.node
         if attrs is not None:
@@ -78,7 +84,8 @@ def unit_op(
     read = tuple(inputs) if inputs is not None else head.inputs
     outputs = tuple(name for name in last.outputs if name)
     positions = tuple(f"in{i}" if name else "" for i, name in enumerate(read))
-    canonical = Node("unit", head.op, positions, tuple(f"out{j}" for j in range(len(outputs))), head.attrs)
+    outs = tuple(f"out{j}" for j in range(len(outputs)))
+    canonical = Node("unit", head.op, positions, outs, head.attrs, opset=head.opset)
     return UnitOp(
         canonical,
         positions,
@@ -121,7 +128,7 @@ def _ranges(total: int, size: int) -> list[tuple[int, int]]:
 def _window_geometry(op: UnitOp) -> tuple:
     """(kernel, strides, dilations, pads_begin, pads_end) over H and W of a rank-4 window op."""
     x, y = op.input_types[0], op.output_types[0]
-    if op.node.op == "Conv":
+    if op.work is WorkRule.CONV:
         kernel = tuple(op.node.attr("kernel_shape") or op.input_types[1].shape[2:])
     else:
         kernel = tuple(op.node.attr("kernel_shape"))
@@ -131,7 +138,7 @@ def _window_geometry(op: UnitOp) -> tuple:
 
 def has_residual(op: UnitOp) -> bool:
     """A Conv that adds a residual tensor (its fourth input, the output's shape) to its outputs."""
-    return op.node.op == "Conv" and len(op.inputs) > 3 and bool(op.inputs[3])
+    return op.work is WorkRule.CONV and len(op.inputs) > 3 and bool(op.inputs[3])
 
 
 def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> list[TileSpec]:
@@ -140,7 +147,7 @@ def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> li
     n_batch, c_in, height, width = x
     _, c_out, out_h, out_w = y
     (kh, _), (sh, _), (dh, _), (pt, pl), (_, pr) = _window_geometry(op)
-    is_conv = op.node.op == "Conv"
+    is_conv = op.work is WorkRule.CONV
     groups = int(op.node.attr("group", 1)) if is_conv else c_out
     cout_g, cin_g = c_out // groups, c_in // groups
     row_ranges, chan_ranges = _ranges(out_h, rows), _ranges(c_out, chans)
@@ -200,7 +207,7 @@ def _global_pool_tiles(op: UnitOp, chans: int) -> list[TileSpec]:
 def _matrix_view(op: UnitOp) -> tuple[int, int, int, int, bool] | None:
     """(batch, M, K, N, b_per_batch) of a MatMul or Gemm that tiles as a 2-D product, else None."""
     a, b = op.input_types[0].shape, op.input_types[1].shape
-    if op.node.op == "Gemm":
+    if op.work is WorkRule.GEMM:
         if (
             op.node.attr("transA", 0)
             or len(op.inputs) > 2
@@ -225,7 +232,7 @@ def _matrix_view(op: UnitOp) -> tuple[int, int, int, int, bool] | None:
 
 def _matrix_tiles(op: UnitOp, rows: int, cols: int, rows_outer: bool) -> list[TileSpec]:
     batch, m, k, n, per_batch = _matrix_view(op)
-    trans_b = op.node.op == "Gemm" and bool(op.node.attr("transB", 0))
+    trans_b = op.work is WorkRule.GEMM and bool(op.node.attr("transB", 0))
     row_ranges, col_ranges = _ranges(m, rows), _ranges(n, cols)
     order = (
         [(r, c) for r in row_ranges for c in col_ranges]
@@ -244,7 +251,7 @@ def _matrix_tiles(op: UnitOp, rows: int, cols: int, rows_outer: bool) -> list[Ti
                 b_block = _block(op.inputs[1], b_base + n0 * 4, k, (n1 - n0) * 4, n * 4)
                 b_type = _t(k, n1 - n0)
             blocks, types = [a_block, b_block], [_t(m1 - m0, k), b_type]
-            if op.node.op == "Gemm" and len(op.inputs) > 2 and op.inputs[2]:
+            if op.work is WorkRule.GEMM and len(op.inputs) > 2 and op.inputs[2]:
                 if op.input_types[2].size == 1:
                     blocks.append(_block(op.inputs[2], 0, 1, 4, 0))
                     types.append(_t(1))
@@ -338,7 +345,7 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
     n_batch, c_in, height, width = x
     _, c_out, out_h, out_w = y
     (kh, _), (sh, _), (dh, _), (pt, _), _ = _window_geometry(op)
-    is_conv = op.node.op == "Conv"
+    is_conv = op.work is WorkRule.CONV
     groups = int(op.node.attr("group", 1)) if is_conv else c_out
     cout_g, cin_g = c_out // groups, c_in // groups
     per_channel = math.prod(op.input_types[1].shape[1:]) * 4 if is_conv else 0
@@ -410,7 +417,7 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
 
 def _matrix_candidates(op: UnitOp) -> list[Candidate]:
     batch, m, k, n, per_batch = _matrix_view(op)
-    has_c = op.node.op == "Gemm" and len(op.inputs) > 2 and bool(op.inputs[2])
+    has_c = op.work is WorkRule.GEMM and len(op.inputs) > 2 and bool(op.inputs[2])
     a_total, b_total = m * k * 4, k * n * 4
     found = []
     for rows in _halvings(m):

@@ -174,7 +174,7 @@ class Unfit:
 
 @functools.lru_cache(maxsize=4096)
 def _lowered(instance: OpInstance) -> Kernel:
-    definition = op_def(instance.node.op)
+    definition = op_def(instance.node.op, instance.node.opset)
     return definition.lower(instance)
 
 

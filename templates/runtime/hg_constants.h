@@ -35,8 +35,9 @@ enum hg_sim_engine {
     HG_SIM_MAC_ARRAY_RESIDUAL = 5,
 };
 
-/* A simulated device queues at most this many invocations between two waits. */
+/* A simulated device, and a co-processor, queue at most this many invocations between two waits. */
 #define HG_SIM_QUEUE_DEPTH 16
+#define HG_COPROC_QUEUE_DEPTH 16u
 /* A command may wait for one of the last HG_SIM_RING commands before it (hg_sim_work.after). */
 #define HG_SIM_RING 64
 

@@ -9,8 +9,6 @@
 #include "hg_device.h"
 #include "hg_runtime.h"
 
-#define HG_COPROC_QUEUE_DEPTH 16u
-
 /* The head of the co-processor's state block; its arena and its own devices' blocks follow. */
 typedef struct {
     uint32_t pending[HG_COPROC_QUEUE_DEPTH];
