@@ -96,7 +96,7 @@ def pinnable_targets(platform) -> list[tuple[str, frozenset[str] | None]]:
         if target.role is Role.CONTROLLER:
             targets.append((target.path_str, None))
         elif target.role is Role.ACCELERATOR:
-            heads = {op for pattern in target.kind.patterns for op in pattern.chain[0].ops}
+            heads = {op for pattern in target.kind.patterns for step in pattern.chain[:1] for op in step.ops}
             targets.append((target.path_str, frozenset(heads)))
     return targets
 
@@ -118,7 +118,7 @@ def random_pins(draw, model: onnx.ModelProto, platform) -> dict[str, str]:
         for path, ops in targets
         if ops is not None
         for p in platform.target(path).kind.patterns
-        if set(p.chain[0].ops) & present
+        if p.chain and set(p.chain[0].ops) & present
     ]
     if labelled and draw(st.integers(0, 3)) == 0:  # a pattern label pins every node it matches
         label, path = draw(st.sampled_from(labelled))

@@ -42,7 +42,7 @@ def pattern(label: str, *steps: str, where: Mapping[str, Any] | None = None, eff
 NPU_PATTERNS = (
     pattern("conv_relu", "Conv", "Relu?", where={"dtype": ["float32"], "max_kernel": 7}),
     pattern("add_relu", "Add", "Relu?", where={"dtype": ["float32"]}),
-    pattern("matmul", "MatMul", "Add?", where={"dtype": ["float32"]}, efficiency=0.8),
+    pattern("matmul", "MatMul", "Relu?", where={"dtype": ["float32"]}, efficiency=0.8),
 )
 DSP_PATTERNS = (
     pattern("eltwise", "Add|Mul|Relu|Sigmoid"),

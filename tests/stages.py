@@ -60,6 +60,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_fused_price",
             "test_mac_utilisation",
             "test_one_truth",
+            "test_one_fusion",
             "test_threads_price",
             "test_truth",
             "test_explain_html",

@@ -3,10 +3,10 @@ compilers run it: each output tile of the Conv, before it is stored, gets the ma
 residual DMA'd in (no halo) and added by the vector unit, so the sum leaves SRAM once instead of the
 Conv's output going out and coming back for a separate Add.
 
-The npu's pattern table offers it (npu.yaml: conv_residual, `residual: true`), its tile plan prices
-it (the residual's DMA is in the plan), lowering emits exactly that plan, the simulator counts the
-residual's DMA and the vector unit's adds from the commands it is given, and the result matches
-onnxruntime.
+The kernel table forms the unit (hetgen/spec/patterns.py), the npu's pattern table admits it
+(npu.yaml: `unit: conv_residual`), its tile plan prices it (the residual's DMA is in the plan),
+lowering emits exactly that plan, the simulator counts the residual's DMA and the vector unit's adds
+from the commands it is given, and the result matches onnxruntime.
 """
 
 from __future__ import annotations
@@ -148,9 +148,10 @@ def test_explain_shows_the_fused_residual_group_and_its_tiles():
     assert sorted(r for r in shown if r) == sorted(residuals)
 
 
-def test_an_add_that_is_not_a_residual_of_its_conv_is_refused_with_the_reason():
-    """Conv -> Add(c, bias row) broadcasts its other input: not a residual unit, so the npu's
-    conv_residual pattern refuses it and says why; the Conv and the Add stay separate units."""
+def test_an_add_that_is_not_a_residual_of_its_conv_is_no_unit():
+    """Conv -> Add(c, bias row) broadcasts its other input: the kernel table forms no residual unit
+    of it, so the npu's conv_residual pattern has nothing to admit (no predicate re-decides what the
+    table decided); the Conv and the Add stay separate units."""
     rng = np.random.default_rng(1)
     shape = (1, 8, 8, 8)
     nodes = [
@@ -166,10 +167,11 @@ def test_an_add_that_is_not_a_residual_of_its_conv_is_refused_with_the_reason():
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     ir = import_model(model)
-    placement = place(ir, load_platform_text(PLATFORM.format(sram_kib=512)))
-    assert all(g.label != "conv_residual" for g in placement.groups)
-    reasons = [r.reason for g in placement.groups for r in g.refused if r.label == "conv_residual"]
-    assert reasons and "are not a residual unit" in reasons[0]
+    platform = load_platform_text(PLATFORM.format(sram_kib=512))
+    assert not build_kernel_specs(ir, platform).patterns
+    placement = place(ir, platform)
+    assert all(g.label != "conv_residual" and len(g.nodes) <= 2 for g in placement.groups)
+    assert not [r for g in placement.groups for r in g.refused if r.label == "conv_residual"]
 
 
 @pytest.fixture(scope="module")

@@ -1,73 +1,25 @@
-"""The kernel table's fused units (hetgen/spec) as placement groups on CPU controllers.
+"""How placement prices and keeps the kernel table's fused units (hetgen/spec) it placed as groups.
 
-Each controller (a CPU: accelerators tile one operator at a time and have their own patterns) is
-offered, besides its pattern table's one-operator groups, every unit the kernel table fuses into one
-kernel: each head with the activations its epilogue absorbs (Conv→Relu, Gemm→Clip, Add→Relu; every
-prefix of its fusion chain, `hetgen/spec/fusion.py`) and each multi-operator unit (fused attention,
-a residual Add in a Conv: `hetgen/spec/patterns.py`). Such a group is priced as its one kernel (one
-launch, the fused kernel's own work: `group_work`), and lowering emits one kernel per group, never
-one spanning two groups, so the search weighs the fused kernel against the same operators as
-separate kernels and the program is the one it priced. A residual unit whose added tensor another
-place computes would wait for it there, so such a group is cut back into the Conv and the Add's
-unit, on the same controller, before the placement is priced and assembled. (A tiled accelerator
-offers the residual unit through its own pattern table: `residual: true`, priced by its tile plan.)
+Every candidate group is one of the table's units (`hetgen/partition/patterns.py`: each target's
+pattern table admits some): a head with the activations its epilogue absorbs (Conv→Relu, Gemm→Clip,
+Add→Relu), fused attention, a residual Add in a Conv. On a controller such a group is priced as its
+one kernel (one launch, the fused kernel's own work: `group_work`), and lowering emits one kernel per
+group, never one spanning two groups, so the search weighs the fused kernel against the same
+operators as separate kernels and the program is the one it priced. A residual unit whose added
+tensor another place computes would wait for it there, so such a group on a controller is cut back
+into the Conv and the Add's unit, on the same controller, before the placement is priced and
+assembled (`legal_fusions`). (A tiled accelerator's residual unit DMAs the residual in like any
+input, priced by its tile plan.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from hetgen.ir import Graph, Node
-from hetgen.partition.patterns import Match, Matches, _claims_everything, pattern_table
-from hetgen.platform.model import Platform, Role, Target
+from hetgen.ir import Node
+from hetgen.platform.model import Role, Target
 from hetgen.spec import KernelTable
 from hetgen.spec.patterns import residual_waits
-
-
-def with_fused(matches: Matches, graph: Graph, platform: Platform, kernels: KernelTable) -> Matches:
-    """The pattern tables' matches and the kernel table's fused units on every controller (a unit a
-    controller's own pattern already offers keeps that pattern's label and efficiency)."""
-    known = {(m.target, m.nodes) for m in matches.matches}
-    fused = [m for m in fused_matches(graph, platform, kernels) if (m.target, m.nodes) not in known]
-    return Matches((*matches.matches, *fused), matches.rejections) if fused else matches
-
-
-def fused_matches(graph: Graph, platform: Platform, kernels: KernelTable) -> list[Match]:
-    """One match per controller and fused unit, at the label and efficiency of the controller's
-    catch-all pattern (the one its operators are priced at one by one); a multi-operator unit is
-    labelled with its kind."""
-    index = {node.name: i for i, node in enumerate(graph.nodes)}
-    chains = epilogue_units(graph, kernels)
-    if not chains and not kernels.patterns:
-        return []
-    matches = []
-    for target in platform.root.walk():
-        if target.role is not Role.CONTROLLER:
-            continue
-        catch_all = next((p for p in pattern_table(target) if _claims_everything(p)), None)
-        efficiency = float(catch_all.efficiency) if catch_all is not None else 1.0
-        label = catch_all.label if catch_all is not None else "*"
-        for names in chains:
-            matches.append(Match(target.path_str, label, tuple(index[name] for name in names), efficiency))
-        for pattern in kernels.patterns.values():
-            nodes = tuple(sorted(index[name] for name in pattern.names))
-            matches.append(Match(target.path_str, pattern.kind, nodes, efficiency))
-    return matches
-
-
-def epilogue_units(graph: Graph, kernels: KernelTable) -> list[tuple[str, ...]]:
-    """Every unit of a head and at least one activation its epilogue absorbs, in graph order, that
-    the table lowered (one it refuses stays separate operators)."""
-    units = []
-    for node in graph.nodes:
-        names = [node.name]
-        for name, _ in kernels.chains.get(node.name, ()):
-            names.append(name)
-            spec = kernels.units.get(tuple(names))
-            if spec is None or spec.kernel is None:
-                break
-            units.append(tuple(names))
-    return units
 
 
 def group_work(kernels: KernelTable, target: Target, nodes: Iterable[Node]) -> tuple[float, float]:

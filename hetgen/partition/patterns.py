@@ -1,17 +1,20 @@
-"""Match every target's pattern table over the graph: what each device *could* run.
+"""Every target's candidate groups: the kernel table's units its pattern table admits.
 
-A pattern is a chain of steps; it matches a node sequence where each next node is the single
-consumer of everything the previous node produces (and that node's outputs are not graph outputs),
-so a fused group only ever exposes its last node's outputs. That makes every group convex and every
-partition of the graph into matches executable in order of the groups' last nodes.
-
-Controllers claim every operator through the implicit "*" pattern, plus their own fused patterns.
+The kernel table (hetgen/spec) is the only source of units: each node alone, each head with the
+activations its epilogue absorbs (every prefix of its fusion chain), and the multi-operator units
+(fused attention, a Conv with its residual Add). A unit only ever exposes its last node's outputs,
+so every group is convex and every partition of the graph into units runs in order of their last
+nodes. One path for every target: a pattern admits the units whose operators its chain's steps
+match in order (`unit:` patterns: the units of that kind), and its `where` predicates accept or
+reject each (a rejection is kept for `hetgen explain`). A controller claims every operator through
+its "*" pattern (its own or the implicit one) and, as that pattern, every multi-operator unit whose
+C kernel the table lowered that none of its other patterns admits: it runs the table's kernels.
 Matching never decides anything: the search in `hetgen.partition.search` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
@@ -19,6 +22,7 @@ from hetgen.partition.predicates import MatchView, rejection
 from hetgen.platform.model import Pattern, PatternStep, Platform, Role, Target
 from hetgen.platform.predicates import validate_where
 from hetgen.spec import KernelTable
+from hetgen.spec.patterns import EPILOGUE
 
 ANY_OP = "*"
 FALLBACK = Pattern(label=ANY_OP, chain=(PatternStep((ANY_OP,)),))
@@ -32,6 +36,16 @@ class Match:
     label: str
     nodes: tuple[int, ...]
     efficiency: float = 1.0
+
+
+@dataclass(frozen=True)
+class TableUnit:
+    """One of the kernel table's units, as matching sees it."""
+
+    nodes: tuple[int, ...]  # graph order
+    ops: tuple[str, ...]  # its operators, head first (what a chain's steps match)
+    kind: str | None  # None: one operator; else the table's unit kind (EPILOGUE, attention, conv_residual)
+    lowered: bool  # its C kernel lowered: a controller can run it
 
 
 @dataclass(frozen=True)
@@ -57,7 +71,7 @@ def runnable_targets(platform: Platform) -> tuple[Target, ...]:
 
 def _claims_everything(pattern: Pattern) -> bool:
     (step, *rest) = pattern.chain or (PatternStep(()),)
-    return not rest and ANY_OP in step.ops and not step.optional and not pattern.where
+    return not rest and ANY_OP in step.ops and not step.optional and not pattern.where and pattern.unit is None
 
 
 def pattern_table(target: Target) -> tuple[Pattern, ...]:
@@ -69,82 +83,70 @@ def pattern_table(target: Target) -> tuple[Pattern, ...]:
     return table
 
 
-def chain_successors(graph: Graph) -> tuple[int | None, ...]:
-    """For each node, the node a chain may continue with: the single consumer of all its outputs."""
+def table_units(graph: Graph, kernels: KernelTable) -> tuple[tuple[TableUnit, ...], tuple[TableUnit, ...]]:
+    """(every node alone, every multi-operator unit of `kernels`), each in the table's order."""
     index = {node.name: i for i, node in enumerate(graph.nodes)}
-    readers: dict[str, set[int]] = {}
-    for node in graph.nodes:
-        for name in node.inputs:
-            if name:
-                readers.setdefault(name, set()).add(index[node.name])
-    graph_outputs = set(graph.outputs)
-    successors: list[int | None] = []
-    for node in graph.nodes:
-        outputs = [name for name in node.outputs if name]
-        consumers: set[int] = set()
-        for name in outputs:
-            consumers |= readers.get(name, set())
-        exposed = any(name in graph_outputs for name in outputs)
-        successors.append(next(iter(consumers)) if len(consumers) == 1 and not exposed else None)
-    return tuple(successors)
+    ops = [node.op for node in graph.nodes]
+    single = tuple(TableUnit((i,), (op,), None, True) for i, op in enumerate(ops))
+    multi = []
+    for names, kind, lowered in kernels.multi_units():
+        in_order = tuple(index[name] for name in names)  # head first: a chain's steps match these
+        multi.append(TableUnit(tuple(sorted(in_order)), tuple(ops[i] for i in in_order), kind, lowered))
+    return single, tuple(multi)
+
+
+def steps_match(steps: Sequence[PatternStep], ops: Sequence[str]) -> bool:
+    """Whether the steps match the operators in order, each step one operator (an optional step may
+    match none)."""
+    reach = {0}  # how many operators the steps so far can have matched
+    for step in steps:
+        after = {k + 1 for k in reach if k < len(ops) and _accepts(step, ops[k])}
+        reach = after | reach if step.optional else after
+    return len(ops) in reach
+
+
+def admits(pattern: Pattern, unit: TableUnit) -> bool:
+    """Whether `pattern` names `unit`: a `unit:` pattern, the units of its kind (whose operators its
+    chain matches, where it has one); a chain, the single operators and epilogue units it matches."""
+    if pattern.unit is not None:
+        return unit.kind == pattern.unit and (not pattern.chain or steps_match(pattern.chain, unit.ops))
+    return unit.kind in (None, EPILOGUE) and steps_match(pattern.chain, unit.ops)
 
 
 def _accepts(step: PatternStep, op: str) -> bool:
     return ANY_OP in step.ops or op in step.ops
 
 
-def chains(steps: Sequence[PatternStep], start: int, ops: Sequence[str], successors) -> Iterator[tuple[int, ...]]:
-    """Every node chain starting at `start` that the steps match (optional steps may be skipped)."""
-
-    def extend(k: int, last: int | None, acc: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
-        if k == len(steps):
-            if acc:
-                yield acc
-            return
-        step = steps[k]
-        if step.optional:
-            yield from extend(k + 1, last, acc)
-        following = start if last is None else successors[last]
-        if following is not None and _accepts(step, ops[following]):
-            yield from extend(k + 1, following, (*acc, following))
-
-    yield from dict.fromkeys(extend(0, None, ()))
-
-
 def match_patterns(graph: Graph, platform: Platform, kernels: KernelTable) -> Matches:
-    """Run every runnable target's pattern table over the graph (its kernel table: `kernels`)."""
-    successors = chain_successors(graph)
-    ops = [node.op for node in graph.nodes]
+    """Every runnable target's candidate groups: the table's units (`kernels`) its patterns admit."""
+    single, multi = table_units(graph, kernels)
+    units = sorted((*single, *multi), key=lambda unit: (unit.nodes[0], len(unit.nodes)))
     matches: dict[Match, None] = {}
     rejections: list[Rejection] = []
-    for target in runnable_targets(platform):
+    targets = runnable_targets(platform)
+    for target in targets:
         table = pattern_table(target)
         validate_where(table, target.kind)
         path = target.path_str
         for pattern in table:
-            first_ops = _leading_ops(pattern.chain)
-            for start, op in enumerate(ops):
-                if first_ops is not None and op not in first_ops:
+            for unit in units:
+                if not admits(pattern, unit):
                     continue
-                for nodes in chains(pattern.chain, start, ops, successors):
-                    reason = None  # a pattern without predicates takes every match
-                    if pattern.where:
-                        view = MatchView(tuple(graph.nodes[i] for i in nodes), graph, target, kernels)
-                        reason = rejection(pattern, view)
-                    if reason is None:
-                        matches[Match(path, pattern.label, nodes, float(pattern.efficiency))] = None
-                    else:
-                        rejections.append(Rejection(path, pattern.label, nodes, reason))
+                reason = None  # a pattern without predicates takes every unit it admits
+                if pattern.where:
+                    view = MatchView(tuple(graph.nodes[i] for i in unit.nodes), graph, target, kernels)
+                    reason = rejection(pattern, view)
+                if reason is None:
+                    matches[Match(path, pattern.label, unit.nodes, float(pattern.efficiency))] = None
+                else:
+                    rejections.append(Rejection(path, pattern.label, unit.nodes, reason))
+    offered = {(m.target, m.nodes) for m in matches}
+    for target in targets:  # a controller runs every lowered unit, as its catch-all pattern
+        catch_all = next((p for p in pattern_table(target) if _claims_everything(p)), None)
+        if target.role is not Role.CONTROLLER or catch_all is None:
+            continue
+        for unit in multi:
+            if unit.lowered and (target.path_str, unit.nodes) not in offered:
+                label = catch_all.label if unit.kind == EPILOGUE else unit.kind  # a pattern unit by its kind
+                matches[Match(target.path_str, label, unit.nodes, float(catch_all.efficiency))] = None
     return Matches(tuple(matches), tuple(rejections))
-
-
-def _leading_ops(chain: Sequence[PatternStep]) -> frozenset[str] | None:
-    """Operators a match of `chain` can start with; None when any operator can."""
-    ops: set[str] = set()
-    for step in chain:
-        if ANY_OP in step.ops:
-            return None
-        ops.update(step.ops)
-        if not step.optional:
-            return frozenset(ops)
-    return frozenset(ops)

@@ -144,29 +144,6 @@ def _check_fits_memory(value: Any, view: MatchView) -> str | None:
     )
 
 
-def _check_residual(value: Any, view: MatchView) -> str | None:
-    """`residual: true`: the match is a Conv, its residual Add and the Add's activations, exactly as
-    the kernel table fuses them into one kernel (hetgen/spec/patterns.py), so the device computes
-    it as that one unit (each output tile adds its residual tile before it is stored)."""
-    if not value:
-        return None
-    pattern = view.kernels.fused(node.name for node in view.nodes)
-    if pattern is not None and pattern.residual is not None:
-        return None
-    conv, add = view.nodes[0], view.nodes[min(1, len(view.nodes) - 1)]
-    residuals = [p for p in view.kernels.patterns.values() if p.residual is not None]
-    mine = next((p for p in residuals if p.head.name == conv.name), None)
-    if mine is not None:
-        return f"{conv.label} with its residual Add is fused as {' + '.join(mine.names)}, not this chain"
-    other = next((p for p in residuals if add.name in p.names), None)
-    if other is not None:
-        return f"{add.label} is fused with {other.head.label} (the first Conv it adds), not with {conv.label}"
-    return (
-        f"{conv.label} and {add.label} are not a residual unit (the Add's other input must be a computed "
-        "float32 tensor of the Conv's output shape, and the Conv's output read only by the Add)"
-    )
-
-
 # name -> check a match; exactly the names the platform stage validates
 CHECKS: dict[str, Callable[[Any, MatchView], str | None]] = {
     "attrs": _check_attrs,
@@ -175,7 +152,6 @@ CHECKS: dict[str, Callable[[Any, MatchView], str | None]] = {
     "groups": _check_groups,
     "max_kernel": _check_max_kernel,
     "max_rank": _check_max_rank,
-    "residual": _check_residual,
 }
 if set(CHECKS) != set(PREDICATE_VALIDATORS):  # one name list, two halves: a predicate is both or neither
     raise InternalError(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from hetgen.ir import Graph
 from hetgen.partition.cost import Calibration, Topology, Work, group_us, pool_threads
-from hetgen.partition.fused import group_work, with_fused
+from hetgen.partition.fused import group_work
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
 from hetgen.spec import KernelTable
@@ -49,7 +49,7 @@ class SearchSpace:
         self.node_index = {node.name: i for i, node in enumerate(graph.nodes)}
         self._index_tensors()
         self._index_links()
-        self.matches: Matches = with_fused(match_patterns(graph, platform, self.kernels), graph, platform, self.kernels)
+        self.matches: Matches = match_patterns(graph, platform, self.kernels)
         self.candidates = self._candidates(calibration)
 
     def launch_us(self, loc: int) -> float:

@@ -57,7 +57,11 @@ def kind_document(kind: Kind) -> dict[str, Any]:
         document["patterns"] = [
             {
                 "label": pattern.label,
-                "chain": ["|".join(step.ops) + ("?" if step.optional else "") for step in pattern.chain],
+                **(
+                    {"unit": pattern.unit}
+                    if pattern.unit is not None
+                    else {"chain": ["|".join(step.ops) + ("?" if step.optional else "") for step in pattern.chain]}
+                ),
                 "where": _plain(pattern.where),
                 "efficiency": pattern.efficiency,
             }

@@ -97,6 +97,8 @@ def _toolchain_line(toolchain: Toolchain) -> str:
 
 def _pattern_line(pattern: Pattern) -> str:
     chain = " -> ".join("|".join(step.ops) + ("?" if step.optional else "") for step in pattern.chain)
+    if pattern.unit is not None:  # one of the kernel table's multi-operator units, by kind
+        chain = f"unit {pattern.unit}" + (f" ({chain})" if chain else "")
     where = ", ".join(f"{key}={value}" for key, value in pattern.where.items())
     where = f"  where {where}" if where else ""
     return f"{pattern.label}: {chain}{where}  (efficiency {pattern.efficiency:g})"

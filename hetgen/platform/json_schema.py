@@ -28,6 +28,7 @@ from hetgen.platform.loader import PLACEMENTS
 from hetgen.platform.model import AttrSpec, Kind, Role
 from hetgen.platform.schema import ATTRIBUTE_TYPES
 from hetgen.platform.targets import LINK_KEYS, RUNTIMES
+from hetgen.platform.units import NAMED_UNITS
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _IDENTIFIER = "^[A-Za-z_][A-Za-z0-9_]*$"
@@ -158,6 +159,7 @@ def _kind_definition_schema() -> dict[str, Any]:
     pattern.update(
         label={"type": "string"},
         chain={"type": "array", "minItems": 1, "items": {"type": "string"}},
+        unit={"enum": sorted(NAMED_UNITS)},
         where={"type": "object"},
         efficiency={"type": "number", "exclusiveMinimum": 0, "maximum": 1},
     )
@@ -172,6 +174,12 @@ def _kind_definition_schema() -> dict[str, Any]:
         device=_closed({name: {**formula, "description": _parameter_doc(spec)} for name, spec in PARAMETERS.items()}),
         toolchain={"$ref": "#/$defs/toolchain"},
         templates={"type": "string"},
-        patterns={"type": "array", "items": _closed(pattern, required=("label", "chain"))},
+        patterns={
+            "type": "array",
+            "items": {
+                **_closed(pattern, required=("label",)),
+                "oneOf": [{"required": ["chain"]}, {"required": ["unit"]}],
+            },
+        },
     )
     return _closed(properties)

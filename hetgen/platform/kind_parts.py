@@ -31,6 +31,7 @@ from hetgen.platform.schema import (
     read_str,
     read_str_list,
 )
+from hetgen.platform.units import NAMED_UNITS, accepted_units, chain_problem, chain_text
 from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
 
 KIND_KEYS = (
@@ -55,7 +56,7 @@ ALL_FIGURE_KEYS = FIGURE_KEYS + OPTIONAL_FIGURE_KEYS
 MEMORY_KEYS = ("local_bytes", "address_bytes", "static_bytes")
 TOOLCHAIN_KEYS = ("cc", "cflags", "ldflags", "ar", "launcher", "sysroot", "triple", "emulator")
 TOOLCHAIN_LISTS = ("cflags", "ldflags", "launcher", "emulator")
-PATTERN_KEYS = ("label", "chain", "where", "efficiency")
+PATTERN_KEYS = ("label", "chain", "unit", "where", "efficiency")
 # The keys a target node gives itself; attributes sit beside them, so no attribute may use one.
 NODE_KEYS = ("kind", "runtime", "devices", "host", "link", "toolchain", "figures")
 ROLES = tuple(role.value for role in Role)
@@ -244,13 +245,19 @@ def _parse_pattern(node: YNode, what: str, problems: Problems) -> Pattern | None
     if body is None:
         return None
     check_keys(body, PATTERN_KEYS, entry_what, problems)
-    label_node, chain_node = body.get("label"), body.get("chain")
-    if label_node is None or chain_node is None:
-        missing = " and ".join(k for k, v in (("label", label_node), ("chain", chain_node)) if v is None)
+    label_node, chain_node, unit_node = body.get("label"), body.get("chain"), body.get("unit")
+    if label_node is None or (chain_node is None and unit_node is None):
+        missing = " and ".join(
+            k for k, v in (("label", label_node), ("a chain or a unit", chain_node or unit_node)) if v is None
+        )
         problems.add(body.pos, f"{entry_what} needs {missing}; accepted keys: {', '.join(PATTERN_KEYS)}")
         return None
     label = read_str(label_node, f"the label of {entry_what}", problems)
-    chain = _parse_chain(chain_node, f"the chain of pattern '{label}' of {what}", problems)
+    unit, chain = None, ()
+    if unit_node is not None:
+        unit = _parse_unit(unit_node, f"the unit of pattern '{label}' of {what}", problems)
+    if chain_node is not None and (unit_node is None or unit is not None):
+        chain = _parse_chain(chain_node, f"the chain of pattern '{label}' of {what}", problems, unit)
     where = _parse_where(body.get("where"), f"'where' of pattern '{label}' of {what}", problems)
     efficiency = 1.0
     if body.get("efficiency") is not None:
@@ -258,12 +265,29 @@ def _parse_pattern(node: YNode, what: str, problems: Problems) -> Pattern | None
         if efficiency is not None and not 0 < efficiency <= 1:
             problems.add(body.get("efficiency").pos, f"'efficiency' of pattern '{label}' must be in (0, 1]")
             efficiency = None
-    if label is None or chain is None or where is None or efficiency is None:
+    if (
+        label is None
+        or chain is None
+        or (unit_node is not None and unit is None)
+        or where is None
+        or efficiency is None
+    ):
         return None
-    return Pattern(label, chain, where, efficiency)
+    return Pattern(label, chain, where, efficiency, unit)
 
 
-def _parse_chain(node: YNode, what: str, problems: Problems) -> tuple[PatternStep, ...] | None:
+def _parse_unit(node: YNode, what: str, problems: Problems) -> str | None:
+    name = read_str(node, what, problems)
+    if name is None or name in NAMED_UNITS:
+        return name
+    problems.add(
+        node.pos,
+        f"{what}: the kernel table has no unit '{name}'{close_match(name, NAMED_UNITS)}; accepted: {', '.join(sorted(NAMED_UNITS))}",
+    )
+    return None
+
+
+def _parse_chain(node: YNode, what: str, problems: Problems, unit: str | None = None) -> tuple[PatternStep, ...] | None:
     seq = expect_seq(node, what, problems)
     if seq is None:
         return None
@@ -275,6 +299,13 @@ def _parse_chain(node: YNode, what: str, problems: Problems) -> tuple[PatternSte
         return None
     if all(step.optional for step in steps):
         problems.add(seq.pos, f"{what} has only optional steps; at least one step must be required")
+        return None
+    problem = chain_problem(steps, unit)
+    if problem is not None:
+        problems.add(
+            seq.pos,
+            f"{what}, {chain_text(steps)}, is not a unit the kernel table forms: {problem}; accepted: {accepted_units()}",
+        )
         return None
     return tuple(steps)
 
@@ -347,6 +378,8 @@ def _parse_where(node: YNode | None, what: str, problems: Problems) -> FrozenMap
             continue
         if key.value not in validators:
             hint = close_match(key.value, validators)
+            if key.value == "residual":  # the kernel table decides which Conv and Add form one unit
+                hint = " (the kernel table decides which Conv and Add are a residual unit: name it with 'unit: conv_residual')"
             problems.add(key.pos, f"unknown predicate '{key.value}' in {what}{hint}; accepted: {listing(validators)}")
             continue
         message = validators[key.value](data)

@@ -25,6 +25,7 @@ from hetgen.platform.kind_parts import (
 )
 from hetgen.platform.model import AttrSpec, FrozenMap, Kind, Role, SourcePos, Toolchain
 from hetgen.platform.schema import Problems, check_keys, close_match, is_c_identifier, listing, read_typed
+from hetgen.platform.units import CONTROLLER_UNITS, NAMED_UNITS
 from hetgen.platform.yaml_positions import YMap, YNode, YSeq, parse_yaml
 from hetgen.templates_dir import templates_dir
 
@@ -192,6 +193,14 @@ def _check_role_rules(draft: KindDraft, role: Role, figures, patterns, problems:
         problems.add(draft.pos, f"{what} has no figures {', '.join(missing)}; declare them or refine a kind that does")
     if role is Role.ACCELERATOR and not patterns and "patterns" not in draft.key_pos:  # else: its entries failed
         problems.add(draft.pos, f"accelerator {what} has no patterns, so nothing could run on it; add 'patterns'")
+    for pattern in patterns.values() if role is Role.ACCELERATOR else ():
+        if pattern.unit in CONTROLLER_UNITS:
+            tiled = sorted(set(NAMED_UNITS) - set(CONTROLLER_UNITS))
+            problems.add(
+                draft.key_pos.get("patterns", draft.pos),
+                f"pattern '{pattern.label}' of accelerator {what} names unit {pattern.unit}, which has no tiling "
+                f"(controllers run it); accepted on accelerators: {', '.join(tiled)}",
+            )
 
 
 def _check_formulas(

@@ -88,17 +88,21 @@ class PatternStep:
 
 @dataclass(frozen=True)
 class Pattern:
-    """An entry of a kind's pattern table: what the device *could* run.
+    """An entry of a kind's pattern table: which of the kernel table's units the device *could* run.
 
-    `chain` is a producer→consumer chain of steps (each step a single-consumer successor of the
-    previous one). `where` holds declarative predicates evaluated by `hetgen.partition.predicates`
-    (dtypes, kernel sizes, attribute values, memory fit).
+    The kernel table (hetgen/spec) is the only source of units; a pattern only admits some of them.
+    `chain` admits the units whose operators, in order, the steps match: one operator, or a head and
+    the activations its epilogue absorbs (hetgen/platform/units.py says which chains can match a
+    unit). `unit` (instead of a chain) admits every unit of one of the table's multi-operator kinds
+    (`conv_residual`, `attention`). `where` holds declarative predicates about the unit's operands,
+    evaluated by `hetgen.partition.predicates` (dtypes, kernel sizes, attribute values, memory fit).
     """
 
     label: str
     chain: tuple[PatternStep, ...]
     where: Mapping[str, Any] = field(default_factory=dict)
     efficiency: float = 1.0  # fraction of peak throughput this pattern reaches on the device
+    unit: str | None = None  # a multi-operator unit kind of the kernel table (then `chain` is empty)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 from hetgen.errors import Diagnostic, PlatformError
 from hetgen.ir import DType
 from hetgen.platform.model import Kind, Pattern
+from hetgen.platform.units import NAMED_UNITS, accepted_units, chain_problem, chain_text
 
 DTYPE_LABELS = tuple(dtype.label for dtype in DType)
 
@@ -53,10 +54,6 @@ def _valid_flag(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"fits_memory must be true or false, not {value!r}"
 
 
-def _valid_residual(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"residual must be true or false, not {value!r}"
-
-
 # name -> what is wrong with its value, or None
 PREDICATE_VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "attrs": _valid_attrs,
@@ -65,7 +62,6 @@ PREDICATE_VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "groups": _valid_groups,
     "max_kernel": _valid_count("max_kernel"),
     "max_rank": _valid_count("max_rank"),
-    "residual": _valid_residual,
 }
 ACCEPTED_PREDICATES = tuple(sorted(PREDICATE_VALIDATORS))
 
@@ -83,6 +79,16 @@ def where_problems(pattern: Pattern) -> list[str]:
         message = validator(value)
         if message:
             problems.append(f"pattern '{pattern.label}': {message}")
+    chain = chain_problem(pattern.chain, pattern.unit)
+    if chain is not None:  # a kind built in Python is checked as a loaded one is (kind_parts.py)
+        problems.append(
+            f"pattern '{pattern.label}': its chain, {chain_text(pattern.chain)}, is not a unit the kernel table "
+            f"forms: {chain}; accepted: {accepted_units()}"
+        )
+    if pattern.unit is not None and pattern.unit not in NAMED_UNITS:
+        problems.append(
+            f"pattern '{pattern.label}': the kernel table has no unit '{pattern.unit}'; accepted: {', '.join(sorted(NAMED_UNITS))}"
+        )
     if not (
         isinstance(pattern.efficiency, (int, float)) and 0 < pattern.efficiency and math.isfinite(pattern.efficiency)
     ):

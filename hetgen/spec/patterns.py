@@ -22,13 +22,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from hetgen.errors import InternalError
 from hetgen.ir import DType, Graph, Node
 from hetgen.ops import attention
 from hetgen.ops.base import Epilogue, Kernel, OpInstance
 from hetgen.ops.registry import op_def
+from hetgen.platform.units import NAMED_UNITS
 from hetgen.spec.attention import PatternGraph, match_attention
 
 ATTENTION, RESIDUAL = "attention", "conv_residual"  # the placement group labels of the two patterns
+EPILOGUE = "epilogue"  # the third kind of multi-operator unit: a head and its activations (fusion.py)
+UNIT_KINDS = (EPILOGUE, ATTENTION, RESIDUAL)  # every multi-operator unit the kernel table forms is one of these
+if {ATTENTION, RESIDUAL} != set(NAMED_UNITS):  # the names a pattern table may give (`unit:`), one list
+    raise InternalError(f"unit kinds named but not formed, or the reverse: {set(NAMED_UNITS) ^ {ATTENTION, RESIDUAL}}")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from hetgen.errors import InternalError
 from hetgen.ir import Graph, Node
 from hetgen.ops._parallel import SERIAL, Parallel
 from hetgen.ops.base import Epilogue, Kernel
-from hetgen.spec.patterns import FusedPattern
+from hetgen.spec.patterns import EPILOGUE, FusedPattern
 from hetgen.spec.tiling import TilePlan, Unfit
 from hetgen.spec.work import Work
 
@@ -55,6 +55,25 @@ class KernelTable:
     def fused(self, names: Iterable[str]) -> FusedPattern | None:
         """The pattern unit whose nodes are exactly `names` (a placement group), if there is one."""
         return self.pattern_of.get(frozenset(names)) if self.pattern_of else None
+
+    def multi_units(self) -> tuple[tuple[tuple[str, ...], str, bool], ...]:
+        """Every multi-operator unit the table forms, as (node names, unit kind, whether its C kernel
+        lowered): each head's epilogue units (every prefix of its fusion chain, a prefix counted as
+        lowered only when the shorter ones are too), in graph order, then the pattern units
+        (attention, conv_residual) in the order of their heads. The only multi-operator groups a
+        placement may form (hetgen/partition/patterns.py filters them by each target's patterns)."""
+        found = []
+        for node in self.graph.nodes:
+            names, lowered = [node.name], True
+            for name, _ in self.chains.get(node.name, ()):
+                names.append(name)
+                spec = self.units.get(tuple(names))
+                if spec is None:
+                    break
+                lowered = lowered and spec.kernel is not None
+                found.append((tuple(names), EPILOGUE, lowered))
+        found.extend((names, pattern.kind, True) for names, pattern in self.patterns.items())
+        return tuple(found)
 
     def tile_plan(self, target_path: str, names: tuple[str, ...]) -> TilePlan | Unfit:
         """The tiling of unit `names` on the tiled accelerator `target_path`."""

@@ -2,7 +2,7 @@
 runs one unit per invocation (its SRAM is bounded: hetgen/spec/invocation.py), each unit whose head
 operator its pattern table can start a group with or carry in one (hetgen/spec/tiling.py decides
 the tiling), and each residual unit (a Conv with its residual Add, `patterns.py`) on each such
-accelerator whose pattern table names both operators. The `fits_memory` predicate, the cost model
+accelerator whose pattern table names that unit (`unit: conv_residual`). The `fits_memory` predicate, the cost model
 and lowering all read these plans.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from hetgen.ir import Graph
 from hetgen.platform.model import Platform, Target
 from hetgen.spec.invocation import one_unit_per_invocation, tile_rates
-from hetgen.spec.patterns import FusedPattern
+from hetgen.spec.patterns import RESIDUAL, FusedPattern
 from hetgen.spec.signature import UnitKeys
 from hetgen.spec.table import KernelSpec
 from hetgen.spec.tiling import TilePlan, Unfit, unit_plan
@@ -22,7 +22,7 @@ ANY_OP = "*"
 
 
 def pattern_ops(target: Target) -> frozenset[str] | None:
-    """Operators the target's pattern table names (None: any operator)."""
+    """Operators the target's pattern table names in chains (None: any operator)."""
     ops: set[str] = set()
     for pattern in target.kind.patterns:
         for step in pattern.chain:
@@ -68,13 +68,12 @@ def residual_plans(
     graph: Graph, platform: Platform, patterns: Iterable[FusedPattern]
 ) -> dict[tuple[str, tuple[str, ...]], TilePlan | Unfit]:
     """(target path, residual unit's node names) -> its tiling on each tiled accelerator whose
-    pattern table names Conv and Add: the Conv's tiles, each also loading the residual's block of
-    its output rows and channels (no halo) and adding it before the store."""
+    pattern table names the unit (`unit: conv_residual`): the Conv's tiles, each also loading the
+    residual's block of its output rows and channels (no halo) and adding it before the store."""
     residuals = [p for p in patterns if p.residual is not None and _typed(p.nodes, graph)]
     plans: dict[tuple[str, tuple[str, ...]], TilePlan | Unfit] = {}
     for target in platform.targets() if residuals else ():
-        ops = pattern_ops(target)
-        if not one_unit_per_invocation(target) or (ops is not None and not {"Conv", "Add"} <= ops):
+        if not one_unit_per_invocation(target) or not any(p.unit == RESIDUAL for p in target.kind.patterns):
             continue
         for pattern in residuals:
             rates = tile_rates(target, 1.0, pattern.nodes)
