@@ -22,21 +22,8 @@ from hetgen.codegen.sandbox import (
 )
 from hetgen.errors import HetgenError, InternalError
 from hetgen.names import is_printable_ascii
+from hetgen.ops._common import float_literal
 from hetgen.templates_dir import templates_dir
-
-
-def _c_float(value: float) -> str:
-    """A float literal that round-trips exactly through the C compiler."""
-    value = float(value)
-    if value != value:
-        return "NAN"
-    if value in (float("inf"), float("-inf")):
-        return "INFINITY" if value > 0 else "(-INFINITY)"
-    text = repr(value)
-    if "e" not in text and "." not in text:
-        text += ".0"
-    return f"{text}f"
-
 
 INDENT = "    "  # one level of the generated C's indentation
 # The deepest nest `loop_nest` lays out: a kernel nests at most a loop per dimension of its widest
@@ -100,7 +87,7 @@ def environment(extra_dirs: tuple[str, ...] = ()) -> TemplateSandbox:
     own = templates_dir().resolve()
     bounded = any(not Path(folder).resolve().is_relative_to(own) for folder in extra_dirs)
     finalize = _bounded_printed if bounded else _printed
-    return TemplateSandbox(search, bounded, {"cfloat": _c_float, "loop_nest": loop_nest}, finalize)
+    return TemplateSandbox(search, bounded, {"cfloat": float_literal, "loop_nest": loop_nest}, finalize)
 
 
 def forget_templates() -> None:

@@ -134,8 +134,8 @@ _INT_LIMITS = {
 }
 
 
-def c_float(value: float) -> str:
-    """A float literal that round-trips exactly (as render's `cfloat` filter, parenthesised)."""
+def float_literal(value: float) -> str:
+    """A float literal that round-trips exactly through the C compiler (render's `cfloat` filter)."""
     value = float(value)
     if math.isnan(value):
         return "NAN"
@@ -144,7 +144,13 @@ def c_float(value: float) -> str:
     text = repr(value)
     if "e" not in text and "." not in text:
         text += ".0"
-    return f"({text}f)" if value < 0 else f"{text}f"
+    return f"{text}f"
+
+
+def c_float(value: float) -> str:
+    """`float_literal`, parenthesised when negative (safe inside any C expression)."""
+    text = float_literal(value)
+    return f"({text})" if float(value) < 0 and not math.isinf(float(value)) else text
 
 
 def c_double(value: float) -> str:
