@@ -174,7 +174,7 @@ def cmd_explain(args) -> int:
 
 def cmd_verify(args) -> int:
     from hetgen.runtime.sanitizers import needs_preload, preload_environment
-    from hetgen.runtime.verify import verify
+    from hetgen.runtime.verify import tolerances, verify
 
     out_dir = Path(args.dir)
     if needs_preload(out_dir) and not args.emulate:
@@ -196,21 +196,31 @@ def cmd_verify(args) -> int:
         inputs=inputs,
         emulate=args.emulate,
         transport=args.transport,
+        steps=args.steps,
     )
     failed = 0
     for error in errors:
-        status = "ok" if error.ok else "MISMATCH"
-        print(f"{error.name}: max abs error {error.max_abs:.3g}, max rel error {error.max_rel:.3g}  {status}")
+        print(error.describe())
         failed += not error.ok
     where = " (board build under emulation)" if args.emulate else ""
-    print(
-        f"{len(errors) - failed} of {len(errors)} outputs{where} match onnxruntime (rtol {args.rtol}, atol {args.atol})"
-    )
+    print(f"{len(errors) - failed} of {len(errors)} outputs{where} match onnxruntime ({tolerances(errors)})")
     return EXIT_USER_ERROR if failed else EXIT_OK
+
+
+def _steps(text: str) -> int:
+    """--steps N: a whole number of quantization steps, 0 or more."""
+    try:
+        steps = int(text)
+    except ValueError:
+        steps = -1
+    if steps < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of quantization steps (0, 1, 2, ...)")
+    return steps
 
 
 def _verify_argv(args) -> list[str]:
     argv = ["verify", str(args.dir), "--seed", str(args.seed), "--rtol", repr(args.rtol), "--atol", repr(args.atol)]
+    argv += ["--steps", str(args.steps)]
     return argv + (["--inputs", str(args.inputs)] if args.inputs else [])
 
 
@@ -358,6 +368,14 @@ def parser() -> argparse.ArgumentParser:
     verify.add_argument("--seed", type=int, default=0)
     verify.add_argument("--rtol", type=float, default=1e-4)
     verify.add_argument("--atol", type=float, default=1e-5)
+    verify.add_argument(
+        "--steps",
+        type=_steps,
+        default=1,
+        metavar="N",
+        help="int8/uint8 outputs may differ from onnxruntime by N quantization steps per element (default 1); "
+        "--rtol/--atol apply to the other outputs",
+    )
     verify.add_argument(
         "--inputs", metavar="FILE.npz", help="your inputs (numpy .npz, one array per input name) instead of random ones"
     )

@@ -19,27 +19,85 @@ from hetgen.runtime.reference import ort_session, random_inputs
 MODEL_COPY = "model.onnx"
 
 
+# The quantized types: their outputs are compared in quantization steps (`steps`), everything else
+# numeric in rtol/atol. int16/uint16 quantization is refused by the frontend and int32 outputs are
+# accumulators or indices, so no other integer output is a quantized one.
+STEP_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+STEPS_OPTION = "--steps N allows N quantization steps per int8/uint8 element"
+FLOAT_OPTION = "--rtol/--atol set the tolerance of the other outputs"
+
+
+def steps_text(steps: int) -> str:
+    return f"\u00b1{steps} step" + ("" if steps == 1 else "s")
+
+
 @dataclass(frozen=True)
 class OutputError:
+    """One output's worst run: `max_abs` the largest absolute difference (in steps where `in_steps`),
+    `off` how many of its `size` elements lie beyond `tolerance` (its text, e.g. "±1 step")."""
+
     name: str
     max_abs: float
     max_rel: float
     ok: bool
+    dtype: str = ""
+    tolerance: str = ""
+    in_steps: bool = False
+    off: int = 0
+    size: int = 0
+    shapes: tuple = ()
+
+    def describe(self) -> str:
+        """The line `hetgen verify` prints for this output."""
+        status = "ok" if self.ok else "MISMATCH"
+        if self.shapes:
+            return f"{self.name}: shape {self.shapes[0]}, onnxruntime's {self.shapes[1]}  {status}"
+        off = f", {self.off} of {self.size} elements beyond {self.tolerance}" if not self.ok else ""
+        if self.in_steps:
+            largest = int(self.max_abs)
+            text = f"{self.name}: {self.dtype}, max difference {largest} step{'' if largest == 1 else 's'}{off}"
+            return f"{text}  {status}" + ("" if self.ok else f" ({STEPS_OPTION})")
+        if self.tolerance == "exact":
+            return f"{self.name}: {self.dtype}, {self.off} of {self.size} elements differ  {status}"
+        text = f"{self.name}: max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g}{off}"
+        return f"{text}  {status}" + ("" if self.ok else f" ({FLOAT_OPTION})")
 
 
-def compare(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> OutputError:
+def tolerances(errors: list[OutputError]) -> str:
+    """The tolerances in effect for `errors`' outputs, by dtype: "float32: rtol 0.0001, atol 1e-05; int8: ±1 step"."""
+    groups: dict[str, list[str]] = {}
+    for error in errors:
+        if error.tolerance and error.dtype not in groups.setdefault(error.tolerance, []):
+            groups[error.tolerance].append(error.dtype)
+    ordered = sorted(groups.items(), key=lambda group: "step" in group[0])  # rtol/atol first, then steps
+    return "; ".join(f"{', '.join(dtypes)}: {tolerance}" for tolerance, dtypes in ordered)
+
+
+def compare(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol: float, steps: int = 1) -> OutputError:
+    """`got` against onnxruntime's `expected`: int8/uint8 within `steps` quantization steps per
+    element, other numbers within `atol + rtol * |expected|`, anything else exactly."""
+    dtype = str(got.dtype)
     if got.shape != expected.shape:
-        return OutputError(name, float("inf"), float("inf"), False)
+        return OutputError(name, float("inf"), float("inf"), False, dtype, shapes=(got.shape, expected.shape))
     if got.dtype == np.bool_ or not np.issubdtype(got.dtype, np.number):
-        equal = bool(np.array_equal(got, expected))
-        return OutputError(name, 0.0 if equal else 1.0, 0.0 if equal else 1.0, equal)
+        off = int(np.sum(got != expected)) if got.size else 0
+        return OutputError(name, float(off > 0), float(off > 0), off == 0, dtype, "exact", False, off, got.size)
+    if got.dtype in STEP_TYPES and np.issubdtype(expected.dtype, np.integer):
+        diff = np.abs(got.astype(np.int64) - expected.astype(np.int64))
+        rel = diff / np.maximum(np.abs(expected.astype(np.float64)), 1e-30)
+        off = int(np.sum(diff > steps))
+        largest = float(diff.max(initial=0))
+        return OutputError(
+            name, largest, float(rel.max(initial=0.0)), off == 0, dtype, steps_text(steps), True, off, got.size
+        )
     a, b = got.astype(np.float64), expected.astype(np.float64)
     both_nan = np.isnan(a) & np.isnan(b)
     same_inf = np.isinf(a) & (a == b)
     diff = np.where(both_nan | same_inf, 0.0, np.abs(a - b))
     rel = diff / np.maximum(np.abs(b), 1e-30)
-    ok = bool(np.all(diff <= atol + rtol * np.abs(np.nan_to_num(b))))
-    return OutputError(name, float(diff.max(initial=0.0)), float(rel.max(initial=0.0)), ok)
+    off = int(np.sum(~(diff <= atol + rtol * np.abs(np.nan_to_num(b)))))
+    largest, relative = float(diff.max(initial=0.0)), float(rel.max(initial=0.0))
+    return OutputError(name, largest, relative, off == 0, dtype, f"rtol {rtol}, atol {atol}", False, off, got.size)
 
 
 def feeds_for(model, out_dir: Path, seed: int, runs: int = 1) -> list[dict[str, np.ndarray]]:
@@ -58,11 +116,15 @@ def verify(
     inputs: Mapping[str, np.ndarray] | str | Path | None = None,
     emulate: bool = False,
     transport: str = "pipe",
+    steps: int = 1,
 ) -> list[OutputError]:
     """Compare the built model with onnxruntime on `inputs` (arrays by name, or an .npz file) once,
     or on `runs` seeded random inputs. `emulate`: run the board build's programs under their kinds'
     emulators instead of the native library, its co-processors' servers reached over `transport`
-    ("pipe" or "tcp")."""
+    ("pipe" or "tcp"). int8/uint8 outputs may differ by `steps` quantization steps per element, the
+    others by `atol + rtol * |expected|`."""
+    if steps < 0:
+        raise HetgenError(f"steps must be 0 or more, not {steps}")
     model = EmulatedModel(Path(out_dir), transport=transport) if emulate else load(out_dir)
     if isinstance(inputs, (str, Path)):
         inputs = model_inputs.read_inputs(Path(inputs), model.inputs)
@@ -76,7 +138,7 @@ def verify(
         for info in model.outputs:
             if is_shape_output(info.name):  # a bounded output's run-time shape: `got` has it applied
                 continue
-            error = compare(info.name, got[info.name], np.asarray(expected[info.name]), rtol, atol)
+            error = compare(info.name, got[info.name], np.asarray(expected[info.name]), rtol, atol, steps)
             worst = errors.get(info.name)
             if worst is None or error.max_abs > worst.max_abs or not error.ok:
                 errors[info.name] = error if (worst is None or worst.ok) else worst
