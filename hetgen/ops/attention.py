@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.ops import _gemm_plan, _parallel
+from hetgen.ops._common import float_literal
 from hetgen.ops.base import Kernel, OpInstance
 
 # The score block: at most this many bytes (it stays in L2 between the GEMMs and the softmax).
@@ -39,6 +40,15 @@ class MaskSpec:
     index: int  # the kernel input holding the mask (float32) or the condition (bool)
     strides: tuple[int, int, int, int]  # over the scores [B, H, Sq, Sk]; 0 where broadcast
     fill: float = 0.0
+
+    @property
+    def apply(self) -> str:
+        """The C statement that meets a score `v` with its mask entry (the template lays it out)."""
+        entry = f"mask[j * {self.strides[3]}u]"
+        if self.kind == "add":
+            return f"v += {entry};"
+        fill = float_literal(self.fill)
+        return f"v = {entry} ? {fill} : v;" if self.kind == "where_fill_true" else f"v = {entry} ? v : {fill};"
 
 
 @dataclass(frozen=True)

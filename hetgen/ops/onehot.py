@@ -38,6 +38,7 @@ def lower_one_hot(op: OpInstance) -> Kernel:
             "empty": out_type.size == 0,
             "ctype": out_type.dtype.c_type,
             "index_ctype": index_dtype.c_type,
+            "index_is_float": index_dtype.is_float,
             "index_to_int": "hg_f2i64" if index_dtype.is_float else "(int64_t)",
             "outer": math.prod(indices.shape[:axis]),
             "depth": depth,

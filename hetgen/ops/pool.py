@@ -31,6 +31,7 @@ def axis_tables(win: Window, i: int, include_pad: bool) -> dict:
         counts.append(sum(1 for t in range(kernel) if low <= start + t * dil < high))
     return {
         "name": "dhw"[i],
+        "is_width": i == 2,
         "start": tuple(starts),
         "first": tuple(firsts),
         "end": tuple(ends),

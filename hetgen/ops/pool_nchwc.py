@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from hetgen.ir import DType
 from hetgen.ops import _parallel
-from hetgen.ops._common import present_outputs
+from hetgen.ops._common import float_literal, present_outputs
 from hetgen.ops._spatial import window
 from hetgen.ops.base import Kernel, OpInstance
 from hetgen.ops.conv_nchwc import POOL_HELPER, REORDER_TASK_BYTES, blocks, task_count
@@ -45,10 +45,16 @@ def lower(op: OpInstance, v: int) -> Kernel:
     ib = blocks(channels, v)
     if op.node.op in GLOBAL_POOLS:
         size = x_type.shape[2] * x_type.shape[3]
+        is_max = op.node.op == "GlobalMaxPool"
+        element = f"xb[i * {v}u + c]"
         units = batch * ib
         params = {
             "V": v,
-            "variant": "global_max" if op.node.op == "GlobalMaxPool" else "global_avg",
+            "variant": "global_max" if is_max else "global_avg",
+            "title": op.node.op,
+            "init": "-INFINITY" if is_max else "0.0f",
+            "accumulate": f"acc[c] = {element} > acc[c] ? {element} : acc[c];" if is_max else f"acc[c] += {element};",
+            "finish": "" if is_max else f" / {float_literal(float(size))}",
             "batch": batch,
             "channels": channels,
             "blocks": ib,
@@ -57,27 +63,37 @@ def lower(op: OpInstance, v: int) -> Kernel:
             "pieces": units,
             "tasks": task_count(units, 4 * units * size * v // REORDER_TASK_BYTES),
         }
-        return _kernel(params, flops=x_type.size, nbytes=4 * units * size * v + y_type.nbytes)
+        return _kernel(
+            "kernels/pool_nchwc_global.c.j2", params, flops=x_type.size, nbytes=4 * units * size * v + y_type.nbytes
+        )
     win = window(op, x_type.shape[2:], y_type.shape[2:], tuple(op.attr("kernel_shape")))
     include_pad = bool(op.attr("count_include_pad", 0))
+    is_max = op.node.op == "MaxPool"
     rows = batch * ib * win.out_shape[1]
     nbytes = 4 * batch * ib * v * (win.in_size + win.out_size)
     params = {
         **win.view(),
         "V": v,
-        "variant": "max" if op.node.op == "MaxPool" else "avg",
+        "variant": "max" if is_max else "avg",
+        "is_avg": not is_max,
+        "title": "MaxPool" if is_max else "AveragePool",
+        "table_note": "" if is_max else ", taps counted by the average",
+        "init": "-INFINITY" if is_max else "0.0f",
+        "accumulate": "acc[c] = src[c] > acc[c] ? src[c] : acc[c];" if is_max else "acc[c] += src[c];",
         "axes": tuple(axis_tables(win, i, include_pad) for i in (1, 2)),
         "in_plane_floats": win.in_shape[1] * win.in_shape[2] * v,
         "out_row_floats": win.out_shape[2] * v,
         "pieces": rows,
         "tasks": task_count(rows, nbytes // REORDER_TASK_BYTES),
     }
-    return _kernel(params, flops=batch * ib * v * win.out_size * win.kernel_size, nbytes=nbytes)
+    return _kernel(
+        "kernels/pool_nchwc.c.j2", params, flops=batch * ib * v * win.out_size * win.kernel_size, nbytes=nbytes
+    )
 
 
-def _kernel(params: dict, flops: int, nbytes: int) -> Kernel:
+def _kernel(template: str, params: dict, flops: int, nbytes: int) -> Kernel:
     return Kernel(
-        template="kernels/pool_nchwc.c.j2",
+        template=template,
         params=params,
         flops=flops,
         bytes_accessed=nbytes,

@@ -133,6 +133,8 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     params = {
         **win.view(),
         "variant": variant,
+        "is_gemm": variant == "gemm",
+        "is_direct": variant == "direct",
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
         "pad_plane_w": padded[2],

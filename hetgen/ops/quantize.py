@@ -15,6 +15,7 @@ from hetgen.ops._common import input_arg_count, normalize_axis, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 TEMPLATE = "kernels/quantize.c.j2"
+DYNAMIC_TEMPLATE = "kernels/quantize_dynamic.c.j2"
 QUANTIZED = (DType.INT8, DType.UINT8)
 # Integer range of each quantized type.
 Q_RANGE = {DType.INT8: (-128, 127), DType.UINT8: (0, 255)}
@@ -55,6 +56,8 @@ def _params(op: OpInstance, outer: int, channels: int, inner: int) -> dict:
         "in_ctype": op.input_types[0].dtype.c_type,
         "out_ctype": op.output_types[0].dtype.c_type,
         "has_zero_point": op.has_input(2),
+        "zero_point_note": " and zero point" if op.has_input(2) else "",
+        "zero": "(int32_t)zero_point[c]" if op.has_input(2) else "0",
         "zp_ctype": op.input_types[2].dtype.c_type if op.has_input(2) else "",
         "out_index": input_arg_count(op),
     }
@@ -71,7 +74,15 @@ def lower_quantize(op: OpInstance) -> Kernel:
     _require_float_scale(op, 1)
     outer, channels, inner = channel_split(op, x_type, op.input_types[1])
     qmin, qmax = Q_RANGE[out_type.dtype]
-    params = {**_params(op, outer, channels, inner), "variant": "quantize", "qmin": qmin, "qmax": qmax}
+    store = f"y[base + i] = ({out_type.dtype.c_type})hg_quantize_scaled((float)x[base + i] / s, z, {qmin}, {qmax});"
+    params = {
+        **_params(op, outer, channels, inner),
+        "variant": "quantize",
+        "title": "QuantizeLinear",
+        "qmin": qmin,
+        "qmax": qmax,
+        "store": store,
+    }
     return Kernel(TEMPLATE, params, flops=3 * x_type.size, bytes_accessed=total_bytes(x_type, out_type))
 
 
@@ -83,7 +94,12 @@ def lower_dequantize(op: OpInstance) -> Kernel:
         raise Unsupported(f"DequantizeLinear to {out_type.dtype.label}; accepted: float32")
     _require_float_scale(op, 1)
     outer, channels, inner = channel_split(op, x_type, op.input_types[1])
-    params = {**_params(op, outer, channels, inner), "variant": "dequantize"}
+    params = {
+        **_params(op, outer, channels, inner),
+        "variant": "dequantize",
+        "title": "DequantizeLinear",
+        "store": "y[base + i] = (float)((int32_t)x[base + i] - z) * s;",
+    }
     return Kernel(TEMPLATE, params, flops=2 * x_type.size, bytes_accessed=total_bytes(x_type, out_type))
 
 
@@ -100,7 +116,7 @@ def lower_dynamic(op: OpInstance) -> Kernel:
         "in_ctype": "float",
         "out_ctype": "uint8_t",
     }
-    return Kernel(TEMPLATE, params, flops=5 * x_type.size, bytes_accessed=total_bytes(x_type, *op.output_types))
+    return Kernel(DYNAMIC_TEMPLATE, params, flops=5 * x_type.size, bytes_accessed=total_bytes(x_type, *op.output_types))
 
 
 DEFS = (

@@ -2,8 +2,9 @@
 batch row's first `sequence_lens` steps reversed), MaxUnpool (values scattered back to the indices
 MaxPool took them from), TensorScatter (a KV-cache update: rows written at each batch's index).
 
-Each is one short loop nest in `templates/kernels/sequence_ops.c.j2`; run-time inputs (lengths,
-indices) are read at run time and clamped into the tensor, so a bad index cannot write outside it.
+Each is one short loop nest in a template of its own (`templates/kernels/<kind>.c.j2`); run-time
+inputs (lengths, indices) are read at run time and clamped into the tensor, so a bad index cannot
+write outside it.
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ import math
 from hetgen.ops._common import BITS_TYPE, contiguous_strides, normalize_axis
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
-TEMPLATE = "kernels/sequence_ops.c.j2"
-
 
 def _kernel(op: OpInstance, **params) -> Kernel:
     moved = sum(t.nbytes for t in op.input_types if t) + sum(t.nbytes for t in op.output_types)
-    return Kernel(template=TEMPLATE, params=params, bytes_accessed=moved)
+    return Kernel(template=f"kernels/{params['kind']}.c.j2", params=params, bytes_accessed=moved)
 
 
 def bit_cast(op: OpInstance) -> Kernel:
@@ -99,6 +98,7 @@ def tensor_scatter(op: OpInstance) -> Kernel:
         inner=math.prod(cache.shape[axis + 1 :]),
         circular=mode == "circular",
         has_indices=op.has_input(2),
+        start="write_indices[b]" if op.has_input(2) else "0",
         out_arg=len(op.node.inputs),
     )
 
