@@ -56,6 +56,9 @@ class Engine(enum.Enum):
 # A device behind hg_device.h, a simulated one (hg_sim.c) or a co-processor (hg_coproc.c), queues at
 # most this many invocations between two waits.
 QUEUE_DEPTH = 16
+# The devices one controller drives at most: the platform loader refuses more, so a co-processor's
+# driver (hg_coproc.c) binds them in fixed arrays on its stack rather than variable-length ones.
+MAX_DEVICES = 64
 # The simulator remembers when the last WAIT_RING commands finished; a command waits for one of them
 # (hg_sim_work.after < WAIT_RING; hetgen/spec/tiling.py plans within it).
 WAIT_RING = 64

@@ -133,3 +133,18 @@ def test_targets_and_schema_show_the_device_model():
     device = json.dumps(schema)
     for name in PARAMETERS:
         assert f'"{name}"' in device
+
+
+def test_a_controller_drives_at_most_max_devices():
+    """hg_coproc.c binds a co-processor's devices in arrays of HG_MAX_DEVICES: more is refused at load."""
+    from hetgen.abi import MAX_DEVICES
+
+    def platform(count: int) -> str:
+        devices = "".join(f"\n      npu{i}: {{kind: npu}}" for i in range(count))
+        return f"name: many\ntarget:\n  kind: aarch64\n  runtime: vm\n  devices:{devices}\n"
+
+    assert len(load_platform_text(platform(MAX_DEVICES)).root.devices) == MAX_DEVICES
+    with pytest.raises(PlatformError) as refused:
+        load_platform_text(platform(MAX_DEVICES + 1))
+    text = str(refused.value) + "".join(str(d) for d in getattr(refused.value, "diagnostics", ()))
+    assert f"drives {MAX_DEVICES + 1} devices; a controller drives at most {MAX_DEVICES}" in text

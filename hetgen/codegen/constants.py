@@ -36,6 +36,8 @@ def constants_header() -> str:
         "/* A simulated device, and a co-processor, queue at most this many invocations between two waits. */",
         f"#define HG_SIM_QUEUE_DEPTH {abi.QUEUE_DEPTH}",
         f"#define HG_COPROC_QUEUE_DEPTH {abi.QUEUE_DEPTH}u",
+        "/* The devices one controller drives at most (the platform loader refuses more). */",
+        f"#define HG_MAX_DEVICES {abi.MAX_DEVICES}u",
         "/* A command may wait for one of the last HG_SIM_RING commands before it (hg_sim_work.after). */",
         f"#define HG_SIM_RING {abi.WAIT_RING}",
         "",

@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from hetgen.abi import MAX_DEVICES
 from hetgen.names import MAX_IDENTIFIER
 from hetgen.platform.device_attrs import check_device_parameters
 from hetgen.platform.device_model import build_model, parameters
@@ -234,6 +235,13 @@ def _devices(body: YMap, kind: Kind, place: _Place, driver: Toolchain | None, ki
         return ()
     devices_map = expect_map(node, f"the devices of target '{'/'.join(place.path)}'", problems, node.pos)
     if devices_map is None:
+        return ()
+    if len(devices_map.entries) > MAX_DEVICES:
+        problems.add(
+            node.pos,
+            f"target '{'/'.join(place.path)}' drives {len(devices_map.entries)} devices; a controller drives "
+            f"at most {MAX_DEVICES} (group them under a composite)",
+        )
         return ()
     devices = []
     for key, child in devices_map.entries:

@@ -38,6 +38,8 @@ enum hg_sim_engine {
 /* A simulated device, and a co-processor, queue at most this many invocations between two waits. */
 #define HG_SIM_QUEUE_DEPTH 16
 #define HG_COPROC_QUEUE_DEPTH 16u
+/* The devices one controller drives at most (the platform loader refuses more). */
+#define HG_MAX_DEVICES 64u
 /* A command may wait for one of the last HG_SIM_RING commands before it (hg_sim_work.after). */
 #define HG_SIM_RING 64
 

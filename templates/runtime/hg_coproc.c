@@ -64,11 +64,11 @@ static int hg_coproc_wait(struct hg_device *device)
     const hg_coproc_config *config = hg_coproc_config_of(device);
     unsigned char *block = (unsigned char *)device->state;
     hg_coproc_state *state = (hg_coproc_state *)block;
-    if (state == NULL) {
+    if (state == NULL || config->device_slots > HG_MAX_DEVICES) {
         return HG_ERR_ARGUMENT;
     }
-    struct hg_device devices[config->device_slots];
-    struct hg_device *pointers[config->device_slots];
+    struct hg_device devices[HG_MAX_DEVICES];
+    struct hg_device *pointers[HG_MAX_DEVICES];
     config->bind_devices(block, devices, pointers);
     const hg_memory memory = {
         block + config->arena_offset, config->arena_size, config->weights, config->weights_size,

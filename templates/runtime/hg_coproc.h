@@ -27,7 +27,7 @@ typedef struct {
     uint64_t weights_size;
     const hg_coproc_entry *entries;
     uint32_t num_entries;
-    uint32_t device_slots; /* at least 1: the length of the arrays bind_devices fills */
+    uint32_t device_slots; /* 1 to HG_MAX_DEVICES: how many entries bind_devices fills */
     hg_link link;          /* from this co-processor's controller (0: none) */
     /* Check the co-processor's own devices' memory (init only; no state is touched). */
     int (*devices_init)(void);
