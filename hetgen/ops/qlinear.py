@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hetgen.ir import DType, TensorType
 from hetgen.ops._common import input_arg_count, total_bytes
+from hetgen.ops import qpack
 from hetgen.ops._spatial import conv_geometry
-from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Prepacked, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
@@ -165,13 +168,40 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "scale_offset": w_bytes + col_bytes + acc_bytes,
         "out_index": input_arg_count(op),
     }
+    prepacked = ()
+    if variant == "gemm" and _packable(op, x_type, w, w_zp, requant, k_dim):
+        packed_params, packed_scratch = qpack.plan(cin_group, cout_group, groups, channels, win, padded)
+        packed_params["x_signed"] = int(x_type.dtype is DType.INT8)
+        offer = Prepacked(
+            w,
+            lambda value: qpack.pack_weights(value, groups),
+            packed_params,
+            packed_scratch,
+            template="kernels/qconv_packed.c.j2",
+        )
+        prepacked = (offer,)
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
         scratch_bytes=w_bytes + col_bytes + acc_bytes + scale_bytes,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
+        prepacked=prepacked,
     )
+
+
+def _packable(op: OpInstance, x_type: TensorType, w: int, w_zp: int | None, requant, k_dim: int) -> bool:
+    """Whether the packed int8 kernel (hetgen/ops/qpack.py) computes this convolution: requantised
+    int8 or uint8 output, constant int8 weights with zero point 0, a reduction an int32 holds."""
+    if requant is None or op.constant(w) is None or op.input_types[w].dtype is not DType.INT8:
+        return False
+    if x_type.dtype not in QUANTIZED or op.output_types[0].dtype not in QUANTIZED or k_dim > qpack.MAX_K:
+        return False
+    if w_zp is not None and op.has_input(w_zp):
+        zero_point = op.constant(w_zp)
+        if zero_point is None or np.any(zero_point != 0):
+            return False
+    return True
 
 
 def lower_qlinear_conv(op: OpInstance) -> Kernel:

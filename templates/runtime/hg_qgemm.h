@@ -1,0 +1,293 @@
+/* int8 GEMM micro-kernels of hetgen's packed quantized convolution (templates/kernels/qconv_packed.c.j2).
+
+   One layout for every ISA, made at generate time (hetgen/ops/qpack.py):
+     weights      s8 [panels][K/4][HG_QG_MR][4]: HG_QG_MR output channels, groups of 4 consecutive k
+                  (zero padded in both), then one int32 sum of each channel's weights (little-endian bytes);
+     activations  [K/4][pixels][4] bytes, packed per call (im2col), pixels padded to HG_QG_NB.
+   A block is HG_QG_MR channels x HG_QG_NB output pixels: the weights are broadcast (4 bytes, one channel),
+   the activations are the vector (consecutive output pixels), so each channel's results are one
+   contiguous run of an NCHW output row.
+
+   The compiler's feature macros pick the path, the generated C is the same bytes for all:
+     __AVX512VNNI__ (+BW, VL)  vpdpbusd zmm: u8 activations x s8 weights, 16 pixels a vector;
+     __AVXVNNI__               vpdpbusd ymm, 8 pixels a vector;
+     __AVX2__                  both widened to int16 (exact), vpmaddwd;
+     __ARM_FEATURE_DOTPROD     sdot by lane: s8 activations x s8 weights, 4 pixels a vector;
+     __aarch64__ (NEON)        smull/smlal widening, exact;
+     otherwise                 plain C.
+   vpdpbusd multiplies unsigned activations, sdot signed ones: activations of the other signedness are
+   stored with their top bit flipped (x ^ 0x80 = x + 128 for int8, x - 128 for uint8), and the sum
+   this adds (the shift times the channel's weight sum) is folded with the input zero point and the
+   bias into one constant per channel (`hg_qg_shift`). Every path computes the exact int32 sum.
+
+   Requantisation is hg_quant.h's, vectorised: (float)(acc + c) * scale, clamped to
+   [qmin - zp, qmax - zp], rounded half to even (cvtps2dq in the default rounding mode), + zp. */
+#ifndef HG_QGEMM_H
+#define HG_QGEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "hg_quant.h"
+
+#define HG_QG_MR 8
+#define HG_QG_NB 32
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define HG_QG_PATH_AVX512VNNI 1
+#elif defined(__AVXVNNI__)
+#define HG_QG_PATH_AVXVNNI 1
+#elif defined(__AVX2__)
+#define HG_QG_PATH_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+#define HG_QG_PATH_SDOT 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define HG_QG_PATH_NEON 1
+#else
+#define HG_QG_PATH_SCALAR 1
+#endif
+
+#if defined(HG_QG_PATH_AVX512VNNI) || defined(HG_QG_PATH_AVXVNNI) || defined(HG_QG_PATH_AVX2)
+#include <immintrin.h>
+#endif
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+#include <arm_neon.h>
+#endif
+
+/* The path's activations are signed (sdot, NEON) or unsigned (vpdpbusd, and the rest alike). */
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+#define HG_QG_ACT_SIGNED 1
+#else
+#define HG_QG_ACT_SIGNED 0
+#endif
+
+/* The byte XORed into every activation of an input whose signedness is `x_signed`, and the value it adds
+   to each activation (the stored activation is x + shift). */
+static inline uint32_t hg_qg_flip(int x_signed)
+{
+    return x_signed == HG_QG_ACT_SIGNED ? 0u : 0x80808080u;
+}
+
+static inline int32_t hg_qg_shift(int x_signed)
+{
+    return x_signed == HG_QG_ACT_SIGNED ? 0 : (x_signed ? 128 : -128);
+}
+
+/* The int32 stored as 4 little-endian bytes at p (the packed weights' channel sums). */
+static inline int32_t hg_qg_load_le32(const int8_t *p)
+{
+    const uint8_t *b = (const uint8_t *)p;
+    return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+}
+
+static inline int32_t hg_qg_load32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Four bytes, one from each row, as one 32-bit word (row 0 in the lowest byte), XOR flip. */
+static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
+                                     const uint8_t *r3, size_t n, size_t stride, uint32_t flip)
+{
+    uint32_t *restrict d = (uint32_t *)(void *)dst;
+    if (stride == 1) {
+        for (size_t i = 0; i < n; ++i)
+            d[i] = ((uint32_t)r0[i] | (uint32_t)r1[i] << 8 | (uint32_t)r2[i] << 16 | (uint32_t)r3[i] << 24) ^ flip;
+    } else {
+        for (size_t i = 0; i < n; ++i)
+            d[i] = ((uint32_t)r0[i * stride] | (uint32_t)r1[i * stride] << 8 | (uint32_t)r2[i * stride] << 16 |
+                    (uint32_t)r3[i * stride] << 24) ^
+                   flip;
+    }
+}
+
+/* Requantise n int32 sums: y[i] = clamp((float)(acc[i] + c) * s, lo, hi) rounded half to even + zp, as a
+   byte (int8 or uint8: the value is in range, so its low byte is the stored one). */
+static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, float s, int32_t zp, float lo, float hi,
+                                     uint8_t *y)
+{
+    size_t i = 0;
+#if defined(HG_QG_PATH_AVX512VNNI)
+    const __m512i vc = _mm512_set1_epi32(c), vzp = _mm512_set1_epi32(zp);
+    const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (; i + 16 <= n; i += 16) {
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_loadu_si512(acc + i), vc)), vs);
+        f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
+        _mm_storeu_si128((__m128i *)(void *)(y + i),
+                         _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
+    }
+#endif
+    for (; i < n; ++i)
+        y[i] = (uint8_t)(hg_round_even(hg_clamp_q((float)(acc[i] + c) * s, lo, hi)) + zp);
+}
+
+/* One block: rows (<= HG_QG_MR) output channels x npx (<= HG_QG_NB) output pixels.
+   w: the panel, [kg][HG_QG_MR][4]; a: the activations of the block's first pixel, kgroup stride `as`
+   bytes; c, s: the rows' constants and scales; y: row r's pixels at y + r * ldy. */
+#if defined(HG_QG_PATH_AVX512VNNI)
+static inline __m128i hg_qg_requant16(__m512i acc, int32_t c, float s, int32_t zp, float lo, float hi)
+{
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, _mm512_set1_epi32(c))), _mm512_set1_ps(s));
+    f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+    return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp)));
+}
+
+static inline void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as, size_t rows,
+                               size_t npx, const int32_t *c, const float *s, int32_t zp, float lo, float hi,
+                               uint8_t *y, size_t ldy)
+{
+    __m512i acc[HG_QG_MR][2];
+    for (size_t r = 0; r < HG_QG_MR; ++r)
+        acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR) {
+        const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 64);
+        for (size_t r = 0; r < HG_QG_MR; ++r) {
+            const __m512i b = _mm512_set1_epi32(hg_qg_load32(w + 4 * r));
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a0, b);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a1, b);
+        }
+    }
+    const __mmask16 m0 = (__mmask16)(npx >= 16 ? 0xFFFFu : (1u << npx) - 1u);
+    const __mmask16 m1 = (__mmask16)(npx >= 32 ? 0xFFFFu : npx <= 16 ? 0u : (1u << (npx - 16)) - 1u);
+    for (size_t r = 0; r < rows; ++r) {
+        _mm_mask_storeu_epi8(y + r * ldy, m0, hg_qg_requant16(acc[r][0], c[r], s[r], zp, lo, hi));
+        _mm_mask_storeu_epi8(y + r * ldy + 16, m1, hg_qg_requant16(acc[r][1], c[r], s[r], zp, lo, hi));
+    }
+}
+#else
+#if defined(HG_QG_PATH_AVXVNNI) || defined(HG_QG_PATH_AVX2)
+/* 8 pixels' sums of one channel, pairs form: lanes (p0 k01, p0 k23, p1 k01, ...) in lo (p0-3) and hi (p4-7). */
+static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
+{
+    /* hadd: (lo0+lo1, lo2+lo3, hi0+hi1, hi2+hi3 | lo4+lo5, lo6+lo7, hi4+hi5, hi6+hi7) = p0 p1 p4 p5 | p2 p3 p6 p7 */
+    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xD8);
+}
+#endif
+
+/* The sums of one block, computed by the path, then requantised by row: exact int32 in `t`. */
+static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
+                                    int32_t t[HG_QG_MR][HG_QG_NB])
+{
+#if defined(HG_QG_PATH_AVXVNNI)
+    for (size_t p0 = 0; p0 < HG_QG_NB; p0 += 8) {
+        __m256i acc[HG_QG_MR];
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            acc[r] = _mm256_setzero_si256();
+        const int8_t *wg = w;
+        const uint8_t *ag = a + 4 * p0;
+        for (size_t g = 0; g < kg; ++g, ag += as, wg += 4 * HG_QG_MR) {
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)ag);
+            for (size_t r = 0; r < HG_QG_MR; ++r)
+                acc[r] = _mm256_dpbusd_avx_epi32(acc[r], av, _mm256_set1_epi32(hg_qg_load32(wg + 4 * r)));
+        }
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            _mm256_storeu_si256((__m256i *)(void *)(t[r] + p0), acc[r]);
+    }
+#elif defined(HG_QG_PATH_AVX2)
+    for (size_t p0 = 0; p0 < HG_QG_NB; p0 += 8)
+        for (size_t r0 = 0; r0 < HG_QG_MR; r0 += 4) {
+            __m256i lo[4], hi[4];
+            for (size_t r = 0; r < 4; ++r)
+                lo[r] = hi[r] = _mm256_setzero_si256();
+            const int8_t *wg = w + 4 * r0;
+            const uint8_t *ag = a + 4 * p0;
+            for (size_t g = 0; g < kg; ++g, ag += as, wg += 4 * HG_QG_MR) {
+                const __m256i a0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)ag));
+                const __m256i a1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(ag + 16)));
+                for (size_t r = 0; r < 4; ++r) {
+                    const __m256i b = _mm256_cvtepi8_epi16(_mm_set1_epi32(hg_qg_load32(wg + 4 * r)));
+                    lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(a0, b));
+                    hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(a1, b));
+                }
+            }
+            for (size_t r = 0; r < 4; ++r)
+                _mm256_storeu_si256((__m256i *)(void *)(t[r0 + r] + p0), hg_qg_pairs_to_8(lo[r], hi[r]));
+        }
+#elif defined(HG_QG_PATH_SDOT)
+    for (size_t p0 = 0; p0 < HG_QG_NB; p0 += 8) {
+        int32x4_t acc[HG_QG_MR][2];
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            acc[r][0] = acc[r][1] = vdupq_n_s32(0);
+        const int8_t *wg = w;
+        const uint8_t *ag = a + 4 * p0;
+        for (size_t g = 0; g < kg; ++g, ag += as, wg += 4 * HG_QG_MR) {
+            const int8x16_t a0 = vreinterpretq_s8_u8(vld1q_u8(ag)), a1 = vreinterpretq_s8_u8(vld1q_u8(ag + 16));
+            const int8x16_t w0 = vld1q_s8(wg), w1 = vld1q_s8(wg + 16);
+            acc[0][0] = vdotq_laneq_s32(acc[0][0], a0, w0, 0);
+            acc[0][1] = vdotq_laneq_s32(acc[0][1], a1, w0, 0);
+            acc[1][0] = vdotq_laneq_s32(acc[1][0], a0, w0, 1);
+            acc[1][1] = vdotq_laneq_s32(acc[1][1], a1, w0, 1);
+            acc[2][0] = vdotq_laneq_s32(acc[2][0], a0, w0, 2);
+            acc[2][1] = vdotq_laneq_s32(acc[2][1], a1, w0, 2);
+            acc[3][0] = vdotq_laneq_s32(acc[3][0], a0, w0, 3);
+            acc[3][1] = vdotq_laneq_s32(acc[3][1], a1, w0, 3);
+            acc[4][0] = vdotq_laneq_s32(acc[4][0], a0, w1, 0);
+            acc[4][1] = vdotq_laneq_s32(acc[4][1], a1, w1, 0);
+            acc[5][0] = vdotq_laneq_s32(acc[5][0], a0, w1, 1);
+            acc[5][1] = vdotq_laneq_s32(acc[5][1], a1, w1, 1);
+            acc[6][0] = vdotq_laneq_s32(acc[6][0], a0, w1, 2);
+            acc[6][1] = vdotq_laneq_s32(acc[6][1], a1, w1, 2);
+            acc[7][0] = vdotq_laneq_s32(acc[7][0], a0, w1, 3);
+            acc[7][1] = vdotq_laneq_s32(acc[7][1], a1, w1, 3);
+        }
+        for (size_t r = 0; r < HG_QG_MR; ++r) {
+            vst1q_s32(t[r] + p0, acc[r][0]);
+            vst1q_s32(t[r] + p0 + 4, acc[r][1]);
+        }
+    }
+#elif defined(HG_QG_PATH_NEON)
+    /* 4 pixels x 4 k of activations (s8), one channel's 4 weights repeated: smull/smlal to int16
+       (each product fits, two summed do not always: widened to int32 by pairs with vpadalq). */
+    for (size_t p0 = 0; p0 < HG_QG_NB; p0 += 4) {
+        int32x4_t acc[HG_QG_MR];
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            acc[r] = vdupq_n_s32(0);
+        const int8_t *wg = w;
+        const uint8_t *ag = a + 4 * p0;
+        for (size_t g = 0; g < kg; ++g, ag += as, wg += 4 * HG_QG_MR) {
+            const int8x16_t av = vreinterpretq_s8_u8(vld1q_u8(ag));
+            for (size_t r = 0; r < HG_QG_MR; ++r) {
+                const int8x8_t b = vreinterpret_s8_s32(vdup_n_s32(hg_qg_load32(wg + 4 * r)));
+                const int16x8_t lo = vmull_s8(vget_low_s8(av), b), hi = vmull_s8(vget_high_s8(av), b);
+                /* lo: p0 k0..3, p1 k0..3 (int16) -> pairwise to int32: p0 k01, p0 k23, p1 k01, p1 k23 */
+                const int32x4_t l = vpaddlq_s16(lo), h = vpaddlq_s16(hi);
+                acc[r] = vaddq_s32(acc[r], vpaddq_s32(l, h));
+            }
+        }
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            vst1q_s32(t[r] + p0, acc[r]);
+    }
+#else
+    for (size_t r = 0; r < HG_QG_MR; ++r)
+        for (size_t p = 0; p < HG_QG_NB; ++p)
+            t[r][p] = 0;
+    for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR)
+        for (size_t r = 0; r < HG_QG_MR; ++r) {
+            const int32_t w0 = w[4 * r], w1 = w[4 * r + 1], w2 = w[4 * r + 2], w3 = w[4 * r + 3];
+            for (size_t p = 0; p < HG_QG_NB; ++p) {
+#if HG_QG_ACT_SIGNED
+                const int8_t *ap = (const int8_t *)a + 4 * p;
+#else
+                const uint8_t *ap = a + 4 * p;
+#endif
+                t[r][p] += w0 * ap[0] + w1 * ap[1] + w2 * ap[2] + w3 * ap[3];
+            }
+        }
+#endif
+}
+
+static inline void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as, size_t rows,
+                               size_t npx, const int32_t *c, const float *s, int32_t zp, float lo, float hi,
+                               uint8_t *y, size_t ldy)
+{
+    int32_t t[HG_QG_MR][HG_QG_NB];
+    hg_qg_block_sums(w, a, kg, as, t);
+    for (size_t r = 0; r < rows; ++r)
+        hg_qg_requant_row(t[r], npx, c[r], s[r], zp, lo, hi, y + r * ldy);
+}
+#endif
+
+#endif /* HG_QGEMM_H */
