@@ -122,8 +122,8 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     variant = "direct" if cin_group == 1 and groups > 1 else "gemm"
     padded = padded_plane(win)
     w_bytes = align(2 * out_channels * k_dim)
-    if variant == "direct":
-        col_bytes, acc_bytes = align(2 * math.prod(padded)), align(4 * win.out_size)
+    if variant == "direct":  # no int16 weights: the byte plane and one output row's sums
+        w_bytes, col_bytes, acc_bytes = 0, align(math.prod(padded)), align(4 * win.out_shape[2])
     else:
         col_bytes, acc_bytes = align(2 * k_dim * chunk_cols), align(4 * cout_group * chunk_cols) if requant else 0
     scale_bytes = align(4 * out_channels) if requant else 0
@@ -136,8 +136,6 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     params = {
         **win.view(),
         "variant": variant,
-        "is_gemm": variant == "gemm",
-        "is_direct": variant == "direct",
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
         "pad_plane_w": padded[2],
@@ -180,8 +178,11 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
             template="kernels/qconv_packed.c.j2",
         )
         prepacked = (offer,)
+    if variant == "direct":
+        params["plane_offset"] = params["col_offset"]
+        params["title"] = "Quantized" if requant else "Integer"
     return Kernel(
-        template="kernels/qconv.c.j2",
+        template="kernels/qconv_direct.c.j2" if variant == "direct" else "kernels/qconv.c.j2",
         params=params,
         scratch_bytes=w_bytes + col_bytes + acc_bytes + scale_bytes,
         flops=2 * batch * out_channels * win.out_size * k_dim,
