@@ -16,8 +16,8 @@ import math
 import numpy as np
 
 from hetgen.ir import DType, TensorType
-from hetgen.ops._common import input_arg_count, total_bytes
 from hetgen.ops import qpack
+from hetgen.ops._common import input_arg_count, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Prepacked, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
