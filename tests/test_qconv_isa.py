@@ -149,7 +149,7 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
         assert built == wanted
     kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))
     assert kernels.count("hg_qg_block(") == len(CASES) - 2  # the packed kernel, all but the depthwise ones
-    assert "hg_qg_requant_row(sums" in kernels  # the depthwise ones: the direct kernel
+    assert "hg_qg_dw_row_q(" in kernels  # the depthwise ones: the direct kernel
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")

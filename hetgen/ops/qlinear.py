@@ -25,6 +25,8 @@ from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
 # int16 values of unfolded input per chunk: bounded so the chunk stays in L2.
 IM2COL_CHUNK_VALUES = 128 * 1024
+# bytes hg_qg_dw_row may read past a depthwise plane's last tap (HG_QG_DW_SLACK)
+DW_SLACK = 32
 
 
 def align(size: int, to: int = 64) -> int:
@@ -123,7 +125,8 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     padded = padded_plane(win)
     w_bytes = align(2 * out_channels * k_dim)
     if variant == "direct":  # no int16 weights: the byte plane and one output row's sums
-        w_bytes, col_bytes, acc_bytes = 0, align(math.prod(padded)), align(4 * win.out_shape[2])
+        # (the row kernel reads up to HG_QG_DW_SLACK bytes past a row's last tap)
+        w_bytes, col_bytes, acc_bytes = 0, align(math.prod(padded) + DW_SLACK), align(4 * win.out_shape[2])
     else:
         col_bytes, acc_bytes = align(2 * k_dim * chunk_cols), align(4 * cout_group * chunk_cols) if requant else 0
     scale_bytes = align(4 * out_channels) if requant else 0
@@ -181,6 +184,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     if variant == "direct":
         params["plane_offset"] = params["col_offset"]
         params["title"] = "Quantized" if requant else "Integer"
+        params["x_signed"] = int(x_type.dtype is DType.INT8)
     return Kernel(
         template="kernels/qconv_direct.c.j2" if variant == "direct" else "kernels/qconv.c.j2",
         params=params,

@@ -113,15 +113,115 @@ static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, fl
 #if defined(HG_QG_PATH_AVX512VNNI)
     const __m512i vc = _mm512_set1_epi32(c), vzp = _mm512_set1_epi32(zp);
     const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    for (; i + 16 <= n; i += 16) {
-        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_loadu_si512(acc + i), vc)), vs);
+    for (; i < n; i += 16) {
+        const __mmask16 lanes = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_maskz_loadu_epi32(lanes, acc + i), vc)), vs);
         f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
-        _mm_storeu_si128((__m128i *)(void *)(y + i),
-                         _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
+        _mm_mask_storeu_epi8(y + i, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
     }
 #endif
     for (; i < n; ++i)
         y[i] = (uint8_t)(hg_round_even(hg_clamp_q((float)(acc[i] + c) * s, lo, hi)) + zp);
+}
+
+/* Depthwise: n int32 sums out[i] = sum over taps t of w[t] * x_t[i * stride], x_t the bytes at taps[t]
+   (int8 or uint8 as x_signed says). Vectorised across the output row for strides 1 and 2 (a stride-2
+   row read as int16 pairs, the even one kept); reads at most HG_QG_DW_SLACK bytes past a tap's last. */
+#define HG_QG_DW_SLACK 32
+
+static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, size_t ntaps, size_t stride, size_t n,
+                                int x_signed, int32_t *out)
+{
+    size_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    /* masked: a short row (8 or 4 outputs deep in a network) is one partial vector, not scalar */
+    if (stride <= 2)
+        for (; i < n; i += 16) {
+            const size_t live = n - i < 16 ? n - i : 16;
+            const __mmask16 lanes = (__mmask16)((1u << live) - 1u);
+            const __mmask32 bytes = (__mmask32)(live == 16 ? 0xFFFFFFFFu : (1u << (2 * live)) - 1u);
+            __m512i acc = _mm512_setzero_si512();
+            for (size_t t = 0; t < ntaps; ++t) {
+                const uint8_t *p = taps[t] + i * stride;
+                __m512i v;
+                if (stride == 1) {
+                    const __m128i b = _mm_maskz_loadu_epi8(lanes, p);
+                    v = x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+                } else {
+                    const __m256i b = _mm256_maskz_loadu_epi8(bytes, p);
+                    v = x_signed ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b);
+                    v = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16);
+                }
+                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, _mm512_set1_epi32(w[t])));
+            }
+            _mm512_mask_storeu_epi32(out + i, lanes, acc);
+        }
+#elif defined(__AVX2__)
+    if (stride <= 2)
+        for (; i + 8 <= n; i += 8) {
+            __m256i acc = _mm256_setzero_si256();
+            for (size_t t = 0; t < ntaps; ++t) {
+                const uint8_t *p = taps[t] + i * stride;
+                __m256i v;
+                if (stride == 1) {
+                    const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
+                    v = x_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+                } else {
+                    const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+                    v = x_signed ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+                    v = _mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16);
+                }
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(v, _mm256_set1_epi32(w[t])));
+            }
+            _mm256_storeu_si256((__m256i *)(void *)(out + i), acc);
+        }
+#endif
+    for (; i < n; ++i) {
+        int32_t sum = 0;
+        for (size_t t = 0; t < ntaps; ++t) {
+            const uint8_t b = taps[t][i * stride];
+            sum += w[t] * (x_signed ? (int32_t)(int8_t)b : (int32_t)b);
+        }
+        out[i] = sum;
+    }
+}
+
+/* hg_qg_dw_row's sums requantised (hg_qg_requant_row) into n bytes at y; on AVX-512 in registers. */
+static inline void hg_qg_dw_row_q(const uint8_t *const *taps, const int32_t *w, size_t ntaps, size_t stride, size_t n,
+                                  int x_signed, int32_t *sums, int32_t c, float s, int32_t zp, float lo, float hi,
+                                  uint8_t *y)
+{
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    if (stride <= 2) {
+        const __m512i vc = _mm512_set1_epi32(c), vzp = _mm512_set1_epi32(zp);
+        const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+        for (size_t i = 0; i < n; i += 16) {
+            const size_t live = n - i < 16 ? n - i : 16;
+            const __mmask16 lanes = (__mmask16)((1u << live) - 1u);
+            const __mmask32 bytes = (__mmask32)(live == 16 ? 0xFFFFFFFFu : (1u << (2 * live)) - 1u);
+            __m512i acc = vc;
+            for (size_t t = 0; t < ntaps; ++t) {
+                const uint8_t *p = taps[t] + i * stride;
+                __m512i v;
+                if (stride == 1) {
+                    const __m128i b = _mm_maskz_loadu_epi8(lanes, p);
+                    v = x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+                } else {
+                    const __m256i b = _mm256_maskz_loadu_epi8(bytes, p);
+                    v = x_signed ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b);
+                    v = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16);
+                }
+                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, _mm512_set1_epi32(w[t])));
+            }
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), vs);
+            f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
+            _mm_mask_storeu_epi8(y + i, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
+        }
+        return;
+    }
+#endif
+    hg_qg_dw_row(taps, w, ntaps, stride, n, x_signed, sums);
+    hg_qg_requant_row(sums, n, c, s, zp, lo, hi, y);
 }
 
 /* One block: rows (<= HG_QG_MR) output channels x npx (<= HG_QG_NB) output pixels.
