@@ -34,6 +34,12 @@
 #define HG_QG_MR 8
 #define HG_QG_NB 32
 
+#if defined(__GNUC__)
+#define HG_QG_NOINLINE __attribute__((noinline))
+#else
+#define HG_QG_NOINLINE
+#endif
+
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define HG_QG_PATH_AVX512VNNI 1
 #elif defined(__AVXVNNI__)
@@ -235,27 +241,71 @@ static inline __m128i hg_qg_requant16(__m512i acc, int32_t c, float s, int32_t z
     return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp)));
 }
 
-static inline void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as, size_t rows,
-                               size_t npx, const int32_t *c, const float *s, int32_t zp, float lo, float hi,
-                               uint8_t *y, size_t ldy)
+/* One group of 4 k into the 16 accumulators: rows r's 4 weight bytes broadcast (w + 4r) times the
+   activations of pixels 0-15 (a0) and 16-31 (a1). GCC 12 copies the accumulators of the intrinsic on
+   every step (a move per vpdpbusd, and spills), so there the step is one inline assembly statement
+   with the accumulators tied in place; other compilers get the intrinsics. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define HG_QG_DP(r, lo_, hi_) "vpdpbusd " #r "*4(%[w])%{1to16%}, %[a0], %[" #lo_ "]\n\t" \
+                              "vpdpbusd " #r "*4(%[w])%{1to16%}, %[a1], %[" #hi_ "]\n\t"
+/* (two statements of 8 accumulators: an asm takes at most 30 operands, an in-out one counts twice) */
+#define HG_QG_HALF(r0, r1, r2, r3, l0, h0, l1, h1, l2, h2, l3, h3)                                          \
+    __asm__(HG_QG_DP(r0, l0, h0) HG_QG_DP(r1, l1, h1) HG_QG_DP(r2, l2, h2) HG_QG_DP(r3, l3, h3)            \
+            : [l0] "+v"(l0), [h0] "+v"(h0), [l1] "+v"(l1), [h1] "+v"(h1), [l2] "+v"(l2), [h2] "+v"(h2),    \
+              [l3] "+v"(l3), [h3] "+v"(h3)                                                                 \
+            : [a0] "v"(a0), [a1] "v"(a1), [w] "r"(w), "m"(*(const int8_t(*)[4 * HG_QG_MR])w))
+#define HG_QG_STEP()                                                                                       \
+    do {                                                                                                   \
+        HG_QG_HALF(0, 1, 2, 3, c00, c01, c10, c11, c20, c21, c30, c31);                                    \
+        HG_QG_HALF(4, 5, 6, 7, c40, c41, c50, c51, c60, c61, c70, c71);                                    \
+    } while (0)
+#else
+#define HG_QG_ROW(r, lo_, hi_)                                                                             \
+    do {                                                                                                   \
+        const __m512i b_ = _mm512_set1_epi32(hg_qg_load32(w + 4 * (r)));                                   \
+        lo_ = _mm512_dpbusd_epi32(lo_, a0, b_);                                                            \
+        hi_ = _mm512_dpbusd_epi32(hi_, a1, b_);                                                            \
+    } while (0)
+#define HG_QG_STEP()                                                                                       \
+    do {                                                                                                   \
+        HG_QG_ROW(0, c00, c01);                                                                            \
+        HG_QG_ROW(1, c10, c11);                                                                            \
+        HG_QG_ROW(2, c20, c21);                                                                            \
+        HG_QG_ROW(3, c30, c31);                                                                            \
+        HG_QG_ROW(4, c40, c41);                                                                            \
+        HG_QG_ROW(5, c50, c51);                                                                            \
+        HG_QG_ROW(6, c60, c61);                                                                            \
+        HG_QG_ROW(7, c70, c71);                                                                            \
+    } while (0)
+#endif
+
+/* Not inlined: inside a kernel's loops GCC 12 allocates the 16 accumulators worse (moves and spills). */
+HG_QG_NOINLINE static void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
+                                       size_t rows, size_t npx, const int32_t *c, const float *s, int32_t zp, float lo,
+                                       float hi, uint8_t *y, size_t ldy)
 {
-    __m512i acc[HG_QG_MR][2];
-    for (size_t r = 0; r < HG_QG_MR; ++r)
-        acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
     for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR) {
         const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 64);
-        for (size_t r = 0; r < HG_QG_MR; ++r) {
-            const __m512i b = _mm512_set1_epi32(hg_qg_load32(w + 4 * r));
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a0, b);
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a1, b);
-        }
+        HG_QG_STEP();
     }
     const __mmask16 m0 = (__mmask16)(npx >= 16 ? 0xFFFFu : (1u << npx) - 1u);
     const __mmask16 m1 = (__mmask16)(npx >= 32 ? 0xFFFFu : npx <= 16 ? 0u : (1u << (npx - 16)) - 1u);
-    for (size_t r = 0; r < rows; ++r) {
-        _mm_mask_storeu_epi8(y + r * ldy, m0, hg_qg_requant16(acc[r][0], c[r], s[r], zp, lo, hi));
-        _mm_mask_storeu_epi8(y + r * ldy + 16, m1, hg_qg_requant16(acc[r][1], c[r], s[r], zp, lo, hi));
+#define HG_QG_STORE(r, lo_, hi_)                                                                            \
+    if ((r) < rows) {                                                                                       \
+        _mm_mask_storeu_epi8(y + (r) * ldy, m0, hg_qg_requant16(lo_, c[r], s[r], zp, lo, hi));              \
+        _mm_mask_storeu_epi8(y + (r) * ldy + 16, m1, hg_qg_requant16(hi_, c[r], s[r], zp, lo, hi));         \
     }
+    HG_QG_STORE(0, c00, c01)
+    HG_QG_STORE(1, c10, c11)
+    HG_QG_STORE(2, c20, c21)
+    HG_QG_STORE(3, c30, c31)
+    HG_QG_STORE(4, c40, c41)
+    HG_QG_STORE(5, c50, c51)
+    HG_QG_STORE(6, c60, c61)
+    HG_QG_STORE(7, c70, c71)
+#undef HG_QG_STORE
 }
 #else
 #if defined(HG_QG_PATH_AVXVNNI) || defined(HG_QG_PATH_AVX2)
