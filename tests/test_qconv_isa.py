@@ -2,7 +2,8 @@
 this machine can run, against onnxruntime (graph optimisations off) bit for bit: the same generated C
 built natively (-march=native: AVX-512 VNNI where the CPU has it), without VNNI (-mno-avx512vnni
 -mno-avxvnni: the AVX2 path), and without -march=native (SSE2 only: the plain C path); AVX-VNNI is
-built warning-free (it cannot run here without the instructions). One model holds every case, each
+built warning-free (it cannot run here without the instructions); and (external tier) built for
+aarch64 boards, the cortex-a55 kind (SDOT) and the plain aarch64 kind (NEON), run under qemu-aarch64. One model holds every case, each
 its own QLinearConv: odd reductions, output channels not a multiple of the panel, pixels not a
 multiple of the block, strides, dilations, asymmetric padding, groups, 1-D and 3-D, 1x1 without
 padding (no plane), a fully connected 1x1, depthwise (the direct kernel), int8 and uint8 inputs.
@@ -20,6 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from hetgen.runtime.emulate import EmulatedModel
 from hetgen.runtime.reference import ort_session
 
 pytestmark = pytest.mark.cc
@@ -166,3 +168,44 @@ def test_avxvnni_path_builds_warning_free(tmp_path, case_model):
         extra_cflags=("-Werror", "-mno-avx512vnni", "-mavxvnni"),
     )
     assert qgemm_path(project) == "HG_QG_PATH_AVXVNNI"
+
+
+# aarch64 kinds: (kind, the path its -mcpu gives, whether its program holds sdot)
+ARM_KINDS = {"cortex-a55": ("HG_QG_PATH_SDOT", True), "aarch64": ("HG_QG_PATH_NEON", False)}
+
+
+@pytest.mark.external
+@pytest.mark.parametrize("kind", ARM_KINDS, ids=list(ARM_KINDS))
+def test_packed_qconv_matches_onnxruntime_on_aarch64(tmp_path, case_model, kind):
+    """The same cases built for an aarch64 board (cortex-a55: SDOT; the plain kind: NEON), run under
+    qemu-aarch64, bit for bit with onnxruntime."""
+    model, feeds, expected = case_model
+    wanted, has_sdot = ARM_KINDS[kind]
+    platform = tmp_path / "board.yaml"
+    platform.write_text(f"name: board\ntarget: {kind}\n")
+    project = hetgen.compile(platform, model, out=tmp_path / "p", extra_cflags=("-Werror",))
+    board = json.loads((project / "hetgen.json").read_text())["board"]["programs"][0]["path"]
+    listing = subprocess.run(
+        ["aarch64-linux-gnu-objdump", "-d", str(project / board)], capture_output=True, text=True, check=True
+    ).stdout
+    assert ("\tsdot\t" in listing) is has_sdot
+    probe = subprocess.run(
+        [
+            "aarch64-linux-gnu-gcc",
+            f"-mcpu={kind}" if kind != "aarch64" else "-march=armv8-a",
+            "-dM",
+            "-E",
+            "-x",
+            "c",
+            "-",
+        ],
+        input='#include "hg_qgemm.h"\n',
+        capture_output=True,
+        text=True,
+        cwd=project / "runtime",
+        check=True,
+    ).stdout
+    assert f"#define {wanted} 1" in probe
+    got = EmulatedModel(project).run(feeds)
+    for name, want in expected.items():
+        np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {kind}")

@@ -125,6 +125,19 @@ static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, fl
         f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
         _mm_mask_storeu_epi8(y + i, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
     }
+#elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    /* fcvtns rounds half to even, as hg_round_even does */
+    const int32x4_t vc = vdupq_n_s32(c), vzp = vdupq_n_s32(zp);
+    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
+    for (; i + 8 <= n; i += 8) {
+        float32x4_t f0 = vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + i), vc)), s);
+        float32x4_t f1 = vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + i + 4), vc)), s);
+        f0 = vminq_f32(vmaxq_f32(f0, vlo), vhi);
+        f1 = vminq_f32(vmaxq_f32(f1, vlo), vhi);
+        const int16x8_t q = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f0), vzp)),
+                                         vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f1), vzp)));
+        vst1_u8(y + i, vreinterpret_u8_s8(vmovn_s16(q)));
+    }
 #endif
     for (; i < n; ++i)
         y[i] = (uint8_t)(hg_round_even(hg_clamp_q((float)(acc[i] + c) * s, lo, hi)) + zp);
@@ -180,6 +193,22 @@ static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, si
                 acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(v, _mm256_set1_epi32(w[t])));
             }
             _mm256_storeu_si256((__m256i *)(void *)(out + i), acc);
+        }
+#elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    /* 8 outputs: the bytes widened to int16 (stride 2: ld2 keeps the even ones), smlal by the tap's
+       weight (it fits int16: a byte less a zero point) into two int32x4 */
+    if (stride <= 2)
+        for (; i + 8 <= n; i += 8) {
+            int32x4_t s0 = vdupq_n_s32(0), s1 = vdupq_n_s32(0);
+            for (size_t t = 0; t < ntaps; ++t) {
+                const uint8_t *p = taps[t] + i * stride;
+                const uint8x8_t b = stride == 1 ? vld1_u8(p) : vld2_u8(p).val[0];
+                const int16x8_t v = x_signed ? vmovl_s8(vreinterpret_s8_u8(b)) : vreinterpretq_s16_u16(vmovl_u8(b));
+                s0 = vmlal_n_s16(s0, vget_low_s16(v), (int16_t)w[t]);
+                s1 = vmlal_n_s16(s1, vget_high_s16(v), (int16_t)w[t]);
+            }
+            vst1q_s32(out + i, s0);
+            vst1q_s32(out + i + 4, s1);
         }
 #endif
     for (; i < n; ++i) {
@@ -319,10 +348,10 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
 
 /* The sums of one block, computed by the path, then requantised by row: exact int32 in `t`. */
 static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
-                                    int32_t t[HG_QG_MR][HG_QG_NB])
+                                    size_t npx, int32_t t[HG_QG_MR][HG_QG_NB])
 {
 #if defined(HG_QG_PATH_AVXVNNI)
-    for (size_t p0 = 0; p0 < HG_QG_NB; p0 += 8) {
+    for (size_t p0 = 0; p0 < npx; p0 += 8) {
         __m256i acc[HG_QG_MR];
         for (size_t r = 0; r < HG_QG_MR; ++r)
             acc[r] = _mm256_setzero_si256();
@@ -337,7 +366,7 @@ static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *res
             _mm256_storeu_si256((__m256i *)(void *)(t[r] + p0), acc[r]);
     }
 #elif defined(HG_QG_PATH_AVX2)
-    for (size_t p0 = 0; p0 < HG_QG_NB; p0 += 8)
+    for (size_t p0 = 0; p0 < npx; p0 += 8)
         for (size_t r0 = 0; r0 < HG_QG_MR; r0 += 4) {
             __m256i lo[4], hi[4];
             for (size_t r = 0; r < 4; ++r)
@@ -357,7 +386,7 @@ static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *res
                 _mm256_storeu_si256((__m256i *)(void *)(t[r0 + r] + p0), hg_qg_pairs_to_8(lo[r], hi[r]));
         }
 #elif defined(HG_QG_PATH_SDOT)
-    for (size_t p0 = 0; p0 < HG_QG_NB; p0 += 8) {
+    for (size_t p0 = 0; p0 < npx; p0 += 8) {
         int32x4_t acc[HG_QG_MR][2];
         for (size_t r = 0; r < HG_QG_MR; ++r)
             acc[r][0] = acc[r][1] = vdupq_n_s32(0);
@@ -389,35 +418,36 @@ static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *res
         }
     }
 #elif defined(HG_QG_PATH_NEON)
-    /* 4 pixels x 4 k of activations (s8), one channel's 4 weights repeated: smull/smlal to int16
-       (each product fits, two summed do not always: widened to int32 by pairs with vpadalq). */
-    for (size_t p0 = 0; p0 < HG_QG_NB; p0 += 4) {
-        int32x4_t acc[HG_QG_MR];
+    /* 4 pixels x 4 k of activations (s8) times one channel's 4 weights (repeated): smull to int16
+       (a product fits, two summed do not always), then sadalp adds adjacent pairs into int32, the
+       sums kept by pairs of k until the end: (p0 k01, p0 k23, p1 k01, p1 k23) for pixels 0-1 in lo,
+       2-3 in hi, added across at the end. */
+    for (size_t p0 = 0; p0 < npx; p0 += 4) {
+        int32x4_t lo[HG_QG_MR], hi[HG_QG_MR];
         for (size_t r = 0; r < HG_QG_MR; ++r)
-            acc[r] = vdupq_n_s32(0);
+            lo[r] = hi[r] = vdupq_n_s32(0);
         const int8_t *wg = w;
         const uint8_t *ag = a + 4 * p0;
         for (size_t g = 0; g < kg; ++g, ag += as, wg += 4 * HG_QG_MR) {
             const int8x16_t av = vreinterpretq_s8_u8(vld1q_u8(ag));
+            const int8x8_t a01 = vget_low_s8(av), a23 = vget_high_s8(av);
             for (size_t r = 0; r < HG_QG_MR; ++r) {
                 const int8x8_t b = vreinterpret_s8_s32(vdup_n_s32(hg_qg_load32(wg + 4 * r)));
-                const int16x8_t lo = vmull_s8(vget_low_s8(av), b), hi = vmull_s8(vget_high_s8(av), b);
-                /* lo: p0 k0..3, p1 k0..3 (int16) -> pairwise to int32: p0 k01, p0 k23, p1 k01, p1 k23 */
-                const int32x4_t l = vpaddlq_s16(lo), h = vpaddlq_s16(hi);
-                acc[r] = vaddq_s32(acc[r], vpaddq_s32(l, h));
+                lo[r] = vpadalq_s16(lo[r], vmull_s8(a01, b));
+                hi[r] = vpadalq_s16(hi[r], vmull_s8(a23, b));
             }
         }
         for (size_t r = 0; r < HG_QG_MR; ++r)
-            vst1q_s32(t[r] + p0, acc[r]);
+            vst1q_s32(t[r] + p0, vpaddq_s32(lo[r], hi[r]));
     }
 #else
     for (size_t r = 0; r < HG_QG_MR; ++r)
-        for (size_t p = 0; p < HG_QG_NB; ++p)
+        for (size_t p = 0; p < npx; ++p)
             t[r][p] = 0;
     for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR)
         for (size_t r = 0; r < HG_QG_MR; ++r) {
             const int32_t w0 = w[4 * r], w1 = w[4 * r + 1], w2 = w[4 * r + 2], w3 = w[4 * r + 3];
-            for (size_t p = 0; p < HG_QG_NB; ++p) {
+            for (size_t p = 0; p < npx; ++p) {
 #if HG_QG_ACT_SIGNED
                 const int8_t *ap = (const int8_t *)a + 4 * p;
 #else
@@ -434,7 +464,7 @@ static inline void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict
                                uint8_t *y, size_t ldy)
 {
     int32_t t[HG_QG_MR][HG_QG_NB];
-    hg_qg_block_sums(w, a, kg, as, t);
+    hg_qg_block_sums(w, a, kg, as, npx, t);
     for (size_t r = 0; r < rows; ++r)
         hg_qg_requant_row(t[r], npx, c[r], s[r], zp, lo, hi, y + r * ldy);
 }
