@@ -1,7 +1,7 @@
 """The packed int8 convolution (hetgen/ops/qpack.py, templates/runtime/hg_qgemm.h) on every x86 path
 this machine can run, against onnxruntime (graph optimisations off) bit for bit: the same generated C
 built natively (-march=native: AVX-512 VNNI where the CPU has it), without VNNI (-mno-avx512vnni
--mno-avxvnni: the AVX2 path), and without -march=native (SSE2 only: the plain C path); AVX-VNNI is
+-mno-avxvnni: the AVX2 blocks beside AVX-512 rows), without AVX-512 (an AVX2 machine), and without -march=native (SSE2 only: the plain C path); AVX-VNNI is
 built warning-free (it cannot run here without the instructions); and (external tier) built for
 aarch64 boards, the cortex-a55 kind (SDOT) and the plain aarch64 kind (NEON), run under qemu-aarch64. One model holds every case, each
 its own QLinearConv: odd reductions, output channels not a multiple of the panel, pixels not a
@@ -59,7 +59,8 @@ CASES = {
 # how each path is asked for: (extra cflags, -march=native, can run here)
 PATHS = {
     "native": ((), True),
-    "avx2": (("-mno-avx512vnni", "-mno-avxvnni"), True),
+    "avx512_without_vnni": (("-mno-avx512vnni", "-mno-avxvnni"), True),  # AVX2 blocks, AVX-512 rows
+    "avx2": (("-mno-avx512f", "-mno-avxvnni"), True),  # an AVX2 machine
     "scalar": ((), False),
 }
 
@@ -146,7 +147,7 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
         "host", model, out=tmp_path / "p", native_only=True, extra_cflags=("-Werror", *cflags), native_tuning=native
     )
     built = qgemm_path(project)
-    wanted = {"native": "HG_QG_PATH_AVX512VNNI", "avx2": "HG_QG_PATH_AVX2", "scalar": "HG_QG_PATH_SCALAR"}[path]
+    wanted = {"native": "HG_QG_PATH_AVX512VNNI", "scalar": "HG_QG_PATH_SCALAR"}.get(path, "HG_QG_PATH_AVX2")
     if path == "scalar" or cpu_has("avx512_vnni"):  # elsewhere -march=native picks what the CPU has
         assert built == wanted
     kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))

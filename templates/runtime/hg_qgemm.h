@@ -125,6 +125,19 @@ static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, fl
         f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
         _mm_mask_storeu_epi8(y + i, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
     }
+#elif defined(HG_QG_PATH_AVXVNNI) || defined(HG_QG_PATH_AVX2)
+    const __m256i vc = _mm256_set1_epi32(c), vzp = _mm256_set1_epi32(zp);
+    const __m256 vs = _mm256_set1_ps(s), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    /* the low byte of each int16 (the values are in range: int8 or uint8 alike) */
+    const __m128i low_bytes = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(acc + i)), vc)), vs);
+        f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+        const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), vzp);
+        const __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64((__m128i *)(void *)(y + i), _mm_shuffle_epi8(h, low_bytes));
+    }
 #elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
     /* fcvtns rounds half to even, as hg_round_even does */
     const int32x4_t vc = vdupq_n_s32(c), vzp = vdupq_n_s32(zp);
