@@ -5,7 +5,7 @@ writes, per tensor or per channel) offers its weights as panels of PANEL_ROWS ou
 groups of 4 consecutive reduction indices, `[groups][panels][ceil(K/4)][PANEL_ROWS][4]`, zero padded,
 followed by each output channel's int32 weight sum (4 little-endian bytes). The kernel
 (templates/kernels/qconv_packed.c.j2, micro-kernels in templates/runtime/hg_qgemm.h) packs the
-input per call as `[ceil(K/4)][pixels][4]` bytes (im2col through a tap table; a zero-point-padded
+input per call as `[pixel blocks][ceil(K/4)][BLOCK_PIXELS][4]` bytes (im2col through a tap table; a zero-point-padded
 copy of the input where the convolution pads) and runs one block of PANEL_ROWS channels x
 BLOCK_PIXELS output pixels at a time: vpdpbusd on AVX-512 VNNI / AVX-VNNI, exact int16 products on
 AVX2, sdot by lane on aarch64 with the dot-product extension, widening NEON otherwise, plain C
@@ -93,7 +93,7 @@ def plan(cin_group: int, cout_group: int, groups: int, channels: int, win, padde
         "group_w_bytes": panels(cout_group) * kgroups(k_dim) * 4 * PANEL_ROWS,
         "sums_offset": groups * panels(cout_group) * kgroups(k_dim) * 4 * PANEL_ROWS,
         "chunk_rows": chunk_rows,
-        "col_stride": chunk_px_pad * 4,
+        "block_bytes": kgroups(k_dim) * 4 * BLOCK_PIXELS,
         "needs_plane": needs_plane,
         "plane_stride_h": padded[2],
         "plane_stride_d": padded[1] * padded[2],

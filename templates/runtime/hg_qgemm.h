@@ -3,7 +3,7 @@
    One layout for every ISA, made at generate time (hetgen/ops/qpack.py):
      weights      s8 [panels][K/4][HG_QG_MR][4]: HG_QG_MR output channels, groups of 4 consecutive k
                   (zero padded in both), then one int32 sum of each channel's weights (little-endian bytes);
-     activations  [K/4][pixels][4] bytes, packed per call (im2col), pixels padded to HG_QG_NB.
+     activations  [pixel blocks][K/4][HG_QG_NB][4] bytes, packed per call (im2col), pixels padded to HG_QG_NB.
    A block is HG_QG_MR channels x HG_QG_NB output pixels: the weights are broadcast (4 bytes, one channel),
    the activations are the vector (consecutive output pixels), so each channel's results are one
    contiguous run of an NCHW output row.
