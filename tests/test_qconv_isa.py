@@ -6,7 +6,8 @@ built warning-free (it cannot run here without the instructions); and (external 
 aarch64 boards, the cortex-a55 kind (SDOT) and the plain aarch64 kind (NEON), run under qemu-aarch64. One model holds every case, each
 its own QLinearConv: odd reductions, output channels not a multiple of the panel, pixels not a
 multiple of the block, strides, dilations, asymmetric padding, groups, 1-D and 3-D, 1x1 without
-padding (no plane), a fully connected 1x1, depthwise (the direct kernel), int8 and uint8 inputs.
+padding (no plane), a fully connected 1x1, depthwise (the direct kernel), int8 and uint8 inputs;
+and int8/uint8 MaxPool (hg_qg_max_row: strides 1, 2 and 3, padding, dilation).
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ CASES = {
     ),
 }
 
+# int8/uint8 MaxPool (hg_qg_max_row): name: (x dtype, x shape, attributes)
+POOL_CASES = {
+    "maxpool_strided_padded": (np.int8, (1, 3, 33, 47), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "maxpool_u8": (np.uint8, (2, 2, 9, 70), dict(kernel_shape=[2, 3], strides=[1, 1], pads=[0, 1, 1, 0])),
+    "maxpool_dilated": (np.int8, (1, 2, 12, 12), dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[1, 2])),
+    "maxpool_1d_stride3": (np.uint8, (1, 4, 40), dict(kernel_shape=[3], strides=[3], pads=[1, 1])),
+}
+
 # how each path is asked for: (extra cflags, -march=native, can run here)
 PATHS = {
     "native": ((), True),
@@ -99,6 +108,11 @@ def model_and_feeds():
         inputs.append(
             helper.make_tensor_value_info(f"{name}_x", helper.np_dtype_to_tensor_dtype(np.dtype(x_dtype)), x_shape)
         )
+        outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
+        feeds[f"{name}_x"] = q_random(x_shape, x_dtype)
+    for name, (x_dtype, x_shape, attrs) in POOL_CASES.items():
+        nodes.append(helper.make_node("MaxPool", [f"{name}_x"], [f"{name}_y"], name=name, **attrs))
+        inputs.append(helper.make_tensor_value_info(f"{name}_x", helper.np_dtype_to_tensor_dtype(np.dtype(x_dtype)), x_shape))
         outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
         feeds[f"{name}_x"] = q_random(x_shape, x_dtype)
     graph = helper.make_graph(nodes, "qconv_cases", inputs, outputs, initializer=inits)

@@ -272,6 +272,55 @@ static inline void hg_qg_dw_row_q(const uint8_t *const *taps, const int32_t *w, 
     hg_qg_requant_row(sums, n, c, s, zp, lo, hi, y);
 }
 
+/* MaxPool on int8/uint8 (templates/kernels/pool.c.j2), one output row of n: y[i] = the largest of
+   init and rows[r][i * stride + kw * dil - pad] over the nrows input rows and the taps kw < kw_n whose
+   column is inside the row (i in [lo[kw], hi[kw])), the bytes signed as x_signed says. AVX-512 with
+   BMI2: 32 outputs at a time in a register, each tap's load masked to its valid lanes (strides 1
+   and 2: stride 2 loads int16 lanes and keeps their low bytes); elsewhere plain C. */
+static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
+                                 ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
+                                 int x_signed, uint8_t init)
+{
+    size_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__BMI2__)
+    if (stride <= 2)
+        for (; i < n; i += 32) {
+            const size_t live = n - i < 32 ? n - i : 32;
+            __m256i acc = _mm256_set1_epi8((char)init);
+            for (size_t r = 0; r < nrows; ++r)
+                for (size_t kw = 0; kw < kw_n; ++kw) {
+                    const size_t first = lo[kw] > i ? lo[kw] - i : 0, end = hi[kw] < i + live ? hi[kw] - i : live;
+                    if (first >= end)
+                        continue;
+                    /* lanes [first, end) */
+                    const uint32_t lanes = (uint32_t)(((uint64_t)1 << end) - ((uint64_t)1 << first));
+                    const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
+                    __m256i v;
+                    if (stride == 1)
+                        v = _mm256_maskz_loadu_epi8((__mmask32)lanes, src);
+                    else
+                        v = _mm512_cvtepi16_epi8(
+                            _mm512_maskz_loadu_epi8((__mmask64)_pdep_u64(lanes, 0x5555555555555555ull), src));
+                    acc = x_signed ? _mm256_mask_max_epi8(acc, (__mmask32)lanes, acc, v)
+                                   : _mm256_mask_max_epu8(acc, (__mmask32)lanes, acc, v);
+                }
+            _mm256_mask_storeu_epi8(y + i, (__mmask32)(live == 32 ? 0xFFFFFFFFu : (1u << live) - 1u), acc);
+        }
+#endif
+    for (; i < n; ++i) {
+        uint8_t best = init;
+        for (size_t r = 0; r < nrows; ++r)
+            for (size_t kw = 0; kw < kw_n; ++kw) {
+                if (i < lo[kw] || i >= hi[kw])
+                    continue;
+                const uint8_t v = rows[r][(ptrdiff_t)(i * stride + kw * dil) - pad];
+                if (x_signed ? (int8_t)v > (int8_t)best : v > best)
+                    best = v;
+            }
+        y[i] = best;
+    }
+}
+
 /* One block: rows (<= HG_QG_MR) output channels x npx (<= HG_QG_NB) output pixels.
    w: the panel, [kg][HG_QG_MR][4]; a: the activations of the block's first pixel, kgroup stride `as`
    bytes; c, s: the rows' constants and scales; y: row r's pixels at y + r * ldy. */
