@@ -112,7 +112,9 @@ def model_and_feeds():
         feeds[f"{name}_x"] = q_random(x_shape, x_dtype)
     for name, (x_dtype, x_shape, attrs) in POOL_CASES.items():
         nodes.append(helper.make_node("MaxPool", [f"{name}_x"], [f"{name}_y"], name=name, **attrs))
-        inputs.append(helper.make_tensor_value_info(f"{name}_x", helper.np_dtype_to_tensor_dtype(np.dtype(x_dtype)), x_shape))
+        inputs.append(
+            helper.make_tensor_value_info(f"{name}_x", helper.np_dtype_to_tensor_dtype(np.dtype(x_dtype)), x_shape)
+        )
         outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
         feeds[f"{name}_x"] = q_random(x_shape, x_dtype)
     graph = helper.make_graph(nodes, "qconv_cases", inputs, outputs, initializer=inits)

@@ -277,6 +277,24 @@ static inline void hg_qg_dw_row_q(const uint8_t *const *taps, const int32_t *w, 
    column is inside the row (i in [lo[kw], hi[kw])), the bytes signed as x_signed says. AVX-512 with
    BMI2: 32 outputs at a time in a register, each tap's load masked to its valid lanes (strides 1
    and 2: stride 2 loads int16 lanes and keeps their low bytes); elsewhere plain C. */
+static inline void hg_qg_max_cols(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
+                                  ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t i, size_t end, size_t stride,
+                                  int x_signed, uint8_t init)
+{
+    for (; i < end; ++i) {
+        uint8_t best = init;
+        for (size_t r = 0; r < nrows; ++r)
+            for (size_t kw = 0; kw < kw_n; ++kw) {
+                if (i < lo[kw] || i >= hi[kw])
+                    continue;
+                const uint8_t v = rows[r][(ptrdiff_t)(i * stride + kw * dil) - pad];
+                if (x_signed ? (int8_t)v > (int8_t)best : v > best)
+                    best = v;
+            }
+        y[i] = best;
+    }
+}
+
 static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
                                  ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
                                  int x_signed, uint8_t init)
@@ -306,19 +324,30 @@ static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t 
                 }
             _mm256_mask_storeu_epi8(y + i, (__mmask32)(live == 32 ? 0xFFFFFFFFu : (1u << live) - 1u), acc);
         }
-#endif
-    for (; i < n; ++i) {
-        uint8_t best = init;
-        for (size_t r = 0; r < nrows; ++r)
-            for (size_t kw = 0; kw < kw_n; ++kw) {
-                if (i < lo[kw] || i >= hi[kw])
-                    continue;
-                const uint8_t v = rows[r][(ptrdiff_t)(i * stride + kw * dil) - pad];
-                if (x_signed ? (int8_t)v > (int8_t)best : v > best)
-                    best = v;
-            }
-        y[i] = best;
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+    /* the columns every tap reads (no masks on NEON): 16 at a time, the edges in plain C */
+    size_t inner_lo = 0, inner_hi = n;
+    for (size_t kw = 0; kw < kw_n; ++kw) {
+        inner_lo = lo[kw] > inner_lo ? lo[kw] : inner_lo;
+        inner_hi = hi[kw] < inner_hi ? hi[kw] : inner_hi;
     }
+    if (stride <= 2 && nrows && inner_lo < inner_hi) {
+        hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, 0, inner_lo, stride, x_signed, init);
+        /* (stride 2: ld2 also reads the odd byte after a vector's last tap, inside the row while i + 16 < inner_hi) */
+        for (i = inner_lo; stride == 1 ? i + 16 <= inner_hi : i + 16 < inner_hi; i += 16) {
+            uint8x16_t acc = vdupq_n_u8(init);
+            for (size_t r = 0; r < nrows; ++r)
+                for (size_t kw = 0; kw < kw_n; ++kw) {
+                    const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
+                    const uint8x16_t v = stride == 1 ? vld1q_u8(src) : vld2q_u8(src).val[0];
+                    acc = x_signed ? vreinterpretq_u8_s8(vmaxq_s8(vreinterpretq_s8_u8(acc), vreinterpretq_s8_u8(v)))
+                                   : vmaxq_u8(acc, v);
+                }
+            vst1q_u8(y + i, acc);
+        }
+    }
+#endif
+    hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, i, n, stride, x_signed, init);
 }
 
 /* One block: rows (<= HG_QG_MR) output channels x npx (<= HG_QG_NB) output pixels.
