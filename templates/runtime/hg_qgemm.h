@@ -281,18 +281,17 @@ static inline void hg_qg_max_cols(uint8_t *y, const uint8_t *const *rows, size_t
                                   ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t i, size_t end, size_t stride,
                                   int x_signed, uint8_t init)
 {
-    for (; i < end; ++i) {
-        uint8_t best = init;
-        for (size_t r = 0; r < nrows; ++r)
-            for (size_t kw = 0; kw < kw_n; ++kw) {
-                if (i < lo[kw] || i >= hi[kw])
-                    continue;
-                const uint8_t v = rows[r][(ptrdiff_t)(i * stride + kw * dil) - pad];
-                if (x_signed ? (int8_t)v > (int8_t)best : v > best)
-                    best = v;
+    for (size_t o = i; o < end; ++o)
+        y[o] = init;
+    for (size_t r = 0; r < nrows; ++r)
+        for (size_t kw = 0; kw < kw_n; ++kw) {
+            const size_t first = lo[kw] > i ? lo[kw] : i, last = hi[kw] < end ? hi[kw] : end;
+            for (size_t o = first; o < last; ++o) {
+                const uint8_t v = rows[r][(ptrdiff_t)(o * stride + kw * dil) - pad];
+                if (x_signed ? (int8_t)v > (int8_t)y[o] : v > y[o])
+                    y[o] = v;
             }
-        y[i] = best;
-    }
+        }
 }
 
 static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
@@ -325,7 +324,7 @@ static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t 
             _mm256_mask_storeu_epi8(y + i, (__mmask32)(live == 32 ? 0xFFFFFFFFu : (1u << live) - 1u), acc);
         }
 #elif defined(__aarch64__) && defined(__ARM_NEON)
-    /* the columns every tap reads (no masks on NEON): 16 at a time, the edges in plain C */
+    /* the columns every tap reads (no masks on NEON): 16, then 8 at a time, the edges in plain C */
     size_t inner_lo = 0, inner_hi = n;
     for (size_t kw = 0; kw < kw_n; ++kw) {
         inner_lo = lo[kw] > inner_lo ? lo[kw] : inner_lo;
@@ -344,6 +343,17 @@ static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t 
                                    : vmaxq_u8(acc, v);
                 }
             vst1q_u8(y + i, acc);
+        }
+        for (; stride == 1 ? i + 8 <= inner_hi : i + 8 < inner_hi; i += 8) {
+            uint8x8_t acc = vdup_n_u8(init);
+            for (size_t r = 0; r < nrows; ++r)
+                for (size_t kw = 0; kw < kw_n; ++kw) {
+                    const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
+                    const uint8x8_t v = stride == 1 ? vld1_u8(src) : vld2_u8(src).val[0];
+                    acc = x_signed ? vreinterpret_u8_s8(vmax_s8(vreinterpret_s8_u8(acc), vreinterpret_s8_u8(v)))
+                                   : vmax_u8(acc, v);
+                }
+            vst1_u8(y + i, acc);
         }
     }
 #endif
