@@ -344,16 +344,21 @@ static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t 
                 }
             vst1q_u8(y + i, acc);
         }
-        for (; stride == 1 ? i + 8 <= inner_hi : i + 8 < inner_hi; i += 8) {
-            uint8x8_t acc = vdup_n_u8(init);
-            for (size_t r = 0; r < nrows; ++r)
-                for (size_t kw = 0; kw < kw_n; ++kw) {
-                    const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
-                    const uint8x8_t v = stride == 1 ? vld1_u8(src) : vld2_u8(src).val[0];
-                    acc = x_signed ? vreinterpret_u8_s8(vmax_s8(vreinterpret_s8_u8(acc), vreinterpret_s8_u8(v)))
-                                   : vmax_u8(acc, v);
-                }
-            vst1_u8(y + i, acc);
+        /* 8 at a time; the last 8 the row allows overlap the ones before (max is idempotent) */
+        if (inner_hi - inner_lo >= 8 + (stride - 1)) {
+            const size_t last8 = inner_hi - 8 - (stride - 1);
+            while (i <= last8) {
+                uint8x8_t acc = vdup_n_u8(init);
+                for (size_t r = 0; r < nrows; ++r)
+                    for (size_t kw = 0; kw < kw_n; ++kw) {
+                        const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
+                        const uint8x8_t v = stride == 1 ? vld1_u8(src) : vld2_u8(src).val[0];
+                        acc = x_signed ? vreinterpret_u8_s8(vmax_s8(vreinterpret_s8_u8(acc), vreinterpret_s8_u8(v)))
+                                       : vmax_u8(acc, v);
+                    }
+                vst1_u8(y + i, acc);
+                i = i == last8 ? last8 + 8 : (i + 8 <= last8 ? i + 8 : last8);
+            }
         }
     }
 #endif
