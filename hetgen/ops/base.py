@@ -127,6 +127,13 @@ class IntegerMac:
     like: str  # "Conv" or "MatMul"
     x: int
     w: int
+    # Inputs holding one value per output channel (Conv) or column (MatMul) of the product, or one
+    # for all (a bias, the weights' scale and zero point): a tile of output channels or columns
+    # reads its slice of them (hetgen/spec/tile_shapes.py).
+    per_channel: tuple[int, ...] = ()
+    # Inputs holding one value per row of x (MatMul's A zero point), or one for all: a tile of rows
+    # reads its slice. Every other input of the operator is one value (a scale, a zero point).
+    per_row: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
