@@ -76,6 +76,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_memory_bound",
             "test_blocked_layout",
             "test_npu_residual",
+            "test_npu_int8_tiling",
             "test_tiling",
             "test_stay",
             "test_concurrency",

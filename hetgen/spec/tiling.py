@@ -448,7 +448,11 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
     try:
         flops = _lowered(op.instance(op.input_types, op.output_types)).flops
     except Unsupported as exc:
-        return Unfit(f"{op.node.op} cannot be lowered: {exc}", memory=False)
+        # a tile kernel reads its inputs from SRAM: of the constants, it knows the one-value ones only
+        return Unfit(
+            f"{op.node.op} cannot be lowered as a tile kernel (of its constants, one-value ones only): {exc}",
+            memory=False,
+        )
     vector = op.output_types[0].size if has_residual(op) else 0
     ranked = []
     smallest: tuple[int, str] | None = None
