@@ -53,9 +53,7 @@ PLATFORMS = ("soc", "mcu-npu", "board-aarch64", "dual")
 def npu_sram_kib(file: Path) -> list[int]:
     """The SRAM of each npu of the platform in `file`, as shipped."""
     platform = load_platform(str(file))
-    return [
-        int(t.attrs["sram_kib"]) for t in platform.targets() if t.role is Role.ACCELERATOR and t.kind.name == "npu"
-    ]
+    return [int(t.attrs["sram_kib"]) for t in platform.targets() if t.role is Role.ACCELERATOR and t.kind.name == "npu"]
 
 
 def platform_with_sram(file: Path, sram_kib: int):
@@ -70,9 +68,7 @@ def platform_with_sram(file: Path, sram_kib: int):
 
 
 def npu_kib(platform) -> list[int]:
-    return [
-        int(t.attrs["sram_kib"]) for t in platform.targets() if t.role is Role.ACCELERATOR and t.kind.name == "npu"
-    ]
+    return [int(t.attrs["sram_kib"]) for t in platform.targets() if t.role is Role.ACCELERATOR and t.kind.name == "npu"]
 
 
 def run_case(model, platform, out: Path | None) -> dict:

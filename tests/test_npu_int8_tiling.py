@@ -396,3 +396,25 @@ def test_the_tiled_int8_estimate_and_simulation_agree(tiled_int8):
     assert len(groups) == 2
     for group in groups:
         assert group["simulated_us"] == pytest.approx(group["estimate_us"], rel=0.15), group
+
+
+def test_an_int8_mobilenet_at_224_puts_every_convolution_on_the_npu_tiled_where_it_must():
+    """MobileNetV2 at 224 x 224, quantized as users do it: on soc's 512 KiB npu every QLinearConv
+    runs (its 64-channel 112 x 112 layers tiled)."""
+    pytest.importorskip("onnxruntime")
+    from hetgen.models import cnn
+    from hetgen.models.quantized import quantized
+    from hetgen.platform import load_platform
+
+    logging.disable(logging.WARNING)
+    try:
+        model = quantized(cnn.mobilenet_v2(size=224), "QDQ", per_channel=True)
+    finally:
+        logging.disable(logging.NOTSET)
+    graph = import_model(model)
+    placement = place(graph, load_platform("soc"))
+    spatial = [n for n in graph.nodes if n.op == "QLinearConv" and graph.types[n.outputs[0]].size > 1000]
+    convs = [node.name for node in spatial]  # all but the classifier (a 1 x 1 QLinearConv of 640 MACs)
+    assert len(convs) >= 14 and all(placement.target_of(conv) == "soc/vdevice0/npu0" for conv in convs)
+    tilings = [t for g in placement.groups for t in g.tilings if t.unit in convs]
+    assert len(tilings) == len(convs) and sum(t.count > 1 for t in tilings) >= 5

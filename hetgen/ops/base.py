@@ -110,7 +110,8 @@ class WorkRule(enum.Enum):
 
 class Tiling(enum.Enum):
     """How the device model may split the operator into tiles besides running it whole
-    (hetgen/spec/tile_shapes.py `candidates`; float32 instances with one output only)."""
+    (hetgen/spec/tile_shapes.py `candidates`; instances with one output only; block sizes follow
+    each tensor's element type, and an integer product's operands its `integer_mac` trait)."""
 
     WHOLE = "whole"  # one tile
     WINDOW = "window"  # a 4-D sliding window (Conv, window pools): rows and channels
