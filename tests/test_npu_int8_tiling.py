@@ -418,3 +418,54 @@ def test_an_int8_mobilenet_at_224_puts_every_convolution_on_the_npu_tiled_where_
     assert len(convs) >= 14 and all(placement.target_of(conv) == "soc/vdevice0/npu0" for conv in convs)
     tilings = [t for g in placement.groups for t in g.tilings if t.unit in convs]
     assert len(tilings) == len(convs) and sum(t.count > 1 for t in tilings) >= 5
+
+
+def test_conv_integer_and_matmul_integer_from_quantize_dynamic_tile_too():
+    """quantize_dynamic's ConvInteger and MatMulInteger (the npu has no pattern for them; a kind
+    that names them gets these plans): tiled like Conv and MatMul, their zero points (the input's
+    computed at run time by DynamicQuantizeLinear, one value) loaded once, the int32 output 4 bytes
+    an element."""
+    pytest.importorskip("onnxruntime")
+    import tempfile
+    from pathlib import Path
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from hetgen.spec.invocation import tile_rates
+    from hetgen.spec.tiling import unit_plan
+
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Reshape", ["c", "shape"], ["r"], name="reshape"),
+        helper.make_node("MatMul", ["r", "wm"], ["y"], name="matmul"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dynamic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(CONV_X))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1536, 96])],
+        [
+            numpy_helper.from_array(rng.standard_normal((32, 16, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.array([1, 1536, 48], np.int64), "shape"),
+            numpy_helper.from_array(rng.standard_normal((48, 96)).astype(np.float32), "wm"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    logging.disable(logging.WARNING)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            onnx.save(model, Path(tmp, "f.onnx"))
+            quantize_dynamic(str(Path(tmp, "f.onnx")), str(Path(tmp, "q.onnx")), weight_type=QuantType.QInt8)
+            model = onnx.load(str(Path(tmp, "q.onnx")))
+    finally:
+        logging.disable(logging.NOTSET)
+    graph = import_model(model)
+    npu = _npu(load_platform_text(PLATFORM.format(sram_kib=32)))
+    for op in ("ConvInteger", "MatMulInteger"):
+        node = next(n for n in graph.nodes if n.op == op)
+        plan = unit_plan([node], graph, (), npu.memory_bytes, tile_rates(npu, 1.0, [node]))
+        assert isinstance(plan, TilePlan) and plan.count > 1 and plan.sram_bytes <= 32 * 1024, (op, plan)
+        assert plan.moved(Action.STORE) == graph.types[node.outputs[0]].nbytes  # int32, each once
+        x_zero_point = [c for c in plan.commands if c.action is Action.LOAD and c.operand == 2]
+        assert len(x_zero_point) == 1 and plan.block_of(x_zero_point[0]).nbytes == 1
