@@ -469,3 +469,33 @@ def test_conv_integer_and_matmul_integer_from_quantize_dynamic_tile_too():
         assert plan.moved(Action.STORE) == graph.types[node.outputs[0]].nbytes  # int32, each once
         x_zero_point = [c for c in plan.commands if c.action is Action.LOAD and c.operand == 2]
         assert len(x_zero_point) == 1 and plan.block_of(x_zero_point[0]).nbytes == 1
+
+
+@pytest.mark.cc
+def test_quantize_static_elementwise_layers_run_tiled_on_the_npu_bit_exactly(tmp_path):
+    """The quantized Add, lookups and pools of a quantize_static model, pinned to an npu of 2 KiB:
+    each runs as tiles whose kernels bake in the model's scales, and the outputs are onnxruntime's."""
+    pytest.importorskip("onnxruntime")
+    from hetgen.models.quantized import quantized
+
+    logging.disable(logging.WARNING)
+    try:
+        model = quantized(_elementwise_model(), "QDQ", per_channel=True)
+    finally:
+        logging.disable(logging.NOTSET)
+    platform = load_platform_text(PLATFORM.format(sram_kib=2))
+    graph = import_model(model)
+    pins = {n.source_name: NPU for n in graph.nodes if n.op.startswith("QLinear") and n.op != "QLinearConv"}
+    assert len(pins) == 5
+    document = explain_json(place(graph, platform, pins=pins), graph)
+    tiled = {t["unit"]: t["count"] for g in document["groups"] if g["target"] == NPU for t in g["tiling"]}
+    ops = {n.name: n.op for n in graph.nodes}
+    counts = {ops[unit]: count for unit, count in tiled.items()}
+    for op in ("QLinearAdd", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool"):
+        assert counts[op] > 1, counts
+    out = hetgen.compile(platform, model, out=tmp_path / "g", pins=pins, native_only=True, opt=("-O1",))
+    loaded = hetgen.load(out)
+    rng = np.random.default_rng(2)
+    feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in loaded.inputs}
+    got = loaded.run(feeds)
+    np.testing.assert_array_equal(got["y"], ort_session(model.SerializeToString()).run(["y"], feeds)[0])
