@@ -44,6 +44,7 @@ import numpy as np
 import onnx
 
 from hetgen.models._builder import Builder
+from hetgen.models.quantized import quantized
 
 # The sizes the graphs are held to (tests/test_mlperf_tiny.py, within 3 %): parameters and
 # multiply-accumulates per inference as the reference models are usually quoted (ResNet-8 78 K
@@ -67,8 +68,6 @@ PUBLISHED_M4_MS = {
 def mlperf_tiny_int8(name: str, seed: int = 0) -> onnx.ModelProto:
     """The model quantized by onnxruntime: QDQ, int8 weights per output channel, int8 activations,
     calibrated on seeded standard-normal inputs (hetgen.models.quantized)."""
-    from hetgen.models.quantized import quantized
-
     return quantized(MLPERF_TINY[name](seed=seed), "QDQ", per_channel=True, seed=seed)
 
 
