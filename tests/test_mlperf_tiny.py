@@ -193,7 +193,7 @@ def output_step(model: onnx.ModelProto) -> float:
 
 
 # What the M4 ELF may differ from onnxruntime by, in steps of the output's quantization. Three match
-# bit for bit. DS-CNN's first pointwise convolution has an output at 119.5000003 steps (seed 0's
+# bit for bit. DS-CNN's first pointwise convolution has an output at -119.5000003 steps (seed 0's
 # input): the integer kernel rounds the exact sum to -120, onnxruntime (which with its optimisations
 # off runs DequantizeLinear -> float Conv -> QuantizeLinear) accumulates in float32 and gets -119;
 # such one-step differences grow through the four blocks to one step of the softmax's output.
