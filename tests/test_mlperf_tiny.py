@@ -149,10 +149,8 @@ def test_int8_version_is_per_channel_qdq_and_agrees_with_the_float_model(name):
     for layer in layers:
         weight = producers[layer.input[1]]
         assert initializers[weight.input[0]].dtype == np.int8
-        scale = initializers[weight.input[1]]  # one scale per output channel
-        assert (
-            scale.ndim == 1 and scale.size == initializers[weight.input[0]].shape[0 if layer.op_type == "Conv" else 0]
-        )
+        scale = initializers[weight.input[1]]  # one scale per output channel (Conv: M x C x kH x kW;
+        assert scale.ndim == 1 and scale.size == initializers[weight.input[0]].shape[0]  # Gemm: transB, N x K)
     assert "BatchNormalization" not in {n.op_type for n in int8.graph.node}
     options = ort.SessionOptions()
     options.log_severity_level = 3
