@@ -1,25 +1,26 @@
 """MLPerf Tiny's four reference networks, built from their published Keras descriptions with seeded
 weights (no training: the structure, sizes and operator mix are the benchmark's, the numbers are not).
 
-Layer lists followed (github.com/mlcommons/tiny, the v0.1 reference models):
+Layer lists followed (github.com/mlcommons/tiny, the v0.1 reference models' Keras files):
 
-- ``ds_cnn`` (keyword spotting, ``training/keyword_spotting/keras_model.py``, model ``ds_cnn``): a
-  49x10x1 MFCC input; Conv2D 64 filters 10x4 stride 2 'same' + BN + ReLU (Dropout: identity at
-  inference); four depthwise-separable blocks (DepthwiseConv2D 3x3 'same' + BN + ReLU, Conv2D 64 1x1
-  + BN + ReLU); AveragePooling2D (25, 5) (the whole 25x5 map); Flatten; Dense 12 + softmax.
-- ``mobilenet_v1_vww`` (visual wake words, ``training/visual_wake_words/vww_model.py``, EEMBC's
-  MobileNetV1 at alpha 0.25): a 96x96x3 image; Conv2D 8 3x3 stride 2 + BN + ReLU; 13
+- ``ds_cnn`` (keyword spotting, ``v0.1/training/keyword_spotting/keras_model.py``, model
+  ``ds_cnn``): a 49x10x1 MFCC input (spectrogram_length x dct_coefficient_count at the defaults);
+  Conv2D 64 filters 10x4 stride 2 'same' + BN + ReLU (Dropout: identity at inference); four
+  depthwise-separable blocks (DepthwiseConv2D 3x3 'same' + BN + ReLU, Conv2D 64 1x1 + BN + ReLU);
+  AveragePooling2D (25, 5) (the whole 25x5 map); Flatten; Dense 12 + softmax.
+- ``mobilenet_v1_vww`` (visual wake words, ``v0.1/benchmarks/visual_wake_words/vww_model.py``,
+  EEMBC's MobileNetV1 at alpha 0.25): a 96x96x3 image; Conv2D 8 3x3 stride 2 + BN + ReLU; 13
   depthwise-separable blocks (DW 3x3 + BN + ReLU, PW 1x1 + BN + ReLU) with widths 16, 32, 32, 64,
   64, 128 x6, 256, 256 and stride 2 at blocks 2, 4, 6 and 12; AveragePooling2D over the 3x3 map;
   Flatten; Dense 2 + softmax. ReLU, not ReLU6, as the reference writes it.
-- ``resnet8`` (image classification, ``training/image_classification/keras_model.py``,
-  ``resnet_v1_eembc``): a 32x32x3 image; Conv2D 16 3x3 + BN + ReLU; three stacks of 16, 32, 64
-  filters, each two Conv2D 3x3 (+ BN, ReLU between) added to the identity (stack 1) or to a Conv2D
-  1x1 stride 2 projection (stacks 2, 3; no BN on it, as published) and ReLU; AveragePooling2D 8;
-  Flatten; Dense 10 + softmax.
-- ``fc_autoencoder`` (anomaly detection, ``training/anomaly_detection/keras_model.py``): a 640-wide
-  input (5 frames x 128 log-mel bins); Dense 128 x4, Dense 8, Dense 128 x4, each + BN + ReLU;
-  Dense 640 (linear).
+- ``resnet8`` (image classification, ``v0.1/benchmarks/image_classification/keras_model.py``,
+  ``resnet_v1_eembc`` with 16 filters; later revisions make the width a parameter): a 32x32x3
+  image; Conv2D 16 3x3 + BN + ReLU; three stacks of 16, 32, 64 filters, each two Conv2D 3x3 (+ BN,
+  ReLU between) added to the identity (stack 1) or to a Conv2D 1x1 stride 2 projection (stacks 2,
+  3; no BN on it, as published) and ReLU; AveragePooling2D 8; Flatten; Dense 10 + softmax.
+- ``fc_autoencoder`` (anomaly detection, ``v0.1/benchmarks/anomaly_detection/keras_model.py``): a
+  640-wide input (5 frames x 128 log-mel bins); Dense 128 x4, Dense 8, Dense 128 x4, each + BN +
+  ReLU; Dense 640 (linear).
 
 Keras' 'same' padding is asymmetric where the kernel and stride leave an odd total (the extra row or
 column at the end: the 10x4 stride-2 stem pads 4 above and 5 below, a 3x3 stride-2 layer on an even
