@@ -120,6 +120,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_cli",
             "test_models",
             "test_models_build",
+            "test_mlperf_tiny",
             "test_fuzz",
             "test_fuzz_regressions",
             "test_hostile_files",
