@@ -39,10 +39,16 @@ from hetgen.models.quantized import quantized
 from hetgen.runtime.devices import simulation_report
 from hetgen.runtime.loader import checked_input
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "resnet_tiny.onnx"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 MODELS = {
-    "resnet_tiny": lambda: onnx.load(str(EXAMPLE)),
+    "resnet_tiny": lambda: onnx.load(str(EXAMPLES / "resnet_tiny.onnx")),
+    # MLPerf Tiny's float networks (hetgen/models/mlperf_tiny.py): the depthwise-separable keyword
+    # spotter, the visual-wake-words MobileNet, ResNet-8 and the anomaly-detection autoencoder
+    "ds_cnn": lambda: onnx.load(str(EXAMPLES / "ds_cnn.onnx")),
+    "mobilenet_v1_vww": lambda: onnx.load(str(EXAMPLES / "mobilenet_v1_vww.onnx")),
+    "resnet8": lambda: onnx.load(str(EXAMPLES / "resnet8.onnx")),
+    "fc_autoencoder": lambda: onnx.load(str(EXAMPLES / "fc_autoencoder.onnx")),
     "tiny_cnn": lambda: tiny.tiny_cnn(size=32),
     "resnet": lambda: cnn.resnet(size=64),
     "mobilenet_v2": lambda: cnn.mobilenet_v2(size=64),

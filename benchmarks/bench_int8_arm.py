@@ -32,9 +32,11 @@ from hetgen.models.quantized import quantized
 from hetgen.runtime.emulate import EmulatedModel
 from hetgen.runtime.reference import ort_session
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "resnet_tiny.onnx"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MODELS = {
-    "resnet_tiny": lambda size: onnx.load(str(EXAMPLE)),
+    "resnet_tiny": lambda size: onnx.load(str(EXAMPLES / "resnet_tiny.onnx")),
+    "ds_cnn": lambda size: onnx.load(str(EXAMPLES / "ds_cnn.onnx")),
+    "resnet8": lambda size: onnx.load(str(EXAMPLES / "resnet8.onnx")),
     "tiny_cnn": lambda size: tiny.tiny_cnn(size=size // 2),
     "resnet": lambda size: cnn.resnet(size=size),
     "mobilenet_v2": lambda size: cnn.mobilenet_v2(size=size),
