@@ -419,6 +419,27 @@ HG_QG_NOINLINE static void hg_qg_block(const int8_t *restrict w, const uint8_t *
                                        size_t rows, size_t npx, const int32_t *c, const float *s, int32_t zp, float lo,
                                        float hi, uint8_t *y, size_t ldy)
 {
+    if (npx <= 2) {
+        /* a row or two of pixels (a fully connected layer): the panel's 8 channels are the vector,
+           each pixel's 4 bytes broadcast, one ymm vpdpbusd per group of 4 k */
+        const __mmask8 live = (__mmask8)((1u << rows) - 1u);
+        const __m256 vs = _mm256_maskz_loadu_ps(live, s), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        const __m256i vc = _mm256_maskz_loadu_epi32(live, c), vzp = _mm256_set1_epi32(zp);
+        for (size_t p = 0; p < npx; ++p) {
+            __m256i acc = _mm256_setzero_si256();
+            const uint8_t *ap = a + 4 * p;
+            for (size_t g = 0; g < kg; ++g)
+                acc = _mm256_dpbusd_epi32(acc, _mm256_set1_epi32(hg_qg_load32(ap + g * as)),
+                                          _mm256_loadu_si256((const __m256i *)(const void *)(w + g * 4 * HG_QG_MR)));
+            __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc, vc)), vs);
+            f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+            uint8_t out[16];
+            _mm_storeu_si128((__m128i *)(void *)out, _mm256_cvtepi32_epi8(_mm256_add_epi32(_mm256_cvtps_epi32(f), vzp)));
+            for (size_t r = 0; r < rows; ++r)
+                y[r * ldy + p] = out[r];
+        }
+        return;
+    }
     __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
     for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR) {
