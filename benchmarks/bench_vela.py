@@ -521,7 +521,18 @@ def hetgen_side(model: onnx.ModelProto, platform, simulate: Path | None) -> dict
             other.append((group.nodes[0], group.cost_us))
     (npu,) = npus.values()
     result = {"est": placement.total_us, "layers": layers, "other": other, "sim": None}
-    result["sram_kib"] = npu.memory_bytes / 1024
+    # SRAM: the tile buffers' peak in the npu's local memory, and the activations the programs
+    # keep in memory (the npu's outside its SRAM and the emulating kernels' workspace, the controller's)
+    from hetgen.lower import lower
+    from hetgen.lower.program import ProgramRole
+
+    programs = lower(graph, platform, placement).programs
+    (device,) = [p for p in programs if p.role is ProgramRole.ACCELERATOR]
+    result["local_kib"] = device.sram_size / 1024
+    activations = device.memory.arena_size - device.sram_size - device.emulation_scratch
+    activations += sum(p.memory.arena_size for p in programs if p.role is ProgramRole.ROOT)
+    result["arena_kib"] = activations / 1024
+    result["memory_mode"] = npu.attrs["memory_mode"]
     if simulate is not None:
         from hetgen.runtime.devices import simulation_report
 
@@ -583,8 +594,15 @@ def main() -> int:
                     f"  total: vela {vela_us:.1f} us; hetgen estimate {het['est']:.1f} us ({het['est'] / vela_us:.2f}x), "
                     f"its npu layers {het_sum:.1f} us; simulated {sim} us"
                 )
-                print(f"  SRAM: vela {vela['sram_kib']:.1f} KiB, hetgen npu local {het['sram_kib']:.1f} KiB")
-                summary.append((name, tag, vela_us, het["est"], het["sim"], vela["sram_kib"], het["sram_kib"]))
+                # Vela's SRAM: Sram_Only, the feature maps (the arena; its SHRAM is not counted);
+                # Dedicated_Sram, the cache's use. hetgen's like for like: the activations it keeps
+                # (in the system SRAM for Sram_Only), or its tile buffers' peak (the cache).
+                het_sram = het["arena_kib"] if het["memory_mode"] == "Sram_Only" else het["local_kib"]
+                print(
+                    f"  SRAM: vela {vela['sram_kib']:.1f} KiB; hetgen {het_sram:.1f} KiB "
+                    f"(activations {het['arena_kib']:.1f} KiB, tile buffers in local SRAM {het['local_kib']:.1f} KiB)"
+                )
+                summary.append((name, tag, vela_us, het["est"], het["sim"], vela["sram_kib"], het_sram))
     print(
         f"\n{'model':16} {'platform':13} {'vela us':>9} {'est us':>9} {'est/vela':>8} {'sim us':>9} {'sim/vela':>8} {'SRAM KiB vela':>13} {'hetgen':>7}"
     )
