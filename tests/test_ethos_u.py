@@ -123,3 +123,29 @@ def test_ds_cnn_estimate_within_25_percent_of_vela(tmp_path):
     vela_us = sum(vela["layers"].values()) / vela["clock"]
     het = bench_vela.hetgen_side(model, load_platform(str(REPO / "platforms" / "corstone-300.yaml")), None)
     assert abs(het["est"] / vela_us - 1) <= 0.25, (het["est"], vela_us)
+
+
+@pytest.mark.parametrize(
+    "kind, macs, accelerator",
+    [
+        ("ethos-u55", 32, "Ethos_U55_32"),
+        ("ethos-u55", 64, "Ethos_U55_64"),
+        ("ethos-u55", 128, "Ethos_U55_128"),
+        ("ethos-u55", 256, "Ethos_U55_256"),
+        ("ethos-u65", 256, "Ethos_U65_256"),
+        ("ethos-u65", 512, "Ethos_U65_512"),
+    ],
+)
+def test_output_stage_is_velas(kind, macs, accelerator):
+    """output_cycles_per_element = 64 / int8_macs_per_cycle is Vela's output_cycles_per_elem[7] (an
+    int8 convolution's 32-bit accumulators) for every size, and no less than a Relu's activation cost."""
+    vela_ini()
+    from ethosu.vela.architecture_features import Accelerator, ArchitectureFeatures
+
+    tables = object.__new__(ArchitectureFeatures)
+    tables._generate_output_perf_tables(getattr(Accelerator, accelerator))
+    text = PLATFORM.format(kind=kind, mode="Sram_Only" if kind == "ethos-u55" else "Dedicated_Sram")
+    text = text.replace("memory_mode:", f"int8_macs_per_cycle: {macs}, mac_rows: {macs // 8}, memory_mode:")
+    model = device_model(npu(load_platform_text(text)))
+    assert model.output_cycles_per_element == tables.output_cycles_per_elem[7]
+    assert model.output_cycles_per_element >= tables.activation_cycles_per_elem[1]
