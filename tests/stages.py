@@ -14,7 +14,14 @@ from pathlib import Path
 STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "platform": (
         "the platform stage: loading, kinds, figures, bounds (hetgen/platform/)",
-        ("test_platform", "test_platform_bounds", "test_kind_shapes_build", "test_yaml_kind", "test_device_model"),
+        (
+            "test_platform",
+            "test_platform_bounds",
+            "test_kind_shapes_build",
+            "test_yaml_kind",
+            "test_device_model",
+            "test_ethos_u",
+        ),
     ),
     "frontend": (
         "the frontend: ONNX import, checks, folding, control flow, QDQ (hetgen/frontend/)",

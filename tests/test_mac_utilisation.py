@@ -203,3 +203,17 @@ def test_a_mac_array_figure_must_be_positive():
     )
     with pytest.raises(HetgenError, match="figure 'mac_cols' of .* is 0; it must be positive"):
         load_platform_text(text)
+
+
+def test_the_output_stage_bounds_a_tile_that_does_few_macs_an_output():
+    """A device model's output_cycles_per_element (the Ethos-U kinds': docs/ethos-u.md) bounds each
+    MAC tile at its outputs x that many cycles, overlapped with the array: a 64 -> 2 channel 5 x 5
+    conv does 1600 MACs an output, so 4 cycles an output hide under the array; 100 do not."""
+    plan, npu = _plan(conv(2), PLATFORM)
+    rates = dataclasses.replace(tile_rates(npu, 1.0), us_per_byte=0.0, command_us=0.0, us_per_local_byte=0.0)
+    outputs = sum(batch * m * n for tile in plan.tiles for (_, batch, m, n) in plan.mac_products[tile.kernel])
+    assert outputs == 2 * 16 * 16
+    array = plan_us(plan, rates)
+    assert plan_us(plan, dataclasses.replace(rates, us_per_output_element=4 / 1000)) == pytest.approx(array)
+    slow = dataclasses.replace(rates, us_per_output_element=100 / 1000)
+    assert plan_us(plan, slow) == pytest.approx(outputs * 100 / 1000)

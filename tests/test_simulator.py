@@ -325,3 +325,30 @@ def test_double_buffered_tiles_overlap_dma_and_compute(tmp_path):
         end = max(end, done)
     _, stats, _, _ = run_counts(tmp_path, model, plat, {"conv": NPU})
     assert stats["compute_cycles"] == end < serial
+
+
+OUTPUT_STAGE = """
+name: simt
+kinds:
+  npu_out:
+    refines: npu
+    device: {output_cycles_per_element: 2}
+target:
+  kind: native
+  runtime: vm
+  devices:
+    npu0: {kind: npu_out, macs_per_cycle: 256, mac_rows: 16, clock_mhz: 1000, dma_gbps: 4, command_cycles: 64}
+"""
+
+
+@pytest.mark.cc
+def test_the_output_stage_bounds_a_mac_command(tmp_path, single):
+    """output_cycles_per_element (an Ethos-U's output stage, docs/ethos-u.md): 64 x 64 outputs at 2
+    cycles each (8192) outlast the array's 1024 steps; the cost model prices the same bound."""
+    _, _, before, _ = single
+    plat = load_platform_text(OUTPUT_STAGE)
+    _, _, after, _ = run_counts(tmp_path, one_matmul(), plat, {"mm": NPU})
+    assert before[("kernel", "mm")] == 64 + 1024
+    assert after[("kernel", "mm")] == 64 + 2 * 64 * 64
+    (npu,) = [t for t in plat.targets() if t.path_str == NPU]
+    assert npu.figures.output_us == pytest.approx(2 / 1000)

@@ -98,6 +98,7 @@ def _target_document(target: Target) -> dict[str, Any]:
         if target.role is Role.ACCELERATOR:  # the rates its device model gives, unless the kind says
             computed = {**device_model(target).cost_figures(), **computed}
         computed.setdefault("command_us", 0.0)  # an optional figure: absent means 0
+        computed.setdefault("output_us", 0.0)  # a device model's output stage: absent means 0
         overrides = {k: v for k, v in vars(target.figures).items() if computed.get(k) != v}
         if overrides:
             document["figures"] = overrides

@@ -59,6 +59,9 @@ def check_device_parameters(
         if spec.count:
             fits = spec.minimum <= int(value) <= UINT32_MAX
             accepted = f"an integer from {spec.minimum} to {UINT32_MAX}"
+        elif spec.zero:
+            fits = value >= 0
+            accepted = "a number, 0 or more"
         else:
             fits = value > 0
             accepted = "a positive number"

@@ -10,7 +10,7 @@ else its default. A refinement inherits the block, parameter by parameter.
 `device_model(target)` is the one function that turns that into a `DeviceModel`, from which
 both the simulator's C configuration (`hg_sim_params`, rendered by codegen) and the cost model's
 rates for the device's micro-architecture (`DeviceModel.cost_figures`: the local memory's rate,
-the overhead of each command, the vector unit's rate and the MAC array's shape, which the
+the overhead of each command, the vector unit's rate, the MAC array's shape and its output stage, which the
 platform's targets carry in their figures unless the kind declares one itself) are derived.
 """
 
@@ -35,6 +35,7 @@ class Parameter:
     default: float | None  # None: derived, as `derived` says
     doc: str
     derived: str = ""  # how a parameter without a default gets its value
+    zero: bool = False  # a rate that may be 0: not modelled
 
 
 PARAMETERS: Mapping[str, Parameter] = {
@@ -48,6 +49,9 @@ PARAMETERS: Mapping[str, Parameter] = {
     "dma_setup_cycles": Parameter(True, 0, 32, "cycles before a DMA's first byte moves"),
     "command_cycles": Parameter(True, 0, 64, "cycles to decode and start one command"),
     "invoke_cycles": Parameter(True, 0, None, "cycles of each invocation", "launch_us * clock_mhz"),
+    "output_cycles_per_element": Parameter(
+        False, 0, 0.0, "cycles the MAC array's output stage takes per output element (0: not modelled)", zero=True
+    ),
 }
 
 
@@ -68,6 +72,9 @@ class DeviceModel:
     invoke_cycles: int  # each invocation: driver call, doorbell, completion interrupt
     link_latency_cycles: float = 0.0  # the link from its controller (none: 0 bytes per cycle)
     link_bytes_per_cycle: float = 0.0
+    # The MAC array's output stage (scaling, activation, write-back): a MAC command takes at least
+    # this many cycles per output element, overlapped with the array's steps; 0: not modelled.
+    output_cycles_per_element: float = 0.0
 
     def cost_figures(self) -> dict[str, float]:
         """The cost model's rates for what the simulator counts beyond the kind's peak and DMA
@@ -80,6 +87,7 @@ class DeviceModel:
             "mac_rows": float(self.mac_rows),
             "mac_cols": float(self.mac_cols),
             "int8_mac_cols": float(self.int8_mac_cols),
+            "output_us": self.output_cycles_per_element / self.clock_mhz,
         }
 
     def with_capacity(self, planned_bytes: int) -> DeviceModel:
@@ -135,6 +143,7 @@ def build_model(values: Mapping[str, Any], capacity: int | None, link: Link | No
         invoke_cycles=int(values["invoke_cycles"]),
         link_latency_cycles=link.latency_us * clock if link is not None else 0.0,
         link_bytes_per_cycle=link.bandwidth_gbps * 1e3 / clock if link is not None else 0.0,
+        output_cycles_per_element=float(values["output_cycles_per_element"]),
     )
 
 

@@ -119,6 +119,9 @@ class CostFigures:
     mac_rows: float | None = None
     mac_cols: float | None = None
     int8_mac_cols: float | None = None
+    # us a MAC command's output stage takes per output element (the device model's
+    # output_cycles_per_element at its clock), overlapped with the array; 0: not modelled
+    output_us: float = 0.0
 
 
 @dataclass(frozen=True)

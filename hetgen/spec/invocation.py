@@ -61,6 +61,7 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
         1.0 / (figures.vector_gops * 1e3) if figures.vector_gops else us_per_flop,
         int(figures.mac_rows) if shaped else 0,
         int(cols) if shaped else 0,
+        float(figures.output_us or 0.0),
     )
 
 

@@ -351,6 +351,7 @@ class Rates:
     # steps of the whole array per unit of depth, so a tile with fewer outputs leaves cells idle.
     mac_rows: int = 0
     mac_cols: int = 0
+    us_per_output_element: float = 0.0  # the MAC array's output stage (0: not modelled)
 
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
@@ -407,13 +408,21 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
             compute = (
                 tile.flops * rates.us_per_flop / utilisation[tile.kernel] + tile.vector * rates.us_per_vector_element
             )
-            took = max(compute, _tile_bytes(tile) * rates.us_per_local_byte)
+            took = max(compute, _tile_bytes(tile) * rates.us_per_local_byte, _output_us(plan, tile, rates))
         ready = finish[index - command.after] if command.after else 0.0
         done = max(free[command.is_dma], ready) + took + rates.command_us
         free[command.is_dma] = done
         finish.append(done)
         end = max(end, done)
     return end
+
+
+def _output_us(plan: TilePlan, tile: Tile, rates: Rates) -> float:
+    """The MAC array's output stage on a tile: its kernel's output elements (batch x m x n of the
+    work descriptor, as the simulator counts them) at the stage's rate; 0 for the vector unit."""
+    if not rates.us_per_output_element:
+        return 0.0
+    return sum(batch * m * n for _, batch, m, n in plan.mac_products[tile.kernel]) * rates.us_per_output_element
 
 
 # Tile counts past this make command lists no device would be given.

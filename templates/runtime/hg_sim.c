@@ -43,6 +43,20 @@ static uint64_t hg_sim_steps(uint64_t extent, uint32_t lanes)
     return lanes ? (extent + lanes - 1) / lanes : extent;
 }
 
+/* The MAC array's output stage: ceil(elements * output_cycles_per_element); 0 where not modelled. */
+static uint64_t hg_sim_output_cycles(const hg_sim_params *params, uint64_t elements)
+{
+    if (!(params->output_cycles_per_element > 0.0)) {
+        return 0;
+    }
+    const double exact = (double)elements * params->output_cycles_per_element;
+    uint64_t cycles = (uint64_t)exact;
+    if ((double)cycles < exact) {
+        ++cycles;
+    }
+    return cycles;
+}
+
 uint64_t hg_sim_dma_cycles(const hg_sim_params *params, uint64_t bytes)
 {
     return params->dma_setup_cycles + hg_sim_ceil_div(bytes, params->dma_bytes_per_cycle);
@@ -72,6 +86,10 @@ uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *w
         return hg_sim_dma_cycles(params, work->bytes);
     default:
         return 0;
+    }
+    if (work->engine != HG_SIM_VECTOR) { /* the output stage drains the array's results, overlapped with it */
+        const uint64_t output = hg_sim_output_cycles(params, work->batch * work->m * work->n);
+        compute = compute > output ? compute : output;
     }
     /* The engines stream their operands from local memory: a command waits for the slower of the two. */
     const uint64_t memory = hg_sim_ceil_div(work->bytes, params->sram_bytes_per_cycle);

@@ -36,6 +36,7 @@ typedef struct {
     uint32_t int8_mac_cols;       /* the MAC array's columns on int8 operands (several int8 MACs per multiplier) */
     double sram_bytes_per_cycle;  /* local memory bandwidth the engines see */
     double dma_bytes_per_cycle;
+    double output_cycles_per_element; /* the MAC array's output stage, per output element (0: not modelled) */
     hg_link link;                 /* from the controller, when the device sits behind one */
 } hg_sim_params;
 

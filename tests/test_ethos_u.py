@@ -1,0 +1,151 @@
+"""The Ethos-U kinds (hetgen/platform/kinds/ethos-u.yaml): their figures are Vela's, a memory mode
+they do not model is refused, the one they parse changes where tiles are DMA'd from; and (external:
+runs Vela) hetgen's estimate of an int8 DS-CNN on corstone-300 is within 25 % of Vela's."""
+
+from __future__ import annotations
+
+import configparser
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetgen.platform import builtin_kinds, load_platform, load_platform_text
+from hetgen.platform.device_model import device_model
+from hetgen.platform.model import Role
+
+REPO = Path(__file__).resolve().parent.parent
+VELA = importlib.util.find_spec("ethosu")
+
+
+def vela_ini() -> configparser.ConfigParser:
+    if VELA is None:
+        pytest.skip("ethos-u-vela is not installed (pip install 'hetgen[vela]'): no vela.ini to compare with")
+    path = Path(VELA.submodule_search_locations[0]) / "config_files" / "Arm" / "vela.ini"
+    if not path.exists():
+        pytest.skip(f"{path} is not in the installed ethos-u-vela")
+    ini = configparser.ConfigParser()
+    ini.read(path)
+    return ini
+
+
+def defaults(kind: str) -> dict:
+    return {spec.name: spec.default for spec in builtin_kinds()[kind].attributes}
+
+
+def npu(platform):
+    (target,) = [t for t in platform.targets() if t.role is Role.ACCELERATOR]
+    return target
+
+
+def test_kinds_refine_npu_and_load():
+    kinds = builtin_kinds()
+    for name in ("ethos-u55", "ethos-u65"):
+        assert kinds[name].parent == "npu"
+    for file in ("corstone-300.yaml", "ethos-u65.yaml"):
+        target = npu(load_platform(str(REPO / "platforms" / file)))
+        assert target.kind.name.startswith("ethos-u")
+        assert target.attrs["mac_rows"] * 8 == target.attrs["int8_macs_per_cycle"]  # 8-deep output micro-block
+
+
+def test_u55_figures_are_vela_ini_values():
+    ini = vela_ini()
+    section = ini["System_Config.Ethos_U55_High_End_Embedded"]
+    d = defaults("ethos-u55")
+    assert d["clock_mhz"] * 1e6 == float(section["core_clock"])
+    assert d["dma_setup_cycles"] == int(section["Sram_read_latency"])
+    # Sram_Only: arena and constants on AXI0; the U55's AXI port moves 8 bytes a cycle
+    assert ini["Memory_Mode.Sram_Only"]["arena_mem_area"] == "Axi0" and section["axi0_port"] == "Sram"
+    assert d["dma_gbps"] == 8 * float(section["Sram_clock_scale"]) * float(section["core_clock"]) / 1e9
+    assert d["memory_mode"] == "Sram_Only"
+
+
+def test_u65_figures_are_vela_ini_values():
+    ini = vela_ini()
+    section = ini["System_Config.Ethos_U65_High_End"]
+    d = defaults("ethos-u65")
+    assert d["clock_mhz"] * 1e6 == float(section["core_clock"])
+    assert d["dma_setup_cycles"] == int(section["Dram_read_latency"])
+    mode = ini["Memory_Mode.Dedicated_Sram"]
+    assert mode["arena_mem_area"] == mode["const_mem_area"] == "Axi1" and section["axi1_port"] == "Dram"
+    assert d["dma_gbps"] == 16 * float(section["Dram_clock_scale"]) * float(section["core_clock"]) / 1e9
+    assert d["sram_bytes_per_cycle"] == 16 * float(section["Sram_clock_scale"])
+    assert d["sram_kib"] * 1024 == int(ini["Memory_Mode.Dedicated_Sram_384KB"]["arena_cache_size"])
+    assert d["memory_mode"] == "Dedicated_Sram"
+
+
+PLATFORM = """
+name: p
+target:
+  kind: cortex-m55
+  runtime: aot
+  devices:
+    npu0: {{kind: {kind}, memory_mode: {mode}}}
+"""
+
+
+@pytest.mark.parametrize(
+    "kind, mode", [("ethos-u55", "Shared_Sram"), ("ethos-u55", "Dedicated_Sram"), ("ethos-u65", "Shared_Sram")]
+)
+def test_unmodelled_memory_mode_is_refused(kind, mode):
+    with pytest.raises(Exception, match="memory_mode"):
+        load_platform_text(PLATFORM.format(kind=kind, mode=mode))
+
+
+def test_memory_mode_sets_where_tiles_come_from():
+    """Sram_Only DMAs from the system SRAM (AXI0, 32 cycles), Dedicated_Sram from DRAM (AXI1,
+    500 cycles) into a 384 KiB cache: the device model the simulator and the estimate read."""
+    sram_only = device_model(npu(load_platform_text(PLATFORM.format(kind="ethos-u55", mode="Sram_Only"))))
+    dedicated = device_model(npu(load_platform_text(PLATFORM.format(kind="ethos-u65", mode="Dedicated_Sram"))))
+    assert sram_only.dma_setup_cycles == 32 and dedicated.dma_setup_cycles == 500
+    assert sram_only.dma_bytes_per_cycle == 8.0  # 4 GB/s at 500 MHz
+    assert dedicated.dma_bytes_per_cycle == 3.75  # 3.75 GB/s at 1 GHz
+    assert sram_only.capacity == 24 * 1024 and dedicated.capacity == 384 * 1024
+
+
+@pytest.mark.external
+def test_ds_cnn_estimate_within_25_percent_of_vela(tmp_path):
+    vela_ini()
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_vela
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from hetgen.models.quantized import quantized
+
+    model = quantized(bench_vela.ds_cnn(), "QDQ", per_channel=True)
+    data, _ = bench_vela.tflite_from_qdq(model)
+    tflite = tmp_path / "ds_cnn.tflite"
+    tflite.write_bytes(data)
+    vela = bench_vela.run_vela(tflite, *bench_vela.PLATFORMS["corstone-300"], tmp_path / "vela")
+    assert all(layer for layer in vela["layers"].values())
+    vela_us = sum(vela["layers"].values()) / vela["clock"]
+    het = bench_vela.hetgen_side(model, load_platform(str(REPO / "platforms" / "corstone-300.yaml")), None)
+    assert abs(het["est"] / vela_us - 1) <= 0.25, (het["est"], vela_us)
+
+
+@pytest.mark.parametrize(
+    "kind, macs, accelerator",
+    [
+        ("ethos-u55", 32, "Ethos_U55_32"),
+        ("ethos-u55", 64, "Ethos_U55_64"),
+        ("ethos-u55", 128, "Ethos_U55_128"),
+        ("ethos-u55", 256, "Ethos_U55_256"),
+        ("ethos-u65", 256, "Ethos_U65_256"),
+        ("ethos-u65", 512, "Ethos_U65_512"),
+    ],
+)
+def test_output_stage_is_velas(kind, macs, accelerator):
+    """output_cycles_per_element = 64 / int8_macs_per_cycle is Vela's output_cycles_per_elem[7] (an
+    int8 convolution's 32-bit accumulators) for every size, and no less than a Relu's activation cost."""
+    vela_ini()
+    from ethosu.vela.architecture_features import Accelerator, ArchitectureFeatures
+
+    tables = object.__new__(ArchitectureFeatures)
+    tables._generate_output_perf_tables(getattr(Accelerator, accelerator))
+    text = PLATFORM.format(kind=kind, mode="Sram_Only" if kind == "ethos-u55" else "Dedicated_Sram")
+    text = text.replace("memory_mode:", f"int8_macs_per_cycle: {macs}, mac_rows: {macs // 8}, memory_mode:")
+    model = device_model(npu(load_platform_text(text)))
+    assert model.output_cycles_per_element == tables.output_cycles_per_elem[7]
+    assert model.output_cycles_per_element >= tables.activation_cycles_per_elem[1]
