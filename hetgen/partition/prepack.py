@@ -230,6 +230,8 @@ def chosen_offers(
             continue
         by_input: dict[int, list[Prepacked]] = {}
         for offer in kernel.prepacked:
+            if offer.params.get("hosted_only") and is_bare_metal(target):
+                continue  # the packed int8 convolution: its plain C path is slower than Cortex-M's SMLAD kernel
             by_input.setdefault(offer.index, []).append(offer)
         for offers in by_input.values():
             small = next((o for o in offers if layouts.growth(index, o) <= BARE_METAL_GROWTH), None)
