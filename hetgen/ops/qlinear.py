@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hetgen.ir import DType, TensorType
-from hetgen.ops._common import input_arg_count, total_bytes
+from hetgen.ops._common import float_literal, input_arg_count, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
-
-# int16 values of unfolded input per chunk: bounded so the chunk stays in L2.
-IM2COL_CHUNK_VALUES = 128 * 1024
-
 
 def align(size: int, to: int = 64) -> int:
     return (size + to - 1) // to * to
@@ -82,7 +80,7 @@ def _requant(op: OpInstance, y_type: TensorType, x_scale: int, w_scale: int, y_s
     if y_type.dtype not in QUANTIZED:
         raise Unsupported(f"{op.node.op} output of {y_type.dtype.label}; accepted: int8, uint8")
     qmin, qmax = output_clamp(op, y_type.dtype)
-    return {
+    view = {
         "x_scale": _scale(op, x_scale, (1,), "input"),
         "w_scale": _scale(op, w_scale, (1, count), "weight"),
         "y_scale": _scale(op, y_scale, (1,), "output"),
@@ -91,19 +89,38 @@ def _requant(op: OpInstance, y_type: TensorType, x_scale: int, w_scale: int, y_s
         "qmin": qmin,
         "qmax": qmax,
     }
+    return {**view, **_generate_time_multipliers(op, x_scale, w_scale, y_scale, y_zp, count)}
+
+
+def _generate_time_multipliers(op: OpInstance, x_scale: int, w_scale: int, y_scale: int, y_zp: int, count: int):
+    """The requantisation multipliers (x_scale * w_scale) / y_scale and the output zero point, made
+    here when the scales are constants (the kernel then holds them as a const table, in flash on a
+    microcontroller); numpy's float32 operations round as the C ones do, so they are the same bits.
+    `multipliers` None: the kernel computes them from its inputs each run."""
+    scales = [op.constant(index) for index in (x_scale, w_scale, y_scale)]
+    zero_point = op.constant(y_zp) if op.has_input(y_zp) else np.zeros(1, np.int32)
+    if any(value is None for value in scales) or zero_point is None:
+        return {"multipliers": None, "yzp_value": None}
+    xs, ws, ys = (np.asarray(value, np.float32).reshape(-1) for value in scales)
+    multipliers = np.broadcast_to((xs[0] * ws) / ys[0], (count,))  # one per output channel
+    return {
+        "multipliers": [float_literal(value) for value in multipliers],
+        "yzp_value": int(np.asarray(zero_point).reshape(-1)[0]),
+    }
+
+
+def _weight_correction(op: OpInstance, zp: dict | None, index: int | None) -> dict | None:
+    """The weight zero point the sums are corrected by (sum((w - zp) x) = sum(w x) - zp sum(x)):
+    None when it is absent or a constant zero (onnxruntime's int8 weights are symmetric)."""
+    if zp is None:
+        return None
+    value = op.constant(index)
+    if value is not None and not np.any(value):
+        return None
+    return zp
 
 
 # -- convolution ---------------------------------------------------------------------------------
-
-
-def padded_plane(win) -> tuple[int, int, int]:
-    """(depth, height, width) of an input plane with its padding: every position a tap reads."""
-    return tuple(
-        max(size + begin + end, (out - 1) * stride + (k - 1) * dil + 1)
-        for size, begin, end, out, stride, k, dil in zip(
-            win.in_shape, win.pads_begin, win.pads_end, win.out_shape, win.strides, win.kernel, win.dilations
-        )
-    )
 
 
 def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | None, requant: dict | None) -> Kernel:
@@ -113,32 +130,22 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     batch, channels, out_channels, groups, win = geometry
     cin_group, cout_group = geometry.cin_group, geometry.cout_group
     k_dim = cin_group * win.kernel_size
-    out_rows = win.out_shape[0] * win.out_shape[1]
-    chunk_rows = max(1, min(out_rows, IM2COL_CHUNK_VALUES // max(1, k_dim * win.out_shape[2])))
-    chunk_cols = chunk_rows * win.out_shape[2]
     variant = "direct" if cin_group == 1 and groups > 1 else "gemm"
-    padded = padded_plane(win)
-    w_bytes = align(2 * out_channels * k_dim)
-    if variant == "direct":
-        col_bytes, acc_bytes = align(2 * math.prod(padded)), align(4 * win.out_size)
-    else:
-        col_bytes, acc_bytes = align(2 * k_dim * chunk_cols), align(4 * cout_group * chunk_cols) if requant else 0
-    scale_bytes = align(4 * out_channels) if requant else 0
+    # two output columns of unfolded input, int16 (the weights are read where they are)
+    col_bytes = align(2 * 2 * k_dim, 8) if variant == "gemm" else 0
+    scale_bytes = align(4 * out_channels, 8) if requant and requant["multipliers"] is None else 0
     bias = None
     if requant and op.has_input(8):
         b_type = op.input_types[8]
         if b_type.dtype is not DType.INT32 or tuple(b_type.shape) != (out_channels,):
             raise Unsupported(f"{op.node.op} bias of {b_type}; accepted: int32[{out_channels}]")
         bias = 8
+    w_zero_point = _zero_point(op, w_zp, (1, out_channels), "weight")
     params = {
         **win.view(),
         "variant": variant,
         "is_gemm": variant == "gemm",
         "is_direct": variant == "direct",
-        "pad_plane_d": padded[0],
-        "pad_plane_h": padded[1],
-        "pad_plane_w": padded[2],
-        "pad_plane_size": padded[0] * padded[1] * padded[2],
         "w_group_stride": cout_group * k_dim,  # one group's weights
         "scratch_index": input_arg_count(op) + 1,
         "batch": batch,
@@ -148,27 +155,27 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "cin_group": cin_group,
         "cout_group": cout_group,
         "k_dim": k_dim,
-        "out_rows": out_rows,
-        "chunk_rows": chunk_rows,
         "x_arg": x,
         "w_arg": w,
         "x_ctype": x_type.dtype.c_type,
         "w_ctype": w_type.dtype.c_type,
+        "w_dot": "s8" if w_type.dtype is DType.INT8 else "u8",
         "y_ctype": y_type.dtype.c_type,
         "x_zp": _zero_point(op, x_zp, (1,), "input"),
-        "w_zp": _zero_point(op, w_zp, (1, out_channels), "weight"),
+        "w_zp": w_zero_point,
+        "w_correction": _weight_correction(op, w_zero_point, w_zp),
         "bias_arg": bias,
+        "bias_term": "bias[m]" if bias is not None else "0",
         "requant": requant,
-        "w_offset": 0,
-        "col_offset": w_bytes,
-        "acc_offset": w_bytes + col_bytes,
-        "scale_offset": w_bytes + col_bytes + acc_bytes,
+        "title": "Quantized" if requant else "Integer",
+        "col_offset": 0,
+        "scale_offset": col_bytes,
         "out_index": input_arg_count(op),
     }
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
-        scratch_bytes=w_bytes + col_bytes + acc_bytes + scale_bytes,
+        scratch_bytes=col_bytes + scale_bytes,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
     )
@@ -195,13 +202,14 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
     m, n, k, a_batch, b_batch, out_batch = matmul_shapes(op.node.op, a_type.shape, b_type.shape)
     batches = math.prod(out_batch)
     requant = requant_at(n) if requant_at else None
-    a_bytes, b_bytes = align(2 * m * k), align(2 * k * n)
-    acc_bytes = align(4 * m * n) if requant else 0
-    scale_bytes = align(4 * n) if requant else 0
+    row_bytes = align(2 * k, 8)  # one row of A, int16 (B is read where it is)
+    scale_bytes = align(4 * n, 8) if requant and requant["multipliers"] is None else 0
+    b_zero_point = _zero_point(op, b_zp, (1, n), "B")
     params = {
         "m": m,
         "n": n,
         "k": k,
+        "n4": n - n % 4,
         "batches": batches,
         "batch_dims": out_batch or (1,),
         "a_strides": batch_strides(a_batch, out_batch, m * k) or (0,),
@@ -212,12 +220,11 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         "b_ctype": b_type.dtype.c_type,
         "y_ctype": y_type.dtype.c_type,
         "a_zp": _zero_point(op, a_zp, (1, m), "A"),
-        "b_zp": _zero_point(op, b_zp, (1, n), "B"),
+        "b_zp": b_zero_point,
+        "b_correction": _weight_correction(op, b_zero_point, b_zp),
         "requant": requant,
-        "a_offset": 0,
-        "b_offset": a_bytes,
-        "acc_offset": a_bytes + b_bytes,
-        "scale_offset": a_bytes + b_bytes + acc_bytes,
+        "row_offset": 0,
+        "scale_offset": row_bytes,
         "out_index": input_arg_count(op),
         "scratch_index": input_arg_count(op) + 1,
         "matrix_size": m * n,
@@ -226,7 +233,7 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
     return Kernel(
         template="kernels/qmatmul.c.j2",
         params=params,
-        scratch_bytes=a_bytes + b_bytes + acc_bytes + scale_bytes,
+        scratch_bytes=row_bytes + scale_bytes,
         flops=2 * batches * m * n * k,
         bytes_accessed=total_bytes(*op.input_types, y_type),
     )
