@@ -192,8 +192,8 @@ static inline uint32_t hg_ror8(uint32_t word)
                                          size_t k, int32_t s[4])                                           \
     {                                                                                                      \
         int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;                                                        \
-        size_t p = 0;                                                                                      \
-        for (; p + 4 <= k; p += 4) {                                                                       \
+        const size_t k4 = k & ~(size_t)3;                                                                 \
+        for (size_t p = 0; p < k4; p += 4) {                                                               \
             const uint32_t a = hg_word(w0 + p), b = hg_word(w1 + p);                                       \
             const uint32_t a02 = widen(a), a13 = widen(hg_ror8(a));                                       \
             const uint32_t b02 = widen(b), b13 = widen(hg_ror8(b));                                       \
@@ -204,7 +204,7 @@ static inline uint32_t hg_ror8(uint32_t word)
             s10 = __smlad(b02, c02, __smlad(b13, c13, s10));                                               \
             s11 = __smlad(b02, d02, __smlad(b13, d13, s11));                                               \
         }                                                                                                  \
-        for (; p < k; ++p) {                                                                               \
+        for (size_t p = k4; p < k; ++p) {                                                                  \
             s00 += (int32_t)w0[p] * x0[p];                                                                 \
             s01 += (int32_t)w0[p] * x1[p];                                                                 \
             s10 += (int32_t)w1[p] * x0[p];                                                                 \
@@ -219,14 +219,14 @@ static inline uint32_t hg_ror8(uint32_t word)
                                          int32_t s[2])                                                     \
     {                                                                                                      \
         int32_t s0 = 0, s1 = 0;                                                                            \
-        size_t p = 0;                                                                                      \
-        for (; p + 4 <= k; p += 4) {                                                                       \
+        const size_t k4 = k & ~(size_t)3;                                                                 \
+        for (size_t p = 0; p < k4; p += 4) {                                                               \
             const uint32_t a = hg_word(w0 + p), b = hg_word(w1 + p);                                       \
             const uint32_t c02 = hg_word(x + p), c13 = hg_word(x + p + 2);                                 \
             s0 = __smlad(widen(a), c02, __smlad(widen(hg_ror8(a)), c13, s0));                             \
             s1 = __smlad(widen(b), c02, __smlad(widen(hg_ror8(b)), c13, s1));                             \
         }                                                                                                  \
-        for (; p < k; ++p) {                                                                               \
+        for (size_t p = k4; p < k; ++p) {                                                                  \
             s0 += (int32_t)w0[p] * x[p];                                                                   \
             s1 += (int32_t)w1[p] * x[p];                                                                   \
         }                                                                                                  \
