@@ -74,6 +74,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_arena_planner",
             "test_memory",
             "test_memory_bound",
+            "test_mcu_memory",
             "test_blocked_layout",
             "test_npu_residual",
             "test_tiling",
