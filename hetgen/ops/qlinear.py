@@ -22,6 +22,7 @@ from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
+
 def align(size: int, to: int = 64) -> int:
     return (size + to - 1) // to * to
 
