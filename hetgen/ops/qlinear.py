@@ -1,10 +1,13 @@
 """Integer convolution and matrix product: QLinearConv, ConvInteger, QLinearMatMul, MatMulInteger.
 
-Operands are int8 or uint8 (mixed is fine); each is widened to int16 with its zero point subtracted
-(per tensor, or per output channel / column for the weights), multiplied with exact int32
-accumulation (`hg_igemm_s16` in templates/runtime/hg_quant.h), and either stored as int32 (the
-*Integer ops) or requantized as onnxruntime does: (acc + bias) * ((x_scale * w_scale) / y_scale) in
-float32, clamped, rounded half to even, plus the output zero point. Padding contributes nothing
+Operands are int8 or uint8 (mixed is fine). The activations are widened to int16 with their zero
+point subtracted, two columns (or one row) at a time in a small buffer; the weights are read where
+they are stored (const, in flash on a microcontroller) and widened in registers (`hg_qdot_*` in
+templates/runtime/hg_quant.h: SXTB16 + SMLAD with the DSP extension, VLDRB + VMLADAVA with Helium);
+a weight zero point that is not a constant zero is taken out of the exact int32 sum as
+zp * sum(x). The sums are stored as int32 (the *Integer ops) or requantized as onnxruntime does:
+(acc + bias) * ((x_scale * w_scale) / y_scale) in float32 (made at generate time when the scales
+are constants), clamped, rounded half to even, plus the output zero point. Padding contributes nothing
 (the padded value is the input's zero point, as onnxruntime pads). A following Relu or Clip on the
 quantized output (the QDQ rewrite emits these) is fused as a narrower clamp of the stored integer.
 """
