@@ -10,7 +10,9 @@ load weights as the model has them, and their own templates read it). Offers for
 are alternatives, the faster first; one is taken per input:
 
 - an offer that only pads the model's weights (at most BARE_METAL_GROWTH larger: GEMM panels) is
-  always taken;
+  always taken; an offer marked `bare_metal_only` (a kernel reading the weights in the model's
+  layout where they are linked, with no run-time packing: hetgen/ops/_in_place.py) is seen on
+  bare-metal targets only, where it comes first;
 - a larger one (Winograd's transformed 4x4 taps are 16/9 of the 3x3 ones) is declined on a
   bare-metal target, whose weights sit in a small flash; on other CPUs it is taken where it is the
   only offer (declining panels that pad a few rows would only move the packing to run time, with
@@ -228,7 +230,8 @@ def chosen_offers(
             continue
         by_input: dict[int, list[Prepacked]] = {}
         for offer in kernel.prepacked:
-            by_input.setdefault(offer.index, []).append(offer)
+            if is_bare_metal(target) or not offer.bare_metal_only:
+                by_input.setdefault(offer.index, []).append(offer)
         for offers in by_input.values():
             small = next((o for o in offers if layouts.growth(index, o) <= BARE_METAL_GROWTH), None)
             first = offers[0]
