@@ -56,5 +56,9 @@ def product_offer(
         "ip_bias_index": bias[0] if bias else 0,
         "ip_bias_rs": bias[1] if bias else 0,
         "ip_bias_cs": bias[2] if bias else 0,
+        # the vector forms (hg_sdot.h) need A's row contiguous: B's rows hold four columns side by
+        # side, or B's columns are contiguous (transposed); else strided scalar loops
+        "ip_columns": a_strides[1] == 1 and b_strides[1] == 1,
+        "ip_rows": a_strides[1] == 1 and b_strides[0] == 1 and b_strides[1] != 1,
     }
     return Prepacked(1, _as_stored, params, 0, template=PRODUCT_TEMPLATE, bare_metal_only=True)
