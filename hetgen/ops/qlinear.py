@@ -26,6 +26,11 @@ from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
 
+# A fully connected layer's input is widened this many values at a time (a multiple of 4: SMLAD's
+# reordered groups stay aligned with the weights').
+VECTOR_CHUNK = 256
+
+
 def align(size: int, to: int = 64) -> int:
     return (size + to - 1) // to * to
 
@@ -135,8 +140,13 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     cin_group, cout_group = geometry.cin_group, geometry.cout_group
     k_dim = cin_group * win.kernel_size
     variant = "direct" if cin_group == 1 and groups > 1 else "gemm"
-    # two output columns of unfolded input, int16 (the weights are read where they are)
-    col_bytes = align(2 * 2 * k_dim, 8) if variant == "gemm" else 0
+    if variant == "gemm" and win.out_size == win.in_size == win.kernel_size == 1:
+        variant = "vector"  # a fully connected layer: its column is the input vector itself
+    chunk = min(k_dim, VECTOR_CHUNK)
+    # the weights are read where they are; the activations widened to int16: two output columns of
+    # unfolded input, or a fully connected layer's input `chunk` values at a time (int32 sums per row)
+    col_bytes = {"gemm": align(2 * 2 * k_dim, 8), "vector": align(2 * chunk, 8)}.get(variant, 0)
+    acc_bytes = align(4 * cout_group, 8) if variant == "vector" else 0
     scale_bytes = align(4 * out_channels, 8) if requant and requant["multipliers"] is None else 0
     bias = None
     if requant and op.has_input(8):
@@ -150,6 +160,8 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "variant": variant,
         "is_gemm": variant == "gemm",
         "is_direct": variant == "direct",
+        "is_vector": variant == "vector",
+        "chunk": chunk,
         "w_group_stride": cout_group * k_dim,  # one group's weights
         "scratch_index": input_arg_count(op) + 1,
         "batch": batch,
@@ -173,13 +185,14 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "requant": requant,
         "title": "Quantized" if requant else "Integer",
         "col_offset": 0,
-        "scale_offset": col_bytes,
+        "acc_offset": col_bytes,
+        "scale_offset": col_bytes + acc_bytes,
         "out_index": input_arg_count(op),
     }
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
-        scratch_bytes=col_bytes + scale_bytes,
+        scratch_bytes=col_bytes + acc_bytes + scale_bytes,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
     )

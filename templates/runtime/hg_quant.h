@@ -197,12 +197,13 @@ static inline uint32_t hg_ror8(uint32_t word)
             const uint32_t a = hg_word(w0 + p), b = hg_word(w1 + p);                                       \
             const uint32_t a02 = widen(a), a13 = widen(hg_ror8(a));                                       \
             const uint32_t b02 = widen(b), b13 = widen(hg_ror8(b));                                       \
-            const uint32_t c02 = hg_word(x0 + p), c13 = hg_word(x0 + p + 2);                               \
-            const uint32_t d02 = hg_word(x1 + p), d13 = hg_word(x1 + p + 2);                               \
-            s00 = __smlad(a02, c02, __smlad(a13, c13, s00));                                               \
-            s01 = __smlad(a02, d02, __smlad(a13, d13, s01));                                               \
-            s10 = __smlad(b02, c02, __smlad(b13, c13, s10));                                               \
-            s11 = __smlad(b02, d02, __smlad(b13, d13, s11));                                               \
+            uint32_t lo = hg_word(x0 + p), hi = hg_word(x0 + p + 2); /* one column at a time: */           \
+            s00 = __smlad(a13, hi, __smlad(a02, lo, s00));           /* fewer registers live */            \
+            s10 = __smlad(b13, hi, __smlad(b02, lo, s10));                                                 \
+            lo = hg_word(x1 + p);                                                                          \
+            hi = hg_word(x1 + p + 2);                                                                      \
+            s01 = __smlad(a13, hi, __smlad(a02, lo, s01));                                                 \
+            s11 = __smlad(b13, hi, __smlad(b02, lo, s11));                                                 \
         }                                                                                                  \
         for (size_t p = k4; p < k; ++p) {                                                                  \
             s00 += (int32_t)w0[p] * x0[p];                                                                 \
