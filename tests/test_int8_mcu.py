@@ -1,6 +1,7 @@
 """The int8 arithmetic on Cortex-M, under qemu-system-arm: with the DSP extension (Cortex-M4) the
 integer GEMM uses SMLAD, two 16-bit multiply-accumulates per instruction; without it (Cortex-M3)
-the plain loop. Both must give the reference sums and MLAS's rounding (tests/c/quant_cortex_m.c).
+the plain loop. Both must give the reference sums (the GEMM, and the in-place dot products over
+int8 and uint8 weights) and MLAS's rounding (tests/c/quant_cortex_m.c).
 Whole int8 models (LeNet-5) on the M4, M7 and M55 boards: bit for bit with onnxruntime, made of
 each core's dot products (SXTB16 + SMLAD, Helium's VMLADAVA), and on the M4 within CMSIS-NN's
 instructions and RAM.
