@@ -25,7 +25,6 @@ from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
-
 # A fully connected layer's input is widened this many values at a time (a multiple of 4: SMLAD's
 # reordered groups stay aligned with the weights').
 VECTOR_CHUNK = 256
