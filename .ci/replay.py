@@ -9,6 +9,7 @@ the output folder's own absolute path is replaced by a placeholder.
     python .ci/replay.py                   # this checkout against HEAD (uncommitted changes)
     python .ci/replay.py --against main~3  # against any revision
     python .ci/replay.py --diff            # also print a unified diff of each changed text file
+    python .ci/replay.py --all             # every example on every platform (see cases())
 
 Exit status: 0 when nothing changed, 1 when something did (listed), 2 when a side failed to generate.
 """
@@ -29,17 +30,30 @@ PLACEHOLDER = b"@OUT@"
 TREE_PLACEHOLDER = b"@TREE@"  # build.ninja's regenerate rule names the hetgen tree that wrote it
 
 
-def cases(tree: Path) -> list[tuple[Path, Path]]:
+# The two general examples replay on every platform; the microcontroller models (MLPerf Tiny's four,
+# float and int8) on the host and the microcontroller platforms they are made for. The full product
+# (`--all`) is five times the generations for little more coverage: tests/test_one_fusion.py places
+# every example on every platform.
+EVERYWHERE = frozenset({"resnet_tiny", "transformer_tiny"})
+MICRO_PLATFORMS = frozenset({"host", "mcu", "mcu-m7", "mcu-m55", "mcu-npu"})
+
+
+def cases(tree: Path, everything: bool = False) -> list[tuple[Path, Path]]:
     models = sorted((tree / "examples").glob("*.onnx"))
     platforms = sorted((tree / "platforms").glob("*.yaml"))
-    return [(platform, model) for platform in platforms for model in models]
+    return [
+        (platform, model)
+        for platform in platforms
+        for model in models
+        if everything or model.stem in EVERYWHERE or platform.stem in MICRO_PLATFORMS
+    ]
 
 
-def generate(tree: Path, into: Path) -> dict[str, bytes]:
+def generate(tree: Path, into: Path, everything: bool = False) -> dict[str, bytes]:
     """Every case's files, keyed `platform/model/relative path`; a case that fails is recorded as such."""
     files: dict[str, bytes] = {}
     env = dict(os.environ, PYTHONPATH=str(tree))
-    for platform, model in cases(tree):
+    for platform, model in cases(tree, everything):
         key = f"{platform.stem}/{model.stem}"
         out = into / key
         result = subprocess.run(
@@ -80,13 +94,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", default="HEAD", help="revision to compare with (default: HEAD)")
     parser.add_argument("--diff", action="store_true", help="print a unified diff of changed text files")
+    parser.add_argument("--all", action="store_true", help="every example on every platform")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hetgen-replay-") as scratch:
         scratch_path = Path(scratch)
         tree = other_tree(args.against, scratch_path)
         try:
-            before = generate(tree, scratch_path / "before")
-            after = generate(ROOT, scratch_path / "after")
+            before = generate(tree, scratch_path / "before", args.all)
+            after = generate(ROOT, scratch_path / "after", args.all)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
     changed = sorted(k for k in before.keys() & after.keys() if before[k] != after[k])

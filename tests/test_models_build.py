@@ -45,6 +45,11 @@ SIGNATURE_OPS = {
         "Shape",
         "Div",
     },
+    # MLPerf Tiny's reference networks (tests/test_mlperf_tiny.py checks their layer lists)
+    "ds_cnn": {"Conv", "BatchNormalization", "Relu", "AveragePool", "Flatten", "Gemm", "Softmax"},
+    "mobilenet_v1_vww": {"Conv", "BatchNormalization", "Relu", "AveragePool", "Flatten", "Gemm", "Softmax"},
+    "resnet8": {"Conv", "BatchNormalization", "Relu", "Add", "AveragePool", "Flatten", "Gemm", "Softmax"},
+    "fc_autoencoder": {"Gemm", "Relu"},
 }
 
 MAX_WEIGHT_BYTES = 4 << 20

@@ -343,7 +343,17 @@ def test_refinement_inherits_and_overrides():
     assert kind.attribute("sram_kib").default == 4096 and kind.attribute("sram_kib").type == "int"
     assert kind.attribute("tiles").choices == (1, 2, 4)
     labels = [p.label for p in kind.patterns]
-    int8 = ["qconv2d", "depthwise_qconv2d", "qmatmul", "qadd", "qpool", "maxpool_int8", "qlookup"]
+    int8 = [
+        "qconv2d",
+        "depthwise_qconv2d",
+        "qmatmul",
+        "qadd",
+        "qpool",
+        "maxpool_int8",
+        "qlookup",
+        "quantize",
+        "dequantize",
+    ]
     plain = ["conv2d", "depthwise_conv2d", "matmul", "add", "pool"]
     assert labels == [*plain, *int8, "conv_residual", "softmax"]  # same label replaces
     assert next(p for p in kind.patterns if p.label == "add").chain[0].ops == ("Add", "Sub")

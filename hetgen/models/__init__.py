@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from hetgen.models.cnn import alexnet, densenet, googlenet, inception, mobilenet_v2, resnet, shufflenet, squeezenet, vgg
 from hetgen.models.lenet import lenet5
+from hetgen.models.mlperf_tiny import ds_cnn, fc_autoencoder, mobilenet_v1_vww, resnet8
 from hetgen.models.tiny import mlp, tiny_cnn
 from hetgen.models.transformer import transformer_encoder
 
@@ -24,18 +25,27 @@ BUILDERS = {
     "alexnet": alexnet,
     "shufflenet": shufflenet,
     "transformer_encoder": transformer_encoder,
+    # MLPerf Tiny's four reference networks (hetgen.models.mlperf_tiny)
+    "ds_cnn": ds_cnn,
+    "mobilenet_v1_vww": mobilenet_v1_vww,
+    "resnet8": resnet8,
+    "fc_autoencoder": fc_autoencoder,
 }
 
 __all__ = [
     "BUILDERS",
     "alexnet",
     "densenet",
+    "ds_cnn",
+    "fc_autoencoder",
     "googlenet",
     "inception",
     "lenet5",
     "mlp",
+    "mobilenet_v1_vww",
     "mobilenet_v2",
     "resnet",
+    "resnet8",
     "shufflenet",
     "squeezenet",
     "tiny_cnn",

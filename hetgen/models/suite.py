@@ -3,7 +3,7 @@ and held to (tests/test_memory_bound.py): one list, so the test checks what the 
 
 from __future__ import annotations
 
-from hetgen.models import cnn, transformer
+from hetgen.models import cnn, mlperf_tiny, transformer
 
 BENCH_MODELS = {
     "resnet18": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=224),
@@ -14,4 +14,11 @@ BENCH_MODELS = {
     "alexnet@224": lambda: cnn.alexnet(size=224),
     "googlenet@224": lambda: cnn.googlenet(size=224),
     "squeezenet@224": lambda: cnn.squeezenet(size=224),
+}
+
+# MLPerf Tiny's four reference networks, float and int8 (benchmarks/bench_mlperf_tiny.py measures
+# them on the Cortex-M4, M7 and M55 boards: platforms/mcu.yaml, mcu-m7.yaml, mcu-m55.yaml).
+MLPERF_TINY_MODELS = {
+    **{name: builder for name, builder in mlperf_tiny.MLPERF_TINY.items()},
+    **{f"{name}_int8": (lambda name=name: mlperf_tiny.mlperf_tiny_int8(name)) for name in mlperf_tiny.MLPERF_TINY},
 }

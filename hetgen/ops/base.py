@@ -113,7 +113,8 @@ class WorkRule(enum.Enum):
 
 class Tiling(enum.Enum):
     """How the device model may split the operator into tiles besides running it whole
-    (hetgen/spec/tile_shapes.py `candidates`; float32 instances with one output only)."""
+    (hetgen/spec/tile_shapes.py `candidates`; instances with one output only; block sizes follow
+    each tensor's element type, and an integer product's operands its `integer_mac` trait)."""
 
     WHOLE = "whole"  # one tile
     WINDOW = "window"  # a 4-D sliding window (Conv, window pools): rows and channels
@@ -130,6 +131,13 @@ class IntegerMac:
     like: str  # "Conv" or "MatMul"
     x: int
     w: int
+    # Inputs holding one value per output channel (Conv) or column (MatMul) of the product, or one
+    # for all (a bias, the weights' scale and zero point): a tile of output channels or columns
+    # reads its slice of them (hetgen/spec/tile_shapes.py).
+    per_channel: tuple[int, ...] = ()
+    # Inputs holding one value per row of x (MatMul's A zero point), or one for all: a tile of rows
+    # reads its slice. Every other input of the operator is one value (a scale, a zero point).
+    per_row: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

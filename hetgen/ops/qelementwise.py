@@ -21,7 +21,7 @@ from hetgen.ops._activation import DEFAULTS, activation_c
 from hetgen.ops._common import c_float, input_arg_count, total_bytes
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops._spatial import window
-from hetgen.ops.base import Epilogue, Kernel, OpDef, OpInstance, Unsupported, WorkRule
+from hetgen.ops.base import Epilogue, Kernel, OpDef, OpInstance, Tiling, Unsupported, WorkRule
 from hetgen.ops.pool import axis_tables
 from hetgen.ops.qlinear import output_clamp
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
@@ -197,17 +197,29 @@ def lower_lookup(op: OpInstance) -> Kernel:
 
 CONTRIB = "com.microsoft"  # onnxruntime's contrib operators
 DEFS = (
-    OpDef("QLinearAdd", lower_binary, fusable_epilogue=True, domain=CONTRIB, float16_boundary=False),
-    OpDef("QLinearMul", lower_binary, fusable_epilogue=True, domain=CONTRIB, float16_boundary=False),
+    OpDef(
+        "QLinearAdd", lower_binary, fusable_epilogue=True, tiling=Tiling.CHUNKS, domain=CONTRIB, float16_boundary=False
+    ),
+    OpDef(
+        "QLinearMul", lower_binary, fusable_epilogue=True, tiling=Tiling.CHUNKS, domain=CONTRIB, float16_boundary=False
+    ),
     OpDef(
         "QLinearGlobalAveragePool",
         lower_global_average_pool,
         work=WorkRule.GLOBAL,
+        tiling=Tiling.CHANNELS,
         domain=CONTRIB,
         float16_boundary=False,
     ),
     OpDef("QLinearConcat", lower_concat, domain=CONTRIB, float16_boundary=False),
-    OpDef("QLinearAveragePool", lower_average_pool, work=WorkRule.WINDOW, domain=CONTRIB, float16_boundary=False),
-    OpDef("QLinearSigmoid", lower_lookup, domain=CONTRIB, float16_boundary=False),
-    OpDef("QLinearLeakyRelu", lower_lookup, domain=CONTRIB, float16_boundary=False),
+    OpDef(
+        "QLinearAveragePool",
+        lower_average_pool,
+        work=WorkRule.WINDOW,
+        tiling=Tiling.WINDOW,
+        domain=CONTRIB,
+        float16_boundary=False,
+    ),
+    OpDef("QLinearSigmoid", lower_lookup, tiling=Tiling.CHUNKS, domain=CONTRIB, float16_boundary=False),
+    OpDef("QLinearLeakyRelu", lower_lookup, tiling=Tiling.CHUNKS, domain=CONTRIB, float16_boundary=False),
 )

@@ -21,7 +21,7 @@ import numpy as np
 from hetgen.ir import DType, TensorType
 from hetgen.ops._common import float_literal, input_arg_count, total_bytes
 from hetgen.ops._spatial import conv_geometry
-from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Tiling, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
@@ -265,24 +265,45 @@ def lower_matmul_integer(op: OpInstance) -> Kernel:
     return lower_matmul(op, 0, 1, 2, 3, None)
 
 
+# How the int8 products tile on an accelerator's SRAM (hetgen/spec/tile_shapes.py), as their float
+# operators do: a convolution by output rows (with halos) and channels, a matrix product by rows and
+# columns; the inputs that follow the output channels (columns) or rows are sliced with them.
+QLINEAR_CONV_MAC = IntegerMac("Conv", 0, 3, per_channel=(4, 5, 8))  # w_scale, w_zero_point, bias
+CONV_INTEGER_MAC = IntegerMac("Conv", 0, 1, per_channel=(3,))  # w_zero_point
+QLINEAR_MATMUL_MAC = IntegerMac("MatMul", 0, 3, per_channel=(4, 5), per_row=(2,))  # b_scale, b_zp; a_zp
+MATMUL_INTEGER_MAC = IntegerMac("MatMul", 0, 1, per_channel=(3,), per_row=(2,))  # b_zp; a_zp
+
 DEFS = (
     OpDef(
         "QLinearConv",
         lower_qlinear_conv,
         fusable_epilogue=True,
         weight_input=3,
-        integer_mac=IntegerMac("Conv", 0, 3),
+        integer_mac=QLINEAR_CONV_MAC,
+        tiling=Tiling.WINDOW,
         float16_boundary=False,
     ),
     OpDef(
-        "ConvInteger", lower_conv_integer, weight_input=1, integer_mac=IntegerMac("Conv", 0, 1), float16_boundary=False
+        "ConvInteger",
+        lower_conv_integer,
+        weight_input=1,
+        integer_mac=CONV_INTEGER_MAC,
+        tiling=Tiling.WINDOW,
+        float16_boundary=False,
     ),
     OpDef(
         "QLinearMatMul",
         lower_qlinear_matmul,
         fusable_epilogue=True,
-        integer_mac=IntegerMac("MatMul", 0, 3),
+        integer_mac=QLINEAR_MATMUL_MAC,
+        tiling=Tiling.MATRIX,
         float16_boundary=False,
     ),
-    OpDef("MatMulInteger", lower_matmul_integer, integer_mac=IntegerMac("MatMul", 0, 1), float16_boundary=False),
+    OpDef(
+        "MatMulInteger",
+        lower_matmul_integer,
+        integer_mac=MATMUL_INTEGER_MAC,
+        tiling=Tiling.MATRIX,
+        float16_boundary=False,
+    ),
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hetgen.ir import DType, TensorType
 from hetgen.ops._common import input_arg_count, normalize_axis, total_bytes
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Tiling, Unsupported
 
 TEMPLATE = "kernels/quantize.c.j2"
 DYNAMIC_TEMPLATE = "kernels/quantize_dynamic.c.j2"
@@ -120,7 +120,8 @@ def lower_dynamic(op: OpInstance) -> Kernel:
 
 
 DEFS = (
-    OpDef("QuantizeLinear", lower_quantize, float16_boundary=False),
-    OpDef("DequantizeLinear", lower_dequantize, float16_boundary=False),
+    # per-tensor: contiguous chunks on an accelerator's SRAM (per-axis scales: one tile)
+    OpDef("QuantizeLinear", lower_quantize, tiling=Tiling.CHUNKS, float16_boundary=False),
+    OpDef("DequantizeLinear", lower_dequantize, tiling=Tiling.CHUNKS, float16_boundary=False),
     OpDef("DynamicQuantizeLinear", lower_dynamic, float16_boundary=False),
 )

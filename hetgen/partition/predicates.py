@@ -130,6 +130,8 @@ def _check_fits_memory(value: Any, view: MatchView) -> str | None:
         return None
     if one_unit_per_invocation(view.target):
         for plan in group_plans(view.nodes, view.graph, view.target, view.kernels):
+            if isinstance(plan, Unfit) and not plan.memory:  # no kernel for it: no memory would help
+                return f"{view.target.path_str} has no kernel for it: {plan.reason}"
             if isinstance(plan, Unfit):
                 return f"does not fit memory: {plan.reason} of {view.target.path_str}"
         return None

@@ -5,7 +5,8 @@ A unit's **shape key** holds, for each of its nodes, everything of it but its na
 names: the operator, the attributes (by `repr`, which tells 1 from 1.0 and 0.0 from -0.0, where `==`
 does not), which inputs and outputs are omitted, each tensor's type and whether an input is a
 constant; and the unit's epilogue (by `repr`, as the attributes). A unit's tiling is a function of
-it: `tiling.unit_op` names the tensors by position and keeps constants as flags.
+it: `tiling.unit_op` names the tensors by position and keeps constants as flags (but for the
+values of one-element constants, a quantized operator's scales: tiles.py adds them to the key).
 
 A unit's spec also reads its constants' values (a Clip's bounds, a Pow's exponent, a Reshape's
 shape), so its **spec key** adds, per constant, its dtype, shape and first bytes; units with equal

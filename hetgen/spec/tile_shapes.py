@@ -6,6 +6,12 @@ their slice of the weights), global pooling by channels, matrix products by rows
 output (a batch item at a time), elementwise operators by chunks; any operator as one whole tile.
 A `Candidate` says what choosing needs before the tiles are built: the bytes its DMA moves (halo
 re-reads and weight re-loads included), its tile count and its largest block per operand.
+
+Sizes follow each tensor's element type, so the int8 products (QLinearConv, ConvInteger,
+QLinearMatMul, MatMulInteger: the `integer_mac` trait) tile as their float operators do: their
+`Operands` say which input is the activation, which the weights, and which follow the output
+channels (a bias, per-channel weight scales and zero points: sliced with the channels) or the rows;
+every other input is one value (a scale, a zero point), loaded once and kept in SRAM.
 """
 
 from __future__ import annotations
@@ -15,13 +21,18 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from hetgen.ir import DType, Graph, Node, TensorType
 from hetgen.ops._spatial import window
 from hetgen.ops.base import Epilogue, OpInstance, Tiling, WorkRule
 from hetgen.ops.registry import op_def
 from hetgen.spec.work import shape_work
 
-F32 = DType.FLOAT32
+# A constant input of one value, as a unit carries it: its dtype's name and its bytes (hashable, so
+# plans stay cacheable). Kernels whose lowering bakes such values in (a quantized Add's scales)
+# get them on every tile.
+Scalar = tuple[str, bytes]
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,8 @@ class UnitOp:
     output_types: tuple[TensorType, ...]
     constant: tuple[bool, ...]  # per input: a weight (from the weight store), not an activation
     epilogue: tuple[Epilogue, ...]
+    # per input: its value where it is a constant of one element (a scale, a zero point), else None
+    scalars: tuple[Scalar | None, ...] = ()
 
     @property
     def work(self) -> WorkRule:
@@ -69,16 +82,26 @@ class UnitOp:
         if attrs is not None:
             kept = tuple((k, v) for k, v in node.attrs if k not in attrs)
             node = replace(node, attrs=kept + tuple((k, v) for k, v in attrs.items() if v is not None))
-        return OpInstance(node, tuple(input_types), tuple(output_types), (None,) * len(input_types), self.epilogue)
+        constants = tuple(
+            _scalar_value(value, t) if value is not None and t is not None and t.size == 1 else None
+            for value, t in zip(self.scalars or (None,) * len(input_types), input_types)
+        )
+        return OpInstance(node, tuple(input_types), tuple(output_types), constants, self.epilogue)
+
+
+def _scalar_value(value: Scalar, tensor_type: TensorType) -> np.ndarray:
+    dtype, data = value
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(tensor_type.shape)
 
 
 def unit_op(
     nodes: Sequence[Node], graph: Graph, epilogue: tuple[Epilogue, ...], inputs: Sequence[str] | None = None
 ) -> UnitOp:
     """The unit with its tensors named by position (`in0`, `out0`, ...) and its node named `unit`,
-    so that every unit of the same operator, attributes and shapes shares one plan; a plan's
-    blocks name tensors that way (`tensor_names` maps them back). `inputs`: the kernel's inputs
-    where they are not its head's (a Conv with its residual Add: x, w, bias or "", the residual)."""
+    so that every unit of the same operator, attributes, shapes and one-value constants shares one
+    plan; a plan's blocks name tensors that way (`tensor_names` maps them back). `inputs`: the
+    kernel's inputs where they are not its head's (a Conv with its residual Add: x, w, bias or "",
+    the residual)."""
     head, last = nodes[0], nodes[-1]
     types = graph.types
     read = tuple(inputs) if inputs is not None else head.inputs
@@ -86,7 +109,7 @@ def unit_op(
     positions = tuple(f"in{i}" if name else "" for i, name in enumerate(read))
     outs = tuple(f"out{j}" for j in range(len(outputs)))
     canonical = Node("unit", head.op, positions, outs, head.attrs, opset=head.opset)
-    return UnitOp(
+    unit = UnitOp(
         canonical,
         positions,
         canonical.outputs,
@@ -95,6 +118,22 @@ def unit_op(
         tuple(bool(name) and name in graph.constants for name in read),
         epilogue,
     )
+    return replace(unit, scalars=unit_scalars(unit, graph, read))
+
+
+def unit_scalars(unit: UnitOp, graph: Graph, read: Sequence[str]) -> tuple[Scalar | None, ...]:
+    """The values a unit carries: its one-element constants, but for its activation and weights
+    (a tile kernel reads those from SRAM, whatever their size)."""
+    roles = operands(unit)
+    return tuple(None if i in (roles.x, roles.w) else scalar_of(graph, name) for i, name in enumerate(read))
+
+
+def scalar_of(graph: Graph, name: str) -> Scalar | None:
+    """The value of `name` where it is a constant of one element (what a unit carries of it)."""
+    value = graph.constants.get(name) if name else None
+    if value is None or value.size != 1:
+        return None
+    return (value.dtype.str, np.ascontiguousarray(value).tobytes())
 
 
 def tensor_names(nodes: Sequence[Node], inputs: Sequence[str] | None = None) -> dict[str, str]:
@@ -117,19 +156,82 @@ class TileSpec:
     outputs: tuple[Block, ...]
 
 
-def _t(*shape: int) -> TensorType:
-    return TensorType(F32, tuple(int(s) for s in shape))
+def _t(dtype: DType, *shape: int) -> TensorType:
+    return TensorType(dtype, tuple(int(s) for s in shape))
 
 
 def _ranges(total: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(start + size, total)) for start in range(0, total, size)]
 
 
+@dataclass(frozen=True)
+class Operands:
+    """Which input of a tiled operator plays which part: `x` the activation (the matrix product's
+    A), `w` the weights (B; None: a pool or an elementwise operator), `per_channel` the inputs with
+    one value per output channel or column (a bias; sliced with them, or one value for all),
+    `per_row` those with one value per row of A. Every other input present holds one value."""
+
+    x: int = 0
+    w: int | None = None
+    per_channel: tuple[int, ...] = ()
+    per_row: tuple[int, ...] = ()
+    like: WorkRule = WorkRule.VECTOR  # CONV, GEMM, MATMUL: the product it tiles as; else its own rule
+
+    @property
+    def sliced(self) -> frozenset[int]:
+        return frozenset(i for i in (self.x, self.w, *self.per_channel, *self.per_row) if i is not None)
+
+
+def operands(op: UnitOp) -> Operands:
+    """The operands of `op`'s operator: an integer product's from its `integer_mac` trait; Conv and
+    Gemm: x, w and the bias (C); MatMul: A and B; any other: input 0."""
+    definition = op_def(op.node.op)
+    mac = definition.integer_mac if definition is not None else None
+    if mac is not None:
+        like = WorkRule.CONV if mac.like == "Conv" else WorkRule.MATMUL
+        return Operands(mac.x, mac.w, mac.per_channel, mac.per_row, like)
+    work = op.work
+    if work in (WorkRule.CONV, WorkRule.GEMM):
+        return Operands(0, 1, (2,), (), work)
+    if work is WorkRule.MATMUL:
+        return Operands(0, 1, (), (), work)
+    return Operands(0, None, (), (), work)
+
+
+def _present(op: UnitOp, index: int | None) -> bool:
+    return index is not None and index < len(op.inputs) and bool(op.inputs[index]) and op.input_types[index] is not None
+
+
+def _one_value_inputs(op: UnitOp, roles: Operands) -> list[int] | None:
+    """The inputs a tile reads whole, as one value: those outside `roles.sliced`, and sliced ones of
+    one element. None when one outside `sliced` holds more (the operator does not tile)."""
+    found = []
+    for i, t in enumerate(op.input_types):
+        if not _present(op, i) or (i in roles.sliced and t.size != 1) or (i == op_residual(op)):
+            continue
+        if t.size != 1 or i in (roles.x, roles.w):
+            return None
+        found.append(i)
+    return found
+
+
+def op_residual(op: UnitOp) -> int | None:
+    return 3 if has_residual(op) else None
+
+
+def _scalar_block(op: UnitOp, i: int) -> tuple[Block, TensorType]:
+    """A one-value input: its whole block, and its type on a tile (one element)."""
+    t = op.input_types[i]
+    return _block(op.inputs[i], 0, 1, t.nbytes, 0), _t(t.dtype, 1)
+
+
 def _window_geometry(op: UnitOp) -> tuple:
     """(kernel, strides, dilations, pads_begin, pads_end) over H and W of a rank-4 window op."""
     x, y = op.input_types[0], op.output_types[0]
-    if op.work is WorkRule.CONV:
-        kernel = tuple(op.node.attr("kernel_shape") or op.input_types[1].shape[2:])
+    roles = operands(op)
+    if roles.like is WorkRule.CONV:
+        kernel = tuple(op.node.attr("kernel_shape") or op.input_types[roles.w].shape[2:])
+        x = op.input_types[roles.x]
     else:
         kernel = tuple(op.node.attr("kernel_shape"))
     win = window(op.instance(op.input_types, op.output_types), x.shape[2:], y.shape[2:], kernel)
@@ -141,13 +243,24 @@ def has_residual(op: UnitOp) -> bool:
     return op.work is WorkRule.CONV and len(op.inputs) > 3 and bool(op.inputs[3])
 
 
+def _trimmed(blocks: list, types: list) -> tuple[tuple, tuple]:
+    """Per input, omitted trailing inputs dropped (a kernel unit reads what its node names)."""
+    while blocks and blocks[-1] is None:
+        blocks.pop()
+        types.pop()
+    return tuple(types), tuple(blocks)
+
+
 def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> list[TileSpec]:
     """Conv or window pooling: output rows x output channels per tile, one batch item at a time."""
-    x, y = op.input_types[0].shape, op.output_types[0].shape
+    roles = operands(op)
+    x_type, y_type_all = op.input_types[roles.x], op.output_types[0]
+    x, y = x_type.shape, y_type_all.shape
+    xb, yb = x_type.dtype.itemsize, y_type_all.dtype.itemsize
     n_batch, c_in, height, width = x
     _, c_out, out_h, out_w = y
     (kh, _), (sh, _), (dh, _), (pt, pl), (_, pr) = _window_geometry(op)
-    is_conv = op.work is WorkRule.CONV
+    is_conv = roles.like is WorkRule.CONV
     groups = int(op.node.attr("group", 1)) if is_conv else c_out
     cout_g, cin_g = c_out // groups, c_in // groups
     row_ranges, chan_ranges = _ranges(out_h, rows), _ranges(c_out, chans)
@@ -156,6 +269,8 @@ def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> li
         if channels_outer
         else [(c, r) for r in row_ranges for c in chan_ranges]
     )
+    one_value = _one_value_inputs(op, roles) or []
+    n_in = len(op.inputs)
     specs = []
     for n in range(n_batch):
         for (c0, c1), (r0, r1) in order:
@@ -164,50 +279,62 @@ def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> li
             pad_top, pad_bottom = lo - first, last - hi
             i0, i1 = (0, c_in) if groups == 1 else (c0 // cout_g * cin_g, c1 // cout_g * cin_g)
             slab = hi - lo + 1
-            x_block = _block(op.inputs[0], ((n * c_in + i0) * height + lo) * width * 4, i1 - i0, slab * width * 4,
-                             height * width * 4)  # fmt: skip
-            y_block = _block(op.outputs[0], ((n * c_out + c0) * out_h + r0) * out_w * 4, c1 - c0,
-                             (r1 - r0) * out_w * 4, out_h * out_w * 4)  # fmt: skip
-            x_type, y_type = _t(1, i1 - i0, slab, width), _t(1, c1 - c0, r1 - r0, out_w)
+            blocks: list = [None] * n_in
+            types: list = [None] * n_in
+            blocks[roles.x] = _block(op.inputs[roles.x], ((n * c_in + i0) * height + lo) * width * xb, i1 - i0,
+                                     slab * width * xb, height * width * xb)  # fmt: skip
+            types[roles.x] = _t(x_type.dtype, 1, i1 - i0, slab, width)
+            y_block = _block(op.outputs[0], ((n * c_out + c0) * out_h + r0) * out_w * yb, c1 - c0,
+                             (r1 - r0) * out_w * yb, out_h * out_w * yb)  # fmt: skip
+            y_type = _t(y_type_all.dtype, 1, c1 - c0, r1 - r0, out_w)
             attrs = {"pads": (pad_top, pl, pad_bottom, pr), "auto_pad": None}
             if is_conv:
-                w = op.input_types[1].shape
-                per_channel = math.prod(w[1:]) * 4
-                blocks = [x_block, _block(op.inputs[1], c0 * per_channel, 1, (c1 - c0) * per_channel, 0)]
-                types = [x_type, _t(c1 - c0, *w[1:])]
-                if len(op.inputs) > 2 and op.inputs[2]:
-                    blocks.append(_block(op.inputs[2], c0 * 4, 1, (c1 - c0) * 4, 0))
-                    types.append(_t(c1 - c0))
-                elif has_residual(op):
-                    blocks.append(None)
-                    types.append(None)
+                w_type = op.input_types[roles.w]
+                w = w_type.shape
+                per_channel = math.prod(w[1:]) * w_type.dtype.itemsize
+                blocks[roles.w] = _block(op.inputs[roles.w], c0 * per_channel, 1, (c1 - c0) * per_channel, 0)
+                types[roles.w] = _t(w_type.dtype, c1 - c0, *w[1:])
+                for i in roles.per_channel:
+                    if _present(op, i) and op.input_types[i].size != 1:
+                        size = op.input_types[i].dtype.itemsize
+                        blocks[i] = _block(op.inputs[i], c0 * size, 1, (c1 - c0) * size, 0)
+                        types[i] = _t(op.input_types[i].dtype, c1 - c0)
                 if has_residual(op):  # the residual's block is the output's: no halo
-                    blocks.append(replace(y_block, tensor=op.inputs[3]))
-                    types.append(y_type)
+                    blocks[3] = replace(y_block, tensor=op.inputs[3])
+                    types[3] = y_type
                 attrs["group"] = 1 if groups == 1 else (c1 - c0) // cout_g
-            else:
-                blocks, types = [x_block], [x_type]
-            specs.append(TileSpec(tuple(types), (y_type,), tuple(attrs.items()), tuple(blocks), (y_block,)))
+            for i in one_value:
+                blocks[i], types[i] = _scalar_block(op, i)
+            in_types, in_blocks = _trimmed(blocks, types)
+            specs.append(TileSpec(in_types, (y_type,), tuple(attrs.items()), in_blocks, (y_block,)))
     return specs
 
 
 def _global_pool_tiles(op: UnitOp, chans: int) -> list[TileSpec]:
-    n_batch, c, height, width = op.input_types[0].shape
+    x_type, y_all = op.input_types[0], op.output_types[0]
+    xb, yb = x_type.dtype.itemsize, y_all.dtype.itemsize
+    n_batch, c, height, width = x_type.shape
+    one_value = _one_value_inputs(op, operands(op)) or []
     specs = []
     for n in range(n_batch):
         for c0, c1 in _ranges(c, chans):
-            x_block = _block(op.inputs[0], (n * c + c0) * height * width * 4, 1, (c1 - c0) * height * width * 4, 0)
-            y_block = _block(op.outputs[0], (n * c + c0) * 4, 1, (c1 - c0) * 4, 0)
-            specs.append(
-                TileSpec((_t(1, c1 - c0, height, width),), (_t(1, c1 - c0, 1, 1),), (), (x_block,), (y_block,))
-            )
+            blocks: list = [None] * len(op.inputs)
+            types: list = [None] * len(op.inputs)
+            blocks[0] = _block(op.inputs[0], (n * c + c0) * height * width * xb, 1, (c1 - c0) * height * width * xb, 0)
+            types[0] = _t(x_type.dtype, 1, c1 - c0, height, width)
+            for i in one_value:
+                blocks[i], types[i] = _scalar_block(op, i)
+            y_block = _block(op.outputs[0], (n * c + c0) * yb, 1, (c1 - c0) * yb, 0)
+            in_types, in_blocks = _trimmed(blocks, types)
+            specs.append(TileSpec(in_types, (_t(y_all.dtype, 1, c1 - c0, 1, 1),), (), in_blocks, (y_block,)))
     return specs
 
 
 def _matrix_view(op: UnitOp) -> tuple[int, int, int, int, bool] | None:
     """(batch, M, K, N, b_per_batch) of a MatMul or Gemm that tiles as a 2-D product, else None."""
-    a, b = op.input_types[0].shape, op.input_types[1].shape
-    if op.work is WorkRule.GEMM:
+    roles = operands(op)
+    a, b = op.input_types[roles.x].shape, op.input_types[roles.w].shape
+    if roles.like is WorkRule.GEMM:
         if (
             op.node.attr("transA", 0)
             or len(op.inputs) > 2
@@ -224,6 +351,8 @@ def _matrix_view(op: UnitOp) -> tuple[int, int, int, int, bool] | None:
     if len(a) < 2 or len(b) < 2:
         return None
     if len(b) == 2:
+        if roles.per_row and any(_present(op, i) and op.input_types[i].size != 1 for i in roles.per_row):
+            return None  # one value per row of a batch of A: rows of several batch items
         return 1, math.prod(a[:-1]), a[-1], b[-1], False
     if a[:-2] == b[:-2]:
         return math.prod(a[:-2]), a[-2], a[-1], b[-1], True
@@ -232,39 +361,48 @@ def _matrix_view(op: UnitOp) -> tuple[int, int, int, int, bool] | None:
 
 def _matrix_tiles(op: UnitOp, rows: int, cols: int, rows_outer: bool) -> list[TileSpec]:
     batch, m, k, n, per_batch = _matrix_view(op)
-    trans_b = op.work is WorkRule.GEMM and bool(op.node.attr("transB", 0))
+    roles = operands(op)
+    a_type, b_type_all, y_all = op.input_types[roles.x], op.input_types[roles.w], op.output_types[0]
+    ab, bb, yb = a_type.dtype.itemsize, b_type_all.dtype.itemsize, y_all.dtype.itemsize
+    trans_b = roles.like is WorkRule.GEMM and bool(op.node.attr("transB", 0))
     row_ranges, col_ranges = _ranges(m, rows), _ranges(n, cols)
     order = (
         [(r, c) for r in row_ranges for c in col_ranges]
         if rows_outer
         else [(r, c) for c in col_ranges for r in row_ranges]
     )
+    one_value = _one_value_inputs(op, roles) or []
+    n_in = len(op.inputs)
     specs = []
     for bi in range(batch):
-        a_base, b_base, y_base = bi * m * k * 4, (bi * k * n * 4 if per_batch else 0), bi * m * n * 4
+        a_base, b_base, y_base = bi * m * k * ab, (bi * k * n * bb if per_batch else 0), bi * m * n * yb
         for (m0, m1), (n0, n1) in order:
-            a_block = _block(op.inputs[0], a_base + m0 * k * 4, 1, (m1 - m0) * k * 4, 0)
+            blocks: list = [None] * n_in
+            types: list = [None] * n_in
+            blocks[roles.x] = _block(op.inputs[roles.x], a_base + m0 * k * ab, 1, (m1 - m0) * k * ab, 0)
+            types[roles.x] = _t(a_type.dtype, m1 - m0, k)
             if trans_b:
-                b_block = _block(op.inputs[1], n0 * k * 4, 1, (n1 - n0) * k * 4, 0)
-                b_type = _t(n1 - n0, k)
+                blocks[roles.w] = _block(op.inputs[roles.w], n0 * k * bb, 1, (n1 - n0) * k * bb, 0)
+                types[roles.w] = _t(b_type_all.dtype, n1 - n0, k)
             else:
-                b_block = _block(op.inputs[1], b_base + n0 * 4, k, (n1 - n0) * 4, n * 4)
-                b_type = _t(k, n1 - n0)
-            blocks, types = [a_block, b_block], [_t(m1 - m0, k), b_type]
-            if op.work is WorkRule.GEMM and len(op.inputs) > 2 and op.inputs[2]:
-                if op.input_types[2].size == 1:
-                    blocks.append(_block(op.inputs[2], 0, 1, 4, 0))
-                    types.append(_t(1))
-                else:
-                    blocks.append(_block(op.inputs[2], n0 * 4, 1, (n1 - n0) * 4, 0))
-                    types.append(_t(n1 - n0))
-            y_block = _block(op.outputs[0], y_base + (m0 * n + n0) * 4, m1 - m0, (n1 - n0) * 4, n * 4)
-            specs.append(TileSpec(tuple(types), (_t(m1 - m0, n1 - n0),), (), tuple(blocks), (y_block,)))
+                blocks[roles.w] = _block(op.inputs[roles.w], b_base + n0 * bb, k, (n1 - n0) * bb, n * bb)
+                types[roles.w] = _t(b_type_all.dtype, k, n1 - n0)
+            for i, (lo, hi) in [(i, (n0, n1)) for i in roles.per_channel] + [(i, (m0, m1)) for i in roles.per_row]:
+                if _present(op, i) and op.input_types[i].size != 1:
+                    size = op.input_types[i].dtype.itemsize
+                    blocks[i] = _block(op.inputs[i], lo * size, 1, (hi - lo) * size, 0)
+                    types[i] = _t(op.input_types[i].dtype, hi - lo)
+            for i in one_value:
+                blocks[i], types[i] = _scalar_block(op, i)
+            y_block = _block(op.outputs[0], y_base + (m0 * n + n0) * yb, m1 - m0, (n1 - n0) * yb, n * yb)
+            in_types, in_blocks = _trimmed(blocks, types)
+            specs.append(TileSpec(in_types, (_t(y_all.dtype, m1 - m0, n1 - n0),), (), in_blocks, (y_block,)))
     return specs
 
 
 def _chunk_tiles(op: UnitOp, chunk: int) -> list[TileSpec]:
     total = op.output_types[0].size
+    y_all = op.output_types[0]
     specs = []
     for e0, e1 in _ranges(total, chunk):
         blocks, types = [], []
@@ -273,13 +411,14 @@ def _chunk_tiles(op: UnitOp, chunk: int) -> list[TileSpec]:
                 blocks.append(None)
                 types.append(None)
             elif typ.size == 1:
-                blocks.append(_block(name, 0, 1, 4, 0))
-                types.append(_t(1))
+                blocks.append(_block(name, 0, 1, typ.nbytes, 0))
+                types.append(_t(typ.dtype, 1))
             else:
-                blocks.append(_block(name, e0 * 4, 1, (e1 - e0) * 4, 0))
-                types.append(_t(e1 - e0))
-        y_block = _block(op.outputs[0], e0 * 4, 1, (e1 - e0) * 4, 0)
-        specs.append(TileSpec(tuple(types), (_t(e1 - e0),), (), tuple(blocks), (y_block,)))
+                size = typ.dtype.itemsize
+                blocks.append(_block(name, e0 * size, 1, (e1 - e0) * size, 0))
+                types.append(_t(typ.dtype, e1 - e0))
+        y_block = _block(op.outputs[0], e0 * y_all.dtype.itemsize, 1, (e1 - e0) * y_all.dtype.itemsize, 0)
+        specs.append(TileSpec(tuple(types), (_t(y_all.dtype, e1 - e0),), (), tuple(blocks), (y_block,)))
     return specs
 
 
@@ -340,16 +479,40 @@ def _whole_products(op: UnitOp) -> tuple[tuple[int, int, int, int], ...]:
     return ((1, work.batch, work.m, work.n),)
 
 
+def _per_input(op: UnitOp, sized: dict[int, tuple[int, int]], one_value: list[int]) -> tuple[tuple, tuple]:
+    """(largest block, loads) per input: `sized` gives the sliced inputs'; a one-value input is one
+    block loaded once; an omitted one, none. Trailing omitted inputs are dropped, as tiles do."""
+    blocks, loads = [0] * len(op.inputs), [0] * len(op.inputs)
+    for i, (size, count) in sized.items():
+        blocks[i], loads[i] = size, count
+    for i in one_value:
+        blocks[i], loads[i] = op.input_types[i].nbytes, 1
+    return tuple(blocks), tuple(loads)
+
+
 def _window_candidates(op: UnitOp) -> list[Candidate]:
-    x, y = op.input_types[0].shape, op.output_types[0].shape
+    roles = operands(op)
+    x_type, y_type = op.input_types[roles.x], op.output_types[0]
+    x, y = x_type.shape, y_type.shape
+    xb, yb = x_type.dtype.itemsize, y_type.dtype.itemsize
     n_batch, c_in, height, width = x
     _, c_out, out_h, out_w = y
     (kh, _), (sh, _), (dh, _), (pt, _), _ = _window_geometry(op)
-    is_conv = op.work is WorkRule.CONV
+    is_conv = roles.like is WorkRule.CONV
     groups = int(op.node.attr("group", 1)) if is_conv else c_out
     cout_g, cin_g = c_out // groups, c_in // groups
-    per_channel = math.prod(op.input_types[1].shape[1:]) * 4 if is_conv else 0
-    has_bias = is_conv and len(op.inputs) > 2 and bool(op.inputs[2])
+    w_type = op.input_types[roles.w] if is_conv else None
+    per_channel = math.prod(w_type.shape[1:]) * w_type.dtype.itemsize if is_conv else 0
+    # the inputs sliced with the output channels besides the weights (bias, weight scales): bytes a channel
+    channel_vectors = {
+        i: op.input_types[i].dtype.itemsize
+        for i in roles.per_channel
+        if is_conv and _present(op, i) and op.input_types[i].size != 1
+    }
+    one_value = _one_value_inputs(op, roles)
+    if one_value is None:
+        return []
+    one_bytes = sum(op.input_types[i].nbytes for i in one_value)
     found = []
     for rows in _halvings(out_h):
         row_tiles = -(-out_h // rows)
@@ -364,9 +527,9 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
             chan_tiles = -(-c_out // chans)
             in_ch = c_in if groups == 1 else chans // cout_g * cin_g
             split = "rows x channels" if rows < out_h and chans < c_out else ("rows" if chans == c_out else "channels")
-            weights = c_out * per_channel + (c_out * 4 if has_bias else 0)
-            out_bytes = c_out * out_h * out_w * 4
-            one_pass = rows_read * width * 4  # one input channel, every row tile
+            weights = c_out * per_channel + c_out * sum(channel_vectors.values())
+            out_bytes = c_out * out_h * out_w * yb
+            one_pass = rows_read * width * xb  # one input channel, every row tile
             for outer in (True, False) if rows < out_h and chans < c_out else (True,):
                 if outer:  # channels outer: a channel tile's weights stay; its inputs are read per row tile
                     in_total = one_pass * (c_in * chan_tiles if groups == 1 else c_in)
@@ -377,19 +540,17 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
                     w_loads = row_tiles * chan_tiles if chan_tiles > 1 else 1
                     w_total = weights * (row_tiles if chan_tiles > 1 else 1)
                 tiles = n_batch * row_tiles * chan_tiles
-                blocks = [in_ch * slab * width * 4]
-                loads = [n_batch * in_loads]
+                sized = {roles.x: (in_ch * slab * width * xb, n_batch * in_loads)}
                 residual = 0
                 if is_conv:
-                    blocks.append(chans * per_channel)
-                    loads.append(n_batch * w_loads if n_batch == 1 else tiles)
-                    if len(op.inputs) > 2:
-                        blocks.append(chans * 4 if has_bias else 0)
-                        loads.append(loads[-1] if has_bias else 0)
+                    weight_loads = n_batch * w_loads if n_batch == 1 else tiles
+                    sized[roles.w] = (chans * per_channel, weight_loads)
+                    for i, size in channel_vectors.items():
+                        sized[i] = (chans * size, weight_loads)
                     if has_residual(op):  # one block per tile, the output block's rows and channels
-                        blocks.append(chans * rows * out_w * 4)
-                        loads.append(tiles)
+                        sized[3] = (chans * rows * out_w * yb, tiles)
                         residual = n_batch * out_bytes
+                blocks, loads = _per_input(op, sized, one_value)
                 products = ()
                 if is_conv:  # per tile: out pixels x output channels, or one product per group
                     products = tuple(
@@ -405,10 +566,11 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
                         tiles,
                         n_batch * (in_total + (w_total if n_batch == 1 else weights * tiles // max(1, n_batch)))
                         + n_batch * out_bytes
-                        + residual,
-                        tuple(blocks),
-                        tuple(loads),
-                        (chans * rows * out_w * 4,),
+                        + residual
+                        + one_bytes,
+                        blocks,
+                        loads,
+                        (chans * rows * out_w * yb,),
                         products,
                     )
                 )
@@ -417,8 +579,21 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
 
 def _matrix_candidates(op: UnitOp) -> list[Candidate]:
     batch, m, k, n, per_batch = _matrix_view(op)
-    has_c = op.work is WorkRule.GEMM and len(op.inputs) > 2 and bool(op.inputs[2])
-    a_total, b_total = m * k * 4, k * n * 4
+    roles = operands(op)
+    one_value = _one_value_inputs(op, roles)
+    if one_value is None:
+        return []
+    ab, bb = op.input_types[roles.x].dtype.itemsize, op.input_types[roles.w].dtype.itemsize
+    yb = op.output_types[0].dtype.itemsize
+    column_vectors = {i: op.input_types[i].dtype.itemsize for i in roles.per_channel if _present(op, i)}
+    column_vectors = {i: size for i, size in column_vectors.items() if op.input_types[i].size != 1}
+    row_vectors = {
+        i: op.input_types[i].dtype.itemsize for i in roles.per_row if _present(op, i) and op.input_types[i].size != 1
+    }
+    one_bytes = sum(op.input_types[i].nbytes for i in one_value)
+    a_total, b_total = m * k * ab, k * n * bb
+    a_total += m * sum(row_vectors.values())
+    b_total += n * sum(column_vectors.values())
     found = []
     for rows in _halvings(m):
         for cols in _halvings(n, 16 if n >= 16 else 1):
@@ -433,20 +608,20 @@ def _matrix_candidates(op: UnitOp) -> list[Candidate]:
                     a_loads, b_loads = (mt * nt if mt > 1 else 1), nt
                 a_moved = a_total * (a_loads // mt)
                 b_moved = b_total * (b_loads // nt)
-                blocks = [rows * k * 4, k * cols * 4] + ([cols * 4] if has_c else [])
-                loads = [batch * a_loads, batch * b_loads if per_batch or batch == 1 else batch * b_loads]
-                if has_c:
-                    loads.append(loads[1])
+                sized = {roles.x: (rows * k * ab, batch * a_loads), roles.w: (k * cols * bb, batch * b_loads)}
+                sized.update({i: (cols * size, batch * b_loads) for i, size in column_vectors.items()})
+                sized.update({i: (rows * size, batch * a_loads) for i, size in row_vectors.items()})
+                blocks, loads = _per_input(op, sized, one_value)
                 found.append(
                     Candidate(
                         split,
                         (rows, cols),
                         functools.partial(_matrix_tiles, op, rows, cols, outer),
                         batch * mt * nt,
-                        batch * (a_moved + b_moved + m * n * 4),
-                        tuple(blocks),
-                        tuple(loads),
-                        (rows * cols * 4,),
+                        batch * (a_moved + b_moved + m * n * yb) + one_bytes,
+                        blocks,
+                        loads,
+                        (rows * cols * yb,),
                         tuple((batch * rc * cc, 1, r, c) for rc, r in _extents(m, rows) for cc, c in _extents(n, cols)),
                     )
                 )
@@ -467,7 +642,7 @@ def _simple_candidate(
         tiles,
         moved,
         inputs,
-        tuple(tiles if t is not None else 0 for t in op.input_types),
+        tuple((1 if t.size == 1 and split != "whole" else tiles) if t is not None else 0 for t in op.input_types),
         tuple(chunk_bytes(t) for t in op.output_types),
         products,
     )
@@ -485,13 +660,14 @@ def candidates(op: UnitOp) -> list[Candidate]:
         return found  # an empty tensor (a 0 dimension) has nothing to split: one tile, maybe of 0 bytes
     definition = op_def(op.node.op)
     tiling = definition.tiling if definition is not None else Tiling.WHOLE
-    all_f32 = all(t is None or t.dtype is F32 for t in (*op.input_types, *op.output_types))
-    if not all_f32 or len(op.output_types) != 1:
+    if len(op.output_types) != 1:
         return found
-    x = op.input_types[0]
+    x = op.input_types[operands(op).x]
+    if x is None:
+        return found
     if tiling is Tiling.WINDOW and x.rank == 4 and not op.node.attr("ceil_mode", 0):
         found += _window_candidates(op)
-    elif tiling is Tiling.CHANNELS and x.rank == 4:
+    elif tiling is Tiling.CHANNELS and x.rank == 4 and _one_value_inputs(op, operands(op)) is not None:
         n_batch, c, height, width = x.shape
         for chans in _halvings(c)[1:]:
             found.append(
@@ -518,7 +694,7 @@ def candidates(op: UnitOp) -> list[Candidate]:
                     (chunk,),
                     functools.partial(_chunk_tiles, op, chunk),
                     -(-total // chunk),
-                    lambda t, chunk=chunk: min(chunk, t.size) * 4,
+                    lambda t, chunk=chunk: min(chunk, t.size) * t.dtype.itemsize,
                 )  # fmt: skip
             )
     return found

@@ -16,6 +16,7 @@ from hetgen.spec.invocation import one_unit_per_invocation, tile_rates
 from hetgen.spec.patterns import RESIDUAL, FusedPattern
 from hetgen.spec.signature import UnitKeys
 from hetgen.spec.table import KernelSpec
+from hetgen.spec.tile_shapes import scalar_of
 from hetgen.spec.tiling import TilePlan, Unfit, unit_plan
 
 ANY_OP = "*"
@@ -54,6 +55,8 @@ def tile_plans(
             if not _typed(nodes, graph):
                 continue
             key = keys.shape_key(nodes, spec.epilogue)
+            if key is not None:  # and the one-value constants its tiles carry (a quantized Add's scales)
+                key = (key, tuple(scalar_of(graph, name) for name in nodes[0].inputs))
             plan = planned.get(key) if key is not None else None
             if plan is None:
                 rates = tile_rates(target, 1.0, nodes)  # plans are chosen at efficiency 1: a device property

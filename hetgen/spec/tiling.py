@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetgen.abi import WAIT_RING
 from hetgen.errors import InternalError
@@ -163,19 +163,33 @@ class TilePlan:
 
 @dataclass(frozen=True)
 class Unfit:
-    """Why no plan fits: the smallest footprint any tiling reached, and what it holds."""
+    """Why no plan fits: the smallest footprint any tiling reached, and what it holds; or, where
+    `memory` is False, why the unit's kernel cannot be lowered at all (its tiles' or its own)."""
 
     reason: str
+    memory: bool = True  # False: not a matter of memory (no kernel), so no SRAM size would help
 
 
 # ---------------------------------------------------------------------------------------------
 # From tiles to a plan: kernels, SRAM buffers, the command list
 
 
-@functools.lru_cache(maxsize=4096)
 def _lowered(instance: OpInstance) -> Kernel:
-    definition = op_def(instance.node.op, instance.node.opset)
-    return definition.lower(instance)
+    """The tile instance's kernel. Its constants are the one-value ones a unit carries (numpy
+    scalars, which do not hash): the cache keys them by their bytes."""
+    constants = tuple(None if c is None else (c.dtype.str, c.shape, c.tobytes()) for c in instance.constants)
+    key = (replace(instance, constants=(None,) * len(instance.constants)), constants)
+    kernel = _LOWERED.get(key)
+    if kernel is None:
+        if len(_LOWERED) >= _LOWERED_LIMIT:
+            _LOWERED.clear()
+        definition = op_def(instance.node.op, instance.node.opset)
+        kernel = _LOWERED[key] = definition.lower(instance)  # Unsupported: not cached, raised again
+    return kernel
+
+
+_LOWERED: dict[tuple, Kernel] = {}
+_LOWERED_LIMIT = 4096
 
 
 def _kernel_of(op: UnitOp, spec: TileSpec, whole: bool) -> OpInstance:
@@ -185,7 +199,8 @@ def _kernel_of(op: UnitOp, spec: TileSpec, whole: bool) -> OpInstance:
 
 
 def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: int, double: bool) -> TilePlan | None:
-    """The plan for these tiles, or None when its SRAM buffers exceed `capacity`."""
+    """The plan for these tiles, or None when its SRAM buffers exceed `capacity`; Unsupported when
+    a tile's kernel cannot be lowered."""
     whole = split == "whole"
     instances: dict[tuple, int] = {}
     kernels: list[TileKernel] = []
@@ -194,10 +209,7 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
         key = (spec.input_types, spec.output_types, spec.attrs)
         if key not in instances:
             instance = _kernel_of(op, spec, whole)
-            try:
-                kernel = _lowered(instance)
-            except Unsupported:
-                return None
+            kernel = _lowered(instance)  # Unsupported: the caller says why no tiling of this shape runs
             instances[key] = len(kernels)
             kernels.append(TileKernel(instance, kernel))
         index = instances[key]
@@ -436,7 +448,11 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
     try:
         flops = _lowered(op.instance(op.input_types, op.output_types)).flops
     except Unsupported as exc:
-        return Unfit(f"{op.node.op} cannot be lowered: {exc}")
+        # a tile kernel reads its inputs from SRAM: of the constants, it knows the one-value ones only
+        return Unfit(
+            f"{op.node.op} cannot be lowered as a tile kernel (of its constants, one-value ones only): {exc}",
+            memory=False,
+        )
     vector = op.output_types[0].size if has_residual(op) else 0
     ranked = []
     smallest: tuple[int, str] | None = None
@@ -460,10 +476,17 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
     # Split no finer than pays: the fewest tiles within 1 % of the fastest estimate go first.
     fastest = min((item[0] for item in ranked), default=0.0)
     order = sorted(ranked, key=lambda item: (item[0] > fastest * 1.01, item[1], item[0], item[2]))
+    refused: Unsupported | None = None  # the first tiling that fitted but whose tile kernel did not lower
     for *_, candidate, double in order:
-        plan = build_plan(op, candidate.split, candidate.tile_shape, candidate.specs(), capacity, double)
+        try:
+            plan = build_plan(op, candidate.split, candidate.tile_shape, candidate.specs(), capacity, double)
+        except Unsupported as exc:
+            refused = refused or exc
+            continue
         if plan is not None:
             return plan
+    if refused is not None:
+        return Unfit(f"{op.node.op} cannot be lowered on its tiles: {refused}", memory=False)
     detail = f" (the smallest tiling needs {smallest[0]} bytes: {smallest[1]})" if smallest else ""
     what = f"{op.node.op} with its residual Add" if has_residual(op) else op.node.op
     return Unfit(f"no tiling of {what} fits {capacity} bytes of local memory{detail}")
