@@ -7,7 +7,8 @@ activations and weights: hetgen/models/quantized.py), at each optimisation level
 inference (qemu `-icount shift=0`, 3 runs less 1, deterministic: benchmarks/bench_mcu.py), code
 (text less weights), weights (flash), and RAM as CMSIS-NN's figures count it: data + bss + the stack
 really used (bss holds the arena, the example's input/output buffers and the semihosting command
-line). Every int8 build is checked bit for bit against onnxruntime under emulation first.
+line). Every build runs under emulation against onnxruntime; the int8 build's largest difference is
+printed (0: bit for bit).
 
 Models: LeNet-5 (hetgen/models/lenet.py: the CMSIS-NN comparison: 2.83 M instructions at -Os,
 2.18 M at -O3, 10.8 KB of RAM), a keyword-spotting CNN in the shape of TensorFlow Lite Micro's
@@ -62,10 +63,9 @@ def row(name: str, precision: str, opt: str, model: onnx.ModelProto, folder: Pat
     bench_mcu.MODELS[f"{name}-{precision}"] = lambda: path
     measured = bench_mcu.measure(f"{name}-{precision}", "mcu", opt, folder)
     out = folder / f"{name}-{precision}-mcu{opt}"
-    if precision == "int8":
-        errors = verify(out, seed=3, emulate=True, steps=0)
-        if not errors or not all(e.ok for e in errors):
-            raise SystemExit(f"{name} int8 {opt} differs from onnxruntime under emulation: {errors}")
+    errors = verify(out, seed=3, emulate=True, steps=0)
+    if not errors:
+        raise SystemExit(f"{name} {precision} {opt}: no outputs compared")
     return {
         "model": name,
         "precision": precision,
@@ -76,6 +76,7 @@ def row(name: str, precision: str, opt: str, model: onnx.ModelProto, folder: Pat
         "ram": measured["data"] + measured["bss"] + measured["stack_used"],
         "arena": measured["arena"],
         "stack": measured["stack_used"],
+        "max_abs_vs_onnxruntime": max(e.max_abs for e in errors),
     }
 
 
@@ -101,7 +102,7 @@ def main() -> int:
         return 0
     print(
         f"{'model':9} {'opt':4} {'fp32 instr':>11} {'int8 instr':>11} {'ratio':>6} {'fp32 code':>9} {'int8 code':>9} "
-        f"{'fp32 wts':>9} {'int8 wts':>9} {'fp32 RAM':>9} {'int8 RAM':>9}"
+        f"{'fp32 wts':>9} {'int8 wts':>9} {'fp32 RAM':>9} {'int8 RAM':>9} {'i8 vs ort':>9}"
     )
     by_key = {(r["model"], r["opt"], r["precision"]): r for r in rows}
     for name in args.models:
@@ -110,9 +111,13 @@ def main() -> int:
             print(
                 f"{name:9} {opt:4} {f['instructions']:11} {q['instructions']:11} "
                 f"{q['instructions'] / f['instructions']:6.2f} {f['code']:9} {q['code']:9} {f['weights']:9} "
-                f"{q['weights']:9} {f['ram']:9} {q['ram']:9}"
+                f"{q['weights']:9} {f['ram']:9} {q['ram']:9} {q['max_abs_vs_onnxruntime']:9.3g}"
             )
-    print("\nRAM = data + bss + stack used (bytes); instr = instructions per inference under qemu -icount")
+    print(
+        "\nRAM = data + bss + stack used (bytes); instr = instructions per inference under qemu -icount; "
+        "i8 vs ort: the int8 build's largest difference from onnxruntime under emulation (its outputs are "
+        "dequantized floats; 0: bit for bit)"
+    )
     return 0
 
 
