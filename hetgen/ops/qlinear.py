@@ -19,9 +19,9 @@ import math
 import numpy as np
 
 from hetgen.ir import DType, TensorType
-from hetgen.ops._common import float_literal, input_arg_count, total_bytes
+from hetgen.ops._common import input_arg_count, total_bytes
 from hetgen.ops._spatial import conv_geometry
-from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Tiling, Unsupported
+from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
@@ -94,27 +94,39 @@ def _requant(op: OpInstance, y_type: TensorType, x_scale: int, w_scale: int, y_s
         "y_scale": _scale(op, y_scale, (1,), "output"),
         "y_zp": _zero_point(op, y_zp, (1,), "output"),
         "count": count,
+        "per_channel": count > 1 and op.input_types[w_scale].size > 1,
+        # a constant output zero point as a literal: the clamp bounds fold (hg_quantize_scaled)
+        "yzp_value": _constant_zero_point(op, y_zp),
         "qmin": qmin,
         "qmax": qmax,
     }
-    return {**view, **_generate_time_multipliers(op, x_scale, w_scale, y_scale, y_zp, count)}
+    return view
 
 
-def _generate_time_multipliers(op: OpInstance, x_scale: int, w_scale: int, y_scale: int, y_zp: int, count: int):
-    """The requantisation multipliers (x_scale * w_scale) / y_scale and the output zero point, made
-    here when the scales are constants (the kernel then holds them as a const table, in flash on a
-    microcontroller); numpy's float32 operations round as the C ones do, so they are the same bits.
-    `multipliers` None: the kernel computes them from its inputs each run."""
-    scales = [op.constant(index) for index in (x_scale, w_scale, y_scale)]
-    zero_point = op.constant(y_zp) if op.has_input(y_zp) else np.zeros(1, np.int32)
-    if any(value is None for value in scales) or zero_point is None:
-        return {"multipliers": None, "yzp_value": None}
-    xs, ws, ys = (np.asarray(value, np.float32).reshape(-1) for value in scales)
-    multipliers = np.broadcast_to((xs[0] * ws) / ys[0], (count,))  # one per output channel
-    return {
-        "multipliers": [float_literal(value) for value in multipliers],
-        "yzp_value": int(np.asarray(zero_point).reshape(-1)[0]),
-    }
+def _constant_zero_point(op: OpInstance, index: int) -> int | None:
+    if not op.has_input(index):
+        return 0
+    value = op.constant(index)
+    return None if value is None else int(np.asarray(value).reshape(-1)[0])
+
+
+def multiplier_offer(op: OpInstance, requant: dict, scale_bytes: int, scratch_bytes: int) -> tuple[Prepacked, ...]:
+    """The requantisation multipliers (x_scale * w_scale) / y_scale made at generate time when the
+    scales are constants: the weight scale's input replaced by them (its shape: per tensor or per
+    channel, so no larger), read where they are linked (flash on a microcontroller) by a kernel
+    that then needs no workspace for them. numpy's float32 operations round as the C ones do, so
+    they are the bits the kernel would compute; kernels of the same shapes still share their code."""
+    indices = (requant["x_scale"]["arg"], requant["w_scale"]["arg"], requant["y_scale"]["arg"])
+    x_scale, w_scale, y_scale = (op.constant(index) for index in indices)
+    if x_scale is None or w_scale is None or y_scale is None:
+        return ()
+    xs, ys = np.float32(np.asarray(x_scale).reshape(-1)[0]), np.float32(np.asarray(y_scale).reshape(-1)[0])
+
+    def multipliers(ws: np.ndarray) -> np.ndarray:
+        return ((xs * np.asarray(ws, np.float32)) / ys).astype(np.float32)
+
+    params = {"multipliers_prepacked": True}
+    return (Prepacked(indices[1], multipliers, params, scratch_bytes - scale_bytes),)
 
 
 def _weight_correction(op: OpInstance, zp: dict | None, index: int | None) -> dict | None:
@@ -146,7 +158,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     # unfolded input, or a fully connected layer's input `chunk` values at a time (int32 sums per row)
     col_bytes = {"gemm": align(2 * 2 * k_dim, 8), "vector": align(2 * chunk, 8)}.get(variant, 0)
     acc_bytes = align(4 * cout_group, 8) if variant == "vector" else 0
-    scale_bytes = align(4 * out_channels, 8) if requant and requant["multipliers"] is None else 0
+    scale_bytes = align(4 * out_channels, 8) if requant else 0
     bias = None
     if requant and op.has_input(8):
         b_type = op.input_types[8]
@@ -182,16 +194,20 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "bias_arg": bias,
         "bias_term": "bias[m]" if bias is not None else "0",
         "requant": requant,
+        "multipliers_prepacked": False,
+        "scale_at": "m" if requant and requant["per_channel"] else "0",
         "title": "Quantized" if requant else "Integer",
         "col_offset": 0,
         "acc_offset": col_bytes,
         "scale_offset": col_bytes + acc_bytes,
         "out_index": input_arg_count(op),
     }
+    scratch = col_bytes + acc_bytes + scale_bytes
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
-        scratch_bytes=col_bytes + acc_bytes + scale_bytes,
+        prepacked=multiplier_offer(op, requant, scale_bytes, scratch) if requant else (),
+        scratch_bytes=scratch,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
     )
@@ -219,7 +235,7 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
     batches = math.prod(out_batch)
     requant = requant_at(n) if requant_at else None
     row_bytes = align(2 * k, 8)  # one row of A, int16 (B is read where it is)
-    scale_bytes = align(4 * n, 8) if requant and requant["multipliers"] is None else 0
+    scale_bytes = align(4 * n, 8) if requant else 0
     b_zero_point = _zero_point(op, b_zp, (1, n), "B")
     params = {
         "m": m,
@@ -239,6 +255,8 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         "b_zp": b_zero_point,
         "b_correction": _weight_correction(op, b_zero_point, b_zp),
         "requant": requant,
+        "multipliers_prepacked": False,
+        "scale_at": "j + c" if requant and requant["per_channel"] else "0",
         "row_offset": 0,
         "scale_offset": row_bytes,
         "out_index": input_arg_count(op),
@@ -249,6 +267,7 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
     return Kernel(
         template="kernels/qmatmul.c.j2",
         params=params,
+        prepacked=multiplier_offer(op, requant, scale_bytes, row_bytes + scale_bytes) if requant else (),
         scratch_bytes=row_bytes + scale_bytes,
         flops=2 * batches * m * n * k,
         bytes_accessed=total_bytes(*op.input_types, y_type),
