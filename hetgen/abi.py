@@ -63,6 +63,11 @@ MAX_DEVICES = 64
 # (hg_sim_work.after < WAIT_RING; hetgen/spec/tiling.py plans within it).
 WAIT_RING = 64
 
+# A bare-metal board program (templates/baremetal/main.c.j2) reads its command line through
+# semihosting into a static buffer of this many bytes, counted in its RAM: the host's side
+# (hetgen/runtime/emulate.py) refuses a longer one (short temporary paths fit easily).
+BOARD_COMMAND_LINE = 512
+
 # The GEMM (hg_gemm.c): A panels of GEMM_PANEL_M rows, B panels of GEMM_PANEL_N columns (the packing
 # contract with hetgen/ops/_gemm_plan.py, the same for every ISA); a product of fewer than
 # GEMM_SPLIT_MACS multiply-adds runs on the caller's thread, a larger one is split between the pool's.

@@ -82,6 +82,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_arena_planner",
             "test_memory",
             "test_memory_bound",
+            "test_mcu_memory",
             "test_blocked_layout",
             "test_npu_residual",
             "test_npu_int8_tiling",
@@ -104,7 +105,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "build": (
         "the build: build.ninja, toolchains, the board build, bare metal (hetgen/build/)",
-        ("test_board", "test_baremetal", "test_toolchains"),
+        ("test_board", "test_baremetal", "test_toolchains", "test_mcu_float"),
     ),
     "runtime": (
         "a built project run: executors, transport, threads, the simulator, tuning (hetgen/runtime/, hetgen/tune/)",

@@ -1,14 +1,22 @@
 """The int8 arithmetic on Cortex-M, under qemu-system-arm: with the DSP extension (Cortex-M4) the
 integer GEMM uses SMLAD, two 16-bit multiply-accumulates per instruction; without it (Cortex-M3)
-the plain loop. Both must give the reference sums and MLAS's rounding (tests/c/quant_cortex_m.c).
+the plain loop. Both must give the reference sums (the GEMM, and the in-place dot products over
+int8 and uint8 weights) and MLAS's rounding (tests/c/quant_cortex_m.c).
+Whole int8 models (LeNet-5) on the M4, M7 and M55 boards: bit for bit with onnxruntime, made of
+each core's dot products (SXTB16 + SMLAD, Helium's VMLADAVA), and on the M4 within CMSIS-NN's
+instructions and RAM.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hetgen.templates_dir import templates_dir
@@ -16,6 +24,7 @@ from hetgen.templates_dir import templates_dir
 pytestmark = pytest.mark.external  # every test here builds for Cortex-M and runs it under qemu-system-arm
 
 HERE = Path(__file__).parent / "c"
+REPO = Path(__file__).resolve().parent.parent
 CC, QEMU = "arm-none-eabi-gcc", "qemu-system-arm"
 
 
@@ -37,3 +46,78 @@ def test_int8_gemm_and_rounding_on_cortex_m(tmp_path, cpu, machine, dsp):
         [QEMU, "-M", machine, "-nographic", "-semihosting", "-kernel", str(elf)], capture_output=True, timeout=60
     )
     assert run.returncode == 0, f"check {run.returncode} failed on {cpu} (see tests/c/quant_cortex_m.c)"
+
+
+# -- whole int8 models on Cortex-M boards: bit for bit, weights read in place, CMSIS-NN's figures ----
+
+ARM_TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-objdump", "arm-none-eabi-size", "qemu-system-arm")
+needs_arm = pytest.mark.skipif(
+    any(shutil.which(tool) is None for tool in ARM_TOOLS),
+    reason="needs gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm (the README's set-up installs them)",
+)
+# What each core's int8 products must be made of: SXTB16 + SMLAD with the DSP extension (M4, M7),
+# Helium's widening byte loads and VMLADAVA on the M55.
+DOT_INSTRUCTIONS = {
+    "cortex-m4": ("smlad", "sxtb16"),
+    "cortex-m7": ("smlad", "sxtb16"),
+    "cortex-m55": ("vmlava", "vldrb"),  # objdump names VMLADAVA (no exchange) VMLAVA
+}
+
+
+def _lenet_int8(tmp_path: Path) -> Path:
+    pytest.importorskip("onnxruntime.quantization")
+    import onnx
+
+    from hetgen.models import lenet5
+    from hetgen.models.quantized import quantized
+
+    path = tmp_path / "lenet5_int8.onnx"
+    onnx.save(quantized(lenet5(seed=1), "QDQ"), path)
+    return path
+
+
+def _listing(out: Path) -> str:
+    (program,) = json.loads((out / "hetgen.json").read_text())["board"]["programs"]
+    return subprocess.run(
+        ["arm-none-eabi-objdump", "-d", "-m", "armv8.1-m.main", str(out / program["path"])],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+@needs_arm
+@pytest.mark.parametrize("kind", sorted(DOT_INSTRUCTIONS))
+def test_int8_lenet_is_bit_exact_under_qemu_with_each_cores_dot_products(tmp_path, kind):
+    import hetgen
+    from hetgen.runtime.verify import verify
+
+    platform = tmp_path / f"{kind}.yaml"
+    platform.write_text(f"name: mcu\ntarget: {{kind: {kind}, runtime: aot}}\n")
+    out = hetgen.compile(platform, _lenet_int8(tmp_path), out=tmp_path / "out", opt=("-O2",), werror=True)
+    listing = _listing(out)
+    for instruction in DOT_INSTRUCTIONS[kind]:
+        assert re.search(rf"\b{re.escape(instruction)}", listing), f"no {instruction} on the {kind}"
+    errors = verify(out, seed=7, emulate=True, steps=0)
+    assert errors and all(e.ok and e.max_abs == 0 for e in errors), errors
+
+
+@needs_arm
+@pytest.mark.parametrize(("opt", "most_instructions"), [("-Os", 2_800_000), ("-O3", 2_200_000)])
+def test_int8_lenet_on_the_m4_within_cmsis_nn_instructions_and_ram(tmp_path, opt, most_instructions):
+    """CMSIS-NN's int8 LeNet-5 on the same harness: 2.83 M instructions at -Os, 2.18 M at -O3, 10.8 KB
+    of RAM (data + bss + the stack used); the RAM is also held to the activations' liveness bound."""
+    import hetgen
+    from hetgen.build.baremetal import image_sizes
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_mcu import instructions_per_run
+
+    out = hetgen.compile(REPO / "platforms/mcu.yaml", _lenet_int8(tmp_path), out=tmp_path / "out", opt=(opt,))
+    (program,) = json.loads((out / "hetgen.json").read_text())["board"]["programs"]
+    sizes = image_sizes(out / program["path"])
+    feeds = {"input": np.random.default_rng(0).standard_normal((1, 1, 32, 32)).astype(np.float32)}
+    instructions, report = instructions_per_run(out, feeds)
+    ram = sizes.data + sizes.bss + report["stack"]
+    assert instructions <= most_instructions, f"{instructions:.0f} instructions per run at {opt}"
+    assert ram <= 11 * 1024, f"{ram} bytes of RAM ({sizes.data} data, {sizes.bss} bss, {report['stack']} stack)"

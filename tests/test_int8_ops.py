@@ -102,6 +102,9 @@ CONV_CASES = {
     "conv1d": dict(x=(1, 5, 20), w=(7, 5, 4), strides=[3], pads=[2, 1]),
     "conv3d": dict(x=(1, 3, 5, 6, 6), w=(4, 3, 2, 3, 3), pads=[0, 1, 1, 1, 1, 0]),
     "pointwise_large": dict(x=(1, 64, 16, 16), w=(96, 64, 1, 1)),
+    # fully connected (one pixel): the input widened in chunks of 256 (hetgen/ops/qlinear.py VECTOR_CHUNK)
+    "fully_connected_chunks": dict(x=(2, 600, 1, 1), w=(7, 600, 1, 1)),
+    "fully_connected_grouped": dict(x=(2, 12, 1, 1), w=(15, 4, 1, 1), group=3),
 }
 
 
@@ -166,6 +169,15 @@ def test_convinteger_per_channel_zero_points():
     inputs = {"x": q_random((1, 3, 8, 8), np.uint8)}
     constants = {"w": q_random((4, 3, 3, 3), np.uint8), "xz": np.array(100, np.uint8), "wz": q_random((4,), np.uint8)}
     node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])
+    (got,), (expected,) = run_both(node, inputs, constants, exact_ints=True)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_convinteger_fully_connected_with_weight_zero_points_across_chunks():
+    """The weight zero point taken out of the sums as zp * sum(x), the sum over every chunk."""
+    inputs = {"x": q_random((1, 530, 1, 1), np.uint8)}
+    constants = {"w": q_random((5, 530, 1, 1), np.uint8), "xz": np.array(77, np.uint8), "wz": q_random((5,), np.uint8)}
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"])
     (got,), (expected,) = run_both(node, inputs, constants, exact_ints=True)
     np.testing.assert_array_equal(got, expected)
 

@@ -19,6 +19,7 @@ ort = pytest.importorskip("onnxruntime")
 SIGNATURE_OPS = {
     "mlp": {"Gemm", "Relu", "MatMul", "Add", "Softmax"},
     "tiny_cnn": {"Conv", "Relu", "MaxPool", "Flatten", "Gemm"},
+    "lenet5": {"Conv", "Relu", "MaxPool", "Flatten", "Gemm"},
     "resnet": {"Conv", "BatchNormalization", "Relu", "Add", "MaxPool", "GlobalAveragePool", "Flatten", "Gemm"},
     "mobilenet_v2": {"Conv", "BatchNormalization", "Clip", "Add", "GlobalAveragePool", "Gemm"},
     "squeezenet": {"Conv", "Relu", "Concat", "MaxPool", "Dropout", "GlobalAveragePool", "Flatten"},

@@ -40,6 +40,8 @@ def constants_header() -> str:
         f"#define HG_MAX_DEVICES {abi.MAX_DEVICES}u",
         "/* A command may wait for one of the last HG_SIM_RING commands before it (hg_sim_work.after). */",
         f"#define HG_SIM_RING {abi.WAIT_RING}",
+        "/* A bare-metal board program's command line buffer (semihosting), its terminating NUL included. */",
+        f"#define HG_BOARD_COMMAND_LINE {abi.BOARD_COMMAND_LINE}u",
         "",
         "/* The GEMM's panels (the packing contract, every ISA) and its thread split: a product of fewer",
         "   than HG_SGEMM_SPLIT_MACS multiply-adds runs on the caller's thread. */",

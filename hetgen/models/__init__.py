@@ -7,6 +7,7 @@ Every builder takes `opset` (7..21; the transformer needs 9+) and `seed`, return
 from __future__ import annotations
 
 from hetgen.models.cnn import alexnet, densenet, googlenet, inception, mobilenet_v2, resnet, shufflenet, squeezenet, vgg
+from hetgen.models.lenet import lenet5
 from hetgen.models.mlperf_tiny import ds_cnn, fc_autoencoder, mobilenet_v1_vww, resnet8
 from hetgen.models.tiny import mlp, tiny_cnn
 from hetgen.models.transformer import transformer_encoder
@@ -14,6 +15,7 @@ from hetgen.models.transformer import transformer_encoder
 BUILDERS = {
     "mlp": mlp,
     "tiny_cnn": tiny_cnn,
+    "lenet5": lenet5,
     "resnet": resnet,
     "mobilenet_v2": mobilenet_v2,
     "squeezenet": squeezenet,
@@ -38,6 +40,7 @@ __all__ = [
     "fc_autoencoder",
     "googlenet",
     "inception",
+    "lenet5",
     "mlp",
     "mobilenet_v1_vww",
     "mobilenet_v2",

@@ -77,6 +77,12 @@ class Prepacked:
     params: Mapping[str, Any] = field(default_factory=dict)
     scratch_bytes: int | None = None  # the workspace the kernel needs then, when it differs
     template: str | None = None  # the template that lays the kernel out then, when it differs
+    # Taken on bare-metal targets only (never offered elsewhere): a kernel that reads the model's
+    # layout where it is linked (flash) instead of packing it at run time (hetgen/ops/_in_place.py)
+    bare_metal_only: bool = False
+    # Taken on application cores only (never on bare metal): the packed int8 kernels, whose SIMD
+    # paths (hg_qgemm.h) a Cortex-M lacks; its own in-place kernels are faster there
+    hosted_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from enum import Enum
 
 import numpy as np
 
-from hetgen.ops import _gemm_plan, _parallel, _winograd
+from hetgen.ops import _gemm_plan, _in_place, _parallel, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
@@ -171,6 +171,7 @@ def lower(op: OpInstance) -> Kernel:
                 1, _winograd.weight_panels, wino_params, wino_scratch, template=ConvVariant.WINOGRAD.template
             )
             prepacked = (winograd, panels)
+        prepacked = (_in_place.conv_offer(k_dim), *prepacked)  # bare metal: the weights read in flash
     return Kernel(
         template=variant.template,
         params=params,

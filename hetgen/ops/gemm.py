@@ -8,7 +8,7 @@ finished tile of Y while it is in L1.
 
 from __future__ import annotations
 
-from hetgen.ops import _gemm_plan, _parallel
+from hetgen.ops import _gemm_plan, _in_place, _parallel
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
 
@@ -65,6 +65,18 @@ def lower(op: OpInstance) -> Kernel:
         packed = _gemm_plan.pack_bytes(m, n, k, op.gemm_blocks, b_packed=True)
         layout = lambda b: _gemm_plan.b_panels(b.T if trans_b else b)  # noqa: E731
         prepacked = (Prepacked(1, layout, {"b_packed": True, "pack_bytes": packed}, packed),)
+        bias = (2, params["bias_rs"], params["bias_cs"]) if has_bias else None
+        in_place = _in_place.product_offer(
+            m,
+            n,
+            k,
+            (params["a_rs"], params["a_cs"]),
+            (params["b_rs"], params["b_cs"]),
+            alpha=alpha,
+            beta=beta,
+            bias=bias,
+        )
+        prepacked = (in_place, *prepacked)  # bare metal: B read in flash
     return Kernel(
         template="kernels/gemm.c.j2",
         params=params,

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from hetgen.ops import _gemm_plan, _parallel
+from hetgen.ops import _gemm_plan, _in_place, _parallel
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
 
@@ -71,6 +71,8 @@ def lower(op: OpInstance) -> Kernel:
         packed = _gemm_plan.pack_bytes(rows, n, k, op.gemm_blocks, b_packed=True)
         layout = lambda b: _gemm_plan.b_panels(b.reshape(k, n))  # noqa: E731
         prepacked = (Prepacked(1, layout, {"b_packed": True, "pack_bytes": packed}, packed),)
+        if fold:  # bare metal: B read in flash
+            prepacked = (_in_place.product_offer(rows, n, k, (k, 1), (n, 1)), *prepacked)
     return Kernel(
         template="kernels/matmul.c.j2",
         params=params,

@@ -1,12 +1,21 @@
 """Integer convolution and matrix product: QLinearConv, ConvInteger, QLinearMatMul, MatMulInteger.
 
-Operands are int8 or uint8 (mixed is fine); each is widened to int16 with its zero point subtracted
-(per tensor, or per output channel / column for the weights), multiplied with exact int32
-accumulation (`hg_igemm_s16` in templates/runtime/hg_quant.h), and either stored as int32 (the
-*Integer ops) or requantized as onnxruntime does: (acc + bias) * ((x_scale * w_scale) / y_scale) in
-float32, clamped, rounded half to even, plus the output zero point. Padding contributes nothing
+Operands are int8 or uint8 (mixed is fine). The activations are widened to int16 with their zero
+point subtracted, two columns (or one row) at a time in a small buffer; the weights are read where
+they are stored (const, in flash on a microcontroller) and widened in registers (`hg_qdot_*` in
+templates/runtime/hg_quant.h: SXTB16 + SMLAD with the DSP extension, VLDRB + VMLADAVA with Helium);
+a weight zero point that is not a constant zero is taken out of the exact int32 sum as
+zp * sum(x). The sums are stored as int32 (the *Integer ops) or requantized as onnxruntime does:
+(acc + bias) * ((x_scale * w_scale) / y_scale) in float32 (made at generate time when the scales
+are constants), clamped, rounded half to even, plus the output zero point. Padding contributes nothing
 (the padded value is the input's zero point, as onnxruntime pads). A following Relu or Clip on the
 quantized output (the QDQ rewrite emits these) is fused as a narrower clamp of the stored integer.
+
+That generic kernel is the one bare-metal targets take. Application cores take offers of their own
+(`hosted_only`, hetgen/partition/prepack.py): a convolution with constant int8 weights of zero
+point 0 reads them packed at generate time into dot-product panels (hetgen/ops/qpack.py,
+templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON), and a depthwise one runs rows of a byte plane
+through hg_qgemm.h's vector row kernels (qconv_direct.c.j2).
 """
 
 from __future__ import annotations
@@ -23,8 +32,9 @@ from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Prepacked, Ti
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
-# int16 values of unfolded input per chunk: bounded so the chunk stays in L2.
-IM2COL_CHUNK_VALUES = 128 * 1024
+# A fully connected layer's input is widened this many values at a time (a multiple of 4: SMLAD's
+# reordered groups stay aligned with the weights').
+VECTOR_CHUNK = 256
 # bytes hg_qg_dw_row may read past a depthwise plane's last tap (HG_QG_DW_SLACK)
 DW_SLACK = 32
 
@@ -87,15 +97,58 @@ def _requant(op: OpInstance, y_type: TensorType, x_scale: int, w_scale: int, y_s
     if y_type.dtype not in QUANTIZED:
         raise Unsupported(f"{op.node.op} output of {y_type.dtype.label}; accepted: int8, uint8")
     qmin, qmax = output_clamp(op, y_type.dtype)
-    return {
+    view = {
         "x_scale": _scale(op, x_scale, (1,), "input"),
         "w_scale": _scale(op, w_scale, (1, count), "weight"),
         "y_scale": _scale(op, y_scale, (1,), "output"),
         "y_zp": _zero_point(op, y_zp, (1,), "output"),
         "count": count,
+        "per_channel": count > 1 and op.input_types[w_scale].size > 1,
+        # a constant output zero point as a literal: the clamp bounds fold (hg_quantize_scaled)
+        "yzp_value": _constant_zero_point(op, y_zp),
         "qmin": qmin,
         "qmax": qmax,
     }
+    return view
+
+
+def _constant_zero_point(op: OpInstance, index: int) -> int | None:
+    if not op.has_input(index):
+        return 0
+    value = op.constant(index)
+    return None if value is None else int(np.asarray(value).reshape(-1)[0])
+
+
+def multiplier_offer(
+    op: OpInstance, requant: dict, scale_bytes: int, scratch_bytes: int, bare_metal_only: bool = False
+) -> tuple[Prepacked, ...]:
+    """The requantisation multipliers (x_scale * w_scale) / y_scale made at generate time when the
+    scales are constants: the weight scale's input replaced by them (its shape: per tensor or per
+    channel, so no larger), read where they are linked (flash on a microcontroller) by a kernel
+    that then needs no workspace for them. numpy's float32 operations round as the C ones do, so
+    they are the bits the kernel would compute; kernels of the same shapes still share their code."""
+    indices = (requant["x_scale"]["arg"], requant["w_scale"]["arg"], requant["y_scale"]["arg"])
+    x_scale, w_scale, y_scale = (op.constant(index) for index in indices)
+    if x_scale is None or w_scale is None or y_scale is None:
+        return ()
+    xs, ys = np.float32(np.asarray(x_scale).reshape(-1)[0]), np.float32(np.asarray(y_scale).reshape(-1)[0])
+
+    def multipliers(ws: np.ndarray) -> np.ndarray:
+        return ((xs * np.asarray(ws, np.float32)) / ys).astype(np.float32)
+
+    params = {"multipliers_prepacked": True}
+    return (Prepacked(indices[1], multipliers, params, scratch_bytes - scale_bytes, bare_metal_only=bare_metal_only),)
+
+
+def _weight_correction(op: OpInstance, zp: dict | None, index: int | None) -> dict | None:
+    """The weight zero point the sums are corrected by (sum((w - zp) x) = sum(w x) - zp sum(x)):
+    None when it is absent or a constant zero (onnxruntime's int8 weights are symmetric)."""
+    if zp is None:
+        return None
+    value = op.constant(index)
+    if value is not None and not np.any(value):
+        return None
+    return zp
 
 
 # -- convolution ---------------------------------------------------------------------------------
@@ -118,31 +171,29 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     batch, channels, out_channels, groups, win = geometry
     cin_group, cout_group = geometry.cin_group, geometry.cout_group
     k_dim = cin_group * win.kernel_size
-    out_rows = win.out_shape[0] * win.out_shape[1]
-    chunk_rows = max(1, min(out_rows, IM2COL_CHUNK_VALUES // max(1, k_dim * win.out_shape[2])))
-    chunk_cols = chunk_rows * win.out_shape[2]
     variant = "direct" if cin_group == 1 and groups > 1 else "gemm"
-    padded = padded_plane(win)
-    w_bytes = align(2 * out_channels * k_dim)
-    if variant == "direct":  # no int16 weights: the byte plane and one output row's sums
-        # (the row kernel reads up to HG_QG_DW_SLACK bytes past a row's last tap)
-        w_bytes, col_bytes, acc_bytes = 0, align(math.prod(padded) + DW_SLACK), align(4 * win.out_shape[2])
-    else:
-        col_bytes, acc_bytes = align(2 * k_dim * chunk_cols), align(4 * cout_group * chunk_cols) if requant else 0
-    scale_bytes = align(4 * out_channels) if requant else 0
+    if variant == "gemm" and win.out_size == win.in_size == win.kernel_size == 1:
+        variant = "vector"  # a fully connected layer: its column is the input vector itself
+    chunk = min(k_dim, VECTOR_CHUNK)
+    # the weights are read where they are; the activations widened to int16: two output columns of
+    # unfolded input, or a fully connected layer's input `chunk` values at a time (int32 sums per row)
+    col_bytes = {"gemm": align(2 * 2 * k_dim, 8), "vector": align(2 * chunk, 8)}.get(variant, 0)
+    acc_bytes = align(4 * cout_group, 8) if variant == "vector" else 0
+    scale_bytes = align(4 * out_channels, 8) if requant else 0
     bias = None
     if requant and op.has_input(8):
         b_type = op.input_types[8]
         if b_type.dtype is not DType.INT32 or tuple(b_type.shape) != (out_channels,):
             raise Unsupported(f"{op.node.op} bias of {b_type}; accepted: int32[{out_channels}]")
         bias = 8
+    w_zero_point = _zero_point(op, w_zp, (1, out_channels), "weight")
     params = {
         **win.view(),
         "variant": variant,
-        "pad_plane_d": padded[0],
-        "pad_plane_h": padded[1],
-        "pad_plane_w": padded[2],
-        "pad_plane_size": padded[0] * padded[1] * padded[2],
+        "is_gemm": variant == "gemm",
+        "is_direct": variant == "direct",
+        "is_vector": variant == "vector",
+        "chunk": chunk,
         "w_group_stride": cout_group * k_dim,  # one group's weights
         "scratch_index": input_arg_count(op) + 1,
         "batch": batch,
@@ -152,46 +203,79 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "cin_group": cin_group,
         "cout_group": cout_group,
         "k_dim": k_dim,
-        "out_rows": out_rows,
-        "chunk_rows": chunk_rows,
         "x_arg": x,
         "w_arg": w,
         "x_ctype": x_type.dtype.c_type,
         "w_ctype": w_type.dtype.c_type,
+        "w_dot": "s8" if w_type.dtype is DType.INT8 else "u8",
         "y_ctype": y_type.dtype.c_type,
         "x_zp": _zero_point(op, x_zp, (1,), "input"),
-        "w_zp": _zero_point(op, w_zp, (1, out_channels), "weight"),
+        "w_zp": w_zero_point,
+        "w_correction": _weight_correction(op, w_zero_point, w_zp),
         "bias_arg": bias,
+        "bias_term": "bias[m]" if bias is not None else "0",
         "requant": requant,
-        "w_offset": 0,
-        "col_offset": w_bytes,
-        "acc_offset": w_bytes + col_bytes,
-        "scale_offset": w_bytes + col_bytes + acc_bytes,
+        "multipliers_prepacked": False,
+        "scale_at": "m" if requant and requant["per_channel"] else "0",
+        "title": "Quantized" if requant else "Integer",
+        "col_offset": 0,
+        "acc_offset": col_bytes,
+        "scale_offset": col_bytes + acc_bytes,
         "out_index": input_arg_count(op),
     }
-    prepacked = ()
+    scratch = col_bytes + acc_bytes + scale_bytes
+    # The generic kernel's multipliers made at generate time (bare metal, where it runs); the hosted
+    # offers compute theirs per call, and offers on different inputs must not mix their workspaces.
+    offers = multiplier_offer(op, requant, scale_bytes, scratch, bare_metal_only=True) if requant else ()
+    padded = padded_plane(win)
     if variant == "gemm" and _packable(op, x_type, w, w_zp, requant, k_dim):
         packed_params, packed_scratch = qpack.plan(cin_group, cout_group, groups, channels, win, padded)
         packed_params["x_signed"] = int(x_type.dtype is DType.INT8)
-        offer = Prepacked(
+        packed = Prepacked(
             w,
             lambda value: qpack.pack_weights(value, groups),
             packed_params,
             packed_scratch,
             template="kernels/qconv_packed.c.j2",
+            hosted_only=True,
         )
-        prepacked = (offer,)
-    if variant == "direct":
-        params["plane_offset"] = params["col_offset"]
-        params["title"] = "Quantized" if requant else "Integer"
-        params["x_signed"] = int(x_type.dtype is DType.INT8)
+        offers = (*offers, packed)
+    elif variant == "direct" and op.constant(w) is not None:
+        offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant))
     return Kernel(
-        template="kernels/qconv_direct.c.j2" if variant == "direct" else "kernels/qconv.c.j2",
+        template="kernels/qconv.c.j2",
         params=params,
-        scratch_bytes=w_bytes + col_bytes + acc_bytes + scale_bytes,
+        prepacked=offers,
+        scratch_bytes=scratch,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
-        prepacked=prepacked,
+    )
+
+
+def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels: int, requant) -> Prepacked:
+    """Depthwise on an application core: each input plane once into a zero-point-padded byte
+    plane, then output rows through hg_qgemm.h's vector row kernels (qconv_direct.c.j2); the
+    weights as they are (the offer changes the kernel, not the layout)."""
+    plane_bytes = align(math.prod(padded) + DW_SLACK)  # the row kernel reads up to DW_SLACK past a row
+    sums_bytes = align(4 * win.out_shape[2])  # one output row's int32 sums
+    scale_bytes = align(4 * out_channels) if requant else 0
+    params = {
+        "pad_plane_d": padded[0],
+        "pad_plane_h": padded[1],
+        "pad_plane_w": padded[2],
+        "pad_plane_size": math.prod(padded),
+        "plane_offset": 0,
+        "acc_offset": plane_bytes,
+        "scale_offset": plane_bytes + sums_bytes,
+        "x_signed": int(x_type.dtype is DType.INT8),
+    }
+    return Prepacked(
+        w,
+        np.asarray,
+        params,
+        plane_bytes + sums_bytes + scale_bytes,
+        template="kernels/qconv_direct.c.j2",
+        hosted_only=True,
     )
 
 
@@ -230,13 +314,14 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
     m, n, k, a_batch, b_batch, out_batch = matmul_shapes(op.node.op, a_type.shape, b_type.shape)
     batches = math.prod(out_batch)
     requant = requant_at(n) if requant_at else None
-    a_bytes, b_bytes = align(2 * m * k), align(2 * k * n)
-    acc_bytes = align(4 * m * n) if requant else 0
-    scale_bytes = align(4 * n) if requant else 0
+    row_bytes = align(2 * k, 8)  # one row of A, int16 (B is read where it is)
+    scale_bytes = align(4 * n, 8) if requant else 0
+    b_zero_point = _zero_point(op, b_zp, (1, n), "B")
     params = {
         "m": m,
         "n": n,
         "k": k,
+        "n4": n - n % 4,
         "batches": batches,
         "batch_dims": out_batch or (1,),
         "a_strides": batch_strides(a_batch, out_batch, m * k) or (0,),
@@ -247,12 +332,13 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         "b_ctype": b_type.dtype.c_type,
         "y_ctype": y_type.dtype.c_type,
         "a_zp": _zero_point(op, a_zp, (1, m), "A"),
-        "b_zp": _zero_point(op, b_zp, (1, n), "B"),
+        "b_zp": b_zero_point,
+        "b_correction": _weight_correction(op, b_zero_point, b_zp),
         "requant": requant,
-        "a_offset": 0,
-        "b_offset": a_bytes,
-        "acc_offset": a_bytes + b_bytes,
-        "scale_offset": a_bytes + b_bytes + acc_bytes,
+        "multipliers_prepacked": False,
+        "scale_at": "j + c" if requant and requant["per_channel"] else "0",
+        "row_offset": 0,
+        "scale_offset": row_bytes,
         "out_index": input_arg_count(op),
         "scratch_index": input_arg_count(op) + 1,
         "matrix_size": m * n,
@@ -261,7 +347,8 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
     return Kernel(
         template="kernels/qmatmul.c.j2",
         params=params,
-        scratch_bytes=a_bytes + b_bytes + acc_bytes + scale_bytes,
+        prepacked=multiplier_offer(op, requant, scale_bytes, row_bytes + scale_bytes) if requant else (),
+        scratch_bytes=row_bytes + scale_bytes,
         flops=2 * batches * m * n * k,
         bytes_accessed=total_bytes(*op.input_types, y_type),
     )

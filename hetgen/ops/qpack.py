@@ -87,9 +87,6 @@ def plan(cin_group: int, cout_group: int, groups: int, channels: int, win, padde
     out_channels = groups * cout_group
     params = {
         "variant": "packed",
-        # declined on bare-metal targets (hetgen/partition/prepack.py): Cortex-M keeps the generic
-        # kernel, whose dot products use SMLAD / Helium (hg_quant.h), not hg_qgemm.h's plain C
-        "hosted_only": True,
         "kgroups": kgroups(k_dim),
         "panels": panels(cout_group),
         "panel_bytes": kgroups(k_dim) * 4 * PANEL_ROWS,

@@ -10,7 +10,10 @@ load weights as the model has them, and their own templates read it). Offers for
 are alternatives, the faster first; one is taken per input:
 
 - an offer that only pads the model's weights (at most BARE_METAL_GROWTH larger: GEMM panels) is
-  always taken;
+  always taken; an offer marked `bare_metal_only` (a kernel reading the weights in the model's
+  layout where they are linked, with no run-time packing: hetgen/ops/_in_place.py) is seen on
+  bare-metal targets only, where it comes first; one marked `hosted_only` (the packed int8
+  kernels, hetgen/ops/qpack.py) on application cores only;
 - a larger one (Winograd's transformed 4x4 taps are 16/9 of the 3x3 ones) is declined on a
   bare-metal target, whose weights sit in a small flash; on other CPUs it is taken where it is the
   only offer (declining panels that pad a few rows would only move the packing to run time, with
@@ -73,7 +76,7 @@ class Layouts:
         if key not in self.made:
             value = offer.layout(self.model(index, offer))
             # int8 layouts (the quantized convolution's panels, hetgen/ops/qpack.py) keep their type
-            dtype = np.int8 if np.asarray(value).dtype == np.int8 else np.float32
+            dtype = np.asarray(value).dtype if np.asarray(value).dtype.kind in "iu" else np.float32
             self.made[key] = np.ascontiguousarray(value, dtype=dtype).reshape(-1)
         return self.made[key]
 
@@ -229,9 +232,12 @@ def chosen_offers(
         if target is None or not kernel.prepacked:
             continue
         by_input: dict[int, list[Prepacked]] = {}
+        bare_metal = is_bare_metal(target)
         for offer in kernel.prepacked:
-            if offer.params.get("hosted_only") and is_bare_metal(target):
-                continue  # the packed int8 convolution: its plain C path is slower than Cortex-M's SMLAD kernel
+            # in-place kernels for flash-resident weights on bare metal only; the packed int8
+            # kernels (hg_qgemm.h) only on application cores, where their SIMD paths exist
+            if (offer.bare_metal_only and not bare_metal) or (offer.hosted_only and bare_metal):
+                continue
             by_input.setdefault(offer.index, []).append(offer)
         for offers in by_input.values():
             small = next((o for o in offers if layouts.growth(index, o) <= BARE_METAL_GROWTH), None)

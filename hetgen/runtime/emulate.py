@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hetgen.abi import BOARD_COMMAND_LINE
 from hetgen.bounded import trimmed
 from hetgen.build.toolchain import DEBIAN_PACKAGES
 from hetgen.codegen.manifest import RemoteDeviceEntry, read_manifest
@@ -59,6 +60,12 @@ def semihosting_command(emulator_and_elf: tuple[str, ...], name: str, arguments:
         raise HetgenError(
             f"{spaced[0]}: a bare-metal program's command line is split at spaces (semihosting gives it one "
             "string); use paths without spaces (for verify --emulate: a TMPDIR without spaces)"
+        )
+    line = " ".join((name, *arguments))
+    if len(line.encode()) >= BOARD_COMMAND_LINE:
+        raise HetgenError(
+            f"a bare-metal program's command line of {len(line.encode())} bytes ({line!r}); its buffer holds "
+            f"{BOARD_COMMAND_LINE - 1} (hetgen/abi.py BOARD_COMMAND_LINE): use shorter paths (a shorter TMPDIR)"
         )
     config = ",".join(["enable=on", "target=native", *(f"arg={_qemu_option_value(a)}" for a in (name, *arguments))])
     return [*emulator, "-nographic", "-monitor", "none", "-semihosting-config", config, "-kernel", elf]

@@ -42,6 +42,8 @@ enum hg_sim_engine {
 #define HG_MAX_DEVICES 64u
 /* A command may wait for one of the last HG_SIM_RING commands before it (hg_sim_work.after). */
 #define HG_SIM_RING 64
+/* A bare-metal board program's command line buffer (semihosting), its terminating NUL included. */
+#define HG_BOARD_COMMAND_LINE 512u
 
 /* The GEMM's panels (the packing contract, every ISA) and its thread split: a product of fewer
    than HG_SGEMM_SPLIT_MACS multiply-adds runs on the caller's thread. */

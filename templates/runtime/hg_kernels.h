@@ -246,6 +246,8 @@ static inline float hg_row_max(const float *restrict x, size_t n)
 
 /* int8/uint8 quantisation arithmetic (the quantized kernels' expressions call it) */
 #include "hg_quant.h"
+/* float dot products over operands read in place (the bare-metal kernels that do not pack) */
+#include "hg_sdot.h"
 
 /* ---- float16 storage ------------------------------------------------------------------------
    float16 tensors are stored as their IEEE binary16 bits (uint16_t); kernels compute in float32

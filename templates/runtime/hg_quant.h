@@ -123,4 +123,176 @@ static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, 
             c[i * ldc + j] = hg_idot_s16(a + i * k, bt + j * k, k);
 }
 
+/* -- products that read int8/uint8 weights where they are stored ---------------------------------
+
+   The integer convolution and matrix product (templates/kernels/qconv.c.j2, qmatmul.c.j2) widen a
+   few activation columns to int16 (zero point subtracted) in a small buffer and read each weight
+   row as the model stores it (in flash on a microcontroller): nothing is copied, widened or
+   re-packed per inference. hg_qdot_<w>_RxC sums R weight rows times C int16 columns over k:
+   exact int32 sums of w * x, the weight's zero point not subtracted (the caller corrects the sum
+   by zp * sum(x), hg_q15_sum). With the DSP extension four weights are read as one word and
+   widened in registers by SXTB16 (UXTB16 for uint8) into (w0, w2) and, rotated by 8, (w1, w3); the
+   columns are stored in that order (hg_q15_reorder swaps the middle two of every four values), so
+   SMLAD multiplies and adds two pairs at a time. With Helium (MVE) VLDRB widens eight weights into
+   int16 lanes and VMLADAVA multiplies them with eight column values and sums them in one
+   instruction, the tail predicated. */
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
+#define HG_Q15_REORDERED 0
+#define HG_QDOT_VECTORS(w, wtype, load)                                                                    \
+    static inline void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1, const int16_t *x0, const int16_t *x1, \
+                                         size_t k, int32_t s[4])                                           \
+    {                                                                                                      \
+        int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;                                                        \
+        for (size_t p = 0; p < k; p += 8) {                                                                \
+            const mve_pred16_t live = vctp16q((uint32_t)(k - p));                                          \
+            const int16x8_t a = load(w0 + p, live), b = load(w1 + p, live);                                \
+            const int16x8_t c = vldrhq_z_s16(x0 + p, live), d = vldrhq_z_s16(x1 + p, live);                \
+            s00 = vmladavaq_p_s16(s00, a, c, live);                                                        \
+            s01 = vmladavaq_p_s16(s01, a, d, live);                                                        \
+            s10 = vmladavaq_p_s16(s10, b, c, live);                                                        \
+            s11 = vmladavaq_p_s16(s11, b, d, live);                                                        \
+        }                                                                                                  \
+        s[0] = s00;                                                                                        \
+        s[1] = s01;                                                                                        \
+        s[2] = s10;                                                                                        \
+        s[3] = s11;                                                                                        \
+    }                                                                                                      \
+    static inline void hg_qdot_##w##_2x1(const wtype *w0, const wtype *w1, const int16_t *x, size_t k,    \
+                                         int32_t s[2])                                                     \
+    {                                                                                                      \
+        int32_t s0 = 0, s1 = 0;                                                                            \
+        for (size_t p = 0; p < k; p += 8) {                                                                \
+            const mve_pred16_t live = vctp16q((uint32_t)(k - p));                                          \
+            const int16x8_t c = vldrhq_z_s16(x + p, live);                                                 \
+            s0 = vmladavaq_p_s16(s0, load(w0 + p, live), c, live);                                         \
+            s1 = vmladavaq_p_s16(s1, load(w1 + p, live), c, live);                                         \
+        }                                                                                                  \
+        s[0] = s0;                                                                                         \
+        s[1] = s1;                                                                                         \
+    }
+#define HG_LOAD_S8(p, live) vldrbq_z_s16((p), (live))
+#define HG_LOAD_U8(p, live) vreinterpretq_s16_u16(vldrbq_z_u16((p), (live)))
+HG_QDOT_VECTORS(s8, int8_t, HG_LOAD_S8)
+HG_QDOT_VECTORS(u8, uint8_t, HG_LOAD_U8)
+#elif defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#define HG_Q15_REORDERED 1
+static inline uint32_t hg_word(const void *p)
+{
+    uint32_t word;
+    memcpy(&word, p, sizeof word); /* one LDR: Armv7E-M loads unaligned words */
+    return word;
+}
+/* rotate right by 8 (arm_acle.h's __ror is GCC 13's): SXTB16's ROR #8 operand */
+static inline uint32_t hg_ror8(uint32_t word)
+{
+    return word >> 8 | word << 24;
+}
+#define HG_QDOT_PAIRS(w, wtype, widen)                                                                     \
+    static inline void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1, const int16_t *x0, const int16_t *x1, \
+                                         size_t k, int32_t s[4])                                           \
+    {                                                                                                      \
+        int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;                                                        \
+        const size_t k4 = k & ~(size_t)3;                                                                 \
+        for (size_t p = 0; p < k4; p += 4) {                                                               \
+            const uint32_t a = hg_word(w0 + p), b = hg_word(w1 + p);                                       \
+            const uint32_t a02 = widen(a), a13 = widen(hg_ror8(a));                                       \
+            const uint32_t b02 = widen(b), b13 = widen(hg_ror8(b));                                       \
+            uint32_t lo = hg_word(x0 + p), hi = hg_word(x0 + p + 2); /* one column at a time: */           \
+            s00 = __smlad(a13, hi, __smlad(a02, lo, s00));           /* fewer registers live */            \
+            s10 = __smlad(b13, hi, __smlad(b02, lo, s10));                                                 \
+            lo = hg_word(x1 + p);                                                                          \
+            hi = hg_word(x1 + p + 2);                                                                      \
+            s01 = __smlad(a13, hi, __smlad(a02, lo, s01));                                                 \
+            s11 = __smlad(b13, hi, __smlad(b02, lo, s11));                                                 \
+        }                                                                                                  \
+        for (size_t p = k4; p < k; ++p) {                                                                  \
+            s00 += (int32_t)w0[p] * x0[p];                                                                 \
+            s01 += (int32_t)w0[p] * x1[p];                                                                 \
+            s10 += (int32_t)w1[p] * x0[p];                                                                 \
+            s11 += (int32_t)w1[p] * x1[p];                                                                 \
+        }                                                                                                  \
+        s[0] = s00;                                                                                        \
+        s[1] = s01;                                                                                        \
+        s[2] = s10;                                                                                        \
+        s[3] = s11;                                                                                        \
+    }                                                                                                      \
+    static inline void hg_qdot_##w##_2x1(const wtype *w0, const wtype *w1, const int16_t *x, size_t k,    \
+                                         int32_t s[2])                                                     \
+    {                                                                                                      \
+        int32_t s0 = 0, s1 = 0;                                                                            \
+        const size_t k4 = k & ~(size_t)3;                                                                 \
+        for (size_t p = 0; p < k4; p += 4) {                                                               \
+            const uint32_t a = hg_word(w0 + p), b = hg_word(w1 + p);                                       \
+            const uint32_t c02 = hg_word(x + p), c13 = hg_word(x + p + 2);                                 \
+            s0 = __smlad(widen(a), c02, __smlad(widen(hg_ror8(a)), c13, s0));                             \
+            s1 = __smlad(widen(b), c02, __smlad(widen(hg_ror8(b)), c13, s1));                             \
+        }                                                                                                  \
+        for (size_t p = k4; p < k; ++p) {                                                                  \
+            s0 += (int32_t)w0[p] * x[p];                                                                   \
+            s1 += (int32_t)w1[p] * x[p];                                                                   \
+        }                                                                                                  \
+        s[0] = s0;                                                                                         \
+        s[1] = s1;                                                                                         \
+    }
+HG_QDOT_PAIRS(s8, int8_t, __sxtb16)
+HG_QDOT_PAIRS(u8, uint8_t, __uxtb16)
+#else
+#define HG_Q15_REORDERED 0
+#define HG_QDOT_LOOPS(w, wtype)                                                                            \
+    static inline void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1, const int16_t *x0, const int16_t *x1, \
+                                         size_t k, int32_t s[4])                                           \
+    {                                                                                                      \
+        int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;                                                        \
+        for (size_t p = 0; p < k; ++p) {                                                                   \
+            s00 += (int32_t)w0[p] * x0[p];                                                                 \
+            s01 += (int32_t)w0[p] * x1[p];                                                                 \
+            s10 += (int32_t)w1[p] * x0[p];                                                                 \
+            s11 += (int32_t)w1[p] * x1[p];                                                                 \
+        }                                                                                                  \
+        s[0] = s00;                                                                                        \
+        s[1] = s01;                                                                                        \
+        s[2] = s10;                                                                                        \
+        s[3] = s11;                                                                                        \
+    }                                                                                                      \
+    static inline void hg_qdot_##w##_2x1(const wtype *w0, const wtype *w1, const int16_t *x, size_t k,    \
+                                         int32_t s[2])                                                     \
+    {                                                                                                      \
+        int32_t s0 = 0, s1 = 0;                                                                            \
+        for (size_t p = 0; p < k; ++p) {                                                                   \
+            s0 += (int32_t)w0[p] * x[p];                                                                   \
+            s1 += (int32_t)w1[p] * x[p];                                                                   \
+        }                                                                                                  \
+        s[0] = s0;                                                                                         \
+        s[1] = s1;                                                                                         \
+    }
+HG_QDOT_LOOPS(s8, int8_t)
+HG_QDOT_LOOPS(u8, uint8_t)
+#endif
+
+/* Put an int16 column of k values in the order hg_qdot_* reads it: with SMLAD, (x0, x2, x1, x3)
+   in every whole group of four (the tail as it is); elsewhere unchanged. */
+static inline void hg_q15_reorder(int16_t *x, size_t k)
+{
+#if HG_Q15_REORDERED
+    for (size_t p = 0; p + 4 <= k; p += 4) {
+        const int16_t t = x[p + 1];
+        x[p + 1] = x[p + 2];
+        x[p + 2] = t;
+    }
+#else
+    (void)x;
+    (void)k;
+#endif
+}
+
+/* The sum of a column's k values: what a weight zero point multiplies (sum((w - zp) x) = sum(w x) -
+   zp * sum(x)). */
+static inline int32_t hg_q15_sum(const int16_t *x, size_t k)
+{
+    int32_t sum = 0;
+    for (size_t p = 0; p < k; ++p)
+        sum += x[p];
+    return sum;
+}
+
 #endif /* HG_QUANT_H */

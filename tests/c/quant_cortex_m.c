@@ -25,6 +25,46 @@ static int run(void)
             if (c[i * N + j] != sum)
                 return 1;
         }
+    /* the in-place dot products: int8 and uint8 weight rows against int16 columns in the order
+       hg_q15_reorder leaves them, two rows by two columns and two rows by one, K with a tail */
+    static int16_t x0[K], x1[K];
+    static int8_t ws[2 * K];
+    static uint8_t wu[2 * K];
+    for (int p = 0; p < K; ++p) {
+        x0[p] = (int16_t)((p * 89) % 511 - 255);
+        x1[p] = (int16_t)((p * 57) % 509 - 254);
+    }
+    for (int p = 0; p < 2 * K; ++p) {
+        ws[p] = (int8_t)((p * 37) % 256 - 128);
+        wu[p] = (uint8_t)((p * 53) % 256);
+    }
+    int32_t want[8] = { 0 }, want_sum = 0;
+    for (int p = 0; p < K; ++p) {
+        want_sum += x0[p];
+        want[0] += ws[p] * x0[p];
+        want[1] += ws[p] * x1[p];
+        want[2] += ws[K + p] * x0[p];
+        want[3] += ws[K + p] * x1[p];
+        want[4] += wu[p] * x0[p];
+        want[5] += wu[p] * x1[p];
+        want[6] += wu[K + p] * x0[p];
+        want[7] += wu[K + p] * x1[p];
+    }
+    hg_q15_reorder(x0, K);
+    hg_q15_reorder(x1, K);
+    int32_t got[4], one[2];
+    hg_qdot_s8_2x2(ws, ws + K, x0, x1, K, got);
+    if (got[0] != want[0] || got[1] != want[1] || got[2] != want[2] || got[3] != want[3])
+        return 4;
+    hg_qdot_s8_2x1(ws, ws + K, x1, K, one);
+    if (one[0] != want[1] || one[1] != want[3])
+        return 5;
+    hg_qdot_u8_2x2(wu, wu + K, x0, x1, K, got);
+    if (got[0] != want[4] || got[1] != want[5] || got[2] != want[6] || got[3] != want[7])
+        return 6;
+    hg_qdot_u8_2x1(wu, wu + K, x0, K, one);
+    if (one[0] != want[4] || one[1] != want[6] || hg_q15_sum(x0, K) != want_sum)
+        return 7;
     if (hg_quantize_scaled(2.5f, 0, -128, 127) != 2 || hg_quantize_scaled(3.5f, 0, -128, 127) != 4)
         return 2; /* ties to even */
     if (hg_quantize_scaled(-2.5f, 10, 0, 255) != 8 || hg_quantize_scaled(1e9f, 0, -128, 127) != 127)

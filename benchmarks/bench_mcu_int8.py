@@ -1,0 +1,125 @@
+"""int8 beside fp32 on the Cortex-M4 board (platforms/mcu.yaml, MPS2-AN386 under qemu-system-arm).
+
+    python benchmarks/bench_mcu_int8.py [--opt -Os -O3] [--models lenet5 kws_cnn ...] [--json]
+
+For each model, its float32 build and its int8 build (onnxruntime's `quantize_static`, QDQ, int8
+activations and weights: hetgen/models/quantized.py), at each optimisation level: instructions per
+inference (qemu `-icount shift=0`, 3 runs less 1, deterministic: benchmarks/bench_mcu.py), code
+(text less weights), weights (flash), and RAM as CMSIS-NN's figures count it: data + bss + the stack
+really used (bss holds the arena, the example's input/output buffers and the semihosting command
+line). Every build runs under emulation against onnxruntime; the int8 build's largest difference is
+printed (0: bit for bit).
+
+Models: LeNet-5 (hetgen/models/lenet.py: the CMSIS-NN comparison: 2.83 M instructions at -Os,
+2.18 M at -O3, 10.8 KB of RAM), a keyword-spotting CNN in the shape of TensorFlow Lite Micro's
+micro_speech (49 x 40 spectrogram, conv 10x8 stride 2 of 8 filters, 4 classes; defined here),
+tiny_cnn, and the DS-CNN keyword spotter of MLPerf Tiny where hetgen/models/mlperf_tiny.py provides it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench_mcu  # noqa: E402
+
+from hetgen.models import lenet5, tiny_cnn  # noqa: E402
+from hetgen.models._builder import Builder  # noqa: E402
+from hetgen.runtime.verify import verify  # noqa: E402
+
+
+def kws_cnn(seed: int = 0) -> onnx.ModelProto:
+    """micro_speech's tiny_conv: [1, 1, 49, 40] -> conv 10x8 stride 2 (8) -> Relu -> FC 4."""
+    b = Builder("kws_cnn", 17, seed)
+    x = b.input("input", (1, 1, 49, 40))
+    w = b.weight((8, 1, 10, 8), "conv_w")
+    h = b.op("Conv", [x, w, b.bias(8, "conv_b")], kernel_shape=[10, 8], strides=[2, 2], pads=[4, 3, 5, 4])
+    h = b.op("Flatten", [b.op("Relu", [h])])
+    b.output(b.gemm(h, 8 * 25 * 20, 4), (1, 4))
+    return b.model()
+
+
+def _models() -> dict:
+    models = {"lenet5": lambda: lenet5(seed=1), "kws_cnn": kws_cnn, "tiny_cnn": lambda: tiny_cnn(seed=2)}
+    try:
+        from hetgen.models import mlperf_tiny
+    except ImportError:
+        return models
+    models["ds_cnn"] = mlperf_tiny.ds_cnn
+    return models
+
+
+def row(name: str, precision: str, opt: str, model: onnx.ModelProto, folder: Path) -> dict:
+    path = folder / f"{name}-{precision}.onnx"
+    onnx.save(model, path)
+    bench_mcu.MODELS[f"{name}-{precision}"] = lambda: path
+    measured = bench_mcu.measure(f"{name}-{precision}", "mcu", opt, folder)
+    out = folder / f"{name}-{precision}-mcu{opt}"
+    errors = verify(out, seed=3, emulate=True, steps=0)
+    if not errors:
+        raise SystemExit(f"{name} {precision} {opt}: no outputs compared")
+    return {
+        "model": name,
+        "precision": precision,
+        "opt": opt,
+        "instructions": measured["instructions"],
+        "code": measured["code_and_constants"],
+        "weights": measured["weights"],
+        "ram": measured["data"] + measured["bss"] + measured["stack_used"],
+        "arena": measured["arena"],
+        "stack": measured["stack_used"],
+        "max_abs_vs_onnxruntime": max(e.max_abs for e in errors),
+    }
+
+
+def main() -> int:
+    from hetgen.models.quantized import quantized
+
+    models = _models()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--opt", nargs="+", default=["-Os", "-O3"])
+    parser.add_argument("--models", nargs="+", default=list(models), choices=list(models))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-mcu-int8-") as tmp:
+        for name in args.models:
+            float_model = models[name]()
+            int8_model = quantized(float_model, "QDQ")
+            for opt in args.opt:
+                for precision, model in (("fp32", float_model), ("int8", int8_model)):
+                    rows.append(row(name, precision, opt, model, Path(tmp)))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(
+        f"{'model':9} {'opt':4} {'fp32 instr':>11} {'int8 instr':>11} {'ratio':>6} {'fp32 code':>9} {'int8 code':>9} "
+        f"{'fp32 wts':>9} {'int8 wts':>9} {'fp32 RAM':>9} {'int8 RAM':>9} {'i8 vs ort':>9}"
+    )
+    by_key = {(r["model"], r["opt"], r["precision"]): r for r in rows}
+    for name in args.models:
+        for opt in args.opt:
+            f, q = by_key[(name, opt, "fp32")], by_key[(name, opt, "int8")]
+            print(
+                f"{name:9} {opt:4} {f['instructions']:11} {q['instructions']:11} "
+                f"{q['instructions'] / f['instructions']:6.2f} {f['code']:9} {q['code']:9} {f['weights']:9} "
+                f"{q['weights']:9} {f['ram']:9} {q['ram']:9} {q['max_abs_vs_onnxruntime']:9.3g}"
+            )
+    print(
+        "\nRAM = data + bss + stack used (bytes); instr = instructions per inference under qemu -icount; "
+        "i8 vs ort: the int8 build's largest difference from onnxruntime under emulation (its outputs are "
+        "dequantized floats; 0: bit for bit)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

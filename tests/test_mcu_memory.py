@@ -1,0 +1,53 @@
+"""A microcontroller build's RAM against the activations' liveness bound (hetgen/lower/peak_memory.py):
+the arena (activations and kernel workspaces, as planned) plus the caller's input and output buffers
+within 10 % of the bound, plus one alignment unit per planned buffer (each starts on a 64-byte
+boundary). The kernels read their weights where they are linked and keep only two columns (or one row) of
+activations in their workspace: the int8 ones always (hetgen/ops/qlinear.py), the float Conv, Gemm
+and MatMul on bare metal (hetgen/ops/_in_place.py), where the GEMM would pack operands into blocks
+sized for application cores (lenet5 fp32 was 1.23x the bound, tiny_cnn 4.3x, the mlp 12.7x)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+from hetgen import lower
+from hetgen.lower.memory import ALIGNMENT
+from hetgen.lower.peak_memory import memory_figures
+from hetgen.models import lenet5, mlp, tiny_cnn
+from hetgen.partition.search import place
+from hetgen.pipeline import import_graph
+from hetgen.platform.loader import load_platform_text
+
+REPO = Path(__file__).resolve().parent.parent
+SLACK = 1.10
+MODELS = {
+    "lenet5": lambda: lenet5(seed=1),
+    "tiny_cnn": lambda: tiny_cnn(seed=2),
+    "mlp": lambda: mlp(seed=3),
+    "resnet_tiny": lambda: onnx.load(REPO / "examples/resnet_tiny.onnx"),
+}
+CASES = [pytest.param(name, precision, id=f"{name}-{precision}") for name in MODELS for precision in ("int8", "fp32")]
+
+
+@pytest.mark.parametrize(("name", "precision"), CASES)
+def test_mcu_ram_within_the_liveness_bound(name, precision):
+    model = MODELS[name]()
+    if precision == "int8":
+        pytest.importorskip("onnxruntime.quantization")
+        from hetgen.models.quantized import quantized
+
+        model = quantized(model, "QDQ")
+    graph = import_graph(model, {})
+    platform = load_platform_text((REPO / "platforms/mcu.yaml").read_text())
+    lowered = lower.lower(graph, platform, place(graph, platform))
+    figures = memory_figures(lowered, 0)
+    buffers = len(lowered.root.memory.buffers)
+    ram = figures.arena + figures.io
+    allowed = figures.activation_bound * SLACK + ALIGNMENT * buffers
+    assert ram <= allowed, (
+        f"{name} {precision}: arena {figures.arena} + io {figures.io} = {ram} bytes, "
+        f"bound {figures.activation_bound} (+10 % + {buffers} x {ALIGNMENT}: {allowed:.0f})"
+    )
