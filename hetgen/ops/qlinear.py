@@ -228,7 +228,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     # offers compute theirs per call, and offers on different inputs must not mix their workspaces.
     offers = multiplier_offer(op, requant, scale_bytes, scratch, bare_metal_only=True) if requant else ()
     padded = padded_plane(win)
-    if variant == "gemm" and _packable(op, x_type, w, w_zp, requant, k_dim):
+    if variant in ("gemm", "vector") and _packable(op, x_type, w, w_zp, requant, k_dim):
         packed_params, packed_scratch = qpack.plan(cin_group, cout_group, groups, channels, win, padded)
         packed_params["x_signed"] = int(x_type.dtype is DType.INT8)
         packed = Prepacked(

@@ -87,6 +87,11 @@ def plan(cin_group: int, cout_group: int, groups: int, channels: int, win, padde
     out_channels = groups * cout_group
     params = {
         "variant": "packed",
+        "out_rows": out_rows,
+        "pad_plane_d": padded[0],
+        "pad_plane_h": padded[1],
+        "pad_plane_w": padded[2],
+        "pad_plane_size": plane_size,
         "kgroups": kgroups(k_dim),
         "panels": panels(cout_group),
         "panel_bytes": kgroups(k_dim) * 4 * PANEL_ROWS,
