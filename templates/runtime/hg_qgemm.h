@@ -34,8 +34,10 @@
 #define HG_QG_MR 8
 #define HG_QG_NB 32
 
+/* not inlined (the block's registers stay its own); `unused` because a kernel file may include this
+   header for its row kernels alone (a MaxPool on a Cortex-M, whose convolutions are hg_quant.h's) */
 #if defined(__GNUC__)
-#define HG_QG_NOINLINE __attribute__((noinline))
+#define HG_QG_NOINLINE __attribute__((noinline, unused))
 #else
 #define HG_QG_NOINLINE
 #endif
