@@ -39,7 +39,7 @@ def apply_prepacked(
             value = packed[index, offer.index]
             name = packed_name(inputs[offer.index], unit)
             constants[name] = value
-            types[name] = TensorType(DType.FLOAT32, value.shape)
+            types[name] = TensorType(DType.from_numpy(value.dtype), value.shape)
             inputs[offer.index] = name
         new_inputs.append(tuple(inputs))
     if len(constants) == len(graph.constants):

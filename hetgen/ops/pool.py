@@ -73,6 +73,10 @@ def lower_window_pool(op: OpInstance) -> Kernel:
         "out_index": input_arg_count(op),
         "indices_index": input_arg_count(op) + 1,
         "split": split,
+        # int8/uint8 MaxPool rows: hg_qg_max_row (templates/runtime/hg_qgemm.h), vectorised
+        "byte_rows": is_max and not with_indices and x_type.dtype in (DType.INT8, DType.UINT8),
+        "x_signed": int(x_type.dtype is DType.INT8),
+        "window_rows": win.kernel[0] * win.kernel[1],
     }
     return Kernel(
         template="kernels/pool.c.j2",

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hetgen.ir import DType, TensorType
+from hetgen.ops import qpack
 from hetgen.ops._common import input_arg_count, total_bytes
 from hetgen.ops._spatial import conv_geometry
-from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Tiling, Unsupported
+from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
 # int16 values of unfolded input per chunk: bounded so the chunk stays in L2.
 IM2COL_CHUNK_VALUES = 128 * 1024
+# bytes hg_qg_dw_row may read past a depthwise plane's last tap (HG_QG_DW_SLACK)
+DW_SLACK = 32
 
 
 def align(size: int, to: int = 64) -> int:
@@ -119,8 +124,9 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     variant = "direct" if cin_group == 1 and groups > 1 else "gemm"
     padded = padded_plane(win)
     w_bytes = align(2 * out_channels * k_dim)
-    if variant == "direct":
-        col_bytes, acc_bytes = align(2 * math.prod(padded)), align(4 * win.out_size)
+    if variant == "direct":  # no int16 weights: the byte plane and one output row's sums
+        # (the row kernel reads up to HG_QG_DW_SLACK bytes past a row's last tap)
+        w_bytes, col_bytes, acc_bytes = 0, align(math.prod(padded) + DW_SLACK), align(4 * win.out_shape[2])
     else:
         col_bytes, acc_bytes = align(2 * k_dim * chunk_cols), align(4 * cout_group * chunk_cols) if requant else 0
     scale_bytes = align(4 * out_channels) if requant else 0
@@ -133,8 +139,6 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     params = {
         **win.view(),
         "variant": variant,
-        "is_gemm": variant == "gemm",
-        "is_direct": variant == "direct",
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
         "pad_plane_w": padded[2],
@@ -165,13 +169,44 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "scale_offset": w_bytes + col_bytes + acc_bytes,
         "out_index": input_arg_count(op),
     }
+    prepacked = ()
+    if variant == "gemm" and _packable(op, x_type, w, w_zp, requant, k_dim):
+        packed_params, packed_scratch = qpack.plan(cin_group, cout_group, groups, channels, win, padded)
+        packed_params["x_signed"] = int(x_type.dtype is DType.INT8)
+        offer = Prepacked(
+            w,
+            lambda value: qpack.pack_weights(value, groups),
+            packed_params,
+            packed_scratch,
+            template="kernels/qconv_packed.c.j2",
+        )
+        prepacked = (offer,)
+    if variant == "direct":
+        params["plane_offset"] = params["col_offset"]
+        params["title"] = "Quantized" if requant else "Integer"
+        params["x_signed"] = int(x_type.dtype is DType.INT8)
     return Kernel(
-        template="kernels/qconv.c.j2",
+        template="kernels/qconv_direct.c.j2" if variant == "direct" else "kernels/qconv.c.j2",
         params=params,
         scratch_bytes=w_bytes + col_bytes + acc_bytes + scale_bytes,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
+        prepacked=prepacked,
     )
+
+
+def _packable(op: OpInstance, x_type: TensorType, w: int, w_zp: int | None, requant, k_dim: int) -> bool:
+    """Whether the packed int8 kernel (hetgen/ops/qpack.py) computes this convolution: requantised
+    int8 or uint8 output, constant int8 weights with zero point 0, a reduction an int32 holds."""
+    if requant is None or op.constant(w) is None or op.input_types[w].dtype is not DType.INT8:
+        return False
+    if x_type.dtype not in QUANTIZED or op.output_types[0].dtype not in QUANTIZED or k_dim > qpack.MAX_K:
+        return False
+    if w_zp is not None and op.has_input(w_zp):
+        zero_point = op.constant(w_zp)
+        if zero_point is None or np.any(zero_point != 0):
+            return False
+    return True
 
 
 def lower_qlinear_conv(op: OpInstance) -> Kernel:

@@ -72,7 +72,9 @@ class Layouts:
         key = (index, id(offer))
         if key not in self.made:
             value = offer.layout(self.model(index, offer))
-            self.made[key] = np.ascontiguousarray(value, dtype=np.float32).reshape(-1)
+            # int8 layouts (the quantized convolution's panels, hetgen/ops/qpack.py) keep their type
+            dtype = np.int8 if np.asarray(value).dtype == np.int8 else np.float32
+            self.made[key] = np.ascontiguousarray(value, dtype=dtype).reshape(-1)
         return self.made[key]
 
     def growth(self, index: int, offer: Prepacked) -> float:

@@ -1,0 +1,110 @@
+"""The packed int8 convolution: weights in the micro-kernel's layout, made at generate time.
+
+QLinearConv with constant int8 weights whose zero point is 0 (what onnxruntime's quantize_static
+writes, per tensor or per channel) offers its weights as panels of PANEL_ROWS output channels by
+groups of 4 consecutive reduction indices, `[groups][panels][ceil(K/4)][PANEL_ROWS][4]`, zero padded,
+followed by each output channel's int32 weight sum (4 little-endian bytes). The kernel
+(templates/kernels/qconv_packed.c.j2, micro-kernels in templates/runtime/hg_qgemm.h) packs the
+input per call as `[pixel blocks][ceil(K/4)][BLOCK_PIXELS][4]` bytes (im2col through a tap table; a zero-point-padded
+copy of the input where the convolution pads) and runs one block of PANEL_ROWS channels x
+BLOCK_PIXELS output pixels at a time: vpdpbusd on AVX-512 VNNI / AVX-VNNI, exact int16 products on
+AVX2, sdot by lane on aarch64 with the dot-product extension, widening NEON otherwise, plain C
+elsewhere; the same C for all, the compiler's feature macros choose. The weights' sums fold the
+input zero point (and the shift that makes activations of the path's signedness) and the bias into
+one int32 constant per channel, and the requantisation is fused into the block's store.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+PANEL_ROWS = 8  # HG_QG_MR
+BLOCK_PIXELS = 32  # HG_QG_NB
+# bytes of packed activations per chunk of output rows: kept in L2
+COL_CHUNK_BYTES = 256 * 1024
+# the largest reduction an int32 sum of u8 x s8 products holds exactly (255 * 128 * K < 2^31)
+MAX_K = (2**31 - 1) // (255 * 128)
+
+
+def kgroups(k_dim: int) -> int:
+    return -(-k_dim // 4)
+
+
+def panels(cout_group: int) -> int:
+    return -(-cout_group // PANEL_ROWS)
+
+
+def packed_bytes(groups: int, cout_group: int, k_dim: int) -> int:
+    return groups * panels(cout_group) * kgroups(k_dim) * PANEL_ROWS * 4 + 4 * groups * cout_group
+
+
+def pack_weights(w: np.ndarray, groups: int) -> np.ndarray:
+    """int8 weights [M, C/groups, *kernel] -> the panels, then the channels' int32 sums as bytes."""
+    w = np.asarray(w)
+    out_channels = w.shape[0]
+    if out_channels == 0:
+        return np.zeros(0, np.int8)
+    per_group = w.reshape(groups, out_channels // groups, -1).astype(np.int8)
+    cout_group, k_dim = per_group.shape[1], per_group.shape[2]
+    rows, depth = panels(cout_group) * PANEL_ROWS, kgroups(k_dim) * 4
+    padded = np.zeros((groups, rows, depth), np.int8)
+    padded[:, :cout_group, :k_dim] = per_group
+    # [g][panel][row][kg][4] -> [g][panel][kg][row][4]
+    blocks = padded.reshape(groups, rows // PANEL_ROWS, PANEL_ROWS, depth // 4, 4).transpose(0, 1, 3, 2, 4)
+    sums = w.reshape(out_channels, -1).astype(np.int64).sum(axis=1).astype("<i4")
+    return np.concatenate([blocks.reshape(-1), sums.view(np.int8)])
+
+
+def tap_offsets(cin_group: int, kernel, dilations, plane) -> list[int]:
+    """Per reduction index k = (c, kd, kh, kw), padded to a multiple of 4 by repeating the last (its
+    weights are 0), the byte offset of its tap in the (padded) input planes from an output pixel's origin."""
+    plane_d, plane_h, plane_w = plane
+    offsets = [
+        ((c * plane_d + kd * dilations[0]) * plane_h + kh * dilations[1]) * plane_w + kw * dilations[2]
+        for c in range(cin_group)
+        for kd in range(kernel[0])
+        for kh in range(kernel[1])
+        for kw in range(kernel[2])
+    ]
+    return offsets + offsets[-1:] * (kgroups(len(offsets)) * 4 - len(offsets))
+
+
+def plan(cin_group: int, cout_group: int, groups: int, channels: int, win, padded, chunk_budget: int = COL_CHUNK_BYTES):
+    """The packed kernel's parameters and workspace: (params, scratch bytes)."""
+    k_dim = cin_group * win.kernel_size
+    out_rows = win.out_shape[0] * win.out_shape[1]
+    out_w = win.out_shape[2]
+    row_bytes = kgroups(k_dim) * 4 * out_w
+    chunk_rows = max(1, min(out_rows, chunk_budget // max(1, row_bytes)))
+    chunk_px = chunk_rows * out_w
+    chunk_px_pad = -(-chunk_px // BLOCK_PIXELS) * BLOCK_PIXELS
+    needs_plane = tuple(padded) != tuple(win.in_shape)
+    plane_size = math.prod(padded)
+    plane_bytes = _align(channels * plane_size) if needs_plane else 0
+    col_bytes = _align(kgroups(k_dim) * 4 * chunk_px_pad)
+    out_channels = groups * cout_group
+    params = {
+        "variant": "packed",
+        "kgroups": kgroups(k_dim),
+        "panels": panels(cout_group),
+        "panel_bytes": kgroups(k_dim) * 4 * PANEL_ROWS,
+        "group_w_bytes": panels(cout_group) * kgroups(k_dim) * 4 * PANEL_ROWS,
+        "sums_offset": groups * panels(cout_group) * kgroups(k_dim) * 4 * PANEL_ROWS,
+        "chunk_rows": chunk_rows,
+        "block_bytes": kgroups(k_dim) * 4 * BLOCK_PIXELS,
+        "needs_plane": needs_plane,
+        "plane_stride_h": padded[2],
+        "plane_stride_d": padded[1] * padded[2],
+        "taps": tap_offsets(cin_group, win.kernel, win.dilations, padded),
+        "plane_offset": 0,
+        "col_offset": plane_bytes,
+        "const_offset": plane_bytes + col_bytes,
+        "scale_offset": plane_bytes + col_bytes + _align(4 * out_channels),
+    }
+    return params, plane_bytes + col_bytes + 2 * _align(4 * out_channels)
+
+
+def _align(size: int, to: int = 64) -> int:
+    return (size + to - 1) // to * to

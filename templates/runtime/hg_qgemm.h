@@ -1,0 +1,579 @@
+/* int8 GEMM micro-kernels of hetgen's packed quantized convolution (templates/kernels/qconv_packed.c.j2).
+
+   One layout for every ISA, made at generate time (hetgen/ops/qpack.py):
+     weights      s8 [panels][K/4][HG_QG_MR][4]: HG_QG_MR output channels, groups of 4 consecutive k
+                  (zero padded in both), then one int32 sum of each channel's weights (little-endian bytes);
+     activations  [pixel blocks][K/4][HG_QG_NB][4] bytes, packed per call (im2col), pixels padded to HG_QG_NB.
+   A block is HG_QG_MR channels x HG_QG_NB output pixels: the weights are broadcast (4 bytes, one channel),
+   the activations are the vector (consecutive output pixels), so each channel's results are one
+   contiguous run of an NCHW output row.
+
+   The compiler's feature macros pick the path, the generated C is the same bytes for all:
+     __AVX512VNNI__ (+BW, VL)  vpdpbusd zmm: u8 activations x s8 weights, 16 pixels a vector;
+     __AVXVNNI__               vpdpbusd ymm, 8 pixels a vector;
+     __AVX2__                  both widened to int16 (exact), vpmaddwd;
+     __ARM_FEATURE_DOTPROD     sdot by lane: s8 activations x s8 weights, 4 pixels a vector;
+     __aarch64__ (NEON)        smull/smlal widening, exact;
+     otherwise                 plain C.
+   vpdpbusd multiplies unsigned activations, sdot signed ones: activations of the other signedness are
+   stored with their top bit flipped (x ^ 0x80 = x + 128 for int8, x - 128 for uint8), and the sum
+   this adds (the shift times the channel's weight sum) is folded with the input zero point and the
+   bias into one constant per channel (`hg_qg_shift`). Every path computes the exact int32 sum.
+
+   Requantisation is hg_quant.h's, vectorised: (float)(acc + c) * scale, clamped to
+   [qmin - zp, qmax - zp], rounded half to even (cvtps2dq in the default rounding mode), + zp. */
+#ifndef HG_QGEMM_H
+#define HG_QGEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "hg_quant.h"
+
+#define HG_QG_MR 8
+#define HG_QG_NB 32
+
+#if defined(__GNUC__)
+#define HG_QG_NOINLINE __attribute__((noinline))
+#else
+#define HG_QG_NOINLINE
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define HG_QG_PATH_AVX512VNNI 1
+#elif defined(__AVXVNNI__)
+#define HG_QG_PATH_AVXVNNI 1
+#elif defined(__AVX2__)
+#define HG_QG_PATH_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+#define HG_QG_PATH_SDOT 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define HG_QG_PATH_NEON 1
+#else
+#define HG_QG_PATH_SCALAR 1
+#endif
+
+#if defined(HG_QG_PATH_AVX512VNNI) || defined(HG_QG_PATH_AVXVNNI) || defined(HG_QG_PATH_AVX2)
+#include <immintrin.h>
+#endif
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+#include <arm_neon.h>
+#endif
+
+/* The path's activations are signed (sdot, NEON) or unsigned (vpdpbusd, and the rest alike). */
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+#define HG_QG_ACT_SIGNED 1
+#else
+#define HG_QG_ACT_SIGNED 0
+#endif
+
+/* The byte XORed into every activation of an input whose signedness is `x_signed`, and the value it adds
+   to each activation (the stored activation is x + shift). */
+static inline uint32_t hg_qg_flip(int x_signed)
+{
+    return x_signed == HG_QG_ACT_SIGNED ? 0u : 0x80808080u;
+}
+
+static inline int32_t hg_qg_shift(int x_signed)
+{
+    return x_signed == HG_QG_ACT_SIGNED ? 0 : (x_signed ? 128 : -128);
+}
+
+/* The int32 stored as 4 little-endian bytes at p (the packed weights' channel sums). */
+static inline int32_t hg_qg_load_le32(const int8_t *p)
+{
+    const uint8_t *b = (const uint8_t *)p;
+    return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+}
+
+static inline int32_t hg_qg_load32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Four bytes, one from each row, as one 32-bit word (row 0 in the lowest byte), XOR flip. */
+static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
+                                     const uint8_t *r3, size_t n, size_t stride, uint32_t flip)
+{
+    uint32_t *restrict d = (uint32_t *)(void *)dst;
+    if (stride == 1) {
+        for (size_t i = 0; i < n; ++i)
+            d[i] = ((uint32_t)r0[i] | (uint32_t)r1[i] << 8 | (uint32_t)r2[i] << 16 | (uint32_t)r3[i] << 24) ^ flip;
+    } else {
+        for (size_t i = 0; i < n; ++i)
+            d[i] = ((uint32_t)r0[i * stride] | (uint32_t)r1[i * stride] << 8 | (uint32_t)r2[i * stride] << 16 |
+                    (uint32_t)r3[i * stride] << 24) ^
+                   flip;
+    }
+}
+
+/* Requantise n int32 sums: y[i] = clamp((float)(acc[i] + c) * s, lo, hi) rounded half to even + zp, as a
+   byte (int8 or uint8: the value is in range, so its low byte is the stored one). */
+static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, float s, int32_t zp, float lo, float hi,
+                                     uint8_t *y)
+{
+    size_t i = 0;
+#if defined(HG_QG_PATH_AVX512VNNI)
+    const __m512i vc = _mm512_set1_epi32(c), vzp = _mm512_set1_epi32(zp);
+    const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (; i < n; i += 16) {
+        const __mmask16 lanes = (__mmask16)(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_maskz_loadu_epi32(lanes, acc + i), vc)), vs);
+        f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
+        _mm_mask_storeu_epi8(y + i, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
+    }
+#elif defined(HG_QG_PATH_AVXVNNI) || defined(HG_QG_PATH_AVX2)
+    const __m256i vc = _mm256_set1_epi32(c), vzp = _mm256_set1_epi32(zp);
+    const __m256 vs = _mm256_set1_ps(s), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    /* the low byte of each int16 (the values are in range: int8 or uint8 alike) */
+    const __m128i low_bytes = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    for (; i + 8 <= n; i += 8) {
+        __m256 f = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(acc + i)), vc)), vs);
+        f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
+        const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(f), vzp);
+        const __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64((__m128i *)(void *)(y + i), _mm_shuffle_epi8(h, low_bytes));
+    }
+#elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    /* fcvtns rounds half to even, as hg_round_even does */
+    const int32x4_t vc = vdupq_n_s32(c), vzp = vdupq_n_s32(zp);
+    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
+    for (; i + 8 <= n; i += 8) {
+        float32x4_t f0 = vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + i), vc)), s);
+        float32x4_t f1 = vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + i + 4), vc)), s);
+        f0 = vminq_f32(vmaxq_f32(f0, vlo), vhi);
+        f1 = vminq_f32(vmaxq_f32(f1, vlo), vhi);
+        const int16x8_t q = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f0), vzp)),
+                                         vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f1), vzp)));
+        vst1_u8(y + i, vreinterpret_u8_s8(vmovn_s16(q)));
+    }
+#endif
+    for (; i < n; ++i)
+        y[i] = (uint8_t)(hg_round_even(hg_clamp_q((float)(acc[i] + c) * s, lo, hi)) + zp);
+}
+
+/* Depthwise: n int32 sums out[i] = sum over taps t of w[t] * x_t[i * stride], x_t the bytes at taps[t]
+   (int8 or uint8 as x_signed says). Vectorised across the output row for strides 1 and 2 (a stride-2
+   row read as int16 pairs, the even one kept); reads at most HG_QG_DW_SLACK bytes past a tap's last. */
+#define HG_QG_DW_SLACK 32
+
+static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, size_t ntaps, size_t stride, size_t n,
+                                int x_signed, int32_t *out)
+{
+    size_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    /* masked: a short row (8 or 4 outputs deep in a network) is one partial vector, not scalar */
+    if (stride <= 2)
+        for (; i < n; i += 16) {
+            const size_t live = n - i < 16 ? n - i : 16;
+            const __mmask16 lanes = (__mmask16)((1u << live) - 1u);
+            const __mmask32 bytes = (__mmask32)(live == 16 ? 0xFFFFFFFFu : (1u << (2 * live)) - 1u);
+            __m512i acc = _mm512_setzero_si512();
+            for (size_t t = 0; t < ntaps; ++t) {
+                const uint8_t *p = taps[t] + i * stride;
+                __m512i v;
+                if (stride == 1) {
+                    const __m128i b = _mm_maskz_loadu_epi8(lanes, p);
+                    v = x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+                } else {
+                    const __m256i b = _mm256_maskz_loadu_epi8(bytes, p);
+                    v = x_signed ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b);
+                    v = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16);
+                }
+                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, _mm512_set1_epi32(w[t])));
+            }
+            _mm512_mask_storeu_epi32(out + i, lanes, acc);
+        }
+#elif defined(__AVX2__)
+    if (stride <= 2)
+        for (; i + 8 <= n; i += 8) {
+            __m256i acc = _mm256_setzero_si256();
+            for (size_t t = 0; t < ntaps; ++t) {
+                const uint8_t *p = taps[t] + i * stride;
+                __m256i v;
+                if (stride == 1) {
+                    const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
+                    v = x_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+                } else {
+                    const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+                    v = x_signed ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+                    v = _mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16);
+                }
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(v, _mm256_set1_epi32(w[t])));
+            }
+            _mm256_storeu_si256((__m256i *)(void *)(out + i), acc);
+        }
+#elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    /* 8 outputs: the bytes widened to int16 (stride 2: ld2 keeps the even ones), smlal by the tap's
+       weight (it fits int16: a byte less a zero point) into two int32x4 */
+    if (stride <= 2)
+        for (; i + 8 <= n; i += 8) {
+            int32x4_t s0 = vdupq_n_s32(0), s1 = vdupq_n_s32(0);
+            for (size_t t = 0; t < ntaps; ++t) {
+                const uint8_t *p = taps[t] + i * stride;
+                const uint8x8_t b = stride == 1 ? vld1_u8(p) : vld2_u8(p).val[0];
+                const int16x8_t v = x_signed ? vmovl_s8(vreinterpret_s8_u8(b)) : vreinterpretq_s16_u16(vmovl_u8(b));
+                s0 = vmlal_n_s16(s0, vget_low_s16(v), (int16_t)w[t]);
+                s1 = vmlal_n_s16(s1, vget_high_s16(v), (int16_t)w[t]);
+            }
+            vst1q_s32(out + i, s0);
+            vst1q_s32(out + i + 4, s1);
+        }
+#endif
+    for (; i < n; ++i) {
+        int32_t sum = 0;
+        for (size_t t = 0; t < ntaps; ++t) {
+            const uint8_t b = taps[t][i * stride];
+            sum += w[t] * (x_signed ? (int32_t)(int8_t)b : (int32_t)b);
+        }
+        out[i] = sum;
+    }
+}
+
+/* hg_qg_dw_row's sums requantised (hg_qg_requant_row) into n bytes at y; on AVX-512 in registers. */
+static inline void hg_qg_dw_row_q(const uint8_t *const *taps, const int32_t *w, size_t ntaps, size_t stride, size_t n,
+                                  int x_signed, int32_t *sums, int32_t c, float s, int32_t zp, float lo, float hi,
+                                  uint8_t *y)
+{
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    if (stride <= 2) {
+        const __m512i vc = _mm512_set1_epi32(c), vzp = _mm512_set1_epi32(zp);
+        const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+        for (size_t i = 0; i < n; i += 16) {
+            const size_t live = n - i < 16 ? n - i : 16;
+            const __mmask16 lanes = (__mmask16)((1u << live) - 1u);
+            const __mmask32 bytes = (__mmask32)(live == 16 ? 0xFFFFFFFFu : (1u << (2 * live)) - 1u);
+            __m512i acc = vc;
+            for (size_t t = 0; t < ntaps; ++t) {
+                const uint8_t *p = taps[t] + i * stride;
+                __m512i v;
+                if (stride == 1) {
+                    const __m128i b = _mm_maskz_loadu_epi8(lanes, p);
+                    v = x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+                } else {
+                    const __m256i b = _mm256_maskz_loadu_epi8(bytes, p);
+                    v = x_signed ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b);
+                    v = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16);
+                }
+                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, _mm512_set1_epi32(w[t])));
+            }
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), vs);
+            f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
+            _mm_mask_storeu_epi8(y + i, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
+        }
+        return;
+    }
+#endif
+    hg_qg_dw_row(taps, w, ntaps, stride, n, x_signed, sums);
+    hg_qg_requant_row(sums, n, c, s, zp, lo, hi, y);
+}
+
+/* MaxPool on int8/uint8 (templates/kernels/pool.c.j2), one output row of n: y[i] = the largest of
+   init and rows[r][i * stride + kw * dil - pad] over the nrows input rows and the taps kw < kw_n whose
+   column is inside the row (i in [lo[kw], hi[kw])), the bytes signed as x_signed says. AVX-512 with
+   BMI2: 32 outputs at a time in a register, each tap's load masked to its valid lanes (strides 1
+   and 2: stride 2 loads int16 lanes and keeps their low bytes); elsewhere plain C. */
+static inline void hg_qg_max_cols(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
+                                  ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t i, size_t end, size_t stride,
+                                  int x_signed, uint8_t init)
+{
+    for (size_t o = i; o < end; ++o)
+        y[o] = init;
+    for (size_t r = 0; r < nrows; ++r)
+        for (size_t kw = 0; kw < kw_n; ++kw) {
+            const size_t first = lo[kw] > i ? lo[kw] : i, last = hi[kw] < end ? hi[kw] : end;
+            for (size_t o = first; o < last; ++o) {
+                const uint8_t v = rows[r][(ptrdiff_t)(o * stride + kw * dil) - pad];
+                if (x_signed ? (int8_t)v > (int8_t)y[o] : v > y[o])
+                    y[o] = v;
+            }
+        }
+}
+
+static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
+                                 ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
+                                 int x_signed, uint8_t init)
+{
+    size_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__BMI2__)
+    if (stride <= 2)
+        for (; i < n; i += 32) {
+            const size_t live = n - i < 32 ? n - i : 32;
+            __m256i acc = _mm256_set1_epi8((char)init);
+            for (size_t r = 0; r < nrows; ++r)
+                for (size_t kw = 0; kw < kw_n; ++kw) {
+                    const size_t first = lo[kw] > i ? lo[kw] - i : 0, end = hi[kw] < i + live ? hi[kw] - i : live;
+                    if (first >= end)
+                        continue;
+                    /* lanes [first, end) */
+                    const uint32_t lanes = (uint32_t)(((uint64_t)1 << end) - ((uint64_t)1 << first));
+                    const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
+                    __m256i v;
+                    if (stride == 1)
+                        v = _mm256_maskz_loadu_epi8((__mmask32)lanes, src);
+                    else
+                        v = _mm512_cvtepi16_epi8(
+                            _mm512_maskz_loadu_epi8((__mmask64)_pdep_u64(lanes, 0x5555555555555555ull), src));
+                    acc = x_signed ? _mm256_mask_max_epi8(acc, (__mmask32)lanes, acc, v)
+                                   : _mm256_mask_max_epu8(acc, (__mmask32)lanes, acc, v);
+                }
+            _mm256_mask_storeu_epi8(y + i, (__mmask32)(live == 32 ? 0xFFFFFFFFu : (1u << live) - 1u), acc);
+        }
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+    /* the columns every tap reads (no masks on NEON): 16, then 8 at a time, the edges in plain C */
+    size_t inner_lo = 0, inner_hi = n;
+    for (size_t kw = 0; kw < kw_n; ++kw) {
+        inner_lo = lo[kw] > inner_lo ? lo[kw] : inner_lo;
+        inner_hi = hi[kw] < inner_hi ? hi[kw] : inner_hi;
+    }
+    if (stride <= 2 && nrows && inner_lo < inner_hi) {
+        hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, 0, inner_lo, stride, x_signed, init);
+        /* (stride 2: ld2 also reads the odd byte after a vector's last tap, inside the row while i + 16 < inner_hi) */
+        for (i = inner_lo; stride == 1 ? i + 16 <= inner_hi : i + 16 < inner_hi; i += 16) {
+            uint8x16_t acc = vdupq_n_u8(init);
+            for (size_t r = 0; r < nrows; ++r)
+                for (size_t kw = 0; kw < kw_n; ++kw) {
+                    const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
+                    const uint8x16_t v = stride == 1 ? vld1q_u8(src) : vld2q_u8(src).val[0];
+                    acc = x_signed ? vreinterpretq_u8_s8(vmaxq_s8(vreinterpretq_s8_u8(acc), vreinterpretq_s8_u8(v)))
+                                   : vmaxq_u8(acc, v);
+                }
+            vst1q_u8(y + i, acc);
+        }
+        /* 8 at a time; the last 8 the row allows overlap the ones before (max is idempotent) */
+        if (inner_hi - inner_lo >= 8 + (stride - 1)) {
+            const size_t last8 = inner_hi - 8 - (stride - 1);
+            while (i <= last8) {
+                uint8x8_t acc = vdup_n_u8(init);
+                for (size_t r = 0; r < nrows; ++r)
+                    for (size_t kw = 0; kw < kw_n; ++kw) {
+                        const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
+                        const uint8x8_t v = stride == 1 ? vld1_u8(src) : vld2_u8(src).val[0];
+                        acc = x_signed ? vreinterpret_u8_s8(vmax_s8(vreinterpret_s8_u8(acc), vreinterpret_s8_u8(v)))
+                                       : vmax_u8(acc, v);
+                    }
+                vst1_u8(y + i, acc);
+                i = i == last8 ? last8 + 8 : (i + 8 <= last8 ? i + 8 : last8);
+            }
+        }
+    }
+#endif
+    hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, i, n, stride, x_signed, init);
+}
+
+/* One block: rows (<= HG_QG_MR) output channels x npx (<= HG_QG_NB) output pixels.
+   w: the panel, [kg][HG_QG_MR][4]; a: the activations of the block's first pixel, kgroup stride `as`
+   bytes; c, s: the rows' constants and scales; y: row r's pixels at y + r * ldy. */
+#if defined(HG_QG_PATH_AVX512VNNI)
+static inline __m128i hg_qg_requant16(__m512i acc, int32_t c, float s, int32_t zp, float lo, float hi)
+{
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, _mm512_set1_epi32(c))), _mm512_set1_ps(s));
+    f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+    return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp)));
+}
+
+/* One group of 4 k into the 16 accumulators: rows r's 4 weight bytes broadcast (w + 4r) times the
+   activations of pixels 0-15 (a0) and 16-31 (a1). GCC 12 copies the accumulators of the intrinsic on
+   every step (a move per vpdpbusd, and spills), so there the step is one inline assembly statement
+   with the accumulators tied in place; other compilers get the intrinsics. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define HG_QG_DP(r, lo_, hi_) "vpdpbusd " #r "*4(%[w])%{1to16%}, %[a0], %[" #lo_ "]\n\t" \
+                              "vpdpbusd " #r "*4(%[w])%{1to16%}, %[a1], %[" #hi_ "]\n\t"
+/* (two statements of 8 accumulators: an asm takes at most 30 operands, an in-out one counts twice) */
+#define HG_QG_HALF(r0, r1, r2, r3, l0, h0, l1, h1, l2, h2, l3, h3)                                          \
+    __asm__(HG_QG_DP(r0, l0, h0) HG_QG_DP(r1, l1, h1) HG_QG_DP(r2, l2, h2) HG_QG_DP(r3, l3, h3)            \
+            : [l0] "+v"(l0), [h0] "+v"(h0), [l1] "+v"(l1), [h1] "+v"(h1), [l2] "+v"(l2), [h2] "+v"(h2),    \
+              [l3] "+v"(l3), [h3] "+v"(h3)                                                                 \
+            : [a0] "v"(a0), [a1] "v"(a1), [w] "r"(w), "m"(*(const int8_t(*)[4 * HG_QG_MR])w))
+#define HG_QG_STEP()                                                                                       \
+    do {                                                                                                   \
+        HG_QG_HALF(0, 1, 2, 3, c00, c01, c10, c11, c20, c21, c30, c31);                                    \
+        HG_QG_HALF(4, 5, 6, 7, c40, c41, c50, c51, c60, c61, c70, c71);                                    \
+    } while (0)
+#else
+#define HG_QG_ROW(r, lo_, hi_)                                                                             \
+    do {                                                                                                   \
+        const __m512i b_ = _mm512_set1_epi32(hg_qg_load32(w + 4 * (r)));                                   \
+        lo_ = _mm512_dpbusd_epi32(lo_, a0, b_);                                                            \
+        hi_ = _mm512_dpbusd_epi32(hi_, a1, b_);                                                            \
+    } while (0)
+#define HG_QG_STEP()                                                                                       \
+    do {                                                                                                   \
+        HG_QG_ROW(0, c00, c01);                                                                            \
+        HG_QG_ROW(1, c10, c11);                                                                            \
+        HG_QG_ROW(2, c20, c21);                                                                            \
+        HG_QG_ROW(3, c30, c31);                                                                            \
+        HG_QG_ROW(4, c40, c41);                                                                            \
+        HG_QG_ROW(5, c50, c51);                                                                            \
+        HG_QG_ROW(6, c60, c61);                                                                            \
+        HG_QG_ROW(7, c70, c71);                                                                            \
+    } while (0)
+#endif
+
+/* Not inlined: inside a kernel's loops GCC 12 allocates the 16 accumulators worse (moves and spills). */
+HG_QG_NOINLINE static void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
+                                       size_t rows, size_t npx, const int32_t *c, const float *s, int32_t zp, float lo,
+                                       float hi, uint8_t *y, size_t ldy)
+{
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR) {
+        const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 64);
+        HG_QG_STEP();
+    }
+    const __mmask16 m0 = (__mmask16)(npx >= 16 ? 0xFFFFu : (1u << npx) - 1u);
+    const __mmask16 m1 = (__mmask16)(npx >= 32 ? 0xFFFFu : npx <= 16 ? 0u : (1u << (npx - 16)) - 1u);
+#define HG_QG_STORE(r, lo_, hi_)                                                                            \
+    if ((r) < rows) {                                                                                       \
+        _mm_mask_storeu_epi8(y + (r) * ldy, m0, hg_qg_requant16(lo_, c[r], s[r], zp, lo, hi));              \
+        _mm_mask_storeu_epi8(y + (r) * ldy + 16, m1, hg_qg_requant16(hi_, c[r], s[r], zp, lo, hi));         \
+    }
+    HG_QG_STORE(0, c00, c01)
+    HG_QG_STORE(1, c10, c11)
+    HG_QG_STORE(2, c20, c21)
+    HG_QG_STORE(3, c30, c31)
+    HG_QG_STORE(4, c40, c41)
+    HG_QG_STORE(5, c50, c51)
+    HG_QG_STORE(6, c60, c61)
+    HG_QG_STORE(7, c70, c71)
+#undef HG_QG_STORE
+}
+#else
+#if defined(HG_QG_PATH_AVXVNNI) || defined(HG_QG_PATH_AVX2)
+/* 8 pixels' sums of one channel, pairs form: lanes (p0 k01, p0 k23, p1 k01, ...) in lo (p0-3) and hi (p4-7). */
+static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
+{
+    /* hadd: (lo0+lo1, lo2+lo3, hi0+hi1, hi2+hi3 | lo4+lo5, lo6+lo7, hi4+hi5, hi6+hi7) = p0 p1 p4 p5 | p2 p3 p6 p7 */
+    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xD8);
+}
+#endif
+
+/* The sums of one block, computed by the path, then requantised by row: exact int32 in `t`. */
+static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
+                                    size_t npx, int32_t t[HG_QG_MR][HG_QG_NB])
+{
+#if defined(HG_QG_PATH_AVXVNNI)
+    for (size_t p0 = 0; p0 < npx; p0 += 8) {
+        __m256i acc[HG_QG_MR];
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            acc[r] = _mm256_setzero_si256();
+        const int8_t *wg = w;
+        const uint8_t *ag = a + 4 * p0;
+        for (size_t g = 0; g < kg; ++g, ag += as, wg += 4 * HG_QG_MR) {
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)ag);
+            for (size_t r = 0; r < HG_QG_MR; ++r)
+                acc[r] = _mm256_dpbusd_avx_epi32(acc[r], av, _mm256_set1_epi32(hg_qg_load32(wg + 4 * r)));
+        }
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            _mm256_storeu_si256((__m256i *)(void *)(t[r] + p0), acc[r]);
+    }
+#elif defined(HG_QG_PATH_AVX2)
+    for (size_t p0 = 0; p0 < npx; p0 += 8)
+        for (size_t r0 = 0; r0 < HG_QG_MR; r0 += 4) {
+            __m256i lo[4], hi[4];
+            for (size_t r = 0; r < 4; ++r)
+                lo[r] = hi[r] = _mm256_setzero_si256();
+            const int8_t *wg = w + 4 * r0;
+            const uint8_t *ag = a + 4 * p0;
+            for (size_t g = 0; g < kg; ++g, ag += as, wg += 4 * HG_QG_MR) {
+                const __m256i a0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)ag));
+                const __m256i a1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(ag + 16)));
+                for (size_t r = 0; r < 4; ++r) {
+                    const __m256i b = _mm256_cvtepi8_epi16(_mm_set1_epi32(hg_qg_load32(wg + 4 * r)));
+                    lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(a0, b));
+                    hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(a1, b));
+                }
+            }
+            for (size_t r = 0; r < 4; ++r)
+                _mm256_storeu_si256((__m256i *)(void *)(t[r0 + r] + p0), hg_qg_pairs_to_8(lo[r], hi[r]));
+        }
+#elif defined(HG_QG_PATH_SDOT)
+    for (size_t p0 = 0; p0 < npx; p0 += 8) {
+        int32x4_t acc[HG_QG_MR][2];
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            acc[r][0] = acc[r][1] = vdupq_n_s32(0);
+        const int8_t *wg = w;
+        const uint8_t *ag = a + 4 * p0;
+        for (size_t g = 0; g < kg; ++g, ag += as, wg += 4 * HG_QG_MR) {
+            const int8x16_t a0 = vreinterpretq_s8_u8(vld1q_u8(ag)), a1 = vreinterpretq_s8_u8(vld1q_u8(ag + 16));
+            const int8x16_t w0 = vld1q_s8(wg), w1 = vld1q_s8(wg + 16);
+            acc[0][0] = vdotq_laneq_s32(acc[0][0], a0, w0, 0);
+            acc[0][1] = vdotq_laneq_s32(acc[0][1], a1, w0, 0);
+            acc[1][0] = vdotq_laneq_s32(acc[1][0], a0, w0, 1);
+            acc[1][1] = vdotq_laneq_s32(acc[1][1], a1, w0, 1);
+            acc[2][0] = vdotq_laneq_s32(acc[2][0], a0, w0, 2);
+            acc[2][1] = vdotq_laneq_s32(acc[2][1], a1, w0, 2);
+            acc[3][0] = vdotq_laneq_s32(acc[3][0], a0, w0, 3);
+            acc[3][1] = vdotq_laneq_s32(acc[3][1], a1, w0, 3);
+            acc[4][0] = vdotq_laneq_s32(acc[4][0], a0, w1, 0);
+            acc[4][1] = vdotq_laneq_s32(acc[4][1], a1, w1, 0);
+            acc[5][0] = vdotq_laneq_s32(acc[5][0], a0, w1, 1);
+            acc[5][1] = vdotq_laneq_s32(acc[5][1], a1, w1, 1);
+            acc[6][0] = vdotq_laneq_s32(acc[6][0], a0, w1, 2);
+            acc[6][1] = vdotq_laneq_s32(acc[6][1], a1, w1, 2);
+            acc[7][0] = vdotq_laneq_s32(acc[7][0], a0, w1, 3);
+            acc[7][1] = vdotq_laneq_s32(acc[7][1], a1, w1, 3);
+        }
+        for (size_t r = 0; r < HG_QG_MR; ++r) {
+            vst1q_s32(t[r] + p0, acc[r][0]);
+            vst1q_s32(t[r] + p0 + 4, acc[r][1]);
+        }
+    }
+#elif defined(HG_QG_PATH_NEON)
+    /* 4 pixels x 4 k of activations (s8) times one channel's 4 weights (repeated): smull to int16
+       (a product fits, two summed do not always), then sadalp adds adjacent pairs into int32, the
+       sums kept by pairs of k until the end: (p0 k01, p0 k23, p1 k01, p1 k23) for pixels 0-1 in lo,
+       2-3 in hi, added across at the end. */
+    for (size_t p0 = 0; p0 < npx; p0 += 4) {
+        int32x4_t lo[HG_QG_MR], hi[HG_QG_MR];
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            lo[r] = hi[r] = vdupq_n_s32(0);
+        const int8_t *wg = w;
+        const uint8_t *ag = a + 4 * p0;
+        for (size_t g = 0; g < kg; ++g, ag += as, wg += 4 * HG_QG_MR) {
+            const int8x16_t av = vreinterpretq_s8_u8(vld1q_u8(ag));
+            const int8x8_t a01 = vget_low_s8(av), a23 = vget_high_s8(av);
+            for (size_t r = 0; r < HG_QG_MR; ++r) {
+                const int8x8_t b = vreinterpret_s8_s32(vdup_n_s32(hg_qg_load32(wg + 4 * r)));
+                lo[r] = vpadalq_s16(lo[r], vmull_s8(a01, b));
+                hi[r] = vpadalq_s16(hi[r], vmull_s8(a23, b));
+            }
+        }
+        for (size_t r = 0; r < HG_QG_MR; ++r)
+            vst1q_s32(t[r] + p0, vpaddq_s32(lo[r], hi[r]));
+    }
+#else
+    for (size_t r = 0; r < HG_QG_MR; ++r)
+        for (size_t p = 0; p < npx; ++p)
+            t[r][p] = 0;
+    for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR)
+        for (size_t r = 0; r < HG_QG_MR; ++r) {
+            const int32_t w0 = w[4 * r], w1 = w[4 * r + 1], w2 = w[4 * r + 2], w3 = w[4 * r + 3];
+            for (size_t p = 0; p < npx; ++p) {
+#if HG_QG_ACT_SIGNED
+                const int8_t *ap = (const int8_t *)a + 4 * p;
+#else
+                const uint8_t *ap = a + 4 * p;
+#endif
+                t[r][p] += w0 * ap[0] + w1 * ap[1] + w2 * ap[2] + w3 * ap[3];
+            }
+        }
+#endif
+}
+
+static inline void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as, size_t rows,
+                               size_t npx, const int32_t *c, const float *s, int32_t zp, float lo, float hi,
+                               uint8_t *y, size_t ldy)
+{
+    int32_t t[HG_QG_MR][HG_QG_NB];
+    hg_qg_block_sums(w, a, kg, as, npx, t);
+    for (size_t r = 0; r < rows; ++r)
+        hg_qg_requant_row(t[r], npx, c[r], s[r], zp, lo, hi, y + r * ldy);
+}
+#endif
+
+#endif /* HG_QGEMM_H */

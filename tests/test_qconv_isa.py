@@ -1,0 +1,228 @@
+"""The packed int8 convolution (hetgen/ops/qpack.py, templates/runtime/hg_qgemm.h) on every x86 path
+this machine can run, against onnxruntime (graph optimisations off) bit for bit: the same generated C
+built natively (-march=native: AVX-512 VNNI where the CPU has it), without VNNI (-mno-avx512vnni
+-mno-avxvnni: the AVX2 blocks beside AVX-512 rows), without AVX-512 (an AVX2 machine), and without -march=native (SSE2 only: the plain C path); AVX-VNNI is
+built warning-free (it cannot run here without the instructions); and (external tier) built for
+aarch64 boards, the cortex-a55 kind (SDOT) and the plain aarch64 kind (NEON), run under qemu-aarch64. One model holds every case, each
+its own QLinearConv: odd reductions, output channels not a multiple of the panel, pixels not a
+multiple of the block, strides, dilations, asymmetric padding, groups, 1-D and 3-D, 1x1 without
+padding (no plane), a fully connected 1x1, depthwise (the direct kernel), int8 and uint8 inputs;
+and int8/uint8 MaxPool (hg_qg_max_row: strides 1, 2 and 3, padding, dilation).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import hetgen
+from hetgen.runtime.emulate import EmulatedModel
+from hetgen.runtime.reference import ort_session
+
+pytestmark = pytest.mark.cc
+
+RNG = np.random.default_rng(20)
+
+# name: (x dtype, x shape, w shape, attributes, per-channel weight scale, bias)
+CASES = {
+    "odd_k_strided": (np.int8, (1, 5, 9, 11), (13, 5, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 1]), True, True),
+    "grouped_dilated": (
+        np.uint8,
+        (2, 8, 7, 7),
+        (12, 4, 3, 3),
+        dict(group=2, dilations=[2, 2], pads=[2, 1, 2, 1]),
+        True,
+        True,
+    ),
+    "pointwise": (np.int8, (1, 16, 10, 10), (20, 16, 1, 1), {}, True, False),
+    "asymmetric_pads": (np.uint8, (1, 3, 17, 17), (8, 3, 5, 5), dict(strides=[3, 3], pads=[2, 2, 0, 0]), False, True),
+    "conv1d": (np.int8, (1, 6, 37), (9, 6, 4), dict(pads=[1, 2]), True, True),
+    "conv3d": (np.uint8, (1, 3, 4, 6, 6), (5, 3, 2, 3, 3), dict(pads=[0, 1, 1, 1, 1, 0]), True, True),
+    "wide": (np.int8, (1, 64, 8, 8), (70, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
+    "fully_connected": (np.int8, (2, 40, 1, 1), (10, 40, 1, 1), {}, True, True),
+    "depthwise": (np.int8, (1, 6, 10, 10), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1]), True, True),
+    "depthwise_strided_u8": (
+        np.uint8,
+        (2, 4, 11, 9),
+        (8, 1, 3, 3),
+        dict(group=4, strides=[2, 2], pads=[1, 0, 1, 1]),
+        True,
+        True,
+    ),
+}
+
+# int8/uint8 MaxPool (hg_qg_max_row): name: (x dtype, x shape, attributes)
+POOL_CASES = {
+    "maxpool_strided_padded": (np.int8, (1, 3, 33, 47), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "maxpool_u8": (np.uint8, (2, 2, 9, 70), dict(kernel_shape=[2, 3], strides=[1, 1], pads=[0, 1, 1, 0])),
+    "maxpool_dilated": (np.int8, (1, 2, 12, 12), dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[1, 2])),
+    "maxpool_1d_stride3": (np.uint8, (1, 4, 40), dict(kernel_shape=[3], strides=[3], pads=[1, 1])),
+}
+
+# how each path is asked for: (extra cflags, -march=native, can run here)
+PATHS = {
+    "native": ((), True),
+    "avx512_without_vnni": (("-mno-avx512vnni", "-mno-avxvnni"), True),  # AVX2 blocks, AVX-512 rows
+    "avx2": (("-mno-avx512f", "-mno-avxvnni"), True),  # an AVX2 machine
+    "scalar": ((), False),
+}
+
+
+def q_random(shape, dtype):
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def model_and_feeds():
+    nodes, inputs, outputs, inits, feeds = [], [], [], [], {}
+    for name, (x_dtype, x_shape, w_shape, attrs, per_channel, with_bias) in CASES.items():
+        channels, k = w_shape[0], int(np.prod(w_shape[1:]))
+        x_scale, w_scales = 0.05, (RNG.random(channels if per_channel else 1) * 0.01 + 0.002).astype(np.float32)
+        # an output scale that spreads the results over ~80 steps: neither saturated nor all one value
+        y_scale = x_scale * float(w_scales.mean()) * 74 * 74 * np.sqrt(k) / 40
+        xz = np.array(3 if x_dtype is np.int8 else 131, x_dtype)
+        yz = np.array(-7 if x_dtype is np.int8 else 120, x_dtype)
+        constants = {
+            "xs": np.array(x_scale, np.float32),
+            "xz": xz,
+            "w": q_random(w_shape, np.int8),
+            "ws": w_scales if per_channel else w_scales.reshape(()),
+            "wz": np.zeros(channels if per_channel else (), np.int8),
+            "ys": np.array(y_scale, np.float32),
+            "yz": yz,
+            "b": RNG.integers(-3000, 3000, channels).astype(np.int32),
+        }
+        names = [f"{name}_{key}" for key in ("x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b")]
+        if not with_bias:
+            names = names[:-1]
+        nodes.append(helper.make_node("QLinearConv", names, [f"{name}_y"], name=name, **attrs))
+        for key, value in constants.items():
+            if f"{name}_{key}" in names:
+                inits.append(numpy_helper.from_array(value, f"{name}_{key}"))
+        inputs.append(
+            helper.make_tensor_value_info(f"{name}_x", helper.np_dtype_to_tensor_dtype(np.dtype(x_dtype)), x_shape)
+        )
+        outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
+        feeds[f"{name}_x"] = q_random(x_shape, x_dtype)
+    for name, (x_dtype, x_shape, attrs) in POOL_CASES.items():
+        nodes.append(helper.make_node("MaxPool", [f"{name}_x"], [f"{name}_y"], name=name, **attrs))
+        inputs.append(
+            helper.make_tensor_value_info(f"{name}_x", helper.np_dtype_to_tensor_dtype(np.dtype(x_dtype)), x_shape)
+        )
+        outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
+        feeds[f"{name}_x"] = q_random(x_shape, x_dtype)
+    graph = helper.make_graph(nodes, "qconv_cases", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return onnx.shape_inference.infer_shapes(model), feeds
+
+
+@pytest.fixture(scope="module")
+def case_model():
+    model, feeds = model_and_feeds()
+    expected = dict(zip([o.name for o in model.graph.output], ort_session(model.SerializeToString()).run(None, feeds)))
+    return model, feeds, expected
+
+
+def qgemm_path(project: Path) -> str:
+    """Which hg_qgemm.h path the project's kernels were built with: its compile command, preprocessed."""
+    commands = json.loads((project / "compile_commands.json").read_text())
+    command = next(c for c in commands if "/kernels/" in c["file"])
+    argv = list(command["arguments"])
+    for flag in ("-c", "-o"):  # the source and the object: the probe reads stdin, writes stdout
+        at = argv.index(flag)
+        del argv[at : at + 2]
+    probe = subprocess.run(
+        [*argv, "-dM", "-E", "-x", "c", "-"],
+        input='#include "hg_qgemm.h"\n',
+        capture_output=True,
+        text=True,
+        cwd=command["directory"],
+        check=True,
+    ).stdout
+    return next(line.split()[1] for line in probe.splitlines() if line.startswith("#define HG_QG_PATH_"))
+
+
+def cpu_has(flag: str) -> bool:
+    try:
+        return f" {flag}" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("path", PATHS, ids=list(PATHS))
+def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, path):
+    model, feeds, expected = case_model
+    cflags, native = PATHS[path]
+    project = hetgen.compile(
+        "host", model, out=tmp_path / "p", native_only=True, extra_cflags=("-Werror", *cflags), native_tuning=native
+    )
+    built = qgemm_path(project)
+    wanted = {"native": "HG_QG_PATH_AVX512VNNI", "scalar": "HG_QG_PATH_SCALAR"}.get(path, "HG_QG_PATH_AVX2")
+    if path == "scalar" or cpu_has("avx512_vnni"):  # elsewhere -march=native picks what the CPU has
+        assert built == wanted
+    kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))
+    assert kernels.count("hg_qg_block(") == len(CASES) - 2  # the packed kernel, all but the depthwise ones
+    assert "hg_qg_dw_row_q(" in kernels  # the depthwise ones: the direct kernel
+    got = hetgen.load(project).run(feeds)
+    for name, want in expected.items():
+        np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")
+        assert len(np.unique(want)) > 8, name  # the comparison means something
+
+
+def test_avxvnni_path_builds_warning_free(tmp_path, case_model):
+    model, _, _ = case_model
+    project = hetgen.compile(
+        "host",
+        model,
+        out=tmp_path / "p",
+        native_only=True,
+        extra_cflags=("-Werror", "-mno-avx512vnni", "-mavxvnni"),
+    )
+    assert qgemm_path(project) == "HG_QG_PATH_AVXVNNI"
+
+
+# aarch64 kinds: (kind, the path its -mcpu gives, whether its program holds sdot)
+ARM_KINDS = {"cortex-a55": ("HG_QG_PATH_SDOT", True), "aarch64": ("HG_QG_PATH_NEON", False)}
+
+
+@pytest.mark.external
+@pytest.mark.parametrize("kind", ARM_KINDS, ids=list(ARM_KINDS))
+def test_packed_qconv_matches_onnxruntime_on_aarch64(tmp_path, case_model, kind):
+    """The same cases built for an aarch64 board (cortex-a55: SDOT; the plain kind: NEON), run under
+    qemu-aarch64, bit for bit with onnxruntime."""
+    model, feeds, expected = case_model
+    wanted, has_sdot = ARM_KINDS[kind]
+    platform = tmp_path / "board.yaml"
+    platform.write_text(f"name: board\ntarget: {kind}\n")
+    project = hetgen.compile(platform, model, out=tmp_path / "p", extra_cflags=("-Werror",))
+    board = json.loads((project / "hetgen.json").read_text())["board"]["programs"][0]["path"]
+    listing = subprocess.run(
+        ["aarch64-linux-gnu-objdump", "-d", str(project / board)], capture_output=True, text=True, check=True
+    ).stdout
+    assert ("\tsdot\t" in listing) is has_sdot
+    probe = subprocess.run(
+        [
+            "aarch64-linux-gnu-gcc",
+            f"-mcpu={kind}" if kind != "aarch64" else "-march=armv8-a",
+            "-dM",
+            "-E",
+            "-x",
+            "c",
+            "-",
+        ],
+        input='#include "hg_qgemm.h"\n',
+        capture_output=True,
+        text=True,
+        cwd=project / "runtime",
+        check=True,
+    ).stdout
+    assert f"#define {wanted} 1" in probe
+    got = EmulatedModel(project).run(feeds)
+    for name, want in expected.items():
+        np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {kind}")
