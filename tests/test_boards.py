@@ -175,3 +175,22 @@ def test_tag_cross_builds_with_its_toolchain_and_runs_where_qemu_can(tmp_path, p
 )
 def test_build_only_tags_say_why_they_do_not_run(path):
     pytest.skip(f"{path.stem}: {sections(path)['Emulation:']}")
+
+
+@pytest.mark.external
+def test_cortex_m33_code_runs_under_mps2_an505_at_that_boards_map(tmp_path):
+    """nrf5340 is build-only (no qemu machine for it), but its kind's flags and code run on qemu's
+    Cortex-M33 board once linked at that board's Secure aliases (SSRAM1 at 0x10000000 for the image,
+    SSRAM2/3 at 0x38000000 for the data: qemu's mps2-an505, `info mtree`)."""
+    if any(shutil.which(tool) is None for tool in ("arm-none-eabi-gcc", "qemu-system-arm")):
+        pytest.skip("needs arm-none-eabi-gcc and qemu-system-arm (the README's set-up installs them)")
+    platform = tmp_path / "m33.yaml"
+    platform.write_text(
+        "name: m33\ntarget:\n  kind: cortex-m33\n  runtime: aot\n  flash_origin: 0x10000000\n  flash_kib: 4096\n"
+        "  ram_origin: 0x38000000\n  ram_kib: 2048\n  toolchain:\n    emulator: [qemu-system-arm, -M, mps2-an505]\n"
+    )
+    out = hetgen.compile(platform, tiny_cnn(seed=1), out=tmp_path / "out", werror=True, **FAST)
+    commands = json.loads((out / "compile_commands.json").read_text())
+    assert all("-mcpu=cortex-m33" in c["arguments"] for c in commands if c["output"].startswith("board/obj/m33/"))
+    errors = verify(out, seed=3, emulate=True)
+    assert errors and all(e.ok for e in errors), errors
