@@ -6,6 +6,7 @@ hetgen explain PLATFORM MODEL       where each part of the model goes, and why
 hetgen verify DIR                   run the built model against onnxruntime
 hetgen bench DIR                    latency beside onnxruntime (and simulated device time)
 hetgen targets                      the target kinds and their attributes
+hetgen boards                       the board catalogue: real SoCs as tags (hetgen imx93 MODEL)
 hetgen check PLATFORM               validate a platform file; print its canonical tree
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from hetgen.errors import HetgenError, InternalError
 
-COMMANDS = ("build", "generate", "explain", "verify", "bench", "targets", "check", "schema", "tune")
+COMMANDS = ("build", "generate", "explain", "verify", "bench", "targets", "boards", "check", "schema", "tune")
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE, as a shell reports them
@@ -252,6 +253,13 @@ def cmd_targets(args) -> int:
     return 0
 
 
+def cmd_boards(args) -> int:
+    from hetgen.platform.catalogue import boards_table
+
+    print(boards_table(), end="")
+    return 0
+
+
 def cmd_check(args) -> int:
     from hetgen.platform.canonical import canonical_yaml
     from hetgen.platform.loader import load_platform
@@ -400,6 +408,7 @@ def parser() -> argparse.ArgumentParser:
         help="json: {estimate_us, simulated_us, groups: [...], devices: [...], hetgen_ms, ort_ms} for scripts",
     )
     sub.add_parser("targets", help="list target kinds and their attributes")
+    sub.add_parser("boards", help="list the board catalogue: real SoCs as platform tags (hetgen TAG MODEL)")
     check = sub.add_parser("check", help="validate a platform; print its canonical tree")
     check.add_argument("platform")
     sub.add_parser("schema", help="print the JSON Schema of platform files")
@@ -475,6 +484,7 @@ HANDLERS = {
     "verify": cmd_verify,
     "bench": cmd_bench,
     "targets": cmd_targets,
+    "boards": cmd_boards,
     "check": cmd_check,
     "schema": cmd_schema,
     "tune": cmd_tune,

@@ -20,3 +20,8 @@ def templates_dir() -> Path:
 
 def platforms_dir() -> Path:
     return _data_dir("platforms")
+
+
+def boards_dir() -> Path:
+    """The board catalogue: one platform file per real SoC or board (docs/boards.md)."""
+    return platforms_dir() / "boards"

@@ -21,6 +21,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_yaml_kind",
             "test_device_model",
             "test_ethos_u",
+            "test_boards",
         ),
     ),
     "frontend": (

@@ -1,8 +1,9 @@
 """Finding a platform file from a path or a tag (`soc` → `soc.yaml` on the search path).
 
 The environment is the CLI's to read: `default_search_path(os.environ)` turns it, and the working
-directory, into an explicit tuple that travels as an argument. The shipped platforms folder is
-always searched last, so `hetgen soc model.onnx` works anywhere.
+directory, into an explicit tuple that travels as an argument. The shipped platforms folder, then
+the board catalogue (`platforms/boards/`: real SoCs, docs/boards.md), are always searched last, so
+`hetgen soc model.onnx` and `hetgen imx93 model.onnx` work anywhere.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from hetgen.errors import PlatformError
 from hetgen.platform.schema import close_match
-from hetgen.templates_dir import platforms_dir
+from hetgen.templates_dir import boards_dir, platforms_dir
 
 ENV_VAR = "HETGEN_PLATFORM_PATH"
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
@@ -28,9 +29,10 @@ def default_search_path(env: Mapping[str, str], cwd: str | os.PathLike = ".") ->
 
 
 def search_dirs(search_path: Sequence[str | os.PathLike] = ()) -> tuple[Path, ...]:
-    """The folders a tag is looked up in, in order: `search_path`, then the shipped platforms."""
+    """The folders a tag is looked up in, in order: `search_path`, the shipped platforms, the board
+    catalogue."""
     dirs: dict[Path, Path] = {}  # resolved -> as given: ./platforms and the shipped folder may coincide
-    for entry in (*search_path, platforms_dir()):
+    for entry in (*search_path, platforms_dir(), boards_dir()):
         dirs.setdefault(Path(entry).resolve(), Path(entry))
     return tuple(dirs.values())
 
