@@ -142,7 +142,7 @@ def tune_on(
     if estimate <= 0 or timing.total <= 0:
         raise HetgenError(f"{built}: no estimate or no measured time for {device.target}'s programs")
     target = targets[device.target]
-    figures = {"peak_gflops": round(target.figures.peak_gflops * estimate / timing.total, 4)}
+    figures = {"peak_gflops": float(f"{target.figures.peak_gflops * estimate / timing.total:.4g}")}
     destination = out if out is not None else source.with_name(f"{source.stem}-tuned.yaml")
     document = overlay.tuned_document(text, source, destination, target.path, None, figures)
     runs = ", ".join(f"program {i}: {s * 1e6:.1f} us" for i, s in enumerate(timing.seconds))
