@@ -33,6 +33,7 @@ HELLO, AUTH, TIME, ERROR, REPLY = 1, 8, 9, 0x7F, 0x80
 NONCE, TAG = 32, 32
 MAX_REPEATS = 256  # HG_TIME_MAX_REPEATS
 TIME_FORMAT, CLOCK_MONOTONIC = 1, 1
+TIME_TIMEOUT_S = 600.0  # how long a timing reply may take
 MAX_REPLY = 12 + 8 * MAX_REPEATS + 4 + 512  # a timing reply, or a refusal's reason
 
 
@@ -82,6 +83,13 @@ class Session:
             raise HetgenError(f"{self.where}: the device server closed the connection")
         return data
 
+    def _write(self, data: bytes) -> None:
+        try:
+            self.stream.write(data)
+            self.stream.flush()
+        except OSError as error:
+            raise HetgenError(f"{self.where}: the device server closed the connection: {error}") from None
+
     def _receive(self) -> tuple[int, int, bytes]:
         head = self._read(HEADER.size)
         magic, version, kind, sequence, length, crc = HEADER.unpack(head)
@@ -112,8 +120,7 @@ class Session:
         if self.session_key:
             data += hmac.new(self.session_key, b"C" + struct.pack("<Q", self.sent) + data, hashlib.sha256).digest()
             self.sent += 1
-        self.stream.write(data)
-        self.stream.flush()
+        self._write(data)
         reply, sequence, body = self._receive()
         if (reply, sequence) != (REPLY | kind, self.sequence) or len(body) < 4:
             raise HetgenError(f"{self.where}: a reply of type {reply:#x} #{sequence} to request #{self.sequence}")
@@ -133,8 +140,7 @@ class Session:
         self.sequence += 1
         proof = _proof(key, b"hgtp2 client", client, server, plan_hash, name)
         head = struct.pack("<IHHII", MAGIC, VERSION, AUTH, self.sequence, len(proof))
-        self.stream.write(head + struct.pack("<I", zlib.crc32(head + proof)) + proof)
-        self.stream.flush()
+        self._write(head + struct.pack("<I", zlib.crc32(head + proof)) + proof)
         self.session_key = session_key
         reply, _, body = self._receive()
         if reply != REPLY | AUTH or struct.unpack("<i", body[:4])[0] != 0:
@@ -145,6 +151,7 @@ class Session:
         """Seconds of each of `repeats` runs of `program`, by the server's clock."""
         if not 0 < repeats <= MAX_REPEATS:
             raise HetgenError(f"--repeats {repeats}: from 1 to {MAX_REPEATS}")
+        self.socket.settimeout(TIME_TIMEOUT_S)  # the server runs the program `repeats` times first
         status, body = self.call(TIME, struct.pack("<II", program, repeats))
         if status != 0:
             raise HetgenError(f"{self.where}: the device server refused to time program {program}: {_text(body)}")
