@@ -270,8 +270,32 @@ def cmd_check(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from hetgen.tune import tune
+    from hetgen.tune import refuse_emulated, tune, tune_on
 
+    if args.emulate:
+        refuse_emulated(args.platform, _search_path())
+    if args.on:
+        if not args.built:
+            raise HetgenError(
+                "hetgen tune --on HOST:PORT needs --built DIR, the generated project the server is built from"
+            )
+        on = tune_on(
+            args.platform,
+            args.on,
+            Path(args.built),
+            key_file=Path(args.key) if args.key else None,
+            out=Path(args.out) if args.out else None,
+            repeats=args.repeats,
+            search_path=_search_path(),
+        )
+        runs = ", ".join(f"{s * 1e6:.1f} us" for s in on.timing.seconds)
+        print(f"{on.timing.target} on {on.timing.address}: programs {runs}; figures {on.figures}", file=sys.stderr)
+        if args.out:
+            Path(args.out).write_text(on.text)
+            print(f"wrote {args.out}")
+        else:
+            print(on.text, end="")
+        return 0
     result = tune(
         args.platform,
         target_path=args.target,
@@ -419,6 +443,17 @@ def parser() -> argparse.ArgumentParser:
     tune.add_argument("--target", metavar="PATH", help="the CPU to tune (default: the root controller)")
     tune.add_argument("--out", metavar="FILE", help="write the tuned platform here (default: print it)")
     tune.add_argument("--quick", action="store_true", help="a few candidates and small probes (seconds; for tests)")
+    tune.add_argument(
+        "--on", metavar="HOST:PORT", help="time on the target: the co-processor's device server listening there"
+    )
+    tune.add_argument("--built", metavar="DIR", help="with --on: the generated project the server is built from")
+    tune.add_argument("--key", metavar="FILE", help="with --on: the transport key (default DIR/board/transport.key)")
+    tune.add_argument(
+        "--repeats", type=int, default=20, choices=range(1, 256), metavar="N", help="with --on: runs per program"
+    )
+    tune.add_argument(
+        "--emulate", action="store_true", help="refused: emulated time is not the board's (use --on on the board)"
+    )
     return top
 
 

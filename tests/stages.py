@@ -120,6 +120,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_transport_auth",
             "test_transport_faults",
             "test_tune",
+            "test_tune_remote",
             "test_verify_steps",
         ),
     ),

@@ -143,3 +143,20 @@ def test_a_cross_target_is_refused_not_timed_under_qemu(capfd):
     err = capfd.readouterr().err
     assert err.startswith("hetgen: error: ") and "Run `hetgen tune` on the board itself" in err
     assert "Traceback" not in err
+
+
+def test_tuning_through_an_emulator_is_refused(capfd):
+    """`hetgen tune --emulate`: a clear refusal naming the emulators, exit 1, nothing timed."""
+    assert main(["tune", str(REPO / "platforms/soc.yaml"), "--emulate"]) == 1
+    err = capfd.readouterr().err
+    assert err.startswith("hetgen: error: hetgen tune --emulate: ") and "Traceback" not in err
+    assert "soc/vdevice0/host under qemu-riscv64" in err and "emulated time is not the board's" in err
+    assert "--on ADDR:PORT --built DIR" in err
+
+
+def test_tune_on_needs_its_project_and_an_address(tmp_path, capfd):
+    soc = str(REPO / "platforms/soc.yaml")
+    assert main(["tune", soc, "--on", "127.0.0.1:9"]) == 1
+    assert "needs --built DIR" in capfd.readouterr().err
+    assert main(["tune", soc, "--on", "nowhere", "--built", str(tmp_path)]) == 1
+    assert "--on nowhere: expected HOST:PORT" in capfd.readouterr().err

@@ -51,8 +51,9 @@ def _target_sources(project: Path, folder: str) -> list[str]:
     return [str(path) for path in own] + [str(project / folder / "model.c"), str(project / folder / "weights.S")]
 
 
-def build_pair(platform: str, model, out: Path) -> Pair:
-    """Generate `model` on `platform` into `out` and compile both programs with gcc and sanitizers."""
+def build_pair(platform: str, model, out: Path, server_defines: tuple[str, ...] = ()) -> Pair:
+    """Generate `model` on `platform` into `out` and compile both programs with gcc and sanitizers
+    (the server with `server_defines` too, e.g. -DHG_TIME_TEST_DELAY_NS=N)."""
     project = hetgen.compile(platform, model, out, build=False)
     manifest = json.loads((project / "hetgen.json").read_text())
     targets = manifest["targets"]
@@ -92,7 +93,9 @@ def build_pair(platform: str, model, out: Path) -> Pair:
         ["gcc", *CFLAGS, *SANITIZE, *includes, "-I", str(project / host), "-o", str(root_exe), *root_sources]
         + runtime
         + ["-lm"],
-        ["gcc", *CFLAGS, *SANITIZE, *server_includes, "-o", str(server_exe), *server_sources] + runtime + ["-lm"],
+        ["gcc", *CFLAGS, *SANITIZE, *server_defines, *server_includes, "-o", str(server_exe), *server_sources]
+        + runtime
+        + ["-lm"],
     ]
     jobs = [subprocess.Popen(c, cwd=project, stderr=subprocess.PIPE, text=True) for c in compiles]
     for job in jobs:

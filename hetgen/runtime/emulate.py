@@ -109,6 +109,9 @@ class EmulatedModel:
             for device, server in self._servers()
         )
         self.key_options = key
+        # Servers run under an emulator refuse to time their programs (`hetgen tune --on`, hg_server.h).
+        emulated = any(self._emulator(server) for _, server in self._servers())
+        self.server_env = {"HG_EMULATED": "1"} if emulated else {}
         self.transport_stats: list[dict] = []
         # A bare-metal ELF runs under a system emulator and reports its ticks and stack (hg_board.h).
         self.board_report: dict = {}
@@ -183,7 +186,8 @@ class EmulatedModel:
                     command = semihosting_command(self.command, self.program["name"], arguments)
                 else:
                     command = [*self.command, *self.key_options, *devices, *arguments]
-                stdout = self._run_program(command, {"HG_TRANSPORT_STATS": str(stats)} if self.servers else {})
+                env = {"HG_TRANSPORT_STATS": str(stats), **self.server_env} if self.servers else {}
+                stdout = self._run_program(command, env)
                 self.board_report = board_report(stdout)
             finally:
                 for process in listening:
@@ -197,7 +201,11 @@ class EmulatedModel:
     def _start_listening(self, name: str, server: tuple[str, ...]):
         """A device server listening on a free loopback port, and the port it announced."""
         process = subprocess.Popen(
-            [*server, "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*server, "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **self.server_env},
         )
         ready, _, _ = select.select([process.stdout], [], [], 60)
         line = process.stdout.readline() if ready else ""

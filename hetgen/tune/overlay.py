@@ -20,14 +20,20 @@ from hetgen.ops._gemm_plan import GemmBlocks
 
 
 def tuned_document(
-    text: str, source: Path, out: Path, path: tuple[str, ...], blocks: GemmBlocks, figures: dict[str, float]
+    text: str,
+    source: Path,
+    out: Path,
+    path: tuple[str, ...],
+    blocks: GemmBlocks | None,
+    figures: dict[str, float],
 ) -> dict[str, Any]:
-    """The platform document of `text` (from `source`, to be written at `out`) with the tuning and
-    the figures of the target at `path` (its first element is the platform's name)."""
+    """The platform document of `text` (from `source`, to be written at `out`) with the tuning (none:
+    left as it is) and the figures of the target at `path` (its first element is the platform's name)."""
     document = yaml.safe_load(text)
-    options = document.get("options") or {}
-    options["tuning"] = {"mc": blocks.mc, "kc": blocks.kc, "nc": blocks.nc}
-    document["options"] = options
+    if blocks is not None:
+        options = document.get("options") or {}
+        options["tuning"] = {"mc": blocks.mc, "kc": blocks.kc, "nc": blocks.nc}
+        document["options"] = options
     node = _node(document, path)
     node["figures"] = {**(node.get("figures") or {}), **figures}
     # kinds' template folders are relative to the file that declares them

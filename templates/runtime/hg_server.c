@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hg_runtime.h"
@@ -46,6 +47,49 @@ static int refuse(session *s, const hg_frame_header *request, int32_t status, co
 static int inside(const session *s, uint64_t offset, uint64_t bytes)
 {
     return offset <= s->device->memory_size && bytes <= s->device->memory_size - offset;
+}
+
+/* Test builds only (-DHG_TIME_TEST_DELAY_NS=N): each timed run also sleeps N ns, so that a test can
+ * tell the server's clock from the host's. 0 in every generated build. */
+#ifndef HG_TIME_TEST_DELAY_NS
+#define HG_TIME_TEST_DELAY_NS 0
+#endif
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* HG_MSG_TIME (hg_server.h): `repeats` runs of `program`, each timed with invoke and wait. */
+static int time_program(session *s, const hg_frame_header *request, struct hg_device *bound, uint32_t program,
+                        uint32_t repeats)
+{
+    unsigned char out[12 + 8 * HG_TIME_MAX_REPEATS];
+    for (uint32_t r = 0; r < repeats; ++r) {
+        s->device->reset(s->device->state); /* each run starts as a root's run does, untimed */
+        const uint64_t start = monotonic_ns();
+        int status = bound->ops->invoke(bound, program);
+        if (status == HG_OK) {
+            status = bound->ops->wait(bound);
+        }
+#if HG_TIME_TEST_DELAY_NS > 0
+        const struct timespec delay = { 0, HG_TIME_TEST_DELAY_NS };
+        nanosleep(&delay, NULL);
+#endif
+        const uint64_t end = monotonic_ns();
+        if (status != HG_OK) {
+            char reason[80];
+            snprintf(reason, sizeof reason, "program %u failed with status %d", program, status);
+            return refuse(s, request, status, reason);
+        }
+        hg_put_u64(out + 12 + 8 * r, end - start);
+    }
+    hg_put_u32(out, HG_TIME_FORMAT);
+    hg_put_u32(out + 4, HG_CLOCK_MONOTONIC);
+    hg_put_u32(out + 8, repeats);
+    return reply(s, request, HG_OK, out, 12 + 8 * repeats);
 }
 
 static int handle(session *s, const hg_frame_header *request, const unsigned char *payload)
@@ -112,6 +156,28 @@ static int handle(session *s, const hg_frame_header *request, const unsigned cha
             return refuse(s, request, HG_ERR_ARGUMENT, "wait takes no arguments");
         }
         return reply(s, request, bound.ops->wait(&bound), NULL, 0);
+    case HG_MSG_TIME: {
+        if (length != 8) {
+            return refuse(s, request, HG_ERR_ARGUMENT, "time takes 8 bytes of arguments");
+        }
+        const uint32_t program = hg_get_u32(payload);
+        const uint32_t repeats = hg_get_u32(payload + 4);
+        if (program >= device->num_programs) {
+            snprintf(reason, sizeof reason, "time of program %u; the device has %u", program, device->num_programs);
+            return refuse(s, request, HG_ERR_ARGUMENT, reason);
+        }
+        if (repeats == 0 || repeats > HG_TIME_MAX_REPEATS) {
+            snprintf(reason, sizeof reason, "time of %u runs; from 1 to %u", repeats, HG_TIME_MAX_REPEATS);
+            return refuse(s, request, HG_ERR_ARGUMENT, reason);
+        }
+        const char *emulated = getenv("HG_EMULATED");
+        if (emulated != NULL && emulated[0] != '\0') {
+            return refuse(s, request, HG_ERR_DEVICE,
+                          "this server runs under an emulator (HG_EMULATED is set): emulated time is not the "
+                          "board's; run the server on the board itself");
+        }
+        return time_program(s, request, &bound, program, repeats);
+    }
     case HG_MSG_RESET:
         if (length != 0) {
             return refuse(s, request, HG_ERR_ARGUMENT, "reset takes no arguments");

@@ -13,6 +13,13 @@
  * error frame) and the connection is closed. The device's whole state block (its memory) is zeroed
  * when a session opens and when it ends, so no session reads another's data.
  */
+/* Timing on the target (HG_MSG_TIME, `hetgen tune --on`): the server runs one of its programs
+ * `repeats` times (1..HG_TIME_MAX_REPEATS) with invoke and wait, each timed with its own clock
+ * (clock_gettime(CLOCK_MONOTONIC): the server is a hosted program), and replies with the format
+ * HG_TIME_FORMAT, the clock HG_CLOCK_MONOTONIC and the nanoseconds of each run. A server started with
+ * HG_EMULATED set in its environment (`hetgen verify --emulate` sets it for every server it runs
+ * under qemu) refuses: emulated time is not the board's. A long request holds only its own session
+ * (each connection is a process of its own). */
 #ifndef HG_SERVER_H
 #define HG_SERVER_H
 
@@ -21,6 +28,10 @@
 #include "hg_auth.h"
 #include "hg_device.h"
 #include "hg_transport.h"
+
+#define HG_TIME_MAX_REPEATS 256u
+#define HG_TIME_FORMAT 1u
+#define HG_CLOCK_MONOTONIC 1u
 
 typedef struct {
     const char *name;              /* the served device's path, for messages */

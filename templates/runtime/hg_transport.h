@@ -44,6 +44,8 @@ enum hg_message_type {
     HG_MSG_WAIT = 6,      /* empty */
     HG_MSG_RESET = 7,     /* empty: the start of a run (empty queues, zero counters) */
     HG_MSG_AUTH = 8,      /* the client's proof (hg_auth.h); the reply opens the session */
+    HG_MSG_TIME = 9,      /* u32 program, u32 repeats: the server times the program with its own clock
+                             (hg_server.h); the reply: u32 format, u32 clock, u32 count, count u64 ns */
     HG_MSG_ERROR = 0x7f,  /* i32 code, then a message: the peer refused a frame and ends the session */
     HG_MSG_REPLY = 0x80   /* set on a reply: payload i32 status, then the call's results */
 };
