@@ -64,9 +64,8 @@ def generate(tree: Path, into: Path, everything: bool = False) -> dict[str, byte
         )
         if result.returncode != 0:
             # Refusals are part of the behaviour too (e.g. a platform that cannot hold a model).
-            files[f"{key}/<exit status>"] = f"{result.returncode}\n".encode() + result.stderr.replace(
-                str(out).encode(), PLACEHOLDER
-            )
+            # (normalised like the files: the message names the platform file, inside the tree)
+            files[f"{key}/<exit status>"] = f"{result.returncode}\n".encode() + normalise(result.stderr, out, tree)
             continue
         for path in sorted(p for p in out.rglob("*") if p.is_file()):
             content = path.read_bytes().replace(str(out.resolve()).encode(), PLACEHOLDER)
