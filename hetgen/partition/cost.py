@@ -2,8 +2,8 @@
 
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
                                              bytes / (bandwidth_gbps * 1e3)))          [us]
-    on a CPU controller whose program has a worker pool of T = `options.threads` threads (every
-    controller, when no target is bare metal: hetgen/codegen/project.py), the kernel's compute
+    on a CPU controller whose program has a worker pool of T threads (its own `threads:`, else
+    `options.threads`; none on bare metal: hetgen.platform.threads), the kernel's compute
     shares it as its lowering split it (`Kernel.parallel`, hetgen/ops/_parallel.py), its memory
     traffic does not (the threads share one memory bus):
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency) / P,
