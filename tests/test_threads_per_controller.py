@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -18,6 +20,7 @@ from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform_text
 from hetgen.platform.threads import has_pool, pool_owner
 from hetgen.spec import build_kernel_specs
+from tests.test_one_truth import REPO
 from tests.test_threads_price import group_cost, three_kernels
 
 M7 = """      kind: cortex-m7
@@ -200,3 +203,27 @@ def test_two_hosted_controllers_each_get_their_own_count(tmp_path):
     found = configs(out)
     assert found["s"] == (4, 1) and found["s/vdev/host"] == (2, 1)
     assert all(pool == 0 and default == 1 for folder, (default, pool) in found.items() if folder.endswith("npu0"))
+
+
+@pytest.mark.cc
+def test_a_threaded_root_and_a_poolless_coprocessor_build_and_agree(tmp_path, monkeypatch):
+    """The native build links the M7's kernels (HG_THREADS_POOL 0: inline serial loops) beside the
+    root's pool (HG_THREADS_POOL 1): warning-free, clean under ASan/UBSan, onnxruntime's outputs."""
+    monkeypatch.delenv("HG_THREADS", raising=False)
+    model = three_kernels()
+    out = hetgen.compile(
+        load_platform_text(a53_and_m7(root_threads="  threads: 2\n")),
+        model,
+        out=tmp_path / "out",
+        native_only=True,
+        pins={"small_matmul": "m7", "big_add": "m7"},
+        werror=True,
+        sanitize=("address", "undefined"),
+        opt=("-O1",),
+    )
+    assert configs(out) == {"mixed": (2, 1), "mixed/m7": (1, 0)}
+    result = subprocess.run(
+        [sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "2 of 2 outputs match onnxruntime" in result.stdout, result.stdout
