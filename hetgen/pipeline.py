@@ -138,11 +138,10 @@ def generate_files(
         lowered = lower.lower(graph, platform, placement)
         if not options.native_only:
             check_board_fit(lowered, platform)  # a bare-metal board's flash and RAM, before anything is built
-    threads = platform.options.get("threads", 1)  # the worker pool's default (hg_threads_config.h)
     units = sum(len(program.units) for program in lowered.programs)
     with progress.stage("codegen", f"rendering {counted(units, 'kernel')}"):
         sources = codegen.generate(
-            lowered, weights=options.weights, threads=threads, gemm_blocks=gemm_blocks(platform), progress=progress
+            lowered, weights=options.weights, gemm_blocks=gemm_blocks(platform), progress=progress
         )
     with progress.stage("build_files", "writing the build graph"):
         regenerate = regenerate_rule(platform, model, out_dir, options)

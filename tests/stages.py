@@ -102,6 +102,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_templates_ascii",
             "test_template_metrics",
             "test_constants",
+            "test_threads_per_controller",
         ),
     ),
     "build": (

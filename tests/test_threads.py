@@ -90,7 +90,7 @@ def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkey
     assert thread_count() == before, "closing the model left its worker running"
     np.testing.assert_allclose(two, expected, rtol=1e-4, atol=1e-4)
     assert np.array_equal(one.view(np.uint32), two.view(np.uint32)), "splitting the GEMM changed bits"
-    assert (outs[2] / "runtime" / "hg_threads_config.h").read_text().count("HG_THREADS_DEFAULT 2") == 1
+    assert (outs[2] / "host" / "hg_threads_config.h").read_text().count("HG_THREADS_DEFAULT 2") == 1
 
 
 @pytest.mark.cc

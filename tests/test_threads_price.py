@@ -141,9 +141,9 @@ target:
 
 
 def test_every_controller_gets_the_pool_a_coprocessor_too():
-    """The generated runtime compiles one pool into each controller's program (the co-processor's
-    device server included: runtime/hg_threads_config.h is shared), so the co-processor's kernels
-    are priced with the threads as the root's are."""
+    """The generated runtime compiles a pool into each controller's program (the co-processor's
+    device server included, with its own hg_threads_config.h), so the co-processor's kernels are
+    priced with the threads as the root's are: `options.threads` is the default of both."""
     one = load_platform_text(SOC)
     four = load_platform_text(SOC + "options: {threads: 4}\n")
     threads = {t.path_str: pool_threads(four, t) for t in four.root.walk()}

@@ -9,12 +9,10 @@ from hetgen.codegen.project import GeneratedFile, Sources
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
 
 
-def generate(
-    lowered, weights: str = "blob", threads: int = 1, gemm_blocks: GemmBlocks = DEFAULT_BLOCKS, progress=None
-) -> Sources:
+def generate(lowered, weights: str = "blob", gemm_blocks: GemmBlocks = DEFAULT_BLOCKS, progress=None) -> Sources:
     """All files of the project, in memory; a bare-metal root also gets its board program.
     `progress` (hetgen/progress.py) hears how many kernels are rendered."""
-    sources = project.generate(lowered, weights=weights, threads=threads, gemm_blocks=gemm_blocks, progress=progress)
+    sources = project.generate(lowered, weights=weights, gemm_blocks=gemm_blocks, progress=progress)
     return with_board_support(lowered, sources)
 
 

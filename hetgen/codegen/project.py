@@ -32,7 +32,6 @@ from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
-from hetgen.platform.baremetal import is_bare_metal
 from hetgen.progress import Progress
 from hetgen.templates_dir import templates_dir
 
@@ -176,12 +175,10 @@ def _program_files(
 def generate(
     lowered: Lowered,
     weights: str = "blob",
-    threads: int = 1,
     gemm_blocks: GemmBlocks = DEFAULT_BLOCKS,
     progress: Progress | None = None,
 ) -> Sources:
     """All files of the project, in memory. `weights`: "blob" (linked by .incbin) or "c_array";
-    `threads`: the platform's `options.threads`, the worker pool's compiled-in default;
     `gemm_blocks`: the platform's `options.tuning`, the GEMM's cache blocks (hg_gemm_config.h);
     `progress` hears how many of the kernels are rendered."""
     forget_templates()  # a kind's folder may have changed since the last generation in this process
@@ -232,6 +229,7 @@ def generate(
             rendered,
         )
         files.extend(program_files)
+        files.append(_threads_config(program))
         targets.append(sources)
         helpers.update(sources.helpers)
         model = program.device_model
@@ -271,7 +269,6 @@ def generate(
         files.append(GeneratedFile(f"runtime/{name}", (runtime_dir / name).read_bytes()))
         if name.endswith(".c") and name not in board_only:
             runtime_c.append(f"runtime/{name}")
-    files.append(_threads_config(lowered, threads))
     files.append(_gemm_config(gemm_blocks))
     # Last: the transport's two ends carry the plan hash of everything generated before them.
     files_remote, targets, hashed = _remote_files(
@@ -299,12 +296,14 @@ def generate(
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
 
 
-def _threads_config(lowered: Lowered, threads: int) -> GeneratedFile:
-    """runtime/hg_threads_config.h: the pool's default thread count, and whether there is a pool at
-    all (not where any target is bare metal: no OS, no pthreads; the loader refuses threads > 1)."""
-    pool = not any(is_bare_metal(program.target) for program in lowered.programs)
-    text = render("model/hg_threads_config.h.j2", threads=threads, pool=int(pool))
-    return GeneratedFile("runtime/hg_threads_config.h", text.encode())
+def _threads_config(program: Program) -> GeneratedFile:
+    """<program folder>/hg_threads_config.h: the program's own worker pool, its default thread count
+    (the controller's `threads:`, else `options.threads`) and whether it has a pool at all (not on
+    bare metal, nor an accelerator: hetgen.platform.threads). runtime/hg_threads.h finds it through
+    the program's include path (hetgen/build/graph.py: `-I <folder>` before its children's)."""
+    what = program.target.path_str
+    text = render("model/hg_threads_config.h.j2", target=what, threads=program.threads, pool=int(program.pool))
+    return GeneratedFile(f"{what}/hg_threads_config.h", text.encode())
 
 
 def _gemm_config(blocks: GemmBlocks) -> GeneratedFile:

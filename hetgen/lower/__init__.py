@@ -35,6 +35,7 @@ from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.partition.choices import Choices, stale
 from hetgen.partition.placement import Placement
 from hetgen.platform.model import Platform, Role, Runtime, Target
+from hetgen.platform.threads import has_pool, program_threads
 from hetgen.spec import KernelTable
 from hetgen.spec.invocation import one_unit_per_invocation
 from hetgen.spec.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
@@ -278,6 +279,8 @@ def _lower(
                 estimated_us=estimates.get(target.path_str, 0.0),
                 sram_size=sram_sizes.get(target, 0),
                 emulation_scratch=scratch_sizes.get(target, 0),
+                pool=has_pool(platform.root, target),
+                threads=program_threads(platform, target),
             )
         )
     layouts = plan_workspaces(programs)

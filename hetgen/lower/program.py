@@ -190,6 +190,10 @@ class Program:
     sram_size: int = 0
     # Past the SRAM: the emulating C kernels' workspace (im2col, GEMM packing), not the device's.
     emulation_scratch: int = 0
+    # Its worker pool (hetgen.platform.threads): whether it has one, and the thread count it is
+    # generated with (hg_threads_config.h) and priced at. An accelerator's: none, 1.
+    pool: bool = False
+    threads: int = 1
 
     @property
     def steps(self) -> tuple[Step, ...]:

@@ -2,8 +2,8 @@
 
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency),
                                              bytes / (bandwidth_gbps * 1e3)))          [us]
-    on a CPU controller whose program has a worker pool of T = `options.threads` threads (every
-    controller, when no target is bare metal: hetgen/codegen/project.py), the kernel's compute
+    on a CPU controller whose program has a worker pool of T threads (its own `threads:`, else
+    `options.threads`; none on bare metal: hetgen.platform.threads), the kernel's compute
     shares it as its lowering split it (`Kernel.parallel`, hetgen/ops/_parallel.py), its memory
     traffic does not (the threads share one memory bus):
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency) / P,
@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph, Node
 from hetgen.ops._parallel import POOL_CALL_US, SERIAL, Parallel
-from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import CostFigures, Link, Platform, Role, Target
+from hetgen.platform.threads import program_threads
 from hetgen.spec.invocation import (
     group_plans,
     kernel_units_of,
@@ -113,15 +113,11 @@ def kernel_us(
 
 
 def pool_threads(platform: Platform, target: Target) -> int:
-    """The worker-pool threads a kernel on `target` runs with: `options.threads` on a CPU controller
-    (the generated runtime compiles one pool, of that many threads, into every controller's
-    program: hetgen/codegen/project.py `_threads_config`), 1 on an accelerator (its own figures
-    time it) and where there is no pool (a bare-metal target anywhere: the loader refuses threads
-    above 1 there)."""
-    threads = int(platform.options.get("threads", 1))
-    if threads <= 1 or target.role is not Role.CONTROLLER or is_bare_metal(target):
-        return 1
-    return threads
+    """The worker-pool threads a kernel on `target` runs with: its controller's own count (its
+    `threads:`, else `options.threads`), which codegen writes into that program's
+    hg_threads_config.h (hetgen/codegen/project.py `_threads_config`); 1 on an accelerator (its own
+    figures time it) and where there is no pool (bare metal: hetgen.platform.threads)."""
+    return program_threads(platform, target)
 
 
 def unit_parallel(kernels: KernelTable, nodes: tuple[Node, ...]) -> Parallel:

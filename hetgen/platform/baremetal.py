@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.errors import HetgenError
-from hetgen.platform.model import Target
+from hetgen.platform.model import Target, Toolchain
 
 KIB = 1024
 MEMORY_ATTRIBUTES = ("flash_origin", "flash_kib", "ram_origin", "ram_kib", "stack_kib")
@@ -21,7 +21,12 @@ def is_bare_metal(target: Target) -> bool:
     """A target built for no operating system: its toolchain's triple names the system `none`
     (arm-none-eabi, aarch64-none-elf) or only an object format (riscv64-unknown-elf). Its board
     program needs startup code and a linker script, and may call no OS."""
-    parts = target.toolchain.triple.split("-")
+    return is_bare_metal_toolchain(target.toolchain)
+
+
+def is_bare_metal_toolchain(toolchain: Toolchain) -> bool:
+    """Whether code built by `toolchain` runs on no operating system (see `is_bare_metal`)."""
+    parts = toolchain.triple.split("-")
     return len(parts) > 1 and ("none" in parts[1:] or parts[-1] == "elf")
 
 

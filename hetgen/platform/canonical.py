@@ -89,6 +89,8 @@ def _target_document(target: Target) -> dict[str, Any]:
     document: dict[str, Any] = {Comment(_figures_comment(target)): None, "kind": target.kind.name}
     if target.runtime is not None:
         document["runtime"] = target.runtime.value
+    if target.threads is not None:  # its own worker pool; absent: options.threads (hetgen.platform.threads)
+        document["threads"] = target.threads
     for spec in target.kind.attributes:
         document[spec.name] = _plain(target.attrs[spec.name])
     if target.link is not None:

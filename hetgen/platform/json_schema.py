@@ -27,7 +27,7 @@ from hetgen.platform.kinds import builtin_kinds
 from hetgen.platform.loader import PLACEMENTS
 from hetgen.platform.model import AttrSpec, Kind, Role
 from hetgen.platform.schema import ATTRIBUTE_TYPES
-from hetgen.platform.targets import LINK_KEYS, RUNTIMES
+from hetgen.platform.targets import LINK_KEYS, MAX_THREADS, RUNTIMES
 from hetgen.platform.units import NAMED_UNITS
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -85,6 +85,13 @@ def _node_schema(kinds: dict[str, Kind]) -> dict[str, Any]:
         "properties": {
             "kind": {"$ref": "#/$defs/kind_name"},
             "runtime": {"enum": list(RUNTIMES), "description": "Controllers only: vm, graph or aot."},
+            "threads": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_THREADS,
+                "description": "Controllers only: its program's worker pool (default: options.threads where it"
+                " runs on an OS; 1 on bare metal, which refuses more).",
+            },
             "devices": {
                 "type": "object",
                 "propertyNames": {"pattern": _IDENTIFIER},
@@ -106,7 +113,14 @@ def _kind_branch(kind: Kind) -> dict[str, Any]:
     if required:
         then["required"] = required
     if kind.role is Role.ACCELERATOR:
-        then["not"] = {"anyOf": [{"required": ["runtime"]}, {"required": ["devices"]}, {"required": ["host"]}]}
+        then["not"] = {
+            "anyOf": [
+                {"required": ["runtime"]},
+                {"required": ["threads"]},
+                {"required": ["devices"]},
+                {"required": ["host"]},
+            ]
+        }
     return {"if": {"properties": {"kind": {"const": kind.name}}, "required": ["kind"]}, "then": then}
 
 
@@ -131,7 +145,12 @@ def _options_schema() -> dict[str, Any]:
         {
             "placement": {"enum": list(PLACEMENTS)},
             "pins": {"type": "object", "additionalProperties": {"type": "string"}},
-            "threads": {"type": "integer", "minimum": 1, "maximum": 64},
+            "threads": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_THREADS,
+                "description": "The worker pool of every controller on an OS that sets no 'threads' of its own.",
+            },
             "tuning": _closed({key: {"type": "integer", "minimum": 1} for key in ("mc", "kc", "nc")}),
             "memory": {"enum": ["lean", "fast"]},
             "layout": {"enum": ["nchw", "nchwc", "nchw4c", "nchw8c", "nchw16c"]},

@@ -27,13 +27,13 @@ from hetgen.platform.schema import (
     read_str,
 )
 from hetgen.platform.search_path import find_platform
-from hetgen.platform.targets import build_tree
+from hetgen.platform.targets import MAX_THREADS, build_tree
+from hetgen.platform.threads import has_pool, pool_owner
 from hetgen.platform.tuning import parse_layout, parse_memory, parse_tuning
 from hetgen.platform.yaml_positions import YMap, YNode, parse_yaml
 
 PLATFORM_KEYS = ("name", "target", "kinds", "options")
 OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory", "layout")
-MAX_THREADS = 64  # HG_THREADS_MAX in templates/runtime/hg_threads.h
 PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
 DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap(), "threads": 1})
 MAX_FILE_BYTES = 256 << 10  # shipped platforms are under 2 KiB; PyYAML parses ~200 KiB/s
@@ -94,6 +94,8 @@ def load_platform_text(text: str, file: str = "<string>", base_dir: str | os.Pat
     elif name is not None:
         root = build_tree(tree.get("target"), name, {**known, **resolved}, broken, problems)
     options = _options(tree.get("options"), root, problems)
+    if root is not None:
+        _check_linked_threads(root, problems)
     problems.raise_if_any()
     declared = tuple(resolved[kind] for kind in drafts if kind in resolved)
     return Platform(name=name, file=file, root=root, options=options, declared_kinds=declared)
@@ -142,23 +144,39 @@ def _options(node: YNode | None, root: Target | None, problems: Problems) -> Fro
 
 
 def _threads(node: YNode, root: Target | None, problems: Problems) -> int:
-    """`threads: N`: the GEMM's worker pool (templates/runtime/hg_threads.c), compiled in as the
-    default that HG_THREADS overrides at run time. A bare-metal target has no OS threads."""
+    """`options: {threads: N}`: the worker pool's thread count (templates/runtime/hg_threads.c) of
+    every controller that has a pool and sets no `threads:` of its own (hetgen.platform.threads).
+    A bare-metal controller has no OS threads and does not take it; where no controller has a
+    pool, N > 1 would be ignored, so it is refused."""
     threads = read_number(node, "'threads' of options", problems, integer=True, minimum=1)
     if threads is None:
         return 1
     if threads > MAX_THREADS:
         problems.add(node.pos, f"'threads' of options must be at most {MAX_THREADS}, not {threads}")
         return 1
-    bare = [target.path_str for target in root.walk() if is_bare_metal(target)] if root is not None else []
-    if threads > 1 and bare:
+    if threads > 1 and root is not None and not any(has_pool(root, target) for target in root.walk()):
+        bare = [target.path_str for target in root.walk() if is_bare_metal(target)]
         problems.add(
             node.pos,
-            f"'threads: {threads}' needs OS threads, but {', '.join(bare)} is bare metal (no pthreads);"
-            " remove 'threads' or set it to 1",
+            f"'threads: {threads}' needs OS threads, but {', '.join(bare)} is bare metal (no pthreads)"
+            " and no controller runs on an OS; remove 'threads' or set it to 1",
         )
         return 1
     return threads
+
+
+def _check_linked_threads(root: Target, problems: Problems) -> None:
+    """A co-processor linked into another controller's program runs on that program's pool: its
+    own `threads:` would be priced but never generated, so it is refused."""
+    for target in root.walk():
+        owner = pool_owner(root, target)
+        if target.threads is not None and target.threads > 1 and owner is not target:
+            problems.add(
+                target.source,
+                f"'threads: {target.threads}' of target '{target.path_str}' cannot take effect: its code is"
+                f" linked into the program of '{owner.path_str}' and runs on that program's worker pool;"
+                f" set 'threads' on '{owner.path_str}' instead",
+            )
 
 
 def _pins(node: YNode, root: Target | None, problems: Problems) -> FrozenMap:

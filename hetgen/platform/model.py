@@ -174,6 +174,7 @@ class Target:
     figures: CostFigures
     toolchain: Toolchain
     runtime: Runtime | None = None  # controllers only
+    threads: int | None = None  # controllers only: its own `threads:`; None = the platform's default
     host: Target | None = None  # COMPOSITE only: the co-processor that drives `devices`
     devices: tuple[Target, ...] = ()
     link: Link | None = None  # the link from the controlling parent to this target

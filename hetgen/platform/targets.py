@@ -9,7 +9,10 @@ Rules that follow from roles, in one place:
 - a composite has a `host` (a controller, path `<composite>/host`) that drives its `devices`; its
   figures and toolchain are its host's, since it runs nothing itself;
 - every node but the root and a composite's host may have a `link` from its parent. A device
-  without one shares its parent's memory (no transfer cost).
+  without one shares its parent's memory (no transfer cost);
+- a controller may set its own `threads` (its program's worker pool; `options.threads` is the
+  default of the hosted controllers that do not); a bare-metal one, or one built into a bare-metal
+  controller's image, has no OS threads and refuses more than 1.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from hetgen.abi import MAX_DEVICES
 from hetgen.names import MAX_IDENTIFIER
+from hetgen.platform.baremetal import is_bare_metal_toolchain
 from hetgen.platform.device_attrs import check_device_parameters
 from hetgen.platform.device_model import build_model, parameters
 from hetgen.platform.expressions import ExpressionError, evaluate
@@ -40,12 +44,13 @@ from hetgen.platform.yaml_positions import YMap, YNode, YScalar, describe
 
 RUNTIMES = tuple(runtime.value for runtime in Runtime)
 _ROLE_KEYS = {  # the node keys each role may use (besides `link`, on devices)
-    Role.CONTROLLER: ("kind", "runtime", "devices", "toolchain", "figures"),
+    Role.CONTROLLER: ("kind", "runtime", "threads", "devices", "toolchain", "figures"),
     Role.ACCELERATOR: ("kind", "toolchain", "figures"),
     Role.COMPOSITE: ("kind", "host", "devices"),
 }
 LINK_KEYS = ("bandwidth_gbps", "latency_us")
 HOST_NAME = "host"
+MAX_THREADS = 64  # HG_THREADS_MAX in templates/runtime/hg_threads.h
 MAX_MEMORY_BYTES = 2**64 - 1
 
 
@@ -56,6 +61,7 @@ class _Place:
     path: tuple[str, ...]
     context: str  # "root" | "device" | "host"
     driver: Toolchain | None  # toolchain of the controller that drives this node
+    bare: str | None = None  # the bare-metal controller whose image holds this node's code, if any
 
 
 def build_tree(
@@ -90,7 +96,7 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
 
     host = toolchain = None
     if kind.role is Role.COMPOSITE and body.get("host") is not None:
-        host_place = _Place((*place.path, HOST_NAME), "host", None)
+        host_place = _Place((*place.path, HOST_NAME), "host", None, place.bare)
         host = _target(body.get("host"), host_place, kinds, broken, problems)
         toolchain = host.toolchain if host is not None else None
     elif kind.role is Role.CONTROLLER:
@@ -98,8 +104,16 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
     else:  # an accelerator's code is built by its driving controller unless its kind says otherwise
         inherit = kind.toolchain == Toolchain() and place.driver is not None
         toolchain = _toolchain(body, place.driver if inherit else kind.toolchain, what, problems)
-    devices = _devices(body, kind, place, toolchain, kinds, broken, problems)
+    bare = place.bare
+    if bare is None and kind.role is not Role.ACCELERATOR and toolchain is not None:
+        bare = (
+            "/".join(place.path if kind.role is Role.CONTROLLER else host.path)
+            if is_bare_metal_toolchain(toolchain)
+            else None
+        )
+    devices = _devices(body, kind, dataclasses.replace(place, bare=bare), toolchain, kinds, broken, problems)
     runtime = _runtime(body, kind, bool(devices) or place.context == "host", what, problems)
+    threads = _threads(body.get("threads"), kind, bare, "/".join(place.path), problems)
     if len(problems) != before or attrs is None or toolchain is None:
         return None
     if kind.role is Role.COMPOSITE:
@@ -117,6 +131,7 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
         figures=figures,
         toolchain=toolchain,
         runtime=runtime,
+        threads=threads,
         host=host,
         devices=devices,
         link=link,
@@ -159,7 +174,7 @@ def _scan_children(body: YMap, place: _Place, kinds, broken, problems: Problems)
     devices = body.get("devices")
     if isinstance(devices, YMap):
         for key, child in devices.entries:
-            _target(child, _Place((*place.path, key.value), "device", None), kinds, broken, problems)
+            _target(child, _Place((*place.path, key.value), "device", None, place.bare), kinds, broken, problems)
 
 
 def _check_role(body: YMap, kind: Kind, place: _Place, what: str, problems: Problems) -> None:
@@ -169,6 +184,9 @@ def _check_role(body: YMap, kind: Kind, place: _Place, what: str, problems: Prob
         problems.add(body.pos, f"{what} is the root, which drives the whole computation; use a controller kind")
     if place.context == "host" and role is not Role.CONTROLLER:
         problems.add(body.pos, f"{what} is a composite's host, which runs a runtime; use a controller kind")
+    if key("threads") and role is not Role.CONTROLLER:
+        extra = "; give its host threads instead" if role is Role.COMPOSITE else ""
+        problems.add(key("threads").pos, f"threads is only valid on a controller (a CPU kind); {what} is not{extra}")
     if key("runtime") and role is not Role.CONTROLLER:
         extra = "; give its host a runtime instead" if role is Role.COMPOSITE else ""
         problems.add(key("runtime").pos, f"runtime is only valid on a controller (a CPU kind); {what} is not{extra}")
@@ -255,7 +273,7 @@ def _devices(body: YMap, kind: Kind, place: _Place, driver: Toolchain | None, ki
         if kind.role is Role.COMPOSITE and key.value == HOST_NAME:
             problems.add(key.pos, f"a composite's device cannot be named '{HOST_NAME}'; that path is its host's")
             continue
-        target = _target(child, _Place((*place.path, key.value), "device", driver), kinds, broken, problems)
+        target = _target(child, _Place((*place.path, key.value), "device", driver, place.bare), kinds, broken, problems)
         if target is not None:
             devices.append(target)
     return tuple(devices)
@@ -330,6 +348,29 @@ def _memory(kind: Kind, key: str, attrs: Mapping[str, Any], body: YMap, what: st
         problems.add(body.pos, f"the memory size '{key}' of {what} is {size:g} bytes; at most 2**64 - 1")
         return None
     return int(size)
+
+
+def _threads(node: YNode | None, kind: Kind, bare: str | None, path: str, problems: Problems) -> int | None:
+    """A controller's `threads: N`: its program's worker pool (templates/runtime/hg_threads.c),
+    compiled in as the default that HG_THREADS overrides at run time. None where it gives none."""
+    if node is None or kind.role is not Role.CONTROLLER:  # on other roles, _check_role reports it
+        return None
+    what = f"'threads' of target '{path}'"
+    threads = read_number(node, what, problems, integer=True, minimum=1)
+    if threads is None:
+        return None
+    if threads > MAX_THREADS:
+        problems.add(node.pos, f"{what} must be at most {MAX_THREADS}, not {threads}")
+        return None
+    if threads > 1 and bare is not None:
+        where = "it is bare metal" if bare == path else f"it is built into bare-metal '{bare}'"
+        problems.add(
+            node.pos,
+            f"'threads: {threads}' of target '{path}' needs OS threads, but {where} (no pthreads);"
+            " remove 'threads' or set it to 1",
+        )
+        return None
+    return threads
 
 
 def _runtime(body: YMap, kind: Kind, drives_devices: bool, what: str, problems: Problems) -> Runtime | None:

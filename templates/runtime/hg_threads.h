@@ -2,11 +2,11 @@
    independent loop, and by the kernels big enough to share (attention heads, LayerNorm and Softmax
    rows, pooling and depthwise convolution planes, elementwise chunks: hetgen/ops/_parallel.py cuts
    them into tasks at generate time). The pool exists only where the platform allows threads
-   (hg_threads_config.h, written by hetgen from the platform's `options: {threads: N}`; never on
-   bare-metal targets, where hg_parallel_for below is an inline loop and the tasks compile to the
-   serial code).
+   (hg_threads_config.h in each program's folder, written by hetgen from the controller's
+   `threads:` or the platform's `options: {threads: N}`; never on bare-metal targets, where
+   hg_parallel_for below is an inline loop and the tasks compile to the serial code).
 
-   Thread count: HG_THREADS_DEFAULT (the platform's `threads`), overridden at run time by the
+   Thread count: HG_THREADS_DEFAULT (the controller's `threads`), overridden at run time by the
    environment variable HG_THREADS (1..HG_THREADS_MAX), read when the pool starts.
    Workers are created on the first parallel call and run until hg_threads_shutdown (or until the
    library is unloaded or the process exits); the next parallel call after a shutdown starts them
@@ -18,8 +18,9 @@
 
 #include "hg_kernels.h"
 
-/* A generated project always has hg_threads_config.h beside this file; a kernel compiled on its
-   own (tests, a user's harness) gets no pool, so it needs neither pthreads nor hg_threads.c. */
+/* A generated program always has hg_threads_config.h on its include path (its own folder); a
+   kernel compiled on its own (tests, a user's harness) gets no pool, so it needs neither pthreads
+   nor hg_threads.c. */
 #if defined(__has_include)
 #if __has_include("hg_threads_config.h")
 #include "hg_threads_config.h"
