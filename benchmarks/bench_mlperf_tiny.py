@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -51,31 +50,15 @@ from hetgen.build.baremetal import image_sizes
 from hetgen.errors import HetgenError
 from hetgen.models.mlperf_tiny import PUBLISHED_M4_MS
 from hetgen.models.suite import MLPERF_TINY_MODELS
-from hetgen.runtime.emulate import EmulatedModel, board_report, semihosting_command
+from hetgen.runtime.emulate import EmulatedModel
 from hetgen.runtime.verify import verify
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_mcu import instructions_per_run  # noqa: E402  (one instruction counter for the boards)
+
 BOARDS = {"mcu": "cortex-m4", "mcu-m7": "cortex-m7", "mcu-m55": "cortex-m55"}
-SYSTICK_HZ = {"mps2-an386": 25_000_000, "mps2-an500": 25_000_000, "mps3-an547": 32_000_000}
 PUBLISHED_MHZ = 120  # the clock of the published Cortex-M4 results
-
-
-def instructions_per_run(out: Path, feeds: dict) -> tuple[float, dict]:
-    """Instructions of one run (3 runs less 1 run, halved, under -icount shift=0), and the 1-run report."""
-    model = EmulatedModel(out)
-    *emulator, elf = model.command
-    board = emulator[emulator.index("-M") + 1]
-    counted = (*emulator, "-icount", "shift=0", elf)
-    with tempfile.TemporaryDirectory() as folder:
-        inputs = Path(folder) / "in.bin"
-        inputs.write_bytes(model._input_bytes(feeds))
-        reports = []
-        for runs in (1, 3):
-            command = semihosting_command(counted, model.program["name"], [str(inputs), f"{folder}/o.bin", str(runs)])
-            result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
-            reports.append(board_report(result.stdout))
-    ticks = (reports[1]["ticks"] - reports[0]["ticks"]) / 2
-    return ticks * 1e9 / SYSTICK_HZ[board], reports[0]
 
 
 def output_scale(model: onnx.ModelProto) -> float | None:
