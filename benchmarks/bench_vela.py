@@ -46,104 +46,36 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from hetgen.models._builder import Builder  # noqa: E402
+from hetgen.models.mlperf_tiny import KerasNet, ds_cnn, resnet8, same_pads  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------
-# Networks: float ONNX with Keras-'same' pads (ds_cnn and resnet8 as MLPerf Tiny's references lay
-# them out; MobileNetV2 as hetgen/models/cnn.py's, with same pads). No softmax at the end.
-
-
-def _same_pads(size, kernel, stride):
-    begin, end = [], []
-    for extent, k in zip(size, kernel):
-        out = -(-extent // stride)
-        total = max((out - 1) * stride + k - extent, 0)
-        begin.append(total // 2)
-        end.append(total - total // 2)
-    return begin + end
-
-
-class Net:
-    def __init__(self, name: str, channels: int, size: tuple[int, int], seed: int = 0):
-        self.b = Builder(name, 17, seed)
-        self.channels, self.size = channels, size
-
-    def conv(self, x, cout, kernel=(3, 3), stride=1, group=1, act="relu"):
-        b = self.b
-        w = b.weight((cout, self.channels // group, *kernel), "conv_w")
-        y = b.op(
-            "Conv",
-            [x, w, b.bias(cout, "conv_b")],
-            kernel_shape=list(kernel),
-            strides=[stride, stride],
-            pads=_same_pads(self.size, kernel, stride),
-            group=group,
-        )
-        self.channels = cout
-        self.size = tuple(-(-s // stride) for s in self.size)
-        y = b.batch_norm(y, cout)
-        if act == "relu":
-            return b.op("Relu", [y])
-        if act == "relu6":
-            return b.op("Clip", [y, b.const(np.float32(0), "lo"), b.const(np.float32(6), "hi")])
-        return y
-
-    def head(self, x, classes):
-        b = self.b
-        pooled = b.op("AveragePool", [x], kernel_shape=list(self.size), strides=list(self.size))
-        return b.gemm(b.op("Flatten", [pooled], axis=1), self.channels, classes)
-
-
-def ds_cnn() -> onnx.ModelProto:
-    net = Net("ds_cnn", 1, (49, 10))
-    x = net.conv(net.b.input("input", (1, 1, 49, 10)), 64, (10, 4), stride=2)
-    for _ in range(4):
-        x = net.conv(x, 64, (3, 3), 1, group=64)
-        x = net.conv(x, 64, (1, 1))
-    net.b.output(net.head(x, 12), (1, 12))
-    return net.b.model()
-
-
-def resnet8() -> onnx.ModelProto:
-    net = Net("resnet8", 3, (32, 32))
-    b = net.b
-    x = net.conv(b.input("input", (1, 3, 32, 32)), 16)
-    for stack, filters in enumerate((16, 32, 64)):
-        stride = 1 if stack == 0 else 2
-        channels, size = net.channels, net.size
-        y = net.conv(x, filters, stride=stride)
-        y = net.conv(y, filters, act="none")
-        if stack:
-            after = net.channels, net.size
-            net.channels, net.size = channels, size
-            x = net.conv(x, filters, (1, 1), stride=stride, act="none")
-            net.channels, net.size = after
-        x = b.op("Relu", [b.op("Add", [x, y])])
-    b.output(net.head(x, 10), (1, 10))
-    return b.model()
+# Networks: float ONNX with Keras-'same' pads, so the TFLite twin computes the same function: DS-CNN
+# and ResNet-8 are hetgen/models/mlperf_tiny.py's (MLPerf Tiny's references) without the softmax;
+# MobileNetV2 is hetgen/models/cnn.py's layer list with same pads.
 
 
 def mobilenet_v2(size: int) -> onnx.ModelProto:
     """hetgen/models/cnn.py's MobileNetV2 (five inverted residual blocks, Relu6) with same pads."""
-    net = Net("mobilenet_v2", 3, (size, size))
-    b = net.b
+    b = Builder("mobilenet_v2", 17, 0)
+    net = KerasNet(b, 3, (size, size))
     h = net.conv(b.input("input", (1, 3, size, size)), 16, (3, 3), 2, act="relu6")
     for expansion, width, stride in ((1, 16, 1), (4, 24, 2), (4, 24, 1), (4, 32, 2), (4, 32, 1)):
         channels = net.channels
         hidden = channels * expansion
         y = h if expansion == 1 else net.conv(h, hidden, (1, 1), act="relu6")
         y = net.conv(y, hidden, (3, 3), stride, group=hidden, act="relu6")
-        y = net.conv(y, width, (1, 1), act="none")
+        y = net.conv(y, width, (1, 1), act=None)
         h = b.op("Add", [h, y]) if stride == 1 and channels == width else y
     h = net.conv(h, 64, (1, 1), act="relu6")
-    b.output(net.head(h, 10), (1, 10))
+    b.output(net.head(h, 10, softmax=False), (1, 10))
     return b.model()
 
 
 MODELS = {
     "mobilenetv2_224": lambda: mobilenet_v2(224),
     "mobilenetv2_96": lambda: mobilenet_v2(96),
-    "ds_cnn": ds_cnn,
-    "resnet8": resnet8,
+    "ds_cnn": lambda: ds_cnn(softmax=False),
+    "resnet8": lambda: resnet8(softmax=False),
 }
 
 # --------------------------------------------------------------------------------------------------
@@ -305,7 +237,7 @@ def tflite_from_qdq(model: onnx.ModelProto) -> tuple[bytes, dict[str, str]]:
             in_shape, q_out, f_out, act = shapes[n.input[0]], *output_of(n)
             out_shape = shapes[f_out]
             kernel = list(wq.shape[2:])
-            same = _same_pads(in_shape[2:], kernel, stride[0])
+            same = same_pads(in_shape[2:], kernel, stride[0])
             pads = attrs.get("pads", [0, 0, 0, 0])
             padding = Padding.SAME if list(pads) == same else Padding.VALID if not any(pads) else None
             if padding is None:

@@ -72,7 +72,7 @@ def mlperf_tiny_int8(name: str, seed: int = 0) -> onnx.ModelProto:
     return quantized(MLPERF_TINY[name](seed=seed), "QDQ", per_channel=True, seed=seed)
 
 
-def _same_pads(size: tuple[int, int], kernel: tuple[int, int], stride: int) -> list[int]:
+def same_pads(size: tuple[int, int], kernel: tuple[int, int], stride: int) -> list[int]:
     """Keras/TensorFlow 'same' padding as ONNX pads [top, left, bottom, right]: the extra at the end."""
     begin, end = [], []
     for extent, k in zip(size, kernel):
@@ -83,13 +83,15 @@ def _same_pads(size: tuple[int, int], kernel: tuple[int, int], stride: int) -> l
     return begin + end
 
 
-class _Net:
-    """A Builder plus the current NCHW map size, for Keras-style 'same' layers."""
+class KerasNet:
+    """A Builder plus the current NCHW map size, for Keras-style 'same' layers (what TFLite's SAME
+    means, so benchmarks/bench_vela.py's TFLite twin of a network computes the same function)."""
 
     def __init__(self, b: Builder, channels: int, size: tuple[int, int]):
         self.b, self.channels, self.size = b, channels, size
 
-    def conv(self, x: str, cout: int, kernel=(3, 3), stride: int = 1, group: int = 1, bn: bool = True, relu=True):
+    def conv(self, x: str, cout: int, kernel=(3, 3), stride: int = 1, group: int = 1, bn: bool = True, act="relu"):
+        """Conv2D (+ BatchNormalization) + activation: "relu", "relu6" or None."""
         b = self.b
         kernel = tuple(kernel)
         w = b.weight((cout, self.channels // group, *kernel), "conv_w")
@@ -98,43 +100,50 @@ class _Net:
             [x, w, b.bias(cout, "conv_b")],
             kernel_shape=list(kernel),
             strides=[stride, stride],
-            pads=_same_pads(self.size, kernel, stride),
+            pads=same_pads(self.size, kernel, stride),
             group=group,
         )
         self.channels = cout
         self.size = tuple(-(-s // stride) for s in self.size)
         if bn:
             y = b.batch_norm(y, cout)
-        return b.op("Relu", [y]) if relu else y
+        if act == "relu":
+            return b.op("Relu", [y])
+        if act == "relu6":
+            return b.op("Clip", [y, b.const(np.float32(0), "lo"), b.const(np.float32(6), "hi")])
+        if act is None:
+            return y
+        raise ValueError(f"unknown activation {act!r}")
 
     def separable(self, x: str, cout: int, stride: int = 1) -> str:
         """DepthwiseConv2D 3x3 + BN + ReLU, then Conv2D 1x1 + BN + ReLU."""
         x = self.conv(x, self.channels, (3, 3), stride, group=self.channels)
         return self.conv(x, cout, (1, 1))
 
-    def head(self, x: str, classes: int) -> str:
-        """AveragePooling2D over the whole map, Flatten, Dense + softmax."""
+    def head(self, x: str, classes: int, softmax: bool = True) -> str:
+        """AveragePooling2D over the whole map, Flatten, Dense (+ softmax)."""
         b = self.b
         pooled = b.op("AveragePool", [x], kernel_shape=list(self.size), strides=list(self.size))
         logits = b.gemm(b.op("Flatten", [pooled], axis=1), self.channels, classes)
-        return b.softmax(logits, 2)
+        return b.softmax(logits, 2) if softmax else logits
 
 
-def ds_cnn(opset: int = 17, seed: int = 0) -> onnx.ModelProto:
-    """DS-CNN keyword spotting: 1x1x49x10 MFCC features → 12 class probabilities."""
+def ds_cnn(opset: int = 17, seed: int = 0, softmax: bool = True) -> onnx.ModelProto:
+    """DS-CNN keyword spotting: 1x1x49x10 MFCC features → 12 class probabilities (logits without
+    the softmax)."""
     b = Builder("ds_cnn", opset, seed)
-    net = _Net(b, 1, (49, 10))
+    net = KerasNet(b, 1, (49, 10))
     x = net.conv(b.input("input", (1, 1, 49, 10)), 64, (10, 4), stride=2)
     for _ in range(4):
         x = net.separable(x, 64)
-    b.output(net.head(x, 12), (1, 12))
+    b.output(net.head(x, 12, softmax), (1, 12))
     return b.model()
 
 
 def mobilenet_v1_vww(opset: int = 17, seed: int = 0, alpha: float = 0.25, size: int = 96) -> onnx.ModelProto:
     """MobileNetV1 (alpha 0.25) visual wake words: 1x3x96x96 image → person / no person."""
     b = Builder("mobilenet_v1_vww", opset, seed)
-    net = _Net(b, 3, (size, size))
+    net = KerasNet(b, 3, (size, size))
     width = lambda channels: max(int(channels * alpha), 1)  # noqa: E731
     x = net.conv(b.input("input", (1, 3, size, size)), width(32), (3, 3), stride=2)
     blocks = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + [(512, 1)] * 5 + [(1024, 2), (1024, 1)]
@@ -144,23 +153,24 @@ def mobilenet_v1_vww(opset: int = 17, seed: int = 0, alpha: float = 0.25, size: 
     return b.model()
 
 
-def resnet8(opset: int = 17, seed: int = 0) -> onnx.ModelProto:
-    """ResNet-8 (EEMBC's ResNetV1 for CIFAR-10): 1x3x32x32 image → 10 class probabilities."""
+def resnet8(opset: int = 17, seed: int = 0, softmax: bool = True) -> onnx.ModelProto:
+    """ResNet-8 (EEMBC's ResNetV1 for CIFAR-10): 1x3x32x32 image → 10 class probabilities (logits
+    without the softmax)."""
     b = Builder("resnet8", opset, seed)
-    net = _Net(b, 3, (32, 32))
+    net = KerasNet(b, 3, (32, 32))
     x = net.conv(b.input("input", (1, 3, 32, 32)), 16)
     for stack, filters in enumerate((16, 32, 64)):
         stride = 1 if stack == 0 else 2
         channels, size = net.channels, net.size
         y = net.conv(x, filters, stride=stride)
-        y = net.conv(y, filters, relu=False)
+        y = net.conv(y, filters, act=None)
         if stack:
             after = net.channels, net.size
             net.channels, net.size = channels, size
-            x = net.conv(x, filters, (1, 1), stride=stride, bn=False, relu=False)
+            x = net.conv(x, filters, (1, 1), stride=stride, bn=False, act=None)
             assert (net.channels, net.size) == after
         x = b.op("Relu", [b.op("Add", [x, y])])
-    b.output(net.head(x, 10), (1, 10))
+    b.output(net.head(x, 10, softmax), (1, 10))
     return b.model()
 
 
