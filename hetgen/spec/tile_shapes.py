@@ -238,6 +238,12 @@ def _window_geometry(op: UnitOp) -> tuple:
     return win.kernel[-2:], win.strides[-2:], win.dilations[-2:], win.pads_begin[-2:], win.pads_end[-2:]
 
 
+def window_geometry(op: UnitOp) -> tuple:
+    """(kernel, strides, dilations, pads_begin, pads_end) over H and W of a rank-4 window op (a
+    cascade's layers chain by them: hetgen/spec/cascade.py)."""
+    return _window_geometry(op)
+
+
 def has_residual(op: UnitOp) -> bool:
     """A Conv that adds a residual tensor (its fourth input, the output's shape) to its outputs."""
     return op.work is WorkRule.CONV and len(op.inputs) > 3 and bool(op.inputs[3])
