@@ -28,7 +28,7 @@ from hetgen.ops.registry import op_def
 from hetgen.spec.tile_shapes import UnitOp, has_residual, operands, window_geometry
 from hetgen.spec.tiling import ALIGNMENT, Rates, mac_utilisation
 
-__all__ = ["CascadePlan", "Layer", "cascade_layer", "cascade_plan", "stripe_rows"]
+__all__ = ["CascadePlan", "Layer", "cascade_layer", "cascade_plan", "cascade_sram", "stripe_rows"]
 
 
 def _aligned(value: int) -> int:
@@ -49,6 +49,7 @@ class Layer:
     kernel: int  # rows of a window
     stride: int
     dilation: int
+    pad: int  # rows of padding above the input
     weight_bytes: int  # every constant the unit reads (weights, bias, scales, zero points)
     flops: int  # the whole layer's
     groups: int  # MAC products per stripe (a depthwise convolution: one per channel); 0: vector unit
@@ -58,10 +59,6 @@ class Layer:
     @property
     def window(self) -> int:
         return (self.kernel - 1) * self.dilation + 1
-
-    def input_rows(self, rows: int) -> int:
-        """Input rows the windows of `rows` consecutive output rows reach."""
-        return (rows - 1) * self.stride + self.window
 
     @property
     def in_row_bytes(self) -> int:
@@ -86,7 +83,7 @@ def cascade_layer(op: UnitOp, flops: int, rates: Rates | None = None) -> Layer |
         return None
     if op.constant[roles.x]:
         return None
-    (kh, _), (sh, _), (dh, _), _, _ = window_geometry(op)
+    (kh, _), (sh, _), (dh, _), (pt, _), _ = window_geometry(op)
     is_conv = roles.like is WorkRule.CONV
     groups = int(op.node.attr("group", 1)) if is_conv else 0
     weights = sum(t.nbytes for t, constant in zip(op.input_types, op.constant) if constant and t is not None)
@@ -99,6 +96,7 @@ def cascade_layer(op: UnitOp, flops: int, rates: Rates | None = None) -> Layer |
         int(kh),
         int(sh),
         int(dh),
+        int(pt),
         int(weights),
         int(flops),
         groups,
@@ -108,22 +106,39 @@ def cascade_layer(op: UnitOp, flops: int, rates: Rates | None = None) -> Layer |
 
 
 def stripe_rows(layers: Sequence[Layer], stripe: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Per layer, the output rows it produces each (steady) stripe when the last layer produces
-    `stripe`; and per layer, the rows of its input buffer: for the first layer, its window plus the
-    next stripe's new rows; for the others, the rolling buffer of its producer's output, the rows
-    its windows reach (at least the rows its producer writes a stripe)."""
-    produced = [0] * len(layers)
-    buffers = [0] * len(layers)
-    rows = stripe
-    for index in range(len(layers) - 1, -1, -1):
-        layer = layers[index]
-        produced[index] = min(rows, layer.out_shape[1])
-        height = layer.in_shape[1]
-        new = min(rows * layer.stride, height)  # input rows each stripe brings
-        reach = min(layer.input_rows(rows), height)
-        buffers[index] = min(reach + new, height) if index == 0 else max(reach, new)
-        rows = new
-    return tuple(produced), tuple(buffers)
+    """Run the chain's stripes (the last layer's output rows, `stripe` at a time) backwards
+    through its layers, each layer computing only the rows its consumer's windows newly reach.
+    Returns, per layer, the most output rows it computes in one stripe, and the rows of its input
+    buffer: for the others than the first, the rolling buffer of its producer's output (the rows
+    its windows reach this stripe and the rows its producer wrote this stripe); for the first, that
+    window and the next stripe's new rows, loaded while this stripe computes."""
+    count = len(layers)
+    done = [0] * count  # output rows each layer has computed so far
+    reached = [-1] * count  # the last input row each layer's windows have reached
+    rows = [0] * count
+    buffers = [0] * count
+    prefetch = 0
+    last = layers[-1].out_shape[1]
+    for start in range(0, last, stripe):
+        needed = min(start + stripe, last)  # output rows of the layer at hand needed by the stripe's end
+        for index in range(count - 1, -1, -1):
+            layer = layers[index]
+            first, end = done[index], max(needed, done[index])
+            if end == first:
+                break  # this layer (and so its producers) already has the rows
+            height = layer.in_shape[1]
+            lo = max(first * layer.stride - layer.pad, 0)
+            hi = min((end - 1) * layer.stride - layer.pad + layer.window - 1, height - 1)
+            written = reached[index] + 1  # the first input row new to this stripe
+            rows[index] = max(rows[index], end - first)
+            buffers[index] = max(buffers[index], hi - min(lo, written) + 1)
+            if index == 0 and start:
+                prefetch = max(prefetch, hi - reached[0])
+            done[index] = end
+            reached[index] = max(reached[index], hi)
+            needed = hi + 1
+    buffers[0] = min(buffers[0] + prefetch, layers[0].in_shape[1])
+    return tuple(rows), tuple(buffers)
 
 
 @dataclass(frozen=True)
@@ -151,6 +166,11 @@ class CascadePlan:
             f"{len(self.layers)} layers, {self.stripes} stripes of {self.stripe} rows "
             f"(rows a stripe: {', '.join(map(str, self.rows))}), DMA {self.dma_bytes} bytes, SRAM {self.sram_bytes} bytes"
         )
+
+
+def cascade_sram(layers: Sequence[Layer], stripe: int) -> int:
+    """The SRAM bytes the chain's buffers and weights take at this stripe height."""
+    return _sram(layers, stripe)[0]
 
 
 def _sram(layers: Sequence[Layer], stripe: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:

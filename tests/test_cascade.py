@@ -1,0 +1,129 @@
+"""Cascades on a tiled accelerator (hetgen/spec/cascade.py, hetgen/partition/cascades.py): the
+stripe heights and rolling buffers of a hand-checked chain, its SRAM and DMA bytes, the choice by
+price (which flips with the SRAM size), the platform option that turns it off, and explain."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hetgen.frontend import import_model
+from hetgen.models import cnn
+from hetgen.partition import explain_json, explain_text, place
+from hetgen.platform.loader import load_platform_text
+from hetgen.spec.cascade import Layer, cascade_plan, cascade_sram, stripe_rows
+from hetgen.spec.tiling import Rates
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# a 3x3 convolution (8 -> 16 channels, 16x16, pad 1), a depthwise 3x3 of stride 2 (pad 1) to 8x8,
+# a 1x1 convolution (16 -> 8 channels); float32
+A = Layer("a", (8, 16, 16), (16, 16, 16), 4, 4, 3, 1, 1, 1, 1000, 2 * 16 * 16 * 16 * 8 * 9, 1)
+B = Layer("b", (16, 16, 16), (16, 8, 8), 4, 4, 3, 2, 1, 1, 200, 2 * 16 * 8 * 8 * 9, 16)
+C = Layer("c", (16, 8, 8), (8, 8, 8), 4, 4, 1, 1, 1, 0, 300, 2 * 8 * 8 * 8 * 16, 1)
+
+
+def test_stripes_by_hand():
+    # Two rows of c a stripe (4 stripes). Stripe 0: c's rows 0-1 read b's rows 0-1; b's rows 0-1
+    # read a's rows -1..3 (0-3); a's rows 0-3 read input rows -1..4 (0-4). Stripe 1: c reads b's
+    # 2-3; b's 2-3 read a's 3..7 (5 rows: the rolling buffer of a's output); a computes 4-7 from
+    # input rows 3..8 (6 rows), of which 5-8 are new (4 rows: the next stripe's load).
+    rows, buffers = stripe_rows([A, B, C], 2)
+    assert rows == (4, 2, 2)
+    assert buffers == (6 + 4, 5, 2)
+    # SRAM: a's input 10 rows x 8 channels x 16 x 4 B, b's 5 rows x 16 x 16 x 4 B, c's 2 rows x 16 x
+    # 8 x 4 B, c's output stripe 2 rows x 8 x 8 x 4 B twice (stored while the next computes), and
+    # the weights (1000, 200, 300 B) each aligned to 64 B
+    assert cascade_sram([A, B, C], 2) == 10 * 512 + 5 * 1024 + 2 * 512 + 2 * (2 * 256) + 1024 + 256 + 320
+    # one stripe of everything: whole tensors, no halo left to keep
+    assert stripe_rows([A, B, C], 8) == ((16, 8, 8), (16, 16, 8))
+
+
+def test_one_row_stripes_keep_only_the_windows():
+    rows, buffers = stripe_rows([A, B, C], 1)
+    assert rows == (2, 1, 1)
+    assert buffers == (4 + 2, 3, 1)  # a 3-row window of 1-row output, b's 3x3 window, c's 1x1
+
+
+def test_dma_is_the_first_input_the_last_output_and_the_weights():
+    plan = cascade_plan([A, B, C], 1 << 20)
+    assert plan is not None and plan.layers == ("a", "b", "c")
+    assert plan.input_bytes == 8 * 16 * 16 * 4
+    assert plan.output_bytes == 8 * 8 * 8 * 4
+    assert plan.dma_bytes == 8 * 16 * 16 * 4 + 8 * 8 * 8 * 4 + 1500
+
+
+def test_the_stripe_height_is_the_cheapest_that_fits():
+    rates = Rates(us_per_flop=1e-6, us_per_byte=1e-4, command_us=0.5)
+    layers = [Layer(**{**layer.__dict__, "rates": rates}) for layer in (A, B, C)]
+    plan = cascade_plan(layers, 1 << 20)
+    assert plan.stripe == 8 and plan.stripes == 1  # per-command overhead: fewest stripes when it all fits
+    smallest = cascade_sram(layers, 1)
+    tight = cascade_plan(layers, cascade_sram(layers, 2))
+    assert tight.stripe == 2 and tight.sram_bytes <= cascade_sram(layers, 2)
+    assert cascade_plan(layers, smallest - 1) is None
+    assert cascade_plan(layers[:1], 1 << 20) is None  # one layer is no cascade
+    assert cascade_plan([layers[0], layers[2]], 1 << 20) is None  # c does not read a's output
+
+
+SOC = (ROOT / "platforms" / "soc.yaml").read_text()
+
+
+def _soc(sram_kib: int = 512, options: str = ""):
+    text = SOC.replace("sram_kib: 512", f"sram_kib: {sram_kib}") + options
+    return load_platform_text(text, file="soc.yaml")
+
+
+@pytest.fixture(scope="module")
+def mobilenet():
+    return import_model(cnn.mobilenet_v2(size=32))
+
+
+def test_chains_stop_at_fan_out_and_are_chosen_by_price(mobilenet):
+    placement = place(mobilenet, _soc())
+    assert placement.cascades
+    readers = mobilenet.consumers()
+    groups = {g.name: g for g in placement.groups}
+    for cascade in placement.cascades:
+        assert cascade.cost_us < cascade.layer_us
+        assert cascade.dma_bytes < cascade.layer_dma_bytes
+        assert cascade.sram_bytes <= 512 * 1024
+        for name in cascade.groups[:-1]:  # every output inside a cascade has one reader
+            last = mobilenet.node(groups[name].nodes[-1])
+            assert len(readers[last.outputs[0]]) == 1
+    # the stem's output feeds the first block's residual Add as well: no cascade starts before it
+    assert all("g0" not in cascade.groups for cascade in placement.cascades)
+
+
+def test_the_choice_flips_with_the_sram(mobilenet):
+    def cascaded(kib):
+        placement = place(mobilenet, _soc(kib))
+        assert all(c.sram_bytes <= kib * 1024 for c in placement.cascades)
+        assert sum(g.target.endswith("npu0") for g in placement.groups) == 16  # the same groups on the npu
+        return {name for c in placement.cascades for name in c.groups}
+
+    # in 16 KiB only the first block's depthwise and projection fit a cascade; in 48 KiB the second
+    # block's expansion, depthwise and projection join them; in 8 KiB nothing runs on the npu
+    assert "g3" not in cascaded(16) and "g1" in cascaded(16)
+    assert {"g1", "g2", "g3", "g4", "g5"} <= cascaded(48)
+    assert place(mobilenet, _soc(8)).cascades == ()
+
+
+def test_the_option_turns_cascades_off(mobilenet):
+    on = place(mobilenet, _soc(options="options: {cascade: true}\n"))
+    off = place(mobilenet, _soc(options="options: {cascade: false}\n"))
+    assert on.cascades and off.cascades == ()
+    assert [g.target for g in on.groups] == [g.target for g in off.groups]
+
+
+def test_explain_lists_the_cascades(mobilenet):
+    placement = place(mobilenet, _soc())
+    text = explain_text(placement, mobilenet)
+    first = placement.cascades[0]
+    assert "cascades (" in text
+    assert f"{', '.join(first.groups)} on soc/vdevice0/npu0: {first.stripes} stripe" in text
+    document = json.loads(json.dumps(explain_json(placement, mobilenet)))
+    assert [c["groups"] for c in document["cascades"]] == [list(c.groups) for c in placement.cascades]
+    assert document["cascades"][0]["saved_bytes"] == first.layer_dma_bytes - first.dma_bytes
