@@ -189,8 +189,8 @@ def _sram(layers: Sequence[Layer], stripe: int) -> tuple[int, tuple[int, ...], t
 
 def _estimate_us(layers: Sequence[Layer], produced: Sequence[int], stripes: int, dma: tuple[int, int]) -> float:
     """The cascade's time on the tiled accelerator's engines: its weights loaded first, then each
-    stripe's input and output DMA overlapped with its layers' compute (double-buffered) but for one
-    stripe's worth, and each command's overhead (per stripe: one kernel call a layer, the input
+    stripe's input and output DMA overlapped with its layers' compute (double-buffered) but for the
+    lesser engine's one stripe (the first load or the last store), and each command's overhead (per stripe: one kernel call a layer, the input
     load, the output store, a residual's load)."""
     weights, io = dma
     rates = layers[0].rates or Rates(0.0, 0.0)
@@ -211,7 +211,8 @@ def _estimate_us(layers: Sequence[Layer], produced: Sequence[int], stripes: int,
         compute += max(mac + vector, local, stage)
     io_us = io * rates.us_per_byte
     commands = stripes * (len(layers) + 2 + sum(layer.residual for layer in layers)) + len(layers)
-    overlapped = max(io_us, compute) + (io_us + compute) / stripes if stripes > 1 else io_us + compute
+    # two engines in a pipeline of `stripes` steps: the busier one's time, and the other's first or last step
+    overlapped = max(io_us, compute) + min(io_us, compute) / stripes if stripes > 1 else io_us + compute
     return weights * rates.us_per_byte + overlapped + commands * rates.command_us
 
 
