@@ -58,10 +58,11 @@ def choose_cascades(placement: Placement, graph: Graph, platform: Platform) -> t
             if tensor:
                 readers[tensor] = readers.get(tensor, 0) + 1
     outputs = set(graph.outputs)
+    by_name = {node.name: node for node in graph.nodes}
     found: list[Cascade] = []
     run: list[_Link] = []
     for group in (*placement.groups, None):
-        link = _link(group, graph, targets, placement) if group is not None else None
+        link = _link(group, graph, by_name, targets, placement) if group is not None else None
         chained = (
             link is not None
             and run
@@ -78,11 +79,10 @@ def choose_cascades(placement: Placement, graph: Graph, platform: Platform) -> t
     return tuple(found)
 
 
-def _link(group: Group, graph: Graph, targets: Mapping[str, Target], placement: Placement) -> _Link | None:
+def _link(group: Group, graph: Graph, by_name, targets: Mapping[str, Target], placement: Placement) -> _Link | None:
     target = targets.get(group.target)
     if target is None or not one_unit_per_invocation(target):
         return None
-    by_name = {name: graph.node(name) for name in group.nodes}
     nodes = [by_name[name] for name in group.nodes]
     units = kernel_units_of(nodes, graph, placement.kernels)
     if len(units) != 1:
