@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hetgen.frontend import import_model
@@ -127,3 +128,136 @@ def test_explain_lists_the_cascades(mobilenet):
     document = json.loads(json.dumps(explain_json(placement, mobilenet)))
     assert [c["groups"] for c in document["cascades"]] == [list(c.groups) for c in placement.cascades]
     assert document["cascades"][0]["saved_bytes"] == first.layer_dma_bytes - first.dma_bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# The stripes computed: a numpy run of a chain, stripe by stripe, where each layer's input rows
+# live in a buffer of exactly the rows stripe_rows gives it (the oldest row dropped when a new one
+# does not fit) must reach the same output as the layers run whole.
+
+
+def _conv_rows(rows_of, x_shape, weight, stride, pad, groups, r0, r1):
+    """Output rows r0..r1-1 of a convolution (square kernel, stride and pad) reading input rows
+    through `rows_of(row)` (a (C, W) array; rows outside the input are zero padding)."""
+    c_in, height, width = x_shape
+    c_out, c_group, k, _ = weight.shape
+    out_w = (width + 2 * pad - k) // stride + 1
+    out = np.zeros((c_out, r1 - r0, out_w))
+    for r in range(r0, r1):
+        window = np.stack(
+            [
+                rows_of(i) if 0 <= i < height else np.zeros((c_in, width))
+                for i in range(r * stride - pad, r * stride - pad + k)
+            ],
+            axis=1,
+        )  # (C, k, W)
+        window = np.pad(window, ((0, 0), (0, 0), (pad, pad)))
+        taps = np.lib.stride_tricks.sliding_window_view(window, k, axis=2)[:, :, ::stride][
+            :, :, :out_w
+        ]  # (C, k, out_w, k)
+        taps = taps.reshape(groups, c_group, k, out_w, k)
+        per_group = weight.reshape(groups, c_out // groups, c_group, k, k)
+        out[:, r - r0] = np.einsum("gcyxk,gocyk->gox", taps, per_group).reshape(c_out, out_w)
+    return out
+
+
+def _whole(x, layers):
+    for weight, stride, pad, groups in layers:
+        x = _conv_rows(
+            lambda i, x=x: x[:, i],
+            x.shape,
+            weight,
+            stride,
+            pad,
+            groups,
+            0,
+            (x.shape[1] + 2 * pad - weight.shape[2]) // stride + 1,
+        )
+    return x
+
+
+def _striped(x, layers, shapes, stripe, buffers=None):
+    """The chain's output, run stripe by stripe in buffers of `buffers` rows (stripe_rows' unless
+    given). The first layer's input rows are loaded as each stripe needs them (its buffer's room for
+    the next stripe's rows is not exercised); every other buffer holds exactly its rows."""
+    rows, planned = stripe_rows(shapes, stripe)
+    buffers = planned if buffers is None else buffers
+    count = len(layers)
+    kept = [dict() for _ in range(count)]  # per layer: its input rows in SRAM, row -> (C, W)
+    done = [0] * count
+    out_h = shapes[-1].out_shape[1]
+    result = []
+
+    def keep(index, row, value):
+        kept[index][row] = value
+        while len(kept[index]) > buffers[index]:
+            del kept[index][min(kept[index])]
+
+    def reach(index, end):  # input rows [lo, hi] the windows of output rows done..end-1 reach
+        layer = shapes[index]
+        lo = max(done[index] * layer.stride - layer.pad, 0)
+        return lo, min((end - 1) * layer.stride - layer.pad + layer.window - 1, layer.in_shape[1] - 1)
+
+    loaded = -1
+    for start in range(0, out_h, stripe):
+        ends = [0] * count  # output rows each layer must have computed by this stripe's end
+        ends[-1] = min(start + stripe, out_h)
+        for index in range(count - 1, 0, -1):
+            ends[index - 1] = max(reach(index, ends[index])[1] + 1, done[index - 1])
+        hi = reach(0, ends[0])[1]
+        for row in range(loaded + 1, hi + 1):  # this stripe's new input rows
+            keep(0, row, x[:, row])
+        loaded = max(loaded, hi)
+        for index, (weight, stride, pad, groups) in enumerate(layers):
+            if ends[index] <= done[index]:
+                continue
+            assert ends[index] - done[index] <= rows[index]
+            lo, hi = reach(index, ends[index])
+            assert set(range(lo, hi + 1)) <= set(kept[index]), f"layer {index}: rows {lo}..{hi} not all in its buffer"
+            out = _conv_rows(
+                lambda i, index=index: kept[index][i],
+                shapes[index].in_shape,
+                weight,
+                stride,
+                pad,
+                groups,
+                done[index],
+                ends[index],
+            )
+            for offset, row in enumerate(range(done[index], ends[index])):
+                if index + 1 < count:
+                    keep(index + 1, row, out[:, offset])
+                else:
+                    result.append(out[:, offset])
+            done[index] = ends[index]
+    return np.stack(result, axis=1)
+
+
+@pytest.mark.parametrize("stripe", [1, 2, 3, 8])
+def test_the_stripes_compute_the_chain_in_their_buffers(stripe):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 12, 12))
+    layers = [
+        (rng.standard_normal((4, 2, 3, 3)), 1, 1, 1),  # 3x3 conv
+        (rng.standard_normal((4, 1, 3, 3)), 2, 1, 4),  # depthwise 3x3, stride 2
+        (rng.standard_normal((3, 4, 1, 1)), 1, 0, 1),  # 1x1 conv
+        (rng.standard_normal((3, 1, 5, 5)), 1, 2, 3),  # depthwise 5x5
+    ]
+    shapes, shape = [], x.shape
+    for weight, stride, pad, groups in layers:
+        out = (
+            weight.shape[0],
+            (shape[1] + 2 * pad - weight.shape[2]) // stride + 1,
+            (shape[2] + 2 * pad - weight.shape[2]) // stride + 1,
+        )
+        shapes.append(Layer("l", shape, out, 4, 4, weight.shape[2], stride, 1, pad, 0, 0, groups))
+        shape = out
+    np.testing.assert_allclose(_striped(x, layers, shapes, stripe), _whole(x, layers), rtol=1e-12, atol=1e-12)
+    # one row less in any buffer drops a row some window still needs
+    rows, buffers = stripe_rows(shapes, stripe)
+    for index in range(1, len(shapes)):
+        if buffers[index] < shapes[index].in_shape[1]:
+            short = [*buffers]
+            short[index] -= 1
+            with pytest.raises(AssertionError, match=f"layer {index}"):
+                _striped(x, layers, shapes, stripe, tuple(short))
