@@ -7,10 +7,12 @@ each layer computes the rows of its output that its consumer's next stripe needs
 buffer in SRAM that keeps only the rows the consumer's windows still reach. Only the first layer's
 input, the last layer's output, fused residuals and the weights move by DMA.
 
-Stripe heights are computed backwards from the last layer (as Vela's cascade builder does): a
-layer producing `rows` output rows a stripe reads `(rows - 1) * stride + (kernel - 1) * dilation + 1`
-input rows, of which `rows * stride` are new each stripe; that window is the rolling buffer of the
-layer before it, which produces `rows * stride` rows a stripe. The SRAM a cascade needs is the
+Stripe heights are computed backwards from the last layer (as Vela's cascade builder does): in the
+steady state, a layer producing `rows` output rows a stripe reads `(rows - 1) * stride + (kernel -
+1) * dilation + 1` input rows, of which `rows * stride` are new each stripe; that window is the
+rolling buffer of the layer before it, which produces `rows * stride` rows a stripe. `stripe_rows`
+runs the stripes with their exact row ranges (the first stripe reaches further, pads and the last
+rows clip), and each buffer is the most rows any stripe keeps in it. The SRAM a cascade needs is the
 first layer's input buffer (its window and the next stripe's new rows, DMA'd while this stripe
 computes), the rolling buffers in between, the last layer's output stripe (double-buffered, stored
 while the next stripe computes), a fused residual's stripe (double-buffered) and every layer's
@@ -148,7 +150,7 @@ class CascadePlan:
     layers: tuple[str, ...]  # the units' head nodes, producer first
     stripe: int  # output rows of the last layer a stripe
     stripes: int
-    rows: tuple[int, ...]  # per layer: output rows it produces a stripe
+    rows: tuple[int, ...]  # per layer: the most output rows it computes in one stripe
     buffer_rows: tuple[int, ...]  # per layer: rows of its input buffer (the first: its input's)
     sram_bytes: int  # every buffer of the cascade, weights included
     weight_bytes: int
