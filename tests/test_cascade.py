@@ -13,8 +13,9 @@ import pytest
 from hetgen.frontend import import_model
 from hetgen.models import cnn
 from hetgen.partition import explain_json, explain_text, place
+from hetgen.partition.cascades import with_cascades
 from hetgen.platform.loader import load_platform_text
-from hetgen.spec.cascade import Layer, cascade_plan, cascade_sram, stripe_rows
+from hetgen.spec.cascade import Layer, cascade_plan, cascade_sram, move_bytes, stripe_rows, stripe_steps
 from hetgen.spec.tiling import Rates
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,23 +30,42 @@ C = Layer("c", (16, 8, 8), (8, 8, 8), 4, 4, 1, 1, 1, 0, 300, 2 * 8 * 8 * 8 * 16,
 def test_stripes_by_hand():
     # Two rows of c a stripe (4 stripes). Stripe 0: c's rows 0-1 read b's rows 0-1; b's rows 0-1
     # read a's rows -1..3 (0-3); a's rows 0-3 read input rows -1..4 (0-4). Stripe 1: c reads b's
-    # 2-3; b's 2-3 read a's 3..7 (5 rows: the rolling buffer of a's output); a computes 4-7 from
-    # input rows 3..8 (6 rows), of which 5-8 are new (4 rows: the next stripe's load).
-    rows, buffers = stripe_rows([A, B, C], 2)
+    # 2-3; b's 2-3 read a's 3..7 (5 rows: row 3 kept, 4-7 new); a computes 4-7 from input rows
+    # 3..8 (6 rows: 3-4 kept, 5-8 loaded). Stripes 2 and 3 alike, the last clipped at row 15.
+    rows, windows = stripe_rows([A, B, C], 2)
     assert rows == (4, 2, 2)
-    assert buffers == (6 + 4, 5, 2)
-    # SRAM: a's input 10 rows x 8 channels x 16 x 4 B, b's 5 rows x 16 x 16 x 4 B, c's 2 rows x 16 x
-    # 8 x 4 B, c's output stripe 2 rows x 8 x 8 x 4 B twice (stored while the next computes), and
-    # the weights (1000, 200, 300 B) each aligned to 64 B
-    assert cascade_sram([A, B, C], 2) == 10 * 512 + 5 * 1024 + 2 * 512 + 2 * (2 * 256) + 1024 + 256 + 320
-    # one stripe of everything: whole tensors, no halo left to keep
+    assert windows == (6, 5, 2)
+    program = stripe_steps([A, B, C], 2)
+    assert [[(s.layer, s.in_lo, s.in_hi, s.kept, s.out_first, s.out_end) for s in steps] for steps in program] == [
+        [(0, 0, 4, 0, 0, 4), (1, 0, 3, 0, 0, 2), (2, 0, 1, 0, 0, 2)],
+        [(0, 3, 8, 2, 4, 8), (1, 3, 7, 1, 2, 4), (2, 2, 3, 0, 2, 4)],
+        [(0, 7, 12, 2, 8, 12), (1, 7, 11, 1, 4, 6), (2, 4, 5, 0, 4, 6)],
+        [(0, 11, 15, 2, 12, 16), (1, 11, 15, 1, 6, 8), (2, 6, 7, 0, 6, 8)],
+    ]
+    # pads: the first stripe's windows start above row 0; the last's a ends below row 15 (b's
+    # stride-2 windows end on it)
+    assert [(s.pad_top, s.pad_bottom) for s in program[0]] == [(1, 0), (1, 0), (0, 0)]
+    assert [(s.pad_top, s.pad_bottom) for s in program[-1]] == [(0, 1), (0, 0), (0, 0)]
+    # b's new rows start at row 0 of a's output stripe; a's at its input row 5 (loaded by DMA)
+    assert program[1][1].source_row == 0 and program[1][0].source_row == 5
+    # SRAM: the windows (a: 6 rows x 8 channels x 16 x 4 B, b: 5 x 16 x 16 x 4 B, c: 2 x 16 x 8 x
+    # 4 B), a's and b's output stripes (4 x 16 x 16 x 4 B, 2 x 16 x 8 x 4 B), c's output stripe
+    # twice (stored while the next computes: 2 x 8 x 8 x 4 B) and the weights, each aligned to 64 B
+    assert cascade_sram([A, B, C], 2) == (
+        6 * 512 + 5 * 1024 + 2 * 512 + 4 * 1024 + 2 * 512 + 2 * (2 * 256) + 1024 + 256 + 320
+    )
+    # moves: a keeps 2 rows in 3 stripes (512 B each), b keeps 1 row in 3 and takes 4 new a stripe
+    # (1024 B each), c takes 2 new a stripe (512 B each)
+    assert move_bytes([A, B, C], program) == 6 * 512 + (3 + 16) * 1024 + 8 * 512
+    # one stripe of everything: whole tensors, no halo left to keep, nothing kept
     assert stripe_rows([A, B, C], 8) == ((16, 8, 8), (16, 16, 8))
+    assert all(step.kept == 0 for steps in stripe_steps([A, B, C], 8) for step in steps)
 
 
 def test_one_row_stripes_keep_only_the_windows():
-    rows, buffers = stripe_rows([A, B, C], 1)
+    rows, windows = stripe_rows([A, B, C], 1)
     assert rows == (2, 1, 1)
-    assert buffers == (4 + 2, 3, 1)  # a 3-row window of 1-row output, b's 3x3 window, c's 1x1
+    assert windows == (4, 3, 1)  # a 3-row window of 2-row output, b's 3x3 window, c's 1x1
 
 
 def test_dma_is_the_first_input_the_last_output_and_the_weights():
@@ -82,8 +102,24 @@ def mobilenet():
     return import_model(cnn.mobilenet_v2(size=32))
 
 
+def _chosen(graph, platform):
+    """The placement with the cascades its price chooses (what `place` will claim once lowering
+    runs cascades)."""
+    return with_cascades(place(graph, platform), graph, platform)
+
+
+def test_a_placement_claims_no_cascade_lowering_does_not_run(mobilenet):
+    # One truth: the program runs every group layer by layer, so the placement priced, explained
+    # and generated holds no cascade, though the price would choose some.
+    platform = _soc()
+    placement = place(mobilenet, platform)
+    assert placement.cascades == ()
+    assert "cascades (" not in explain_text(placement, mobilenet)
+    assert with_cascades(placement, mobilenet, platform).cascades
+
+
 def test_chains_stop_at_fan_out_and_are_chosen_by_price(mobilenet):
-    placement = place(mobilenet, _soc())
+    placement = _chosen(mobilenet, _soc())
     assert placement.cascades
     readers = mobilenet.consumers()
     groups = {g.name: g for g in placement.groups}
@@ -100,7 +136,7 @@ def test_chains_stop_at_fan_out_and_are_chosen_by_price(mobilenet):
 
 def test_the_choice_flips_with_the_sram(mobilenet):
     def cascaded(kib):
-        placement = place(mobilenet, _soc(kib))
+        placement = _chosen(mobilenet, _soc(kib))
         assert all(c.sram_bytes <= kib * 1024 for c in placement.cascades)
         assert sum(g.target.endswith("npu0") for g in placement.groups) == 16  # the same groups on the npu
         return {name for c in placement.cascades for name in c.groups}
@@ -109,18 +145,18 @@ def test_the_choice_flips_with_the_sram(mobilenet):
     # block's expansion, depthwise and projection join them; in 8 KiB nothing runs on the npu
     assert "g3" not in cascaded(16) and "g1" in cascaded(16)
     assert {"g1", "g2", "g3", "g4", "g5"} <= cascaded(48)
-    assert place(mobilenet, _soc(8)).cascades == ()
+    assert _chosen(mobilenet, _soc(8)).cascades == ()
 
 
 def test_the_option_turns_cascades_off(mobilenet):
-    on = place(mobilenet, _soc(options="options: {cascade: true}\n"))
-    off = place(mobilenet, _soc(options="options: {cascade: false}\n"))
+    on = _chosen(mobilenet, _soc(options="options: {cascade: true}\n"))
+    off = _chosen(mobilenet, _soc(options="options: {cascade: false}\n"))
     assert on.cascades and off.cascades == ()
     assert [g.target for g in on.groups] == [g.target for g in off.groups]
 
 
 def test_explain_lists_the_cascades(mobilenet):
-    placement = place(mobilenet, _soc())
+    placement = _chosen(mobilenet, _soc())
     text = explain_text(placement, mobilenet)
     first = placement.cascades[0]
     assert "cascades (" in text
@@ -261,3 +297,100 @@ def test_the_stripes_compute_the_chain_in_their_buffers(stripe):
             short[index] -= 1
             with pytest.raises(AssertionError, match=f"layer {index}"):
                 _striped(x, layers, shapes, stripe, tuple(short))
+
+
+# ---------------------------------------------------------------------------------------------
+# The stripe program run as the device would (stripe_steps): flat SRAM buffers of exactly the
+# sizes the plan gives them, each window laid out (C, rows, W) for its kernel, kept rows moved to
+# its top and new rows moved (or, for the first layer, loaded) below them by strided copies of one
+# segment a channel, each kernel a row tile of the window with the step's pads.
+
+
+def _strided_copy(dst, dst_at, dst_stride, src, src_at, src_stride, count, seg):
+    """`count` segments of `seg` elements; within one buffer in the order that reads every segment
+    before it is overwritten (backwards where the destination's stride is the larger)."""
+    order = range(count - 1, -1, -1) if dst_stride > src_stride else range(count)
+    for c in order:
+        dst[dst_at + c * dst_stride : dst_at + c * dst_stride + seg] = src[
+            src_at + c * src_stride : src_at + c * src_stride + seg
+        ].copy()
+
+
+def _conv_tile(window, weight, stride, pad_top, pad_bottom, pad, groups):
+    c_out, c_group, k, _ = weight.shape
+    padded = np.pad(window, ((0, 0), (pad_top, pad_bottom), (pad, pad)))
+    out_h, out_w = (padded.shape[1] - k) // stride + 1, (padded.shape[2] - k) // stride + 1
+    taps = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))[:, ::stride, ::stride]
+    taps = taps[:, :out_h, :out_w].reshape(groups, c_group, out_h, out_w, k, k)
+    per_group = weight.reshape(groups, c_out // groups, c_group, k, k)
+    return np.einsum("gchwyx,gocyx->gohw", taps, per_group).reshape(c_out, out_h, out_w)
+
+
+def _run_program(x, layers, shapes, stripe):
+    program = stripe_steps(shapes, stripe)
+    produced, windows = stripe_rows(shapes, stripe)
+    window_buffers = [np.full(rows * s.in_shape[0] * s.in_shape[2], np.nan) for rows, s in zip(windows, shapes)]
+    out_buffers = [np.full(rows * s.out_shape[0] * s.out_shape[2], np.nan) for rows, s in zip(produced, shapes)]
+    held = [0] * len(shapes)  # rows each window buffer holds (its layout's rows a channel)
+    out_rows = [0] * len(shapes)
+    result = np.full(shapes[-1].out_shape, np.nan)
+    for steps in program:
+        for step in steps:
+            channels, height, width = shapes[step.layer].in_shape
+            buffer, rows = window_buffers[step.layer], step.window_rows
+            if step.kept:  # the previous window's last rows to the top of each channel
+                previous = held[step.layer]
+                _strided_copy(
+                    buffer, 0, rows * width, buffer, (previous - step.kept) * width, previous * width, channels,
+                    step.kept * width,
+                )  # fmt: skip
+            if step.new_rows:
+                if step.layer == 0:  # the DMA load from the input tensor
+                    source, stride = x.reshape(-1), height * width
+                else:  # from the producer's output stripe
+                    source, stride = out_buffers[step.layer - 1], out_rows[step.layer - 1] * width
+                _strided_copy(
+                    buffer, step.kept * width, rows * width, source, step.source_row * width, stride, channels,
+                    step.new_rows * width,
+                )  # fmt: skip
+            held[step.layer] = rows
+            window = buffer[: channels * rows * width].reshape(channels, rows, width)
+            assert not np.isnan(window).any(), f"layer {step.layer}: a window row was never written"
+            weight, stride, pad, groups = layers[step.layer]
+            out = _conv_tile(window, weight, stride, step.pad_top, step.pad_bottom, pad, groups)
+            assert out.shape[1] == step.out_rows
+            out_buffers[step.layer][: out.size] = out.reshape(-1)
+            out_rows[step.layer] = step.out_rows
+            if step.layer == len(shapes) - 1:
+                result[:, step.out_first : step.out_end] = out
+    return result
+
+
+CHAINS = {
+    "conv-dw2-pw-dw5": [
+        ((4, 2, 3, 3), 1, 1, 1),
+        ((4, 1, 3, 3), 2, 1, 4),
+        ((3, 4, 1, 1), 1, 0, 1),
+        ((3, 1, 5, 5), 1, 2, 3),
+    ],
+    "pw2-conv": [((3, 2, 1, 1), 2, 0, 1), ((5, 3, 3, 3), 1, 1, 1)],  # a 1x1 of stride 2 skips rows
+    "conv2-conv2": [((3, 2, 3, 3), 2, 1, 1), ((4, 3, 3, 3), 2, 0, 1)],
+}
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+@pytest.mark.parametrize("stripe", [1, 2, 3, 16])
+def test_the_stripe_program_computes_the_chain(chain, stripe):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 13, 11))
+    layers = [(rng.standard_normal(shape), stride, pad, groups) for shape, stride, pad, groups in CHAINS[chain]]
+    shapes, shape = [], x.shape
+    for weight, stride, pad, groups in layers:
+        out = (
+            weight.shape[0],
+            (shape[1] + 2 * pad - weight.shape[2]) // stride + 1,
+            (shape[2] + 2 * pad - weight.shape[2]) // stride + 1,
+        )
+        shapes.append(Layer("l", shape, out, 8, 8, weight.shape[2], stride, 1, pad, 0, 0, groups))
+        shape = out
+    np.testing.assert_allclose(_run_program(x, layers, shapes, stripe), _whole(x, layers), rtol=1e-12, atol=1e-12)

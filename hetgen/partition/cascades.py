@@ -7,7 +7,13 @@ predecessor's output and that output's only reader, may run as one cascade: one 
 by stripe through SRAM (hetgen/spec/cascade.py). Each run is cut into cascades and single groups
 at the least price: a single group at its cost as placed (its tile plan and its launch), a cascade
 at one launch and its stripes' estimate. `options: {cascade: false}` in the platform file turns it
-off. This is the one place the choice is made: `Placement.cascades` holds it, and explain shows it.
+off. This is the one place the choice is made: `with_cascades` puts it in `Placement.cascades`,
+which explain shows.
+
+Not claimed yet: lowering, codegen and the simulator do not run a cascade (docs/simulator.md,
+"Cascades"), so `place` does not call `with_cascades` and a placement claims no cascade; what is
+priced and explained stays what is generated. `benchmarks/bench_cascade.py` and tests/test_cascade.py
+call it to study the choice.
 """
 
 from __future__ import annotations
@@ -140,6 +146,7 @@ def _cascade(links: Sequence[_Link], plan: CascadePlan, target: Target) -> Casca
         plan.buffer_rows,
         plan.sram_bytes,
         plan.dma_bytes,
+        plan.move_bytes,
         first.launch_us + scale * plan.estimate_us,
         max(link.plan.sram_bytes for link in links),
         sum(link.plan.dma_bytes for link in links),

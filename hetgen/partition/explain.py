@@ -183,7 +183,7 @@ def render_text(e: Explanation) -> str:
         lines.extend(f"  {u.node} ({u.op}): {u.reason}" for u in e.unclaimed)
         lines.append("")
     if e.cascades:
-        lines.append("cascades (chosen by price over layer by layer; lowering still runs their groups layer by layer):")
+        lines.append("cascades (chosen by price over layer by layer):")
         lines.extend(f"  {_cascade_line(c)}" for c in e.cascades)
         lines.append("")
     if e.transfers:
@@ -215,6 +215,7 @@ def _cascade_line(c: Cascade) -> str:
         f"{', '.join(map(str, c.buffer_rows))} rows), SRAM {format_bytes(c.sram_bytes)} "
         f"(layer by layer {format_bytes(c.layer_sram_bytes)}), DMA {format_bytes(c.dma_bytes)} "
         f"(layer by layer {format_bytes(c.layer_dma_bytes)}, {format_bytes(c.saved_bytes)} saved), "
+        f"SRAM-to-SRAM moves {format_bytes(c.move_bytes)}, "
         f"{c.cost_us:.1f} us (layer by layer {c.layer_us:.1f} us)"
     )
 

@@ -104,6 +104,7 @@ class Cascade:
     buffer_rows: tuple[int, ...]  # per layer: rows of its input buffer (rolling, but the first's)
     sram_bytes: int  # the cascade's buffers and weights
     dma_bytes: int  # first input, last output, residuals, weights
+    move_bytes: int  # SRAM to SRAM: each stripe's kept rows and its producers' new rows into the windows
     cost_us: float  # one invocation: its launch and its stripes
     layer_sram_bytes: int  # layer by layer: the largest tile plan's buffers
     layer_dma_bytes: int  # layer by layer: every tile plan's loads and stores
