@@ -13,8 +13,11 @@ platforms/ethos-u65.yaml, each placed twice: with `options: {cascade: false}` an
 - SRAM KiB: the npu's peak SRAM (the largest tile plan's buffers, layer by layer; with cascades, the
   largest of the cascades' buffers and the other groups' tile plans);
 - DMA MB: bytes the npu's DMA moves between its memory and SRAM (every tile plan's loads and stores;
-  with cascades, each cascade's first input, last output, residuals and weights instead of its
+  with cascades, each cascade's first input rows, last output, residuals and weights instead of its
   groups' plans);
+- moves MB: the cascades' SRAM-to-SRAM moves (each stripe's kept rows to its windows' tops, new rows
+  from each producer's output stripe: hetgen/spec/cascade.py's stripe program), which the price
+  charges at the engines' SRAM bandwidth;
 - npu est us: the npu groups' estimated time (layer by layer: their cost; with cascades: each
   cascade at one launch and its stripes' estimate, hetgen/spec/cascade.py);
 - total est us: `Placement.total_us` without cascades (the program lowering emits today), and that
@@ -23,7 +26,8 @@ platforms/ethos-u65.yaml, each placed twice: with `options: {cascade: false}` an
   kernel table's tile plans cached: what choosing the cascades adds).
 
 Estimates only: lowering still runs every group layer by layer (docs/simulator.md: cascades), so
-nothing is built or simulated here.
+`place` claims no cascade and nothing here is built or simulated; "on" is `with_cascades`' choice
+on top of the same placement.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from hetgen.frontend import import_model  # noqa: E402
 from hetgen.models import cnn  # noqa: E402
 from hetgen.models.quantized import quantized  # noqa: E402
 from hetgen.partition import place  # noqa: E402
+from hetgen.partition.cascades import with_cascades  # noqa: E402
 from hetgen.platform import load_platform_text  # noqa: E402
 from hetgen.platform.model import Role  # noqa: E402
 
@@ -67,6 +72,7 @@ def figures(placement, npus: set[str]) -> dict:
     sram += [c.sram_bytes for c in placement.cascades]
     dma = sum(t.dma_bytes for g in on_npu if g.name not in cascaded for t in g.tilings)
     dma += sum(c.dma_bytes for c in placement.cascades)
+    moves = sum(c.move_bytes for c in placement.cascades)
     npu_us = sum(g.cost_us for g in on_npu if g.name not in cascaded) + sum(c.cost_us for c in placement.cascades)
     return {
         "groups": len(on_npu),
@@ -74,6 +80,7 @@ def figures(placement, npus: set[str]) -> dict:
         "cascaded": len(cascaded),
         "sram": max(sram, default=0),
         "dma": dma,
+        "moves": moves,
         "npu_us": npu_us,
         "total_us": placement.total_us,
     }
@@ -83,7 +90,8 @@ def case(graph, name: str) -> tuple[dict, dict, str]:
     start = time.perf_counter()
     off = place(graph, platform(name, False))
     middle = time.perf_counter()
-    on = place(graph, platform(name, True))
+    cascaded = platform(name, True)
+    on = with_cascades(place(graph, cascaded), graph, cascaded)  # the choice place() does not claim yet
     seconds = f"{middle - start:.1f} / {time.perf_counter() - middle:.1f}"
     npus = {t.path_str for t in platform(name, True).targets() if t.role is Role.ACCELERATOR}
     return figures(off, npus), figures(on, npus), seconds
@@ -94,6 +102,7 @@ def row(label: str, name: str, off: dict, on: dict, seconds: str) -> str:
     return (
         f"| {label} | {name} | {on['cascades']} ({on['cascaded']}/{on['groups']}) | "
         f"{off['sram'] / 1024:.1f} | {on['sram'] / 1024:.1f} | {off['dma'] / 1e6:.2f} | {on['dma'] / 1e6:.2f} | "
+        f"{on['moves'] / 1e6:.2f} | "
         f"{off['npu_us']:.1f} | {on['npu_us']:.1f} | {off['total_us']:.1f} | {off['total_us'] - saved:.1f} | "
         f"{seconds} |"
     )
@@ -108,10 +117,10 @@ def main() -> int:
     args = parser.parse_args()
     logging.getLogger().setLevel(logging.ERROR)
     print(
-        "| model | platform | cascades (groups) | SRAM KiB off | SRAM KiB on | DMA MB off | DMA MB on | "
+        "| model | platform | cascades (groups) | SRAM KiB off | SRAM KiB on | DMA MB off | DMA MB on | moves MB | "
         "npu est us off | npu est us on | total est us off | total est us on | place s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for model_name in filter(None, args.models.split(",")):
         model = MODELS[model_name]()
         for dtype in filter(None, args.dtypes.split(",")):

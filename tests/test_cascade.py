@@ -10,12 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hetgen.abi import WAIT_RING
 from hetgen.frontend import import_model
 from hetgen.models import cnn
+from hetgen.models._builder import Builder
+from hetgen.models.quantized import quantized
 from hetgen.partition import explain_json, explain_text, place
-from hetgen.partition.cascades import with_cascades
+from hetgen.partition.cascades import cascade_units, with_cascades
 from hetgen.platform.loader import load_platform_text
 from hetgen.spec.cascade import Layer, cascade_plan, cascade_sram, move_bytes, stripe_rows, stripe_steps
+from hetgen.spec.cascade_program import Kind, cascade_program
 from hetgen.spec.tiling import Rates
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -394,3 +398,115 @@ def test_the_stripe_program_computes_the_chain(chain, stripe):
         shapes.append(Layer("l", shape, out, 8, 8, weight.shape[2], stride, 1, pad, 0, 0, groups))
         shape = out
     np.testing.assert_allclose(_run_program(x, layers, shapes, stripe), _whole(x, layers), rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command list (hetgen/spec/cascade_program.py) of chosen cascades: its SRAM, DMA and moves
+# are the price's, its kernels lower (float and int8), and run byte for byte as a device would
+# (numpy for the float kernels) it computes the chain.
+
+
+def _chain_model():
+    b = Builder("chain", 17, 0)
+    x = b.input("input", (1, 4, 32, 32))
+    h = b.op("Relu", [b.conv(x, 4, 8, 3)])
+    h = b.op("Relu", [b.conv(h, 8, 8, 3, group=8)])
+    b.output(b.conv(h, 8, 4, 1), (1, 4, 32, 32))
+    return b.model()
+
+
+def _cascaded(graph, kib=16):
+    platform = _soc(kib)
+    pins = {n.name: "soc/vdevice0/npu0" for n in graph.nodes if "Conv" in n.op}
+    placement = with_cascades(place(graph, platform, pins=pins), graph, platform)
+    return placement, platform
+
+
+@pytest.fixture(scope="module", params=["float", "int8"])
+def chain(request):
+    model = _chain_model() if request.param == "float" else quantized(_chain_model(), per_channel=True)
+    graph = import_model(model)
+    return request.param, graph, *_cascaded(graph)
+
+
+def test_the_program_is_what_was_priced(chain):
+    _, graph, placement, platform = chain
+    assert placement.cascades
+    for cascade in placement.cascades:
+        ops, layers, _ = cascade_units(cascade, placement, graph, platform)
+        program = cascade_program(ops, layers, cascade.stripe)
+        assert program.sram_bytes == cascade.sram_bytes <= 16 * 1024
+        assert program.dma_bytes == cascade.dma_bytes < cascade.layer_dma_bytes
+        assert program.moved(Kind.MOVE) == cascade.move_bytes
+        assert sum(c.kind is Kind.COMPUTE for c in program.commands) == sum(
+            len(steps) for steps in stripe_steps(layers, cascade.stripe)
+        )
+        assert all(0 <= c.after < WAIT_RING for c in program.commands)
+
+
+def _copy(dst, dst_at, dst_stride, src, src_at, src_stride, count, seg):
+    order = range(count - 1, -1, -1) if dst_stride > src_stride else range(count)
+    for s in order:
+        dst[dst_at + s * dst_stride : dst_at + s * dst_stride + seg] = src[
+            src_at + s * src_stride : src_at + s * src_stride + seg
+        ].copy()
+
+
+def _float_conv(node, epilogue, args):
+    """A float Conv on NCHW arrays, with the node's pads (top, left, bottom, right), stride,
+    group and fused Relus."""
+    x, w, *rest = args
+    bias = rest[0] if rest else 0.0
+    top, left, bottom, right = node.attr("pads")
+    stride = node.attr("strides", (1, 1))[0]
+    groups = node.attr("group", 1)
+    padded = np.pad(x[0], ((0, 0), (top, bottom), (left, right)))
+    c_out, c_group, k, _ = w.shape
+    out_h, out_w = (padded.shape[1] - k) // stride + 1, (padded.shape[2] - k) // stride + 1
+    taps = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))[:, ::stride, ::stride]
+    taps = taps[:, :out_h, :out_w].reshape(groups, c_group, out_h, out_w, k, k)
+    y = np.einsum("gchwyx,gocyx->gohw", taps, w.reshape(groups, c_out // groups, c_group, k, k))
+    y = y.reshape(c_out, out_h, out_w) + np.reshape(bias, (-1, 1, 1))
+    for activation in epilogue:
+        assert activation.kind == "Relu"
+        y = np.maximum(y, 0)
+    return y[None].astype(np.float32)
+
+
+def test_the_float_program_computes_the_chain():
+    graph = import_model(_chain_model())
+    placement, platform = _cascaded(graph)
+    values = {"input": np.random.default_rng(0).standard_normal((1, 4, 32, 32)).astype(np.float32)}
+    values.update(graph.constants)
+    for node in graph.nodes:  # the chain whole, node by node
+        inputs = [values[name] for name in node.inputs if name]
+        values[node.outputs[0]] = _float_conv(node, (), inputs) if node.op == "Conv" else np.maximum(inputs[0], 0)
+    for cascade in placement.cascades:
+        ops, layers, names = cascade_units(cascade, placement, graph, platform)
+        program = cascade_program(ops, layers, cascade.stripe)
+        memory = {  # device memory: each tensor of the units, by (layer, position name)
+            (i, position): np.frombuffer(np.ascontiguousarray(values[name]).tobytes(), np.uint8).copy()
+            for i, positions in enumerate(names)
+            for position, name in positions.items()
+        }
+        last = (len(ops) - 1, "out0")
+        expected, memory[last] = memory[last], np.zeros_like(memory[last])
+        sram = np.full(program.sram_bytes, 0xFF, np.uint8)  # NaNs where nothing was written
+        for c in program.commands:
+            if c.kind is Kind.COMPUTE:
+                instance = program.kernels[c.kernel].instance
+                *inputs, out = c.args
+                args = [
+                    sram[at : at + t.nbytes].view(np.float32).reshape(t.shape)
+                    for at, t in zip(inputs, instance.input_types)
+                    if at is not None
+                ]
+                assert not any(np.isnan(a).any() for a in args), "a kernel read SRAM nothing wrote"
+                y = _float_conv(instance.node, instance.epilogue, args)
+                assert y.shape == instance.output_types[0].shape
+                sram[out : out + y.nbytes] = y.reshape(-1).view(np.uint8)
+                continue
+            src = memory[(c.layer, c.tensor)] if c.kind is Kind.LOAD else sram
+            dst = memory[(c.layer, c.tensor)] if c.kind is Kind.STORE else sram
+            _copy(dst, c.dst, c.dst_stride, src, c.src, c.src_stride, c.count, c.seg_bytes)
+        np.testing.assert_allclose(memory[last].view(np.float32), expected.view(np.float32), rtol=1e-5, atol=1e-5)

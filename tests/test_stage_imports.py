@@ -48,6 +48,7 @@ CROSS_STAGE_CALLS = {
     ("partition", "hetgen.spec.cascade", "cascade_plan"): "a chain's stripes, SRAM and DMA, as spec shapes them",
     ("partition", "hetgen.spec.invocation", "unit_inputs"): "the inputs of a unit's kernel (a residual unit's)",
     ("partition", "hetgen.spec.tile_shapes", "unit_op"): "the unit as tiling sees it, for its cascade layer",
+    ("partition", "hetgen.spec.tile_shapes", "tensor_names"): "a cascade unit's position names, for its commands",
     ("partition", "hetgen.spec.invocation", "group_plans"): "a group's tilings, read from the table",
     ("partition", "hetgen.spec.invocation", "kernel_units_of"): "how a group is cut into the table's units",
     ("partition", "hetgen.spec.invocation", "one_unit_per_invocation"): "which accelerators are tiled",

@@ -21,12 +21,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.partition.placement import Cascade, Group, Placement
 from hetgen.platform.model import Platform, Target
 from hetgen.spec.cascade import CascadePlan, Layer, cascade_layer, cascade_plan
 from hetgen.spec.invocation import group_plans, kernel_units_of, one_unit_per_invocation, tile_rates, unit_inputs
-from hetgen.spec.tile_shapes import unit_op
+from hetgen.spec.tile_shapes import UnitOp, tensor_names, unit_op
 from hetgen.spec.tiling import TilePlan
 
 # A cascade of more layers than this is not tried (its stripes only get shorter and its weights more).
@@ -38,6 +39,8 @@ class _Link:
     group: Group
     layer: Layer
     plan: TilePlan
+    op: UnitOp  # the unit as its tiles see it (its tensors named by position)
+    names: Mapping[str, str]  # its position names (in0, out0, ...) -> the graph's tensors
     reads: str  # the unit's activation
     writes: str  # its output
 
@@ -104,7 +107,25 @@ def _link(group: Group, graph: Graph, by_name, targets: Mapping[str, Target], pl
         return None
     layer = replace(layer, name=chain[0].name)
     outputs = [name for name in chain[-1].outputs if name]
-    return _Link(group, layer, plan, inputs[0], outputs[0])
+    return _Link(group, layer, plan, op, tensor_names(chain, inputs), inputs[0], outputs[0])
+
+
+def cascade_units(
+    cascade: Cascade, placement: Placement, graph: Graph, platform: Platform
+) -> tuple[tuple[UnitOp, ...], tuple[Layer, ...], tuple[Mapping[str, str], ...]]:
+    """A chosen cascade's units as its stripes run them (hetgen/spec/cascade_program.py), its
+    layers as priced, and per unit its position names -> the graph's tensors."""
+    targets = {t.path_str: t for t in platform.targets()}
+    by_name = {node.name: node for node in graph.nodes}
+    groups = {g.name: g for g in placement.groups}
+    links = [_link(groups[name], graph, by_name, targets, placement) for name in cascade.groups]
+    if any(link is None for link in links):
+        raise InternalError(f"cascade {', '.join(cascade.groups)}: a group is no longer a cascade layer")
+    return (
+        tuple(link.op for link in links),
+        tuple(link.layer for link in links),
+        tuple(link.names for link in links),
+    )
 
 
 def _cut(run: Sequence[_Link], targets: Mapping[str, Target]) -> list[Cascade]:

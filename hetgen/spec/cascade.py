@@ -67,6 +67,7 @@ class Layer:
     groups: int  # MAC products per stripe (a depthwise convolution: one per channel); 0: vector unit
     residual: bool = False  # a Conv with its residual Add: reads one more block, the output stripe's rows
     rates: Rates | None = None  # its tiles' rates (int8 columns for an integer product)
+    weight_sram: int = 0  # its constants in SRAM, each aligned (0: weight_bytes aligned as one)
 
     @property
     def window(self) -> int:
@@ -98,7 +99,7 @@ def cascade_layer(op: UnitOp, flops: int, rates: Rates | None = None) -> Layer |
     (kh, _), (sh, _), (dh, _), (pt, _), _ = window_geometry(op)
     is_conv = roles.like is WorkRule.CONV
     groups = int(op.node.attr("group", 1)) if is_conv else 0
-    weights = sum(t.nbytes for t, constant in zip(op.input_types, op.constant) if constant and t is not None)
+    constants = [t.nbytes for t, constant in zip(op.input_types, op.constant) if constant and t is not None]
     return Layer(
         op.node.name,
         tuple(x.shape[1:]),
@@ -109,11 +110,12 @@ def cascade_layer(op: UnitOp, flops: int, rates: Rates | None = None) -> Layer |
         int(sh),
         int(dh),
         int(pt),
-        int(weights),
+        sum(constants),
         int(flops),
         groups,
         has_residual(op),
         rates,
+        sum(_aligned(nbytes) for nbytes in constants),
     )
 
 
@@ -270,7 +272,7 @@ def _sram(layers: Sequence[Layer], program) -> tuple[int, tuple[int, ...], tuple
         total += (slots if last else 1) * _aligned(rows * layer.out_row_bytes)
         if layer.residual:
             total += slots * _aligned(rows * layer.out_row_bytes)
-    total += sum(_aligned(layer.weight_bytes) for layer in layers)
+    total += sum(layer.weight_sram or _aligned(layer.weight_bytes) for layer in layers)
     return total, tuple(produced), tuple(windows)
 
 
