@@ -25,6 +25,9 @@ platforms/ethos-u65.yaml, each placed twice: with `options: {cascade: false}` an
 - place s: seconds to place without cascades (first, so it plans the tiles), then with them (the
   kernel table's tile plans cached: what choosing the cascades adds).
 
+`--vela-report FILE` (bench_vela.py's printed output, which lists Vela's time per layer) sets each
+chosen cascade on the U65 beside Vela's time for the same layers, and the sums over them.
+
 Estimates only: lowering still runs every group layer by layer (docs/simulator.md: cascades), so
 `place` claims no cascade and nothing here is built or simulated; "on" is `with_cascades`' choice
 on top of the same placement.
@@ -114,7 +117,10 @@ def main() -> int:
     parser.add_argument("--dtypes", default="float,int8")
     parser.add_argument("--platforms", default="soc")
     parser.add_argument("--vela-models", default="mobilenetv2_224,mobilenetv2_96,ds_cnn,resnet8")
+    parser.add_argument("--vela-report", help="bench_vela.py's output: cascades beside Vela's layers")
     args = parser.parse_args()
+    if args.vela_report:
+        return beside_vela(Path(args.vela_report).read_text(), args.vela_models.split(","))
     logging.getLogger().setLevel(logging.ERROR)
     print(
         "| model | platform | cascades (groups) | SRAM KiB off | SRAM KiB on | DMA MB off | DMA MB on | moves MB | "
@@ -134,6 +140,40 @@ def main() -> int:
             model = bench_vela.MODELS[model_name]()
             graph = import_model(quantized(model, per_channel=True))
             print(row(f"{model_name} int8", "ethos-u65", *case(graph, "ethos-u65")), flush=True)
+    return 0
+
+
+def beside_vela(report: str, models: list[str]) -> int:
+    """Each cascade the price chooses on the U65 beside Vela's time for its layers (by ONNX node)."""
+    import re
+
+    import bench_vela
+
+    for model_name in models:
+        if f"\n{model_name} on ethos-u65" not in report:
+            continue
+        block = report.split(f"\n{model_name} on ethos-u65")[1].split("\n\n")[0]
+        vela = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\s+\S+\s+(\S+)\s+([\d.]+)\s", block, re.M)}
+        graph = import_model(quantized(bench_vela.MODELS[model_name](), per_channel=True))
+        target = platform("ethos-u65", True)
+        placement = with_cascades(place(graph, target), graph, target)
+        groups = {g.name: g for g in placement.groups}
+        sums = [0.0, 0.0, 0.0]
+        for c in placement.cascades:
+            nodes = [node for name in c.groups for node in groups[name].nodes]
+            layers = [re.sub(r"^n\d+_qlinear(conv|add)_", "", node) for node in nodes if "_qlinear" in node]
+            theirs = sum(vela.get(layer, float("nan")) for layer in layers)
+            sums = [sums[0] + theirs, sums[1] + c.layer_us, sums[2] + c.cost_us]
+            print(
+                f"{model_name}: {'+'.join(layers)}: Vela {theirs:.1f} us, layer by layer {c.layer_us:.1f} us, "
+                f"cascade {c.cost_us:.1f} us ({c.cost_us / theirs:.2f} of Vela), {c.stripes} stripes of {c.stripe} "
+                f"rows, DMA {c.dma_bytes / 1e3:.0f} kB, moves {c.move_bytes / 1e3:.0f} kB"
+            )
+        if sums[0]:
+            print(
+                f"{model_name}: the cascaded layers: Vela {sums[0]:.1f} us, layer by layer {sums[1]:.1f} us "
+                f"({sums[1] / sums[0]:.2f}), cascades {sums[2]:.1f} us ({sums[2] / sums[0]:.2f})"
+            )
     return 0
 
 
