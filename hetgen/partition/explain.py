@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.partition.cost import format_bytes
-from hetgen.partition.placement import Group, Placement, Refusal, Tiling, Transfer, refusal_text
+from hetgen.partition.placement import Cascade, Group, Placement, Refusal, Tiling, Transfer, refusal_text
 from hetgen.partition.price import Price, placement_price, price
 
 
@@ -53,6 +53,7 @@ class Explanation:
     groups: tuple[GroupReport, ...]
     transfers: tuple[Transfer, ...]
     unclaimed: tuple[UnclaimedReport, ...]
+    cascades: tuple[Cascade, ...] = ()
 
     @property
     def price(self) -> Price:
@@ -90,7 +91,9 @@ def explanation(placement: Placement, graph: Graph) -> Explanation:
         by_node.setdefault(refusal.node, []).append(refusal)
     unclaimed = tuple(UnclaimedReport(node, ops.get(node, "?"), tuple(items)) for node, items in by_node.items())
     total = placement_price(placement).total_us
-    return Explanation(graph.name, placement.mode, quality, total, groups, placement.transfers, unclaimed)
+    return Explanation(
+        graph.name, placement.mode, quality, total, groups, placement.transfers, unclaimed, placement.cascades
+    )
 
 
 def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:
@@ -179,6 +182,10 @@ def render_text(e: Explanation) -> str:
         lines.append("operators no accelerator could take:")
         lines.extend(f"  {u.node} ({u.op}): {u.reason}" for u in e.unclaimed)
         lines.append("")
+    if e.cascades:
+        lines.append("cascades (chosen by price over layer by layer):")
+        lines.extend(f"  {_cascade_line(c)}" for c in e.cascades)
+        lines.append("")
     if e.transfers:
         lines.append("transfers:")
         lines.extend(f"  {_transfer_line(t)}" for t in e.transfers)
@@ -199,6 +206,22 @@ def _tiling_line(t: Tiling) -> str:
         f"(in {format_bytes(t.load_bytes)}{residual}, out {format_bytes(t.store_bytes)}), {buffering}, "
         f"SRAM {format_bytes(t.sram_bytes)}"
     )
+
+
+def _cascade_line(c: Cascade) -> str:
+    return (
+        f"{', '.join(c.groups)} on {c.target}: {c.stripes} stripe{'s' if c.stripes != 1 else ''} of {c.stripe} "
+        f"row{'s' if c.stripe != 1 else ''} (rows a stripe: {', '.join(map(str, c.rows))}; input buffers: "
+        f"{', '.join(map(str, c.buffer_rows))} rows), SRAM {format_bytes(c.sram_bytes)} "
+        f"(layer by layer {format_bytes(c.layer_sram_bytes)}), DMA {format_bytes(c.dma_bytes)} "
+        f"(layer by layer {format_bytes(c.layer_dma_bytes)}, {format_bytes(c.saved_bytes)} saved), "
+        f"SRAM-to-SRAM moves {format_bytes(c.move_bytes)}, "
+        f"{c.cost_us:.1f} us (layer by layer {c.layer_us:.1f} us)"
+    )
+
+
+def _cascade_json(c: Cascade) -> dict:
+    return {**asdict(c), "rows": list(c.rows), "buffer_rows": list(c.buffer_rows), "saved_bytes": c.saved_bytes}
 
 
 def _tiling_json(t: Tiling) -> dict:
@@ -260,6 +283,7 @@ def render_json(e: Explanation) -> dict:
             for r in e.groups
         ],
         "transfers": [_transfer_json(t) for t in e.transfers],
+        "cascades": [_cascade_json(c) for c in e.cascades],
         "total_us": e.total_us,
         "group_us": e.group_us,
         "launch_us": e.launch_us,

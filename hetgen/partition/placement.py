@@ -90,6 +90,32 @@ class Tiling:
 
 
 @dataclass(frozen=True)
+class Cascade:
+    """Consecutive groups on one tiled accelerator run stripe by stripe through its SRAM
+    (hetgen/spec/cascade.py), chosen over running them layer by layer by their price
+    (hetgen/partition/cascades.py)."""
+
+    target: str
+    groups: tuple[str, ...]  # the groups' names, producer first
+    units: tuple[str, ...]  # their kernel units' head nodes
+    stripe: int  # output rows of the last layer a stripe
+    stripes: int
+    rows: tuple[int, ...]  # per layer: output rows it produces a stripe
+    buffer_rows: tuple[int, ...]  # per layer: rows of its input buffer (rolling, but the first's)
+    sram_bytes: int  # the cascade's buffers and weights
+    dma_bytes: int  # first input, last output, residuals, weights
+    move_bytes: int  # SRAM to SRAM: each stripe's kept rows and its producers' new rows into the windows
+    cost_us: float  # one invocation: its launch and its stripes
+    layer_sram_bytes: int  # layer by layer: the largest tile plan's buffers
+    layer_dma_bytes: int  # layer by layer: every tile plan's loads and stores
+    layer_us: float  # layer by layer: the groups' cost
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.layer_dma_bytes - self.dma_bytes
+
+
+@dataclass(frozen=True)
 class LinkUse:
     """One link a transfer crosses: the link of target `below` (from its controlling parent)."""
 
@@ -138,6 +164,8 @@ class Placement:
     # Each kernel unit as the program runs it (hetgen/partition/choices.py's Choices): the variant
     # its groups are priced with, which lowering takes as it is.
     choices: object | None = field(default=None, repr=False, compare=False)
+    # Chains of groups on a tiled accelerator that run stripe by stripe (hetgen/partition/cascades.py).
+    cascades: tuple[Cascade, ...] = ()
     _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -154,6 +154,10 @@ def _options_schema() -> dict[str, Any]:
             "tuning": _closed({key: {"type": "integer", "minimum": 1} for key in ("mc", "kc", "nc")}),
             "memory": {"enum": ["lean", "fast"]},
             "layout": {"enum": ["nchw", "nchwc", "nchw4c", "nchw8c", "nchw16c"]},
+            "cascade": {
+                "type": "boolean",
+                "description": "Whether consecutive layers on a tiled accelerator may run as cascades (default: true).",
+            },
         }
     )
 

@@ -22,6 +22,7 @@ from hetgen.platform.schema import (
     check_keys,
     close_match,
     expect_map,
+    read_bool,
     read_identifier,
     read_number,
     read_str,
@@ -33,7 +34,7 @@ from hetgen.platform.tuning import parse_layout, parse_memory, parse_tuning
 from hetgen.platform.yaml_positions import YMap, YNode, parse_yaml
 
 PLATFORM_KEYS = ("name", "target", "kinds", "options")
-OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory", "layout")
+OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory", "layout", "cascade")
 PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
 DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap(), "threads": 1})
 MAX_FILE_BYTES = 256 << 10  # shipped platforms are under 2 KiB; PyYAML parses ~200 KiB/s
@@ -140,6 +141,8 @@ def _options(node: YNode | None, root: Target | None, problems: Problems) -> Fro
         options["memory"] = parse_memory(body.get("memory"), problems)
     if body.get("layout") is not None:
         options["layout"] = parse_layout(body.get("layout"), problems)
+    if body.get("cascade") is not None:  # tiled accelerators' cascades (hetgen/partition/cascades.py)
+        options["cascade"] = read_bool(body.get("cascade"), "'cascade' of options", problems)
     return FrozenMap(options)
 
 

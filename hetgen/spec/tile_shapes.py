@@ -238,6 +238,12 @@ def _window_geometry(op: UnitOp) -> tuple:
     return win.kernel[-2:], win.strides[-2:], win.dilations[-2:], win.pads_begin[-2:], win.pads_end[-2:]
 
 
+def window_geometry(op: UnitOp) -> tuple:
+    """(kernel, strides, dilations, pads_begin, pads_end) over H and W of a rank-4 window op (a
+    cascade's layers chain by them: hetgen/spec/cascade.py)."""
+    return _window_geometry(op)
+
+
 def has_residual(op: UnitOp) -> bool:
     """A Conv that adds a residual tensor (its fourth input, the output's shape) to its outputs."""
     return op.work is WorkRule.CONV and len(op.inputs) > 3 and bool(op.inputs[3])
@@ -253,61 +259,71 @@ def _trimmed(blocks: list, types: list) -> tuple[tuple, tuple]:
 
 def _window_tiles(op: UnitOp, rows: int, chans: int, channels_outer: bool) -> list[TileSpec]:
     """Conv or window pooling: output rows x output channels per tile, one batch item at a time."""
-    roles = operands(op)
-    x_type, y_type_all = op.input_types[roles.x], op.output_types[0]
-    x, y = x_type.shape, y_type_all.shape
-    xb, yb = x_type.dtype.itemsize, y_type_all.dtype.itemsize
-    n_batch, c_in, height, width = x
-    _, c_out, out_h, out_w = y
-    (kh, _), (sh, _), (dh, _), (pt, pl), (_, pr) = _window_geometry(op)
-    is_conv = roles.like is WorkRule.CONV
-    groups = int(op.node.attr("group", 1)) if is_conv else c_out
-    cout_g, cin_g = c_out // groups, c_in // groups
+    n_batch, _, out_h, _ = op.output_types[0].shape
+    c_out = op.output_types[0].shape[1]
     row_ranges, chan_ranges = _ranges(out_h, rows), _ranges(c_out, chans)
     order = (
         [(c, r) for c in chan_ranges for r in row_ranges]
         if channels_outer
         else [(c, r) for r in row_ranges for c in chan_ranges]
     )
+    return [_window_tile(op, n, chans, rows) for n in range(n_batch) for chans, rows in order]
+
+
+def window_row_tile(op: UnitOp, first: int, end: int) -> TileSpec:
+    """The tile of a rank-4 window op (one batch item) computing output rows first..end-1 of every
+    channel: its input rows are those the windows reach, the padding they cross its pads (a
+    cascade's stripe runs each layer as one: hetgen/spec/cascade_program.py)."""
+    return _window_tile(op, 0, (0, op.output_types[0].shape[1]), (first, end))
+
+
+def _window_tile(op: UnitOp, n: int, chans: tuple[int, int], rows: tuple[int, int]) -> TileSpec:
+    roles = operands(op)
+    x_type, y_type_all = op.input_types[roles.x], op.output_types[0]
+    x, y = x_type.shape, y_type_all.shape
+    xb, yb = x_type.dtype.itemsize, y_type_all.dtype.itemsize
+    _, c_in, height, width = x
+    _, c_out, out_h, out_w = y
+    (kh, _), (sh, _), (dh, _), (pt, pl), (_, pr) = _window_geometry(op)
+    is_conv = roles.like is WorkRule.CONV
+    groups = int(op.node.attr("group", 1)) if is_conv else c_out
+    cout_g, cin_g = c_out // groups, c_in // groups
     one_value = _one_value_inputs(op, roles) or []
     n_in = len(op.inputs)
-    specs = []
-    for n in range(n_batch):
-        for (c0, c1), (r0, r1) in order:
-            first, last = r0 * sh - pt, (r1 - 1) * sh - pt + (kh - 1) * dh
-            lo, hi = max(first, 0), min(last, height - 1)
-            pad_top, pad_bottom = lo - first, last - hi
-            i0, i1 = (0, c_in) if groups == 1 else (c0 // cout_g * cin_g, c1 // cout_g * cin_g)
-            slab = hi - lo + 1
-            blocks: list = [None] * n_in
-            types: list = [None] * n_in
-            blocks[roles.x] = _block(op.inputs[roles.x], ((n * c_in + i0) * height + lo) * width * xb, i1 - i0,
-                                     slab * width * xb, height * width * xb)  # fmt: skip
-            types[roles.x] = _t(x_type.dtype, 1, i1 - i0, slab, width)
-            y_block = _block(op.outputs[0], ((n * c_out + c0) * out_h + r0) * out_w * yb, c1 - c0,
-                             (r1 - r0) * out_w * yb, out_h * out_w * yb)  # fmt: skip
-            y_type = _t(y_type_all.dtype, 1, c1 - c0, r1 - r0, out_w)
-            attrs = {"pads": (pad_top, pl, pad_bottom, pr), "auto_pad": None}
-            if is_conv:
-                w_type = op.input_types[roles.w]
-                w = w_type.shape
-                per_channel = math.prod(w[1:]) * w_type.dtype.itemsize
-                blocks[roles.w] = _block(op.inputs[roles.w], c0 * per_channel, 1, (c1 - c0) * per_channel, 0)
-                types[roles.w] = _t(w_type.dtype, c1 - c0, *w[1:])
-                for i in roles.per_channel:
-                    if _present(op, i) and op.input_types[i].size != 1:
-                        size = op.input_types[i].dtype.itemsize
-                        blocks[i] = _block(op.inputs[i], c0 * size, 1, (c1 - c0) * size, 0)
-                        types[i] = _t(op.input_types[i].dtype, c1 - c0)
-                if has_residual(op):  # the residual's block is the output's: no halo
-                    blocks[3] = replace(y_block, tensor=op.inputs[3])
-                    types[3] = y_type
-                attrs["group"] = 1 if groups == 1 else (c1 - c0) // cout_g
-            for i in one_value:
-                blocks[i], types[i] = _scalar_block(op, i)
-            in_types, in_blocks = _trimmed(blocks, types)
-            specs.append(TileSpec(in_types, (y_type,), tuple(attrs.items()), in_blocks, (y_block,)))
-    return specs
+    (c0, c1), (r0, r1) = chans, rows
+    first, last = r0 * sh - pt, (r1 - 1) * sh - pt + (kh - 1) * dh
+    lo, hi = max(first, 0), min(last, height - 1)
+    pad_top, pad_bottom = lo - first, last - hi
+    i0, i1 = (0, c_in) if groups == 1 else (c0 // cout_g * cin_g, c1 // cout_g * cin_g)
+    slab = hi - lo + 1
+    blocks: list = [None] * n_in
+    types: list = [None] * n_in
+    blocks[roles.x] = _block(op.inputs[roles.x], ((n * c_in + i0) * height + lo) * width * xb, i1 - i0,
+                             slab * width * xb, height * width * xb)  # fmt: skip
+    types[roles.x] = _t(x_type.dtype, 1, i1 - i0, slab, width)
+    y_block = _block(op.outputs[0], ((n * c_out + c0) * out_h + r0) * out_w * yb, c1 - c0,
+                     (r1 - r0) * out_w * yb, out_h * out_w * yb)  # fmt: skip
+    y_type = _t(y_type_all.dtype, 1, c1 - c0, r1 - r0, out_w)
+    attrs = {"pads": (pad_top, pl, pad_bottom, pr), "auto_pad": None}
+    if is_conv:
+        w_type = op.input_types[roles.w]
+        w = w_type.shape
+        per_channel = math.prod(w[1:]) * w_type.dtype.itemsize
+        blocks[roles.w] = _block(op.inputs[roles.w], c0 * per_channel, 1, (c1 - c0) * per_channel, 0)
+        types[roles.w] = _t(w_type.dtype, c1 - c0, *w[1:])
+        for i in roles.per_channel:
+            if _present(op, i) and op.input_types[i].size != 1:
+                size = op.input_types[i].dtype.itemsize
+                blocks[i] = _block(op.inputs[i], c0 * size, 1, (c1 - c0) * size, 0)
+                types[i] = _t(op.input_types[i].dtype, c1 - c0)
+        if has_residual(op):  # the residual's block is the output's: no halo
+            blocks[3] = replace(y_block, tensor=op.inputs[3])
+            types[3] = y_type
+        attrs["group"] = 1 if groups == 1 else (c1 - c0) // cout_g
+    for i in one_value:
+        blocks[i], types[i] = _scalar_block(op, i)
+    in_types, in_blocks = _trimmed(blocks, types)
+    return TileSpec(in_types, (y_type,), tuple(attrs.items()), in_blocks, (y_block,))
 
 
 def _global_pool_tiles(op: UnitOp, chans: int) -> list[TileSpec]:

@@ -198,6 +198,17 @@ def _kernel_of(op: UnitOp, spec: TileSpec, whole: bool) -> OpInstance:
     return op.instance(spec.input_types, spec.output_types, dict(spec.attrs))
 
 
+def tile_kernel(op: UnitOp, spec: TileSpec) -> TileKernel:
+    """The kernel of one tile of `op` (Unsupported where it cannot be lowered), cached as plans'."""
+    instance = _kernel_of(op, spec, False)
+    return TileKernel(instance, _lowered(instance))
+
+
+def with_waits(raw: list[tuple]) -> tuple[Command, ...]:
+    """`_with_waits` for a command list built elsewhere (hetgen/spec/cascade_program.py)."""
+    return _with_waits(raw)
+
+
 def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: int, double: bool) -> TilePlan | None:
     """The plan for these tiles, or None when its SRAM buffers exceed `capacity`; Unsupported when
     a tile's kernel cannot be lowered."""

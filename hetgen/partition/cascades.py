@@ -1,0 +1,175 @@
+"""Which consecutive groups on a tiled accelerator run as cascades, and which layer by layer.
+
+A run of groups placed one after the other on the same tiled accelerator (hetgen/spec/invocation.py:
+one kernel unit per invocation), each one kernel unit of a window operator (a convolution, a
+depthwise convolution, a window pool, with a fused residual Add or not) whose activation is its
+predecessor's output and that output's only reader, may run as one cascade: one invocation, stripe
+by stripe through SRAM (hetgen/spec/cascade.py). Each run is cut into cascades and single groups
+at the least price: a single group at its cost as placed (its tile plan and its launch), a cascade
+at one launch and its stripes' estimate. `options: {cascade: false}` in the platform file turns it
+off. This is the one place the choice is made: `with_cascades` puts it in `Placement.cascades`,
+which explain shows.
+
+Not claimed yet: lowering, codegen and the simulator do not run a cascade (docs/simulator.md,
+"Cascades"), so `place` does not call `with_cascades` and a placement claims no cascade; what is
+priced and explained stays what is generated. `benchmarks/bench_cascade.py` and tests/test_cascade.py
+call it to study the choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from hetgen.errors import InternalError
+from hetgen.ir import Graph
+from hetgen.partition.placement import Cascade, Group, Placement
+from hetgen.platform.model import Platform, Target
+from hetgen.spec.cascade import CascadePlan, Layer, cascade_layer, cascade_plan
+from hetgen.spec.invocation import group_plans, kernel_units_of, one_unit_per_invocation, tile_rates, unit_inputs
+from hetgen.spec.tile_shapes import UnitOp, tensor_names, unit_op
+from hetgen.spec.tiling import TilePlan
+
+# A cascade of more layers than this is not tried (its stripes only get shorter and its weights more).
+MAX_LAYERS = 8
+
+
+@dataclass(frozen=True)
+class _Link:
+    group: Group
+    layer: Layer
+    plan: TilePlan
+    op: UnitOp  # the unit as its tiles see it (its tensors named by position)
+    names: Mapping[str, str]  # its position names (in0, out0, ...) -> the graph's tensors
+    reads: str  # the unit's activation
+    writes: str  # its output
+
+
+def cascading(platform: Platform) -> bool:
+    """Whether the platform file lets cascades be chosen (`options: {cascade: false}` does not)."""
+    options = platform.options if isinstance(platform.options, Mapping) else {}
+    return bool(options.get("cascade", True))
+
+
+def with_cascades(placement: Placement, graph: Graph, platform: Platform) -> Placement:
+    """The placement with the cascades its price chooses (none where the platform turns them off)."""
+    if not cascading(platform) or placement.kernels is None:
+        return placement
+    found = choose_cascades(placement, graph, platform)
+    return replace(placement, cascades=found) if found else placement
+
+
+def choose_cascades(placement: Placement, graph: Graph, platform: Platform) -> tuple[Cascade, ...]:
+    targets = {t.path_str: t for t in platform.targets()}
+    readers: dict[str, int] = {}
+    for node in graph.nodes:
+        for tensor in node.inputs:
+            if tensor:
+                readers[tensor] = readers.get(tensor, 0) + 1
+    outputs = set(graph.outputs)
+    by_name = {node.name: node for node in graph.nodes}
+    found: list[Cascade] = []
+    run: list[_Link] = []
+    for group in (*placement.groups, None):
+        link = _link(group, graph, by_name, targets, placement) if group is not None else None
+        chained = (
+            link is not None
+            and run
+            and run[-1].group.target == link.group.target
+            and link.reads == run[-1].writes
+            and readers.get(run[-1].writes) == 1
+            and run[-1].writes not in outputs
+        )
+        if not chained:
+            found += _cut(run, targets)
+            run = []
+        if link is not None:
+            run.append(link)
+    return tuple(found)
+
+
+def _link(group: Group, graph: Graph, by_name, targets: Mapping[str, Target], placement: Placement) -> _Link | None:
+    target = targets.get(group.target)
+    if target is None or not one_unit_per_invocation(target):
+        return None
+    nodes = [by_name[name] for name in group.nodes]
+    units = kernel_units_of(nodes, graph, placement.kernels)
+    if len(units) != 1:
+        return None
+    (chain, epilogue), plan = units[0], group_plans(nodes, graph, target, placement.kernels)[0]
+    if not isinstance(plan, TilePlan):
+        return None
+    inputs = unit_inputs(chain, placement.kernels)
+    op = unit_op(chain, graph, epilogue, inputs)
+    flops = sum(tile.flops for tile in plan.tiles)
+    layer = cascade_layer(op, flops, tile_rates(target, 1.0, chain))
+    if layer is None:
+        return None
+    layer = replace(layer, name=chain[0].name)
+    outputs = [name for name in chain[-1].outputs if name]
+    return _Link(group, layer, plan, op, tensor_names(chain, inputs), inputs[0], outputs[0])
+
+
+def cascade_units(
+    cascade: Cascade, placement: Placement, graph: Graph, platform: Platform
+) -> tuple[tuple[UnitOp, ...], tuple[Layer, ...], tuple[Mapping[str, str], ...]]:
+    """A chosen cascade's units as its stripes run them (hetgen/spec/cascade_program.py), its
+    layers as priced, and per unit its position names -> the graph's tensors."""
+    targets = {t.path_str: t for t in platform.targets()}
+    by_name = {node.name: node for node in graph.nodes}
+    groups = {g.name: g for g in placement.groups}
+    links = [_link(groups[name], graph, by_name, targets, placement) for name in cascade.groups]
+    if any(link is None for link in links):
+        raise InternalError(f"cascade {', '.join(cascade.groups)}: a group is no longer a cascade layer")
+    return (
+        tuple(link.op for link in links),
+        tuple(link.layer for link in links),
+        tuple(link.names for link in links),
+    )
+
+
+def _cut(run: Sequence[_Link], targets: Mapping[str, Target]) -> list[Cascade]:
+    """The run cut into cascades and single groups at the least price (dynamic programming over
+    where each cascade ends)."""
+    if len(run) < 2:
+        return []
+    target = targets[run[0].group.target]
+    capacity = target.memory_bytes or 0
+    # best[i]: (price of the first i groups, the cascades among them)
+    best: list[tuple[float, tuple[Cascade, ...]]] = [(0.0, ())]
+    for end in range(1, len(run) + 1):
+        single = run[end - 1]
+        choice = (best[end - 1][0] + single.group.cost_us, best[end - 1][1])
+        for start in range(max(0, end - MAX_LAYERS), end - 1):
+            links = run[start:end]
+            plan = cascade_plan([link.layer for link in links], capacity)
+            if plan is None:
+                continue
+            cascade = _cascade(links, plan, target)
+            total = best[start][0] + cascade.cost_us
+            if total < choice[0] - 1e-9 and cascade.cost_us < cascade.layer_us:
+                choice = (total, (*best[start][1], cascade))
+        best.append(choice)
+    return list(best[-1][1])
+
+
+def _cascade(links: Sequence[_Link], plan: CascadePlan, target: Target) -> Cascade:
+    first = links[0].group
+    launch = target.figures.launch_us or 0.0
+    scale = first.launch_us / launch if launch and first.launch_us else 1.0  # a calibrated target's scale
+    return Cascade(
+        first.target,
+        tuple(link.group.name for link in links),
+        plan.layers,
+        plan.stripe,
+        plan.stripes,
+        plan.rows,
+        plan.buffer_rows,
+        plan.sram_bytes,
+        plan.dma_bytes,
+        plan.move_bytes,
+        first.launch_us + scale * plan.estimate_us,
+        max(link.plan.sram_bytes for link in links),
+        sum(link.plan.dma_bytes for link in links),
+        sum(link.group.cost_us for link in links),
+    )
