@@ -6,7 +6,8 @@ built warning-free (it cannot run here without the instructions); and (external 
 aarch64 boards, the cortex-a55 kind (SDOT) and the plain aarch64 kind (NEON), run under qemu-aarch64. One model holds every case, each
 its own QLinearConv: odd reductions, output channels not a multiple of the panel, pixels not a
 multiple of the block, strides, dilations, asymmetric padding, groups, 1-D and 3-D, 1x1 without
-padding (no plane), a fully connected 1x1, depthwise (the direct kernel), int8 and uint8 inputs;
+padding (no plane), fully connected 1x1s (the GEMV: odd groups of 4 k, channels past a chunk of 64,
+groups), depthwise (the direct kernel), int8 and uint8 inputs;
 and int8/uint8 MaxPool (hg_qg_max_row: strides 1, 2 and 3, padding, dilation).
 """
 
@@ -46,6 +47,9 @@ CASES = {
     "conv3d": (np.uint8, (1, 3, 4, 6, 6), (5, 3, 2, 3, 3), dict(pads=[0, 1, 1, 1, 1, 0]), True, True),
     "wide": (np.int8, (1, 64, 8, 8), (70, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
     "fully_connected": (np.int8, (2, 40, 1, 1), (10, 40, 1, 1), {}, True, True),
+    # the GEMV (hg_qg_gemv): an odd number of groups of 4 k, a second chunk of 8 panels that is short
+    "fc_odd_k_wide": (np.int8, (1, 41, 1, 1), (70, 41, 1, 1), {}, False, True),
+    "fc_grouped_u8": (np.uint8, (2, 26, 1, 1), (18, 13, 1, 1), dict(group=2), True, False),
     "depthwise": (np.int8, (1, 6, 10, 10), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1]), True, True),
     "depthwise_strided_u8": (
         np.uint8,
@@ -167,7 +171,10 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     if path == "scalar" or cpu_has("avx512_vnni"):  # elsewhere -march=native picks what the CPU has
         assert built == wanted
     kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))
-    assert kernels.count("hg_qg_block(") == len(CASES) - 2  # the packed kernel, all but the depthwise ones
+    # the packed kernels: blocks of pixels, or the fully connected layers' GEMV; the depthwise ones direct
+    fully_connected = sum(1 for case in CASES.values() if np.prod(case[1][2:]) == 1)  # a 1x1 input
+    assert kernels.count("hg_qg_gemv(") == fully_connected
+    assert kernels.count("hg_qg_block(") == len(CASES) - 2 - kernels.count("hg_qg_gemv(")
     assert "hg_qg_dw_row_q(" in kernels  # the depthwise ones: the direct kernel
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():

@@ -236,7 +236,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
             lambda value: qpack.pack_weights(value, groups),
             packed_params,
             packed_scratch,
-            template="kernels/qconv_packed.c.j2",
+            template=_PACKED_TEMPLATES[variant],
             hosted_only=True,
         )
         offers = (*offers, packed)
@@ -250,6 +250,11 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
     )
+
+
+# The packed kernel of each variant: blocks of output pixels, or a fully connected layer's GEMV
+# (hg_qg_gemv: the one pixel's activations broadcast against the panels' channels)
+_PACKED_TEMPLATES = {"gemm": "kernels/qconv_packed.c.j2", "vector": "kernels/qgemv_packed.c.j2"}
 
 
 def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels: int, requant) -> Prepacked:

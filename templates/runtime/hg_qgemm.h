@@ -599,4 +599,97 @@ static inline void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict
 }
 #endif
 
+/* A fully connected layer (one output pixel: the GEMV of a 1x1 convolution on a 1x1 input, or a row
+   of a MatMul with constant B) on the packed weights: y[r] for the `rows` channels of `panels` panels.
+   a: the input's kg groups of 4 bytes (flipped to the path's signedness), followed by
+   HG_QG_GEMV_SLACK readable bytes; c, s: each channel's constant and scale; the channels' bytes are
+   stored contiguously at y.
+   AVX-512 VNNI: 8 panels (64 channels) at a time, each panel's two consecutive groups of 4 k one zmm
+   (the packed [kg][8][4] layout holds them side by side), the activations' 8 bytes spread to match
+   (lanes 0-7 group g, 8-15 group g + 1): 8 independent vpdpbusd chains, one load each, the halves
+   added at the end; a short last chunk repeats its last panel (its results unused). Elsewhere one
+   hg_qg_block of one pixel per panel (the activations' group stride 4). */
+#define HG_QG_GEMV_SLACK 32
+
+#if defined(HG_QG_PATH_AVX512VNNI)
+/* 16 channels' sums (two panels' ymm halves) requantised with their own constants and scales. */
+static inline void hg_qg_gemv_store16(__m256i lo8, __m256i hi8, const int32_t *c, const float *s, int32_t zp, float lo,
+                                      float hi, uint8_t *y, size_t live)
+{
+    const __mmask16 lanes = (__mmask16)(live >= 16 ? 0xFFFFu : (1u << live) - 1u);
+    const __m512i acc = _mm512_inserti64x4(_mm512_castsi256_si512(lo8), hi8, 1);
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, _mm512_maskz_loadu_epi32(lanes, c))),
+                             _mm512_maskz_loadu_ps(lanes, s));
+    f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+    _mm_mask_storeu_epi8(y, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp))));
+}
+
+static inline __m256i hg_qg_gemv_halves(__m512i acc)
+{
+    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+}
+
+HG_QG_NOINLINE static void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t rows,
+                                      const int32_t *c, const float *s, int32_t zp, float lo, float hi, uint8_t *y)
+{
+    const size_t panels = (rows + HG_QG_MR - 1) / HG_QG_MR, pb = kg * 4 * HG_QG_MR;
+    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (size_t p0 = 0; p0 < panels; p0 += 8) {
+        const size_t last = panels - 1;
+        const int8_t *w0 = w + p0 * pb;
+        const int8_t *w1 = w + (p0 + 1 < last ? p0 + 1 : last) * pb, *w2 = w + (p0 + 2 < last ? p0 + 2 : last) * pb;
+        const int8_t *w3 = w + (p0 + 3 < last ? p0 + 3 : last) * pb, *w4 = w + (p0 + 4 < last ? p0 + 4 : last) * pb;
+        const int8_t *w5 = w + (p0 + 5 < last ? p0 + 5 : last) * pb, *w6 = w + (p0 + 6 < last ? p0 + 6 : last) * pb;
+        const int8_t *w7 = w + (p0 + 7 < last ? p0 + 7 : last) * pb;
+        __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+        size_t g = 0;
+        for (; g + 2 <= kg; g += 2) {
+            const __m512i av = _mm512_permutexvar_epi32(
+                spread, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(const void *)(a + 4 * g))));
+            const size_t o = g * 4 * HG_QG_MR;
+            s0 = _mm512_dpbusd_epi32(s0, av, _mm512_loadu_si512(w0 + o));
+            s1 = _mm512_dpbusd_epi32(s1, av, _mm512_loadu_si512(w1 + o));
+            s2 = _mm512_dpbusd_epi32(s2, av, _mm512_loadu_si512(w2 + o));
+            s3 = _mm512_dpbusd_epi32(s3, av, _mm512_loadu_si512(w3 + o));
+            s4 = _mm512_dpbusd_epi32(s4, av, _mm512_loadu_si512(w4 + o));
+            s5 = _mm512_dpbusd_epi32(s5, av, _mm512_loadu_si512(w5 + o));
+            s6 = _mm512_dpbusd_epi32(s6, av, _mm512_loadu_si512(w6 + o));
+            s7 = _mm512_dpbusd_epi32(s7, av, _mm512_loadu_si512(w7 + o));
+        }
+        if (g < kg) { /* an odd last group: the low half only */
+            const __m512i av = _mm512_maskz_set1_epi32(0x00FF, hg_qg_load32(a + 4 * g));
+            const size_t o = g * 4 * HG_QG_MR;
+            s0 = _mm512_dpbusd_epi32(s0, av, _mm512_maskz_loadu_epi32(0x00FF, w0 + o));
+            s1 = _mm512_dpbusd_epi32(s1, av, _mm512_maskz_loadu_epi32(0x00FF, w1 + o));
+            s2 = _mm512_dpbusd_epi32(s2, av, _mm512_maskz_loadu_epi32(0x00FF, w2 + o));
+            s3 = _mm512_dpbusd_epi32(s3, av, _mm512_maskz_loadu_epi32(0x00FF, w3 + o));
+            s4 = _mm512_dpbusd_epi32(s4, av, _mm512_maskz_loadu_epi32(0x00FF, w4 + o));
+            s5 = _mm512_dpbusd_epi32(s5, av, _mm512_maskz_loadu_epi32(0x00FF, w5 + o));
+            s6 = _mm512_dpbusd_epi32(s6, av, _mm512_maskz_loadu_epi32(0x00FF, w6 + o));
+            s7 = _mm512_dpbusd_epi32(s7, av, _mm512_maskz_loadu_epi32(0x00FF, w7 + o));
+        }
+        const size_t m0 = p0 * HG_QG_MR, left = rows - m0;
+        hg_qg_gemv_store16(hg_qg_gemv_halves(s0), hg_qg_gemv_halves(s1), c + m0, s + m0, zp, lo, hi, y + m0, left);
+        if (left > 16)
+            hg_qg_gemv_store16(hg_qg_gemv_halves(s2), hg_qg_gemv_halves(s3), c + m0 + 16, s + m0 + 16, zp, lo, hi,
+                               y + m0 + 16, left - 16);
+        if (left > 32)
+            hg_qg_gemv_store16(hg_qg_gemv_halves(s4), hg_qg_gemv_halves(s5), c + m0 + 32, s + m0 + 32, zp, lo, hi,
+                               y + m0 + 32, left - 32);
+        if (left > 48)
+            hg_qg_gemv_store16(hg_qg_gemv_halves(s6), hg_qg_gemv_halves(s7), c + m0 + 48, s + m0 + 48, zp, lo, hi,
+                               y + m0 + 48, left - 48);
+    }
+}
+#else
+static inline void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t rows,
+                              const int32_t *c, const float *s, int32_t zp, float lo, float hi, uint8_t *y)
+{
+    for (size_t m0 = 0; m0 < rows; m0 += HG_QG_MR) {
+        const size_t live = rows - m0 < HG_QG_MR ? rows - m0 : HG_QG_MR;
+        hg_qg_block(w + m0 * kg * 4, a, kg, 4, live, 1, c + m0, s + m0, zp, lo, hi, y + m0, 1);
+    }
+}
+#endif
+
 #endif /* HG_QGEMM_H */
