@@ -51,6 +51,17 @@ CASES = {
     "fc_odd_k_wide": (np.int8, (1, 41, 1, 1), (70, 41, 1, 1), {}, False, True),
     "fc_grouped_u8": (np.uint8, (2, 26, 1, 1), (18, 13, 1, 1), dict(group=2), True, False),
     "depthwise": (np.int8, (1, 6, 10, 10), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1]), True, True),
+    # whole planes at once (hg_qg_dw_plane_q): several chunks of 64 with the rows' gaps, a multiplier
+    # of 2, 5 taps (a short group of 4); a 3-D one strided in depth only
+    "depthwise_wide_u8": (np.uint8, (1, 3, 5, 70), (6, 1, 3, 5), dict(group=3, pads=[1, 2, 1, 2]), True, True),
+    "depthwise_3d": (
+        np.int8,
+        (1, 2, 5, 5, 6),
+        (2, 1, 2, 3, 3),
+        dict(group=2, strides=[2, 1, 1], pads=[0, 1, 1, 1, 1, 1]),
+        True,
+        False,
+    ),
     "depthwise_strided_u8": (
         np.uint8,
         (2, 4, 11, 9),
@@ -174,8 +185,11 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     # the packed kernels: blocks of pixels, or the fully connected layers' GEMV; the depthwise ones direct
     fully_connected = sum(1 for case in CASES.values() if np.prod(case[1][2:]) == 1)  # a 1x1 input
     assert kernels.count("hg_qg_gemv(") == fully_connected
-    assert kernels.count("hg_qg_block(") == len(CASES) - 2 - kernels.count("hg_qg_gemv(")
-    assert "hg_qg_dw_row_q(" in kernels  # the depthwise ones: the direct kernel
+    depthwise = sum(1 for name in CASES if name.startswith("depthwise"))
+    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - kernels.count("hg_qg_gemv(")
+    # the depthwise ones: the direct kernel, whole planes where the plane's strides are 1, else rows
+    assert kernels.count("hg_qg_dw_plane_q(") == depthwise - 1
+    assert kernels.count("hg_qg_dw_row_q(") == 1
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")

@@ -264,6 +264,12 @@ def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels:
     plane_bytes = align(math.prod(padded) + DW_SLACK)  # the row kernel reads up to DW_SLACK past a row
     sums_bytes = align(4 * win.out_shape[2])  # one output row's int32 sums
     scale_bytes = align(4 * out_channels) if requant else 0
+    # stride 1 along rows and columns, requantised: a whole output plane per call of
+    # hg_qg_dw_plane_q, its taps one run each (their offsets in the padded plane), its results
+    # first as bytes of the "virtual" plane whose rows are the padded plane's
+    flat = requant is not None and tuple(win.strides[1:]) == (1, 1)
+    out_h, out_w = win.out_shape[1], win.out_shape[2]
+    virtual_bytes = align(-(-((out_h - 1) * padded[2] + out_w) // 64) * 64) if flat else 0
     params = {
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
@@ -271,14 +277,23 @@ def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels:
         "pad_plane_size": math.prod(padded),
         "plane_offset": 0,
         "acc_offset": plane_bytes,
-        "scale_offset": plane_bytes + sums_bytes,
+        "virtual_offset": plane_bytes + sums_bytes,
+        "scale_offset": plane_bytes + sums_bytes + virtual_bytes,
         "x_signed": int(x_type.dtype is DType.INT8),
+        "flat": flat,
+        "plane_taps": [
+            (kd * win.dilations[0] * padded[1] + kh * win.dilations[1]) * padded[2] + kw * win.dilations[2]
+            for kd in range(win.kernel[0])
+            for kh in range(win.kernel[1])
+            for kw in range(win.kernel[2])
+        ],
+        "slab_stride": win.strides[0] * padded[1] * padded[2],  # one output depth's plane
     }
     return Prepacked(
         w,
         np.asarray,
         params,
-        plane_bytes + sums_bytes + scale_bytes,
+        plane_bytes + sums_bytes + virtual_bytes + scale_bytes,
         template="kernels/qconv_direct.c.j2",
         hosted_only=True,
     )

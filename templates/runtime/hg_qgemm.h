@@ -274,6 +274,77 @@ static inline void hg_qg_dw_row_q(const uint8_t *const *taps, const int32_t *w, 
     hg_qg_requant_row(sums, n, c, s, zp, lo, hi, y);
 }
 
+/* Depthwise with stride 1 along the rows, a whole (2-D) output plane of out_h x out_w at once: the
+   padded plane's rows are pw bytes apart, so output (oh, ow) at "virtual" index v = oh * pw + ow reads
+   tap t at plane + off[t] + v, one contiguous run per tap for the whole plane (the pw - out_w
+   columns between rows are computed and dropped). taps: ntaps pointers of scratch; vbytes:
+   HG_QG_DW_VIRTUAL(out_h, out_w, pw) bytes of scratch; sums: out_w int32 (the other paths' rows).
+   AVX-512 VNNI, when the weights fit int8: 64 outputs at a time, groups of 4 taps interleaved to
+   dwords (unpack bytes, then words: in-lane, so the sums come out lane-transposed and are put back
+   in order once per 64 outputs) and vpdpbusd by the group's 4 weights; signed activations flipped
+   to unsigned (+128, taken off with the weights' sum). Elsewhere hg_qg_dw_row_q row by row. */
+#define HG_QG_DW_VIRTUAL(out_h, out_w, pw) ((((out_h) - 1) * (pw) + (out_w) + 63) / 64 * 64)
+
+static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, const uint8_t **taps, const int32_t *w,
+                                    size_t ntaps, size_t pw, size_t out_h, size_t out_w, int x_signed, int32_t *sums,
+                                    uint8_t *vbytes, int32_t c, float s, int32_t zp, float lo, float hi, uint8_t *y)
+{
+#if defined(HG_QG_PATH_AVX512VNNI)
+    int fits = 1;
+    int32_t wsum = 0;
+    for (size_t t = 0; t < ntaps; ++t) {
+        fits &= w[t] >= -128 && w[t] <= 127;
+        wsum += w[t];
+    }
+    if (fits) {
+        const size_t nv = (out_h - 1) * pw + out_w;
+        const __m512i flip = _mm512_set1_epi8(x_signed ? (char)0x80 : 0);
+        const __m512i vc = _mm512_set1_epi32(x_signed ? c - 128 * wsum : c), vzp = _mm512_set1_epi32(zp);
+        const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+        for (size_t i = 0; i < nv; i += 64) {
+            const __mmask64 live = nv - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (nv - i)) - 1;
+            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+            for (size_t t = 0; t < ntaps; t += 4) {
+                __m512i v[4];
+                uint32_t quad = 0;
+                for (size_t k = 0; k < 4; ++k) {
+                    v[k] = t + k < ntaps ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(live, plane + off[t + k] + i), flip)
+                                         : _mm512_setzero_si512();
+                    quad |= t + k < ntaps ? (uint32_t)(uint8_t)w[t + k] << (8 * k) : 0u;
+                }
+                const __m512i wq = _mm512_set1_epi32((int32_t)quad);
+                const __m512i ab_lo = _mm512_unpacklo_epi8(v[0], v[1]), ab_hi = _mm512_unpackhi_epi8(v[0], v[1]);
+                const __m512i cd_lo = _mm512_unpacklo_epi8(v[2], v[3]), cd_hi = _mm512_unpackhi_epi8(v[2], v[3]);
+                a0 = _mm512_dpbusd_epi32(a0, _mm512_unpacklo_epi16(ab_lo, cd_lo), wq); /* lane L: 16L + 0-3 */
+                a1 = _mm512_dpbusd_epi32(a1, _mm512_unpackhi_epi16(ab_lo, cd_lo), wq); /* 16L + 4-7 */
+                a2 = _mm512_dpbusd_epi32(a2, _mm512_unpacklo_epi16(ab_hi, cd_hi), wq); /* 16L + 8-11 */
+                a3 = _mm512_dpbusd_epi32(a3, _mm512_unpackhi_epi16(ab_hi, cd_hi), wq); /* 16L + 12-15 */
+            }
+            /* the 4 x 4 transpose of 128-bit lanes: outputs 16j-16j+15 are lane j of a0, a1, a2, a3 */
+            const __m512i u0 = _mm512_shuffle_i32x4(a0, a1, 0x44), u1 = _mm512_shuffle_i32x4(a2, a3, 0x44);
+            const __m512i u2 = _mm512_shuffle_i32x4(a0, a1, 0xEE), u3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
+            const __m512i o[4] = { _mm512_shuffle_i32x4(u0, u1, 0x88), _mm512_shuffle_i32x4(u0, u1, 0xDD),
+                                   _mm512_shuffle_i32x4(u2, u3, 0x88), _mm512_shuffle_i32x4(u2, u3, 0xDD) };
+            for (size_t j = 0; j < 4; ++j) {
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(o[j], vc)), vs);
+                f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
+                _mm_storeu_si128((__m128i *)(void *)(vbytes + i + 16 * j),
+                                 _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
+            }
+        }
+        for (size_t oh = 0; oh < out_h; ++oh)
+            memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
+        return;
+    }
+#endif
+    (void)vbytes;
+    for (size_t oh = 0; oh < out_h; ++oh) {
+        for (size_t t = 0; t < ntaps; ++t)
+            taps[t] = plane + off[t] + oh * pw;
+        hg_qg_dw_row_q(taps, w, ntaps, 1, out_w, x_signed, sums, c, s, zp, lo, hi, y + oh * out_w);
+    }
+}
+
 /* MaxPool on int8/uint8 (templates/kernels/pool.c.j2), one output row of n: y[i] = the largest of
    init and rows[r][i * stride + kw * dil - pad] over the nrows input rows and the taps kw < kw_n whose
    column is inside the row (i in [lo[kw], hi[kw])), the bytes signed as x_signed says. AVX-512 with
