@@ -42,6 +42,9 @@ CASES = {
         True,
     ),
     "pointwise": (np.int8, (1, 16, 10, 10), (20, 16, 1, 1), {}, True, False),
+    # consecutive pixels at consecutive bytes across rows (and depths): chunks packed as one run
+    "column_kernel": (np.int8, (1, 4, 9, 6), (7, 4, 3, 1), dict(pads=[1, 0, 1, 0]), True, True),
+    "pointwise_3d": (np.uint8, (1, 5, 3, 4, 5), (6, 5, 1, 1, 1), {}, True, True),
     "asymmetric_pads": (np.uint8, (1, 3, 17, 17), (8, 3, 5, 5), dict(strides=[3, 3], pads=[2, 2, 0, 0]), False, True),
     "conv1d": (np.int8, (1, 6, 37), (9, 6, 4), dict(pads=[1, 2]), True, True),
     "conv3d": (np.uint8, (1, 3, 4, 6, 6), (5, 3, 2, 3, 3), dict(pads=[0, 1, 1, 1, 1, 0]), True, True),

@@ -85,8 +85,19 @@ def plan(cin_group: int, cout_group: int, groups: int, channels: int, win, padde
     plane_bytes = _align(channels * plane_size) if needs_plane else 0
     col_bytes = _align(kgroups(k_dim) * 4 * chunk_px_pad)
     out_channels = groups * cout_group
+    # consecutive output pixels at consecutive input bytes, across rows (and depths) too: a 1x1
+    # window of stride 1 on an unpadded plane, whose chunks pack as one run
+    out_d, out_h = win.out_shape[0], win.out_shape[1]
+    flat_rows = (
+        win.kernel[2] == 1
+        and win.strides[2] == 1
+        and padded[2] == out_w
+        and (out_h == 1 or win.strides[1] * padded[2] == out_w)
+        and (out_d == 1 or win.strides[0] * padded[1] * padded[2] == out_h * out_w)
+    )
     params = {
         "variant": "packed",
+        "flat_rows": flat_rows,
         "out_rows": out_rows,
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
