@@ -8,6 +8,7 @@ its own QLinearConv: odd reductions, output channels not a multiple of the panel
 multiple of the block, strides, dilations, asymmetric padding, groups, 1-D and 3-D, 1x1 without
 padding (no plane), fully connected 1x1s (the GEMV: odd groups of 4 k, channels past a chunk of 64,
 groups), depthwise (the direct kernel), int8 and uint8 inputs;
+QLinearMatMul with a constant B (the GEMV per row of A: one row, batched rows);
 and int8/uint8 MaxPool (hg_qg_max_row: strides 1, 2 and 3, padding, dilation).
 """
 
@@ -83,6 +84,12 @@ POOL_CASES = {
     "maxpool_1d_stride3": (np.uint8, (1, 4, 40), dict(kernel_shape=[3], strides=[3], pads=[1, 1])),
 }
 
+# QLinearMatMul with a constant int8 B (the packed GEMV per row of A): name: (A dtype, A shape, B shape, per-column scale)
+MATMUL_CASES = {
+    "matmul_row_odd_k": (np.int8, (1, 41), (41, 21), True),
+    "matmul_batched_u8": (np.uint8, (2, 3, 24), (24, 70), False),
+}
+
 # how each path is asked for: (extra cflags, -march=native, can run here)
 PATHS = {
     "native": ((), True),
@@ -128,6 +135,26 @@ def model_and_feeds():
         )
         outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
         feeds[f"{name}_x"] = q_random(x_shape, x_dtype)
+    for name, (a_dtype, a_shape, b_shape, per_column) in MATMUL_CASES.items():
+        k, n = b_shape
+        a_scale, b_scales = 0.05, (RNG.random(n if per_column else 1) * 0.01 + 0.002).astype(np.float32)
+        constants = {
+            "as": np.array(a_scale, np.float32),
+            "az": np.array(-9 if a_dtype is np.int8 else 140, a_dtype),
+            "b": q_random(b_shape, np.int8),
+            "bs": b_scales if per_column else b_scales.reshape(()),
+            "bz": np.zeros(n if per_column else (), np.int8),
+            "ys": np.array(a_scale * float(b_scales.mean()) * 74 * 74 * np.sqrt(k) / 40, np.float32),
+            "yz": np.array(5 if a_dtype is np.int8 else 118, a_dtype),
+        }
+        names = [f"{name}_{key}" for key in ("a", "as", "az", "b", "bs", "bz", "ys", "yz")]
+        nodes.append(helper.make_node("QLinearMatMul", names, [f"{name}_y"], name=name))
+        inits += [numpy_helper.from_array(value, f"{name}_{key}") for key, value in constants.items()]
+        inputs.append(
+            helper.make_tensor_value_info(f"{name}_a", helper.np_dtype_to_tensor_dtype(np.dtype(a_dtype)), a_shape)
+        )
+        outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
+        feeds[f"{name}_a"] = q_random(a_shape, a_dtype)
     for name, (x_dtype, x_shape, attrs) in POOL_CASES.items():
         nodes.append(helper.make_node("MaxPool", [f"{name}_x"], [f"{name}_y"], name=name, **attrs))
         inputs.append(
@@ -187,9 +214,9 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))
     # the packed kernels: blocks of pixels, or the fully connected layers' GEMV; the depthwise ones direct
     fully_connected = sum(1 for case in CASES.values() if np.prod(case[1][2:]) == 1)  # a 1x1 input
-    assert kernels.count("hg_qg_gemv(") == fully_connected
+    assert kernels.count("hg_qg_gemv(") == fully_connected + len(MATMUL_CASES)
     depthwise = sum(1 for name in CASES if name.startswith("depthwise"))
-    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - kernels.count("hg_qg_gemv(")
+    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected
     # the depthwise ones: the direct kernel, whole planes where the plane's strides are 1, else rows
     assert kernels.count("hg_qg_dw_plane_q(") == depthwise - 1
     assert kernels.count("hg_qg_dw_row_q(") == 1

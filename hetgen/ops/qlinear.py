@@ -364,14 +364,52 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         "matrix_size": m * n,
         "title": "Quantized" if requant else "Integer",
     }
+    offers = multiplier_offer(op, requant, scale_bytes, row_bytes + scale_bytes) if requant else ()
+    if _matmul_packable(op, a_type, b, b_zp, requant, k, b_batch, a_zp):
+        offers = (*offers, _packed_matmul_offer(b, a_type, m * batches, n, k, requant["per_channel"]))
     return Kernel(
         template="kernels/qmatmul.c.j2",
         params=params,
-        prepacked=multiplier_offer(op, requant, scale_bytes, row_bytes + scale_bytes) if requant else (),
+        prepacked=offers,
         scratch_bytes=row_bytes + scale_bytes,
         flops=2 * batches * m * n * k,
         bytes_accessed=total_bytes(*op.input_types, y_type),
     )
+
+
+def _matmul_packable(op: OpInstance, a_type: TensorType, b: int, b_zp, requant, k: int, b_batch, a_zp) -> bool:
+    """Whether the packed GEMV computes this matrix product: the convolution's conditions on B (as
+    its weights), one B for every batch (a matrix: A's rows are then one run), one A zero point."""
+    if len(op.input_types[b].shape) < 2 or math.prod(b_batch) != 1:
+        return False
+    if a_zp is not None and op.has_input(a_zp) and op.input_types[a_zp].size != 1:
+        return False
+    return _packable(op, a_type, b, b_zp, requant, k)
+
+
+def _packed_matmul_offer(b: int, a_type: TensorType, rows: int, n: int, k: int, per_column: bool) -> Prepacked:
+    """A matrix product with a constant int8 B on an application core: B^T packed as the
+    convolution's weight panels ([n] channels of [k]: hetgen/ops/qpack.py) and each row of A a GEMV
+    (hg_qg_gemv, templates/kernels/qmatmul_packed.c.j2), its n outputs one contiguous run."""
+    kg = qpack.kgroups(k)
+    row_bytes = align(4 * kg + qpack.GEMV_SLACK)
+    params = {
+        "rows": rows,
+        "kgroups": kg,
+        "sums_offset": qpack.packed_bytes(1, n, k) - 4 * n,
+        "a_signed": int(a_type.dtype is DType.INT8),
+        "row_offset": 0,
+        "const_offset": row_bytes,
+        "scale_offset": row_bytes + align(4 * n),
+        "column_scales_offset": row_bytes + 2 * align(4 * n),
+        "column_scale": "j" if per_column else "0",  # the multiplier of column j
+    }
+
+    def layout(value: np.ndarray) -> np.ndarray:
+        return qpack.pack_weights(np.asarray(value).reshape(k, n).T, 1)
+
+    scratch = row_bytes + 3 * align(4 * n)
+    return Prepacked(b, layout, params, scratch, template="kernels/qmatmul_packed.c.j2", hosted_only=True)
 
 
 def lower_qlinear_matmul(op: OpInstance) -> Kernel:

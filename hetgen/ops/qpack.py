@@ -24,6 +24,8 @@ PANEL_ROWS = 8  # HG_QG_MR
 BLOCK_PIXELS = 32  # HG_QG_NB
 # bytes of packed activations per chunk of output rows: kept in L2
 COL_CHUNK_BYTES = 256 * 1024
+# bytes hg_qg_gemv may read past a row's last group of 4 (HG_QG_GEMV_SLACK)
+GEMV_SLACK = 32
 # the largest reduction an int32 sum of u8 x s8 products holds exactly (255 * 128 * K < 2^31)
 MAX_K = (2**31 - 1) // (255 * 128)
 
