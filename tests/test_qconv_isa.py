@@ -58,6 +58,15 @@ CASES = {
     # whole planes at once (hg_qg_dw_plane_q): several chunks of 64 with the rows' gaps, a multiplier
     # of 2, 5 taps (a short group of 4); a 3-D one strided in depth only
     "depthwise_wide_u8": (np.uint8, (1, 3, 5, 70), (6, 1, 3, 5), dict(group=3, pads=[1, 2, 1, 2]), True, True),
+    # the input read in place on AVX-512 VNNI (hg_qg_dw_masked_q): rows that straddle 64-bit mask words, dilation
+    "depthwise_masked_u8": (
+        np.uint8,
+        (1, 4, 13, 11),
+        (8, 1, 3, 3),
+        dict(group=4, dilations=[2, 2], pads=[2] * 4),
+        True,
+        True,
+    ),
     "depthwise_3d": (
         np.int8,
         (1, 2, 5, 5, 6),
@@ -220,6 +229,7 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     # the depthwise ones: the direct kernel, whole planes where the plane's strides are 1, else rows
     assert kernels.count("hg_qg_dw_plane_q(") == depthwise - 1
     assert kernels.count("hg_qg_dw_row_q(") == 1
+    assert kernels.count("hg_qg_dw_masked_q(") == 2  # 2-D, the input's width (<= 64), int8 weights
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")

@@ -241,7 +241,8 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         )
         offers = (*offers, packed)
     elif variant == "direct" and op.constant(w) is not None:
-        offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant))
+        symmetric = op.input_types[w].dtype is DType.INT8 and _weight_correction(op, w_zero_point, w_zp) is None
+        offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant, symmetric))
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
@@ -257,7 +258,9 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
 _PACKED_TEMPLATES = {"gemm": "kernels/qconv_packed.c.j2", "vector": "kernels/qgemv_packed.c.j2"}
 
 
-def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels: int, requant) -> Prepacked:
+def _depthwise_rows_offer(
+    w: int, x_type: TensorType, win, padded, out_channels: int, requant, symmetric: bool
+) -> Prepacked:
     """Depthwise on an application core: each input plane once into a zero-point-padded byte
     plane, then output rows through hg_qgemm.h's vector row kernels (qconv_direct.c.j2); the
     weights as they are (the offer changes the kernel, not the layout)."""
@@ -270,11 +273,24 @@ def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels:
     flat = requant is not None and tuple(win.strides[1:]) == (1, 1)
     out_h, out_w = win.out_shape[1], win.out_shape[2]
     virtual_bytes = align(-(-((out_h - 1) * padded[2] + out_w) // 64) * 64) if flat else 0
+    # ... and where the rows keep the input's width (at most 64) in 2-D with int8 weights of zero
+    # point 0, the AVX-512 VNNI path reads the input itself (hg_qg_dw_masked_q): each tap one run
+    # of it, the lanes that fall in the padding masked to the zero point (bits made per call)
+    two_d = win.in_shape[0] == win.out_shape[0] == win.kernel[0] == 1
+    masked = flat and symmetric and two_d and win.in_shape[2] == out_w <= 64
+    rows_h = [kh * win.dilations[1] - win.pads_begin[1] for kh in range(win.kernel[1]) for _ in range(win.kernel[2])]
+    cols_w = [kw * win.dilations[2] - win.pads_begin[2] for _ in range(win.kernel[1]) for kw in range(win.kernel[2])]
+    mask_bytes = align(8 * win.kernel_size * -(-win.out_size // 64)) if masked else 0
     params = {
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
         "pad_plane_w": padded[2],
         "pad_plane_size": math.prod(padded),
+        "masked": masked,
+        "tap_rows": rows_h,
+        "tap_cols": cols_w,
+        "tap_offsets": [dh * out_w + dw for dh, dw in zip(rows_h, cols_w)],
+        "mask_offset": plane_bytes + sums_bytes + virtual_bytes + scale_bytes,
         "plane_offset": 0,
         "acc_offset": plane_bytes,
         "virtual_offset": plane_bytes + sums_bytes,
@@ -293,7 +309,7 @@ def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels:
         w,
         np.asarray,
         params,
-        plane_bytes + sums_bytes + virtual_bytes + scale_bytes,
+        plane_bytes + sums_bytes + virtual_bytes + scale_bytes + mask_bytes,
         template="kernels/qconv_direct.c.j2",
         hosted_only=True,
     )

@@ -274,6 +274,83 @@ static inline void hg_qg_dw_row_q(const uint8_t *const *taps, const int32_t *w, 
     hg_qg_requant_row(sums, n, c, s, zp, lo, hi, y);
 }
 
+/* Depthwise, stride 1, output plane the input's size along its rows (in_w == out_w, <= 64), int8
+   weights: on AVX-512 VNNI the input itself, no padded plane. Output v = oh * out_w + ow reads tap t
+   at x[v + off[t]], one run per tap; the lanes whose tap falls in the padding are the bits of
+   masks[t] left clear, and read the input zero point (a merge-masked load) instead. */
+#if defined(HG_QG_PATH_AVX512VNNI)
+#define HG_QG_DW_MASKED 1
+
+/* Tap t's valid outputs as bits, [ntaps][(out_h * out_w + 63) / 64] words: its row dh[t] and
+   column dw[t] away from the output's inside the input. */
+static inline void hg_qg_dw_masks(uint64_t *masks, const int32_t *dh, const int32_t *dw, size_t ntaps, size_t in_h,
+                                  size_t out_h, size_t out_w)
+{
+    const size_t words = (out_h * out_w + 63) / 64;
+    for (size_t t = 0; t < ntaps; ++t) {
+        uint64_t cols = 0, *mt = masks + t * words;
+        for (size_t ow = 0; ow < out_w; ++ow)
+            cols |= (ptrdiff_t)ow + dw[t] >= 0 && (ptrdiff_t)ow + dw[t] < (ptrdiff_t)out_w ? (uint64_t)1 << ow : 0u;
+        for (size_t i = 0; i < words; ++i)
+            mt[i] = 0;
+        for (size_t oh = 0; oh < out_h; ++oh) {
+            const ptrdiff_t ih = (ptrdiff_t)oh + dh[t];
+            if (ih < 0 || ih >= (ptrdiff_t)in_h)
+                continue;
+            const size_t first = oh * out_w, at = first % 64;
+            mt[first / 64] |= cols << at;
+            if (at + out_w > 64)
+                mt[first / 64 + 1] |= cols >> (64 - at);
+        }
+    }
+}
+
+static inline void hg_qg_dw_masked_q(const uint8_t *x, const int32_t *off, const uint64_t *masks, const int32_t *w,
+                                     size_t ntaps, size_t nv, int x_signed, int32_t xzp, int32_t c, float s, int32_t zp,
+                                     float lo, float hi, uint8_t *y)
+{
+    const size_t words = (nv + 63) / 64;
+    int32_t wsum = 0;
+    for (size_t t = 0; t < ntaps; ++t)
+        wsum += w[t];
+    const __m512i flip = _mm512_set1_epi8(x_signed ? (char)0x80 : 0), pad = _mm512_set1_epi8((char)xzp);
+    const __m512i vc = _mm512_set1_epi32(x_signed ? c - 128 * wsum : c), vzp = _mm512_set1_epi32(zp);
+    const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (size_t i = 0; i < nv; i += 64) {
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t t = 0; t < ntaps; t += 4) {
+            __m512i v[4];
+            uint32_t quad = 0;
+            for (size_t k = 0; k < 4; ++k) {
+                v[k] = t + k < ntaps ? _mm512_xor_si512(_mm512_mask_loadu_epi8(pad, (__mmask64)masks[(t + k) * words + i / 64],
+                                                                               x + (ptrdiff_t)i + off[t + k]),
+                                                        flip)
+                                     : _mm512_setzero_si512();
+                quad |= t + k < ntaps ? (uint32_t)(uint8_t)w[t + k] << (8 * k) : 0u;
+            }
+            const __m512i wq = _mm512_set1_epi32((int32_t)quad);
+            const __m512i ab_lo = _mm512_unpacklo_epi8(v[0], v[1]), ab_hi = _mm512_unpackhi_epi8(v[0], v[1]);
+            const __m512i cd_lo = _mm512_unpacklo_epi8(v[2], v[3]), cd_hi = _mm512_unpackhi_epi8(v[2], v[3]);
+            a0 = _mm512_dpbusd_epi32(a0, _mm512_unpacklo_epi16(ab_lo, cd_lo), wq);
+            a1 = _mm512_dpbusd_epi32(a1, _mm512_unpackhi_epi16(ab_lo, cd_lo), wq);
+            a2 = _mm512_dpbusd_epi32(a2, _mm512_unpacklo_epi16(ab_hi, cd_hi), wq);
+            a3 = _mm512_dpbusd_epi32(a3, _mm512_unpackhi_epi16(ab_hi, cd_hi), wq);
+        }
+        const __m512i u0 = _mm512_shuffle_i32x4(a0, a1, 0x44), u1 = _mm512_shuffle_i32x4(a2, a3, 0x44);
+        const __m512i u2 = _mm512_shuffle_i32x4(a0, a1, 0xEE), u3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
+        const __m512i o[4] = { _mm512_shuffle_i32x4(u0, u1, 0x88), _mm512_shuffle_i32x4(u0, u1, 0xDD),
+                               _mm512_shuffle_i32x4(u2, u3, 0x88), _mm512_shuffle_i32x4(u2, u3, 0xDD) };
+        for (size_t j = 0; j < 4 && i + 16 * j < nv; ++j) {
+            const size_t live = nv - i - 16 * j;
+            const __mmask16 lanes = (__mmask16)(live >= 16 ? 0xFFFFu : (1u << live) - 1u);
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(o[j], vc)), vs);
+            f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
+            _mm_mask_storeu_epi8(y + i + 16 * j, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
+        }
+    }
+}
+#endif
+
 /* Depthwise with stride 1 along the rows, a whole (2-D) output plane of out_h x out_w at once: the
    padded plane's rows are pw bytes apart, so output (oh, ow) at "virtual" index v = oh * pw + ow reads
    tap t at plane + off[t] + v, one contiguous run per tap for the whole plane (the pw - out_w
