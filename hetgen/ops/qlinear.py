@@ -14,8 +14,10 @@ quantized output (the QDQ rewrite emits these) is fused as a narrower clamp of t
 That generic kernel is the one bare-metal targets take. Application cores take offers of their own
 (`hosted_only`, hetgen/partition/prepack.py): a convolution with constant int8 weights of zero
 point 0 reads them packed at generate time into dot-product panels (hetgen/ops/qpack.py,
-templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON), and a depthwise one runs rows of a byte plane
-through hg_qgemm.h's vector row kernels (qconv_direct.c.j2).
+templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON; a fully connected one as a GEMV over them), a
+depthwise one runs rows or whole planes of a byte plane (or, on AVX-512 VNNI, the input in place)
+through hg_qgemm.h's vector kernels (qconv_direct.c.j2), and a QLinearMatMul with a constant int8 B
+runs each row of A as that GEMV over B^T's panels (qmatmul_packed.c.j2).
 """
 
 from __future__ import annotations
