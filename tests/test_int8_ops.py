@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import harness
+import hetgen
 from hetgen.frontend import import_model
 from hetgen.runtime.reference import ort_session
 
@@ -233,15 +234,17 @@ def test_qdq_add_and_mul_requantize_exactly_across_scales(op):
     assert len(np.unique(expected)) > 16
 
 
-def test_qdq_average_pool_sums_exactly_and_rounds_ties_to_even():
+@pytest.mark.parametrize("k", [2, 16], ids=["2x2", "global"])
+def test_qdq_average_pool_sums_exactly_and_rounds_ties_to_even(k, tmp_path):
     """DequantizeLinear → AveragePool → QuantizeLinear becomes QLinearAveragePool. A 2x2 average of
     one scale's values is k/4 steps, so half the outputs are ties; the float path decides them by
     the last bit of a float32 sum (onnxruntime's pooling kernel and a plain float formula disagree
-    on a few), hetgen by the rule: exact integer sums, rounded half to even."""
+    on a few), hetgen by the rule: exact integer sums, rounded half to even. A window of the whole
+    plane (the application cores' global kernel, qavgpool_global.c.j2) likewise."""
     inits = {"s": np.float32(0.0421), "z": np.array(-5, np.int8)}
     nodes = [
         helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
-        helper.make_node("AveragePool", ["f"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("AveragePool", ["f"], ["p"], kernel_shape=[k, k], strides=[k, k]),
         helper.make_node("QuantizeLinear", ["p", "s", "z"], ["y"]),
     ]
     graph = helper.make_graph(
@@ -255,9 +258,14 @@ def test_qdq_average_pool_sums_exactly_and_rounds_ties_to_even():
     assert [n.op for n in import_model(model).nodes] == ["QLinearAveragePool"]
     x = q_random((1, 16, 16, 16), np.int8)
     got = harness.run_model(model, {"x": x})["y"]
-    sums = (x.astype(np.int64) + 5).reshape(1, 16, 8, 2, 8, 2).sum(axis=(3, 5))
-    exact = np.clip(np.rint(sums / 4) - 5, -128, 127).astype(np.int8)  # numpy's rint: half to even
+    sums = (x.astype(np.int64) + 5).reshape(1, 16, 16 // k, k, 16 // k, k).sum(axis=(3, 5))
+    exact = np.clip(np.rint(sums / (k * k)) - 5, -128, 127).astype(np.int8)  # numpy's rint: half to even
     np.testing.assert_array_equal(got, exact)
+    # the whole program on an application core: the global window takes its own kernel
+    project = hetgen.compile("host", model, out=tmp_path / "p", native_only=True)
+    kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))
+    assert ("summed exactly in one run" in kernels) == (k == 16)
+    np.testing.assert_array_equal(hetgen.load(project).run({"x": x})["y"], exact)
     onnxruntime = ort_session(model.SerializeToString()).run(None, {"x": x})[0]
     assert np.abs(onnxruntime.astype(int) - exact).max() <= 1
 

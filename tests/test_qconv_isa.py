@@ -6,7 +6,9 @@ built warning-free (it cannot run here without the instructions); and (external 
 aarch64 boards, the cortex-a55 kind (SDOT) and the plain aarch64 kind (NEON), run under qemu-aarch64. One model holds every case, each
 its own QLinearConv: odd reductions, output channels not a multiple of the panel, pixels not a
 multiple of the block, strides, dilations, asymmetric padding, groups, 1-D and 3-D, 1x1 without
-padding (no plane), a fully connected 1x1, depthwise (the direct kernel), int8 and uint8 inputs;
+padding (no plane), fully connected 1x1s (the GEMV: odd groups of 4 k, channels past a chunk of 64,
+groups), depthwise (the direct kernel), int8 and uint8 inputs;
+QLinearMatMul with a constant B (the GEMV per row of A: one row, batched rows);
 and int8/uint8 MaxPool (hg_qg_max_row: strides 1, 2 and 3, padding, dilation).
 """
 
@@ -41,12 +43,38 @@ CASES = {
         True,
     ),
     "pointwise": (np.int8, (1, 16, 10, 10), (20, 16, 1, 1), {}, True, False),
+    # consecutive pixels at consecutive bytes across rows (and depths): chunks packed as one run
+    "column_kernel": (np.int8, (1, 4, 9, 6), (7, 4, 3, 1), dict(pads=[1, 0, 1, 0]), True, True),
+    "pointwise_3d": (np.uint8, (1, 5, 3, 4, 5), (6, 5, 1, 1, 1), {}, True, True),
     "asymmetric_pads": (np.uint8, (1, 3, 17, 17), (8, 3, 5, 5), dict(strides=[3, 3], pads=[2, 2, 0, 0]), False, True),
     "conv1d": (np.int8, (1, 6, 37), (9, 6, 4), dict(pads=[1, 2]), True, True),
     "conv3d": (np.uint8, (1, 3, 4, 6, 6), (5, 3, 2, 3, 3), dict(pads=[0, 1, 1, 1, 1, 0]), True, True),
     "wide": (np.int8, (1, 64, 8, 8), (70, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
     "fully_connected": (np.int8, (2, 40, 1, 1), (10, 40, 1, 1), {}, True, True),
+    # the GEMV (hg_qg_gemv): an odd number of groups of 4 k, a second chunk of 8 panels that is short
+    "fc_odd_k_wide": (np.int8, (1, 41, 1, 1), (70, 41, 1, 1), {}, False, True),
+    "fc_grouped_u8": (np.uint8, (2, 26, 1, 1), (18, 13, 1, 1), dict(group=2), True, False),
     "depthwise": (np.int8, (1, 6, 10, 10), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1]), True, True),
+    # whole planes at once (hg_qg_dw_plane_q): several chunks of 64 with the rows' gaps, a multiplier
+    # of 2, 5 taps (a short group of 4); a 3-D one strided in depth only
+    "depthwise_wide_u8": (np.uint8, (1, 3, 5, 70), (6, 1, 3, 5), dict(group=3, pads=[1, 2, 1, 2]), True, True),
+    # the input read in place on AVX-512 VNNI (hg_qg_dw_masked_q): rows that straddle 64-bit mask words, dilation
+    "depthwise_masked_u8": (
+        np.uint8,
+        (1, 4, 13, 11),
+        (8, 1, 3, 3),
+        dict(group=4, dilations=[2, 2], pads=[2] * 4),
+        True,
+        True,
+    ),
+    "depthwise_3d": (
+        np.int8,
+        (1, 2, 5, 5, 6),
+        (2, 1, 2, 3, 3),
+        dict(group=2, strides=[2, 1, 1], pads=[0, 1, 1, 1, 1, 1]),
+        True,
+        False,
+    ),
     "depthwise_strided_u8": (
         np.uint8,
         (2, 4, 11, 9),
@@ -63,6 +91,12 @@ POOL_CASES = {
     "maxpool_u8": (np.uint8, (2, 2, 9, 70), dict(kernel_shape=[2, 3], strides=[1, 1], pads=[0, 1, 1, 0])),
     "maxpool_dilated": (np.int8, (1, 2, 12, 12), dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[1, 2])),
     "maxpool_1d_stride3": (np.uint8, (1, 4, 40), dict(kernel_shape=[3], strides=[3], pads=[1, 1])),
+}
+
+# QLinearMatMul with a constant int8 B (the packed GEMV per row of A): name: (A dtype, A shape, B shape, per-column scale)
+MATMUL_CASES = {
+    "matmul_row_odd_k": (np.int8, (1, 41), (41, 21), True),
+    "matmul_batched_u8": (np.uint8, (2, 3, 24), (24, 70), False),
 }
 
 # how each path is asked for: (extra cflags, -march=native, can run here)
@@ -110,6 +144,26 @@ def model_and_feeds():
         )
         outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
         feeds[f"{name}_x"] = q_random(x_shape, x_dtype)
+    for name, (a_dtype, a_shape, b_shape, per_column) in MATMUL_CASES.items():
+        k, n = b_shape
+        a_scale, b_scales = 0.05, (RNG.random(n if per_column else 1) * 0.01 + 0.002).astype(np.float32)
+        constants = {
+            "as": np.array(a_scale, np.float32),
+            "az": np.array(-9 if a_dtype is np.int8 else 140, a_dtype),
+            "b": q_random(b_shape, np.int8),
+            "bs": b_scales if per_column else b_scales.reshape(()),
+            "bz": np.zeros(n if per_column else (), np.int8),
+            "ys": np.array(a_scale * float(b_scales.mean()) * 74 * 74 * np.sqrt(k) / 40, np.float32),
+            "yz": np.array(5 if a_dtype is np.int8 else 118, a_dtype),
+        }
+        names = [f"{name}_{key}" for key in ("a", "as", "az", "b", "bs", "bz", "ys", "yz")]
+        nodes.append(helper.make_node("QLinearMatMul", names, [f"{name}_y"], name=name))
+        inits += [numpy_helper.from_array(value, f"{name}_{key}") for key, value in constants.items()]
+        inputs.append(
+            helper.make_tensor_value_info(f"{name}_a", helper.np_dtype_to_tensor_dtype(np.dtype(a_dtype)), a_shape)
+        )
+        outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
+        feeds[f"{name}_a"] = q_random(a_shape, a_dtype)
     for name, (x_dtype, x_shape, attrs) in POOL_CASES.items():
         nodes.append(helper.make_node("MaxPool", [f"{name}_x"], [f"{name}_y"], name=name, **attrs))
         inputs.append(
@@ -167,8 +221,15 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     if path == "scalar" or cpu_has("avx512_vnni"):  # elsewhere -march=native picks what the CPU has
         assert built == wanted
     kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))
-    assert kernels.count("hg_qg_block(") == len(CASES) - 2  # the packed kernel, all but the depthwise ones
-    assert "hg_qg_dw_row_q(" in kernels  # the depthwise ones: the direct kernel
+    # the packed kernels: blocks of pixels, or the fully connected layers' GEMV; the depthwise ones direct
+    fully_connected = sum(1 for case in CASES.values() if np.prod(case[1][2:]) == 1)  # a 1x1 input
+    assert kernels.count("hg_qg_gemv(") == fully_connected + len(MATMUL_CASES)
+    depthwise = sum(1 for name in CASES if name.startswith("depthwise"))
+    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected
+    # the depthwise ones: the direct kernel, whole planes where the plane's strides are 1, else rows
+    assert kernels.count("hg_qg_dw_plane_q(") == depthwise - 1
+    assert kernels.count("hg_qg_dw_row_q(") == 1
+    assert kernels.count("hg_qg_dw_masked_q(") == 2  # 2-D, the input's width (<= 64), int8 weights
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")

@@ -21,7 +21,7 @@ from hetgen.ops._activation import DEFAULTS, activation_c
 from hetgen.ops._common import c_float, input_arg_count, total_bytes
 from hetgen.ops._elementwise import Operand, elementwise_kernel
 from hetgen.ops._spatial import window
-from hetgen.ops.base import Epilogue, Kernel, OpDef, OpInstance, Tiling, Unsupported, WorkRule
+from hetgen.ops.base import Epilogue, Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
 from hetgen.ops.pool import axis_tables
 from hetgen.ops.qlinear import output_clamp
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
@@ -154,9 +154,19 @@ def lower_average_pool(op: OpInstance) -> Kernel:
         "out_index": input_arg_count(op),
         "scratch_index": input_arg_count(op) + 1,
     }
+    offers = ()
+    whole = win.kernel == win.in_shape and win.out_size == 1 and not any(win.pads_begin + win.pads_end)
+    if whole and win.in_size * 256 < 2**31:  # the sum fits an int32
+        # a global average on an application core: each plane's values summed in one run (the window
+        # tables' loops cost more than the sums on small planes); bare metal keeps the windowed
+        # kernel. The offer changes the kernel, not the (input scale's) layout.
+        global_params = {"zero_point_sum": win.in_size * params["x_zero_point"]}
+        template = "kernels/qavgpool_global.c.j2"
+        offers = (Prepacked(1, np.asarray, global_params, 0, template=template, hosted_only=True),)
     return Kernel(
         "kernels/qavgpool.c.j2",
         params,
+        prepacked=offers,
         scratch_bytes=4 * win.out_shape[2],
         flops=y_type.size * win.kernel_size,
         bytes_accessed=total_bytes(x_type, y_type),

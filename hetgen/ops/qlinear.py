@@ -14,8 +14,10 @@ quantized output (the QDQ rewrite emits these) is fused as a narrower clamp of t
 That generic kernel is the one bare-metal targets take. Application cores take offers of their own
 (`hosted_only`, hetgen/partition/prepack.py): a convolution with constant int8 weights of zero
 point 0 reads them packed at generate time into dot-product panels (hetgen/ops/qpack.py,
-templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON), and a depthwise one runs rows of a byte plane
-through hg_qgemm.h's vector row kernels (qconv_direct.c.j2).
+templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON; a fully connected one as a GEMV over them), a
+depthwise one runs rows or whole planes of a byte plane (or, on AVX-512 VNNI, the input in place)
+through hg_qgemm.h's vector kernels (qconv_direct.c.j2), and a QLinearMatMul with a constant int8 B
+runs each row of A as that GEMV over B^T's panels (qmatmul_packed.c.j2).
 """
 
 from __future__ import annotations
@@ -236,12 +238,13 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
             lambda value: qpack.pack_weights(value, groups),
             packed_params,
             packed_scratch,
-            template="kernels/qconv_packed.c.j2",
+            template=_PACKED_TEMPLATES[variant],
             hosted_only=True,
         )
         offers = (*offers, packed)
     elif variant == "direct" and op.constant(w) is not None:
-        offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant))
+        symmetric = op.input_types[w].dtype is DType.INT8 and _weight_correction(op, w_zero_point, w_zp) is None
+        offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant, symmetric))
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
@@ -252,28 +255,63 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     )
 
 
-def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels: int, requant) -> Prepacked:
+# The packed kernel of each variant: blocks of output pixels, or a fully connected layer's GEMV
+# (hg_qg_gemv: the one pixel's activations broadcast against the panels' channels)
+_PACKED_TEMPLATES = {"gemm": "kernels/qconv_packed.c.j2", "vector": "kernels/qgemv_packed.c.j2"}
+
+
+def _depthwise_rows_offer(
+    w: int, x_type: TensorType, win, padded, out_channels: int, requant, symmetric: bool
+) -> Prepacked:
     """Depthwise on an application core: each input plane once into a zero-point-padded byte
     plane, then output rows through hg_qgemm.h's vector row kernels (qconv_direct.c.j2); the
     weights as they are (the offer changes the kernel, not the layout)."""
     plane_bytes = align(math.prod(padded) + DW_SLACK)  # the row kernel reads up to DW_SLACK past a row
     sums_bytes = align(4 * win.out_shape[2])  # one output row's int32 sums
     scale_bytes = align(4 * out_channels) if requant else 0
+    # stride 1 along rows and columns, requantised: a whole output plane per call of
+    # hg_qg_dw_plane_q, its taps one run each (their offsets in the padded plane), its results
+    # first as bytes of the "virtual" plane whose rows are the padded plane's
+    flat = requant is not None and tuple(win.strides[1:]) == (1, 1)
+    out_h, out_w = win.out_shape[1], win.out_shape[2]
+    virtual_bytes = align(-(-((out_h - 1) * padded[2] + out_w) // 64) * 64) if flat else 0
+    # ... and where the rows keep the input's width (at most 64) in 2-D with int8 weights of zero
+    # point 0, the AVX-512 VNNI path reads the input itself (hg_qg_dw_masked_q): each tap one run
+    # of it, the lanes that fall in the padding masked to the zero point (bits made per call)
+    two_d = win.in_shape[0] == win.out_shape[0] == win.kernel[0] == 1
+    masked = flat and symmetric and two_d and win.in_shape[2] == out_w <= 64
+    rows_h = [kh * win.dilations[1] - win.pads_begin[1] for kh in range(win.kernel[1]) for _ in range(win.kernel[2])]
+    cols_w = [kw * win.dilations[2] - win.pads_begin[2] for _ in range(win.kernel[1]) for kw in range(win.kernel[2])]
+    mask_bytes = align(8 * win.kernel_size * -(-win.out_size // 64)) if masked else 0
     params = {
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
         "pad_plane_w": padded[2],
         "pad_plane_size": math.prod(padded),
+        "masked": masked,
+        "tap_rows": rows_h,
+        "tap_cols": cols_w,
+        "tap_offsets": [dh * out_w + dw for dh, dw in zip(rows_h, cols_w)],
+        "mask_offset": plane_bytes + sums_bytes + virtual_bytes + scale_bytes,
         "plane_offset": 0,
         "acc_offset": plane_bytes,
-        "scale_offset": plane_bytes + sums_bytes,
+        "virtual_offset": plane_bytes + sums_bytes,
+        "scale_offset": plane_bytes + sums_bytes + virtual_bytes,
         "x_signed": int(x_type.dtype is DType.INT8),
+        "flat": flat,
+        "plane_taps": [
+            (kd * win.dilations[0] * padded[1] + kh * win.dilations[1]) * padded[2] + kw * win.dilations[2]
+            for kd in range(win.kernel[0])
+            for kh in range(win.kernel[1])
+            for kw in range(win.kernel[2])
+        ],
+        "slab_stride": win.strides[0] * padded[1] * padded[2],  # one output depth's plane
     }
     return Prepacked(
         w,
         np.asarray,
         params,
-        plane_bytes + sums_bytes + scale_bytes,
+        plane_bytes + sums_bytes + virtual_bytes + scale_bytes + mask_bytes,
         template="kernels/qconv_direct.c.j2",
         hosted_only=True,
     )
@@ -344,14 +382,52 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         "matrix_size": m * n,
         "title": "Quantized" if requant else "Integer",
     }
+    offers = multiplier_offer(op, requant, scale_bytes, row_bytes + scale_bytes) if requant else ()
+    if _matmul_packable(op, a_type, b, b_zp, requant, k, b_batch, a_zp):
+        offers = (*offers, _packed_matmul_offer(b, a_type, m * batches, n, k, requant["per_channel"]))
     return Kernel(
         template="kernels/qmatmul.c.j2",
         params=params,
-        prepacked=multiplier_offer(op, requant, scale_bytes, row_bytes + scale_bytes) if requant else (),
+        prepacked=offers,
         scratch_bytes=row_bytes + scale_bytes,
         flops=2 * batches * m * n * k,
         bytes_accessed=total_bytes(*op.input_types, y_type),
     )
+
+
+def _matmul_packable(op: OpInstance, a_type: TensorType, b: int, b_zp, requant, k: int, b_batch, a_zp) -> bool:
+    """Whether the packed GEMV computes this matrix product: the convolution's conditions on B (as
+    its weights), one B for every batch (a matrix: A's rows are then one run), one A zero point."""
+    if len(op.input_types[b].shape) < 2 or math.prod(b_batch) != 1:
+        return False
+    if a_zp is not None and op.has_input(a_zp) and op.input_types[a_zp].size != 1:
+        return False
+    return _packable(op, a_type, b, b_zp, requant, k)
+
+
+def _packed_matmul_offer(b: int, a_type: TensorType, rows: int, n: int, k: int, per_column: bool) -> Prepacked:
+    """A matrix product with a constant int8 B on an application core: B^T packed as the
+    convolution's weight panels ([n] channels of [k]: hetgen/ops/qpack.py) and each row of A a GEMV
+    (hg_qg_gemv, templates/kernels/qmatmul_packed.c.j2), its n outputs one contiguous run."""
+    kg = qpack.kgroups(k)
+    row_bytes = align(4 * kg + qpack.GEMV_SLACK)
+    params = {
+        "rows": rows,
+        "kgroups": kg,
+        "sums_offset": qpack.packed_bytes(1, n, k) - 4 * n,
+        "a_signed": int(a_type.dtype is DType.INT8),
+        "row_offset": 0,
+        "const_offset": row_bytes,
+        "scale_offset": row_bytes + align(4 * n),
+        "column_scales_offset": row_bytes + 2 * align(4 * n),
+        "column_scale": "j" if per_column else "0",  # the multiplier of column j
+    }
+
+    def layout(value: np.ndarray) -> np.ndarray:
+        return qpack.pack_weights(np.asarray(value).reshape(k, n).T, 1)
+
+    scratch = row_bytes + 3 * align(4 * n)
+    return Prepacked(b, layout, params, scratch, template="kernels/qmatmul_packed.c.j2", hosted_only=True)
 
 
 def lower_qlinear_matmul(op: OpInstance) -> Kernel:

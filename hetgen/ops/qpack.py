@@ -24,6 +24,8 @@ PANEL_ROWS = 8  # HG_QG_MR
 BLOCK_PIXELS = 32  # HG_QG_NB
 # bytes of packed activations per chunk of output rows: kept in L2
 COL_CHUNK_BYTES = 256 * 1024
+# bytes hg_qg_gemv may read past a row's last group of 4 (HG_QG_GEMV_SLACK)
+GEMV_SLACK = 32
 # the largest reduction an int32 sum of u8 x s8 products holds exactly (255 * 128 * K < 2^31)
 MAX_K = (2**31 - 1) // (255 * 128)
 
@@ -85,8 +87,19 @@ def plan(cin_group: int, cout_group: int, groups: int, channels: int, win, padde
     plane_bytes = _align(channels * plane_size) if needs_plane else 0
     col_bytes = _align(kgroups(k_dim) * 4 * chunk_px_pad)
     out_channels = groups * cout_group
+    # consecutive output pixels at consecutive input bytes, across rows (and depths) too: a 1x1
+    # window of stride 1 on an unpadded plane, whose chunks pack as one run
+    out_d, out_h = win.out_shape[0], win.out_shape[1]
+    flat_rows = (
+        win.kernel[2] == 1
+        and win.strides[2] == 1
+        and padded[2] == out_w
+        and (out_h == 1 or win.strides[1] * padded[2] == out_w)
+        and (out_d == 1 or win.strides[0] * padded[1] * padded[2] == out_h * out_w)
+    )
     params = {
         "variant": "packed",
+        "flat_rows": flat_rows,
         "out_rows": out_rows,
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],

@@ -274,6 +274,154 @@ static inline void hg_qg_dw_row_q(const uint8_t *const *taps, const int32_t *w, 
     hg_qg_requant_row(sums, n, c, s, zp, lo, hi, y);
 }
 
+/* Depthwise, stride 1, output plane the input's size along its rows (in_w == out_w, <= 64), int8
+   weights: on AVX-512 VNNI the input itself, no padded plane. Output v = oh * out_w + ow reads tap t
+   at x[v + off[t]], one run per tap; the lanes whose tap falls in the padding are the bits of
+   masks[t] left clear, and read the input zero point (a merge-masked load) instead. */
+#if defined(HG_QG_PATH_AVX512VNNI)
+#define HG_QG_DW_MASKED 1
+
+/* Tap t's valid outputs as bits, [ntaps][(out_h * out_w + 63) / 64] words: its row dh[t] and
+   column dw[t] away from the output's inside the input. */
+static inline void hg_qg_dw_masks(uint64_t *masks, const int32_t *dh, const int32_t *dw, size_t ntaps, size_t in_h,
+                                  size_t out_h, size_t out_w)
+{
+    const size_t words = (out_h * out_w + 63) / 64;
+    for (size_t t = 0; t < ntaps; ++t) {
+        uint64_t cols = 0, *mt = masks + t * words;
+        for (size_t ow = 0; ow < out_w; ++ow)
+            cols |= (ptrdiff_t)ow + dw[t] >= 0 && (ptrdiff_t)ow + dw[t] < (ptrdiff_t)out_w ? (uint64_t)1 << ow : 0u;
+        for (size_t i = 0; i < words; ++i)
+            mt[i] = 0;
+        for (size_t oh = 0; oh < out_h; ++oh) {
+            const ptrdiff_t ih = (ptrdiff_t)oh + dh[t];
+            if (ih < 0 || ih >= (ptrdiff_t)in_h)
+                continue;
+            const size_t first = oh * out_w, at = first % 64;
+            mt[first / 64] |= cols << at;
+            if (at + out_w > 64)
+                mt[first / 64 + 1] |= cols >> (64 - at);
+        }
+    }
+}
+
+static inline void hg_qg_dw_masked_q(const uint8_t *x, const int32_t *off, const uint64_t *masks, const int32_t *w,
+                                     size_t ntaps, size_t nv, int x_signed, int32_t xzp, int32_t c, float s, int32_t zp,
+                                     float lo, float hi, uint8_t *y)
+{
+    const size_t words = (nv + 63) / 64;
+    int32_t wsum = 0;
+    for (size_t t = 0; t < ntaps; ++t)
+        wsum += w[t];
+    const __m512i flip = _mm512_set1_epi8(x_signed ? (char)0x80 : 0), pad = _mm512_set1_epi8((char)xzp);
+    const __m512i vc = _mm512_set1_epi32(x_signed ? c - 128 * wsum : c), vzp = _mm512_set1_epi32(zp);
+    const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (size_t i = 0; i < nv; i += 64) {
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t t = 0; t < ntaps; t += 4) {
+            __m512i v[4];
+            uint32_t quad = 0;
+            for (size_t k = 0; k < 4; ++k) {
+                v[k] = t + k < ntaps ? _mm512_xor_si512(_mm512_mask_loadu_epi8(pad, (__mmask64)masks[(t + k) * words + i / 64],
+                                                                               x + (ptrdiff_t)i + off[t + k]),
+                                                        flip)
+                                     : _mm512_setzero_si512();
+                quad |= t + k < ntaps ? (uint32_t)(uint8_t)w[t + k] << (8 * k) : 0u;
+            }
+            const __m512i wq = _mm512_set1_epi32((int32_t)quad);
+            const __m512i ab_lo = _mm512_unpacklo_epi8(v[0], v[1]), ab_hi = _mm512_unpackhi_epi8(v[0], v[1]);
+            const __m512i cd_lo = _mm512_unpacklo_epi8(v[2], v[3]), cd_hi = _mm512_unpackhi_epi8(v[2], v[3]);
+            a0 = _mm512_dpbusd_epi32(a0, _mm512_unpacklo_epi16(ab_lo, cd_lo), wq);
+            a1 = _mm512_dpbusd_epi32(a1, _mm512_unpackhi_epi16(ab_lo, cd_lo), wq);
+            a2 = _mm512_dpbusd_epi32(a2, _mm512_unpacklo_epi16(ab_hi, cd_hi), wq);
+            a3 = _mm512_dpbusd_epi32(a3, _mm512_unpackhi_epi16(ab_hi, cd_hi), wq);
+        }
+        const __m512i u0 = _mm512_shuffle_i32x4(a0, a1, 0x44), u1 = _mm512_shuffle_i32x4(a2, a3, 0x44);
+        const __m512i u2 = _mm512_shuffle_i32x4(a0, a1, 0xEE), u3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
+        const __m512i o[4] = { _mm512_shuffle_i32x4(u0, u1, 0x88), _mm512_shuffle_i32x4(u0, u1, 0xDD),
+                               _mm512_shuffle_i32x4(u2, u3, 0x88), _mm512_shuffle_i32x4(u2, u3, 0xDD) };
+        for (size_t j = 0; j < 4 && i + 16 * j < nv; ++j) {
+            const size_t live = nv - i - 16 * j;
+            const __mmask16 lanes = (__mmask16)(live >= 16 ? 0xFFFFu : (1u << live) - 1u);
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(o[j], vc)), vs);
+            f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
+            _mm_mask_storeu_epi8(y + i + 16 * j, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
+        }
+    }
+}
+#endif
+
+/* Depthwise with stride 1 along the rows, a whole (2-D) output plane of out_h x out_w at once: the
+   padded plane's rows are pw bytes apart, so output (oh, ow) at "virtual" index v = oh * pw + ow reads
+   tap t at plane + off[t] + v, one contiguous run per tap for the whole plane (the pw - out_w
+   columns between rows are computed and dropped). taps: ntaps pointers of scratch; vbytes:
+   HG_QG_DW_VIRTUAL(out_h, out_w, pw) bytes of scratch; sums: out_w int32 (the other paths' rows).
+   AVX-512 VNNI, when the weights fit int8: 64 outputs at a time, groups of 4 taps interleaved to
+   dwords (unpack bytes, then words: in-lane, so the sums come out lane-transposed and are put back
+   in order once per 64 outputs) and vpdpbusd by the group's 4 weights; signed activations flipped
+   to unsigned (+128, taken off with the weights' sum). Elsewhere hg_qg_dw_row_q row by row. */
+#define HG_QG_DW_VIRTUAL(out_h, out_w, pw) ((((out_h) - 1) * (pw) + (out_w) + 63) / 64 * 64)
+
+static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, const uint8_t **taps, const int32_t *w,
+                                    size_t ntaps, size_t pw, size_t out_h, size_t out_w, int x_signed, int32_t *sums,
+                                    uint8_t *vbytes, int32_t c, float s, int32_t zp, float lo, float hi, uint8_t *y)
+{
+#if defined(HG_QG_PATH_AVX512VNNI)
+    int fits = 1;
+    int32_t wsum = 0;
+    for (size_t t = 0; t < ntaps; ++t) {
+        fits &= w[t] >= -128 && w[t] <= 127;
+        wsum += w[t];
+    }
+    if (fits) {
+        const size_t nv = (out_h - 1) * pw + out_w;
+        const __m512i flip = _mm512_set1_epi8(x_signed ? (char)0x80 : 0);
+        const __m512i vc = _mm512_set1_epi32(x_signed ? c - 128 * wsum : c), vzp = _mm512_set1_epi32(zp);
+        const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+        for (size_t i = 0; i < nv; i += 64) {
+            const __mmask64 live = nv - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (nv - i)) - 1;
+            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+            for (size_t t = 0; t < ntaps; t += 4) {
+                __m512i v[4];
+                uint32_t quad = 0;
+                for (size_t k = 0; k < 4; ++k) {
+                    v[k] = t + k < ntaps ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(live, plane + off[t + k] + i), flip)
+                                         : _mm512_setzero_si512();
+                    quad |= t + k < ntaps ? (uint32_t)(uint8_t)w[t + k] << (8 * k) : 0u;
+                }
+                const __m512i wq = _mm512_set1_epi32((int32_t)quad);
+                const __m512i ab_lo = _mm512_unpacklo_epi8(v[0], v[1]), ab_hi = _mm512_unpackhi_epi8(v[0], v[1]);
+                const __m512i cd_lo = _mm512_unpacklo_epi8(v[2], v[3]), cd_hi = _mm512_unpackhi_epi8(v[2], v[3]);
+                a0 = _mm512_dpbusd_epi32(a0, _mm512_unpacklo_epi16(ab_lo, cd_lo), wq); /* lane L: 16L + 0-3 */
+                a1 = _mm512_dpbusd_epi32(a1, _mm512_unpackhi_epi16(ab_lo, cd_lo), wq); /* 16L + 4-7 */
+                a2 = _mm512_dpbusd_epi32(a2, _mm512_unpacklo_epi16(ab_hi, cd_hi), wq); /* 16L + 8-11 */
+                a3 = _mm512_dpbusd_epi32(a3, _mm512_unpackhi_epi16(ab_hi, cd_hi), wq); /* 16L + 12-15 */
+            }
+            /* the 4 x 4 transpose of 128-bit lanes: outputs 16j-16j+15 are lane j of a0, a1, a2, a3 */
+            const __m512i u0 = _mm512_shuffle_i32x4(a0, a1, 0x44), u1 = _mm512_shuffle_i32x4(a2, a3, 0x44);
+            const __m512i u2 = _mm512_shuffle_i32x4(a0, a1, 0xEE), u3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
+            const __m512i o[4] = { _mm512_shuffle_i32x4(u0, u1, 0x88), _mm512_shuffle_i32x4(u0, u1, 0xDD),
+                                   _mm512_shuffle_i32x4(u2, u3, 0x88), _mm512_shuffle_i32x4(u2, u3, 0xDD) };
+            for (size_t j = 0; j < 4; ++j) {
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(o[j], vc)), vs);
+                f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
+                _mm_storeu_si128((__m128i *)(void *)(vbytes + i + 16 * j),
+                                 _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vzp)));
+            }
+        }
+        for (size_t oh = 0; oh < out_h; ++oh)
+            memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
+        return;
+    }
+#endif
+    (void)vbytes;
+    for (size_t oh = 0; oh < out_h; ++oh) {
+        for (size_t t = 0; t < ntaps; ++t)
+            taps[t] = plane + off[t] + oh * pw;
+        hg_qg_dw_row_q(taps, w, ntaps, 1, out_w, x_signed, sums, c, s, zp, lo, hi, y + oh * out_w);
+    }
+}
+
 /* MaxPool on int8/uint8 (templates/kernels/pool.c.j2), one output row of n: y[i] = the largest of
    init and rows[r][i * stride + kw * dil - pad] over the nrows input rows and the taps kw < kw_n whose
    column is inside the row (i in [lo[kw], hi[kw])), the bytes signed as x_signed says. AVX-512 with
@@ -596,6 +744,99 @@ static inline void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict
     hg_qg_block_sums(w, a, kg, as, npx, t);
     for (size_t r = 0; r < rows; ++r)
         hg_qg_requant_row(t[r], npx, c[r], s[r], zp, lo, hi, y + r * ldy);
+}
+#endif
+
+/* A fully connected layer (one output pixel: the GEMV of a 1x1 convolution on a 1x1 input, or a row
+   of a MatMul with constant B) on the packed weights: y[r] for the `rows` channels of `panels` panels.
+   a: the input's kg groups of 4 bytes (flipped to the path's signedness), followed by
+   HG_QG_GEMV_SLACK readable bytes; c, s: each channel's constant and scale; the channels' bytes are
+   stored contiguously at y.
+   AVX-512 VNNI: 8 panels (64 channels) at a time, each panel's two consecutive groups of 4 k one zmm
+   (the packed [kg][8][4] layout holds them side by side), the activations' 8 bytes spread to match
+   (lanes 0-7 group g, 8-15 group g + 1): 8 independent vpdpbusd chains, one load each, the halves
+   added at the end; a short last chunk repeats its last panel (its results unused). Elsewhere one
+   hg_qg_block of one pixel per panel (the activations' group stride 4). */
+#define HG_QG_GEMV_SLACK 32
+
+#if defined(HG_QG_PATH_AVX512VNNI)
+/* 16 channels' sums (two panels' ymm halves) requantised with their own constants and scales. */
+static inline void hg_qg_gemv_store16(__m256i lo8, __m256i hi8, const int32_t *c, const float *s, int32_t zp, float lo,
+                                      float hi, uint8_t *y, size_t live)
+{
+    const __mmask16 lanes = (__mmask16)(live >= 16 ? 0xFFFFu : (1u << live) - 1u);
+    const __m512i acc = _mm512_inserti64x4(_mm512_castsi256_si512(lo8), hi8, 1);
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, _mm512_maskz_loadu_epi32(lanes, c))),
+                             _mm512_maskz_loadu_ps(lanes, s));
+    f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+    _mm_mask_storeu_epi8(y, lanes, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp))));
+}
+
+static inline __m256i hg_qg_gemv_halves(__m512i acc)
+{
+    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+}
+
+HG_QG_NOINLINE static void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t rows,
+                                      const int32_t *c, const float *s, int32_t zp, float lo, float hi, uint8_t *y)
+{
+    const size_t panels = (rows + HG_QG_MR - 1) / HG_QG_MR, pb = kg * 4 * HG_QG_MR;
+    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (size_t p0 = 0; p0 < panels; p0 += 8) {
+        const size_t last = panels - 1;
+        const int8_t *w0 = w + p0 * pb;
+        const int8_t *w1 = w + (p0 + 1 < last ? p0 + 1 : last) * pb, *w2 = w + (p0 + 2 < last ? p0 + 2 : last) * pb;
+        const int8_t *w3 = w + (p0 + 3 < last ? p0 + 3 : last) * pb, *w4 = w + (p0 + 4 < last ? p0 + 4 : last) * pb;
+        const int8_t *w5 = w + (p0 + 5 < last ? p0 + 5 : last) * pb, *w6 = w + (p0 + 6 < last ? p0 + 6 : last) * pb;
+        const int8_t *w7 = w + (p0 + 7 < last ? p0 + 7 : last) * pb;
+        __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+        size_t g = 0;
+        for (; g + 2 <= kg; g += 2) {
+            const __m512i av = _mm512_permutexvar_epi32(
+                spread, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(const void *)(a + 4 * g))));
+            const size_t o = g * 4 * HG_QG_MR;
+            s0 = _mm512_dpbusd_epi32(s0, av, _mm512_loadu_si512(w0 + o));
+            s1 = _mm512_dpbusd_epi32(s1, av, _mm512_loadu_si512(w1 + o));
+            s2 = _mm512_dpbusd_epi32(s2, av, _mm512_loadu_si512(w2 + o));
+            s3 = _mm512_dpbusd_epi32(s3, av, _mm512_loadu_si512(w3 + o));
+            s4 = _mm512_dpbusd_epi32(s4, av, _mm512_loadu_si512(w4 + o));
+            s5 = _mm512_dpbusd_epi32(s5, av, _mm512_loadu_si512(w5 + o));
+            s6 = _mm512_dpbusd_epi32(s6, av, _mm512_loadu_si512(w6 + o));
+            s7 = _mm512_dpbusd_epi32(s7, av, _mm512_loadu_si512(w7 + o));
+        }
+        if (g < kg) { /* an odd last group: the low half only */
+            const __m512i av = _mm512_maskz_set1_epi32(0x00FF, hg_qg_load32(a + 4 * g));
+            const size_t o = g * 4 * HG_QG_MR;
+            s0 = _mm512_dpbusd_epi32(s0, av, _mm512_maskz_loadu_epi32(0x00FF, w0 + o));
+            s1 = _mm512_dpbusd_epi32(s1, av, _mm512_maskz_loadu_epi32(0x00FF, w1 + o));
+            s2 = _mm512_dpbusd_epi32(s2, av, _mm512_maskz_loadu_epi32(0x00FF, w2 + o));
+            s3 = _mm512_dpbusd_epi32(s3, av, _mm512_maskz_loadu_epi32(0x00FF, w3 + o));
+            s4 = _mm512_dpbusd_epi32(s4, av, _mm512_maskz_loadu_epi32(0x00FF, w4 + o));
+            s5 = _mm512_dpbusd_epi32(s5, av, _mm512_maskz_loadu_epi32(0x00FF, w5 + o));
+            s6 = _mm512_dpbusd_epi32(s6, av, _mm512_maskz_loadu_epi32(0x00FF, w6 + o));
+            s7 = _mm512_dpbusd_epi32(s7, av, _mm512_maskz_loadu_epi32(0x00FF, w7 + o));
+        }
+        const size_t m0 = p0 * HG_QG_MR, left = rows - m0;
+        hg_qg_gemv_store16(hg_qg_gemv_halves(s0), hg_qg_gemv_halves(s1), c + m0, s + m0, zp, lo, hi, y + m0, left);
+        if (left > 16)
+            hg_qg_gemv_store16(hg_qg_gemv_halves(s2), hg_qg_gemv_halves(s3), c + m0 + 16, s + m0 + 16, zp, lo, hi,
+                               y + m0 + 16, left - 16);
+        if (left > 32)
+            hg_qg_gemv_store16(hg_qg_gemv_halves(s4), hg_qg_gemv_halves(s5), c + m0 + 32, s + m0 + 32, zp, lo, hi,
+                               y + m0 + 32, left - 32);
+        if (left > 48)
+            hg_qg_gemv_store16(hg_qg_gemv_halves(s6), hg_qg_gemv_halves(s7), c + m0 + 48, s + m0 + 48, zp, lo, hi,
+                               y + m0 + 48, left - 48);
+    }
+}
+#else
+static inline void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t rows,
+                              const int32_t *c, const float *s, int32_t zp, float lo, float hi, uint8_t *y)
+{
+    for (size_t m0 = 0; m0 < rows; m0 += HG_QG_MR) {
+        const size_t live = rows - m0 < HG_QG_MR ? rows - m0 : HG_QG_MR;
+        hg_qg_block(w + m0 * kg * 4, a, kg, 4, live, 1, c + m0, s + m0, zp, lo, hi, y + m0, 1);
+    }
 }
 #endif
 
