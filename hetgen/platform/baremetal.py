@@ -15,6 +15,7 @@ from hetgen.platform.model import Target, Toolchain
 
 KIB = 1024
 MEMORY_ATTRIBUTES = ("flash_origin", "flash_kib", "ram_origin", "ram_kib", "stack_kib")
+MEMORY_MAP_ATTRIBUTES = MEMORY_ATTRIBUTES[:4]  # what `memories:` replaces (hetgen/platform/banks.py)
 
 
 def is_bare_metal(target: Target) -> bool:
