@@ -22,8 +22,9 @@ from pathlib import Path
 
 from hetgen.errors import HetgenError
 from hetgen.lower.program import Lowered
+from hetgen.platform.banks import bank_of
 from hetgen.platform.baremetal import is_bare_metal, memory_map
-from hetgen.platform.model import Platform
+from hetgen.platform.model import Bank, Platform
 
 BARE_METAL_LDFLAGS = ("-nostartfiles", "-Wl,--gc-sections")
 
@@ -89,18 +90,62 @@ def board_fit(lowered: Lowered, platform: Platform) -> BoardFit | None:
     )
 
 
+def bank_needs(lowered: Lowered) -> list[tuple[Bank, int, list[str]]]:
+    """A banked bare-metal root's needs per bank before code is counted: (bank, bytes, what)."""
+    root = lowered.root
+    banks = root.target.memories
+    needs = {bank.name: [] for bank in banks}
+    weights = bank_of(banks, "weights")
+    needs[weights.name].append(("weights", sum(program.weights.size for program in lowered.programs)))
+    for index, arena in enumerate(root.banks):
+        needs[arena.bank.name].append((f"arena {len(arena.buffers)} buffers", arena.size))
+        if index == 0 and root.workspace.size > arena.size:
+            needs[arena.bank.name].append(("device state", root.workspace.size - arena.size))
+    stack = bank_of(banks, "stack")
+    needs[stack.name].append(("stack", memory_map(root.target).stack_bytes))
+    io = sum(max(spec.type.nbytes, 1) for spec in (*root.inputs, *root.outputs))
+    needs[stack.name].append(("input/output buffers", io))
+    return [
+        (
+            bank,
+            sum(nbytes for _, nbytes in needs[bank.name]),
+            [f"{what} {nbytes:,} B" for what, nbytes in needs[bank.name]],
+        )
+        for bank in banks
+    ]
+
+
+def bank_problems(lowered: Lowered) -> list[str]:
+    found = []
+    for bank, needed, parts in bank_needs(lowered):
+        if needed > bank.size:
+            found.append(
+                f"bank '{bank.name}' ({bank.size // 1024} KiB) overflows by {needed - bank.size:,} B: "
+                f"{needed:,} B needed ({', '.join(parts)})"
+            )
+    return found
+
+
+MAP_FIX = "Use a smaller model or input shapes, or a board with more memory (ram_kib, flash_kib, stack_kib in the platform file)"
+BANKS_FIX = (
+    "Fix: use a smaller model or input shapes, give the bank more kib, or add a bank that holds the arena "
+    "(memories: in the platform file)"
+)
+
+
 def check_board_fit(lowered: Lowered, platform: Platform) -> None:
-    """Refuse, with the numbers, a model that cannot fit its bare-metal board's RAM or flash."""
+    """Refuse, with the numbers, a model that cannot fit its bare-metal board's RAM or flash (each
+    of its banks, where it declares memories)."""
     fit = board_fit(lowered, platform)
     if fit is None:
         return
-    problems = fit.problems()
+    problems = bank_problems(lowered) if lowered.root.target.memories else fit.problems()
     if problems:
         raise HetgenError(
             f"{platform.file}: model {lowered.model_name!r} does not fit target {fit.target} (kind {fit.kind}): "
             + "; ".join(problems)
-            + ". Nothing was built. Use a smaller model or input shapes, or a board with more memory "
-            "(ram_kib, flash_kib, stack_kib in the platform file)"
+            + ". Nothing was built. "
+            + (BANKS_FIX if lowered.root.target.memories else MAP_FIX)
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hetgen.abi import STATS_NAMES
+from hetgen.codegen.banks import weights_section
 from hetgen.codegen.constants import constants_header
 from hetgen.codegen.kernel_files import program_kernels
 from hetgen.codegen.manifest import (
@@ -25,7 +26,6 @@ from hetgen.codegen.remote import (
     remote_devices_source,
     server_source,
 )
-from hetgen.codegen.banks import weights_section
 from hetgen.codegen.render import forget_templates, render
 from hetgen.codegen.viewmodel import program_view
 from hetgen.errors import InternalError

@@ -33,9 +33,9 @@ from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
 from hetgen.lower.verify import verified
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
-from hetgen.platform.banks import bank_of
 from hetgen.partition.choices import Choices, stale
 from hetgen.partition.placement import Placement
+from hetgen.platform.banks import bank_of
 from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.platform.threads import has_pool, program_threads
 from hetgen.spec import KernelTable

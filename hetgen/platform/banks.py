@@ -164,7 +164,9 @@ def _resolve_holds(body: YMap, banks: list[Bank], what: str, problems: Problems)
         if not holders:
             problems.add(body.pos, f"'memories' of {what}: no bank holds the {content}; add it to one bank's 'holds'")
         elif single and len(holders) > 1:
-            problems.add(body.pos, f"'memories' of {what}: the {content} is held by {', '.join(holders)}; one bank only")
+            problems.add(
+                body.pos, f"'memories' of {what}: the {content} is held by {', '.join(holders)}; one bank only"
+            )
     for bank in resolved:
         wrong = [content for content in bank.holds if bank.read_only and content in ("arena", "stack")]
         if wrong:
@@ -176,7 +178,9 @@ def _resolve_holds(body: YMap, banks: list[Bank], what: str, problems: Problems)
 
 
 def _with_holds(bank: Bank, holds: tuple[str, ...]) -> Bank:
-    return Bank(bank.name, bank.size, bank.origin, bank.bandwidth_gbps, bank.latency_ns, bank.read_only, bank.shared, holds)
+    return Bank(
+        bank.name, bank.size, bank.origin, bank.bandwidth_gbps, bank.latency_ns, bank.read_only, bank.shared, holds
+    )
 
 
 def _check_layout(banks: list[Bank], positions, body: YMap, what: str, problems: Problems) -> None:
@@ -207,7 +211,9 @@ def check_bare_metal_banks(banks: tuple[Bank, ...], node: YNode, what: str, prob
     """A bare-metal target's banks are its linker regions: each needs an origin."""
     for bank in banks:
         if bank.origin is None:
-            problems.add(node.pos, f"bank '{bank.name}' of {what} needs an 'origin': a bare-metal image links to addresses")
+            problems.add(
+                node.pos, f"bank '{bank.name}' of {what} needs an 'origin': a bare-metal image links to addresses"
+            )
 
 
 def default_banks(target: Target) -> tuple[Bank, ...]:
@@ -221,8 +227,26 @@ def default_banks(target: Target) -> tuple[Bank, ...]:
         return ()
     bandwidth = target.figures.bandwidth_gbps
     return (
-        Bank("flash", int(attrs["flash_kib"]) * KIB, int(attrs["flash_origin"]), bandwidth, 0.0, True, True, ("code", "weights")),
-        Bank("ram", int(attrs["ram_kib"]) * KIB, int(attrs["ram_origin"]), bandwidth, 0.0, False, True, ("arena", "stack")),
+        Bank(
+            "flash",
+            int(attrs["flash_kib"]) * KIB,
+            int(attrs["flash_origin"]),
+            bandwidth,
+            0.0,
+            True,
+            True,
+            ("code", "weights"),
+        ),
+        Bank(
+            "ram",
+            int(attrs["ram_kib"]) * KIB,
+            int(attrs["ram_origin"]),
+            bandwidth,
+            0.0,
+            False,
+            True,
+            ("arena", "stack"),
+        ),
     )
 
 
