@@ -170,6 +170,35 @@ SHT_NOBITS = 8
 STACK_SECTION = ".stack"
 
 
+def section_headers(elf: Path) -> list[tuple[str, int, int, int]]:
+    """The allocated sections of a 32-bit little-endian ELF: (name, address, size, flags)."""
+    blob = elf.read_bytes()
+    if blob[:4] != b"\x7fELF" or blob[4] != 1 or blob[5] != 1:
+        raise HetgenError(f"{elf}: not a 32-bit little-endian ELF file")
+    (section_offset,) = struct.unpack_from("<I", blob, 0x20)
+    entry_size, count, names_index = struct.unpack_from("<HHH", blob, 0x2E)
+    headers = [struct.unpack_from("<IIIIIIIIII", blob, section_offset + i * entry_size) for i in range(count)]
+    names_offset = headers[names_index][4]
+    found = []
+    for header in headers:
+        if header[2] & SHF_ALLOC:
+            start = names_offset + header[0]
+            name = blob[start : blob.index(b"\0", start)].decode("ascii", "replace")
+            found.append((name, header[3], header[5], header[2]))
+    return found
+
+
+def bank_usage(elf: Path, banks: list[dict]) -> list[tuple[dict, int, list[str]]]:
+    """Per declared bank (the manifest's banks), the bytes of the ELF's sections whose addresses lie
+    in it, and their names."""
+    sections = section_headers(elf)
+    usage = []
+    for bank in banks:
+        inside = [s for s in sections if bank["origin"] <= s[1] < bank["origin"] + bank["size"] and s[2]]
+        usage.append((bank, sum(s[2] for s in inside), [s[0] for s in inside]))
+    return usage
+
+
 def image_sizes(elf: Path) -> ImageSizes:
     """Sizes of a 32-bit little-endian ELF's allocated sections, counted as binutils' `size` does
     (read-only: text; writable with contents: data; writable without: bss), the stack apart."""
@@ -212,6 +241,15 @@ def image_report(out_dir: Path, manifest) -> list[str]:
         if memory is None or not elf.is_file():
             continue
         sizes = image_sizes(elf)
+        if memory.get("banks"):
+            per_bank = "; ".join(
+                f"{bank['name']} {used} of {bank['size']} B ({', '.join(names) or 'empty'})"
+                for bank, used, names in bank_usage(elf, memory["banks"])
+            )
+            lines.append(
+                f"{program['path']}: text {sizes.text} B, data {sizes.data} B; per bank: {per_bank}; map {map_path(program['path'])}"
+            )
+            continue
         lines.append(
             f"{program['path']}: text {sizes.text} B, data {sizes.data} B, bss {sizes.bss} B; "
             f"flash {sizes.flash} of {memory['flash_bytes']} B; peak RAM {sizes.peak_ram} of {memory['ram_bytes']} B "

@@ -140,3 +140,71 @@ def bank_of_offset(arenas: tuple[BankArena, ...], offset: int) -> BankArena:
         if arena.base <= offset < arena.end:
             return arena
     return arenas[-1]
+
+
+def access_us(bank: Bank, touched: int, accesses: int) -> float:
+    """The time a run's accesses to `bank` take at its figures: its bytes streamed at its bandwidth,
+    plus its latency once per access (a kernel's stream over one buffer). The one price of a bank's
+    accesses: `explain` shows it, and the assignment's heat order is what keeps it low."""
+    return touched / (bank.bandwidth_gbps * 1e3) + accesses * bank.latency_ns / 1e3
+
+
+def bank_report(program) -> list[dict]:
+    """Per bank of a banked root: its size, what it holds (arena buffers, weights), the bytes used
+    and its accesses' price (`access_us`). [] for a program without banks."""
+    if not program.banks:
+        return []
+    weights_bank = next((bank for bank in program.target.memories if "weights" in bank.holds), None)
+    arenas = {arena.bank.name: arena for arena in program.banks}
+    rows = []
+    for bank in program.target.memories:
+        arena = arenas.get(bank.name)
+        used = arena.size if arena else 0
+        touched = arena.touched if arena else 0
+        accesses = arena.accesses if arena else 0
+        buffers = list(arena.buffers) if arena else []
+        weights = []
+        if bank == weights_bank:
+            weights = [entry.tensor for entry in program.weights.entries]
+            used += program.weights.size
+            touched += sum(entry.nbytes for entry in program.weights.entries)  # each read once a run
+            accesses += len(program.weights.entries)
+        rows.append(
+            {
+                "bank": bank.name,
+                "size": bank.size,
+                "origin": bank.origin,
+                "read_only": bank.read_only,
+                "holds": list(bank.holds),
+                "used": used,
+                "reserved": arena.reserved if arena else 0,
+                "tensors": [name for name in buffers if not name.startswith("scratch:")],
+                "scratch": [name for name in buffers if name.startswith("scratch:")],
+                "weights": weights,
+                "touched_bytes": touched,
+                "accesses": accesses,
+                "access_us": round(access_us(bank, touched, accesses), 3),
+            }
+        )
+    return rows
+
+
+def bank_text(rows: list[dict], target: str) -> str:
+    """`bank_report` as explain's text: a line per bank, then what it holds."""
+    if not rows:
+        return ""
+    lines = [f"memory banks of {target} (hetgen/lower/banks.py):"]
+    for row in rows:
+        listed = row["tensors"] + row["scratch"]
+        shown = ", ".join(listed[:8]) + (f", ... ({len(listed) - 8} more)" if len(listed) > 8 else "")
+        lines.append(
+            f"  {row['bank']}: {row['used']:,} of {row['size']:,} B used"
+            + (f" ({row['reserved']:,} B reserved: stack, buffers, static data)" if row["reserved"] else "")
+            + f"; holds {', '.join(row['holds'])}; {row['touched_bytes']:,} B touched in {row['accesses']} accesses"
+            f" = {row['access_us']:g} us a run"
+        )
+        if listed:
+            lines.append(f"    tensors and scratch ({len(listed)}): {shown}")
+        if row["weights"]:
+            lines.append(f"    weights ({len(row['weights'])} blocks)")
+    return "\n".join(lines)

@@ -40,6 +40,7 @@ class MemoryMap:
     ram_origin: int
     ram_bytes: int
     stack_bytes: int
+    banks: tuple = ()  # its declared memories (hetgen/platform/banks.py), which replace flash and RAM
 
 
 def memory_map(target: Target) -> MemoryMap:
@@ -57,4 +58,5 @@ def memory_map(target: Target) -> MemoryMap:
         ram_origin=int(attrs["ram_origin"]),
         ram_bytes=int(attrs["ram_kib"]) * KIB,
         stack_bytes=int(attrs["stack_kib"]) * KIB,
+        banks=target.memories,
     )
