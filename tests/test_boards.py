@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import hetgen
-from hetgen.platform.banks import bank_of, default_banks
 from hetgen.cli import main
 from hetgen.models import tiny_cnn
+from hetgen.platform.banks import bank_of, default_banks
 from hetgen.platform.catalogue import board_files, emulator_name, header_lines
 from hetgen.platform.loader import load_platform
 from hetgen.platform.search_path import find_platform
