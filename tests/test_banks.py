@@ -100,6 +100,11 @@ def test_canonical_tree_reloads_to_the_same_banks(capsys):
             "is read_only but holds the arena",
         ),
         (
+            "    ram: {origin: 0x20000000, kib: 64, bandwidth_gbps: 1}\n",
+            "",
+            "holds the code and weights but is not read_only",
+        ),
+        (
             "    ram: {origin: 0x20000000, kib: 64, bandwidth_gbps: 1, latency_ns: 1, latency_cycles: 2}\n",
             "",
             "gives both 'latency_ns' and 'latency_cycles'",
@@ -157,6 +162,15 @@ def test_the_last_bank_overflowing_is_refused_with_its_name_and_the_bytes_over()
         hetgen.compile(platform, MODEL, build=False)
     message = str(caught.value)
     assert "bank 'ram' (24 KiB) overflows by 78,912 B" in message and "Fix:" in message, message
+
+
+def test_weights_past_their_bank_are_refused_per_bank_before_the_build():
+    small = load_platform_text(BANKS.read_text().replace("kib: 512,", "kib: 128,"), "small.yaml")
+    with pytest.raises(HetgenError) as caught:
+        hetgen.compile(small, MODEL, build=False)
+    message = str(caught.value)
+    assert "bank 'itcm' (128 KiB) overflows by 179,776 B: 310,848 B needed (weights 310,848 B)" in message, message
+    assert "Nothing was built" in message and "Fix:" in message
 
 
 def test_a_slower_bank_prices_the_same_accesses_higher():
