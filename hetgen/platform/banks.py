@@ -208,11 +208,19 @@ def _check_layout(banks: list[Bank], positions, body: YMap, what: str, problems:
 
 
 def check_bare_metal_banks(banks: tuple[Bank, ...], node: YNode, what: str, problems: Problems) -> None:
-    """A bare-metal target's banks are its linker regions: each needs an origin."""
+    """A bare-metal target's banks are its linker regions: each needs an origin, and the image
+    (code, weights) is programmed into read-only memory, which nothing copies to RAM at reset."""
     for bank in banks:
         if bank.origin is None:
             problems.add(
                 node.pos, f"bank '{bank.name}' of {what} needs an 'origin': a bare-metal image links to addresses"
+            )
+        loaded = [content for content in ("code", "weights") if content in bank.holds]
+        if loaded and not bank.read_only:
+            problems.add(
+                node.pos,
+                f"bank '{bank.name}' of {what} holds the {' and '.join(loaded)} but is not read_only: a bare-metal "
+                "image is programmed into read-only memory (flash, MRAM); declare such a bank with read_only: true",
             )
 
 
