@@ -189,7 +189,7 @@ def _bank_rows(graph, platform, placement) -> list[dict]:
     from hetgen.lower import lower
     from hetgen.lower.banks import bank_report
 
-    return bank_report(lower(graph, platform, placement).root)
+    return bank_report(lower(graph, platform, placement))
 
 
 def cmd_verify(args) -> int:

@@ -149,11 +149,14 @@ def access_us(bank: Bank, touched: int, accesses: int) -> float:
     return touched / (bank.bandwidth_gbps * 1e3) + accesses * bank.latency_ns / 1e3
 
 
-def bank_report(program) -> list[dict]:
-    """Per bank of a banked root: its size, what it holds (arena buffers, weights), the bytes used
-    and its accesses' price (`access_us`). [] for a program without banks."""
+def bank_report(lowered) -> list[dict]:
+    """Per bank of a banked root: its size, what it holds (arena buffers, weights: every program's,
+    as the image links them), the bytes used and the price of the root's accesses (`access_us`; a
+    device's weights are read by its own DMA, priced by its figures). [] without banks."""
+    program = lowered.root
     if not program.banks:
         return []
+    devices_weights = sum(other.weights.size for other in lowered.programs if other is not program)
     weights_bank = next((bank for bank in program.target.memories if "weights" in bank.holds), None)
     arenas = {arena.bank.name: arena for arena in program.banks}
     rows = []
@@ -166,7 +169,7 @@ def bank_report(program) -> list[dict]:
         weights = []
         if bank == weights_bank:
             weights = [entry.tensor for entry in program.weights.entries]
-            used += program.weights.size
+            used += program.weights.size + devices_weights
             touched += sum(entry.nbytes for entry in program.weights.entries)  # each read once a run
             accesses += len(program.weights.entries)
         rows.append(
@@ -181,6 +184,7 @@ def bank_report(program) -> list[dict]:
                 "tensors": [name for name in buffers if not name.startswith("scratch:")],
                 "scratch": [name for name in buffers if name.startswith("scratch:")],
                 "weights": weights,
+                "device_weights": devices_weights if bank == weights_bank else 0,
                 "touched_bytes": touched,
                 "accesses": accesses,
                 "access_us": round(access_us(bank, touched, accesses), 3),
@@ -205,6 +209,7 @@ def bank_text(rows: list[dict], target: str) -> str:
         )
         if listed:
             lines.append(f"    tensors and scratch ({len(listed)}): {shown}")
-        if row["weights"]:
-            lines.append(f"    weights ({len(row['weights'])} blocks)")
+        if row["weights"] or row["device_weights"]:
+            devices = f", and the devices' {row['device_weights']:,} B" if row["device_weights"] else ""
+            lines.append(f"    weights: the root's {len(row['weights'])} blocks{devices}")
     return "\n".join(lines)
