@@ -173,6 +173,13 @@ def test_weights_past_their_bank_are_refused_per_bank_before_the_build():
     assert "Nothing was built" in message and "Fix:" in message
 
 
+def test_a_spill_under_a_runtime_that_resolves_one_arena_is_refused():
+    graph_runtime = load_platform_text(BANKS.read_text().replace("runtime: aot", "runtime: graph"), "graph.yaml")
+    with pytest.raises(HetgenError) as caught:
+        hetgen.compile(graph_runtime, MODEL, build=False)
+    assert "spills from bank 'dtcm' to 'sram', which runtime 'graph' cannot address" in str(caught.value)
+
+
 def test_a_slower_bank_prices_the_same_accesses_higher():
     fast, slow = load_platform(BANKS).root.memories[1:]
     assert access_us(slow, 1 << 20, 10) > access_us(fast, 1 << 20, 10) > 0
