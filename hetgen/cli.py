@@ -158,8 +158,12 @@ def cmd_explain(args) -> int:
     platform = resolve_platform(args.platform, _search_path())
     graph = import_graph(args.model, _shapes(args.shape))
     placement = place(graph, platform, mode=args.placement, pins=_pins(args.pin))
+    banks = _bank_rows(graph, platform, placement)
     if args.format == "json":
-        print(json.dumps(explain_json(placement, graph), indent=2))
+        document = explain_json(placement, graph)
+        if banks:
+            document["banks"] = banks
+        print(json.dumps(document, indent=2))
     elif args.format == "dot":
         print(explain_dot(placement, graph))
     elif args.format == "html":
@@ -170,7 +174,22 @@ def cmd_explain(args) -> int:
         print(explain_html(placement, graph, report), end="")
     else:
         print(explain_text(placement, graph))
+        if banks:
+            from hetgen.lower.banks import bank_text
+
+            print(bank_text(banks, platform.root.controller().path_str))
     return 0
+
+
+def _bank_rows(graph, platform, placement) -> list[dict]:
+    """A banked root's plan per bank (hetgen/lower/banks.py), from the lowered program: what explain
+    shows is what is generated. [] when the root declares no memories."""
+    if not platform.root.controller().memories:
+        return []
+    from hetgen.lower import lower
+    from hetgen.lower.banks import bank_report
+
+    return bank_report(lower(graph, platform, placement))
 
 
 def cmd_verify(args) -> int:

@@ -85,6 +85,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_memory",
             "test_memory_bound",
             "test_mcu_memory",
+            "test_banks",
             "test_blocked_layout",
             "test_npu_residual",
             "test_npu_int8_tiling",

@@ -20,6 +20,7 @@ import pytest
 import hetgen
 from hetgen.cli import main
 from hetgen.models import tiny_cnn
+from hetgen.platform.banks import bank_of, default_banks
 from hetgen.platform.catalogue import board_files, emulator_name, header_lines
 from hetgen.platform.loader import load_platform
 from hetgen.platform.search_path import find_platform
@@ -163,8 +164,8 @@ def test_tag_cross_builds_with_its_toolchain_and_runs_where_qemu_can(tmp_path, p
     machine, entry = elf_header(out / program["path"])
     assert machine == EM[root.toolchain.triple]
     if root.toolchain.triple == "arm-none-eabi":  # linked at the tag's memory map: it starts in its flash
-        origin = root.attrs["flash_origin"]
-        assert origin <= entry < origin + root.attrs["flash_kib"] * 1024, hex(entry)
+        code = bank_of(default_banks(root), "code")  # flash_*, or the bank of `memories:` that holds the code
+        assert code.origin <= entry < code.origin + code.size, hex(entry)
     if root.toolchain.emulator:
         errors = verify(out, seed=3, emulate=True)
         assert errors and all(e.ok for e in errors), errors

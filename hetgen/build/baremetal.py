@@ -22,8 +22,9 @@ from pathlib import Path
 
 from hetgen.errors import HetgenError
 from hetgen.lower.program import Lowered
+from hetgen.platform.banks import bank_of
 from hetgen.platform.baremetal import is_bare_metal, memory_map
-from hetgen.platform.model import Platform
+from hetgen.platform.model import Bank, Platform
 
 BARE_METAL_LDFLAGS = ("-nostartfiles", "-Wl,--gc-sections")
 
@@ -89,18 +90,62 @@ def board_fit(lowered: Lowered, platform: Platform) -> BoardFit | None:
     )
 
 
+def bank_needs(lowered: Lowered) -> list[tuple[Bank, int, list[str]]]:
+    """A banked bare-metal root's needs per bank before code is counted: (bank, bytes, what)."""
+    root = lowered.root
+    banks = root.target.memories
+    needs = {bank.name: [] for bank in banks}
+    weights = bank_of(banks, "weights")
+    needs[weights.name].append(("weights", sum(program.weights.size for program in lowered.programs)))
+    for index, arena in enumerate(root.banks):
+        needs[arena.bank.name].append((f"arena {len(arena.buffers)} buffers", arena.size))
+        if index == 0 and root.workspace.size > arena.size:
+            needs[arena.bank.name].append(("device state", root.workspace.size - arena.size))
+    stack = bank_of(banks, "stack")
+    needs[stack.name].append(("stack", memory_map(root.target).stack_bytes))
+    io = sum(max(spec.type.nbytes, 1) for spec in (*root.inputs, *root.outputs))
+    needs[stack.name].append(("input/output buffers", io))
+    return [
+        (
+            bank,
+            sum(nbytes for _, nbytes in needs[bank.name]),
+            [f"{what} {nbytes:,} B" for what, nbytes in needs[bank.name]],
+        )
+        for bank in banks
+    ]
+
+
+def bank_problems(lowered: Lowered) -> list[str]:
+    found = []
+    for bank, needed, parts in bank_needs(lowered):
+        if needed > bank.size:
+            found.append(
+                f"bank '{bank.name}' ({bank.size // 1024} KiB) overflows by {needed - bank.size:,} B: "
+                f"{needed:,} B needed ({', '.join(parts)})"
+            )
+    return found
+
+
+MAP_FIX = "Use a smaller model or input shapes, or a board with more memory (ram_kib, flash_kib, stack_kib in the platform file)"
+BANKS_FIX = (
+    "Fix: use a smaller model or input shapes, give the bank more kib, or add a bank that holds the arena "
+    "(memories: in the platform file)"
+)
+
+
 def check_board_fit(lowered: Lowered, platform: Platform) -> None:
-    """Refuse, with the numbers, a model that cannot fit its bare-metal board's RAM or flash."""
+    """Refuse, with the numbers, a model that cannot fit its bare-metal board's RAM or flash (each
+    of its banks, where it declares memories)."""
     fit = board_fit(lowered, platform)
     if fit is None:
         return
-    problems = fit.problems()
+    problems = bank_problems(lowered) if lowered.root.target.memories else fit.problems()
     if problems:
         raise HetgenError(
             f"{platform.file}: model {lowered.model_name!r} does not fit target {fit.target} (kind {fit.kind}): "
             + "; ".join(problems)
-            + ". Nothing was built. Use a smaller model or input shapes, or a board with more memory "
-            "(ram_kib, flash_kib, stack_kib in the platform file)"
+            + ". Nothing was built. "
+            + (BANKS_FIX if lowered.root.target.memories else MAP_FIX)
         )
 
 
@@ -123,6 +168,35 @@ class ImageSizes:
 SHF_WRITE, SHF_ALLOC = 0x1, 0x2
 SHT_NOBITS = 8
 STACK_SECTION = ".stack"
+
+
+def section_headers(elf: Path) -> list[tuple[str, int, int, int]]:
+    """The allocated sections of a 32-bit little-endian ELF: (name, address, size, flags)."""
+    blob = elf.read_bytes()
+    if blob[:4] != b"\x7fELF" or blob[4] != 1 or blob[5] != 1:
+        raise HetgenError(f"{elf}: not a 32-bit little-endian ELF file")
+    (section_offset,) = struct.unpack_from("<I", blob, 0x20)
+    entry_size, count, names_index = struct.unpack_from("<HHH", blob, 0x2E)
+    headers = [struct.unpack_from("<IIIIIIIIII", blob, section_offset + i * entry_size) for i in range(count)]
+    names_offset = headers[names_index][4]
+    found = []
+    for header in headers:
+        if header[2] & SHF_ALLOC:
+            start = names_offset + header[0]
+            name = blob[start : blob.index(b"\0", start)].decode("ascii", "replace")
+            found.append((name, header[3], header[5], header[2]))
+    return found
+
+
+def bank_usage(elf: Path, banks: list[dict]) -> list[tuple[dict, int, list[str]]]:
+    """Per declared bank (the manifest's banks), the bytes of the ELF's sections whose addresses lie
+    in it, and their names."""
+    sections = section_headers(elf)
+    usage = []
+    for bank in banks:
+        inside = [s for s in sections if bank["origin"] <= s[1] < bank["origin"] + bank["size"] and s[2]]
+        usage.append((bank, sum(s[2] for s in inside), [s[0] for s in inside]))
+    return usage
 
 
 def image_sizes(elf: Path) -> ImageSizes:
@@ -167,6 +241,15 @@ def image_report(out_dir: Path, manifest) -> list[str]:
         if memory is None or not elf.is_file():
             continue
         sizes = image_sizes(elf)
+        if memory.get("banks"):
+            per_bank = "; ".join(
+                f"{bank['name']} {used} of {bank['size']} B ({', '.join(names) or 'empty'})"
+                for bank, used, names in bank_usage(elf, memory["banks"])
+            )
+            lines.append(
+                f"{program['path']}: text {sizes.text} B, data {sizes.data} B; per bank: {per_bank}; map {map_path(program['path'])}"
+            )
+            continue
         lines.append(
             f"{program['path']}: text {sizes.text} B, data {sizes.data} B, bss {sizes.bss} B; "
             f"flash {sizes.flash} of {memory['flash_bytes']} B; peak RAM {sizes.peak_ram} of {memory['ram_bytes']} B "

@@ -187,7 +187,10 @@ def _bare_metal_fields(bare_metal: BareMetalProgram | None, platform: Platform, 
 
 
 def _memory_json(memory: MemoryMap) -> dict:
-    return {"flash_bytes": memory.flash_bytes, "ram_bytes": memory.ram_bytes, "stack_bytes": memory.stack_bytes}
+    found = {"flash_bytes": memory.flash_bytes, "ram_bytes": memory.ram_bytes, "stack_bytes": memory.stack_bytes}
+    if memory.banks:  # declared memories replace flash and RAM (hetgen/platform/banks.py)
+        found["banks"] = [{"name": b.name, "origin": b.origin, "size": b.size} for b in memory.banks]
+    return found
 
 
 def _library_objects(target_sources: TargetSources, by_path: dict[str, TargetSources]) -> list[TargetSources]:

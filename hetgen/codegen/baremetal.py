@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hetgen.codegen.banks import output_section, ram_input_section
 from hetgen.codegen.project import STATS_FIELDS, BareMetalProgram, GeneratedFile, Sources
 from hetgen.codegen.render import render
 from hetgen.lower.program import Lowered
 from hetgen.names import c_comment
+from hetgen.platform.banks import bank_of
 from hetgen.platform.baremetal import is_bare_metal, memory_map
 from hetgen.templates_dir import templates_dir
 
@@ -31,6 +33,37 @@ def program_name(prefix: str) -> str:
 def _buffers(kind: str, tensors) -> list[dict]:
     # A zero-sized tensor still gets a one-byte buffer: C has no zero-length arrays.
     return [{"name": f"{kind}_{index}", "size": max(spec.type.nbytes, 1)} for index, spec in enumerate(tensors)]
+
+
+def bank_regions(banks) -> dict:
+    """The linker script's view of a banked target (templates/baremetal/link_banks.ld.j2): a MEMORY
+    region per bank, a loaded output section per read-only bank that holds weights apart from the
+    code, a NOLOAD output section per writable bank that holds arena storage."""
+    code, stack = bank_of(banks, "code"), bank_of(banks, "stack")
+
+    def region(bank) -> str:
+        return f"BANK_{bank.name.upper()}"
+
+    views = [
+        {
+            "name": bank.name,
+            "region": region(bank),
+            "access": "rx" if bank.read_only else "rwx",
+            "origin": f"0x{bank.origin:08x}",
+            "size": bank.size,
+            "holds": ", ".join(bank.holds),
+            "section": output_section(bank.name),
+            "input": ram_input_section(bank.name),
+        }
+        for bank in banks
+    ]
+    return {
+        "banks": views,
+        "code_region": region(code),
+        "stack_region": region(stack),
+        "loaded_banks": [view for bank, view in zip(banks, views) if bank.read_only and bank != code],
+        "ram_banks": [view for bank, view in zip(banks, views) if "arena" in bank.holds],
+    }
 
 
 def with_board_support(lowered: Lowered, sources: Sources) -> Sources:
@@ -57,16 +90,25 @@ def with_board_support(lowered: Lowered, sources: Sources) -> Sources:
         stats_fields=STATS_FIELDS,
         **common,
     )
-    script = render(
-        "baremetal/link.ld.j2",
-        kind=c_comment(root.target.kind.name),
-        flash_origin=f"0x{layout.flash_origin:08x}",
-        flash_bytes=layout.flash_bytes,
-        ram_origin=f"0x{layout.ram_origin:08x}",
-        ram_bytes=layout.ram_bytes,
-        stack_bytes=layout.stack_bytes,
-        **common,
-    )
+    if root.target.memories:
+        script = render(
+            "baremetal/link_banks.ld.j2",
+            kind=c_comment(root.target.kind.name),
+            stack_bytes=layout.stack_bytes,
+            **bank_regions(root.target.memories),
+            **common,
+        )
+    else:
+        script = render(
+            "baremetal/link.ld.j2",
+            kind=c_comment(root.target.kind.name),
+            flash_origin=f"0x{layout.flash_origin:08x}",
+            flash_bytes=layout.flash_bytes,
+            ram_origin=f"0x{layout.ram_origin:08x}",
+            ram_bytes=layout.ram_bytes,
+            stack_bytes=layout.stack_bytes,
+            **common,
+        )
     board_dir = templates_dir() / "baremetal"
     files = [
         GeneratedFile(f"{folder}/board_main.c", main.encode()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hetgen.abi import STATS_NAMES
+from hetgen.codegen.banks import weights_section
 from hetgen.codegen.constants import constants_header
 from hetgen.codegen.kernel_files import program_kernels
 from hetgen.codegen.manifest import (
@@ -118,11 +119,17 @@ def _weights_file(program: Program, model_name: str, prefix: str, folder: str, w
         "weights_size": program.weights.size,
         "symbol": f"{prefix}_weights",
     }
+    section = weights_section(program)  # .rodata, or a bank of their own (hetgen/codegen/banks.py)
+    own = section != ".rodata"
     if weights == "c_array":
         blob = program.weights.blob
         rows = [", ".join(f"0x{byte:02x}" for byte in blob[i : i + 16]) + "," for i in range(0, len(blob), 16)]
-        return GeneratedFile(f"{folder}/weights.c", render("model/weights.c.j2", rows=rows, **common).encode())
-    asm = render("model/weights.S.j2", blob_path=c_string(f"{folder}/weights.bin"), **common)
+        attributes = f'aligned(64), section("{section}")' if own else "aligned(64)"
+        return GeneratedFile(
+            f"{folder}/weights.c", render("model/weights.c.j2", rows=rows, attributes=attributes, **common).encode()
+        )
+    directive = f'{section}, "a", %progbits' if own else section
+    asm = render("model/weights.S.j2", blob_path=c_string(f"{folder}/weights.bin"), section=directive, **common)
     return GeneratedFile(f"{folder}/weights.S", asm.encode())
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hetgen.bounded import bounded_note
+from hetgen.codegen.banks import spill_banks, workspace_attributes
 from hetgen.codegen.encode import Instruction, Opcode, encode_steps
 from hetgen.codegen.kernel_files import ProgramKernels
 from hetgen.errors import InternalError
@@ -31,9 +32,13 @@ ENTRIES_TEMPLATES = {
 }
 
 
-def c_expression(ref: BufferRef) -> str:
-    """The C expression of a buffer inside `<prefix>_run`, where `memory` is in scope."""
+def c_expression(ref: BufferRef, spills: list[dict] = ()) -> str:
+    """The C expression of a buffer inside `<prefix>_run`, where `memory` is in scope; `spills`: a
+    banked root's spill banks (hetgen/codegen/banks.py), whose offsets name their own storage."""
     if ref.region is Region.ARENA:
+        for bank in spills:
+            if bank["base"] <= ref.position < bank["end"]:
+                return f"{bank['symbol']} + {ref.position - bank['base']}u"
         return f"memory->arena + {ref.position}u"
     if ref.region is Region.WEIGHTS:
         return f"(void *)(uintptr_t)(memory->weights + {ref.position}u)"
@@ -195,13 +200,13 @@ def _function(fn: str, names: Mapping[str, str] | None) -> str:
     return names.get(fn, fn) if names is not None else fn
 
 
-def aot_step(ins: Instruction, names: Mapping[str, str] | None = None) -> dict:
+def aot_step(ins: Instruction, names: Mapping[str, str] | None = None, spills: list[dict] = ()) -> dict:
     """One instruction as a statement of the straight-line C (`aot`)."""
     if ins.opcode is Opcode.CALL:
-        args = [c_expression(ref) for ref in ins.refs] or ["NULL"]
+        args = [c_expression(ref, spills) for ref in ins.refs] or ["NULL"]
         return {"kind": "call", "fn": _function(ins.fn, names), "args": args, "comment": c_comment(ins.subject)}
     if ins.opcode is Opcode.COPY:
-        src, dst = (c_expression(ref) for ref in ins.refs)
+        src, dst = (c_expression(ref, spills) for ref in ins.refs)
         comment = c_comment(f"copy {ins.subject}")
         return {"kind": "copy", "src": src, "dst": dst, "nbytes": ins.nbytes, "comment": comment}
     if ins.opcode in (Opcode.COPY_IN, Opcode.COPY_OUT):
@@ -211,7 +216,7 @@ def aot_step(ins: Instruction, names: Mapping[str, str] | None = None) -> dict:
             "kind": "copy_in" if incoming else "copy_out",
             "device": ins.device,
             "offset": device_memory.position,
-            "src" if incoming else "dst": c_expression(host),
+            "src" if incoming else "dst": c_expression(host, spills),
             "nbytes": ins.nbytes,
             "comment": c_comment(ins.subject),
         }
@@ -223,8 +228,8 @@ def aot_step(ins: Instruction, names: Mapping[str, str] | None = None) -> dict:
 AOT_PART_STEPS = 256  # an aot entry longer than this is cut into functions of this many steps
 
 
-def aot_steps(steps, names: Mapping[str, str] | None = None) -> list[dict]:
-    return [aot_step(ins, names) for ins in encode_steps(steps)]
+def aot_steps(steps, names: Mapping[str, str] | None = None, spills: list[dict] = ()) -> list[dict]:
+    return [aot_step(ins, names, spills) for ins in encode_steps(steps)]
 
 
 def _byte_list(tensors) -> str:
@@ -252,12 +257,14 @@ def program_view(
     kernel_index = {unit.fn: position[_function(unit.fn, names)] for unit in program.units}
     entries = []
     first_counter = 0
+    spills = spill_banks(program, prefix)
+    workspace_arena = program.workspace_arena_size
     for index, steps in enumerate(program.entries):
         nodes, args = graph_tables(steps, names)
         vm_lines = [
             ", ".join(f"{w}u" for w in words) + f", /* {c_comment(c)} */" for words, c in vm_code(steps, kernel_index)
         ]
-        aot = aot_steps(steps, names)
+        aot = aot_steps(steps, names, spills)
         entries.append(
             {
                 "index": index,
@@ -272,8 +279,12 @@ def program_view(
         )
         first_counter += len(steps)
     arena_buffers = [
-        {"name": c_string(name), "offset": offset, "nbytes": nbytes} for name, offset, nbytes in program.memory.buffers
+        {"name": c_string(name), "offset": offset, "nbytes": nbytes}
+        for name, offset, nbytes in program.memory.buffers
+        if not program.banks or offset < program.banks[0].end
     ]
+    for bank in spills:
+        bank["buffers"] = [dict(buffer, name=c_string(buffer["name"])) for buffer in bank["buffers"]]
     model = program.device_model
     return {
         "prefix": prefix,
@@ -287,7 +298,9 @@ def program_view(
         "runtime_version": runtime_version,
         "inputs": [tensor_view(t) for t in program.inputs],
         "outputs": [tensor_view(t) for t in program.outputs],
-        "arena_size": program.memory.arena_size,
+        "arena_size": workspace_arena,
+        "spill_banks": spills,
+        "workspace_attributes": workspace_attributes(program),
         "workspace_size": program.workspace.size,
         "block": {
             "size": program.workspace.size,
@@ -299,7 +312,7 @@ def program_view(
         "simulated_devices": list(simulated_devices),
         "total_bytes": program.memory.total_bytes,
         "lower_bound": program.memory.lower_bound,
-        "arena_storage": max(program.memory.arena_size, 64),
+        "arena_storage": max(workspace_arena, 64),
         "weights_size": program.weights.size,
         "kernel_fns": kernel_fns,
         "entries": entries,

@@ -12,6 +12,7 @@ import dataclasses
 
 from hetgen.errors import HetgenError, InternalError, ModelError, PlacementError
 from hetgen.ir import Graph
+from hetgen.lower.banks import STATIC_DATA_RESERVE, BankArena, plan_banks
 from hetgen.lower.blocked_layout import block_layout
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
@@ -34,6 +35,7 @@ from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.partition.choices import Choices, stale
 from hetgen.partition.placement import Placement
+from hetgen.platform.banks import bank_of
 from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.platform.threads import has_pool, program_threads
 from hetgen.spec import KernelTable
@@ -116,7 +118,14 @@ def plan_target(target, schedule, units_on_target, kernels, graph, is_root) -> t
         for index, _ in units_on_target
         if kernels[index].scratch_bytes
     ]
-    plan = plan_memory(intervals)
+    arenas: tuple[BankArena, ...] = ()
+    if is_root and target.memories:
+        events = schedule.events.get(target, {})
+        accesses = {tensor: len(times) for tensor, times in events.items()}
+        plan, arenas = plan_banks(target, intervals, accesses, bank_reserves(target, graph))
+        _check_bank_runtime(target, arenas)
+    else:
+        plan = plan_memory(intervals)
     used: list[str] = []
     for _, info in units_on_target:
         used += [name for name in info.inputs if name in graph.constants and name not in used]
@@ -133,7 +142,35 @@ def plan_target(target, schedule, units_on_target, kernels, graph, is_root) -> t
     check_sizes(
         target, plan, sum(graph.types[name].nbytes for name in used), {t: graph.types[t].nbytes for t in touched}
     )
-    return plan, pack_weights(used, graph)
+    return plan, pack_weights(used, graph), arenas
+
+
+def bank_reserves(target: Target, graph: Graph) -> dict[str, int]:
+    """What a banked root's board keeps in its banks besides the arena: the bank holding the stack
+    also holds .data and .bss (the example's input and output buffers, the runtime's static data)."""
+    stack_bank = bank_of(target.memories, "stack")
+    if stack_bank is None:
+        return {}
+    stack = int(target.attrs.get("stack_kib", 0)) * 1024
+    io = sum(_aligned_bytes(max(graph.types[name].nbytes, 1)) for name in (*graph.inputs, *graph.outputs))
+    return {stack_bank.name: stack + io + STATIC_DATA_RESERVE}
+
+
+def _aligned_bytes(value: int) -> int:
+    return (value + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def _check_bank_runtime(target: Target, arenas) -> None:
+    """Spilled buffers live in static storage of their own bank, which straight-line C names
+    directly; the graph and vm runtimes resolve one arena only."""
+    used = [arena.bank.name for arena in arenas[1:] if arena.buffers]
+    if used and target.runtime is not Runtime.AOT:
+        runtime = (target.runtime or Runtime.GRAPH).value
+        raise PlacementError(
+            f"{target.path_str}: the arena spills from bank '{arenas[0].bank.name}' to {', '.join(map(repr, used))}, "
+            f"which runtime '{runtime}' cannot address (it resolves one arena); use runtime: aot, "
+            "or give the first arena bank room for the whole arena"
+        )
 
 
 def plan_tiled_target(target, schedule, plans: list[TilePlan], graph) -> tuple[MemoryPlan, int, int]:
@@ -209,6 +246,7 @@ def _lower(
     weights: dict[Target, Weights] = {}
     sram_sizes: dict[Target, int] = {}
     scratch_sizes: dict[Target, int] = {}
+    bank_arenas: dict[Target, tuple] = {}
     for target in executing:
         on_target = [(index, info) for index, info in enumerate(infos) if info.target == target]
         if target in isolated:
@@ -218,7 +256,9 @@ def _lower(
             used = list(dict.fromkeys(n for _, info in on_target for n in info.inputs if n in graph.constants))
             weights[target] = pack_weights(used, graph)
             continue
-        plans[target], weights[target] = plan_target(target, schedule, on_target, kernels, graph, target == root)
+        plans[target], weights[target], bank_arenas[target] = plan_target(
+            target, schedule, on_target, kernels, graph, target == root
+        )
 
     prefixes = target_prefixes(platform)
     functions = {}
@@ -280,6 +320,7 @@ def _lower(
                 sram_size=sram_sizes.get(target, 0),
                 emulation_scratch=scratch_sizes.get(target, 0),
                 pool=has_pool(platform.root, target),
+                banks=bank_arenas.get(target, ()),
                 threads=program_threads(platform, target),
             )
         )

@@ -194,6 +194,15 @@ class Program:
     # generated with (hg_threads_config.h) and priced at. An accelerator's: none, 1.
     pool: bool = False
     threads: int = 1
+    # A banked root (`memories:`): its arena's part in each bank, laid end to end in `memory`
+    # (hetgen/lower/banks.py); the first is the workspace's arena, the others static storage. ()
+    # for every other program: `memory` is one arena.
+    banks: tuple = ()
+
+    @property
+    def workspace_arena_size(self) -> int:
+        """The arena bytes in the caller's workspace: the first bank's for a banked root."""
+        return self.banks[0].size if self.banks else self.memory.arena_size
 
     @property
     def steps(self) -> tuple[Step, ...]:

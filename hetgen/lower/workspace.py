@@ -73,7 +73,7 @@ def plan_workspaces(programs) -> dict[str, WorkspaceLayout]:
         program = by_path[path]
         header = 0 if is_root else STATE_HEADER_SIZE + _aligned(COUNTER_BYTES * simulator_counters(program))
         # An accelerator's local memory is at least one aligned line, as its static storage was.
-        arena = _aligned(max(program.memory.arena_size, 0 if is_root else ALIGNMENT))
+        arena = _aligned(max(program.workspace_arena_size, 0 if is_root else ALIGNMENT))
         offset = header + arena
         children = []
         for device in program.devices:

@@ -15,6 +15,7 @@ from hetgen.platform.model import Target, Toolchain
 
 KIB = 1024
 MEMORY_ATTRIBUTES = ("flash_origin", "flash_kib", "ram_origin", "ram_kib", "stack_kib")
+MEMORY_MAP_ATTRIBUTES = MEMORY_ATTRIBUTES[:4]  # what `memories:` replaces (hetgen/platform/banks.py)
 
 
 def is_bare_metal(target: Target) -> bool:
@@ -39,6 +40,7 @@ class MemoryMap:
     ram_origin: int
     ram_bytes: int
     stack_bytes: int
+    banks: tuple = ()  # its declared memories (hetgen/platform/banks.py), which replace flash and RAM
 
 
 def memory_map(target: Target) -> MemoryMap:
@@ -56,4 +58,5 @@ def memory_map(target: Target) -> MemoryMap:
         ram_origin=int(attrs["ram_origin"]),
         ram_bytes=int(attrs["ram_kib"]) * KIB,
         stack_bytes=int(attrs["stack_kib"]) * KIB,
+        banks=target.memories,
     )

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from hetgen.platform.banks import bank_document
+from hetgen.platform.baremetal import MEMORY_MAP_ATTRIBUTES
 from hetgen.platform.device_model import device_model
 from hetgen.platform.model import Kind, Platform, Role, Target, Toolchain
 from hetgen.platform.targets import kind_figures
@@ -92,7 +94,11 @@ def _target_document(target: Target) -> dict[str, Any]:
     if target.threads is not None:  # its own worker pool; absent: options.threads (hetgen.platform.threads)
         document["threads"] = target.threads
     for spec in target.kind.attributes:
+        if target.memories and spec.name in MEMORY_MAP_ATTRIBUTES:
+            continue  # its banks replace the kind's one map
         document[spec.name] = _plain(target.attrs[spec.name])
+    if target.memories:
+        document["memories"] = {bank.name: bank_document(bank) for bank in target.memories}
     if target.link is not None:
         document["link"] = {"bandwidth_gbps": target.link.bandwidth_gbps, "latency_us": target.link.latency_us}
     if target.role is not Role.COMPOSITE:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from hetgen.platform.banks import BANK_CONTENTS
 from hetgen.platform.device_model import PARAMETERS
 from hetgen.platform.kind_parts import (
     ALL_FIGURE_KEYS,
@@ -101,10 +102,33 @@ def _node_schema(kinds: dict[str, Kind]) -> dict[str, Any]:
             "link": {"$ref": "#/$defs/link"},
             "toolchain": {"$ref": "#/$defs/toolchain"},
             "figures": _closed({key: {"type": "number", "minimum": 0} for key in ALL_FIGURE_KEYS}),
+            "memories": {
+                "type": "object",
+                "description": "The root controller only: its memory banks (docs/platform-language.md, Memory banks).",
+                "propertyNames": {"pattern": _IDENTIFIER},
+                "additionalProperties": _bank_schema(),
+            },
         },
         "allOf": [_kind_branch(kind) for _, kind in sorted(kinds.items())],
         "unevaluatedProperties": False,
     }
+
+
+def _bank_schema() -> dict[str, Any]:
+    number = {"type": "number", "minimum": 0}
+    return _closed(
+        {
+            "kib": {"type": "number", "exclusiveMinimum": 0},
+            "origin": {"type": "integer", "minimum": 0},
+            "bandwidth_gbps": {"type": "number", "exclusiveMinimum": 0},
+            "latency_ns": number,
+            "latency_cycles": number,
+            "read_only": {"type": "boolean"},
+            "shared": {"type": "boolean"},
+            "holds": {"type": "array", "items": {"enum": list(BANK_CONTENTS)}},
+        },
+        required=("kib", "bandwidth_gbps"),
+    )
 
 
 def _kind_branch(kind: Kind) -> dict[str, Any]:
@@ -119,6 +143,7 @@ def _kind_branch(kind: Kind) -> dict[str, Any]:
                 {"required": ["threads"]},
                 {"required": ["devices"]},
                 {"required": ["host"]},
+                {"required": ["memories"]},
             ]
         }
     return {"if": {"properties": {"kind": {"const": kind.name}}, "required": ["kind"]}, "then": then}

@@ -58,7 +58,7 @@ TOOLCHAIN_KEYS = ("cc", "cflags", "ldflags", "ar", "launcher", "sysroot", "tripl
 TOOLCHAIN_LISTS = ("cflags", "ldflags", "launcher", "emulator")
 PATTERN_KEYS = ("label", "chain", "unit", "where", "efficiency")
 # The keys a target node gives itself; attributes sit beside them, so no attribute may use one.
-NODE_KEYS = ("kind", "runtime", "threads", "devices", "host", "link", "toolchain", "figures")
+NODE_KEYS = ("kind", "runtime", "threads", "devices", "host", "link", "toolchain", "figures", "memories")
 ROLES = tuple(role.value for role in Role)
 
 _KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")

@@ -164,6 +164,22 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Bank:
+    """One memory of a target (`memories:` in the platform file; hetgen/platform/banks.py): the
+    planner puts each buffer, scratch area and weight block in one (hetgen/lower/banks.py), the cost
+    model prices its accesses at the bank's figures, a bare-metal linker script gives it a region."""
+
+    name: str
+    size: int  # bytes
+    origin: int | None  # its address (bare metal); None: not mapped by the platform
+    bandwidth_gbps: float
+    latency_ns: float  # the first access of a stream
+    read_only: bool = False  # the program never writes it (flash): it may hold code and weights only
+    shared: bool = True  # the CPU reaches it (an npu's local SRAM does not)
+    holds: tuple[str, ...] = ()  # what it holds (BANK_CONTENTS), resolved: never empty once loaded
+
+
+@dataclass(frozen=True)
 class Target:
     """A node of the platform tree. `path` names it, e.g. ("soc", "vdevice0", "npu0")."""
 
@@ -181,6 +197,7 @@ class Target:
     memory_bytes: int | None = None  # local memory capacity; None = unbounded (host DRAM)
     address_bytes: int | None = None  # the largest tensor it can address; None = no bound
     static_bytes: int | None = None  # the most static data (arena + weights) it can link; None = no bound
+    memories: tuple[Bank, ...] = ()  # declared memory banks (hetgen/platform/banks.py); () = the kind's one map
     source: SourcePos = field(default=SourcePos("<builtin>"), compare=False)
 
     def __hash__(self) -> int:

@@ -23,7 +23,8 @@ from typing import Any
 
 from hetgen.abi import MAX_DEVICES
 from hetgen.names import MAX_IDENTIFIER
-from hetgen.platform.baremetal import is_bare_metal_toolchain
+from hetgen.platform.banks import check_bare_metal_banks, parse_memories
+from hetgen.platform.baremetal import MEMORY_MAP_ATTRIBUTES, is_bare_metal_toolchain
 from hetgen.platform.device_attrs import check_device_parameters
 from hetgen.platform.device_model import build_model, parameters
 from hetgen.platform.expressions import ExpressionError, evaluate
@@ -44,7 +45,7 @@ from hetgen.platform.yaml_positions import YMap, YNode, YScalar, describe
 
 RUNTIMES = tuple(runtime.value for runtime in Runtime)
 _ROLE_KEYS = {  # the node keys each role may use (besides `link`, on devices)
-    Role.CONTROLLER: ("kind", "runtime", "threads", "devices", "toolchain", "figures"),
+    Role.CONTROLLER: ("kind", "runtime", "threads", "devices", "toolchain", "figures", "memories"),
     Role.ACCELERATOR: ("kind", "toolchain", "figures"),
     Role.COMPOSITE: ("kind", "host", "devices"),
 }
@@ -114,6 +115,7 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
     devices = _devices(body, kind, dataclasses.replace(place, bare=bare), toolchain, kinds, broken, problems)
     runtime = _runtime(body, kind, bool(devices) or place.context == "host", what, problems)
     threads = _threads(body.get("threads"), kind, bare, "/".join(place.path), problems)
+    memories = _memories(body, place, attrs, bare, what, problems)
     if len(problems) != before or attrs is None or toolchain is None:
         return None
     if kind.role is Role.COMPOSITE:
@@ -138,8 +140,31 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
         memory_bytes=memory.get("local_bytes"),
         address_bytes=memory.get("address_bytes"),
         static_bytes=memory.get("static_bytes"),
+        memories=memories,
         source=body.pos,
     )
+
+
+def _memories(body: YMap, place: _Place, attrs, bare: str | None, what: str, problems: Problems) -> tuple:
+    """A controller's `memories:` (hetgen/platform/banks.py): the root's only, for now (the planner
+    splits the root's arena); they replace a bare-metal kind's flash_*/ram_* map."""
+    node = body.get("memories")
+    if node is None:
+        return ()
+    key = body.key_node("memories")
+    if place.context != "root":
+        problems.add(key.pos, f"memories are only accepted on the root controller for now; {what} is not the root")
+        return ()
+    banks = parse_memories(node, attrs or {}, what, problems)
+    clashing = [name for name in MEMORY_MAP_ATTRIBUTES if body.get(name) is not None]
+    if clashing:
+        problems.add(
+            body.key_node(clashing[0]).pos,
+            f"{what} declares memories, which replace {', '.join(clashing)}; remove them (give each bank its origin and kib)",
+        )
+    if bare is not None:
+        check_bare_metal_banks(banks, node, what, problems)
+    return banks
 
 
 def _node_body(node: YNode, what: str, problems: Problems) -> YMap | None:

@@ -1,0 +1,215 @@
+"""The root's arena split across its memory banks (`memories:`, hetgen/platform/banks.py).
+
+Every activation and scratch area the root plans goes to one of the banks that hold the arena, in
+their preference order (fastest first by default), by heat: a buffer's accesses (the steps that
+write or read it) per step it stays live, so a tensor used by the next layer and then dead ranks
+above a skip connection held across a whole block, and a kernel's scratch (live one step) above
+both. The hottest buffers fill the first bank up to what it can give the arena (its size less what
+the board puts there besides: the stack, the example's buffers); whatever does not fit spills to
+the next, and so on. Each bank is planned by the liveness planner (hetgen/lower/memory.py), and a
+bank whose plan comes out larger than its room (fragmentation) gives its coldest buffers to the
+next bank until it fits. The last bank takes the rest or is refused, named, with the bytes over.
+
+The banks' plans are laid end to end in one plan (each bank at its own `base`, ALIGNMENT-aligned),
+so buffer references, the verifier and the liveness checks see one arena; codegen turns an offset
+in bank k's range into that bank's own storage (hetgen/codegen/viewmodel.py), and the bare-metal
+linker script gives each bank its region and section (hetgen/codegen/baremetal.py).
+
+Deterministic: the order is (heat, name), and the planner places the same intervals alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hetgen.errors import PlacementError
+from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, plan_memory
+from hetgen.platform.banks import KIB, holding
+from hetgen.platform.model import Bank, Target
+
+# Bytes kept free in the bank that holds .data and .bss besides the arena: the runtime's and board
+# support's own static data (hg_board.c's semihosting block, the stats), measured at ~300 B on the
+# Cortex-M builds (arm-none-eabi-size of a built ELF less its workspace and buffers), rounded up.
+STATIC_DATA_RESERVE = 1024
+
+
+@dataclass(frozen=True)
+class BankArena:
+    """One bank's part of a program's arena: offsets [base, base + size) of the program's plan."""
+
+    bank: Bank
+    base: int
+    size: int  # the bank's plan, aligned
+    capacity: int  # what the bank can give the arena (its size less `reserved`)
+    reserved: int  # what else the board puts in it: the stack, the example's buffers, static data
+    buffers: tuple[str, ...]  # the buffers planned in it, sorted
+    touched: int  # bytes its buffers are written and read per run (nbytes x accesses)
+    accesses: int  # buffer accesses per run (each a stream: one latency)
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+def _aligned(value: int) -> int:
+    return (value + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def heat(interval: Interval, accesses: int) -> float:
+    """Accesses per step live: what a byte of fast memory given to this buffer buys."""
+    return accesses / (interval.last - interval.first + 1)
+
+
+def plan_banks(
+    target: Target, intervals: list[Interval], accesses: Mapping[str, int], reserved: Mapping[str, int]
+) -> tuple[MemoryPlan, tuple[BankArena, ...]]:
+    """Assign `intervals` to the arena banks of `target` by heat and plan each (module docstring).
+    `accesses`: steps touching each buffer; `reserved`: bytes of a bank kept for other things."""
+    banks = holding(target.memories, "arena")
+    order = sorted(intervals, key=lambda iv: (-heat(iv, accesses.get(iv.name, 1)), iv.name))
+    remaining = order
+    arenas: list[BankArena] = []
+    buffers: list[tuple[str, int, int]] = []
+    base = 0
+    for index, bank in enumerate(banks):
+        room = max(bank.size - reserved.get(bank.name, 0), 0)
+        last = index == len(banks) - 1
+        chosen = remaining if last else _fitting(remaining, room)
+        plan = plan_memory(chosen)
+        while not last and plan.arena_size > room and chosen:
+            chosen = chosen[:-1]  # the coldest goes on to the next bank
+            plan = plan_memory(chosen)
+        if last and plan.arena_size > room:
+            raise PlacementError(_overflow(target, bank, plan, room, reserved.get(bank.name, 0), banks))
+        names = {iv.name for iv in chosen}
+        remaining = [iv for iv in remaining if iv.name not in names]
+        size = _aligned(plan.arena_size)
+        touched = sum(iv.nbytes * accesses.get(iv.name, 1) for iv in chosen)
+        count = sum(accesses.get(iv.name, 1) for iv in chosen)
+        arenas.append(
+            BankArena(bank, base, size, room, reserved.get(bank.name, 0), tuple(sorted(names)), touched, count)
+        )
+        buffers += [(name, base + offset, nbytes) for name, offset, nbytes in plan.buffers]
+        base += size
+    live = [0] * (max((iv.last for iv in intervals), default=-1) + 2)
+    for iv in intervals:
+        live[iv.first] += iv.nbytes
+        live[iv.last + 1] -= iv.nbytes
+    bound = running = 0
+    for delta in live:
+        running += delta
+        bound = max(bound, running)
+    combined = MemoryPlan(tuple(sorted(buffers)), base, sum(iv.nbytes for iv in intervals), bound)
+    return combined, tuple(arenas)
+
+
+def _fitting(order: list[Interval], room: int) -> list[Interval]:
+    """The hottest buffers whose aligned bytes live at every step stay within `room` (the liveness
+    bound of the bank's share: no plan of them can be smaller)."""
+    if not order:
+        return []
+    live = [0] * (max(iv.last for iv in order) + 1)
+    chosen = []
+    for iv in order:
+        size = _aligned(max(iv.nbytes, 1))
+        if max(live[iv.first : iv.last + 1]) + size > room:
+            continue
+        for step in range(iv.first, iv.last + 1):
+            live[step] += size
+        chosen.append(iv)
+    return chosen
+
+
+def _overflow(target: Target, bank: Bank, plan: MemoryPlan, room: int, reserved: int, banks) -> str:
+    over = plan.arena_size - room
+    largest = max(plan.buffers, key=lambda buffer: (buffer[2], buffer[0]), default=None)
+    detail = f", largest {largest[0]!r} {largest[2]:,} B" if largest else ""
+    earlier = ", ".join(f"'{b.name}'" for b in banks[:-1])
+    spilled = f" after {earlier} filled" if earlier else ""
+    return (
+        f"{target.path_str}: bank '{bank.name}' ({bank.size // KIB} KiB) overflows by {over:,} B: the arena's "
+        f"buffers placed there{spilled} need {plan.arena_size:,} B{detail}, and {reserved:,} B of the bank are "
+        f"reserved (stack, buffers, static data). Fix: give bank '{bank.name}' more kib, add a bank that holds "
+        "the arena, or use a smaller model or input shapes"
+    )
+
+
+def bank_of_offset(arenas: tuple[BankArena, ...], offset: int) -> BankArena:
+    for arena in arenas:
+        if arena.base <= offset < arena.end:
+            return arena
+    return arenas[-1]
+
+
+def access_us(bank: Bank, touched: int, accesses: int) -> float:
+    """The time a run's accesses to `bank` take at its figures: its bytes streamed at its bandwidth,
+    plus its latency once per access (a kernel's stream over one buffer). The one price of a bank's
+    accesses: `explain` shows it, and the assignment's heat order is what keeps it low."""
+    return touched / (bank.bandwidth_gbps * 1e3) + accesses * bank.latency_ns / 1e3
+
+
+def bank_report(lowered) -> list[dict]:
+    """Per bank of a banked root: its size, what it holds (arena buffers, weights: every program's,
+    as the image links them), the bytes used and the price of the root's accesses (`access_us`; a
+    device's weights are read by its own DMA, priced by its figures). [] without banks."""
+    program = lowered.root
+    if not program.banks:
+        return []
+    devices_weights = sum(other.weights.size for other in lowered.programs if other is not program)
+    weights_bank = next((bank for bank in program.target.memories if "weights" in bank.holds), None)
+    arenas = {arena.bank.name: arena for arena in program.banks}
+    rows = []
+    for bank in program.target.memories:
+        arena = arenas.get(bank.name)
+        used = arena.size if arena else 0
+        touched = arena.touched if arena else 0
+        accesses = arena.accesses if arena else 0
+        buffers = list(arena.buffers) if arena else []
+        weights = []
+        if bank == weights_bank:
+            weights = [entry.tensor for entry in program.weights.entries]
+            used += program.weights.size + devices_weights
+            touched += sum(entry.nbytes for entry in program.weights.entries)  # each read once a run
+            accesses += len(program.weights.entries)
+        rows.append(
+            {
+                "bank": bank.name,
+                "size": bank.size,
+                "origin": bank.origin,
+                "read_only": bank.read_only,
+                "holds": list(bank.holds),
+                "used": used,
+                "reserved": arena.reserved if arena else 0,
+                "tensors": [name for name in buffers if not name.startswith("scratch:")],
+                "scratch": [name for name in buffers if name.startswith("scratch:")],
+                "weights": weights,
+                "device_weights": devices_weights if bank == weights_bank else 0,
+                "touched_bytes": touched,
+                "accesses": accesses,
+                "access_us": round(access_us(bank, touched, accesses), 3),
+            }
+        )
+    return rows
+
+
+def bank_text(rows: list[dict], target: str) -> str:
+    """`bank_report` as explain's text: a line per bank, then what it holds."""
+    if not rows:
+        return ""
+    lines = [f"memory banks of {target} (hetgen/lower/banks.py):"]
+    for row in rows:
+        listed = row["tensors"] + row["scratch"]
+        shown = ", ".join(listed[:8]) + (f", ... ({len(listed) - 8} more)" if len(listed) > 8 else "")
+        lines.append(
+            f"  {row['bank']}: {row['used']:,} of {row['size']:,} B used"
+            + (f" ({row['reserved']:,} B reserved: stack, buffers, static data)" if row["reserved"] else "")
+            + f"; holds {', '.join(row['holds'])}; {row['touched_bytes']:,} B touched in {row['accesses']} accesses"
+            f" = {row['access_us']:g} us a run"
+        )
+        if listed:
+            lines.append(f"    tensors and scratch ({len(listed)}): {shown}")
+        if row["weights"] or row["device_weights"]:
+            devices = f", and the devices' {row['device_weights']:,} B" if row["device_weights"] else ""
+            lines.append(f"    weights: the root's {len(row['weights'])} blocks{devices}")
+    return "\n".join(lines)
