@@ -222,6 +222,11 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "acc_offset": col_bytes,
         "scale_offset": col_bytes + acc_bytes,
         "out_index": input_arg_count(op),
+        # the generic forms; a bare-metal target takes _mcu_offer's instead
+        "requantize": "hg_quantize_scaled",
+        "unfold_rows": False,
+        "unfold_pairs": False,
+        "rows_reordered": False,
     }
     scratch = col_bytes + acc_bytes + scale_bytes
     # The generic kernel's multipliers made at generate time (bare metal, where it runs); the hosted
@@ -242,6 +247,8 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         offers = (*offers, packed)
     elif variant == "direct" and op.constant(w) is not None:
         offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant))
+    if op.constant(w) is not None:
+        offers = (*offers, _mcu_offer(w, x_type, win, variant))
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
@@ -250,6 +257,31 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
     )
+
+
+def _mcu_offer(w: int, x_type: TensorType, win, variant: str) -> Prepacked:
+    """The generic kernel as a Cortex-M runs it (the weights as they are; the offer changes the
+    unfolding and the rounding): the rows of taps inside the input widened with no per-tap checks
+    (four at a time by SXTB16 where a row is four contiguous taps or a multiple: then already in
+    the dot product's order), a pointwise convolution's two columns made together from halfword
+    loads, and the requantisation's rounding by VCVTR (hg_quant.h hg_requantize)."""
+    pointwise = (
+        variant == "gemm"
+        and win.kernel_size == 1
+        and win.in_shape == win.out_shape
+        and not any(win.pads_begin)
+        and all(stride == 1 for stride in win.strides)
+    )
+    params = {
+        "requantize": "hg_requantize",
+        "unfold_rows": variant == "gemm" and not pointwise,
+        "unfold_pairs": pointwise,
+        # rows of four contiguous taps or a multiple: each starts a group of four of the column
+        "rows_reordered": win.dilations[2] == 1 and win.kernel[2] % 4 == 0,
+        "w_span": (win.kernel[2] - 1) * win.dilations[2] + 1,
+        "x_dot": "s8" if x_type.dtype is DType.INT8 else "u8",
+    }
+    return Prepacked(w, lambda value: value, params, bare_metal_only=True)
 
 
 def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels: int, requant) -> Prepacked:
