@@ -227,11 +227,13 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "unfold_rows": False,
         "unfold_pairs": False,
         "rows_reordered": False,
+        "dw_band": False,
     }
     scratch = col_bytes + acc_bytes + scale_bytes
     # The generic kernel's multipliers made at generate time (bare metal, where it runs); the hosted
     # offers compute theirs per call, and offers on different inputs must not mix their workspaces.
-    offers = multiplier_offer(op, requant, scale_bytes, scratch, bare_metal_only=True) if requant else ()
+    multipliers = multiplier_offer(op, requant, scale_bytes, scratch, bare_metal_only=True) if requant else ()
+    offers = multipliers
     padded = padded_plane(win)
     if variant in ("gemm", "vector") and _packable(op, x_type, w, w_zp, requant, k_dim):
         packed_params, packed_scratch = qpack.plan(cin_group, cout_group, groups, channels, win, padded)
@@ -248,7 +250,9 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     elif variant == "direct" and op.constant(w) is not None:
         offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant))
     if op.constant(w) is not None:
-        offers = (*offers, _mcu_offer(w, x_type, win, variant))
+        # the depthwise band goes after the multipliers, or after the scales computed per call
+        band_offset = col_bytes + acc_bytes + (0 if multipliers else scale_bytes)
+        offers = (*offers, _mcu_offer(w, x_type, win, variant, padded, band_offset))
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
@@ -259,7 +263,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     )
 
 
-def _mcu_offer(w: int, x_type: TensorType, win, variant: str) -> Prepacked:
+def _mcu_offer(w: int, x_type: TensorType, win, variant: str, padded, band_offset: int) -> Prepacked:
     """The generic kernel as a Cortex-M runs it (the weights as they are; the offer changes the
     unfolding and the rounding): the rows of taps inside the input widened with no per-tap checks
     (four at a time by SXTB16 where a row is four contiguous taps or a multiple: then already in
@@ -281,7 +285,20 @@ def _mcu_offer(w: int, x_type: TensorType, win, variant: str) -> Prepacked:
         "w_span": (win.kernel[2] - 1) * win.dilations[2] + 1,
         "x_dot": "s8" if x_type.dtype is DType.INT8 else "u8",
     }
-    return Prepacked(w, lambda value: value, params, bare_metal_only=True)
+    scratch = None
+    if variant == "direct" and win.kernel[0] == win.in_shape[0] == 1 and win.dilations[2] == 1:
+        # depthwise: a band of the rows one output row reads, widened with their padding
+        band_rows, band_w = (win.kernel[1] - 1) * win.dilations[1] + 1, padded[2]
+        params.update(
+            dw_band=True,
+            band_rows=band_rows,
+            band_w=band_w,
+            band_offset=band_offset,
+            dw_half=win.kernel[2] // 2,
+            dw_pairs=max(1, win.kernel[1] * (win.kernel[2] // 2)),
+        )
+        scratch = band_offset + align(2 * band_rows * band_w, 8)
+    return Prepacked(w, lambda value: value, params, scratch, bare_metal_only=True)
 
 
 def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels: int, requant) -> Prepacked:

@@ -374,6 +374,20 @@ static inline int32_t hg_requantize(float v, int32_t zero_point, int32_t qmin, i
 #endif
 }
 
+/* acc + x[0] * lo(pair) + x[1] * hi(pair): two int16 values (adjacent, any alignment) times an
+   int16 pair packed in a word, by one SMLAD where the core has the DSP extension. */
+static inline int32_t hg_q15_mac_pair(const int16_t *x, uint32_t pair, int32_t acc)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && !(defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1))
+    uint32_t xs;
+    memcpy(&xs, x, sizeof xs);
+    return __smlad(xs, pair, acc);
+#else
+    return acc + (int32_t)x[0] * (int32_t)(int16_t)(uint16_t)(pair & 0xffffu) +
+           (int32_t)x[1] * (int32_t)(int16_t)(uint16_t)(pair >> 16);
+#endif
+}
+
 /* The sum of a column's k values: what a weight zero point multiplies (sum((w - zp) x) = sum(w x) -
    zp * sum(x)). */
 static inline int32_t hg_q15_sum(const int16_t *x, size_t k)
