@@ -228,6 +228,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "unfold_pairs": False,
         "rows_reordered": False,
         "dw_band": False,
+        "tap_table": False,
     }
     scratch = col_bytes + acc_bytes + scale_bytes
     # The generic kernel's multipliers made at generate time (bare metal, where it runs); the hosted
@@ -252,7 +253,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     if op.constant(w) is not None:
         # the depthwise band goes after the multipliers, or after the scales computed per call
         band_offset = col_bytes + acc_bytes + (0 if multipliers else scale_bytes)
-        offers = (*offers, _mcu_offer(w, x_type, win, variant, padded, band_offset))
+        offers = (*offers, _mcu_offer(w, x_type, win, variant, k_dim, padded, band_offset))
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
@@ -263,7 +264,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     )
 
 
-def _mcu_offer(w: int, x_type: TensorType, win, variant: str, padded, band_offset: int) -> Prepacked:
+def _mcu_offer(w: int, x_type: TensorType, win, variant: str, k_dim: int, padded, band_offset: int) -> Prepacked:
     """The generic kernel as a Cortex-M runs it (the weights as they are; the offer changes the
     unfolding and the rounding): the rows of taps inside the input widened with no per-tap checks
     (four at a time by SXTB16 where a row is four contiguous taps or a multiple: then already in
@@ -285,6 +286,8 @@ def _mcu_offer(w: int, x_type: TensorType, win, variant: str, padded, band_offse
         "w_span": (win.kernel[2] - 1) * win.dilations[2] + 1,
         "x_dot": "s8" if x_type.dtype is DType.INT8 else "u8",
     }
+    if params["unfold_rows"] and not params["rows_reordered"] and win.kernel[0] == win.in_shape[0] == 1:
+        params.update(_tap_table(win, k_dim))
     scratch = None
     if variant == "direct" and win.kernel[0] == win.in_shape[0] == 1 and win.dilations[2] == 1:
         # depthwise: a band of the rows one output row reads, widened with their padding
@@ -299,6 +302,31 @@ def _mcu_offer(w: int, x_type: TensorType, win, variant: str, padded, band_offse
         )
         scratch = band_offset + align(2 * band_rows * band_w, 8)
     return Prepacked(w, lambda value: value, params, scratch, bare_metal_only=True)
+
+
+def _tap_table(win, k_dim: int) -> dict:
+    """A 2-D convolution's taps as offsets from its window's corner in the input of one group
+    (channel, row, column), in the column's order: natural, and with every whole group of four
+    ordered (x0, x2, x1, x3) as the SMLAD dot product reads it (hg_q15_reorder)."""
+    _, in_h, in_w = win.in_shape
+    _, k_h, k_w = win.kernel
+    _, dil_h, dil_w = win.dilations
+    natural = [
+        c * win.in_size + kh * dil_h * in_w + kw * dil_w
+        for c in range(k_dim // win.kernel_size)
+        for kh in range(k_h)
+        for kw in range(k_w)
+    ]
+    reordered = list(natural)
+    for p in range(0, k_dim - k_dim % 4, 4):
+        reordered[p + 1], reordered[p + 2] = natural[p + 2], natural[p + 1]
+    return {
+        "tap_table": True,
+        "taps_ctype": "uint16_t" if max(natural) < 1 << 16 else "uint32_t",
+        "taps_natural": ", ".join(map(str, natural)),
+        "taps_reordered": ", ".join(map(str, reordered)),
+        "h_span": (k_h - 1) * dil_h + 1,
+    }
 
 
 def _depthwise_rows_offer(w: int, x_type: TensorType, win, padded, out_channels: int, requant) -> Prepacked:
