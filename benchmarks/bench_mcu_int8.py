@@ -1,6 +1,7 @@
-"""int8 beside fp32 on the Cortex-M4 board (platforms/mcu.yaml, MPS2-AN386 under qemu-system-arm).
+"""int8 beside fp32 on the Cortex-M boards (platforms/mcu.yaml, the M4 on MPS2-AN386 under
+qemu-system-arm, the default; mcu-m7.yaml, mcu-m55.yaml with --boards).
 
-    python benchmarks/bench_mcu_int8.py [--opt -Os -O3] [--models lenet5 kws_cnn ...] [--json]
+    python benchmarks/bench_mcu_int8.py [--opt -Os -O3] [--models lenet5 kws_cnn ...] [--boards mcu mcu-m7 mcu-m55] [--json]
 
 For each model, its float32 build and its int8 build (onnxruntime's `quantize_static`, QDQ, int8
 activations and weights: hetgen/models/quantized.py), at each optimisation level: instructions per
@@ -19,6 +20,7 @@ tiny_cnn, and the DS-CNN keyword spotter of MLPerf Tiny where hetgen/models/mlpe
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -57,17 +59,18 @@ def _models() -> dict:
     return models
 
 
-def row(name: str, precision: str, opt: str, model: onnx.ModelProto, folder: Path) -> dict:
+def row(name: str, precision: str, opt: str, model: onnx.ModelProto, folder: Path, board: str = "mcu") -> dict:
     path = folder / f"{name}-{precision}.onnx"
     onnx.save(model, path)
     bench_mcu.MODELS[f"{name}-{precision}"] = lambda: path
-    measured = bench_mcu.measure(f"{name}-{precision}", "mcu", opt, folder)
-    out = folder / f"{name}-{precision}-mcu{opt}"
+    measured = bench_mcu.measure(f"{name}-{precision}", board, opt, folder)
+    out = folder / f"{name}-{precision}-{board}{opt}"
     errors = verify(out, seed=3, emulate=True, steps=0)
     if not errors:
         raise SystemExit(f"{name} {precision} {opt}: no outputs compared")
     return {
         "model": name,
+        "board": board,
         "precision": precision,
         "opt": opt,
         "instructions": measured["instructions"],
@@ -87,6 +90,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--opt", nargs="+", default=["-Os", "-O3"])
     parser.add_argument("--models", nargs="+", default=list(models), choices=list(models))
+    parser.add_argument("--boards", nargs="+", default=["mcu"], choices=["mcu", "mcu-m7", "mcu-m55"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
@@ -94,22 +98,23 @@ def main() -> int:
         for name in args.models:
             float_model = models[name]()
             int8_model = quantized(float_model, "QDQ")
-            for opt in args.opt:
-                for precision, model in (("fp32", float_model), ("int8", int8_model)):
-                    rows.append(row(name, precision, opt, model, Path(tmp)))
+            for board in args.boards:
+                for opt in args.opt:
+                    for precision, model in (("fp32", float_model), ("int8", int8_model)):
+                        rows.append(row(name, precision, opt, model, Path(tmp), board))
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(
-        f"{'model':9} {'opt':4} {'fp32 instr':>11} {'int8 instr':>11} {'ratio':>6} {'fp32 code':>9} {'int8 code':>9} "
+        f"{'model':9} {'board':7} {'opt':4} {'fp32 instr':>11} {'int8 instr':>11} {'ratio':>6} {'fp32 code':>9} {'int8 code':>9} "
         f"{'fp32 wts':>9} {'int8 wts':>9} {'fp32 RAM':>9} {'int8 RAM':>9} {'i8 vs ort':>9}"
     )
-    by_key = {(r["model"], r["opt"], r["precision"]): r for r in rows}
+    by_key = {(r["model"], r["board"], r["opt"], r["precision"]): r for r in rows}
     for name in args.models:
-        for opt in args.opt:
-            f, q = by_key[(name, opt, "fp32")], by_key[(name, opt, "int8")]
+        for board, opt in itertools.product(args.boards, args.opt):
+            f, q = by_key[(name, board, opt, "fp32")], by_key[(name, board, opt, "int8")]
             print(
-                f"{name:9} {opt:4} {f['instructions']:11} {q['instructions']:11} "
+                f"{name:9} {board:7} {opt:4} {f['instructions']:11} {q['instructions']:11} "
                 f"{q['instructions'] / f['instructions']:6.2f} {f['code']:9} {q['code']:9} {f['weights']:9} "
                 f"{q['weights']:9} {f['ram']:9} {q['ram']:9} {q['max_abs_vs_onnxruntime']:9.3g}"
             )
