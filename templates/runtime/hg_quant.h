@@ -138,15 +138,30 @@ static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, 
    instruction, the tail predicated. */
 #if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
 #define HG_Q15_REORDERED 0
-#define HG_QDOT_VECTORS(w, wtype, load)                                                                    \
-    static inline void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1, const int16_t *x0, const int16_t *x1, \
-                                         size_t k, int32_t s[4])                                           \
+/* Whole vectors unpredicated with post-incremented pointers, the tail predicated once, in a function
+   of its own: GCC unrolls a predicated loop inlined with a constant k into stack spills. */
+#define HG_QDOT_VECTORS(w, wtype, load, load_z)                                                            \
+    __attribute__((noinline)) static void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1,             \
+                                                            const int16_t *x0, const int16_t *x1, size_t k, \
+                                                            int32_t s[4])                                  \
     {                                                                                                      \
         int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;                                                        \
-        for (size_t p = 0; p < k; p += 8) {                                                                \
-            const mve_pred16_t live = vctp16q((uint32_t)(k - p));                                          \
-            const int16x8_t a = load(w0 + p, live), b = load(w1 + p, live);                                \
-            const int16x8_t c = vldrhq_z_s16(x0 + p, live), d = vldrhq_z_s16(x1 + p, live);                \
+        _Pragma("GCC unroll 1") for (size_t n = k / 8u; n > 0; --n)                                       \
+        {                                                                                                  \
+            const int16x8_t a = load(w0), b = load(w1), c = vld1q_s16(x0), d = vld1q_s16(x1);             \
+            w0 += 8;                                                                                       \
+            w1 += 8;                                                                                       \
+            x0 += 8;                                                                                       \
+            x1 += 8;                                                                                       \
+            s00 = vmladavaq_s16(s00, a, c);                                                                \
+            s01 = vmladavaq_s16(s01, a, d);                                                                \
+            s10 = vmladavaq_s16(s10, b, c);                                                                \
+            s11 = vmladavaq_s16(s11, b, d);                                                                \
+        }                                                                                                  \
+        if (k % 8u) {                                                                                      \
+            const mve_pred16_t live = vctp16q((uint32_t)(k % 8u));                                         \
+            const int16x8_t a = load_z(w0, live), b = load_z(w1, live);                                    \
+            const int16x8_t c = vldrhq_z_s16(x0, live), d = vldrhq_z_s16(x1, live);                        \
             s00 = vmladavaq_p_s16(s00, a, c, live);                                                        \
             s01 = vmladavaq_p_s16(s01, a, d, live);                                                        \
             s10 = vmladavaq_p_s16(s10, b, c, live);                                                        \
@@ -161,19 +176,30 @@ static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, 
                                          int32_t s[2])                                                     \
     {                                                                                                      \
         int32_t s0 = 0, s1 = 0;                                                                            \
-        for (size_t p = 0; p < k; p += 8) {                                                                \
-            const mve_pred16_t live = vctp16q((uint32_t)(k - p));                                          \
-            const int16x8_t c = vldrhq_z_s16(x + p, live);                                                 \
-            s0 = vmladavaq_p_s16(s0, load(w0 + p, live), c, live);                                         \
-            s1 = vmladavaq_p_s16(s1, load(w1 + p, live), c, live);                                         \
+        _Pragma("GCC unroll 1") for (size_t n = k / 8u; n > 0; --n)                                       \
+        {                                                                                                  \
+            const int16x8_t c = vld1q_s16(x);                                                              \
+            s0 = vmladavaq_s16(s0, load(w0), c);                                                           \
+            s1 = vmladavaq_s16(s1, load(w1), c);                                                           \
+            w0 += 8;                                                                                       \
+            w1 += 8;                                                                                       \
+            x += 8;                                                                                        \
+        }                                                                                                  \
+        if (k % 8u) {                                                                                      \
+            const mve_pred16_t live = vctp16q((uint32_t)(k % 8u));                                         \
+            const int16x8_t c = vldrhq_z_s16(x, live);                                                     \
+            s0 = vmladavaq_p_s16(s0, load_z(w0, live), c, live);                                           \
+            s1 = vmladavaq_p_s16(s1, load_z(w1, live), c, live);                                           \
         }                                                                                                  \
         s[0] = s0;                                                                                         \
         s[1] = s1;                                                                                         \
     }
+#define HG_LOAD_S8_ALL(p) vldrbq_s16((p))
+#define HG_LOAD_U8_ALL(p) vreinterpretq_s16_u16(vldrbq_u16((p)))
 #define HG_LOAD_S8(p, live) vldrbq_z_s16((p), (live))
 #define HG_LOAD_U8(p, live) vreinterpretq_s16_u16(vldrbq_z_u16((p), (live)))
-HG_QDOT_VECTORS(s8, int8_t, HG_LOAD_S8)
-HG_QDOT_VECTORS(u8, uint8_t, HG_LOAD_U8)
+HG_QDOT_VECTORS(s8, int8_t, HG_LOAD_S8_ALL, HG_LOAD_S8)
+HG_QDOT_VECTORS(u8, uint8_t, HG_LOAD_U8_ALL, HG_LOAD_U8)
 #elif defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 #define HG_Q15_REORDERED 1
 static inline uint32_t hg_word(const void *p)
