@@ -91,9 +91,12 @@ def main() -> int:
     parser.add_argument("--opt", nargs="+", default=["-Os", "-O3"])
     parser.add_argument("--models", nargs="+", default=list(models), choices=list(models))
     parser.add_argument("--boards", nargs="+", default=["mcu"], choices=["mcu", "mcu-m7", "mcu-m55"])
+    parser.add_argument(
+        "--cmsis-nn", type=Path, metavar="PATH", help="CMSIS-NN's source tree: also its LeNet-5 (cmsis_nn_lenet.py)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rows = []
+    rows, peers = [], []
     with tempfile.TemporaryDirectory(prefix="bench-mcu-int8-") as tmp:
         for name in args.models:
             float_model = models[name]()
@@ -102,8 +105,10 @@ def main() -> int:
                 for opt in args.opt:
                     for precision, model in (("fp32", float_model), ("int8", int8_model)):
                         rows.append(row(name, precision, opt, model, Path(tmp), board))
+                    if name == "lenet5" and args.cmsis_nn:
+                        peers.append(cmsis_row(int8_model, opt, Path(tmp), board, args.cmsis_nn))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"rows": rows, "cmsis_nn": peers}, indent=2))
         return 0
     print(
         f"{'model':9} {'board':7} {'opt':4} {'fp32 instr':>11} {'int8 instr':>11} {'ratio':>6} {'fp32 code':>9} {'int8 code':>9} "
@@ -123,7 +128,60 @@ def main() -> int:
         "i8 vs ort: the int8 build's largest difference from onnxruntime under emulation (its outputs are "
         "dequantized floats; 0: bit for bit)"
     )
+    if peers:
+        print("\nint8 LeNet-5, hetgen beside CMSIS-NN (the same model and harness: benchmarks/cmsis_nn_lenet.py)")
+        print(
+            f"{'board':7} {'opt':4} {'hetgen instr':>12} {'CMSIS-NN':>10} {'ratio':>6} {'hetgen RAM':>10} {'CMSIS RAM':>9} "
+            f"{'hetgen code':>11} {'CMSIS code':>10} {'CMSIS vs ort':>12}"
+        )
+        for p in peers:
+            h = by_key[("lenet5", p["board"], p["opt"], "int8")]
+            print(
+                f"{p['board']:7} {p['opt']:4} {h['instructions']:12} {p['instructions']:10} "
+                f"{h['instructions'] / p['instructions']:6.2f} {h['ram']:10} {p['ram']:9} {h['code']:11} {p['code']:10} "
+                f"{p['steps_vs_onnxruntime']:>6g} steps"
+            )
+        print("(code = text - weights; CMSIS vs ort: its largest difference from onnxruntime in output steps, seed 3)")
     return 0
+
+
+def cmsis_row(int8_model: onnx.ModelProto, opt: str, folder: Path, board: str, cmsis_nn: Path) -> dict:
+    """CMSIS-NN's LeNet-5 in a copy of hetgen's int8 project (its board program, startup, linker
+    script, flags): instructions, RAM and code as hetgen's row counts them, and its agreement with
+    onnxruntime in output quantization steps."""
+    import numpy as np
+    from cmsis_nn_lenet import build, lenet_source
+
+    from hetgen.build.baremetal import image_sizes
+    from hetgen.runtime.emulate import EmulatedModel
+
+    out = build(folder / f"lenet5-int8-{board}{opt}", int8_model, cmsis_nn, folder / f"cmsis-lenet5-{board}{opt}")
+    model = EmulatedModel(out)
+    rng = np.random.default_rng(0)
+    feeds = {info.name: rng.standard_normal(info.shape).astype(info.dtype) for info in model.inputs}
+    instructions, report = bench_mcu.instructions_per_run(out, feeds)
+    sizes = image_sizes(out / model.program["path"])
+    weights = sum(_cmsis_weight_bytes(int8_model))
+    errors = verify(out, seed=3, emulate=True, steps=1)
+    scale = lenet_source(int8_model)[1]["out_scale"]
+    return {
+        "board": board,
+        "opt": opt,
+        "instructions": round(instructions),
+        "ram": sizes.data + sizes.bss + report["stack"],
+        "code": sizes.text - weights,
+        "steps_vs_onnxruntime": round(max(e.max_abs for e in errors) / scale, 3),
+    }
+
+
+def _cmsis_weight_bytes(model: onnx.ModelProto):
+    """The bytes of its constant tensors that the CMSIS-NN file holds: int8 weights, int32 biases."""
+    from onnx import numpy_helper
+
+    for init in model.graph.initializer:
+        value = numpy_helper.to_array(init)
+        if value.ndim >= 1 and value.size > 16 and value.dtype.kind in "iu":
+            yield value.nbytes
 
 
 if __name__ == "__main__":

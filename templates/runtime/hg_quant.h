@@ -141,7 +141,7 @@ static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, 
 /* Whole vectors unpredicated with post-incremented pointers, the tail predicated once, in a function
    of its own: GCC unrolls a predicated loop inlined with a constant k into stack spills. */
 #define HG_QDOT_VECTORS(w, wtype, load, load_z)                                                            \
-    __attribute__((noinline)) static void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1,             \
+    static __attribute__((noinline, unused)) void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1,             \
                                                             const int16_t *x0, const int16_t *x1, size_t k, \
                                                             int32_t s[4])                                  \
     {                                                                                                      \
@@ -239,7 +239,7 @@ static inline uint32_t hg_widen_u8_ror8(uint32_t word)
 /* The 2x2 dot product is a function of its own (not inlined into the convolution's loops), so
    that its eight sums and widened weights stay in registers. */
 #define HG_QDOT_PAIRS(w, wtype)                                                                            \
-    __attribute__((noinline)) static void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1, const int16_t *x0, const int16_t *x1, \
+    static __attribute__((noinline, unused)) void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1, const int16_t *x0, const int16_t *x1, \
                                          size_t k, int32_t s[4])                                           \
     {                                                                                                      \
         int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;                                                        \

@@ -21,7 +21,7 @@ static inline float hg_sdot_lanes(float32x4_t v)
    function of its own, not inlined: inlined into a convolution's loops with a constant k, GCC
    unrolls the whole depth and spills the vectors to the stack (ds_cnn's pointwise layers ran 2.5
    instructions per multiply-add that way, 0.8 as a loop). */
-__attribute__((noinline)) static void hg_sdot_2x2(const float *w0, const float *w1, const float *c0, const float *c1,
+static __attribute__((noinline, unused)) void hg_sdot_2x2(const float *w0, const float *w1, const float *c0, const float *c1,
                                                   size_t k, float s[4])
 {
     float32x4_t s00 = vdupq_n_f32(0.0f), s01 = s00, s10 = s00, s11 = s00;
