@@ -224,11 +224,19 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "acc_offset": col_bytes,
         "scale_offset": col_bytes + acc_bytes,
         "out_index": input_arg_count(op),
+        # the generic forms; a bare-metal target takes _mcu_offer's instead
+        "requantize": "hg_quantize_scaled",
+        "unfold_rows": False,
+        "unfold_pairs": False,
+        "rows_reordered": False,
+        "dw_band": False,
+        "tap_table": False,
     }
     scratch = col_bytes + acc_bytes + scale_bytes
     # The generic kernel's multipliers made at generate time (bare metal, where it runs); the hosted
     # offers compute theirs per call, and offers on different inputs must not mix their workspaces.
-    offers = multiplier_offer(op, requant, scale_bytes, scratch, bare_metal_only=True) if requant else ()
+    multipliers = multiplier_offer(op, requant, scale_bytes, scratch, bare_metal_only=True) if requant else ()
+    offers = multipliers
     padded = padded_plane(win)
     if variant in ("gemm", "vector") and _packable(op, x_type, w, w_zp, requant, k_dim):
         packed_params, packed_scratch = qpack.plan(cin_group, cout_group, groups, channels, win, padded)
@@ -245,6 +253,10 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     elif variant == "direct" and op.constant(w) is not None:
         symmetric = op.input_types[w].dtype is DType.INT8 and _weight_correction(op, w_zero_point, w_zp) is None
         offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant, symmetric))
+    if op.constant(w) is not None:
+        # the depthwise band goes after the multipliers, or after the scales computed per call
+        band_offset = col_bytes + acc_bytes + (0 if multipliers else scale_bytes)
+        offers = (*offers, _mcu_offer(w, x_type, win, variant, k_dim, padded, band_offset))
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
@@ -258,6 +270,71 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
 # The packed kernel of each variant: blocks of output pixels, or a fully connected layer's GEMV
 # (hg_qg_gemv: the one pixel's activations broadcast against the panels' channels)
 _PACKED_TEMPLATES = {"gemm": "kernels/qconv_packed.c.j2", "vector": "kernels/qgemv_packed.c.j2"}
+
+
+def _mcu_offer(w: int, x_type: TensorType, win, variant: str, k_dim: int, padded, band_offset: int) -> Prepacked:
+    """The generic kernel as a Cortex-M runs it (the weights as they are; the offer changes the
+    unfolding and the rounding): the rows of taps inside the input widened with no per-tap checks
+    (four at a time by SXTB16 where a row is four contiguous taps or a multiple: then already in
+    the dot product's order), a pointwise convolution's two columns made together from halfword
+    loads, and the requantisation's rounding by VCVTR (hg_quant.h hg_requantize)."""
+    pointwise = (
+        variant == "gemm"
+        and win.kernel_size == 1
+        and win.in_shape == win.out_shape
+        and not any(win.pads_begin)
+        and all(stride == 1 for stride in win.strides)
+    )
+    params = {
+        "requantize": "hg_requantize",
+        "unfold_rows": variant == "gemm" and not pointwise,
+        "unfold_pairs": pointwise,
+        # rows of four contiguous taps or a multiple: each starts a group of four of the column
+        "rows_reordered": win.dilations[2] == 1 and win.kernel[2] % 4 == 0,
+        "w_span": (win.kernel[2] - 1) * win.dilations[2] + 1,
+        "x_dot": "s8" if x_type.dtype is DType.INT8 else "u8",
+    }
+    if params["unfold_rows"] and not params["rows_reordered"] and win.kernel[0] == win.in_shape[0] == 1:
+        params.update(_tap_table(win, k_dim))
+    scratch = None
+    if variant == "direct" and win.kernel[0] == win.in_shape[0] == 1 and win.dilations[2] == 1:
+        # depthwise: a band of the rows one output row reads, widened with their padding
+        band_rows, band_w = (win.kernel[1] - 1) * win.dilations[1] + 1, padded[2]
+        params.update(
+            dw_band=True,
+            band_rows=band_rows,
+            band_w=band_w,
+            band_offset=band_offset,
+            dw_half=win.kernel[2] // 2,
+            dw_pairs=max(1, win.kernel[1] * (win.kernel[2] // 2)),
+        )
+        scratch = band_offset + align(2 * band_rows * band_w, 8)
+    return Prepacked(w, lambda value: value, params, scratch, bare_metal_only=True)
+
+
+def _tap_table(win, k_dim: int) -> dict:
+    """A 2-D convolution's taps as offsets from its window's corner in the input of one group
+    (channel, row, column), in the column's order: natural, and with every whole group of four
+    ordered (x0, x2, x1, x3) as the SMLAD dot product reads it (hg_q15_reorder)."""
+    _, in_h, in_w = win.in_shape
+    _, k_h, k_w = win.kernel
+    _, dil_h, dil_w = win.dilations
+    natural = [
+        c * win.in_size + kh * dil_h * in_w + kw * dil_w
+        for c in range(k_dim // win.kernel_size)
+        for kh in range(k_h)
+        for kw in range(k_w)
+    ]
+    reordered = list(natural)
+    for p in range(0, k_dim - k_dim % 4, 4):
+        reordered[p + 1], reordered[p + 2] = natural[p + 2], natural[p + 1]
+    return {
+        "tap_table": True,
+        "taps_ctype": "uint16_t" if max(natural) < 1 << 16 else "uint32_t",
+        "taps_natural": ", ".join(map(str, natural)),
+        "taps_reordered": ", ".join(map(str, reordered)),
+        "h_span": (k_h - 1) * dil_h + 1,
+    }
 
 
 def _depthwise_rows_offer(

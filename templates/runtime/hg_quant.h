@@ -138,15 +138,30 @@ static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, 
    instruction, the tail predicated. */
 #if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
 #define HG_Q15_REORDERED 0
-#define HG_QDOT_VECTORS(w, wtype, load)                                                                    \
-    static inline void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1, const int16_t *x0, const int16_t *x1, \
-                                         size_t k, int32_t s[4])                                           \
+/* Whole vectors unpredicated with post-incremented pointers, the tail predicated once, in a function
+   of its own: GCC unrolls a predicated loop inlined with a constant k into stack spills. */
+#define HG_QDOT_VECTORS(w, wtype, load, load_z)                                                            \
+    static __attribute__((noinline, unused)) void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1,             \
+                                                            const int16_t *x0, const int16_t *x1, size_t k, \
+                                                            int32_t s[4])                                  \
     {                                                                                                      \
         int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;                                                        \
-        for (size_t p = 0; p < k; p += 8) {                                                                \
-            const mve_pred16_t live = vctp16q((uint32_t)(k - p));                                          \
-            const int16x8_t a = load(w0 + p, live), b = load(w1 + p, live);                                \
-            const int16x8_t c = vldrhq_z_s16(x0 + p, live), d = vldrhq_z_s16(x1 + p, live);                \
+        _Pragma("GCC unroll 1") for (size_t n = k / 8u; n > 0; --n)                                       \
+        {                                                                                                  \
+            const int16x8_t a = load(w0), b = load(w1), c = vld1q_s16(x0), d = vld1q_s16(x1);             \
+            w0 += 8;                                                                                       \
+            w1 += 8;                                                                                       \
+            x0 += 8;                                                                                       \
+            x1 += 8;                                                                                       \
+            s00 = vmladavaq_s16(s00, a, c);                                                                \
+            s01 = vmladavaq_s16(s01, a, d);                                                                \
+            s10 = vmladavaq_s16(s10, b, c);                                                                \
+            s11 = vmladavaq_s16(s11, b, d);                                                                \
+        }                                                                                                  \
+        if (k % 8u) {                                                                                      \
+            const mve_pred16_t live = vctp16q((uint32_t)(k % 8u));                                         \
+            const int16x8_t a = load_z(w0, live), b = load_z(w1, live);                                    \
+            const int16x8_t c = vldrhq_z_s16(x0, live), d = vldrhq_z_s16(x1, live);                        \
             s00 = vmladavaq_p_s16(s00, a, c, live);                                                        \
             s01 = vmladavaq_p_s16(s01, a, d, live);                                                        \
             s10 = vmladavaq_p_s16(s10, b, c, live);                                                        \
@@ -161,19 +176,30 @@ static inline void hg_igemm_s16(size_t m, size_t n, size_t k, const int16_t *a, 
                                          int32_t s[2])                                                     \
     {                                                                                                      \
         int32_t s0 = 0, s1 = 0;                                                                            \
-        for (size_t p = 0; p < k; p += 8) {                                                                \
-            const mve_pred16_t live = vctp16q((uint32_t)(k - p));                                          \
-            const int16x8_t c = vldrhq_z_s16(x + p, live);                                                 \
-            s0 = vmladavaq_p_s16(s0, load(w0 + p, live), c, live);                                         \
-            s1 = vmladavaq_p_s16(s1, load(w1 + p, live), c, live);                                         \
+        _Pragma("GCC unroll 1") for (size_t n = k / 8u; n > 0; --n)                                       \
+        {                                                                                                  \
+            const int16x8_t c = vld1q_s16(x);                                                              \
+            s0 = vmladavaq_s16(s0, load(w0), c);                                                           \
+            s1 = vmladavaq_s16(s1, load(w1), c);                                                           \
+            w0 += 8;                                                                                       \
+            w1 += 8;                                                                                       \
+            x += 8;                                                                                        \
+        }                                                                                                  \
+        if (k % 8u) {                                                                                      \
+            const mve_pred16_t live = vctp16q((uint32_t)(k % 8u));                                         \
+            const int16x8_t c = vldrhq_z_s16(x, live);                                                     \
+            s0 = vmladavaq_p_s16(s0, load_z(w0, live), c, live);                                           \
+            s1 = vmladavaq_p_s16(s1, load_z(w1, live), c, live);                                           \
         }                                                                                                  \
         s[0] = s0;                                                                                         \
         s[1] = s1;                                                                                         \
     }
+#define HG_LOAD_S8_ALL(p) vldrbq_s16((p))
+#define HG_LOAD_U8_ALL(p) vreinterpretq_s16_u16(vldrbq_u16((p)))
 #define HG_LOAD_S8(p, live) vldrbq_z_s16((p), (live))
 #define HG_LOAD_U8(p, live) vreinterpretq_s16_u16(vldrbq_z_u16((p), (live)))
-HG_QDOT_VECTORS(s8, int8_t, HG_LOAD_S8)
-HG_QDOT_VECTORS(u8, uint8_t, HG_LOAD_U8)
+HG_QDOT_VECTORS(s8, int8_t, HG_LOAD_S8_ALL, HG_LOAD_S8)
+HG_QDOT_VECTORS(u8, uint8_t, HG_LOAD_U8_ALL, HG_LOAD_U8)
 #elif defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 #define HG_Q15_REORDERED 1
 static inline uint32_t hg_word(const void *p)
@@ -187,16 +213,41 @@ static inline uint32_t hg_ror8(uint32_t word)
 {
     return word >> 8 | word << 24;
 }
-#define HG_QDOT_PAIRS(w, wtype, widen)                                                                     \
-    static inline void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1, const int16_t *x0, const int16_t *x1, \
+/* Four int8 (uint8) values of a word widened to int16 pairs: (v0, v2) by SXTB16 (UXTB16), and
+   (v1, v3) by the same of the word rotated right by 8, one instruction (the builtins take no
+   rotation, and GCC leaves it a separate MOV). */
+static inline uint32_t hg_widen_s8(uint32_t word)
+{
+    return __sxtb16(word);
+}
+static inline uint32_t hg_widen_u8(uint32_t word)
+{
+    return __uxtb16(word);
+}
+static inline uint32_t hg_widen_s8_ror8(uint32_t word)
+{
+    uint32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(word));
+    return r;
+}
+static inline uint32_t hg_widen_u8_ror8(uint32_t word)
+{
+    uint32_t r;
+    __asm__("uxtb16 %0, %1, ror #8" : "=r"(r) : "r"(word));
+    return r;
+}
+/* The 2x2 dot product is a function of its own (not inlined into the convolution's loops), so
+   that its eight sums and widened weights stay in registers. */
+#define HG_QDOT_PAIRS(w, wtype)                                                                            \
+    static __attribute__((noinline, unused)) void hg_qdot_##w##_2x2(const wtype *w0, const wtype *w1, const int16_t *x0, const int16_t *x1, \
                                          size_t k, int32_t s[4])                                           \
     {                                                                                                      \
         int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;                                                        \
         const size_t k4 = k & ~(size_t)3;                                                                 \
         for (size_t p = 0; p < k4; p += 4) {                                                               \
             const uint32_t a = hg_word(w0 + p), b = hg_word(w1 + p);                                       \
-            const uint32_t a02 = widen(a), a13 = widen(hg_ror8(a));                                       \
-            const uint32_t b02 = widen(b), b13 = widen(hg_ror8(b));                                       \
+            const uint32_t a02 = hg_widen_##w(a), a13 = hg_widen_##w##_ror8(a);                                       \
+            const uint32_t b02 = hg_widen_##w(b), b13 = hg_widen_##w##_ror8(b);                                       \
             uint32_t lo = hg_word(x0 + p), hi = hg_word(x0 + p + 2); /* one column at a time: */           \
             s00 = __smlad(a13, hi, __smlad(a02, lo, s00));           /* fewer registers live */            \
             s10 = __smlad(b13, hi, __smlad(b02, lo, s10));                                                 \
@@ -224,8 +275,8 @@ static inline uint32_t hg_ror8(uint32_t word)
         for (size_t p = 0; p < k4; p += 4) {                                                               \
             const uint32_t a = hg_word(w0 + p), b = hg_word(w1 + p);                                       \
             const uint32_t c02 = hg_word(x + p), c13 = hg_word(x + p + 2);                                 \
-            s0 = __smlad(widen(a), c02, __smlad(widen(hg_ror8(a)), c13, s0));                             \
-            s1 = __smlad(widen(b), c02, __smlad(widen(hg_ror8(b)), c13, s1));                             \
+            s0 = __smlad(hg_widen_##w(a), c02, __smlad(hg_widen_##w##_ror8(a), c13, s0));                             \
+            s1 = __smlad(hg_widen_##w(b), c02, __smlad(hg_widen_##w##_ror8(b), c13, s1));                             \
         }                                                                                                  \
         for (size_t p = k4; p < k; ++p) {                                                                  \
             s0 += (int32_t)w0[p] * x[p];                                                                   \
@@ -234,8 +285,8 @@ static inline uint32_t hg_ror8(uint32_t word)
         s[0] = s0;                                                                                         \
         s[1] = s1;                                                                                         \
     }
-HG_QDOT_PAIRS(s8, int8_t, __sxtb16)
-HG_QDOT_PAIRS(u8, uint8_t, __uxtb16)
+HG_QDOT_PAIRS(s8, int8_t)
+HG_QDOT_PAIRS(u8, uint8_t)
 #else
 #define HG_Q15_REORDERED 0
 #define HG_QDOT_LOOPS(w, wtype)                                                                            \
@@ -282,6 +333,84 @@ static inline void hg_q15_reorder(int16_t *x, size_t k)
 #else
     (void)x;
     (void)k;
+#endif
+}
+
+/* n int8/uint8 values of a row, less the zero point, as int16 in hg_qdot_*'s order: the same as
+   widening them one by one and then hg_q15_reorder(d, n). With the DSP extension four values are
+   one (unaligned) word, widened by SXTB16 (UXTB16) straight into the (x0, x2), (x1, x3) pairs and
+   the zero point taken from both halves by one SSUB16; with Helium VLDRB widens eight, the tail
+   predicated. */
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
+#define HG_Q15_WIDEN(w, xtype, load)                                                                      \
+    static inline void hg_q15_widen_##w(int16_t *restrict d, const xtype *src, size_t n, int32_t zp)     \
+    {                                                                                                      \
+        for (size_t p = 0; p < n; p += 8) {                                                                \
+            const mve_pred16_t live = vctp16q((uint32_t)(n - p));                                          \
+            vstrhq_p_s16(d + p, vsubq_n_s16(load(src + p, live), (int16_t)zp), live);                     \
+        }                                                                                                  \
+    }
+HG_Q15_WIDEN(s8, int8_t, HG_LOAD_S8)
+HG_Q15_WIDEN(u8, uint8_t, HG_LOAD_U8)
+#elif defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#define HG_Q15_WIDEN(w, xtype)                                                                            \
+    static inline void hg_q15_widen_##w(int16_t *restrict d, const xtype *src, size_t n, int32_t zp)     \
+    {                                                                                                      \
+        const uint32_t zz = (uint32_t)(uint16_t)zp * 0x10001u;                                             \
+        const size_t n4 = n & ~(size_t)3;                                                                 \
+        for (size_t p = 0; p < n4; p += 4) {                                                               \
+            const uint32_t v = hg_word(src + p);                                                           \
+            const uint32_t even = __ssub16(hg_widen_##w(v), zz), odd = __ssub16(hg_widen_##w##_ror8(v), zz);          \
+            memcpy(d + p, &even, sizeof even);                                                             \
+            memcpy(d + p + 2, &odd, sizeof odd);                                                           \
+        }                                                                                                  \
+        for (size_t p = n4; p < n; ++p)                                                                    \
+            d[p] = (int16_t)((int32_t)src[p] - zp);                                                        \
+    }
+HG_Q15_WIDEN(s8, int8_t)
+HG_Q15_WIDEN(u8, uint8_t)
+#else
+#define HG_Q15_WIDEN(w, xtype)                                                                            \
+    static inline void hg_q15_widen_##w(int16_t *restrict d, const xtype *src, size_t n, int32_t zp)     \
+    {                                                                                                      \
+        for (size_t p = 0; p < n; ++p)                                                                     \
+            d[p] = (int16_t)((int32_t)src[p] - zp);                                                        \
+    }
+HG_Q15_WIDEN(s8, int8_t)
+HG_Q15_WIDEN(u8, uint8_t)
+#endif
+
+/* hg_quantize_scaled for a requantized sum, v = (float)(exact int32 sum) * multiplier, which is
+   never NaN: the same integer. On a Cortex-M with a single-precision FPU VCVTR rounds half to even
+   in the FPSCR's default mode (round to nearest, which the board's reset leaves) and the clamp is
+   done on the integer (the bounds are integers, so clamping before or after rounding is the same):
+   one FPU instruction where the rounding trick takes an addition, a move and two compares. */
+static inline int32_t hg_requantize(float v, int32_t zero_point, int32_t qmin, int32_t qmax)
+{
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__ARM_FP) && (__ARM_FP & 4)
+    float rounded;
+    int32_t q;
+    __asm__("vcvtr.s32.f32 %0, %1" : "=t"(rounded) : "t"(v));
+    memcpy(&q, &rounded, sizeof q);
+    q = q < qmin - zero_point ? qmin - zero_point : q;
+    q = q > qmax - zero_point ? qmax - zero_point : q;
+    return q + zero_point;
+#else
+    return hg_quantize_scaled(v, zero_point, qmin, qmax);
+#endif
+}
+
+/* acc + x[0] * lo(pair) + x[1] * hi(pair): two int16 values (adjacent, any alignment) times an
+   int16 pair packed in a word, by one SMLAD where the core has the DSP extension. */
+static inline int32_t hg_q15_mac_pair(const int16_t *x, uint32_t pair, int32_t acc)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && !(defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1))
+    uint32_t xs;
+    memcpy(&xs, x, sizeof xs);
+    return __smlad(xs, pair, acc);
+#else
+    return acc + (int32_t)x[0] * (int32_t)(int16_t)(uint16_t)(pair & 0xffffu) +
+           (int32_t)x[1] * (int32_t)(int16_t)(uint16_t)(pair >> 16);
 #endif
 }
 

@@ -1,0 +1,296 @@
+"""CMSIS-NN's int8 LeNet-5 on hetgen's bare-metal harness: the peer of benchmarks/bench_mcu_int8.py.
+
+    python benchmarks/bench_mcu_int8.py --cmsis-nn /tmp/cmsis-nn [--boards mcu mcu-m55]
+
+CMSIS-NN (github.com/ARM-software/CMSIS-NN) is not part of this repository: bring its source with
+`git --git-dir=<a clone> archive HEAD | tar -x -C /tmp/cmsis-nn` and pass the folder. For one board
+and optimisation level, `build` makes the same int8 LeNet-5 as the quantized ONNX model (its
+weights, biases, scales and zero points, read from the QDQ graph) as a C file of CMSIS-NN calls
+(arm_convolve_s8, arm_max_pool_s8, arm_fully_connected_s8; NHWC, the convolution weights OHWI, the
+first fully connected layer's columns in NHWC order), with the requantisation multipliers and
+shifts made from the float scales as TensorFlow Lite does (QuantizeMultiplier: frexp, a Q31
+mantissa rounded, the exponent as the shift). It implements hetgen's C API (hg_<name>_init,
+hg_<name>_run, the tensor tables), so it links with the generated project's own board program,
+startup code and linker script (hetgen's board_main.c, hg_board.c, link.ld) and the same flags,
+in a copy of the project: `hetgen verify --emulate` and bench_mcu.instructions_per_run then run it
+as they run hetgen's ELF, under the same qemu board and -icount counting. The float input is
+quantized and the int8 output dequantized exactly as hetgen's kernels do (hg_quant.h); the
+fully connected layers' kernel sums that CMSIS-NN's Helium path needs are made once in
+hg_<name>_init (TensorFlow Lite Micro makes them in Prepare), outside the counted runs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+SOURCES = ("ConvolutionFunctions", "PoolingFunctions", "FullyConnectedFunctions", "NNSupportFunctions")
+
+
+def quantize_multiplier(scale: float) -> tuple[int, int]:
+    """TensorFlow Lite's QuantizeMultiplier: scale = q * 2^(shift - 31), q a Q31 int32."""
+    if scale == 0.0:
+        return 0, 0
+    mantissa, shift = math.frexp(scale)
+    q = round(mantissa * (1 << 31))
+    if q == 1 << 31:
+        q //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return int(q), int(shift)
+
+
+class _Graph:
+    def __init__(self, model: onnx.ModelProto):
+        self.init = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        self.producer = {out: node for node in model.graph.node for out in node.output}
+        self.consumers: dict[str, list] = {}
+        for node in model.graph.node:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+        self.nodes = list(model.graph.node)
+
+    def dq(self, name: str) -> tuple[np.ndarray | None, np.ndarray, int, str]:
+        """A DequantizeLinear's (constant value or None, scales, zero point, quantized input name)."""
+        node = self.producer[name]
+        assert node.op_type == "DequantizeLinear", node.op_type
+        value = self.init.get(node.input[0])
+        scale = np.asarray(self.init[node.input[1]], np.float64).reshape(-1)
+        zp = int(np.asarray(self.init[node.input[2]]).reshape(-1)[0]) if len(node.input) > 2 else 0
+        return value, scale, zp, node.input[0]
+
+    def q_after(self, name: str) -> tuple[float, int]:
+        (node,) = [n for n in self.consumers[name] if n.op_type == "QuantizeLinear"]
+        return float(self.init[node.input[1]]), int(self.init[node.input[2]])
+
+
+def _array(ctype: str, name: str, values) -> str:
+    flat = ", ".join(str(int(v)) for v in np.asarray(values).reshape(-1))
+    return f"static const {ctype} {name}[{np.asarray(values).size}] = {{{flat}}};\n"
+
+
+def lenet_source(model: onnx.ModelProto, prefix: str = "hg_mcu") -> tuple[str, dict]:
+    """The C file (CMSIS-NN calls, weights) implementing the C API `prefix`_run etc., and the
+    layers' figures."""
+    g = _Graph(model)
+    x_scale, x_zp = g.q_after(model.graph.input[0].name)
+    layers = []
+    for node in g.nodes:
+        if node.op_type not in ("Conv", "Gemm"):
+            continue
+        _, in_scale, in_zp, _ = g.dq(node.input[0])
+        w, w_scale, w_zp, _ = g.dq(node.input[1])
+        b, _, _, _ = g.dq(node.input[2])
+        y_scale, y_zp = g.q_after(node.output[0])
+        assert w_zp == 0
+        effective = in_scale[0] * w_scale / np.float64(y_scale)  # per output channel, or one
+        effective = np.broadcast_to(effective, (w.shape[0],))
+        layers.append(
+            {
+                "op": node.op_type,
+                "w": w,
+                "b": b,
+                "in_zp": in_zp,
+                "y_zp": y_zp,
+                "y_scale": y_scale,
+                "mult": [quantize_multiplier(float(e)) for e in effective],
+            }
+        )
+    conv1, conv2, fc1, fc2, fc3 = layers
+    out_scale, out_zp = fc3["y_scale"], fc3["y_zp"]
+    c = [
+        "/* CMSIS-NN LeNet-5, generated by benchmarks/cmsis_nn_lenet.py from the quantized ONNX model. */\n",
+        '#include <string.h>\n#include "arm_nnfunctions.h"\n#include "PREFIX.h"\n\n',
+    ]
+    conv_w = [layer["w"].transpose(0, 2, 3, 1) for layer in (conv1, conv2)]  # OIHW -> OHWI
+    fc1_w = fc1["w"].reshape(120, 16, 5, 5).transpose(0, 2, 3, 1).reshape(120, 400)  # NCHW flatten -> NHWC
+    for name, values in (
+        ("c1_w", conv_w[0]),
+        ("c2_w", conv_w[1]),
+        ("f1_w", fc1_w),
+        ("f2_w", fc2["w"]),
+        ("f3_w", fc3["w"]),
+    ):
+        c.append(_array("int8_t", name, values))
+    for name, layer in (("c1", conv1), ("c2", conv2), ("f1", fc1), ("f2", fc2), ("f3", fc3)):
+        c.append(_array("int32_t", f"{name}_b", layer["b"]))
+    for name, layer in (("c1", conv1), ("c2", conv2)):  # per output channel
+        c.append(f"static int32_t {name}_mult[] = {{{', '.join(str(m) for m, _ in layer['mult'])}}};\n")
+        c.append(f"static int32_t {name}_shift[] = {{{', '.join(str(s) for _, s in layer['mult'])}}};\n")
+    for layer in (fc1, fc2, fc3):  # arm_fully_connected_s8: one multiplier per layer
+        if len(set(layer["mult"])) != 1:
+            raise ValueError("the fully connected layers need per-tensor weight scales")
+        layer["mult"] = layer["mult"][0]
+    c.append(
+        f"""
+/* the same tables as hetgen's model.c (board_main.c reads them) */
+const hg_tensor_info PREFIX_inputs[] = {{{{"{model.graph.input[0].name}", 1, 4u, {{1, 1, 32, 32, 0, 0, 0, 0}}, 4096u}}}};
+const hg_tensor_info PREFIX_outputs[] = {{{{"{model.graph.output[0].name}", 1, 2u, {{1, 10, 0, 0, 0, 0, 0, 0}}, 40u}}}};
+#if defined(ARM_MATH_MVEI)
+#define SCRATCH_BYTES (4 * ((150 + 15) / 16) * 16)
+static int32_t f_sums[120 + 84 + 10];
+#else
+#define SCRATCH_BYTES (2 * 152 * 2)
+#endif
+static int16_t scratch[SCRATCH_BYTES / 2];
+static int8_t act_a[28 * 28 * 6];  /* conv1's output, then conv2's, then fc1's, fc3's */
+static int8_t act_b[14 * 14 * 6];  /* the input (32 x 32), pool1's output, pool2's, fc2's */
+
+int PREFIX_init(void)
+{{
+#if defined(ARM_MATH_MVEI)
+    arm_vector_sum_s8(f_sums, 400, 120, f1_w, {-fc1["in_zp"]}, 0, f1_b);
+    arm_vector_sum_s8(f_sums + 120, 120, 84, f2_w, {-fc2["in_zp"]}, 0, f2_b);
+    arm_vector_sum_s8(f_sums + 204, 84, 10, f3_w, {-fc3["in_zp"]}, 0, f3_b);
+#endif
+    return 0;
+}}
+
+int PREFIX_device_stats(const void *workspace, uint32_t device, hg_device_stats *stats)
+{{
+    (void)workspace;
+    (void)device;
+    (void)stats;
+    return HG_ERR_ARGUMENT;
+}}
+
+static inline int32_t quantize(float v)
+{{
+    /* hg_quant.h's QuantizeLinear: divide, clamp, round half to even, add the zero point */
+    float q = v / {x_scale!r}f;
+    const float lo = (float)(-128 - ({x_zp})), hi = (float)(127 - ({x_zp}));
+    q = q > lo ? q : lo;
+    q = q < hi ? q : hi;
+    const float biased = q + 12582912.0f;
+    int32_t bits;
+    memcpy(&bits, &biased, sizeof bits);
+    return bits - 0x4B400000 + ({x_zp});
+}}
+
+static void conv(const int8_t *in, int h, int w, int c, const int8_t *wt, int out_c, const int32_t *bias,
+                 int32_t *mult, int32_t *shift, int in_zp, int y_zp, int8_t *out)
+{{
+    cmsis_nn_context ctx = {{scratch, SCRATCH_BYTES}};
+    const cmsis_nn_conv_params params = {{-in_zp, y_zp, {{1, 1}}, {{0, 0}}, {{1, 1}}, {{-128, 127}}}};
+    const cmsis_nn_per_channel_quant_params quant = {{mult, shift}};
+    const cmsis_nn_dims in_dims = {{1, h, w, c}}, filter_dims = {{out_c, 5, 5, c}}, bias_dims = {{1, 1, 1, out_c}};
+    const cmsis_nn_dims out_dims = {{1, h - 4, w - 4, out_c}}, upscale = {{1, 1, 1, 1}};
+    arm_convolve_s8(&ctx, &params, &quant, &in_dims, in, &filter_dims, wt, &bias_dims, bias, &upscale, &out_dims, out);
+}}
+
+static void pool(const int8_t *in, int h, int w, int c, int8_t *out)
+{{
+    cmsis_nn_context ctx = {{NULL, 0}};
+    const cmsis_nn_pool_params params = {{{{2, 2}}, {{0, 0}}, {{-128, 127}}}};
+    const cmsis_nn_dims in_dims = {{1, h, w, c}}, filter_dims = {{1, 2, 2, 1}}, out_dims = {{1, h / 2, w / 2, c}};
+    arm_max_pool_s8(&ctx, &params, &in_dims, in, &filter_dims, &out_dims, out);
+}}
+
+static void fc(const int8_t *in, int n_in, const int8_t *wt, int n_out, const int32_t *bias, int32_t *sums, int32_t mult,
+               int32_t shift, int in_zp, int y_zp, int relu_min, int8_t *out)
+{{
+#if defined(ARM_MATH_MVEI)
+    cmsis_nn_context ctx = {{sums, n_out * 4}};
+#else
+    cmsis_nn_context ctx = {{NULL, 0}};
+    (void)sums;
+#endif
+    const cmsis_nn_fc_params params = {{-in_zp, 0, y_zp, {{relu_min, 127}}}};
+    const cmsis_nn_per_tensor_quant_params quant = {{mult, shift}};
+    const cmsis_nn_dims in_dims = {{1, 1, 1, n_in}}, filter_dims = {{n_in, 1, 1, n_out}}, bias_dims = {{1, 1, 1, n_out}};
+    const cmsis_nn_dims out_dims = {{1, 1, 1, n_out}};
+    arm_fully_connected_s8(&ctx, &params, &quant, &in_dims, in, &filter_dims, wt, &bias_dims, bias, &out_dims, out);
+}}
+
+int PREFIX_run(const void *const *inputs, void *const *outputs, void *workspace)
+{{
+    (void)workspace;
+    const float *x = (const float *)inputs[0];
+    float *y = (float *)outputs[0];
+    for (int i = 0; i < 32 * 32; ++i)
+        act_b[i] = (int8_t)quantize(x[i]);
+    conv(act_b, 32, 32, 1, c1_w, 6, c1_b, c1_mult, c1_shift, {conv1["in_zp"]}, {conv1["y_zp"]}, act_a);
+    pool(act_a, 28, 28, 6, act_b);
+    conv(act_b, 14, 14, 6, c2_w, 16, c2_b, c2_mult, c2_shift, {conv2["in_zp"]}, {conv2["y_zp"]}, act_a);
+    pool(act_a, 10, 10, 16, act_b);
+#if defined(ARM_MATH_MVEI)
+    int32_t *sums = f_sums;
+#else
+    int32_t *sums = NULL;
+#endif
+    fc(act_b, 400, f1_w, 120, f1_b, sums, {fc1["mult"][0]}, {fc1["mult"][1]}, {fc1["in_zp"]}, {fc1["y_zp"]}, -128, act_a);
+    fc(act_a, 120, f2_w, 84, f2_b, sums ? sums + 120 : NULL, {fc2["mult"][0]}, {fc2["mult"][1]}, {fc2["in_zp"]}, {fc2["y_zp"]}, -128, act_b);
+    fc(act_b, 84, f3_w, 10, f3_b, sums ? sums + 204 : NULL, {fc3["mult"][0]}, {fc3["mult"][1]}, {fc3["in_zp"]}, {fc3["y_zp"]}, -128, act_a);
+    for (int i = 0; i < 10; ++i)
+        y[i] = (float)((int32_t)act_a[i] - ({out_zp})) * {out_scale!r}f;
+    return 0;
+}}
+"""
+    )
+    return "".join(c).replace("PREFIX", prefix), {"out_scale": out_scale}
+
+
+def _ninja_var(ninja: str, name: str) -> str:
+    match = re.search(rf"^{re.escape(name)} = (.*)$", ninja, re.M)
+    return match.group(1) if match else ""
+
+
+def build(project: Path, model: onnx.ModelProto, cmsis_nn: Path, into: Path) -> Path:
+    """A copy of the hetgen project `project` whose ELF is CMSIS-NN's LeNet-5 (same harness)."""
+    if into.exists():
+        shutil.rmtree(into)
+    shutil.copytree(project, into, symlinks=True)
+    ninja = (into / "build.ninja").read_text().replace("$\n    ", "")
+    (program,) = re.findall(r"^build board/bin/(\S+)\.elf", ninja, re.M)
+    root = re.search(r"-T (\S+)/link\.ld", ninja).group(1)  # the root controller's folder
+    source, _ = lenet_source(model, program.removesuffix("_main"))
+    cc = _ninja_var(ninja, f"board-{root}_cc") or "arm-none-eabi-gcc"
+    cflags = _ninja_var(ninja, f"board-{root}_cflags").split()
+    (into / "cmsis_lenet.c").write_text(source)
+    includes = ["-I", str(cmsis_nn / "Include"), "-I", str(into / "runtime"), "-I", str(into / root)]
+    objects = []
+    obj = into / "cmsis-obj"
+    obj.mkdir()
+    files = [into / "cmsis_lenet.c", into / root / "board_main.c", into / "runtime" / "hg_board.c"]
+    for folder in SOURCES:
+        files += [
+            f
+            for f in sorted((cmsis_nn / "Source" / folder).glob("*.c"))
+            if ("_s8" in f.stem or "_nn_" in f.stem) and not f.stem.endswith(("_f16", "_f32"))
+        ]
+    for index, file in enumerate(files):
+        out = obj / f"{index}_{file.stem}.o"
+        subprocess.run(
+            [cc, *cflags, *includes, "-w" if cmsis_nn in file.parents else "-Wall", "-c", str(file), "-o", str(out)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        objects.append(str(out))
+    elf = into / "board" / "bin" / f"{program}.elf"
+    elf.unlink()
+    link = [
+        cc,
+        *cflags,
+        "-nostartfiles",
+        "-Wl,--gc-sections",
+        "-T",
+        str(into / root / "link.ld"),
+        f"-Wl,-Map={elf.with_suffix('.map')}",
+        "-o",
+        str(elf),
+        "-Wl,--start-group",
+        *objects,
+        "-Wl,--end-group",
+        "-lm",
+    ]
+    subprocess.run(link, check=True, capture_output=True, text=True)
+    return into
