@@ -1,10 +1,10 @@
 /* hetgen bare-metal transport backend (see hg_uart.h): the CMSDK UART, polled; SysTick time; and
  * what hg_auth.c takes from the OS on a hosted server (random numbers, the key file), through
  * semihosting. */
-#include "hg_uart.h"
-
 #include <errno.h>
-#include <string.h>
+#include <string.h>  /* before hg_uart.h, whose macros stand in for its strerror (and stdio's) */
+
+#include "hg_uart.h"
 
 #include "hg_auth.h"
 #include "hg_board.h"

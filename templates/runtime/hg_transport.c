@@ -774,18 +774,21 @@ void hg_escape_text(const void *text, size_t bytes, char *out, size_t out_size)
 }
 
 #if defined(HG_TRANSPORT_UART)
-/* After a refusal: drop what the peer still sends until the line has been quiet for `ms` (at most
- * 1 MiB), so that the rest of a refused frame is not read as the next one's header. */
+/* After a refusal: drop what the peer still sends (at most 1 MiB) until the line has been quiet for
+ * HG_UART_QUIET_MS, so that the rest of a refused frame is not read as the next one's header. Not
+ * `ms`: on a line the next peer's hello may follow soon after, and must not be dropped with it. */
+#define HG_UART_QUIET_MS 20
 void hg_channel_linger(hg_channel *channel, int ms)
 {
     (void)channel;
-    int64_t quiet_until = hg_uart_now_ms() + ms;
+    (void)ms;
+    int64_t quiet_until = hg_uart_now_ms() + HG_UART_QUIET_MS;
     for (size_t dropped = 0; dropped < ((size_t)1 << 20);) {
         if (hg_uart_read_byte(quiet_until) < 0) {
             return;
         }
         dropped += 1;
-        quiet_until = hg_uart_now_ms() + ms;
+        quiet_until = hg_uart_now_ms() + HG_UART_QUIET_MS;
     }
 }
 #else
