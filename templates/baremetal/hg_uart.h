@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hg_server.h"
+
 /* Start the UART at `base` (BAUDDIV `divider`, at least 16) and the tick counter at `clock_hz`. */
 void hg_uart_init(uintptr_t base, uint32_t divider, uint32_t clock_hz);
 /* One byte from the UART, or -1 when `deadline_ms` (hg_uart_now_ms's clock; -1: never) passes first. */
@@ -29,6 +31,15 @@ int hg_uart_write_byte(unsigned char byte, int64_t deadline_ms);
 /* Milliseconds and nanoseconds since hg_uart_init, from SysTick at the core clock. */
 int64_t hg_uart_now_ms(void);
 uint64_t hg_uart_now_ns(void);
+
+/* The bare-metal server (hg_server.c built with HG_TRANSPORT_UART; hg_server.h's types): it serves
+ * session after session on the UART, for ever. A line has no end-of-stream, so a new peer's hello
+ * ends the session before it (and is then authenticated like any other); after a refused handshake
+ * what the peer still sends is drained until the line is quiet. Without a heap, the request buffer
+ * is lent: `buffer` of `buffer_size` bytes, at least the device's memory_size + 16 (the largest
+ * request, a copy_in of the whole memory). */
+void hg_serve_forever(hg_channel *channel, const hg_served_device *device, const hg_key *key, unsigned char *buffer,
+                      uint64_t buffer_size) __attribute__((noreturn));
 
 /* Whether the server was started with --emulated (it then refuses to time its programs). */
 int hg_uart_emulated(void);

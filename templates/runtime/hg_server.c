@@ -37,6 +37,8 @@ typedef struct {
     /* A UART does not close: a new peer's hello read inside a session ends it and opens the next. */
     int has_hello;
     int expect_hello;  /* the handshake's first frame */
+    unsigned char *lent;  /* a bare-metal server's request buffer (hg_serve_forever) */
+    uint64_t lent_size;
     hg_frame_header hello_header;
     unsigned char hello[HG_HANDSHAKE_MAX_PAYLOAD];
 } session;
@@ -412,11 +414,11 @@ static enum hg_session_end serve_requests(session *s)
     /* The largest request is a copy_in of the whole memory: its arguments and data. Only an
      * authenticated peer gets a buffer that large. */
     s->buffer_size = s->device->memory_size + 16u;
-    if (s->device->buffer != NULL) {  /* lent by a server without a heap, sized for this request */
-        s->buffer = s->buffer_size <= s->device->buffer_size ? s->device->buffer : NULL;
-    }
-#if !defined(HG_TRANSPORT_UART)
-    else if (s->buffer_size <= HG_TRANSPORT_MAX_PAYLOAD) {
+#if defined(HG_TRANSPORT_UART)
+    /* Lent by the server, which has no heap (hg_serve_forever), sized for this request. */
+    s->buffer = s->buffer_size <= s->lent_size ? s->lent : NULL;
+#else
+    if (s->buffer_size <= HG_TRANSPORT_MAX_PAYLOAD) {
         s->buffer = calloc(1, (size_t)s->buffer_size);
     }
 #endif
@@ -458,9 +460,7 @@ static enum hg_session_end serve_session(session *s)
     if (s->buffer != NULL) {
         hg_wipe(s->buffer, (size_t)s->buffer_size);
 #if !defined(HG_TRANSPORT_UART)
-        if (s->buffer != s->device->buffer) {
-            free(s->buffer);
-        }
+        free(s->buffer);
 #endif
         s->buffer = NULL;
     }
@@ -478,12 +478,16 @@ enum hg_session_end hg_serve(hg_channel *channel, const hg_served_device *device
 }
 
 #if defined(HG_TRANSPORT_UART)
-void hg_serve_forever(hg_channel *channel, const hg_served_device *device, const hg_key *key)
+/* See hg_uart.h. */
+void hg_serve_forever(hg_channel *channel, const hg_served_device *device, const hg_key *key, unsigned char *buffer,
+                      uint64_t buffer_size)
 {
     static session s;  /* static: its hello buffer stays off the stack */
     s.channel = channel;
     s.device = device;
     s.key = key;
+    s.lent = buffer;
+    s.lent_size = buffer_size;
     for (;;) {
         (void)serve_session(&s);
     }

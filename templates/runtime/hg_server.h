@@ -43,10 +43,6 @@ typedef struct {
     uint64_t memory_size;          /* the device memory a peer may read and write */
     uint32_t num_programs;
     unsigned char plan_hash[HG_PLAN_HASH_SIZE];  /* the generated project both programs come from */
-    /* A server without a heap (bare metal) lends its request buffer, of at least memory_size + 16
-     * bytes (the largest request: a copy_in of the whole memory); NULL: allocated per session. */
-    unsigned char *buffer;
-    uint64_t buffer_size;
 } hg_served_device;
 
 /* How a session ended (hg_serve's result, and a session process's exit status). */
@@ -58,13 +54,6 @@ enum hg_session_end {
 
 /* Serve requests on `channel` until the peer closes it (the reason of any other end on stderr). */
 enum hg_session_end hg_serve(hg_channel *channel, const hg_served_device *device, const hg_key *key);
-
-/* A bare-metal server (hg_uart.h, built with HG_TRANSPORT_UART): serve session after session on the board's UART, for ever. A
- * line has no end-of-stream, so a new peer's hello ends the session before it (and is then
- * authenticated like any other); after a refused handshake what the peer still sends is drained
- * until the line is quiet. */
-void hg_serve_forever(hg_channel *channel, const hg_served_device *device, const hg_key *key)
-    __attribute__((noreturn));
 
 /* The server program: pipe mode on stdin/stdout by default; `--listen ADDR:PORT` serves TCP
  * (loopback unless ADDR names another interface, which needs --allow-remote; port 0 picks a free
