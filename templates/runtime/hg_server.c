@@ -22,7 +22,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#define server_log(...) server_log(__VA_ARGS__)
+#define server_log(...) fprintf(stderr, __VA_ARGS__)
 #endif
 
 #define DEFAULT_MAX_SESSIONS 8
