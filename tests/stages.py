@@ -109,7 +109,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "build": (
         "the build: build.ninja, toolchains, the board build, bare metal (hetgen/build/)",
-        ("test_board", "test_baremetal", "test_toolchains", "test_mcu_float"),
+        ("test_board", "test_baremetal", "test_toolchains", "test_mcu_float", "test_coproc"),
     ),
     "runtime": (
         "a built project run: executors, transport, threads, the simulator, tuning (hetgen/runtime/, hetgen/tune/)",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from hetgen.build.baremetal import link_flags, map_path
 from hetgen.build.graph import GraphWriter, TargetScope
 from hetgen.build.toolchain import BOARD_PROGRAM_LDFLAGS, BuildOptions, board_toolchain
-from hetgen.codegen.project import BareMetalProgram, Sources, TargetSources
+from hetgen.codegen.project import Sources, TargetSources
 from hetgen.names import ninja_command, ninja_comment
 from hetgen.platform.baremetal import MemoryMap, is_bare_metal, memory_map
 from hetgen.platform.model import Platform
@@ -147,16 +147,16 @@ def board_plan(sources: Sources, platform: Platform, options: BuildOptions) -> B
         libraries.append(
             PlannedLibrary(target_sources.path, board_library(target_sources.prefix), toolchain.triple, toolchain.cc)
         )
-        wanted = [(p.name, "program", p.sources) for p in target_sources.board_programs]
+        wanted = [(p.name, "program", p.sources, p.linker_script) for p in target_sources.board_programs]
         bare_metal = target_sources.bare_metal
         if bare_metal is not None:  # its own main, startup and linker script (hetgen/codegen/baremetal.py)
-            wanted.insert(0, (bare_metal.name, "root", bare_metal.sources))
+            wanted.insert(0, (bare_metal.name, "root", bare_metal.sources, bare_metal.linker_script))
         elif target_sources.example:
-            wanted.insert(0, (f"{target_sources.prefix}_main", "root", (target_sources.example,)))
+            wanted.insert(0, (f"{target_sources.prefix}_main", "root", (target_sources.example,), ""))
         if not wanted:
             continue
         linked, blockers = _in_process(target_sources, by_path, platform)
-        for name, kind, program_sources in wanted:
+        for name, kind, program_sources, script in wanted:
             if blockers:
                 notes.append(
                     f"no board program {name}: {'; '.join(blockers)}; they can only meet over the out-of-process "
@@ -173,17 +173,18 @@ def board_plan(sources: Sources, platform: Platform, options: BuildOptions) -> B
                     sources=tuple(program_sources),
                     libraries=tuple(board_library(t.prefix) for t in linked),
                     emulator=toolchain.emulator,
-                    **_bare_metal_fields(bare_metal if kind == "root" else None, platform, target_sources.path),
+                    **_bare_metal_fields(script, platform, target_sources.path),
                 )
             )
     remote = any(t.remote_children for t in sources.targets)
     return BoardPlan(tuple(libraries), tuple(programs), tuple(notes), TRANSPORT_KEY if remote else "")
 
 
-def _bare_metal_fields(bare_metal: BareMetalProgram | None, platform: Platform, path: str) -> dict:
-    if bare_metal is None:
+def _bare_metal_fields(linker_script: str, platform: Platform, path: str) -> dict:
+    """A bare-metal ELF's (a bare-metal root's program, or a bare-metal co-processor's server)."""
+    if not linker_script:
         return {}
-    return {"linker_script": bare_metal.linker_script, "memory": memory_map(platform.target(path))}
+    return {"linker_script": linker_script, "memory": memory_map(platform.target(path))}
 
 
 def _memory_json(memory: MemoryMap) -> dict:

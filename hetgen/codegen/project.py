@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hetgen.abi import STATS_NAMES
+from hetgen.codegen import coproc
 from hetgen.codegen.banks import weights_section
 from hetgen.codegen.constants import constants_header
 from hetgen.codegen.kernel_files import program_kernels
@@ -68,6 +69,7 @@ class BoardProgram:
 
     name: str  # the executable's file name, e.g. "hg_soc_vdevice0_host_server"
     sources: tuple[str, ...]  # .c files compiled with the target's board toolchain
+    linker_script: str = ""  # a bare-metal ELF's (hetgen/codegen/coproc.py), linked as a bare-metal root's
 
 
 @dataclass(frozen=True)
@@ -337,6 +339,12 @@ def _remote_files(
     for device in remote:
         path = f"{device.program}/server_main.c"
         files.append(GeneratedFile(path, server_source(lowered, device, project_hash).encode()))
+        if device.bare_metal:  # an ELF serving its UART (hetgen/codegen/coproc.py)
+            files += bare_metal_server_files(lowered, device, prefixes, files)
+            servers[device.program] = BoardProgram(
+                device.server, (path, *coproc.SERVER_SOURCES), linker_script=f"{device.program}/link.ld"
+            )
+            continue
         servers[device.program] = BoardProgram(device.server, (path, *SERVER_RUNTIME))
     updated = []
     for sources in targets:
@@ -350,6 +358,18 @@ def _remote_files(
             sources = replace(sources, board_programs=(*sources.board_programs, servers[sources.path]))
         updated.append(sources)
     return files, updated, project_hash.hex()
+
+
+def bare_metal_server_files(
+    lowered: Lowered, device: RemoteDevice, prefixes: dict[str, str], files: list[GeneratedFile]
+) -> list[GeneratedFile]:
+    """A bare-metal server's linker script, and the runtime files it needs that are not there yet."""
+    target = next(p.target for p in lowered.programs if p.target.path_str == device.program)
+    script = coproc.linker_script(target, prefixes[device.program], lowered.model_name)
+    have = {f.path for f in files}
+    extra = [GeneratedFile(f"{device.program}/link.ld", script.encode())]
+    extra += [GeneratedFile(path, content) for path, content in coproc.support_files() if path not in have]
+    return extra
 
 
 def _file_name(stem: str, suffix: str) -> str:

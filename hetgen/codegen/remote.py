@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hetgen.codegen import coproc
+from hetgen.codegen.coproc import server_elf
 from hetgen.codegen.render import render
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string
@@ -53,6 +55,9 @@ class RemoteDevice:
     server: str  # the server program's file name
     memory_size: int
     num_programs: int
+    # A bare-metal co-processor (a Cortex-M beside a hosted root): its server is an ELF serving the
+    # transport on the board's UART (hetgen/codegen/coproc.py).
+    bare_metal: bool = False
 
 
 def device_env_name(name: str) -> str:
@@ -73,8 +78,9 @@ def remote_devices(lowered: Lowered, prefixes: dict[str, str]) -> tuple[RemoteDe
         child: Program = by_path[block.path]
         if child.role is not ProgramRole.COPROCESSOR:
             continue  # an accelerator under the root is simulated inside the root's own program
-        if is_bare_metal(root.target) or is_bare_metal(child.target):
-            continue  # no OS, so no pipe or socket: a bare-metal core links its co-processor in-process or not at all
+        if is_bare_metal(root.target):
+            continue  # no OS, so no pipe or socket: a bare-metal root links its co-processor in-process or not at all
+        bare_metal = is_bare_metal(child.target)  # served on its UART (hetgen/codegen/coproc.py)
         name = device_path.removeprefix(root.target.path_str + "/").replace("/", ".")
         prefix = prefixes[block.path]
         found.append(
@@ -83,9 +89,10 @@ def remote_devices(lowered: Lowered, prefixes: dict[str, str]) -> tuple[RemoteDe
                 name=name,
                 env_name=device_env_name(name),
                 prefix=prefix,
-                server=server_name(prefix),
+                server=server_elf(prefix) if bare_metal else server_name(prefix),
                 memory_size=child.memory.arena_size,
                 num_programs=len(child.entries),
+                bare_metal=bare_metal,
             )
         )
     return tuple(found)
@@ -126,7 +133,10 @@ def remote_devices_source(
 
 
 def server_source(lowered: Lowered, device: RemoteDevice, project_hash: bytes) -> str:
-    """A co-processor's server_main.c."""
+    """A co-processor's server_main.c (a bare-metal one's: hetgen/codegen/coproc.py)."""
+    if device.bare_metal:
+        target = next(p.target for p in lowered.programs if p.target.path_str == device.program)
+        return coproc.server_source(target, device, lowered.model_name, c_bytes(project_hash))
     return render(
         "model/server_main.c.j2",
         prefix=device.prefix,

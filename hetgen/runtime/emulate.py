@@ -25,8 +25,10 @@ import re
 import select
 import shlex
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +51,28 @@ def _little_endian(dtype: np.dtype) -> np.dtype:
 
 def _qemu_option_value(text: str) -> str:
     return text.replace(",", ",,")  # qemu's option syntax: a comma inside a value is doubled
+
+
+UART_SERVER_START_S = 30.0
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End a server: SIGTERM (qemu exits cleanly on it), then SIGKILL if it lingers."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    process.wait()
+
+
+def _check_key_mode(key: Path) -> None:
+    """A bare-metal server reads its key through semihosting, which cannot see the file's mode:
+    the host that starts it refuses a key others may read or write, as a hosted server does."""
+    mode = key.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise HetgenError(f"{key}: the transport key may be read or written by others (mode {mode:03o}): chmod 600 it")
 
 
 def semihosting_command(emulator_and_elf: tuple[str, ...], name: str, arguments: list[str]) -> list[str]:
@@ -108,6 +132,11 @@ class EmulatedModel:
             (device.name, (*self._emulator(server), str(self.path / server["path"]), *key))
             for device, server in self._servers()
         )
+        # Bare-metal co-processors' servers (hetgen/codegen/coproc.py): an ELF under a system emulator
+        # that serves its UART, which the emulator connects to a loopback socket.
+        self.uart_servers = {device.name: server for device, server in self._servers() if server.get("semihosting")}
+        if self.uart_servers:
+            _check_key_mode(self.key)
         self.key_options = key
         # Servers run under an emulator refuse to time their programs (`hetgen tune --on`, hg_server.h).
         emulated = any(self._emulator(server) for _, server in self._servers())
@@ -175,7 +204,11 @@ class EmulatedModel:
             try:
                 devices = []
                 for name, server in self.servers:
-                    if self.transport == "pipe":
+                    if name in self.uart_servers:
+                        process, port = self._start_uart_server(name, self.uart_servers[name], Path(folder))
+                        listening.append(process)
+                        devices += ["--device", f"{name}=tcp:127.0.0.1:{port}"]
+                    elif self.transport == "pipe":
                         devices += ["--device", f"{name}=exec:{shlex.join(server)}"]
                     else:
                         process, port = self._start_listening(name, server)
@@ -191,8 +224,7 @@ class EmulatedModel:
                 self.board_report = board_report(stdout)
             finally:
                 for process in listening:
-                    process.kill()
-                    process.wait()
+                    _stop(process)
             self.transport_stats = (
                 [json.loads(line) for line in stats.read_text().splitlines()] if stats.is_file() else []
             )
@@ -215,6 +247,42 @@ class EmulatedModel:
             detail = terminal_text((process.stderr.read() or line).strip()[-2000:])
             raise HetgenError(f"the device server of {name} did not start listening: {shlex.join(server)}\n{detail}")
         return process, int(found.group(1))
+
+    def _start_uart_server(self, name: str, server: dict, folder: Path):
+        """A bare-metal server under its system emulator, its UART on a loopback socket that this
+        process opens (and hands to the emulator: no port can be taken meanwhile), once it says it
+        serves; and the port. Its command line and key come through semihosting, relative to the
+        project (the emulator runs there)."""
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(4)
+            port = listener.getsockname()[1]
+            key = os.path.relpath(self.key, self.path)
+            command = [
+                *semihosting_command(
+                    (*self._emulator(server), server["path"]), server["name"], ["--key", key, "--emulated"]
+                ),
+                "-chardev",
+                f"socket,id=hg_uart,fd={listener.fileno()},server=on,wait=off",
+                "-serial",
+                "chardev:hg_uart",
+            ]
+            log = folder / f"uart-server-{len(list(folder.glob('uart-server-*')))}.log"
+            with log.open("w") as output:
+                process = subprocess.Popen(
+                    command, cwd=self.path, stdout=output, stderr=subprocess.STDOUT, pass_fds=(listener.fileno(),)
+                )
+        finally:
+            listener.close()
+        deadline = time.monotonic() + UART_SERVER_START_S
+        while "serving on the UART" not in log.read_text(errors="replace"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                _stop(process)
+                detail = terminal_text(log.read_text(errors="replace").strip()[-2000:]) or "(no output)"
+                raise HetgenError(f"the device server of {name} did not start serving: {shlex.join(command)}\n{detail}")
+            time.sleep(0.02)
+        return process, port
 
     def _input_bytes(self, feeds: dict[str, np.ndarray]) -> bytes:
         arrays = checked_inputs(self.inputs, feeds)  # the same rules as the native library's run()

@@ -7,15 +7,18 @@
 #define _DEFAULT_SOURCE
 #include "hg_auth.h"
 
+#include <string.h>
+
+#if !defined(HG_TRANSPORT_UART)  /* a bare-metal server has its nonces and key from hg_uart.c */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <sys/random.h>
+#endif
 #endif
 
 static const uint32_t round_constants[64] = {
@@ -171,6 +174,7 @@ void hg_wipe(void *buffer, size_t bytes)
     }
 }
 
+#if !defined(HG_TRANSPORT_UART)
 static int urandom_bytes(unsigned char *p, size_t bytes)
 {
     const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -274,6 +278,8 @@ int hg_key_load(hg_key *key, const char *path, char *error, size_t error_size)
     key->length = done;
     return 0;
 }
+
+#endif /* !HG_TRANSPORT_UART */
 
 void hg_handshake_proof(const hg_key *key, enum hg_proof_role role, const unsigned char client_nonce[HG_NONCE_SIZE],
                         const unsigned char server_nonce[HG_NONCE_SIZE],

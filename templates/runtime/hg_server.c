@@ -3,19 +3,27 @@
 #include "hg_server.h"
 
 #include <errno.h>
+#include <string.h>
+
+#include "hg_runtime.h"
+
+#if defined(HG_TRANSPORT_UART)
+/* A bare-metal server: the board's UART, SysTick and semihosting (hg_uart.h); no OS, no heap. */
+#include "hg_uart.h"
+#define server_log hg_uart_log
+#else
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "hg_runtime.h"
+#define server_log(...) fprintf(stderr, __VA_ARGS__)
+#endif
 
 #define DEFAULT_MAX_SESSIONS 8
 
@@ -26,6 +34,13 @@ typedef struct {
     unsigned char *buffer;   /* one request's payload, or one copy_out's data */
     uint64_t buffer_size;
     int authenticated;
+    /* A UART does not close: a new peer's hello read inside a session ends it and opens the next. */
+    int has_hello;
+    int expect_hello;  /* the handshake's first frame */
+    unsigned char *lent;  /* a bare-metal server's request buffer (hg_serve_forever) */
+    uint64_t lent_size;
+    hg_frame_header hello_header;
+    unsigned char hello[HG_HANDSHAKE_MAX_PAYLOAD];
 } session;
 
 static int reply(session *s, const hg_frame_header *request, int32_t status, const void *data, uint32_t length)
@@ -39,7 +54,7 @@ static int reply(session *s, const hg_frame_header *request, int32_t status, con
 /* A refusal: the status and its reason, and the session goes on. */
 static int refuse(session *s, const hg_frame_header *request, int32_t status, const char *reason)
 {
-    fprintf(stderr, "hg_server %s: refused request #%u: %s\n", s->device->name, request->sequence, reason);
+    server_log("hg_server %s: refused request #%u: %s\n", s->device->name, request->sequence, reason);
     return reply(s, request, status, reason, (uint32_t)strlen(reason));
 }
 
@@ -57,9 +72,13 @@ static int inside(const session *s, uint64_t offset, uint64_t bytes)
 
 static uint64_t monotonic_ns(void)
 {
+#if defined(HG_TRANSPORT_UART)
+    return hg_uart_now_ns();  /* SysTick at the core clock */
+#else
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+#endif
 }
 
 /* HG_MSG_TIME (hg_server.h): `repeats` runs of `program`, each timed with invoke and wait. */
@@ -170,8 +189,12 @@ static int handle(session *s, const hg_frame_header *request, const unsigned cha
             snprintf(reason, sizeof reason, "time of %u runs; from 1 to %u", repeats, HG_TIME_MAX_REPEATS);
             return refuse(s, request, HG_ERR_ARGUMENT, reason);
         }
+#if defined(HG_TRANSPORT_UART)
+        if (hg_uart_emulated()) {  /* started with --emulated */
+#else
         const char *emulated = getenv("HG_EMULATED");
         if (emulated != NULL && emulated[0] != '\0') {
+#endif
             return refuse(s, request, HG_ERR_DEVICE,
                           "this server runs under an emulator (HG_EMULATED is set): emulated time is not the "
                           "board's; run the server on the board itself");
@@ -193,7 +216,7 @@ static int handle(session *s, const hg_frame_header *request, const unsigned cha
 /* End the session over a frame that cannot be answered in kind: tell the peer why, then stop. */
 static enum hg_session_end end_session(session *s, uint32_t sequence, int32_t code, const char *reason)
 {
-    fprintf(stderr, "hg_server %s: %s; ending the session\n", s->device->name, reason);
+    server_log("hg_server %s: %s; ending the session\n", s->device->name, reason);
     unsigned char head[4];
     hg_put_u32(head, (uint32_t)code);
     (void)hg_send_frame(s->channel, HG_MSG_ERROR, sequence, head, 4, reason, (uint32_t)strnlen(reason, 250) + 1);
@@ -209,7 +232,7 @@ static int read_request(session *s, hg_frame_header *header, unsigned char *payl
     int status = hg_read_header(channel, header, wait_ms);
     if (status == HG_TRANSPORT_CLOSED) {
         if (!s->authenticated) {
-            fprintf(stderr, "hg_server %s: the peer closed the connection before the handshake\n", s->device->name);
+            server_log("hg_server %s: the peer closed the connection before the handshake\n", s->device->name);
         }
         *end = s->authenticated ? HG_SESSION_CLEAN : HG_SESSION_UNAUTHENTICATED;
         return -1;
@@ -225,6 +248,27 @@ static int read_request(session *s, hg_frame_header *header, unsigned char *payl
         *end = end_session(s, header->sequence, HG_TRANSPORT_VERSION_MISMATCH, reason);
         return -1;
     }
+#if defined(HG_TRANSPORT_UART)
+    if (!s->expect_hello && header->type == HG_MSG_HELLO && header->length <= HG_HANDSHAKE_MAX_PAYLOAD) {
+        /* The line has no end-of-stream: a hello inside a session, or in place of the auth, is a
+         * new peer (a root that ended, or gave up on the handshake, and started again), whose
+         * hello carries no tag. This session ends as if closed, and the hello opens the next
+         * handshake, which must prove the key like any other. */
+        if (!s->authenticated) {
+            server_log("hg_server %s: a new hello before the auth; starting the handshake again\n", s->device->name);
+        }
+        channel->sealed = 0;
+        status = hg_read_payload(channel, header, s->hello, header->length, NULL);
+        if (status != HG_TRANSPORT_OK) {
+            *end = end_session(s, header->sequence, status, channel->error);
+            return -1;
+        }
+        s->hello_header = *header;
+        s->has_hello = 1;
+        *end = s->authenticated ? HG_SESSION_CLEAN : HG_SESSION_UNAUTHENTICATED;
+        return -1;
+    }
+#endif
     if (header->length > limit) {
         if (s->authenticated) {
             snprintf(reason, sizeof reason, "a %u-byte request exceeds the device's %llu-byte memory", header->length,
@@ -261,8 +305,22 @@ static int handshake(session *s, enum hg_session_end *end)
     char reason[320];
     /* The hello must arrive whole within the timeout of the connection's start: an idle or trickling
      * peer is dropped, and holds nothing but its own process meanwhile. */
-    if (read_request(s, &header, payload, sizeof payload, channel->timeout_ms, end) != 0) {
-        return -1;
+    if (s->has_hello) {  /* read by the session it ended (a UART's) */
+        header = s->hello_header;
+        memcpy(payload, s->hello, header.length);
+        s->has_hello = 0;
+    } else {
+        s->expect_hello = 1;
+#if defined(HG_TRANSPORT_UART)
+        const int first_byte_ms = -1;  /* a line has no connection to start a clock: its first byte does */
+#else
+        const int first_byte_ms = channel->timeout_ms;
+#endif
+        const int status = read_request(s, &header, payload, sizeof payload, first_byte_ms, end);
+        s->expect_hello = 0;
+        if (status != 0) {
+            return -1;
+        }
     }
     const uint32_t fixed = 4 + HG_NONCE_SIZE + HG_PLAN_HASH_SIZE;
     if (header.type != HG_MSG_HELLO || header.length < fixed || header.length > fixed + HG_DEVICE_NAME_MAX) {
@@ -319,7 +377,7 @@ static int handshake(session *s, enum hg_session_end *end)
     hg_handshake_proof(s->key, HG_SESSION_KEY, client_nonce, server_nonce, device->plan_hash, version, name, name_length,
                        session_key);
     if (reply(s, &header, HG_OK, challenge, sizeof challenge) != HG_TRANSPORT_OK) {
-        fprintf(stderr, "hg_server %s: %s; ending the session\n", device->name, channel->error);
+        server_log("hg_server %s: %s; ending the session\n", device->name, channel->error);
         hg_wipe(session_key, sizeof session_key);
         *end = HG_SESSION_UNAUTHENTICATED;
         return -1;
@@ -344,7 +402,7 @@ static int handshake(session *s, enum hg_session_end *end)
     hg_put_u64(opened, device->memory_size);
     hg_put_u32(opened + 8, device->num_programs);
     if (reply(s, &header, HG_OK, opened, sizeof opened) != HG_TRANSPORT_OK) {
-        fprintf(stderr, "hg_server %s: %s; ending the session\n", device->name, channel->error);
+        server_log("hg_server %s: %s; ending the session\n", device->name, channel->error);
         *end = HG_SESSION_BROKEN;
         return -1;
     }
@@ -356,7 +414,15 @@ static enum hg_session_end serve_requests(session *s)
     /* The largest request is a copy_in of the whole memory: its arguments and data. Only an
      * authenticated peer gets a buffer that large. */
     s->buffer_size = s->device->memory_size + 16u;
-    if (s->buffer_size > HG_TRANSPORT_MAX_PAYLOAD || (s->buffer = calloc(1, (size_t)s->buffer_size)) == NULL) {
+#if defined(HG_TRANSPORT_UART)
+    /* Lent by the server, which has no heap (hg_serve_forever), sized for this request. */
+    s->buffer = s->buffer_size <= s->lent_size ? s->lent : NULL;
+#else
+    if (s->buffer_size <= HG_TRANSPORT_MAX_PAYLOAD) {
+        s->buffer = calloc(1, (size_t)s->buffer_size);
+    }
+#endif
+    if (s->buffer_size > HG_TRANSPORT_MAX_PAYLOAD || s->buffer == NULL) {
         char reason[160];
         snprintf(reason, sizeof reason, "cannot hold a %llu-byte request", (unsigned long long)s->buffer_size);
         s->buffer_size = 0;
@@ -373,29 +439,60 @@ static enum hg_session_end serve_requests(session *s)
             return end_session(s, header.sequence, HG_TRANSPORT_PROTOCOL, "a handshake message inside a session");
         }
         if (handle(s, &header, s->buffer) != HG_TRANSPORT_OK) {
-            fprintf(stderr, "hg_server %s: %s; ending the session\n", s->device->name, s->channel->error);
+            server_log("hg_server %s: %s; ending the session\n", s->device->name, s->channel->error);
             return HG_SESSION_BROKEN;
         }
     }
 }
 
-enum hg_session_end hg_serve(hg_channel *channel, const hg_served_device *device, const hg_key *key)
+static enum hg_session_end serve_session(session *s)
 {
-    session s = { channel, device, key, NULL, 0, 0 };
     enum hg_session_end end;
-    if (handshake(&s, &end) == 0) {
-        end = serve_requests(&s);
+    s->authenticated = 0;
+    if (handshake(s, &end) == 0) {
+        end = serve_requests(s);
     }
     /* Nothing of this session outlives it: not the device memory, not the last request's data, not
      * its key. */
-    hg_wipe(device->state, (size_t)device->state_size);
-    hg_wipe(channel->seal_key, sizeof channel->seal_key);
-    if (s.buffer != NULL) {
-        hg_wipe(s.buffer, (size_t)s.buffer_size);
-        free(s.buffer);
+    hg_wipe(s->device->state, (size_t)s->device->state_size);
+    hg_wipe(s->channel->seal_key, sizeof s->channel->seal_key);
+    s->channel->sealed = 0;
+    if (s->buffer != NULL) {
+        hg_wipe(s->buffer, (size_t)s->buffer_size);
+#if !defined(HG_TRANSPORT_UART)
+        free(s->buffer);
+#endif
+        s->buffer = NULL;
     }
     return end;
 }
+
+enum hg_session_end hg_serve(hg_channel *channel, const hg_served_device *device, const hg_key *key)
+{
+    static session zero;
+    session s = zero;
+    s.channel = channel;
+    s.device = device;
+    s.key = key;
+    return serve_session(&s);
+}
+
+#if defined(HG_TRANSPORT_UART)
+/* See hg_uart.h. */
+void hg_serve_forever(hg_channel *channel, const hg_served_device *device, const hg_key *key, unsigned char *buffer,
+                      uint64_t buffer_size)
+{
+    static session s;  /* static: its hello buffer stays off the stack */
+    s.channel = channel;
+    s.device = device;
+    s.key = key;
+    s.lent = buffer;
+    s.lent_size = buffer_size;
+    for (;;) {
+        (void)serve_session(&s);
+    }
+}
+#else
 
 static int usage(const char *program)
 {
@@ -413,7 +510,7 @@ static int positive_option(const char *name, const char *text, long limit, long 
     char *end = NULL;
     *value = strtol(text, &end, 10);
     if (end == text || *end != '\0' || *value <= 0 || *value > limit) {
-        fprintf(stderr, "%s %s: expected a whole number from 1 to %ld\n", name, text, limit);
+        server_log("%s %s: expected a whole number from 1 to %ld\n", name, text, limit);
         return -1;
     }
     return 0;
@@ -477,7 +574,7 @@ static int serve_tcp(int listen_fd, const hg_served_device *device, const hg_key
         if (active >= max_sessions) {
             char reason[120];
             snprintf(reason, sizeof reason, "the server is busy: %ld sessions at once (--max-sessions)", max_sessions);
-            fprintf(stderr, "hg_server %s: %s; refused a connection\n", device->name, reason);
+            server_log("hg_server %s: %s; refused a connection\n", device->name, reason);
             refuse_connection(fd, reason);
             continue;
         }
@@ -492,7 +589,7 @@ static int serve_tcp(int listen_fd, const hg_served_device *device, const hg_key
         }
         close(fd);
         if (pid < 0) {
-            fprintf(stderr, "hg_server %s: fork failed: %s\n", device->name, strerror(errno));
+            server_log("hg_server %s: fork failed: %s\n", device->name, strerror(errno));
             continue;
         }
         active += 1;
@@ -534,7 +631,7 @@ int hg_server_main(int argc, char **argv, const hg_served_device *device)
     }
     const char *key_path = hg_key_path(key_option);
     if (key_path == NULL) {
-        fprintf(stderr, "hg_server %s: no transport key: pass --key FILE (the board build writes board/transport.key) "
+        server_log("hg_server %s: no transport key: pass --key FILE (the board build writes board/transport.key) "
                         "or set HG_TRANSPORT_KEY\n",
                 device->name);
         return 2;
@@ -542,7 +639,7 @@ int hg_server_main(int argc, char **argv, const hg_served_device *device)
     hg_key key;
     char error[512];
     if (hg_key_load(&key, key_path, error, sizeof error) != 0) {
-        fprintf(stderr, "hg_server %s: %s\n", device->name, error);
+        server_log("hg_server %s: %s\n", device->name, error);
         return 2;
     }
     /* A peer that goes away must end a session, not the server. */
@@ -557,7 +654,7 @@ int hg_server_main(int argc, char **argv, const hg_served_device *device)
         int port = 0;
         int is_remote = 0;
         if (hg_listen(listen_at, allow_remote, &listen_fd, &port, &is_remote, error, sizeof error) != HG_TRANSPORT_OK) {
-            fprintf(stderr, "hg_server %s: %s\n", device->name, error);
+            server_log("hg_server %s: %s\n", device->name, error);
             hg_wipe(&key, sizeof key);
             return 2;
         }
@@ -576,3 +673,4 @@ int hg_server_main(int argc, char **argv, const hg_served_device *device)
     hg_wipe(&key, sizeof key);
     return result;
 }
+#endif /* !HG_TRANSPORT_UART */

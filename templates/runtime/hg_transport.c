@@ -3,6 +3,13 @@
 #define _DEFAULT_SOURCE
 #include "hg_transport.h"
 
+#include <stdarg.h>
+#include <string.h>
+
+#if defined(HG_TRANSPORT_UART)
+/* A bare-metal device server: the byte stream is the board's UART, deadlines count SysTick. */
+#include "hg_uart.h"
+#else
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -10,15 +17,14 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#endif
 
 #ifndef MSG_NOSIGNAL
 #define MSG_NOSIGNAL 0
@@ -95,6 +101,7 @@ static int fail(hg_channel *channel, int code, const char *format, ...)
     return code;
 }
 
+#if !defined(HG_TRANSPORT_UART)
 int hg_transport_timeout_from_env(void)
 {
     const char *text = getenv("HG_TRANSPORT_TIMEOUT_MS");
@@ -224,6 +231,13 @@ static int read_exact(hg_channel *channel, void *buffer, size_t bytes, const cha
     return HG_TRANSPORT_OK;
 }
 
+/* Before a request: its first byte, waited for as long as it takes. */
+static int wait_for_first_byte(hg_channel *channel)
+{
+    const int ready = wait_ready(channel->read_fd, POLLIN, -1);
+    return ready != 0 ? fail(channel, HG_TRANSPORT_IO, "poll failed: %s", strerror(errno)) : HG_TRANSPORT_OK;
+}
+
 /* Write exactly `bytes` by `deadline_ms`: a peer that stops taking a frame cannot hold it open. */
 static int write_exact(hg_channel *channel, const void *buffer, size_t bytes, int64_t deadline_ms)
 {
@@ -251,6 +265,68 @@ static int write_exact(hg_channel *channel, const void *buffer, size_t bytes, in
     }
     return HG_TRANSPORT_OK;
 }
+
+#else /* HG_TRANSPORT_UART: the board's UART, polled (hg_uart.h) */
+
+void hg_channel_init(hg_channel *channel, int read_fd, int write_fd, int is_socket, int timeout_ms)
+{
+    memset(channel, 0, sizeof *channel);
+    channel->read_fd = read_fd;
+    channel->write_fd = write_fd;
+    channel->is_socket = is_socket;
+    channel->timeout_ms = timeout_ms;
+    channel->deadline_ms = -1;
+    channel->frame_budget_ms = timeout_ms;
+}
+
+static int64_t deadline_after(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : hg_uart_now_ms() + timeout_ms;
+}
+
+/* As the hosted read_exact, byte by byte: the deadline is one point in time for the whole frame.
+ * A UART does not close: a peer that went away is a frame that never comes (or a new hello). */
+static int read_exact(hg_channel *channel, void *buffer, size_t bytes, const char *what)
+{
+    unsigned char *p = (unsigned char *)buffer;
+    for (size_t done = 0; done < bytes; ++done) {
+        const int byte = hg_uart_read_byte(channel->deadline_ms);
+        if (byte < 0) {
+            if (strcmp(what, "header") == 0 && done == 0) {
+                return fail(channel, HG_TRANSPORT_TIMEOUT, "no answer within %d ms", channel->frame_budget_ms);
+            }
+            return fail(channel, HG_TRANSPORT_TIMEOUT, "no whole frame within %d ms (%s: %zu of %zu bytes arrived)",
+                        channel->frame_budget_ms, what, done, bytes);
+        }
+        p[done] = (unsigned char)byte;
+        channel->stats.bytes_received += 1;
+    }
+    return HG_TRANSPORT_OK;
+}
+
+static int write_exact(hg_channel *channel, const void *buffer, size_t bytes, int64_t deadline_ms)
+{
+    const unsigned char *p = (const unsigned char *)buffer;
+    for (size_t done = 0; done < bytes; ++done) {
+        if (hg_uart_write_byte(p[done], deadline_ms) != 0) {
+            return fail(channel, HG_TRANSPORT_TIMEOUT,
+                        "the UART did not take the frame within %d ms (%zu of %zu bytes sent)", channel->timeout_ms,
+                        done, bytes);
+        }
+        channel->stats.bytes_sent += 1;
+    }
+    return HG_TRANSPORT_OK;
+}
+
+static int wait_for_first_byte(hg_channel *channel)
+{
+    (void)channel;
+    while (!hg_uart_readable()) {
+    }
+    return HG_TRANSPORT_OK;
+}
+
+#endif /* HG_TRANSPORT_UART */
 
 void hg_channel_seal(hg_channel *channel, const unsigned char key[HG_SHA256_SIZE], int is_server)
 {
@@ -328,9 +404,9 @@ int hg_read_header(hg_channel *channel, hg_frame_header *header, int wait_ms)
     if (wait_ms < 0) {
         /* Between requests a session may idle (the controller computes); once a frame starts, its
          * deadline holds. */
-        const int ready = wait_ready(channel->read_fd, POLLIN, -1);
-        if (ready != 0) {
-            return fail(channel, HG_TRANSPORT_IO, "poll failed: %s", strerror(errno));
+        const int ready = wait_for_first_byte(channel);
+        if (ready != HG_TRANSPORT_OK) {
+            return ready;
         }
         wait_ms = channel->timeout_ms;
     }
@@ -404,6 +480,7 @@ int hg_read_payload(hg_channel *channel, const hg_frame_header *header, void *he
     return HG_TRANSPORT_OK;
 }
 
+#if !defined(HG_TRANSPORT_UART)
 /* exec: run COMMAND through /bin/sh with a pipe pair on its stdin and stdout; stderr is shared. */
 static int open_exec(hg_channel *channel, const char *command, int timeout_ms)
 {
@@ -664,6 +741,8 @@ int hg_listen(const char *address, int allow_remote, int *listen_fd, int *port, 
     return HG_TRANSPORT_OK;
 }
 
+#endif /* !HG_TRANSPORT_UART */
+
 void hg_escape_text(const void *text, size_t bytes, char *out, size_t out_size)
 {
     static const char digits[] = "0123456789abcdef";
@@ -694,6 +773,25 @@ void hg_escape_text(const void *text, size_t bytes, char *out, size_t out_size)
     out[used] = '\0';
 }
 
+#if defined(HG_TRANSPORT_UART)
+/* After a refusal: drop what the peer still sends (at most 1 MiB) until the line has been quiet for
+ * HG_UART_QUIET_MS, so that the rest of a refused frame is not read as the next one's header. Not
+ * `ms`: on a line the next peer's hello may follow soon after, and must not be dropped with it. */
+#define HG_UART_QUIET_MS 20
+void hg_channel_linger(hg_channel *channel, int ms)
+{
+    (void)channel;
+    (void)ms;
+    int64_t quiet_until = hg_uart_now_ms() + HG_UART_QUIET_MS;
+    for (size_t dropped = 0; dropped < ((size_t)1 << 20);) {
+        if (hg_uart_read_byte(quiet_until) < 0) {
+            return;
+        }
+        dropped += 1;
+        quiet_until = hg_uart_now_ms() + HG_UART_QUIET_MS;
+    }
+}
+#else
 void hg_channel_linger(hg_channel *channel, int ms)
 {
     if (!channel->is_socket || channel->read_fd < 0) {
@@ -722,3 +820,4 @@ void hg_channel_kill(hg_channel *channel)
     }
     hg_channel_close(channel);
 }
+#endif /* HG_TRANSPORT_UART */
