@@ -12,7 +12,7 @@ import dataclasses
 
 from hetgen.errors import HetgenError, InternalError, ModelError, PlacementError
 from hetgen.ir import Graph
-from hetgen.lower.banks import STATIC_DATA_RESERVE, BankArena, plan_banks
+from hetgen.lower.banks import STATIC_DATA_RESERVE, BankArena, group_traffic, plan_banks
 from hetgen.lower.blocked_layout import block_layout
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
@@ -33,7 +33,7 @@ from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
 from hetgen.lower.verify import verified
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
-from hetgen.partition.choices import Choices, stale
+from hetgen.partition.choices import Choices, banked, placement_makespan_of, stale
 from hetgen.partition.placement import Placement
 from hetgen.platform.banks import bank_of
 from hetgen.platform.model import Platform, Role, Runtime, Target
@@ -221,6 +221,7 @@ def _lower(
     root = platform.root.controller()
     choices: Choices = placement.choices
     refused(choices, graph)
+    placed_graph = graph
     # the units, kernels and layouts the kernel choice stage recorded (hetgen/partition/choices.py)
     units = tuple(c.unit for c in choices.units)
     kernels = tuple(c.kernel for c in choices.units)
@@ -259,6 +260,16 @@ def _lower(
         plans[target], weights[target], bank_arenas[target] = plan_target(
             target, schedule, on_target, kernels, graph, target == root
         )
+
+    bank_traffic: tuple = ()
+    if bank_arenas.get(root):
+        # each lowered unit's group, a reorder in the group of the unit it serves (blocked_layout.py)
+        unit_groups = [
+            placement.group_of(c.unit.head.name).name for c in choices.units for _ in range(len(c.reorders) + 1)
+        ]
+        traffic = group_traffic(root, unit_groups, infos, kernels, graph, plans[root], bank_arenas[root])
+        placement, per_bank = banked(placement, platform, traffic, placement_makespan_of(placed_graph, platform))
+        bank_traffic = tuple((name, nbytes, accesses) for name, (nbytes, accesses) in per_bank.items())
 
     prefixes = target_prefixes(platform)
     functions = {}
@@ -321,6 +332,7 @@ def _lower(
                 emulation_scratch=scratch_sizes.get(target, 0),
                 pool=has_pool(platform.root, target),
                 banks=bank_arenas.get(target, ()),
+                bank_traffic=bank_traffic if role is ProgramRole.ROOT else (),
                 threads=program_threads(platform, target),
             )
         )
@@ -333,6 +345,7 @@ def _lower(
         simulated_devices(programs, layouts),
         placement_estimates(placement),
         placement.total_us,
+        placement,
     )
 
 

@@ -101,11 +101,14 @@ def kernel_us(
     nodes: Iterable[Node] = (),
     parallel: Parallel = SERIAL,
     threads: int = 1,
+    memory_us: float | None = None,
 ) -> float:
     """A kernel's time on a CPU: the longer of its compute and its memory traffic; with a worker
-    pool of `threads`, its compute split as `parallel` says and each pool call's cost added."""
+    pool of `threads`, its compute split as `parallel` says and each pool call's cost added.
+    `memory_us`: its traffic's time where the caller prices it per memory bank (a banked root:
+    hetgen/partition/choices.py `banked`), else its bytes at the CPU's one bandwidth."""
     compute = work.flops / (peak_gops(figures, nodes) * 1e3 * efficiency)
-    memory = work.bytes / (figures.bandwidth_gbps * 1e3)
+    memory = work.bytes / (figures.bandwidth_gbps * 1e3) if memory_us is None else memory_us
     calls = parallel.pool_calls(threads)
     if not calls:
         return scale * (figures.launch_us + max(compute, memory))
