@@ -388,3 +388,18 @@ def test_banked_elf_runs_under_qemu_matches_onnxruntime_with_each_section_in_its
     assert ".hg_bank_sram" in (out / "board/bin/hg_mcu_m55_banks_main.map").read_text()
     errors = verify(out, seed=2, emulate=True)
     assert errors and all(e.ok for e in errors), errors
+
+
+def test_a_hosted_bank_with_an_origin_is_refused():
+    text = HOSTED.replace("fast: {kib: 4,", "fast: {origin: 0x20000000, kib: 4,")
+    assert "bank 'fast' of target 'hb'" in refusal(text) and "only a bare-metal image links to" in refusal(text)
+
+
+def test_hosted_weights_past_their_bank_are_refused_with_its_name_and_the_bytes_over(tmp_path):
+    text = HOSTED.replace("  memories:\n", "  memories:\n    rom: {kib: 64, bandwidth_gbps: 50, read_only: true}\n")
+    with pytest.raises(HetgenError) as caught:
+        hetgen.compile(load_platform_text(text, "hb.yaml"), MODEL, out=tmp_path / "out", build=False)
+    message = str(caught.value)
+    assert "bank 'rom' (64 KiB) overflows by 250,944 B: 316,480 B needed (weights 316,480 B)" in message, (
+        message
+    )  # packed layouts

@@ -12,7 +12,7 @@ import dataclasses
 
 from hetgen.errors import HetgenError, InternalError, ModelError, PlacementError
 from hetgen.ir import Graph
-from hetgen.lower.banks import STATIC_DATA_RESERVE, BankArena, group_traffic, plan_banks
+from hetgen.lower.banks import STATIC_DATA_RESERVE, BankArena, check_weights_bank, group_traffic, plan_banks
 from hetgen.lower.blocked_layout import block_layout
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
@@ -36,6 +36,7 @@ from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.partition.choices import Choices, banked, placement_makespan_of, stale
 from hetgen.partition.placement import Placement
 from hetgen.platform.banks import bank_of
+from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.platform.threads import has_pool, program_threads
 from hetgen.spec import KernelTable
@@ -142,7 +143,10 @@ def plan_target(target, schedule, units_on_target, kernels, graph, is_root) -> t
     check_sizes(
         target, plan, sum(graph.types[name].nbytes for name in used), {t: graph.types[t].nbytes for t in touched}
     )
-    return plan, pack_weights(used, graph), arenas
+    weights = pack_weights(used, graph)
+    if arenas and not is_bare_metal(target):
+        check_weights_bank(target, weights.size, arenas, bank_reserves(target, graph))
+    return plan, weights, arenas
 
 
 def bank_reserves(target: Target, graph: Graph) -> dict[str, int]:

@@ -129,6 +129,31 @@ def _overflow(target: Target, bank: Bank, plan: MemoryPlan, room: int, reserved:
     )
 
 
+def check_weights_bank(
+    target: Target, weights: int, arenas: tuple[BankArena, ...], reserved: Mapping[str, int]
+) -> None:
+    """A hosted banked root's weights against their bank: they, the arena part planned there and
+    what is reserved there must fit its kib (a bare-metal root's image is checked whole, code
+    included, by the board fit: hetgen/build/baremetal.py)."""
+    bank = next((b for b in target.memories if "weights" in b.holds), None)
+    if bank is None:
+        return
+    arena = sum(a.size for a in arenas if a.bank.name == bank.name)
+    kept = reserved.get(bank.name, 0)
+    need = weights + arena + kept
+    if need > bank.size:
+        parts = (
+            f"weights {weights:,} B"
+            + (f", arena {arena:,} B" if arena else "")
+            + (f", reserved {kept:,} B" if kept else "")
+        )
+        raise PlacementError(
+            f"{target.path_str}: bank '{bank.name}' ({bank.size // KIB} KiB) overflows by {need - bank.size:,} B: "
+            f"{need:,} B needed ({parts}). Fix: give bank '{bank.name}' more kib, hold the weights in a larger "
+            "bank, or use a smaller model"
+        )
+
+
 def bank_of_offset(arenas: tuple[BankArena, ...], offset: int) -> BankArena:
     for arena in arenas:
         if arena.base <= offset < arena.end:

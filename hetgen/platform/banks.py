@@ -232,6 +232,18 @@ def check_bare_metal_banks(banks: tuple[Bank, ...], node: YNode, what: str, prob
             )
 
 
+def check_hosted_banks(banks: tuple[Bank, ...], node: YNode, what: str, problems: Problems) -> None:
+    """A hosted program's memory is placed by its operating system's loader: a bank's `origin`
+    (a linker region's address on bare metal) would take no effect, so it is refused."""
+    for bank in banks:
+        if bank.origin is not None:
+            problems.add(
+                node.pos,
+                f"bank '{bank.name}' of {what} has an 'origin', which only a bare-metal image links to; a hosted "
+                "program's memory is placed by its operating system. Remove 'origin' (or use a bare-metal kind)",
+            )
+
+
 def default_banks(target: Target) -> tuple[Bank, ...]:
     """A target's banks: those it declares, else its kind's one map as two banks (a bare-metal
     core's flash and RAM; figures from its cost figures), else none (a hosted CPU's memory is
