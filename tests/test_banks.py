@@ -1,7 +1,9 @@
 """Memory banks (`memories:` on the root, hetgen/platform/banks.py, hetgen/lower/banks.py): loading
 and refusals with file:line, the assignment by heat (weights in the read-only bank, spills to the
-slow bank when the fast one is full, deterministic), the price of each bank's accesses, explain's
-plan per bank, the generated storage and linker script; and (external) the multi-bank ELF under
+slow bank when the fast one is full, deterministic), the price of each bank's accesses in the
+placement's groups and total (one calculation with explain's per-bank lines and the manifest's
+estimates; no banks: priced as placed), explain's plan per bank, the generated storage and linker
+script, hosted banks (no origin, the weights' bank checked); and (external) the multi-bank ELF under
 qemu-system-arm matching onnxruntime, each section in its bank."""
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from hetgen.errors import HetgenError
 from hetgen.lower import lower
 from hetgen.lower.banks import plan_banks
 from hetgen.lower.memory import Interval
-from hetgen.platform.banks import holding
 from hetgen.partition.search import place
 from hetgen.pipeline import import_graph
+from hetgen.platform.banks import holding
 from hetgen.platform.loader import load_platform, load_platform_text
 
 REPO = Path(__file__).resolve().parent.parent
