@@ -15,6 +15,10 @@ so buffer references, the verifier and the liveness checks see one arena; codege
 in bank k's range into that bank's own storage (hetgen/codegen/viewmodel.py), and the bare-metal
 linker script gives each bank its region and section (hetgen/codegen/baremetal.py).
 
+The price: `group_traffic` tells the cost model, per placement group, the bytes and accesses of
+its kernels in each bank, and hetgen/partition/choices.py `banked` prices the groups with them; the
+per-bank lines explain prints (`bank_report`) are those groups' shares summed, at `Bank.access_us`.
+
 Deterministic: the order is (heat, name), and the planner places the same intervals alike.
 """
 

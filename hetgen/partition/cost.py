@@ -20,6 +20,10 @@
                     a Winograd Conv at Winograd's work and split (hetgen/spec/variants.py), a
                     blocked (NCHW[V]c) unit at its blocked kernel's, each reorder at the edge of
                     a blocked run as a kernel of its own in the group it serves
+    on a root controller with memory banks (`memories:`), once lowering has put each buffer in a
+    bank, `bytes / (bandwidth_gbps * 1e3)` becomes the sum over the banks its buffers, scratch and
+    weights live in of bank.access_us(its share of the bytes, its accesses there)
+    (hetgen/partition/choices.py `banked`; the search compares placements at the plain figure)
     on an accelerator that runs one group per invocation (hetgen/spec/invocation.py, the rule
     lowering follows), its units' tile plans (hetgen/spec/tiling.py) timed command by command:
     group time    = scale * (launch_us + sum over units of plan_us(plan, rates)), where a tile's
