@@ -158,7 +158,7 @@ def cmd_explain(args) -> int:
     platform = resolve_platform(args.platform, _search_path())
     graph = import_graph(args.model, _shapes(args.shape))
     placement = place(graph, platform, mode=args.placement, pins=_pins(args.pin))
-    banks = _bank_rows(graph, platform, placement)
+    placement, banks = _banked(graph, platform, placement)
     if args.format == "json":
         document = explain_json(placement, graph)
         if banks:
@@ -181,15 +181,17 @@ def cmd_explain(args) -> int:
     return 0
 
 
-def _bank_rows(graph, platform, placement) -> list[dict]:
-    """A banked root's plan per bank (hetgen/lower/banks.py), from the lowered program: what explain
-    shows is what is generated. [] when the root declares no memories."""
+def _banked(graph, platform, placement):
+    """A banked root's placement priced at its banks and its plan per bank (hetgen/lower/banks.py),
+    both from the lowered program: what explain shows is what is generated. (placement, []) when
+    the root declares no memories."""
     if not platform.root.controller().memories:
-        return []
+        return placement, []
     from hetgen.lower import lower
     from hetgen.lower.banks import bank_report
 
-    return bank_report(lower(graph, platform, placement))
+    lowered = lower(graph, platform, placement)
+    return lowered.placement, bank_report(lowered)
 
 
 def cmd_verify(args) -> int:

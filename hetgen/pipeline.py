@@ -157,7 +157,7 @@ def generate_files(
         )
         manifest_file = GeneratedFile("hetgen.json", manifest.to_bytes())
         model_copy = model_copy_files(model)  # what verify and bench compare against
-    return placement, lowered, (*sources.files, *build, manifest_file, *model_copy)
+    return lowered.placement, lowered, (*sources.files, *build, manifest_file, *model_copy)
 
 
 def format_dims(dims) -> str:

@@ -1,7 +1,9 @@
 """Memory banks (`memories:` on the root, hetgen/platform/banks.py, hetgen/lower/banks.py): loading
 and refusals with file:line, the assignment by heat (weights in the read-only bank, spills to the
-slow bank when the fast one is full, deterministic), the price of each bank's accesses, explain's
-plan per bank, the generated storage and linker script; and (external) the multi-bank ELF under
+slow bank when the fast one is full, deterministic), the price of each bank's accesses in the
+placement's groups and total (one calculation with explain's per-bank lines and the manifest's
+estimates; no banks: priced as placed), explain's plan per bank, the generated storage and linker
+script, hosted banks (no origin, the weights' bank checked); and (external) the multi-bank ELF under
 qemu-system-arm matching onnxruntime, each section in its bank."""
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import pytest
 import hetgen
 from hetgen.cli import main
 from hetgen.errors import HetgenError
-from hetgen.lower.banks import access_us, plan_banks
+from hetgen.lower import lower
+from hetgen.lower.banks import plan_banks
 from hetgen.lower.memory import Interval
+from hetgen.partition.search import place
+from hetgen.pipeline import import_graph
 from hetgen.platform.banks import holding
 from hetgen.platform.loader import load_platform, load_platform_text
 
@@ -109,6 +114,11 @@ def test_canonical_tree_reloads_to_the_same_banks(capsys):
             "",
             "gives both 'latency_ns' and 'latency_cycles'",
         ),
+        (
+            "    ram: {origin: 0x20000000, kib: 64, bandwidth_gbps: 1, shared: false}\n",
+            "",
+            "'shared: false' declares a memory the controller cannot reach",
+        ),
     ],
 )
 def test_bad_memories_are_refused_with_file_and_line(memories, extra, expected):
@@ -182,8 +192,92 @@ def test_a_spill_under_a_runtime_that_resolves_one_arena_is_refused():
 
 def test_a_slower_bank_prices_the_same_accesses_higher():
     fast, slow = load_platform(BANKS).root.memories[1:]
-    assert access_us(slow, 1 << 20, 10) > access_us(fast, 1 << 20, 10) > 0
-    assert access_us(fast, 1 << 20, 10) == pytest.approx((1 << 20) / 128 + 10 * 1e3 / 32 / 1e3)
+    assert slow.access_us(1 << 20, 10) > fast.access_us(1 << 20, 10) > 0
+    assert fast.access_us(1 << 20, 10) == pytest.approx((1 << 20) / 128 + 10 * 1e3 / 32 / 1e3)
+
+
+def explained(capsys, text: str, tmp_path, name: str) -> tuple[dict, dict]:
+    """explain --format json of the banked platform as `text`: (its document, its bank rows by name)."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    assert main(["explain", str(path), str(MODEL), "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    return document, {row["bank"]: row for row in document["banks"]}
+
+
+# The spill bank slow enough that every group touching it is memory-bound, then slower two ways: its
+# bandwidth halved, a latency on each access (latency_ns, and latency_cycles at the 32 MHz clock).
+MEMORY_BOUND = "bandwidth_gbps: 0.0002, latency_cycles: 4}"
+
+
+@pytest.mark.parametrize(
+    "slower",
+    [
+        "bandwidth_gbps: 0.0001, latency_cycles: 4}",
+        "bandwidth_gbps: 0.0002, latency_ns: 40000}",
+        "bandwidth_gbps: 0.0002, latency_cycles: 1280}",
+    ],
+    ids=["bandwidth", "latency_ns", "latency_cycles"],
+)
+def test_a_slower_spill_bank_raises_the_groups_and_the_total_by_its_bank_line(capsys, tmp_path, slower):
+    base_text = BANKS.read_text().replace("bandwidth_gbps: 0.032, latency_cycles: 4}", MEMORY_BOUND)
+    assert base_text != BANKS.read_text()
+    base, base_rows = explained(capsys, base_text, tmp_path, "base")
+    slow, slow_rows = explained(capsys, base_text.replace(MEMORY_BOUND, slower), tmp_path, "slow")
+    for document, rows in ((base, base_rows), (slow, slow_rows)):
+        groups = [g for g in document["groups"] if g["bank_us"]]
+        assert groups and all(g["bank_us"].keys() <= rows.keys() for g in groups)
+        for bank, row in rows.items():  # each bank's line is the sum of the groups' traffic there
+            assert sum(g["bank_us"].get(bank, 0.0) for g in groups) == pytest.approx(row["access_us"], abs=1e-2)
+        for g in groups:
+            if "sram" in g["bank_us"]:  # memory-bound: its price is its launch and its banks' traffic
+                assert g["cost_us"] == pytest.approx(g["launch_us"] + sum(g["bank_us"].values()))
+    delta = slow_rows["sram"]["access_us"] - base_rows["sram"]["access_us"]
+    assert delta > 100  # us: the slower bank is dearer, and by as much in the total
+    assert slow["total_us"] - base["total_us"] == pytest.approx(delta, abs=1e-2)
+    assert slow_rows["sram"]["touched_bytes"] == base_rows["sram"]["touched_bytes"]  # same plan, same traffic
+    for a, b in zip(base["groups"], slow["groups"]):
+        assert b["cost_us"] - a["cost_us"] == pytest.approx(b["bank_us"].get("sram", 0) - a["bank_us"].get("sram", 0))
+    assert slow["total_us"] == pytest.approx(sum(g["cost_us"] for g in slow["groups"]))  # one core, no copies
+
+
+def test_banks_at_the_cpus_own_figures_price_as_the_search_did():
+    """Every bank at the core's one bandwidth (cortex-m55 at 32 MHz: 8 x 32 / 1000 GB/s) and no
+    latency: the banked price is the plain one, group by group (the banks' shares sum to its bytes)."""
+    text = BANKS.read_text()
+    for figure in ("bandwidth_gbps: 0.128, latency_cycles: 1", "bandwidth_gbps: 0.032, latency_cycles: 4"):
+        text = text.replace(figure, "bandwidth_gbps: 0.256")
+    platform = load_platform_text(text, "even.yaml")
+    graph = import_graph(MODEL, {})
+    placement = place(graph, platform)
+    lowered = lower(graph, platform, placement)
+    priced = lowered.placement
+    assert [g.bank_us for g in priced.groups if g.bank_us]  # priced per bank
+    assert [g.cost_us for g in priced.groups] == pytest.approx([g.cost_us for g in placement.groups])
+    assert priced.total_us == pytest.approx(placement.total_us) and lowered.estimate_us == priced.total_us
+
+
+def test_a_platform_without_memories_prices_exactly_as_placed():
+    platform = load_platform(REPO / "platforms/mcu-m55.yaml")
+    graph = import_graph(MODEL, {})
+    placement = place(graph, platform)
+    lowered = lower(graph, platform, placement)
+    assert lowered.placement is placement and lowered.estimate_us == placement.total_us
+    assert not any(g.bank_us for g in placement.groups) and lowered.root.bank_traffic == ()
+
+
+def test_the_generated_estimates_are_the_banked_prices(tmp_path):
+    """The manifest's estimates (what `hetgen bench` replays and compares) are the banked groups'."""
+    platform = load_platform(BANKS)
+    graph = import_graph(MODEL, {})
+    placement = place(graph, platform)
+    lowered = lower(graph, platform, placement)
+    assert lowered.placement.total_us > placement.total_us  # the spill bank is slower than the core's figure
+    out = hetgen.compile(BANKS, MODEL, out=tmp_path / "out", build=False)
+    manifest = json.loads((out / "hetgen.json").read_text())
+    assert manifest["estimate_us"] == pytest.approx(lowered.placement.total_us, abs=1e-3)
+    by_group = {e["name"]: e["estimate_us"] for e in manifest["estimates"] if e["label"] != "transfer"}
+    assert by_group == pytest.approx({g.name: g.cost_us for g in lowered.placement.groups}, abs=1e-3)
 
 
 def explain_banks(capsys, platform) -> dict:
@@ -296,3 +390,18 @@ def test_banked_elf_runs_under_qemu_matches_onnxruntime_with_each_section_in_its
     assert ".hg_bank_sram" in (out / "board/bin/hg_mcu_m55_banks_main.map").read_text()
     errors = verify(out, seed=2, emulate=True)
     assert errors and all(e.ok for e in errors), errors
+
+
+def test_a_hosted_bank_with_an_origin_is_refused():
+    text = HOSTED.replace("fast: {kib: 4,", "fast: {origin: 0x20000000, kib: 4,")
+    assert "bank 'fast' of target 'hb'" in refusal(text) and "only a bare-metal image links to" in refusal(text)
+
+
+def test_hosted_weights_past_their_bank_are_refused_with_its_name_and_the_bytes_over(tmp_path):
+    text = HOSTED.replace("  memories:\n", "  memories:\n    rom: {kib: 64, bandwidth_gbps: 50, read_only: true}\n")
+    with pytest.raises(HetgenError) as caught:
+        hetgen.compile(load_platform_text(text, "hb.yaml"), MODEL, out=tmp_path / "out", build=False)
+    message = str(caught.value)
+    assert "bank 'rom' (64 KiB) overflows by 250,944 B: 316,480 B needed (weights 316,480 B)" in message, (
+        message
+    )  # packed layouts

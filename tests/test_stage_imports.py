@@ -33,6 +33,8 @@ CROSS_STAGE_CALLS = {
     ("lower", "hetgen.spec.invocation", "one_unit_per_invocation"): "which accelerators run one unit per invocation",
     ("lower", "hetgen.spec.tiling", "tensor_names"): "the operand names of a unit's tile commands",
     ("lower", "hetgen.partition.choices", "stale"): "lowering refuses choices made for other groups",
+    ("lower", "hetgen.partition.choices", "banked"): "a banked root's groups priced at the banks lowering assigns",
+    ("lower", "hetgen.partition.choices", "placement_makespan_of"): "the makespan the banked groups are totalled by",
     ("lower", "hetgen.partition.blocked_layout", "blocked_name"): "the names of the tensors the choice stage blocked",
     ("lower", "hetgen.spec.work", "dma_work"): "work descriptors of device copies, not in the table (issue 19 item 4)",
     ("lower", "hetgen.spec.work", "instance_work"): "work descriptors of re-blocked units (issue 19 item 4)",

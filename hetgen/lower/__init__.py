@@ -12,7 +12,7 @@ import dataclasses
 
 from hetgen.errors import HetgenError, InternalError, ModelError, PlacementError
 from hetgen.ir import Graph
-from hetgen.lower.banks import STATIC_DATA_RESERVE, BankArena, plan_banks
+from hetgen.lower.banks import STATIC_DATA_RESERVE, BankArena, check_weights_bank, group_traffic, plan_banks
 from hetgen.lower.blocked_layout import block_layout
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
@@ -33,9 +33,10 @@ from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
 from hetgen.lower.verify import verified
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
-from hetgen.partition.choices import Choices, stale
+from hetgen.partition.choices import Choices, banked, placement_makespan_of, stale
 from hetgen.partition.placement import Placement
 from hetgen.platform.banks import bank_of
+from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.platform.threads import has_pool, program_threads
 from hetgen.spec import KernelTable
@@ -142,7 +143,10 @@ def plan_target(target, schedule, units_on_target, kernels, graph, is_root) -> t
     check_sizes(
         target, plan, sum(graph.types[name].nbytes for name in used), {t: graph.types[t].nbytes for t in touched}
     )
-    return plan, pack_weights(used, graph), arenas
+    weights = pack_weights(used, graph)
+    if arenas and not is_bare_metal(target):
+        check_weights_bank(target, weights.size, arenas, bank_reserves(target, graph))
+    return plan, weights, arenas
 
 
 def bank_reserves(target: Target, graph: Graph) -> dict[str, int]:
@@ -221,6 +225,7 @@ def _lower(
     root = platform.root.controller()
     choices: Choices = placement.choices
     refused(choices, graph)
+    placed_graph = graph
     # the units, kernels and layouts the kernel choice stage recorded (hetgen/partition/choices.py)
     units = tuple(c.unit for c in choices.units)
     kernels = tuple(c.kernel for c in choices.units)
@@ -259,6 +264,16 @@ def _lower(
         plans[target], weights[target], bank_arenas[target] = plan_target(
             target, schedule, on_target, kernels, graph, target == root
         )
+
+    bank_traffic: tuple = ()
+    if bank_arenas.get(root):
+        # each lowered unit's group, a reorder in the group of the unit it serves (blocked_layout.py)
+        unit_groups = [
+            placement.group_of(c.unit.head.name).name for c in choices.units for _ in range(len(c.reorders) + 1)
+        ]
+        traffic = group_traffic(root, unit_groups, infos, kernels, graph, plans[root], bank_arenas[root])
+        placement, per_bank = banked(placement, platform, traffic, placement_makespan_of(placed_graph, platform))
+        bank_traffic = tuple((name, nbytes, accesses) for name, (nbytes, accesses) in per_bank.items())
 
     prefixes = target_prefixes(platform)
     functions = {}
@@ -321,6 +336,7 @@ def _lower(
                 emulation_scratch=scratch_sizes.get(target, 0),
                 pool=has_pool(platform.root, target),
                 banks=bank_arenas.get(target, ()),
+                bank_traffic=bank_traffic if role is ProgramRole.ROOT else (),
                 threads=program_threads(platform, target),
             )
         )
@@ -333,6 +349,7 @@ def _lower(
         simulated_devices(programs, layouts),
         placement_estimates(placement),
         placement.total_us,
+        placement,
     )
 
 

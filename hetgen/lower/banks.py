@@ -15,6 +15,10 @@ so buffer references, the verifier and the liveness checks see one arena; codege
 in bank k's range into that bank's own storage (hetgen/codegen/viewmodel.py), and the bare-metal
 linker script gives each bank its region and section (hetgen/codegen/baremetal.py).
 
+The price: `group_traffic` tells the cost model, per placement group, the bytes and accesses of
+its kernels in each bank, and hetgen/partition/choices.py `banked` prices the groups with them; the
+per-bank lines explain prints (`bank_report`) are those groups' shares summed, at `Bank.access_us`.
+
 Deterministic: the order is (heat, name), and the planner places the same intervals alike.
 """
 
@@ -23,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hetgen.errors import PlacementError
+from hetgen.errors import InternalError, PlacementError
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, plan_memory
-from hetgen.platform.banks import KIB, holding
+from hetgen.platform.banks import KIB, bank_of, holding
 from hetgen.platform.model import Bank, Target
 
 # Bytes kept free in the bank that holds .data and .bss besides the arena: the runtime's and board
@@ -44,8 +48,6 @@ class BankArena:
     capacity: int  # what the bank can give the arena (its size less `reserved`)
     reserved: int  # what else the board puts in it: the stack, the example's buffers, static data
     buffers: tuple[str, ...]  # the buffers planned in it, sorted
-    touched: int  # bytes its buffers are written and read per run (nbytes x accesses)
-    accesses: int  # buffer accesses per run (each a stream: one latency)
 
     @property
     def end(self) -> int:
@@ -85,11 +87,7 @@ def plan_banks(
         names = {iv.name for iv in chosen}
         remaining = [iv for iv in remaining if iv.name not in names]
         size = _aligned(plan.arena_size)
-        touched = sum(iv.nbytes * accesses.get(iv.name, 1) for iv in chosen)
-        count = sum(accesses.get(iv.name, 1) for iv in chosen)
-        arenas.append(
-            BankArena(bank, base, size, room, reserved.get(bank.name, 0), tuple(sorted(names)), touched, count)
-        )
+        arenas.append(BankArena(bank, base, size, room, reserved.get(bank.name, 0), tuple(sorted(names))))
         buffers += [(name, base + offset, nbytes) for name, offset, nbytes in plan.buffers]
         base += size
     live = [0] * (max((iv.last for iv in intervals), default=-1) + 2)
@@ -135,6 +133,31 @@ def _overflow(target: Target, bank: Bank, plan: MemoryPlan, room: int, reserved:
     )
 
 
+def check_weights_bank(
+    target: Target, weights: int, arenas: tuple[BankArena, ...], reserved: Mapping[str, int]
+) -> None:
+    """A hosted banked root's weights against their bank: they, the arena part planned there and
+    what is reserved there must fit its kib (a bare-metal root's image is checked whole, code
+    included, by the board fit: hetgen/build/baremetal.py)."""
+    bank = next((b for b in target.memories if "weights" in b.holds), None)
+    if bank is None:
+        return
+    arena = sum(a.size for a in arenas if a.bank.name == bank.name)
+    kept = reserved.get(bank.name, 0)
+    need = weights + arena + kept
+    if need > bank.size:
+        parts = (
+            f"weights {weights:,} B"
+            + (f", arena {arena:,} B" if arena else "")
+            + (f", reserved {kept:,} B" if kept else "")
+        )
+        raise PlacementError(
+            f"{target.path_str}: bank '{bank.name}' ({bank.size // KIB} KiB) overflows by {need - bank.size:,} B: "
+            f"{need:,} B needed ({parts}). Fix: give bank '{bank.name}' more kib, hold the weights in a larger "
+            "bank, or use a smaller model"
+        )
+
+
 def bank_of_offset(arenas: tuple[BankArena, ...], offset: int) -> BankArena:
     for arena in arenas:
         if arena.base <= offset < arena.end:
@@ -142,36 +165,71 @@ def bank_of_offset(arenas: tuple[BankArena, ...], offset: int) -> BankArena:
     return arenas[-1]
 
 
-def access_us(bank: Bank, touched: int, accesses: int) -> float:
-    """The time a run's accesses to `bank` take at its figures: its bytes streamed at its bandwidth,
-    plus its latency once per access (a kernel's stream over one buffer). The one price of a bank's
-    accesses: `explain` shows it, and the assignment's heat order is what keeps it low."""
-    return touched / (bank.bandwidth_gbps * 1e3) + accesses * bank.latency_ns / 1e3
+def group_traffic(
+    target: Target, unit_groups, infos, kernels, graph, plan: MemoryPlan, arenas: tuple[BankArena, ...]
+) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per placement group of a banked root, per bank: (the bytes of the buffers its kernels read
+    and write there, the number of those accesses), which the cost model prices the group at
+    (hetgen/partition/choices.py `banked`). Each kernel unit on `target` (`unit_groups[i]`: its
+    group's name, a reorder counted in the group of the unit it serves) reads each input and writes
+    each output once, and writes and reads its scratch: an activation or scratch area in the bank
+    the plan put it in, a weight block in the weights bank, the caller's input and output buffers
+    (the board's .data and .bss) in the stack's bank."""
+    offsets = {name: offset for name, offset, _ in plan.buffers}
+    weights, stack = bank_of(target.memories, "weights"), bank_of(target.memories, "stack")
+    io = set(graph.inputs) | set(graph.outputs)
+
+    def bank(name: str) -> str:
+        if name in offsets:
+            return bank_of_offset(arenas, offsets[name]).bank.name
+        if name in graph.constants:
+            return weights.name
+        if name in io:
+            return stack.name
+        raise InternalError(f"{target.path_str}: buffer {name!r} of the root has no bank")
+
+    traffic: dict[str, dict[str, tuple[int, int]]] = {}
+    for index, (group, info) in enumerate(zip(unit_groups, infos)):
+        if info.target != target:
+            continue
+        parts = traffic.setdefault(group, {})
+        streams = [(name, _nbytes(graph, name), 1) for name in (*info.inputs, *info.outputs) if name]
+        if kernels[index].scratch_bytes:
+            streams.append((f"scratch:{index}", kernels[index].scratch_bytes, 2))
+        for name, nbytes, accesses in streams:
+            where = bank(name)
+            before = parts.get(where, (0, 0))
+            parts[where] = (before[0] + nbytes * accesses, before[1] + accesses)
+    return traffic
+
+
+def _nbytes(graph, name: str) -> int:
+    return int(graph.constants[name].nbytes) if name in graph.constants else graph.types[name].nbytes
 
 
 def bank_report(lowered) -> list[dict]:
     """Per bank of a banked root: its size, what it holds (arena buffers, weights: every program's,
-    as the image links them), the bytes used and the price of the root's accesses (`access_us`; a
-    device's weights are read by its own DMA, priced by its figures). [] without banks."""
+    as the image links them), the bytes used, and the root's traffic there per run with its price
+    (`Bank.access_us`), as the cost model priced the groups (`Program.bank_traffic`: the groups'
+    shares summed; hetgen/partition/choices.py `banked`). A device's weights are read by its own
+    DMA, priced by its figures. [] without banks."""
     program = lowered.root
     if not program.banks:
         return []
     devices_weights = sum(other.weights.size for other in lowered.programs if other is not program)
     weights_bank = next((bank for bank in program.target.memories if "weights" in bank.holds), None)
     arenas = {arena.bank.name: arena for arena in program.banks}
+    traffic = {name: (nbytes, accesses) for name, nbytes, accesses in program.bank_traffic}
     rows = []
     for bank in program.target.memories:
         arena = arenas.get(bank.name)
         used = arena.size if arena else 0
-        touched = arena.touched if arena else 0
-        accesses = arena.accesses if arena else 0
+        touched, accesses = traffic.get(bank.name, (0.0, 0))
         buffers = list(arena.buffers) if arena else []
         weights = []
         if bank == weights_bank:
             weights = [entry.tensor for entry in program.weights.entries]
             used += program.weights.size + devices_weights
-            touched += sum(entry.nbytes for entry in program.weights.entries)  # each read once a run
-            accesses += len(program.weights.entries)
         rows.append(
             {
                 "bank": bank.name,
@@ -185,9 +243,9 @@ def bank_report(lowered) -> list[dict]:
                 "scratch": [name for name in buffers if name.startswith("scratch:")],
                 "weights": weights,
                 "device_weights": devices_weights if bank == weights_bank else 0,
-                "touched_bytes": touched,
+                "touched_bytes": round(touched),
                 "accesses": accesses,
-                "access_us": round(access_us(bank, touched, accesses), 3),
+                "access_us": round(bank.access_us(touched, accesses), 3),
             }
         )
     return rows

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetgen.abi import Region  # where a buffer lives: `enum hg_region` of the generated hg_constants.h
 from hetgen.ir import TensorType
@@ -198,6 +198,9 @@ class Program:
     # (hetgen/lower/banks.py); the first is the workspace's arena, the others static storage. ()
     # for every other program: `memory` is one arena.
     banks: tuple = ()
+    # Its traffic per bank per run, ((bank, bytes, accesses), ...), as the cost model priced its
+    # groups (hetgen/partition/choices.py `banked`); explain's per-bank lines read it. () unbanked.
+    bank_traffic: tuple = ()
 
     @property
     def workspace_arena_size(self) -> int:
@@ -232,6 +235,10 @@ class Lowered:
     simulated: tuple[SimulatedDevice, ...] = ()  # every simulated accelerator, where its state sits in the workspace
     estimates: tuple[GroupEstimate, ...] = ()  # the placement's groups and transfers, as it priced them
     estimate_us: float = 0.0  # the placement's total (hetgen.partition.price): what explain says
+    # The placement as lowering priced it: the one given, or, on a root with memory banks, that one
+    # with its groups priced at the banks lowering put their buffers in (partition/choices.py
+    # `banked`). What explain shows, and `estimates` and `estimate_us` come from it.
+    placement: object = field(default=None, compare=False, repr=False)
 
     @property
     def root(self) -> Program:

@@ -29,8 +29,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from hetgen.ir import Graph
-from hetgen.ops._parallel import SERIAL
+from hetgen.ir import Graph, Node
+from hetgen.ops._parallel import SERIAL, Parallel
 from hetgen.ops.base import Kernel, Prepacked
 from hetgen.partition.blocked_layout import BlockedUnit, Reorder, blocked_units
 from hetgen.partition.cost import Calibration, Topology, Work, kernel_us, pool_threads, unit_parallel
@@ -122,14 +122,8 @@ def with_choices(
     and priced as the program that runs them; `calibration`: the one it was priced with."""
     kernels = placement.kernels
     calibration = calibration or Calibration()
-    topology = Topology(platform)
-
-    def copy_us(src: str, dst: str, nbytes: int) -> float:
-        return sum(hop.us(nbytes) for hop in topology.copies(src, dst))
-
     choices = choose(graph, platform, placement, kernels)
-    makespan = lambda groups: placement_makespan(groups, graph, platform, copy_us)  # noqa: E731
-    return priced(placement, choices, platform, kernels, calibration.scale_for, makespan)
+    return priced(placement, choices, platform, kernels, calibration.scale_for, placement_makespan_of(graph, platform))
 
 
 def stale(choices: Choices, placement: Placement) -> str | None:
@@ -158,9 +152,10 @@ def priced(
     changed = False
     for group in placement.groups:
         target = targets[group.target]
+        group = replace(group, scale=scale_for(target))
         cost = None
         if target.role is Role.CONTROLLER and choices.units:
-            cost = group_price(group, choices, platform, kernels, scale_for(target))
+            cost = group_price(group, choices, platform, kernels, group.scale)
         if cost is None:
             groups.append(group)
             continue
@@ -171,27 +166,26 @@ def priced(
         )
         groups.append(replace(group, cost_us=cost, variants=variants, searched_us=group.cost_us))
     if not changed:
-        return replace(placement, choices=choices)
+        return replace(placement, groups=tuple(groups), choices=choices)
     total = price(groups, placement.transfers, makespan(groups)).total_us
     return replace(placement, groups=tuple(groups), total_us=total, choices=choices)
 
 
-def group_price(group: Group, choices: Choices, platform: Platform, kernels: KernelTable, scale: float) -> float | None:
-    """The time of a controller group's kernels as the program runs them, or None where they are the
-    kernel table's (the search's price stands): one unit at its variant's work and split; several
-    at their summed work (the table's group work, each unit's own replaced by its variant's), as the
-    search priced them; each reorder a kernel of its own."""
+def group_kernels(group: Group, choices: Choices, kernels: KernelTable) -> tuple[list[GroupKernel], bool]:
+    """The kernels of a controller group as the cost model prices them: its units as one kernel (one
+    unit at its variant's work and split; several at their summed work, the table's group work with
+    each unit's own replaced by its variant's, as the search priced them), then each reorder as a
+    kernel of its own; and whether they differ from the kernel table's (where not, the search's
+    price stands). ([], False) for a group with no kernel (an alias lowering drops)."""
     units = choices.of_group(group)
+    if not units:
+        return [], False
     reorders = [r for c in units for r in c.reorders]
     specs = [kernels.unit(c.unit.names) for c in units]
     works = [variant_work(c.kernel, s) for c, s in zip(units, specs)]
     same = all(
         (w.flops, w.bytes, c.kernel.parallel) == (s.flops, s.bytes, s.parallel) for c, s, w in zip(units, specs, works)
     )
-    if not units or (same and not reorders):
-        return None
-    target = next(t for t in platform.targets() if t.path_str == group.target)
-    figures, threads, efficiency = target.figures, pool_threads(platform, target), group.efficiency
     nodes = tuple(node for c in units for node in c.unit.nodes)
     if len(units) == 1:
         work, parallel = works[0], units[0].kernel.parallel
@@ -200,12 +194,103 @@ def group_price(group: Group, choices: Choices, platform: Platform, kernels: Ker
         flops += sum(w.flops - s.flops for w, s in zip(works, specs))
         nbytes += sum(w.bytes - s.bytes for w, s in zip(works, specs))
         work, parallel = Work(flops, nbytes), unit_parallel(kernels, nodes)
-    total = kernel_us(figures, work, efficiency, scale, nodes, parallel if threads > 1 else SERIAL, threads)
-    for reorder in reorders:
-        k = reorder.kernel
-        split = k.parallel if threads > 1 else SERIAL
-        total += kernel_us(figures, Work(k.flops, k.bytes_accessed), efficiency, scale, (), split, threads)
-    return total
+    found = [GroupKernel(work, parallel, nodes)]
+    found += [GroupKernel(Work(r.kernel.flops, r.kernel.bytes_accessed), r.kernel.parallel, ()) for r in reorders]
+    return found, not same or bool(reorders)
+
+
+@dataclass(frozen=True)
+class GroupKernel:
+    work: Work
+    parallel: Parallel
+    nodes: tuple[Node, ...]  # whose operators set its compute rate (int8 or float)
+
+
+def group_price(group: Group, choices: Choices, platform: Platform, kernels: KernelTable, scale: float) -> float | None:
+    """The time of a controller group's kernels as the program runs them (`group_kernels`), or None
+    where they are the kernel table's (the search's price stands)."""
+    found, differs = group_kernels(group, choices, kernels)
+    if not differs:
+        return None
+    target = next(t for t in platform.targets() if t.path_str == group.target)
+    threads = pool_threads(platform, target)
+    return sum(
+        kernel_us(
+            target.figures,
+            k.work,
+            group.efficiency,
+            scale,
+            k.nodes,
+            k.parallel if threads > 1 else SERIAL,
+            threads,
+        )
+        for k in found
+    )
+
+
+def banked(
+    placement: Placement, platform: Platform, traffic: Mapping[str, Mapping[str, tuple[int, int]]], makespan
+) -> tuple[Placement, dict[str, tuple[float, int]]]:
+    """`placement` with every group of a root that declares memory banks priced at the banks its
+    tensors, scratch and weights live in, and its total the makespan of the groups so priced
+    (`makespan(groups)`); with each bank's traffic per run, (bytes, accesses), summed over them.
+
+    The bank assignment is made by lowering, after placement (hetgen/lower/banks.py), which passes
+    `traffic`: per group, per bank, the bytes of the buffers its kernels read and write there and
+    the number of those accesses. A group's memory term is then, in place of its bytes at the CPU's
+    one bandwidth, the sum over its banks of `Bank.access_us(share, accesses)`, where a bank's
+    share is the group's bytes (its kernels' own count, as the search priced them) in the
+    proportion of its buffers' bytes in that bank; the compute and the memory term combine as for
+    any CPU group (`kernel_us`: the longer of the two). A reorder kernel's bytes are shared alike;
+    the accesses' latency is charged once, to the group's main kernel. So explain's total, the
+    placement's `total_us`, the manifest's estimates that `hetgen bench` replays and explain's
+    per-bank lines are this one calculation. The search itself compared placements at the plain
+    figures (the banks are assigned once the program is scheduled); the placement it returns is
+    priced here. A root without banks: `placement` unchanged, and no rows."""
+    root = platform.root.controller()
+    if not root.memories or not isinstance(placement.choices, Choices):
+        return placement, {}
+    banks = {bank.name: bank for bank in root.memories}
+    threads = pool_threads(platform, root)
+    totals = {name: [0.0, 0] for name in banks}
+    groups = []
+    for group in placement.groups:
+        parts = traffic.get(group.name, {})
+        found, _ = group_kernels(group, placement.choices, placement.kernels)
+        raw = sum(nbytes for nbytes, _ in parts.values())
+        if group.target != root.path_str or not found or not raw:
+            groups.append(group)
+            continue
+        cost, spent = 0.0, dict.fromkeys(parts, 0.0)
+        for index, k in enumerate(found):
+            memory = 0.0
+            for name, (nbytes, accesses) in parts.items():
+                share, count = k.work.bytes * nbytes / raw, accesses if index == 0 else 0
+                us = banks[name].access_us(share, count)
+                memory += us
+                spent[name] += us
+                totals[name][0] += share
+                totals[name][1] += count
+            split = k.parallel if threads > 1 else SERIAL
+            cost += kernel_us(root.figures, k.work, group.efficiency, group.scale, k.nodes, split, threads, memory)
+        groups.append(
+            replace(group, cost_us=cost, bank_us=tuple((name, spent[name]) for name in banks if name in spent))
+        )
+    total = price(groups, placement.transfers, makespan(groups)).total_us
+    return replace(placement, groups=tuple(groups), total_us=total), {
+        name: (nbytes, accesses) for name, (nbytes, accesses) in totals.items()
+    }
+
+
+def placement_makespan_of(graph: Graph, platform: Platform):
+    """The makespan function `with_choices` prices a placement's groups with (copies over their
+    links and DMA engines)."""
+    topology = Topology(platform)
+
+    def copy_us(src: str, dst: str, nbytes: int) -> float:
+        return sum(hop.us(nbytes) for hop in topology.copies(src, dst))
+
+    return lambda groups: placement_makespan(groups, graph, platform, copy_us)
 
 
 def variant_work(kernel: Kernel, spec) -> Work:

@@ -20,6 +20,10 @@
                     a Winograd Conv at Winograd's work and split (hetgen/spec/variants.py), a
                     blocked (NCHW[V]c) unit at its blocked kernel's, each reorder at the edge of
                     a blocked run as a kernel of its own in the group it serves
+    on a root controller with memory banks (`memories:`), once lowering has put each buffer in a
+    bank, `bytes / (bandwidth_gbps * 1e3)` becomes the sum over the banks its buffers, scratch and
+    weights live in of bank.access_us(its share of the bytes, its accesses there)
+    (hetgen/partition/choices.py `banked`; the search compares placements at the plain figure)
     on an accelerator that runs one group per invocation (hetgen/spec/invocation.py, the rule
     lowering follows), its units' tile plans (hetgen/spec/tiling.py) timed command by command:
     group time    = scale * (launch_us + sum over units of plan_us(plan, rates)), where a tile's
@@ -101,11 +105,14 @@ def kernel_us(
     nodes: Iterable[Node] = (),
     parallel: Parallel = SERIAL,
     threads: int = 1,
+    memory_us: float | None = None,
 ) -> float:
     """A kernel's time on a CPU: the longer of its compute and its memory traffic; with a worker
-    pool of `threads`, its compute split as `parallel` says and each pool call's cost added."""
+    pool of `threads`, its compute split as `parallel` says and each pool call's cost added.
+    `memory_us`: its traffic's time where the caller prices it per memory bank (a banked root:
+    hetgen/partition/choices.py `banked`), else its bytes at the CPU's one bandwidth."""
     compute = work.flops / (peak_gops(figures, nodes) * 1e3 * efficiency)
-    memory = work.bytes / (figures.bandwidth_gbps * 1e3)
+    memory = work.bytes / (figures.bandwidth_gbps * 1e3) if memory_us is None else memory_us
     calls = parallel.pool_calls(threads)
     if not calls:
         return scale * (figures.launch_us + max(compute, memory))

@@ -160,6 +160,12 @@ def render_text(e: Explanation) -> str:
                 f"    kernels: {', '.join(group.variants)} (chosen after placement; "
                 f"the search priced the table's kernels at {group.searched_us:.1f} us)"
             )
+        if group.bank_us:
+            lines.append(
+                f"    memory: {', '.join(f'{bank} {us:.1f} us' for bank, us in group.bank_us)} "
+                "(its traffic at the banks its buffers and weights live in; the search and the alternatives "
+                "priced it at the CPU's one bandwidth)"
+            )
         if group.weight_bytes:
             lines.append(
                 f"    weights: {format_bytes(group.weight_bytes)} loaded into local memory by DMA, "
@@ -263,6 +269,7 @@ def render_json(e: Explanation) -> dict:
                 "launch_us": r.group.launch_us,
                 "variants": list(r.group.variants),
                 "searched_us": r.group.searched_us,
+                "bank_us": dict(r.group.bank_us),
                 "label": r.group.label,
                 "reason": r.group.reason,
                 "alternatives": [

@@ -68,6 +68,10 @@ class Group:
     # kernels run as (reorders included), and what the search priced the kernel table's kernels at.
     variants: tuple[str, ...] = ()
     searched_us: float | None = None
+    scale: float = 1.0  # the calibration's scale on its target, as the cost model priced it
+    # On a root with memory banks (hetgen/partition/choices.py `banked`): its traffic's time in
+    # each bank it touches, (bank, us), the memory term inside cost_us; () elsewhere.
+    bank_us: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

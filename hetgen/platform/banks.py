@@ -13,7 +13,8 @@ target:
 
 Each bank: `kib` (its size), `origin` (its address: bare metal needs one), `bandwidth_gbps`, one of
 `latency_ns` / `latency_cycles` (at the target's clock_mhz), `read_only` (the program never writes
-it: flash; it may hold code and weights only), `shared` (the CPU reaches it; default true), and
+it: flash; it may hold code and weights only), `shared` (the CPU reaches it: true, the default and
+the only value a controller's bank can take; false is refused), and
 `holds`, what it holds, a subset of BANK_CONTENTS. Without `holds` anywhere the rule decides: code
 and weights go to the first read-only bank; the arena to every writable bank, fastest first
 (bandwidth, then latency, then the order written) and the stack (with .data and .bss) to the
@@ -95,6 +96,13 @@ def _bank(key: YScalar, node: YNode, clock, what: str, problems: Problems) -> Ba
             flags[flag] = value.value
         else:
             problems.add(value.pos, f"'{flag}' of {where} must be true or false, not {describe(value)}")
+    if flags.get("shared") is False:
+        problems.add(
+            body.get("shared").pos,
+            f"{where}: 'shared: false' declares a memory the controller cannot reach, but every bank of "
+            "'memories' holds what the controller's program reads and writes (code, weights, arena, stack); "
+            "an accelerator's local memory is its own kind's (e.g. sram_kib). Remove the bank or 'shared'",
+        )
     holds = _holds(body.get("holds"), where, problems) if body.get("holds") is not None else ()
     if len(problems) != before or kib is None or bandwidth is None or latency is None:
         return None
@@ -221,6 +229,18 @@ def check_bare_metal_banks(banks: tuple[Bank, ...], node: YNode, what: str, prob
                 node.pos,
                 f"bank '{bank.name}' of {what} holds the {' and '.join(loaded)} but is not read_only: a bare-metal "
                 "image is programmed into read-only memory (flash, MRAM); declare such a bank with read_only: true",
+            )
+
+
+def check_hosted_banks(banks: tuple[Bank, ...], node: YNode, what: str, problems: Problems) -> None:
+    """A hosted program's memory is placed by its operating system's loader: a bank's `origin`
+    (a linker region's address on bare metal) would take no effect, so it is refused."""
+    for bank in banks:
+        if bank.origin is not None:
+            problems.add(
+                node.pos,
+                f"bank '{bank.name}' of {what} has an 'origin', which only a bare-metal image links to; a hosted "
+                "program's memory is placed by its operating system. Remove 'origin' (or use a bare-metal kind)",
             )
 
 

@@ -178,6 +178,13 @@ class Bank:
     shared: bool = True  # the CPU reaches it (an npu's local SRAM does not)
     holds: tuple[str, ...] = ()  # what it holds (BANK_CONTENTS), resolved: never empty once loaded
 
+    def access_us(self, nbytes: float, accesses: int) -> float:
+        """The time `nbytes` streamed in `accesses` accesses take at this bank's figures: the bytes at
+        its bandwidth, plus its latency once per access (a kernel's stream over one buffer). The one
+        price of a bank's traffic: the cost model's group times (hetgen/partition/choices.py
+        `banked`) and explain's per-bank lines (hetgen/lower/banks.py) both use it."""
+        return nbytes / (self.bandwidth_gbps * 1e3) + accesses * self.latency_ns / 1e3
+
 
 @dataclass(frozen=True)
 class Target:

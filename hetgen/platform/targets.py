@@ -23,7 +23,7 @@ from typing import Any
 
 from hetgen.abi import MAX_DEVICES
 from hetgen.names import MAX_IDENTIFIER
-from hetgen.platform.banks import check_bare_metal_banks, parse_memories
+from hetgen.platform.banks import check_bare_metal_banks, check_hosted_banks, parse_memories
 from hetgen.platform.baremetal import MEMORY_MAP_ATTRIBUTES, is_bare_metal_toolchain
 from hetgen.platform.device_attrs import check_device_parameters
 from hetgen.platform.device_model import build_model, parameters
@@ -164,6 +164,8 @@ def _memories(body: YMap, place: _Place, attrs, bare: str | None, what: str, pro
         )
     if bare is not None:
         check_bare_metal_banks(banks, node, what, problems)
+    else:
+        check_hosted_banks(banks, node, what, problems)
     return banks
 
 
