@@ -8,12 +8,11 @@ by stripe through SRAM (hetgen/spec/cascade.py). Each run is cut into cascades a
 at the least price: a single group at its cost as placed (its tile plan and its launch), a cascade
 at one launch and its stripes' estimate. `options: {cascade: false}` in the platform file turns it
 off. This is the one place the choice is made: `with_cascades` puts it in `Placement.cascades`,
-which explain shows.
-
-Not claimed yet: lowering, codegen and the simulator do not run a cascade (docs/simulator.md,
-"Cascades"), so `place` does not call `with_cascades` and a placement claims no cascade; what is
-priced and explained stays what is generated. `benchmarks/bench_cascade.py` and tests/test_cascade.py
-call it to study the choice.
+which explain shows, and claims it: `place` calls it last, lowering runs each cascade as one
+invocation of its command list (hetgen/spec/cascade_program.py; hetgen/lower/__init__.py), so the
+placement is priced as that program: the cascade's price is its first group's cost, its later
+groups cost nothing of their own (their work is in the cascade's), and the makespan is the
+scheduler's program with the cascade's groups in one invocation (hetgen/partition/timeline.py).
 """
 
 from __future__ import annotations
@@ -23,7 +22,10 @@ from dataclasses import dataclass, replace
 
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
+from hetgen.partition.cost import Topology
 from hetgen.partition.placement import Cascade, Group, Placement
+from hetgen.partition.price import price
+from hetgen.partition.timeline import placement_makespan
 from hetgen.platform.model import Platform, Target
 from hetgen.spec.cascade import CascadePlan, Layer, cascade_layer, cascade_plan
 from hetgen.spec.invocation import group_plans, kernel_units_of, one_unit_per_invocation, tile_rates, unit_inputs
@@ -52,11 +54,36 @@ def cascading(platform: Platform) -> bool:
 
 
 def with_cascades(placement: Placement, graph: Graph, platform: Platform) -> Placement:
-    """The placement with the cascades its price chooses (none where the platform turns them off)."""
-    if not cascading(platform) or placement.kernels is None:
+    """The placement with the cascades its price chooses (none where the platform turns them off),
+    claimed: priced as the program lowering emits for them (`claimed`). A placement that already
+    holds cascades is returned as it is."""
+    if not cascading(platform) or placement.kernels is None or placement.cascades:
         return placement
     found = choose_cascades(placement, graph, platform)
-    return replace(placement, cascades=found) if found else placement
+    return claimed(placement, found, graph, platform) if found else placement
+
+
+def claimed(placement: Placement, cascades: tuple[Cascade, ...], graph: Graph, platform: Platform) -> Placement:
+    """`placement` running `cascades`: each cascade's first group costs the cascade's price, its
+    later groups nothing (their launches included), and the total is the makespan of the program
+    with each cascade one invocation."""
+    first = {c.groups[0]: c for c in cascades}
+    later = {name for c in cascades for name in c.groups[1:]}
+    groups = []
+    for group in placement.groups:
+        if group.name in first:
+            group = replace(group, cost_us=first[group.name].cost_us)
+        elif group.name in later:
+            group = replace(group, cost_us=0.0, launch_us=0.0, weight_us=0.0)
+        groups.append(group)
+    topology = Topology(platform)
+
+    def copy_us(src: str, dst: str, nbytes: int) -> float:
+        return sum(hop.us(nbytes) for hop in topology.copies(src, dst))
+
+    makespan = placement_makespan(groups, graph, platform, copy_us, cascades)
+    total = price(groups, placement.transfers, makespan).total_us
+    return replace(placement, groups=tuple(groups), cascades=cascades, total_us=total)
 
 
 def choose_cascades(placement: Placement, graph: Graph, platform: Platform) -> tuple[Cascade, ...]:

@@ -128,7 +128,7 @@ def with_choices(
         return sum(hop.us(nbytes) for hop in topology.copies(src, dst))
 
     choices = choose(graph, platform, placement, kernels)
-    makespan = lambda groups: placement_makespan(groups, graph, platform, copy_us)  # noqa: E731
+    makespan = lambda groups: placement_makespan(groups, graph, platform, copy_us, placement.cascades)  # noqa: E731
     return priced(placement, choices, platform, kernels, calibration.scale_for, makespan)
 
 

@@ -94,6 +94,11 @@ class CascadeProgram:
     def dma_bytes(self) -> int:
         return self.moved(Kind.LOAD) + self.moved(Kind.STORE)
 
+    @property
+    def scratch_bytes(self) -> int:
+        """The emulating C kernels' workspace (im2col, packing), outside SRAM, as a tile plan's."""
+        return max((k.kernel.scratch_bytes for k in self.kernels), default=0)
+
 
 class _Sram:
     def __init__(self) -> None:
