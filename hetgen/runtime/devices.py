@@ -169,6 +169,7 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
             )
         )
     groups = []
+    invoked: set[tuple[str, int]] = set()  # programs whose invocation a group was charged with
     for estimate in estimates:
         if estimate.tensor:
             continue  # copies: in the devices' DMA and link counts, not simulated one by one
@@ -178,7 +179,10 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
             nodes = estimate.nodes
             kernel = sum(kernel_cycles.get(node, 0) for node in nodes) / clock
             weights = sum(load_cycles.get(node, 0) for node in nodes) / clock
-            ran_in = set().union(*(programs_of.get(node, set()) for node in nodes))
+            # an invocation is charged once, to the first group that ran in it (a cascade runs
+            # several groups in one)
+            ran_in = set().union(*(programs_of.get(node, set()) for node in nodes)) - invoked
+            invoked |= ran_in
             invoke = len(ran_in) * per_invocation.get(estimate.target, 0.0)
         groups.append(
             GroupTime(

@@ -311,7 +311,16 @@ class Scheduler:
 
     def accelerator_entry(self, device: Target, members: list[int]) -> list:
         if device in self.isolated:  # tiled: each tile DMAs its slice of the weights (tiling.py)
-            return [self.local_call(device, index) for index in members]
+            calls = [self.local_call(device, index) for index in members]
+            if len(members) > 1 and not self.timing_only:
+                # a cascade (`joined`) runs its units stripe by stripe: each of their tensors is
+                # live from the invocation's first unit to its last
+                for index in members:
+                    for name in (*self.units[index].inputs, *self.units[index].outputs):
+                        if name and name not in self.constants:
+                            self.schedule.touch(device, name, members[0])
+                            self.schedule.touch(device, name, members[-1])
+            return calls
         if self.timing_only:  # the weights' loads are inside the device's time, not steps of their own
             return [self.local_call(device, index) for index in members]
         steps: list = []
