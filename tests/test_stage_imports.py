@@ -48,6 +48,8 @@ CROSS_STAGE_CALLS = {
     ("partition", "hetgen.spec.fits", "check_graph_fits"): "a tensor no target can hold is refused first",
     ("partition", "hetgen.spec.cascade", "cascade_layer"): "a placed unit as a cascade's layer",
     ("partition", "hetgen.spec.cascade", "cascade_plan"): "a chain's stripes, SRAM and DMA, as spec shapes them",
+    ("partition", "hetgen.spec.cascade_program", "cascade_program"): "a cascade's command list, to price it",
+    ("partition", "hetgen.spec.cascade_program", "program_us"): "a cascade priced as its command list runs",
     ("partition", "hetgen.spec.invocation", "unit_inputs"): "the inputs of a unit's kernel (a residual unit's)",
     ("partition", "hetgen.spec.tile_shapes", "unit_op"): "the unit as tiling sees it, for its cascade layer",
     ("partition", "hetgen.spec.tile_shapes", "tensor_names"): "a cascade unit's position names, for its commands",

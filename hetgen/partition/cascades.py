@@ -27,7 +27,9 @@ from hetgen.partition.placement import Cascade, Group, Placement
 from hetgen.partition.price import price
 from hetgen.partition.timeline import placement_makespan
 from hetgen.platform.model import Platform, Target
+from hetgen.ops.base import Unsupported
 from hetgen.spec.cascade import CascadePlan, Layer, cascade_layer, cascade_plan
+from hetgen.spec.cascade_program import cascade_program, program_us
 from hetgen.spec.invocation import group_plans, kernel_units_of, one_unit_per_invocation, tile_rates, unit_inputs
 from hetgen.spec.tile_shapes import UnitOp, tensor_names, unit_op
 from hetgen.spec.tiling import TilePlan
@@ -173,6 +175,8 @@ def _cut(run: Sequence[_Link], targets: Mapping[str, Target]) -> list[Cascade]:
             if plan is None:
                 continue
             cascade = _cascade(links, plan, target)
+            if cascade is None:
+                continue
             total = best[start][0] + cascade.cost_us
             if total < choice[0] - 1e-9 and cascade.cost_us < cascade.layer_us:
                 choice = (total, (*best[start][1], cascade))
@@ -180,10 +184,18 @@ def _cut(run: Sequence[_Link], targets: Mapping[str, Target]) -> list[Cascade]:
     return list(best[-1][1])
 
 
-def _cascade(links: Sequence[_Link], plan: CascadePlan, target: Target) -> Cascade:
+def _cascade(links: Sequence[_Link], plan: CascadePlan, target: Target) -> Cascade | None:
+    """The cascade of these links at the plan's stripe height, priced as its command list runs
+    (`program_us`: the program lowering emits, timed as a tile plan's); None where a layer's row
+    tile has no kernel."""
     first = links[0].group
     launch = target.figures.launch_us or 0.0
     scale = first.launch_us / launch if launch and first.launch_us else 1.0  # a calibrated target's scale
+    layers = [link.layer for link in links]
+    try:
+        program = cascade_program([link.op for link in links], layers, plan.stripe)
+    except Unsupported:
+        return None
     return Cascade(
         first.target,
         tuple(link.group.name for link in links),
@@ -195,7 +207,7 @@ def _cascade(links: Sequence[_Link], plan: CascadePlan, target: Target) -> Casca
         plan.sram_bytes,
         plan.dma_bytes,
         plan.move_bytes,
-        first.launch_us + scale * plan.estimate_us,
+        first.launch_us + scale * program_us(program, layers),
         max(link.plan.sram_bytes for link in links),
         sum(link.plan.dma_bytes for link in links),
         sum(link.group.cost_us for link in links),
