@@ -22,12 +22,12 @@ from dataclasses import dataclass, replace
 
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
+from hetgen.ops.base import Unsupported
 from hetgen.partition.cost import Topology
 from hetgen.partition.placement import Cascade, Group, Placement
 from hetgen.partition.price import price
 from hetgen.partition.timeline import placement_makespan
 from hetgen.platform.model import Platform, Target
-from hetgen.ops.base import Unsupported
 from hetgen.spec.cascade import CascadePlan, Layer, cascade_layer, cascade_plan
 from hetgen.spec.cascade_program import cascade_program, program_us
 from hetgen.spec.invocation import group_plans, kernel_units_of, one_unit_per_invocation, tile_rates, unit_inputs
