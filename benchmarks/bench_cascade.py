@@ -20,17 +20,20 @@ platforms/ethos-u65.yaml, each placed twice: with `options: {cascade: false}` an
   charges at the engines' SRAM bandwidth;
 - npu est us: the npu groups' estimated time (layer by layer: their cost; with cascades: each
   cascade at one launch and its stripes' estimate, hetgen/spec/cascade.py);
-- total est us: `Placement.total_us` without cascades (the program lowering emits today), and that
-  total less what the cascades save (the serial saving: npu est without - with);
+- total est us: `Placement.total_us` without cascades and with them (claimed by `place`: the
+  program lowering emits, each cascade one invocation);
 - place s: seconds to place without cascades (first, so it plans the tiles), then with them (the
   kernel table's tile plans cached: what choosing the cascades adds).
 
+`--simulate` also builds each case natively (hetgen.compile, -O2) and runs it once in the simulator:
+- npu sim us: the npu's simulated time (`hetgen bench`'s device line: kernels, loads, moves,
+  invocations, copies in and out);
+- DMA MB sim: the bytes the simulator's DMA engine was asked to move (the device stats'
+  `dma_bytes`, counted command by command), beside the predicted DMA MB;
+- total sim us: the program's simulated makespan (what `hetgen bench` prints as simulated).
+
 `--vela-report FILE` (bench_vela.py's printed output, which lists Vela's time per layer) sets each
 chosen cascade on the U65 beside Vela's time for the same layers, and the sums over them.
-
-Estimates only: lowering still runs every group layer by layer (docs/simulator.md: cascades), so
-`place` claims no cascade and nothing here is built or simulated; "on" is `with_cascades`' choice
-on top of the same placement.
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ from hetgen.frontend import import_model  # noqa: E402
 from hetgen.models import cnn  # noqa: E402
 from hetgen.models.quantized import quantized  # noqa: E402
 from hetgen.partition import place  # noqa: E402
-from hetgen.partition.cascades import with_cascades  # noqa: E402
 from hetgen.platform import load_platform_text  # noqa: E402
 from hetgen.platform.model import Role  # noqa: E402
 
@@ -89,26 +91,50 @@ def figures(placement, npus: set[str]) -> dict:
     }
 
 
-def case(graph, name: str) -> tuple[dict, dict, str]:
+def simulated(model, name: str, cascade: bool, npus: set[str], into: dict) -> None:
+    """Build the case natively, run it once in the simulator, and add what it counted to `into`."""
+    import tempfile
+
+    import hetgen
+    from hetgen.runtime.devices import simulation_report
+
+    with tempfile.TemporaryDirectory(prefix="hetgen-bench-cascade-") as tmp:
+        out = hetgen.compile(platform(name, cascade), model, out=Path(tmp) / "g", native_only=True, opt=("-O2",))
+        report = simulation_report(out)
+    devices = [d for d in report.devices if d.path in npus]
+    into["npu_sim"] = sum(d.simulated_us for d in devices)
+    into["dma_sim"] = sum(d.dma_bytes for d in devices)
+    into["total_sim"] = report.simulated_us
+
+
+def case(graph, name: str, model=None) -> tuple[dict, dict, str]:
     start = time.perf_counter()
     off = place(graph, platform(name, False))
     middle = time.perf_counter()
-    cascaded = platform(name, True)
-    on = with_cascades(place(graph, cascaded), graph, cascaded)  # the choice place() does not claim yet
+    on = place(graph, platform(name, True))  # place() claims the cascades it chooses
     seconds = f"{middle - start:.1f} / {time.perf_counter() - middle:.1f}"
     npus = {t.path_str for t in platform(name, True).targets() if t.role is Role.ACCELERATOR}
-    return figures(off, npus), figures(on, npus), seconds
+    off_figures, on_figures = figures(off, npus), figures(on, npus)
+    if model is not None:
+        simulated(model, name, False, npus, off_figures)
+        simulated(model, name, True, npus, on_figures)
+    return off_figures, on_figures, seconds
 
 
 def row(label: str, name: str, off: dict, on: dict, seconds: str) -> str:
-    saved = off["npu_us"] - on["npu_us"]
-    return (
+    text = (
         f"| {label} | {name} | {on['cascades']} ({on['cascaded']}/{on['groups']}) | "
         f"{off['sram'] / 1024:.1f} | {on['sram'] / 1024:.1f} | {off['dma'] / 1e6:.2f} | {on['dma'] / 1e6:.2f} | "
         f"{on['moves'] / 1e6:.2f} | "
-        f"{off['npu_us']:.1f} | {on['npu_us']:.1f} | {off['total_us']:.1f} | {off['total_us'] - saved:.1f} | "
+        f"{off['npu_us']:.1f} | {on['npu_us']:.1f} | {off['total_us']:.1f} | {on['total_us']:.1f} | "
         f"{seconds} |"
     )
+    if "npu_sim" in on:
+        text += (
+            f" {off['npu_sim']:.1f} | {on['npu_sim']:.1f} | {off['dma_sim'] / 1e6:.2f} | {on['dma_sim'] / 1e6:.2f} | "
+            f"{off['total_sim']:.1f} | {on['total_sim']:.1f} |"
+        )
+    return text
 
 
 def main() -> int:
@@ -118,28 +144,37 @@ def main() -> int:
     parser.add_argument("--platforms", default="soc")
     parser.add_argument("--vela-models", default="mobilenetv2_224,mobilenetv2_96,ds_cnn,resnet8")
     parser.add_argument("--vela-report", help="bench_vela.py's output: cascades beside Vela's layers")
+    parser.add_argument("--simulate", action="store_true", help="build each case and simulate it, off and on")
     args = parser.parse_args()
     if args.vela_report:
         return beside_vela(Path(args.vela_report).read_text(), args.vela_models.split(","))
     logging.getLogger().setLevel(logging.ERROR)
+    simulated_columns = (
+        " npu sim us off | npu sim us on | DMA MB sim off | DMA MB sim on | total sim us off | total sim us on |"
+        if args.simulate
+        else ""
+    )
     print(
         "| model | platform | cascades (groups) | SRAM KiB off | SRAM KiB on | DMA MB off | DMA MB on | moves MB | "
-        "npu est us off | npu est us on | total est us off | total est us on | place s |"
+        "npu est us off | npu est us on | total est us off | total est us on | place s |" + simulated_columns
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * (6 if args.simulate else 0))
     for model_name in filter(None, args.models.split(",")):
         model = MODELS[model_name]()
         for dtype in filter(None, args.dtypes.split(",")):
-            graph = import_model(model if dtype == "float" else quantized(model, per_channel=True))
+            onnx_model = model if dtype == "float" else quantized(model, per_channel=True)
+            graph = import_model(onnx_model)
             for name in filter(None, args.platforms.split(",")):
-                print(row(f"{model_name} {dtype}", name, *case(graph, name)), flush=True)
+                built = onnx_model if args.simulate else None
+                print(row(f"{model_name} {dtype}", name, *case(graph, name, built)), flush=True)
     if args.vela_models:
         import bench_vela  # its networks, as it builds and quantizes them
 
         for model_name in args.vela_models.split(","):
-            model = bench_vela.MODELS[model_name]()
-            graph = import_model(quantized(model, per_channel=True))
-            print(row(f"{model_name} int8", "ethos-u65", *case(graph, "ethos-u65")), flush=True)
+            onnx_model = quantized(bench_vela.MODELS[model_name](), per_channel=True)
+            graph = import_model(onnx_model)
+            built = onnx_model if args.simulate else None
+            print(row(f"{model_name} int8", "ethos-u65", *case(graph, "ethos-u65", built)), flush=True)
     return 0
 
 
@@ -156,7 +191,7 @@ def beside_vela(report: str, models: list[str]) -> int:
         vela = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\s+\S+\s+(\S+)\s+([\d.]+)\s", block, re.M)}
         graph = import_model(quantized(bench_vela.MODELS[model_name](), per_channel=True))
         target = platform("ethos-u65", True)
-        placement = with_cascades(place(graph, target), graph, target)
+        placement = place(graph, target)
         groups = {g.name: g for g in placement.groups}
         sums = [0.0, 0.0, 0.0]
         for c in placement.cascades:

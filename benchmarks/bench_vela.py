@@ -479,10 +479,13 @@ def main() -> int:
     parser.add_argument("--platforms", default=",".join(PLATFORMS))
     parser.add_argument("--estimate-only", action="store_true", help="place only: no build, no simulation")
     parser.add_argument("--keep", metavar="DIR", help="write the files in DIR (default: a temporary folder)")
+    parser.add_argument(
+        "--no-cascade", action="store_true", help="place with options: {cascade: false} (every layer by itself)"
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     from hetgen.models.quantized import quantized
-    from hetgen.platform import load_platform
+    from hetgen.platform import load_platform, load_platform_text
 
     summary = []
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-vela-") as tmp:
@@ -497,7 +500,10 @@ def main() -> int:
             for tag in args.platforms.split(","):
                 accel, system, mode = PLATFORMS[tag]
                 vela = run_vela(tflite, accel, system, mode, root / f"vela_{name}_{tag}")
-                platform = load_platform(str(ROOT / "platforms" / f"{tag}.yaml"))
+                file = ROOT / "platforms" / f"{tag}.yaml"
+                platform = load_platform(str(file))
+                if args.no_cascade:
+                    platform = load_platform_text(file.read_text() + "options: {cascade: false}\n", file=str(file))
                 out = None if args.estimate_only else root / f"{name}_{tag}"
                 het = hetgen_side(model, platform, out)
                 print(f"\n{name} on {tag} ({accel}, {system}, {mode})")

@@ -51,6 +51,10 @@ class Engine(enum.Enum):
     # as MAC_ARRAY, then the vector unit adds a residual tensor to each of its batch x m x n outputs
     # (a Conv with its residual Add fused: hetgen/spec/patterns.py)
     MAC_ARRAY_RESIDUAL = 5
+    # an SRAM-to-SRAM copy of m segments of n bytes, src_stride and dst_stride bytes apart (a
+    # cascade's kept and new rows: hetgen/spec/cascade_program.py), on the compute side at the
+    # engines' SRAM bandwidth
+    MOVE = 6
 
 
 # A device behind hg_device.h, a simulated one (hg_sim.c) or a co-processor (hg_coproc.c), queues at
@@ -86,5 +90,6 @@ STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("link_cycles", "copies over the link from the controller: its latency, then its bandwidth"),
     ("link_bytes", ""),
     ("link_copies", ""),
+    ("dma_bytes", "bytes the DMA engine moved for the device's own commands (tile and cascade loads and stores)"),
 )
 STATS_NAMES: tuple[str, ...] = tuple(name for name, _ in STATS_FIELDS)

@@ -107,19 +107,27 @@ def mobilenet():
 
 
 def _chosen(graph, platform):
-    """The placement with the cascades its price chooses (what `place` will claim once lowering
-    runs cascades)."""
-    return with_cascades(place(graph, platform), graph, platform)
+    """The placement with the cascades its price chooses (`place` claims them)."""
+    return place(graph, platform)
 
 
-def test_a_placement_claims_no_cascade_lowering_does_not_run(mobilenet):
-    # One truth: the program runs every group layer by layer, so the placement priced, explained
-    # and generated holds no cascade, though the price would choose some.
+def test_a_placement_claims_its_cascades_priced_as_one_invocation(mobilenet):
+    # One truth: lowering runs each cascade as one invocation of its command list, so `place`
+    # claims them: each cascade's price on its first group, its other groups nothing of their own,
+    # the total the makespan of that program; claiming again changes nothing
     platform = _soc()
     placement = place(mobilenet, platform)
-    assert placement.cascades == ()
-    assert "cascades (" not in explain_text(placement, mobilenet)
-    assert with_cascades(placement, mobilenet, platform).cascades
+    assert placement.cascades
+    assert "cascades (" in explain_text(placement, mobilenet)
+    assert with_cascades(placement, mobilenet, platform) is placement
+    costs = {g.name: g.cost_us for g in placement.groups}
+    for cascade in placement.cascades:
+        assert costs[cascade.groups[0]] == cascade.cost_us
+        assert all(costs[name] == 0.0 for name in cascade.groups[1:])
+    off = place(mobilenet, _soc(options="options: {cascade: false}\n"))
+    assert placement.total_us < off.total_us
+    saved = sum(c.layer_us - c.cost_us for c in placement.cascades)
+    assert off.total_us - placement.total_us == pytest.approx(saved, rel=1e-6)
 
 
 def test_chains_stop_at_fan_out_and_are_chosen_by_price(mobilenet):

@@ -121,8 +121,13 @@ def test_ds_cnn_estimate_within_25_percent_of_vela(tmp_path):
     vela = bench_vela.run_vela(tflite, *bench_vela.PLATFORMS["corstone-300"], tmp_path / "vela")
     assert all(layer for layer in vela["layers"].values())
     vela_us = sum(vela["layers"].values()) / vela["clock"]
-    het = bench_vela.hetgen_side(model, load_platform(str(REPO / "platforms" / "corstone-300.yaml")), None)
+    # the cost model's layers against Vela's, layer by layer; cascades (hetgen/partition/cascades.py,
+    # chosen as shipped) only make it cheaper
+    file = REPO / "platforms" / "corstone-300.yaml"
+    layers = load_platform_text(file.read_text() + "options: {cascade: false}\n", file=str(file))
+    het = bench_vela.hetgen_side(model, layers, None)
     assert abs(het["est"] / vela_us - 1) <= 0.25, (het["est"], vela_us)
+    assert bench_vela.hetgen_side(model, load_platform(str(file)), None)["est"] <= het["est"]
 
 
 @pytest.mark.parametrize(

@@ -77,9 +77,11 @@ def test_the_price_is_the_replay_of_the_program_at_the_estimates(case):
     transfer_us = Topology(platform).transfer_us
 
     # the price: the scheduler's steps, timed at the estimates
-    priced, groups = placement_program(placement.groups, graph, platform)
+    # (a claimed cascade's groups run as one invocation: hetgen/partition/cascades.py)
+    cascades = placement.cascades
+    priced, groups = placement_program(placement.groups, graph, platform, cascades)
     price = run_timeline(priced, estimated_timing(priced, groups, transfer_us))
-    assert price == placement_makespan(placement.groups, graph, platform, transfer_us) == placement.total_us
+    assert price == placement_makespan(placement.groups, graph, platform, transfer_us, cascades) == placement.total_us
 
     # the replay: lowering's steps, through the manifest's encoding, timed at the same estimates
     emitted = lower.lower(graph, platform, placement).timed_program()

@@ -32,6 +32,8 @@ CROSS_STAGE_CALLS = {
     # The device model placement and lowering share (spec/ owns tiling, invocation and scheduling rules).
     ("lower", "hetgen.spec.invocation", "one_unit_per_invocation"): "which accelerators run one unit per invocation",
     ("lower", "hetgen.spec.tiling", "tensor_names"): "the operand names of a unit's tile commands",
+    ("lower", "hetgen.partition.cascades", "cascade_units"): "a claimed cascade's units and layers, as priced",
+    ("lower", "hetgen.spec.cascade_program", "cascade_program"): "a claimed cascade's command list, as priced",
     ("lower", "hetgen.partition.choices", "stale"): "lowering refuses choices made for other groups",
     ("lower", "hetgen.partition.choices", "banked"): "a banked root's groups priced at the banks lowering assigns",
     ("lower", "hetgen.partition.choices", "placement_makespan_of"): "the makespan the banked groups are totalled by",
@@ -48,6 +50,8 @@ CROSS_STAGE_CALLS = {
     ("partition", "hetgen.spec.fits", "check_graph_fits"): "a tensor no target can hold is refused first",
     ("partition", "hetgen.spec.cascade", "cascade_layer"): "a placed unit as a cascade's layer",
     ("partition", "hetgen.spec.cascade", "cascade_plan"): "a chain's stripes, SRAM and DMA, as spec shapes them",
+    ("partition", "hetgen.spec.cascade_program", "cascade_program"): "a cascade's command list, to price it",
+    ("partition", "hetgen.spec.cascade_program", "program_us"): "a cascade priced as its command list runs",
     ("partition", "hetgen.spec.invocation", "unit_inputs"): "the inputs of a unit's kernel (a residual unit's)",
     ("partition", "hetgen.spec.tile_shapes", "unit_op"): "the unit as tiling sees it, for its cascade layer",
     ("partition", "hetgen.spec.tile_shapes", "tensor_names"): "a cascade unit's position names, for its commands",

@@ -60,8 +60,8 @@ def conv_chain(count: int = 3) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def lowered_on_npu(model: onnx.ModelProto, sram_kib: int, pinned: tuple[str, ...]):
-    platform = load_platform_text(SOC.format(sram_kib=sram_kib, dma_gbps=8))
+def lowered_on_npu(model: onnx.ModelProto, sram_kib: int, pinned: tuple[str, ...], options: str = ""):
+    platform = load_platform_text(SOC.format(sram_kib=sram_kib, dma_gbps=8) + options)
     graph = import_model(model)
     placement = place(graph, platform, pins={name: NPU for name in pinned})
     return lower.lower(graph, platform, placement)
@@ -87,7 +87,10 @@ def test_a_chain_on_the_npu_crosses_the_link_once_each_way(sram_kib):
     """Three convolutions (300 KiB: they do not fit the SRAM together, one does; 4096 KiB: they
     would). Either way the npu runs one invocation per group, as the cost model prices it
     (hetgen/spec/invocation.py), and what passes between invocations never goes back to the root."""
-    lowered = lowered_on_npu(conv_chain(), sram_kib=sram_kib, pinned=CONVS_AND_RELUS)
+    # layer by layer (no cascade: hetgen/partition/cascades.py would run some of them as one invocation)
+    lowered = lowered_on_npu(
+        conv_chain(), sram_kib=sram_kib, pinned=CONVS_AND_RELUS, options="options: {cascade: false}\n"
+    )
     assert copies(lowered, "s") == (1, 1, 1)  # x in, y out, one invocation of the co-processor
     # one invocation per group; x in once, the intermediates stay in the npu, y out
     assert copies(lowered, "s/vdev/host") == (1, 1, 3)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetgen.abi import Engine
 from hetgen.errors import HetgenError
 from hetgen.lower.program import Call, Copy, Lowered, Program
 from hetgen.lower.workspace import STATE_HEADER_SIZE
@@ -42,7 +43,7 @@ class CounterEntry:
     """What one of a simulated accelerator's per-command cycle counters counts."""
 
     program: int  # the sub-program (entry) the command belongs to
-    what: str  # "kernel" | "tile load" | "tile store" | "weight load" | "other"
+    what: str  # "kernel" | "move" | "tile load" | "tile store" | "weight load" | "other"
     nodes: tuple[str, ...]  # the IR nodes it is charged to
     tensor: str | None = None  # the tensor a load or store moves
 
@@ -297,6 +298,8 @@ def counter_entries(program: Program) -> tuple[CounterEntry, ...]:
         for step in steps:
             if isinstance(step, Call):
                 counters.append(CounterEntry(index, "kernel", tuple(step.unit.nodes)))
+            elif isinstance(step, Copy) and step.work is not None and step.work.engine is Engine.MOVE:
+                counters.append(CounterEntry(index, "move", first_call))  # a cascade's SRAM-to-SRAM copy
             elif isinstance(step, Copy) and step.src.tensor.startswith("sram:"):  # a tile's store
                 counters.append(CounterEntry(index, "tile store", first_call, step.dst.tensor))
             elif isinstance(step, Copy) and step.dst.tensor.startswith("sram:"):  # a tile's load

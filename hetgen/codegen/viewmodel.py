@@ -174,6 +174,7 @@ def graph_tables(steps, names: Mapping[str, str] | None = None) -> tuple[list[di
 ENGINE_C = {Engine.MAC_ARRAY: "HG_SIM_MAC_ARRAY", Engine.VECTOR: "HG_SIM_VECTOR", Engine.DMA: "HG_SIM_DMA"}
 ENGINE_C[Engine.MAC_ARRAY_INT8] = "HG_SIM_MAC_ARRAY_INT8"
 ENGINE_C[Engine.MAC_ARRAY_RESIDUAL] = "HG_SIM_MAC_ARRAY_RESIDUAL"
+ENGINE_C[Engine.MOVE] = "HG_SIM_MOVE"
 
 
 def work_table(steps) -> list[dict]:
@@ -190,6 +191,8 @@ def work_table(steps) -> list[dict]:
         what = step.unit.label if isinstance(step, Call) else f"load {step.dst.tensor}"
         if isinstance(step, Copy) and "sram:" in step.src.tensor + step.dst.tensor:
             what = f"tile DMA {step.src.tensor} -> {step.dst.tensor}"
+        if work.engine is Engine.MOVE:
+            what = f"SRAM move {step.src.tensor} -> {step.dst.tensor}"
         shape = dict(batch=work.batch, m=work.m, n=work.n, k=work.k, bytes=work.bytes)
         strides = dict(after=work.after, src_stride=work.src_stride, dst_stride=work.dst_stride)
         table.append({"engine": ENGINE_C[work.engine], **shape, **strides, "comment": c_comment(what)})

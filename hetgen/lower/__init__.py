@@ -29,10 +29,11 @@ from hetgen.lower.program import (
     Weights,
 )
 from hetgen.lower.resolve import Resolver, counted_link, device_model
-from hetgen.lower.tiled import TiledUnit, tile_functions, tiled_steps
+from hetgen.lower.tiled import TiledUnit, cascade_steps, tile_functions, tiled_steps
 from hetgen.lower.verify import verified
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
+from hetgen.partition.cascades import cascade_units
 from hetgen.partition.choices import Choices, banked, placement_makespan_of, stale
 from hetgen.partition.placement import Placement
 from hetgen.platform.banks import bank_of
@@ -40,6 +41,7 @@ from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.platform.threads import has_pool, program_threads
 from hetgen.spec import KernelTable
+from hetgen.spec.cascade_program import CascadeProgram, Kind, cascade_program
 from hetgen.spec.invocation import one_unit_per_invocation
 from hetgen.spec.schedule import SCall, Scheduler, SCopyOut, Sym, UnitInfo
 from hetgen.spec.tiling import TilePlan, Unfit, tensor_names
@@ -222,6 +224,7 @@ def tiled_units(units, infos, kernels: KernelTable, tiled_targets) -> dict[int, 
 def _lower(
     graph: Graph, platform: Platform, placement: Placement, isolated: frozenset[Target], kernel_table: KernelTable
 ) -> Lowered:
+    source_graph = graph  # the graph the placement priced (its cascades' units are read from it)
     root = platform.root.controller()
     choices: Choices = placement.choices
     refused(choices, graph)
@@ -243,10 +246,15 @@ def _lower(
     )
     by_path = {t.path_str: t for t in platform.targets()}  # the placement and fusion name targets by path
     infos = [UnitInfo(by_path[assignment[u.head.name]], inputs, u.outputs) for u, inputs in zip(units, unit_inputs)]
-    schedule = Scheduler(infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated).run()
+    cascades = cascade_runs(placement, source_graph, platform, units, infos, isolated)
+    joined = frozenset(index for members, _ in cascades.values() for index in members[1:])
+    schedule = Scheduler(
+        infos, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated, joined=joined
+    ).run()
 
     executing = [t for t in platform.targets() if t == root or t in schedule.entries]
     tile_plans = tiled_units(units, infos, kernel_table, isolated)
+    cascaded = {index for members, _ in cascades.values() for index in members}
     plans: dict[Target, MemoryPlan] = {}
     weights: dict[Target, Weights] = {}
     sram_sizes: dict[Target, int] = {}
@@ -255,9 +263,9 @@ def _lower(
     for target in executing:
         on_target = [(index, info) for index, info in enumerate(infos) if info.target == target]
         if target in isolated:
-            plans[target], sram_sizes[target], scratch_sizes[target] = plan_tiled_target(
-                target, schedule, [tile_plans[i] for i, _ in on_target], graph
-            )
+            sized = [tile_plans[i] for i, _ in on_target if i not in cascaded]
+            sized += [program for first, (_, program) in cascades.items() if infos[first].target == target]
+            plans[target], sram_sizes[target], scratch_sizes[target] = plan_tiled_target(target, schedule, sized, graph)
             used = list(dict.fromkeys(n for _, info in on_target for n in info.inputs if n in graph.constants))
             weights[target] = pack_weights(used, graph)
             continue
@@ -272,7 +280,9 @@ def _lower(
             placement.group_of(c.unit.head.name).name for c in choices.units for _ in range(len(c.reorders) + 1)
         ]
         traffic = group_traffic(root, unit_groups, infos, kernels, graph, plans[root], bank_arenas[root])
-        placement, per_bank = banked(placement, platform, traffic, placement_makespan_of(placed_graph, platform))
+        placement, per_bank = banked(
+            placement, platform, traffic, placement_makespan_of(placed_graph, platform, placement.cascades)
+        )
         bank_traffic = tuple((name, nbytes, accesses) for name, (nbytes, accesses) in per_bank.items())
 
     prefixes = target_prefixes(platform)
@@ -283,9 +293,13 @@ def _lower(
         label = " + ".join(node.label for node in unit.nodes)
         names = tuple(node.name for node in unit.nodes)
         functions[index] = KernelUnit(fn, names, label, kernel)
-        if index in tile_plans:
+        if index in tile_plans and index not in cascaded:
             plan = tile_plans[index]
             tiled[index] = TiledUnit(plan, tile_functions(plan, fn, names, label))
+    cascade_functions = {
+        first: cascade_kernel_units(program, [functions[i] for i in members])
+        for first, (members, program) in cascades.items()
+    }
     written_at_root = {name for info in infos if info.target == root for name in info.outputs if name}
     written_at_root |= {
         step.dst.tensor for entry in schedule.entries.get(root, []) for step in entry if isinstance(step, SCopyOut)
@@ -299,12 +313,16 @@ def _lower(
     programs = []
     for target in executing:
         if target in isolated:
+            run = (tiled, cascades, cascade_functions)
             entries = [
-                tuple(_tiled_entry(resolver, target, entry, tiled, unit_inputs, units, sram_sizes[target]))
+                tuple(_tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_sizes[target]))
                 for entry in schedule.entries.get(target, [[]])
             ]
             program_units = tuple(
-                f for i, info in enumerate(infos) if info.target == target for f in tiled[i].functions
+                f
+                for i, info in enumerate(infos)
+                if info.target == target
+                for f in (tiled[i].functions if i in tiled else cascade_functions.get(i, ()))
             )
         else:
             scheduled = schedule.entries.get(target, [[]])
@@ -353,29 +371,93 @@ def _lower(
     )
 
 
-def _tiled_entry(resolver, target, entry, tiled, unit_inputs, units, sram_size) -> list:
-    """A tiled accelerator's sub-program: each kernel call becomes its unit's tile commands."""
+def _tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_size) -> list:
+    """A tiled accelerator's sub-program: each kernel call becomes its unit's tile commands; a
+    cascade's first unit's call becomes the cascade's command list, its other units' calls nothing."""
+    tiled, cascades, cascade_functions = run
     steps = []
-    for step in entry:
-        if not isinstance(step, SCall):
-            steps.append(resolver.step(target, step))
-            continue
-        renamed = dict(zip(units[step.unit].inputs, unit_inputs[step.unit]))
-        positions = tensor_names(units[step.unit].nodes, units[step.unit].inputs)  # a plan names tensors by position
 
-        def tensor_ref(position, renamed=renamed, positions=positions):
+    def tensor_ref_of(unit: int):
+        renamed = dict(zip(units[unit].inputs, unit_inputs[unit]))
+        positions = tensor_names(units[unit].nodes, units[unit].inputs)  # a plan names tensors by position
+
+        def tensor_ref(position):
             name = positions[position]
             if name in resolver.graph.constants:  # tiles DMA weights straight from the weight store
                 return BufferRef(Region.WEIGHTS, resolver.weights[target].offset(name), name)
             return resolver.ref(Sym(target, renamed.get(name, name)))
 
-        steps += tiled_steps(tiled[step.unit], tensor_ref, sram_size, sram_size)
+        return tensor_ref
+
+    for step in entry:
+        if not isinstance(step, SCall):
+            steps.append(resolver.step(target, step))
+        elif step.unit in cascades:
+            members, program = cascades[step.unit]
+            refs = [tensor_ref_of(unit) for unit in members]
+            steps += cascade_steps(program, cascade_functions[step.unit], refs, sram_size, sram_size)
+        elif step.unit in tiled:
+            steps += tiled_steps(tiled[step.unit], tensor_ref_of(step.unit), sram_size, sram_size)
     return steps
+
+
+def cascade_runs(placement: Placement, graph: Graph, platform: Platform, units, infos, isolated) -> dict:
+    """Each claimed cascade (`Placement.cascades`) by its first unit's index: its units' indices
+    (consecutive, on one tiled accelerator) and its command list, which must be what was priced."""
+    index_of = {unit.head.name: index for index, unit in enumerate(units)}
+    runs: dict[int, tuple[tuple[int, ...], CascadeProgram]] = {}
+    for cascade in placement.cascades:
+        members = tuple(index_of.get(name, -1) for name in cascade.units)
+        where = f"cascade {' + '.join(cascade.groups)}"
+        if -1 in members or list(members) != list(range(members[0], members[0] + len(members))):
+            raise InternalError(f"{where}: its units are not consecutive kernel units of the program")
+        if any(infos[i].target != infos[members[0]].target or infos[i].target not in isolated for i in members):
+            raise InternalError(f"{where}: its units are not on one tiled accelerator")
+        ops, layers, _ = cascade_units(cascade, placement, graph, platform)
+        program = cascade_program(ops, layers, cascade.stripe)
+        if (program.sram_bytes, program.dma_bytes, program.moved(Kind.MOVE)) != (
+            cascade.sram_bytes,
+            cascade.dma_bytes,
+            cascade.move_bytes,
+        ):
+            raise InternalError(f"{where}: its command list is not the cascade that was priced")
+        runs[members[0]] = (members, program)
+    return runs
+
+
+def cascade_kernel_units(program: CascadeProgram, layer_functions: list[KernelUnit]) -> tuple[KernelUnit, ...]:
+    """The generated function of each of a cascade's row-tile kernels: named after its layer's unit."""
+    return tuple(
+        KernelUnit(
+            f"{layer_functions[layer].fn}_c{index}",
+            layer_functions[layer].nodes,
+            f"{layer_functions[layer].label} (cascade row tile {index})",
+            tile.kernel,
+        )
+        for index, (tile, layer) in enumerate(zip(program.kernels, program.kernel_layers))
+    )
 
 
 def placement_estimates(placement: Placement) -> tuple[GroupEstimate, ...]:
     """The cost model's figure for each group and transfer, kept for `hetgen bench` to compare."""
-    groups = [GroupEstimate(g.name, g.target, tuple(g.nodes), g.label, g.cost_us) for g in placement.groups]
+    # a cascade's groups run as one invocation and are priced as one (its first group's cost): one
+    # estimate holds them all, named by its groups, so bench sets its simulated time beside its price
+    by_name = {g.name: g for g in placement.groups}
+    cascade_of = {c.groups[0]: c for c in placement.cascades}
+    inside = {name for c in placement.cascades for name in c.groups[1:]}
+    groups = []
+    for g in placement.groups:
+        if g.name in inside:
+            continue
+        cascade = cascade_of.get(g.name)
+        if cascade is None:
+            groups.append(GroupEstimate(g.name, g.target, tuple(g.nodes), g.label, g.cost_us))
+            continue
+        members = [by_name[name] for name in cascade.groups]
+        nodes = tuple(node for member in members for node in member.nodes)
+        label = "cascade: " + " + ".join(member.label for member in members)
+        cost = sum(member.cost_us for member in members)
+        groups.append(GroupEstimate("+".join(cascade.groups), g.target, nodes, label, cost))
     transfers = [
         GroupEstimate(f"{t.tensor} -> {t.dst}", t.dst, (), "transfer", t.cost_us, t.tensor, t.src, _transfer_parts(t))
         for t in placement.transfers

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from hetgen.errors import InternalError
 from hetgen.lower.program import BufferRef, Call, Copy, KernelUnit, Region
 from hetgen.lower.work import Engine, Work, instance_work
+from hetgen.spec.cascade_program import CascadeProgram, Kind
 from hetgen.spec.tiling import Action, TilePlan
 
 
@@ -93,3 +94,55 @@ def _call(unit: TiledUnit, command, sram_size: int, scratch_base: int) -> Call:
         raise InternalError(f"a tile kernel's buffers end at {end}, past the SRAM ({sram_size})")
     work = instance_work(tile_kernel.instance, after=command.after)
     return Call(unit.functions[tile.kernel], tuple(args), work)
+
+
+def cascade_steps(
+    program: CascadeProgram, functions: tuple[KernelUnit, ...], tensor_refs, sram_size: int, scratch_base: int
+) -> list:
+    """The steps of one invocation running a cascade's command list (hetgen/spec/cascade_program.py):
+    LOAD and STORE as a tile plan's strided DMA copies, MOVE as a strided copy within the SRAM (the
+    simulator's MOVE engine), COMPUTE as a call of the layer's row-tile kernel (`functions`, one per
+    program.kernels) on SRAM offsets. `tensor_refs[layer](position)` is where layer `layer`'s tensor
+    lives in device memory or the weight store."""
+    steps: list = []
+
+    def sram(offset: int, nbytes: int, what: str) -> BufferRef:
+        if offset + nbytes > sram_size:
+            raise InternalError(f"cascade {what} at {offset} + {nbytes} is past the SRAM ({sram_size})")
+        return BufferRef(Region.ARENA, offset, what)
+
+    for command in program.commands:
+        if command.kind is Kind.COMPUTE:
+            tile_kernel = program.kernels[command.kernel]
+            args = [BufferRef(Region.NONE, 0) if offset is None else sram(offset, 0, "sram") for offset in command.args]
+            if tile_kernel.kernel.scratch_bytes:
+                args.append(BufferRef(Region.ARENA, scratch_base, "scratch"))
+            work = instance_work(tile_kernel.instance, after=command.after)
+            steps.append(Call(functions[command.kernel], tuple(args), work))
+            continue
+        span_src = (command.count - 1) * command.src_stride + command.seg_bytes
+        span_dst = (command.count - 1) * command.dst_stride + command.seg_bytes
+        if command.kind is Kind.MOVE:
+            src, dst = sram(command.src, span_src, "sram:move"), sram(command.dst, span_dst, "sram:move")
+            engine = Engine.MOVE
+        else:
+            base = tensor_refs[command.layer](command.tensor)
+            loading = command.kind is Kind.LOAD
+            offset = command.src if loading else command.dst
+            far = BufferRef(base.region, base.position + offset, base.tensor)
+            near = sram(
+                command.dst if loading else command.src, span_dst if loading else span_src, f"sram:{base.tensor}"
+            )
+            src, dst = (far, near) if loading else (near, far)
+            engine = Engine.DMA
+        work = Work(
+            engine,
+            m=command.count,
+            n=command.seg_bytes,
+            bytes=command.nbytes,
+            after=command.after,
+            src_stride=command.src_stride,
+            dst_stride=command.dst_stride,
+        )
+        steps.append(Copy(src, dst, command.nbytes, work, command.count, command.src_stride, command.dst_stride))
+    return steps

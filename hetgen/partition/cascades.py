@@ -6,14 +6,13 @@ depthwise convolution, a window pool, with a fused residual Add or not) whose ac
 predecessor's output and that output's only reader, may run as one cascade: one invocation, stripe
 by stripe through SRAM (hetgen/spec/cascade.py). Each run is cut into cascades and single groups
 at the least price: a single group at its cost as placed (its tile plan and its launch), a cascade
-at one launch and its stripes' estimate. `options: {cascade: false}` in the platform file turns it
-off. This is the one place the choice is made: `with_cascades` puts it in `Placement.cascades`,
-which explain shows.
-
-Not claimed yet: lowering, codegen and the simulator do not run a cascade (docs/simulator.md,
-"Cascades"), so `place` does not call `with_cascades` and a placement claims no cascade; what is
-priced and explained stays what is generated. `benchmarks/bench_cascade.py` and tests/test_cascade.py
-call it to study the choice.
+at one launch and its command list's time (hetgen/spec/cascade_program.py: `program_us`).
+`options: {cascade: false}` in the platform file turns it off. This is the one place the choice is made: `with_cascades` puts it in `Placement.cascades`,
+which explain shows, and claims it: `place` calls it last, lowering runs each cascade as one
+invocation of its command list (hetgen/spec/cascade_program.py; hetgen/lower/__init__.py), so the
+placement is priced as that program: the cascade's price is its first group's cost, its later
+groups cost nothing of their own (their work is in the cascade's), and the makespan is the
+scheduler's program with the cascade's groups in one invocation (hetgen/partition/timeline.py).
 """
 
 from __future__ import annotations
@@ -23,9 +22,14 @@ from dataclasses import dataclass, replace
 
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
+from hetgen.ops.base import Unsupported
+from hetgen.partition.cost import Topology
 from hetgen.partition.placement import Cascade, Group, Placement
+from hetgen.partition.price import price
+from hetgen.partition.timeline import placement_makespan
 from hetgen.platform.model import Platform, Target
 from hetgen.spec.cascade import CascadePlan, Layer, cascade_layer, cascade_plan
+from hetgen.spec.cascade_program import cascade_program, program_us
 from hetgen.spec.invocation import group_plans, kernel_units_of, one_unit_per_invocation, tile_rates, unit_inputs
 from hetgen.spec.tile_shapes import UnitOp, tensor_names, unit_op
 from hetgen.spec.tiling import TilePlan
@@ -52,11 +56,36 @@ def cascading(platform: Platform) -> bool:
 
 
 def with_cascades(placement: Placement, graph: Graph, platform: Platform) -> Placement:
-    """The placement with the cascades its price chooses (none where the platform turns them off)."""
-    if not cascading(platform) or placement.kernels is None:
+    """The placement with the cascades its price chooses (none where the platform turns them off),
+    claimed: priced as the program lowering emits for them (`claimed`). A placement that already
+    holds cascades is returned as it is."""
+    if not cascading(platform) or placement.kernels is None or placement.cascades:
         return placement
     found = choose_cascades(placement, graph, platform)
-    return replace(placement, cascades=found) if found else placement
+    return claimed(placement, found, graph, platform) if found else placement
+
+
+def claimed(placement: Placement, cascades: tuple[Cascade, ...], graph: Graph, platform: Platform) -> Placement:
+    """`placement` running `cascades`: each cascade's first group costs the cascade's price, its
+    later groups nothing (their launches included), and the total is the makespan of the program
+    with each cascade one invocation."""
+    first = {c.groups[0]: c for c in cascades}
+    later = {name for c in cascades for name in c.groups[1:]}
+    groups = []
+    for group in placement.groups:
+        if group.name in first:
+            group = replace(group, cost_us=first[group.name].cost_us)
+        elif group.name in later:
+            group = replace(group, cost_us=0.0, launch_us=0.0, weight_us=0.0)
+        groups.append(group)
+    topology = Topology(platform)
+
+    def copy_us(src: str, dst: str, nbytes: int) -> float:
+        return sum(hop.us(nbytes) for hop in topology.copies(src, dst))
+
+    makespan = placement_makespan(groups, graph, platform, copy_us, cascades)
+    total = price(groups, placement.transfers, makespan).total_us
+    return replace(placement, groups=tuple(groups), cascades=cascades, total_us=total)
 
 
 def choose_cascades(placement: Placement, graph: Graph, platform: Platform) -> tuple[Cascade, ...]:
@@ -146,6 +175,8 @@ def _cut(run: Sequence[_Link], targets: Mapping[str, Target]) -> list[Cascade]:
             if plan is None:
                 continue
             cascade = _cascade(links, plan, target)
+            if cascade is None:
+                continue
             total = best[start][0] + cascade.cost_us
             if total < choice[0] - 1e-9 and cascade.cost_us < cascade.layer_us:
                 choice = (total, (*best[start][1], cascade))
@@ -153,10 +184,18 @@ def _cut(run: Sequence[_Link], targets: Mapping[str, Target]) -> list[Cascade]:
     return list(best[-1][1])
 
 
-def _cascade(links: Sequence[_Link], plan: CascadePlan, target: Target) -> Cascade:
+def _cascade(links: Sequence[_Link], plan: CascadePlan, target: Target) -> Cascade | None:
+    """The cascade of these links at the plan's stripe height, priced as its command list runs
+    (`program_us`: the program lowering emits, timed as a tile plan's); None where a layer's row
+    tile has no kernel."""
     first = links[0].group
     launch = target.figures.launch_us or 0.0
     scale = first.launch_us / launch if launch and first.launch_us else 1.0  # a calibrated target's scale
+    layers = [link.layer for link in links]
+    try:
+        program = cascade_program([link.op for link in links], layers, plan.stripe)
+    except Unsupported:
+        return None
     return Cascade(
         first.target,
         tuple(link.group.name for link in links),
@@ -168,7 +207,7 @@ def _cascade(links: Sequence[_Link], plan: CascadePlan, target: Target) -> Casca
         plan.sram_bytes,
         plan.dma_bytes,
         plan.move_bytes,
-        first.launch_us + scale * plan.estimate_us,
+        first.launch_us + scale * program_us(program, layers),
         max(link.plan.sram_bytes for link in links),
         sum(link.plan.dma_bytes for link in links),
         sum(link.group.cost_us for link in links),

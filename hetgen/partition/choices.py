@@ -123,7 +123,8 @@ def with_choices(
     kernels = placement.kernels
     calibration = calibration or Calibration()
     choices = choose(graph, platform, placement, kernels)
-    return priced(placement, choices, platform, kernels, calibration.scale_for, placement_makespan_of(graph, platform))
+    makespan = placement_makespan_of(graph, platform, placement.cascades)
+    return priced(placement, choices, platform, kernels, calibration.scale_for, makespan)
 
 
 def stale(choices: Choices, placement: Placement) -> str | None:
@@ -282,15 +283,15 @@ def banked(
     }
 
 
-def placement_makespan_of(graph: Graph, platform: Platform):
+def placement_makespan_of(graph: Graph, platform: Platform, cascades=()):
     """The makespan function `with_choices` prices a placement's groups with (copies over their
-    links and DMA engines)."""
+    links and DMA engines; each of `cascades` one invocation, as lowering runs it)."""
     topology = Topology(platform)
 
     def copy_us(src: str, dst: str, nbytes: int) -> float:
         return sum(hop.us(nbytes) for hop in topology.copies(src, dst))
 
-    return lambda groups: placement_makespan(groups, graph, platform, copy_us)
+    return lambda groups: placement_makespan(groups, graph, platform, copy_us, cascades)
 
 
 def variant_work(kernel: Kernel, spec) -> Work:

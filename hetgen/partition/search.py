@@ -21,6 +21,7 @@ from types import MappingProxyType
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph
 from hetgen.partition.assemble import assemble, chosen_makespan, makespan_floor
+from hetgen.partition.cascades import with_cascades
 from hetgen.partition.choices import with_choices
 from hetgen.partition.cost import Calibration, calibrate
 from hetgen.partition.exact import ExactSearch
@@ -91,7 +92,7 @@ def place(
     if mode != "cost":
         chosen = search_greedy(space, candidates)
         placement = assemble(space, candidates, chosen, mode=mode, exact=False, pins=pinned)
-        return with_choices(graph, platform, placement, calibration).verify(graph)
+        return with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
     search = ExactSearch(space, candidates)
     chosen, exact = search.run(max_states)
     placement = assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned)
@@ -107,7 +108,7 @@ def place(
         placement = replace(moved, search_note="; ".join(filter(None, (placement.search_note, note))))
         chosen = improved
     placement = _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy)
-    return with_choices(graph, platform, placement, calibration).verify(graph)
+    return with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
 
 
 def _greedy_or_none(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[int] | None:

@@ -115,20 +115,22 @@ def program_order(
 
 
 def placement_makespan(
-    groups, graph: Graph, platform: Platform, transfer_us: Callable[[str, str, int], float]
+    groups, graph: Graph, platform: Platform, transfer_us: Callable[[str, str, int], float], cascades=()
 ) -> float:
     """The makespan of the program lowering emits for `groups` (in program order): the scheduler of
     hetgen/spec/schedule.py run over the groups (one unit each), its steps timed by `run_timeline`
-    with each group at its cost and each copy at `transfer_us(from place, to place, bytes)`."""
+    with each group at its cost and each copy at `transfer_us(from place, to place, bytes)`.
+    `cascades` (`Placement.cascades`): each one's groups run as one invocation, as lowering runs them;
+    its price is its first group's cost (hetgen/partition/cascades.py: `claim_cascades`)."""
     if not groups:
         return 0.0
-    program, groups = placement_program(groups, graph, platform)
+    program, groups = placement_program(groups, graph, platform, cascades)
     return run_timeline(program, estimated_timing(program, groups, transfer_us))
 
 
-def placement_program(groups, graph: Graph, platform: Platform) -> tuple[ProgramSteps, list]:
+def placement_program(groups, graph: Graph, platform: Platform, cascades=()) -> tuple[ProgramSteps, list]:
     """The timed steps of the program lowering emits for `groups`, and the groups it runs."""
-    schedule, groups = placement_schedule(groups, graph, platform, timing_only=True)
+    schedule, groups = placement_schedule(groups, graph, platform, timing_only=True, cascades=cascades)
     types, sizes = graph.types, {}
 
     def nbytes(tensor: str) -> int:
@@ -150,9 +152,13 @@ def estimated_timing(
     )
 
 
-def placement_schedule(groups, graph: Graph, platform: Platform, *, timing_only: bool = False) -> tuple[Schedule, list]:
+def placement_schedule(
+    groups, graph: Graph, platform: Platform, *, timing_only: bool = False, cascades=()
+) -> tuple[Schedule, list]:
     """The schedule lowering emits for `groups` (in program order, one unit each), and the groups
-    it runs: all but the pure reshapes lowering drops (their readers read the source)."""
+    it runs: all but the pure reshapes lowering drops (their readers read the source). A cascade's
+    later groups join its first group's invocation."""
+    later = {name for cascade in cascades for name in cascade.groups[1:]}
     nodes = {node.name: node for node in graph.nodes}
     targets = {t.path_str: t for t in platform.targets()}
     units, kept, rename = [], [], {}
@@ -170,7 +176,15 @@ def placement_schedule(groups, graph: Graph, platform: Platform, *, timing_only:
         kept.append(group)
     isolated = frozenset(t for t in platform.targets() if one_unit_per_invocation(t))
     root = platform.root.controller()
+    joined = frozenset(index for index, group in enumerate(kept) if group.name in later)
     schedule = Scheduler(
-        units, root, set(graph.constants), set(graph.outputs), set(graph.inputs), isolated, timing_only=timing_only
+        units,
+        root,
+        set(graph.constants),
+        set(graph.outputs),
+        set(graph.inputs),
+        isolated,
+        timing_only=timing_only,
+        joined=joined,
     ).run()
     return schedule, kept

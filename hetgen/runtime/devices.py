@@ -52,6 +52,7 @@ class DeviceTime:
     link_bytes: int
     link_copies: int
     estimate_us: float  # the placement's groups on this device, plus the DMA and link parts of its copies
+    dma_bytes: int = 0  # what its DMA engine moved for its own commands (tile and cascade loads and stores)
 
     @property
     def simulated_us(self) -> float:
@@ -143,7 +144,7 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
             clocks[path] = clock
             counts = model.device_counters(target.simulator.counters_offset, len(counters))
             for counter, cycles in zip(counters, counts):
-                into = kernel_cycles if counter.what == "kernel" else load_cycles
+                into = kernel_cycles if counter.what in ("kernel", "move") else load_cycles
                 for node in counter.nodes[:1]:
                     into[node] = into.get(node, 0) + cycles
                     programs_of.setdefault(node, set()).add((path, counter.program))
@@ -164,9 +165,11 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
                 stats["link_bytes"],
                 stats["link_copies"],
                 groups_here + _parts_on(estimates, path),
+                stats["dma_bytes"],
             )
         )
     groups = []
+    invoked: set[tuple[str, int]] = set()  # programs whose invocation a group was charged with
     for estimate in estimates:
         if estimate.tensor:
             continue  # copies: in the devices' DMA and link counts, not simulated one by one
@@ -176,7 +179,10 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
             nodes = estimate.nodes
             kernel = sum(kernel_cycles.get(node, 0) for node in nodes) / clock
             weights = sum(load_cycles.get(node, 0) for node in nodes) / clock
-            ran_in = set().union(*(programs_of.get(node, set()) for node in nodes))
+            # an invocation is charged once, to the first group that ran in it (a cascade runs
+            # several groups in one)
+            ran_in = set().union(*(programs_of.get(node, set()) for node in nodes)) - invoked
+            invoked |= ran_in
             invoke = len(ran_in) * per_invocation.get(estimate.target, 0.0)
         groups.append(
             GroupTime(

@@ -33,9 +33,12 @@ from dataclasses import dataclass, replace
 from hetgen.errors import InternalError
 from hetgen.spec.cascade import Layer, StripeStep, stripe_steps
 from hetgen.spec.tile_shapes import UnitOp, op_residual, operands, window_row_tile
-from hetgen.spec.tiling import ALIGNMENT, Action, TileKernel, tile_kernel, with_waits
+from hetgen.spec.tiling import ALIGNMENT, Action, Rates, TileKernel, mac_utilisation, tile_kernel, with_waits
+from hetgen.spec.work import Engine, instance_work
 
-__all__ = ["CascadeCommand", "CascadeProgram", "Kind", "cascade_program"]
+__all__ = ["CascadeCommand", "CascadeProgram", "Kind", "cascade_program", "program_us"]
+
+_MAC_ENGINES = (Engine.MAC_ARRAY, Engine.MAC_ARRAY_INT8, Engine.MAC_ARRAY_RESIDUAL)
 
 
 class Kind(enum.Enum):
@@ -93,6 +96,11 @@ class CascadeProgram:
     @property
     def dma_bytes(self) -> int:
         return self.moved(Kind.LOAD) + self.moved(Kind.STORE)
+
+    @property
+    def scratch_bytes(self) -> int:
+        """The emulating C kernels' workspace (im2col, packing), outside SRAM, as a tile plan's."""
+        return max((k.kernel.scratch_bytes for k in self.kernels), default=0)
 
 
 class _Sram:
@@ -247,3 +255,42 @@ def cascade_program(ops: Sequence[UnitOp], layers: Sequence[Layer], stripe: int)
     )
     commands = tuple(replace(c, after=t.after) for (c, _, _), t in zip(raw, timed))
     return CascadeProgram(stripe, tuple(kernels), tuple(kernel_layers), commands, sram.size)
+
+
+def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
+    """The command list's time on two engines that run in order and wait as its commands say, as a
+    tile plan's (`tiling.plan_us`): a LOAD or STORE at the DMA rate, a MOVE at the engines' SRAM
+    rate, a COMPUTE as a tile's kernel (its MAC-array work at the share of the array its product
+    keeps busy, a residual's adds on the vector unit, no faster than it streams its buffers from SRAM
+    or drains its outputs), each with its command overhead; each layer's command at its own rates
+    (`Layer.rates`, int8 columns for an integer product)."""
+    kernel_us = []
+    for tile, index in zip(program.kernels, program.kernel_layers):
+        rates = layers[index].rates or Rates(0.0, 0.0)
+        work = instance_work(tile.instance)
+        mac = work.engine in _MAC_ENGINES
+        outputs = work.batch * work.m * work.n
+        compute = tile.kernel.flops * rates.us_per_flop
+        if mac:
+            compute /= mac_utilisation(((1, work.batch, work.m, work.n),), rates)
+        if work.engine is Engine.MAC_ARRAY_RESIDUAL:
+            compute += outputs * rates.us_per_vector_element
+        stage = outputs * rates.us_per_output_element if mac else 0.0
+        kernel_us.append(max(compute, work.bytes * rates.us_per_local_byte, stage))
+    finish: list[float] = []
+    free = {True: 0.0, False: 0.0}
+    end = 0.0
+    for index, command in enumerate(program.commands):
+        rates = layers[command.layer].rates or Rates(0.0, 0.0)
+        if command.is_dma:
+            took = command.nbytes * rates.us_per_byte
+        elif command.kind is Kind.MOVE:
+            took = command.nbytes * rates.us_per_local_byte
+        else:
+            took = kernel_us[command.kernel]
+        ready = finish[index - command.after] if command.after else 0.0
+        done = max(free[command.is_dma], ready) + took + rates.command_us
+        free[command.is_dma] = done
+        finish.append(done)
+        end = max(end, done)
+    return end

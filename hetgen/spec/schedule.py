@@ -132,6 +132,7 @@ class Scheduler:
         isolated: frozenset[Target] = frozenset(),
         *,
         timing_only: bool = False,
+        joined: frozenset[int] = frozenset(),
     ):
         """`isolated`: accelerators that run each unit as its own invocation (hetgen/spec/invocation.py),
         loading only that unit's weights. Tensors stay in the device's memory between invocations as
@@ -139,8 +140,13 @@ class Scheduler:
 
         `timing_only`: the same steps, with only what timing them needs (hetgen/partition/timeline.py
         prices a placement so): no read and write times for the memory plan (`Schedule.events`
-        stays empty), no call arguments (`SCall.args` is empty), no weight loads."""
+        stays empty), no call arguments (`SCall.args` is empty), no weight loads.
+
+        `joined`: units that run in the same invocation of an isolated accelerator as the unit
+        before them (a cascade's later layers: hetgen/spec/cascade_program.py runs them stripe by
+        stripe, so the tensors between them never leave the device's SRAM)."""
         self.isolated = isolated
+        self.joined = joined
         self.timing_only = timing_only
         self.units = units
         self.root = root
@@ -201,7 +207,7 @@ class Scheduler:
             slot = self._slot(self.units[index].target, controller, devices)
             # Only the controller that drives an isolated accelerator splits its work: from further
             # up, the co-processor in front of it is one device that keeps its intermediates.
-            isolated = slot >= 0 and devices[slot] in self.isolated
+            isolated = slot >= 0 and devices[slot] in self.isolated and index not in self.joined
             if segments and segments[-1][0] == slot and not isolated:
                 segments[-1][1].append(index)
             else:
@@ -305,7 +311,16 @@ class Scheduler:
 
     def accelerator_entry(self, device: Target, members: list[int]) -> list:
         if device in self.isolated:  # tiled: each tile DMAs its slice of the weights (tiling.py)
-            return [self.local_call(device, index) for index in members]
+            calls = [self.local_call(device, index) for index in members]
+            if len(members) > 1 and not self.timing_only:
+                # a cascade (`joined`) runs its units stripe by stripe: each of their tensors is
+                # live from the invocation's first unit to its last
+                for index in members:
+                    for name in (*self.units[index].inputs, *self.units[index].outputs):
+                        if name and name not in self.constants:
+                            self.schedule.touch(device, name, members[0])
+                            self.schedule.touch(device, name, members[-1])
+            return calls
         if self.timing_only:  # the weights' loads are inside the device's time, not steps of their own
             return [self.local_call(device, index) for index in members]
         steps: list = []

@@ -33,6 +33,7 @@ enum hg_sim_engine {
     HG_SIM_DMA = 3,
     HG_SIM_MAC_ARRAY_INT8 = 4,
     HG_SIM_MAC_ARRAY_RESIDUAL = 5,
+    HG_SIM_MOVE = 6,
 };
 
 /* A simulated device, and a co-processor, queue at most this many invocations between two waits. */
@@ -61,6 +62,7 @@ typedef struct {
     uint64_t link_cycles; /* copies over the link from the controller: its latency, then its bandwidth */
     uint64_t link_bytes;
     uint64_t link_copies;
+    uint64_t dma_bytes; /* bytes the DMA engine moved for the device's own commands (tile and cascade loads and stores) */
 } hg_device_stats;
 
 #endif /* HG_CONSTANTS_H */

@@ -84,6 +84,8 @@ uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *w
         break;
     case HG_SIM_DMA:
         return hg_sim_dma_cycles(params, work->bytes);
+    case HG_SIM_MOVE: /* an SRAM-to-SRAM copy: the engines' SRAM bandwidth */
+        return params->command_cycles + hg_sim_ceil_div(work->bytes, params->sram_bytes_per_cycle);
     default:
         return 0;
     }
@@ -96,8 +98,12 @@ uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *w
     return params->command_cycles + (compute > memory ? compute : memory);
 }
 
-/* A strided DMA: m segments of n bytes, src_stride and dst_stride bytes apart (a tile's block of a
- * tensor to or from SRAM). Both spans are bounds-checked before a byte moves. */
+/* A strided copy: m segments of n bytes, src_stride and dst_stride bytes apart (a tile's block of a
+ * tensor to or from SRAM by DMA; a MOVE within SRAM). Both spans are bounds-checked before a byte
+ * moves. Within one buffer (a cascade's kept rows moved to its window's top) the segments are
+ * copied in the order that reads each before another's copy overwrites it: last first where the
+ * destination's stride is the larger (the window grew), or, at equal strides, where the
+ * destination lies above the source; each segment is a memmove. */
 static int hg_sim_strided_copy(const hg_memory *memory, const hg_graph_node *node, const hg_buffer_ref *args,
                                size_t num_args, const hg_sim_work *work)
 {
@@ -113,9 +119,12 @@ static int hg_sim_strided_copy(const hg_memory *memory, const hg_graph_node *nod
         || hg_resolve(memory, args[node->first_arg + 1], dst_span, &dst) != HG_OK) {
         return HG_ERR_BYTECODE;
     }
-    for (uint64_t s = 0; s < work->m; ++s) {
-        memmove((unsigned char *)dst + s * work->dst_stride, (const unsigned char *)src + s * work->src_stride,
-                (size_t)work->n);
+    unsigned char *const to = (unsigned char *)dst;
+    const unsigned char *const from = (const unsigned char *)src;
+    const int backwards = work->dst_stride > work->src_stride || (work->dst_stride == work->src_stride && to > from);
+    for (uint64_t i = 0; i < work->m; ++i) {
+        const uint64_t s = backwards ? work->m - 1 - i : i;
+        memmove(to + s * work->dst_stride, from + s * work->src_stride, (size_t)work->n);
     }
     return HG_OK;
 }
@@ -153,7 +162,7 @@ static int hg_sim_run_program(const hg_sim_config *config, hg_sim_state *sim, co
         const hg_graph_node *node = &program->nodes[n];
         const hg_sim_work *work = program->work != NULL ? &program->work[n] : NULL;
         int status;
-        if (work != NULL && work->engine == HG_SIM_DMA && work->m > 1) {
+        if (work != NULL && (work->engine == HG_SIM_MOVE || (work->engine == HG_SIM_DMA && work->m > 1))) {
             status = hg_sim_strided_copy(memory, node, program->args, program->num_args, work);
         } else if (!hg_sim_in_sram(config, node, program->args, program->num_args)) {
             status = HG_ERR_CAPACITY;
@@ -179,6 +188,7 @@ static int hg_sim_run_program(const hg_sim_config *config, hg_sim_state *sim, co
         sim->stats.compute_cycles += advance;
         if (work->engine == HG_SIM_DMA) {
             sim->stats.load_cycles += advance;
+            sim->stats.dma_bytes += work->bytes; /* what it was asked to move, command by command */
         }
         const uint64_t counter = program->first_counter + n;
         if (counter < config->num_counters) {
