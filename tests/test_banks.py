@@ -370,7 +370,7 @@ def test_banked_elf_runs_under_qemu_matches_onnxruntime_with_each_section_in_its
 
     out = hetgen.compile(BANKS, MODEL, out=tmp_path / "out", werror=True, opt=("-O2",), native_tuning=False)
     (program,) = json.loads((out / "hetgen.json").read_text())["board"]["programs"]
-    sections = {name: (address, size) for name, address, size, _ in section_headers(out / program["path"])}
+    sections = {name: (address, size) for name, address, size, *_ in section_headers(out / program["path"])}
     banks = {
         "itcm": range(0, 512 << 10),
         "dtcm": range(0x20000000, 0x20000000 + (64 << 10)),

@@ -170,8 +170,8 @@ SHT_NOBITS = 8
 STACK_SECTION = ".stack"
 
 
-def section_headers(elf: Path) -> list[tuple[str, int, int, int]]:
-    """The allocated sections of a 32-bit little-endian ELF: (name, address, size, flags)."""
+def section_headers(elf: Path) -> list[tuple[str, int, int, int, int]]:
+    """The allocated sections of a 32-bit little-endian ELF: (name, address, size, flags, type)."""
     blob = elf.read_bytes()
     if blob[:4] != b"\x7fELF" or blob[4] != 1 or blob[5] != 1:
         raise HetgenError(f"{elf}: not a 32-bit little-endian ELF file")
@@ -184,7 +184,7 @@ def section_headers(elf: Path) -> list[tuple[str, int, int, int]]:
         if header[2] & SHF_ALLOC:
             start = names_offset + header[0]
             name = blob[start : blob.index(b"\0", start)].decode("ascii", "replace")
-            found.append((name, header[3], header[5], header[2]))
+            found.append((name, header[3], header[5], header[2], header[1]))
     return found
 
 
@@ -202,24 +202,9 @@ def bank_usage(elf: Path, banks: list[dict]) -> list[tuple[dict, int, list[str]]
 def image_sizes(elf: Path) -> ImageSizes:
     """Sizes of a 32-bit little-endian ELF's allocated sections, counted as binutils' `size` does
     (read-only: text; writable with contents: data; writable without: bss), the stack apart."""
-    blob = elf.read_bytes()
-    if blob[:4] != b"\x7fELF" or blob[4] != 1 or blob[5] != 1:
-        raise HetgenError(f"{elf}: not a 32-bit little-endian ELF file")
-    (section_offset,) = struct.unpack_from("<I", blob, 0x20)
-    entry_size, count, names_index = struct.unpack_from("<HHH", blob, 0x2E)
-    headers = [struct.unpack_from("<IIIIIIIIII", blob, section_offset + i * entry_size) for i in range(count)]
-    names_offset = headers[names_index][4]
-
-    def name(header) -> str:
-        start = names_offset + header[0]
-        return blob[start : blob.index(b"\0", start)].decode("ascii", "replace")
-
     text = data = bss = stack = 0
-    for header in headers:
-        kind, flags, size = header[1], header[2], header[5]
-        if not flags & SHF_ALLOC:
-            continue
-        if name(header) == STACK_SECTION:
+    for name, _, size, flags, kind in section_headers(elf):
+        if name == STACK_SECTION:
             stack += size
         elif not flags & SHF_WRITE:
             text += size

@@ -33,7 +33,16 @@ from dataclasses import dataclass, replace
 from hetgen.errors import InternalError
 from hetgen.spec.cascade import Layer, StripeStep, stripe_steps
 from hetgen.spec.tile_shapes import UnitOp, op_residual, operands, window_row_tile
-from hetgen.spec.tiling import ALIGNMENT, Action, Rates, TileKernel, mac_utilisation, tile_kernel, with_waits
+from hetgen.spec.tiling import (
+    ALIGNMENT,
+    Action,
+    Rates,
+    TileKernel,
+    mac_utilisation,
+    tile_kernel,
+    two_engine_us,
+    with_waits,
+)
 from hetgen.spec.work import Engine, instance_work
 
 __all__ = ["CascadeCommand", "CascadeProgram", "Kind", "cascade_program", "program_us"]
@@ -277,10 +286,8 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
             compute += outputs * rates.us_per_vector_element
         stage = outputs * rates.us_per_output_element if mac else 0.0
         kernel_us.append(max(compute, work.bytes * rates.us_per_local_byte, stage))
-    finish: list[float] = []
-    free = {True: 0.0, False: 0.0}
-    end = 0.0
-    for index, command in enumerate(program.commands):
+
+    def step(command) -> tuple[bool, int, float, float]:
         rates = layers[command.layer].rates or Rates(0.0, 0.0)
         if command.is_dma:
             took = command.nbytes * rates.us_per_byte
@@ -288,9 +295,6 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
             took = command.nbytes * rates.us_per_local_byte
         else:
             took = kernel_us[command.kernel]
-        ready = finish[index - command.after] if command.after else 0.0
-        done = max(free[command.is_dma], ready) + took + rates.command_us
-        free[command.is_dma] = done
-        finish.append(done)
-        end = max(end, done)
-    return end
+        return command.is_dma, command.after, took, rates.command_us
+
+    return two_engine_us(map(step, program.commands))

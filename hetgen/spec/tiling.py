@@ -408,21 +408,29 @@ def plan_us(plan: TilePlan, rates: Rates) -> float:
 
 def _timeline_us(plan: TilePlan, rates: Rates) -> float:
     utilisation = [mac_utilisation(products, rates) for products in plan.mac_products]
+
+    def took(command) -> float:
+        if command.is_dma:
+            return plan.block_of(command).nbytes * rates.us_per_byte
+        tile = plan.tiles[command.tile]
+        compute = tile.flops * rates.us_per_flop / utilisation[tile.kernel] + tile.vector * rates.us_per_vector_element
+        return max(compute, _tile_bytes(tile) * rates.us_per_local_byte, _output_us(plan, tile, rates))
+
+    return two_engine_us((command.is_dma, command.after, took(command), rates.command_us) for command in plan.commands)
+
+
+def two_engine_us(steps) -> float:
+    """The time of commands on the npu's two engines (DMA, compute), each running its commands in
+    order: per command (is_dma, after, its time, its overhead), it starts when its engine is free and
+    the command `after` places before it (0: none) has finished; the last one to finish ends it.
+    The simulator (hg_sim.c) runs its command queue so; tile plans and cascades are timed here."""
     finish: list[float] = []
     free = {True: 0.0, False: 0.0}
     end = 0.0
-    for index, command in enumerate(plan.commands):
-        if command.is_dma:
-            took = plan.block_of(command).nbytes * rates.us_per_byte
-        else:
-            tile = plan.tiles[command.tile]
-            compute = (
-                tile.flops * rates.us_per_flop / utilisation[tile.kernel] + tile.vector * rates.us_per_vector_element
-            )
-            took = max(compute, _tile_bytes(tile) * rates.us_per_local_byte, _output_us(plan, tile, rates))
-        ready = finish[index - command.after] if command.after else 0.0
-        done = max(free[command.is_dma], ready) + took + rates.command_us
-        free[command.is_dma] = done
+    for index, (is_dma, after, took, overhead) in enumerate(steps):
+        ready = finish[index - after] if after else 0.0
+        done = max(free[is_dma], ready) + took + overhead
+        free[is_dma] = done
         finish.append(done)
         end = max(end, done)
     return end

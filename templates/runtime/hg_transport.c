@@ -101,6 +101,18 @@ static int fail(hg_channel *channel, int code, const char *format, ...)
     return code;
 }
 
+/* A channel on its two ends, no frame under way, nothing sealed (both builds' hg_channel_init). */
+static void channel_defaults(hg_channel *channel, int read_fd, int write_fd, int is_socket, int timeout_ms)
+{
+    memset(channel, 0, sizeof *channel);
+    channel->read_fd = read_fd;
+    channel->write_fd = write_fd;
+    channel->is_socket = is_socket;
+    channel->timeout_ms = timeout_ms;
+    channel->deadline_ms = -1;
+    channel->frame_budget_ms = timeout_ms;
+}
+
 #if !defined(HG_TRANSPORT_UART)
 int hg_transport_timeout_from_env(void)
 {
@@ -132,13 +144,7 @@ static void set_nonblocking(int fd)
 
 void hg_channel_init(hg_channel *channel, int read_fd, int write_fd, int is_socket, int timeout_ms)
 {
-    memset(channel, 0, sizeof *channel);
-    channel->read_fd = read_fd;
-    channel->write_fd = write_fd;
-    channel->is_socket = is_socket;
-    channel->timeout_ms = timeout_ms;
-    channel->deadline_ms = -1;
-    channel->frame_budget_ms = timeout_ms;
+    channel_defaults(channel, read_fd, write_fd, is_socket, timeout_ms);
     /* Non-blocking ends, so that poll's timeout bounds every read and write. */
     set_nonblocking(read_fd);
     if (write_fd != read_fd) {
@@ -270,13 +276,7 @@ static int write_exact(hg_channel *channel, const void *buffer, size_t bytes, in
 
 void hg_channel_init(hg_channel *channel, int read_fd, int write_fd, int is_socket, int timeout_ms)
 {
-    memset(channel, 0, sizeof *channel);
-    channel->read_fd = read_fd;
-    channel->write_fd = write_fd;
-    channel->is_socket = is_socket;
-    channel->timeout_ms = timeout_ms;
-    channel->deadline_ms = -1;
-    channel->frame_budget_ms = timeout_ms;
+    channel_defaults(channel, read_fd, write_fd, is_socket, timeout_ms);
 }
 
 static int64_t deadline_after(int timeout_ms)
