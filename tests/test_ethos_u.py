@@ -114,7 +114,7 @@ def test_ds_cnn_estimate_within_25_percent_of_vela(tmp_path):
         sys.path.remove(str(REPO / "benchmarks"))
     from hetgen.models.quantized import quantized
 
-    model = quantized(bench_vela.ds_cnn(), "QDQ", per_channel=True)
+    model = quantized(bench_vela.MODELS["ds_cnn"](), "QDQ", per_channel=True)
     data, _ = bench_vela.tflite_from_qdq(model)
     tflite = tmp_path / "ds_cnn.tflite"
     tflite.write_bytes(data)
