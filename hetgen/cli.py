@@ -311,12 +311,7 @@ def cmd_tune(args) -> int:
         )
         runs = ", ".join(f"{s * 1e6:.1f} us" for s in on.timing.seconds)
         print(f"{on.timing.target} on {on.timing.address}: programs {runs}; figures {on.figures}", file=sys.stderr)
-        if args.out:
-            Path(args.out).write_text(on.text)
-            print(f"wrote {args.out}")
-        else:
-            print(on.text, end="")
-        return 0
+        return _write_platform(on.text, args.out)
     result = tune(
         args.platform,
         target_path=args.target,
@@ -327,11 +322,16 @@ def cmd_tune(args) -> int:
     )
     blocks = result.blocks
     print(f"{result.target}: mc {blocks.mc}, kc {blocks.kc}, nc {blocks.nc}; figures {result.calibration.figures}")
-    if args.out:
-        Path(args.out).write_text(result.text)
-        print(f"wrote {args.out}")
+    return _write_platform(result.text, args.out)
+
+
+def _write_platform(text: str, out: str | None) -> int:
+    """A tuned platform file to `out`, or to stdout when none is given."""
+    if out:
+        Path(out).write_text(text)
+        print(f"wrote {out}")
     else:
-        print(result.text, end="")
+        print(text, end="")
     return 0
 
 
