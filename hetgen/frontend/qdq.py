@@ -27,6 +27,8 @@ became constant because of that.
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import onnx
 
@@ -54,30 +56,66 @@ __all__ = ["fold_dequantize", "keeps_quantized", "rewrite_qdq"]
 
 def rewrite_qdq(work: Work) -> None:
     """Rewrite the first island that matches, then look again from the start (a rewrite can complete
-    an island before it), until none does. The reader's producer and user maps describe
-    `work.nodes`, so they are built again only after a rewrite, not for every candidate: a float
-    model (no QuantizeLinear, so no island can end) costs one pass over its ops."""
+    an island before it), until none does.
+
+    Linear, not quadratic: whether a node matches depends only on the tensors within two steps of
+    it (its inputs' producers, its outputs' readers and theirs), so after a rewrite only the nodes
+    within three steps of what it touched can change their answer. Those go back on a heap ordered
+    by position; every other node already examined still fails, so popping the first position
+    finds exactly the island a full rescan from the start would. A float model (no
+    QuantizeLinear, so no island can end) costs one pass over its ops."""
     if not any(node.op == "QuantizeLinear" for node in work.nodes):
         return
-    index, reader = 0, Reader(work)
-    while index < len(work.nodes):
-        node = work.nodes[index]
+    reader = Reader(work)
+    # A node's place in the list: replacements sort right after the last node they replace.
+    order = {id(node): (index,) for index, node in enumerate(work.nodes)}
+    alive = {id(node): node for node in work.nodes}
+    replaced: list[WorkNode] = []  # kept referenced, so that no id() is reused while `order` holds it
+    pending = [(key, ident) for ident, key in order.items()]
+    heapq.heapify(pending)
+    while pending:
+        key, ident = heapq.heappop(pending)
+        node = alive.get(ident)
+        if node is None or order[ident] != key:
+            continue
         match = MATCHERS.get(node.op) if node.is_default_domain else None
         found = match(work, node, reader) if match else None
         if found is None:
-            index += 1
             continue
         matched, replacement = found
-        gone = {id(n) for n in matched}
-        last = max(i for i, n in enumerate(work.nodes) if id(n) in gone)
-        rebuilt = []
-        for i, n in enumerate(work.nodes):
-            if i == last:
-                rebuilt.extend(replacement)
-            elif id(n) not in gone:
-                rebuilt.append(n)
-        work.nodes = rebuilt
-        index, reader = 0, Reader(work)
+        last = max(order[id(n)] for n in matched)
+        for n in matched:
+            reader.remove(n)
+            del alive[id(n)]
+        replaced.extend(matched)
+        for position, n in enumerate(replacement):
+            order[id(n)] = (*last, position)
+            alive[id(n)] = n
+            reader.add(n)
+        nearby = _within_three_steps(reader, [*matched, *replacement])
+        for n in nearby:
+            if id(n) in alive:
+                heapq.heappush(pending, (order[id(n)], id(n)))
+    work.nodes = sorted(alive.values(), key=lambda n: order[id(n)])
+
+
+def _within_three_steps(reader: Reader, touched: list[WorkNode]) -> list[WorkNode]:
+    """Nodes sharing a tensor with `touched` (one step), and those within two more steps of them.
+    `touched` includes removed nodes, whose tensors' other readers and producers are found by
+    name. Constants link nothing (see `Reader.neighbours`)."""
+    constants = reader.work.constants
+    names = {name for n in touched for name in (*n.inputs, *n.outputs) if name and name not in constants}
+    seen = {id(n): n for name in names for n in (*reader.users.get(name, ()), reader.producers.get(name)) if n}
+    frontier = list(seen.values())
+    for _ in range(2):
+        step = []
+        for n in frontier:
+            for neighbour in reader.neighbours(n):
+                if id(neighbour) not in seen:
+                    seen[id(neighbour)] = neighbour
+                    step.append(neighbour)
+        frontier = step
+    return list(seen.values())
 
 
 def _int_bias(work: Work, reader: Reader, name: str, x_scale: np.ndarray, w_scale: np.ndarray, n: int):

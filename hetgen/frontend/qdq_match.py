@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetgen.frontend.work import Work, WorkNode
+from hetgen.frontend.work import Work, WorkNode, subgraph_inputs
 
 QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
 Q_RANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
@@ -90,10 +90,39 @@ def quantize_bound(value: float, scale: np.float32, zero_point: int, dtype: np.d
 
 
 class Reader:
+    """Who produces and who reads each tensor of `work.nodes`, kept current by the rewrite through
+    `remove` and `add` (rebuilding it after each rewrite made a QDQ model's import quadratic)."""
+
     def __init__(self, work: Work):
         self.work = work
         self.users = {name: list({id(n): n for n in users}.values()) for name, users in work.consumers().items()}
         self.producers = work.producers()
+
+    def remove(self, node: WorkNode) -> None:
+        for name in node.outputs:
+            if name and self.producers.get(name) is node:
+                del self.producers[name]
+        for name in _read_names(node):
+            if name in self.users:
+                self.users[name] = [user for user in self.users[name] if user is not node]
+
+    def add(self, node: WorkNode) -> None:
+        for name in node.outputs:
+            if name:
+                self.producers[name] = node
+        for name in _read_names(node):
+            users = self.users.setdefault(name, [])
+            if all(user is not node for user in users):
+                users.append(node)
+
+    def neighbours(self, node: WorkNode) -> list[WorkNode]:
+        """The producers of what `node` reads and the readers of what it writes. Constants link
+        nothing: matchers read them by value, and one shared scale would link every node."""
+        found = [self.producers[name] for name in _read_names(node) if name in self.producers]
+        for name in node.outputs:
+            if name and name not in self.work.constants:
+                found.extend(self.users.get(name, ()))
+        return found
 
     def only_user(self, name: str, *ops: str) -> WorkNode | None:
         users = self.users.get(name, [])
@@ -103,6 +132,10 @@ class Reader:
 
     def dequantized_input(self, name: str) -> Dequantized | None:
         return dequantized(self.producers.get(name), self.work)
+
+
+def _read_names(node: WorkNode) -> set[str]:
+    return {name for name in (*node.inputs, *subgraph_inputs(node)) if name}
 
 
 @dataclass(frozen=True)
