@@ -197,7 +197,7 @@ def test_beam_bounded_placement_is_never_worse_than_greedy(seed):
     searched, greedy = place(graph, platform), place(graph, platform, mode="greedy")
     assert searched.total_us <= greedy.total_us + 1e-6
     if not searched.exact:
-        assert "beam-bounded: " in explain_text(searched, graph)  # says why it is not exact
+        assert "beam-bounded search: " in explain_text(searched, graph)  # says why it is not exact
 
 
 def test_greedy_is_used_when_a_one_state_beam_loses_to_it():
@@ -221,7 +221,10 @@ def test_branchy_dag_stays_exact():
     """Inception-like stages of 8 parallel chains: chain-following order keeps the frontier narrow."""
     graph = wide_dag(2000, 8)
     placement = place(graph, soc())
-    assert placement.exact and "(cost mode, exact)" in explain_text(placement, graph)
+    assert placement.exact  # the serial sum at its optimum; "exact" in explain is the makespan's claim
+    heading = explain_text(placement, graph).splitlines()[0]
+    assert ("(cost mode, exact" in heading) == placement.optimal
+    assert placement.optimal or f"within {placement.gap:.1%} of the lower bound" in heading
 
 
 def test_medium_graphs_stay_exact():

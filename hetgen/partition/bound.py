@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 ROUNDS = 4000  # exponentiated-gradient steps over the weights: enough for the few targets a platform has
+STALL = 400  # steps without a 1e-6 rise after which the search for weights stops
 
 
 def node_times(space) -> np.ndarray:
@@ -91,12 +92,17 @@ def makespan_bound(space) -> float:
         return 0.0
     scale = float(np.min(times, axis=1).sum()) or 1.0
     weights = np.full(times.shape[1], 1.0 / times.shape[1])
-    best = 0.0
+    best, since = 0.0, 0
     for step in range(ROUNDS):
         weighted = times * weights
         pick = np.argmin(weighted, axis=1)
         value = float(weighted[np.arange(len(pick)), pick].sum())
+        if value > best * (1 + 1e-6):
+            since = 0
+        since += 1
         best = max(best, value)
+        if since > STALL:  # any weights give a bound: stopping early only forgoes a higher one
+            break
         # the supergradient: each target's load under the nodes' current choices; weight moves
         # toward the loaded targets, which makes their nodes go elsewhere
         load = np.bincount(pick, weights=times[np.arange(len(pick)), pick], minlength=times.shape[1])

@@ -48,7 +48,7 @@ class Explanation:
 
     graph: str
     mode: str
-    quality: str  # "exact", "beam-bounded" or "heuristic"
+    quality: str  # "exact" (the least makespan), "within X % of the lower bound ..." or "heuristic"; then notes
     total_us: float
     groups: tuple[GroupReport, ...]
     transfers: tuple[Transfer, ...]
@@ -74,9 +74,7 @@ class Explanation:
 
 def explanation(placement: Placement, graph: Graph) -> Explanation:
     ops = {node.name: node.op for node in graph.nodes}
-    quality = "exact" if placement.exact else ("heuristic" if placement.mode == "greedy" else "beam-bounded")
-    if placement.search_note:
-        quality = f"{quality}: {placement.search_note}"
+    quality = _quality(placement)
     charged = _charged_group(placement, graph)
     groups = tuple(
         GroupReport(
@@ -94,6 +92,23 @@ def explanation(placement: Placement, graph: Graph) -> Explanation:
     return Explanation(
         graph.name, placement.mode, quality, total, groups, placement.transfers, unclaimed, placement.cascades
     )
+
+
+def _quality(placement: Placement) -> str:
+    """ "exact" only where the makespan is proven least (hetgen/partition/optimal.py); otherwise how
+    far from the lower bound it may be; then how the search went."""
+    gap = placement.gap
+    if placement.mode == "greedy" or gap is None:
+        quality = "heuristic" if placement.mode == "greedy" else "not judged"
+    elif placement.optimal:
+        quality = "exact"
+    else:
+        quality = f"within {gap:.1%} of the lower bound {placement.bound_us:.1f} us"
+    if gap is not None and abs(placement.total_us - placement.searched_us) > 1e-6 * max(1.0, placement.searched_us):
+        quality += f" at the search's prices ({placement.searched_us:.1f} us before cascades and kernel choices)"
+    if placement.mode == "cost" and not placement.exact:
+        quality += ", beam-bounded search"
+    return f"{quality}: {placement.search_note}" if placement.search_note else quality
 
 
 def _charged_group(placement: Placement, graph: Graph) -> dict[Transfer, int]:

@@ -163,6 +163,22 @@ class Placement:
     # Each accelerator's refusal of each unclaimed node: the structure behind `unclaimed`'s text.
     unclaimed_refusals: tuple[Refusal, ...] = ()
     search_note: str = ""  # when not exact in cost mode: why, and what bounded the search (explain prints it)
+    # How good the search's result is under the makespan it reports (hetgen/partition/optimal.py):
+    # its makespan at the search's prices (before cascades and kernel choices re-price it), whether
+    # that is proven the least of any placement, and the lower bound it is measured against
+    # (searched_us itself where optimal). 0.0: not judged (greedy mode, or built by hand).
+    searched_us: float = 0.0
+    optimal: bool = False
+    bound_us: float = 0.0
+
+    @property
+    def gap(self) -> float | None:
+        """How much faster than this placement the best one may be (0.0 where proven optimal), as
+        a fraction of the bound; None where not judged."""
+        if not self.bound_us:
+            return None
+        return 0.0 if self.optimal else self.searched_us / self.bound_us - 1.0
+
     # The kernel table the placement was priced with: lowering emits exactly its kernels and tilings.
     kernels: KernelTable | None = field(default=None, repr=False, compare=False)
     # Each kernel unit as the program runs it (hetgen/partition/choices.py's Choices): the variant

@@ -25,6 +25,7 @@ from hetgen.partition.cascades import with_cascades
 from hetgen.partition.choices import with_choices
 from hetgen.partition.cost import Calibration, calibrate
 from hetgen.partition.exact import ExactSearch
+from hetgen.partition.optimal import judged
 from hetgen.partition.overlap import improve_makespan
 from hetgen.partition.pins import resolve_pins, restrict
 from hetgen.partition.placement import MODES, Placement
@@ -108,6 +109,7 @@ def place(
         placement = replace(moved, search_note="; ".join(filter(None, (placement.search_note, note))))
         chosen = improved
     placement = _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy)
+    placement = judged(space, candidates, pinned, placement)
     return with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
 
 
