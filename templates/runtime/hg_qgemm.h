@@ -106,11 +106,53 @@ static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, c
                                      const uint8_t *r3, size_t n, size_t stride, uint32_t flip)
 {
     uint32_t *restrict d = (uint32_t *)(void *)dst;
+    size_t i = 0;
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    /* 16 (then 8) pixels of the four rows at a time, interleaved by st4; stride 2 reads each row's
+       pairs (ld2, the even ones kept), whose last byte is one past the last tap read, so the
+       vector stops a pixel early */
+    const uint8x16_t vflip = vdupq_n_u8((uint8_t)flip);
     if (stride == 1) {
-        for (size_t i = 0; i < n; ++i)
+        for (; i + 16 <= n; i += 16) {
+            uint8x16x4_t v;
+            v.val[0] = veorq_u8(vld1q_u8(r0 + i), vflip);
+            v.val[1] = veorq_u8(vld1q_u8(r1 + i), vflip);
+            v.val[2] = veorq_u8(vld1q_u8(r2 + i), vflip);
+            v.val[3] = veorq_u8(vld1q_u8(r3 + i), vflip);
+            vst4q_u8(dst + 4 * i, v);
+        }
+        for (; i + 8 <= n; i += 8) {
+            uint8x8x4_t v;
+            v.val[0] = veor_u8(vld1_u8(r0 + i), vget_low_u8(vflip));
+            v.val[1] = veor_u8(vld1_u8(r1 + i), vget_low_u8(vflip));
+            v.val[2] = veor_u8(vld1_u8(r2 + i), vget_low_u8(vflip));
+            v.val[3] = veor_u8(vld1_u8(r3 + i), vget_low_u8(vflip));
+            vst4_u8(dst + 4 * i, v);
+        }
+    } else if (stride == 2) {
+        for (; i + 17 <= n; i += 16) {
+            uint8x16x4_t v;
+            v.val[0] = veorq_u8(vld2q_u8(r0 + 2 * i).val[0], vflip);
+            v.val[1] = veorq_u8(vld2q_u8(r1 + 2 * i).val[0], vflip);
+            v.val[2] = veorq_u8(vld2q_u8(r2 + 2 * i).val[0], vflip);
+            v.val[3] = veorq_u8(vld2q_u8(r3 + 2 * i).val[0], vflip);
+            vst4q_u8(dst + 4 * i, v);
+        }
+        for (; i + 9 <= n; i += 8) {
+            uint8x8x4_t v;
+            v.val[0] = veor_u8(vld2_u8(r0 + 2 * i).val[0], vget_low_u8(vflip));
+            v.val[1] = veor_u8(vld2_u8(r1 + 2 * i).val[0], vget_low_u8(vflip));
+            v.val[2] = veor_u8(vld2_u8(r2 + 2 * i).val[0], vget_low_u8(vflip));
+            v.val[3] = veor_u8(vld2_u8(r3 + 2 * i).val[0], vget_low_u8(vflip));
+            vst4_u8(dst + 4 * i, v);
+        }
+    }
+#endif
+    if (stride == 1) {
+        for (; i < n; ++i)
             d[i] = ((uint32_t)r0[i] | (uint32_t)r1[i] << 8 | (uint32_t)r2[i] << 16 | (uint32_t)r3[i] << 24) ^ flip;
     } else {
-        for (size_t i = 0; i < n; ++i)
+        for (; i < n; ++i)
             d[i] = ((uint32_t)r0[i * stride] | (uint32_t)r1[i * stride] << 8 | (uint32_t)r2[i * stride] << 16 |
                     (uint32_t)r3[i * stride] << 24) ^
                    flip;
