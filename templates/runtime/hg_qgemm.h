@@ -406,7 +406,8 @@ static inline void hg_qg_dw_masked_q(const uint8_t *x, const int32_t *off, const
    AVX-512 VNNI, when the weights fit int8: 64 outputs at a time, groups of 4 taps interleaved to
    dwords (unpack bytes, then words: in-lane, so the sums come out lane-transposed and are put back
    in order once per 64 outputs) and vpdpbusd by the group's 4 weights; signed activations flipped
-   to unsigned (+128, taken off with the weights' sum). Elsewhere hg_qg_dw_row_q row by row. */
+   to unsigned (+128, taken off with the weights' sum). On aarch64 NEON the same virtual plane, 16 outputs
+   a vector (widened to int16, smlal by the tap's weight). Elsewhere hg_qg_dw_row_q row by row. */
 #define HG_QG_DW_VIRTUAL(out_h, out_w, pw) ((((out_h) - 1) * (pw) + (out_w) + 63) / 64 * 64)
 
 static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, const uint8_t **taps, const int32_t *w,
@@ -460,13 +461,50 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
             memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
         return;
     }
-#endif
+#elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    /* 16 outputs of the virtual plane at a time (a row as short as 5 is no longer scalar): each
+       tap's 16 bytes widened to int16, smlal by its weight (a byte less a zero point: it fits
+       int16) into four int32x4, requantised into vbytes; reads up to 15 bytes past a tap's last
+       (within HG_QG_DW_SLACK) for outputs that are dropped */
+    (void)taps;
+    (void)sums;
+    const size_t nv = (out_h - 1) * pw + out_w;
+    const int32x4_t vzp = vdupq_n_s32(zp);
+    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
+    for (size_t i = 0; i < nv; i += 16) {
+        int32x4_t a0 = vdupq_n_s32(c), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t t = 0; t < ntaps; ++t) {
+            const uint8x16_t b = vld1q_u8(plane + off[t] + i);
+            const int16x8_t l = x_signed ? vmovl_s8(vget_low_s8(vreinterpretq_s8_u8(b)))
+                                         : vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(b)));
+            const int16x8_t h = x_signed ? vmovl_high_s8(vreinterpretq_s8_u8(b))
+                                         : vreinterpretq_s16_u16(vmovl_high_u8(b));
+            const int16_t wt = (int16_t)w[t];
+            a0 = vmlal_n_s16(a0, vget_low_s16(l), wt);
+            a1 = vmlal_high_n_s16(a1, l, wt);
+            a2 = vmlal_n_s16(a2, vget_low_s16(h), wt);
+            a3 = vmlal_high_n_s16(a3, h, wt);
+        }
+        const float32x4_t f0 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a0), s), vlo), vhi);
+        const float32x4_t f1 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a1), s), vlo), vhi);
+        const float32x4_t f2 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a2), s), vlo), vhi);
+        const float32x4_t f3 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a3), s), vlo), vhi);
+        const int16x8_t q0 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f0), vzp)),
+                                          vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f1), vzp)));
+        const int16x8_t q1 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f2), vzp)),
+                                          vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f3), vzp)));
+        vst1q_u8(vbytes + i, vreinterpretq_u8_s8(vcombine_s8(vmovn_s16(q0), vmovn_s16(q1))));
+    }
+    for (size_t oh = 0; oh < out_h; ++oh)
+        memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
+#else
     (void)vbytes;
     for (size_t oh = 0; oh < out_h; ++oh) {
         for (size_t t = 0; t < ntaps; ++t)
             taps[t] = plane + off[t] + oh * pw;
         hg_qg_dw_row_q(taps, w, ntaps, 1, out_w, x_signed, sums, c, s, zp, lo, hi, y + oh * out_w);
     }
+#endif
 }
 
 /* MaxPool on int8/uint8 (templates/kernels/pool.c.j2), one output row of n: y[i] = the largest of
