@@ -497,7 +497,8 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
     }
     for (size_t oh = 0; oh < out_h; ++oh)
         memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
-#else
+#endif
+#if !defined(HG_QG_PATH_SDOT) && !defined(HG_QG_PATH_NEON)
     (void)vbytes;
     for (size_t oh = 0; oh < out_h; ++oh) {
         for (size_t t = 0; t < ntaps; ++t)
