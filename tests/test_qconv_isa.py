@@ -7,7 +7,8 @@ aarch64 boards, the cortex-a55 kind (SDOT) and the plain aarch64 kind (NEON), ru
 its own QLinearConv: odd reductions, output channels not a multiple of the panel, pixels not a
 multiple of the block, strides, dilations, asymmetric padding, groups, 1-D and 3-D, 1x1 without
 padding (no plane), fully connected 1x1s (the GEMV: odd groups of 4 k, channels past a chunk of 64,
-groups), depthwise (the direct kernel), int8 and uint8 inputs;
+groups), depthwise (the direct kernel), int8 and uint8 inputs; plain NEON's int16 pair sums at their
+bound (weights of +-127, activations of -128) and weights holding -128 (the *_w128 kernels);
 QLinearMatMul with a constant B (the GEMV per row of A: one row, batched rows);
 and int8/uint8 MaxPool (hg_qg_max_row: strides 1, 2 and 3, padding, dilation).
 """
@@ -83,7 +84,15 @@ CASES = {
         True,
         True,
     ),
+    # plain NEON's int16 pair sums at their bound: weights of +-127 against activations of -128 and 127
+    "extreme_pairs": (np.int8, (1, 16, 6, 6), (9, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
+    # weights holding -128 (the *_w128 kernels, each product widened alone on plain NEON) against
+    # activations that are -128 on the path (uint8 0, flipped): a pair of them would not fit int16
+    "w128_u8": (np.uint8, (1, 8, 7, 7), (10, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
+    "fc_w128": (np.int8, (1, 40, 1, 1), (12, 40, 1, 1), {}, True, True),
 }
+# the cases whose weights hold -128; the others' are in [-127, 127], as onnxruntime's symmetric ones
+W128_CASES = ("w128_u8", "fc_w128")
 
 # int8/uint8 MaxPool (hg_qg_max_row): name: (x dtype, x shape, attributes)
 POOL_CASES = {
@@ -113,6 +122,26 @@ def q_random(shape, dtype):
     return RNG.integers(info.min, info.max + 1, shape).astype(dtype)
 
 
+def case_weights(name, shape):
+    """int8 weights in [-127, 127]; -128 in every channel's first taps for the W128 cases; +-127 only for
+    extreme_pairs."""
+    if name == "extreme_pairs":
+        return (RNG.choice([-127, 127], shape)).astype(np.int8)
+    w = RNG.integers(-127, 128, shape).astype(np.int8)
+    if name in W128_CASES:
+        w.reshape(shape[0], -1)[:, :12] = -128
+    return w
+
+
+def case_input(name, shape, dtype):
+    if name == "extreme_pairs":
+        return RNG.choice(np.array([-128, 127, -128, 5], np.int8), shape)
+    x = q_random(shape, dtype)
+    if name in W128_CASES:  # half the activations the path's -128
+        x.reshape(-1)[::2] = 0 if dtype is np.uint8 else -128
+    return x
+
+
 def model_and_feeds():
     nodes, inputs, outputs, inits, feeds = [], [], [], [], {}
     for name, (x_dtype, x_shape, w_shape, attrs, per_channel, with_bias) in CASES.items():
@@ -125,7 +154,7 @@ def model_and_feeds():
         constants = {
             "xs": np.array(x_scale, np.float32),
             "xz": xz,
-            "w": q_random(w_shape, np.int8),
+            "w": case_weights(name, w_shape),
             "ws": w_scales if per_channel else w_scales.reshape(()),
             "wz": np.zeros(channels if per_channel else (), np.int8),
             "ys": np.array(y_scale, np.float32),
@@ -143,14 +172,14 @@ def model_and_feeds():
             helper.make_tensor_value_info(f"{name}_x", helper.np_dtype_to_tensor_dtype(np.dtype(x_dtype)), x_shape)
         )
         outputs.append(helper.make_tensor_value_info(f"{name}_y", TensorProto.UNDEFINED, None))
-        feeds[f"{name}_x"] = q_random(x_shape, x_dtype)
+        feeds[f"{name}_x"] = case_input(name, x_shape, x_dtype)
     for name, (a_dtype, a_shape, b_shape, per_column) in MATMUL_CASES.items():
         k, n = b_shape
         a_scale, b_scales = 0.05, (RNG.random(n if per_column else 1) * 0.01 + 0.002).astype(np.float32)
         constants = {
             "as": np.array(a_scale, np.float32),
             "az": np.array(-9 if a_dtype is np.int8 else 140, a_dtype),
-            "b": q_random(b_shape, np.int8),
+            "b": RNG.integers(-127, 128, b_shape).astype(np.int8),
             "bs": b_scales if per_column else b_scales.reshape(()),
             "bz": np.zeros(n if per_column else (), np.int8),
             "ys": np.array(a_scale * float(b_scales.mean()) * 74 * 74 * np.sqrt(k) / 40, np.float32),
@@ -223,9 +252,11 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))
     # the packed kernels: blocks of pixels, or the fully connected layers' GEMV; the depthwise ones direct
     fully_connected = sum(1 for case in CASES.values() if np.prod(case[1][2:]) == 1)  # a 1x1 input
-    assert kernels.count("hg_qg_gemv(") == fully_connected + len(MATMUL_CASES)
+    assert kernels.count("hg_qg_gemv(") == fully_connected - 1 + len(MATMUL_CASES)
+    assert kernels.count("hg_qg_gemv_w128(") == 1  # fc_w128
     depthwise = sum(1 for name in CASES if name.startswith("depthwise"))
-    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected
+    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected - 1
+    assert kernels.count("hg_qg_block_w128(") == 1  # w128_u8
     # the depthwise ones: the direct kernel, whole planes where the plane's strides are 1, else rows
     assert kernels.count("hg_qg_dw_plane_q(") == depthwise - 1
     assert kernels.count("hg_qg_dw_row_q(") == 1
@@ -267,6 +298,10 @@ def test_packed_qconv_matches_onnxruntime_on_aarch64(tmp_path, case_model, kind)
         ["aarch64-linux-gnu-objdump", "-d", str(project / board)], capture_output=True, text=True, check=True
     ).stdout
     assert ("\tsdot\t" in listing) is has_sdot
+    # plain NEON: the mlal blocks (smull + smlal into int16, sadalp into int32); SDOT never takes them
+    assert ("<hg_qg_mlal_tile" in listing) is not has_sdot
+    if not has_sdot:
+        assert all(f"\t{op}\t" in listing for op in ("smull", "smlal", "smlal2", "sadalp"))
     probe = subprocess.run(
         [
             "aarch64-linux-gnu-gcc",

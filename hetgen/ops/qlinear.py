@@ -14,7 +14,7 @@ quantized output (the QDQ rewrite emits these) is fused as a narrower clamp of t
 That generic kernel is the one bare-metal targets take. Application cores take offers of their own
 (`hosted_only`, hetgen/partition/prepack.py): a convolution with constant int8 weights of zero
 point 0 reads them packed at generate time into dot-product panels (hetgen/ops/qpack.py,
-templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON; a fully connected one as a GEMV over them), a
+templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON smull/smlal; a fully connected one as a GEMV over them), a
 depthwise one runs rows or whole planes of a byte plane (or, on AVX-512 VNNI, the input in place)
 through hg_qgemm.h's vector kernels (qconv_direct.c.j2), and a QLinearMatMul with a constant int8 B
 runs each row of A as that GEMV over B^T's panels (qmatmul_packed.c.j2).
@@ -241,6 +241,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     if variant in ("gemm", "vector") and _packable(op, x_type, w, w_zp, requant, k_dim):
         packed_params, packed_scratch = qpack.plan(cin_group, cout_group, groups, channels, win, padded)
         packed_params["x_signed"] = int(x_type.dtype is DType.INT8)
+        packed_params.update(packed_kernels(op.constant(w)))
         packed = Prepacked(
             w,
             lambda value: qpack.pack_weights(value, groups),
@@ -394,6 +395,15 @@ def _depthwise_rows_offer(
     )
 
 
+def packed_kernels(weights: np.ndarray) -> dict:
+    """Which hg_qgemm.h kernels the packed weights take: plain NEON sums two int8 products in int16
+    (smull + smlal), exact only while no weight is -128 (2 * 128 * 127 < 2^15); weights that hold
+    one take the *_w128 forms, which widen each product alone (every other path computes both alike)."""
+    full_range = bool(np.any(np.asarray(weights) == -128))
+    suffix = "_w128" if full_range else ""
+    return {"block_fn": f"hg_qg_block{suffix}", "gemv_fn": f"hg_qg_gemv{suffix}"}
+
+
 def _packable(op: OpInstance, x_type: TensorType, w: int, w_zp: int | None, requant, k_dim: int) -> bool:
     """Whether the packed int8 kernel (hetgen/ops/qpack.py) computes this convolution: requantised
     int8 or uint8 output, constant int8 weights with zero point 0, a reduction an int32 holds."""
@@ -461,7 +471,10 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
     }
     offers = multiplier_offer(op, requant, scale_bytes, row_bytes + scale_bytes) if requant else ()
     if _matmul_packable(op, a_type, b, b_zp, requant, k, b_batch, a_zp):
-        offers = (*offers, _packed_matmul_offer(b, a_type, m * batches, n, k, requant["per_channel"]))
+        offers = (
+            *offers,
+            _packed_matmul_offer(b, op.constant(b), a_type, m * batches, n, k, requant["per_channel"]),
+        )
     return Kernel(
         template="kernels/qmatmul.c.j2",
         params=params,
@@ -482,13 +495,16 @@ def _matmul_packable(op: OpInstance, a_type: TensorType, b: int, b_zp, requant, 
     return _packable(op, a_type, b, b_zp, requant, k)
 
 
-def _packed_matmul_offer(b: int, a_type: TensorType, rows: int, n: int, k: int, per_column: bool) -> Prepacked:
+def _packed_matmul_offer(
+    b: int, b_value: np.ndarray, a_type: TensorType, rows: int, n: int, k: int, per_column: bool
+) -> Prepacked:
     """A matrix product with a constant int8 B on an application core: B^T packed as the
     convolution's weight panels ([n] channels of [k]: hetgen/ops/qpack.py) and each row of A a GEMV
     (hg_qg_gemv, templates/kernels/qmatmul_packed.c.j2), its n outputs one contiguous run."""
     kg = qpack.kgroups(k)
     row_bytes = align(4 * kg + qpack.GEMV_SLACK)
     params = {
+        **packed_kernels(b_value),
         "rows": rows,
         "kgroups": kg,
         "sums_offset": qpack.packed_bytes(1, n, k) - 4 * n,

@@ -41,6 +41,11 @@
 #else
 #define HG_QG_NOINLINE
 #endif
+#if defined(__GNUC__)
+#define HG_QG_UNUSED __attribute__((unused))
+#else
+#define HG_QG_UNUSED
+#endif
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define HG_QG_PATH_AVX512VNNI 1
@@ -101,11 +106,53 @@ static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, c
                                      const uint8_t *r3, size_t n, size_t stride, uint32_t flip)
 {
     uint32_t *restrict d = (uint32_t *)(void *)dst;
+    size_t i = 0;
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    /* 16 (then 8) pixels of the four rows at a time, interleaved by st4; stride 2 reads each row's
+       pairs (ld2, the even ones kept), whose last byte is one past the last tap read, so the
+       vector stops a pixel early */
+    const uint8x16_t vflip = vdupq_n_u8((uint8_t)flip);
     if (stride == 1) {
-        for (size_t i = 0; i < n; ++i)
+        for (; i + 16 <= n; i += 16) {
+            uint8x16x4_t v;
+            v.val[0] = veorq_u8(vld1q_u8(r0 + i), vflip);
+            v.val[1] = veorq_u8(vld1q_u8(r1 + i), vflip);
+            v.val[2] = veorq_u8(vld1q_u8(r2 + i), vflip);
+            v.val[3] = veorq_u8(vld1q_u8(r3 + i), vflip);
+            vst4q_u8(dst + 4 * i, v);
+        }
+        for (; i + 8 <= n; i += 8) {
+            uint8x8x4_t v;
+            v.val[0] = veor_u8(vld1_u8(r0 + i), vget_low_u8(vflip));
+            v.val[1] = veor_u8(vld1_u8(r1 + i), vget_low_u8(vflip));
+            v.val[2] = veor_u8(vld1_u8(r2 + i), vget_low_u8(vflip));
+            v.val[3] = veor_u8(vld1_u8(r3 + i), vget_low_u8(vflip));
+            vst4_u8(dst + 4 * i, v);
+        }
+    } else if (stride == 2) {
+        for (; i + 17 <= n; i += 16) {
+            uint8x16x4_t v;
+            v.val[0] = veorq_u8(vld2q_u8(r0 + 2 * i).val[0], vflip);
+            v.val[1] = veorq_u8(vld2q_u8(r1 + 2 * i).val[0], vflip);
+            v.val[2] = veorq_u8(vld2q_u8(r2 + 2 * i).val[0], vflip);
+            v.val[3] = veorq_u8(vld2q_u8(r3 + 2 * i).val[0], vflip);
+            vst4q_u8(dst + 4 * i, v);
+        }
+        for (; i + 9 <= n; i += 8) {
+            uint8x8x4_t v;
+            v.val[0] = veor_u8(vld2_u8(r0 + 2 * i).val[0], vget_low_u8(vflip));
+            v.val[1] = veor_u8(vld2_u8(r1 + 2 * i).val[0], vget_low_u8(vflip));
+            v.val[2] = veor_u8(vld2_u8(r2 + 2 * i).val[0], vget_low_u8(vflip));
+            v.val[3] = veor_u8(vld2_u8(r3 + 2 * i).val[0], vget_low_u8(vflip));
+            vst4_u8(dst + 4 * i, v);
+        }
+    }
+#endif
+    if (stride == 1) {
+        for (; i < n; ++i)
             d[i] = ((uint32_t)r0[i] | (uint32_t)r1[i] << 8 | (uint32_t)r2[i] << 16 | (uint32_t)r3[i] << 24) ^ flip;
     } else {
-        for (size_t i = 0; i < n; ++i)
+        for (; i < n; ++i)
             d[i] = ((uint32_t)r0[i * stride] | (uint32_t)r1[i * stride] << 8 | (uint32_t)r2[i * stride] << 16 |
                     (uint32_t)r3[i * stride] << 24) ^
                    flip;
@@ -359,7 +406,8 @@ static inline void hg_qg_dw_masked_q(const uint8_t *x, const int32_t *off, const
    AVX-512 VNNI, when the weights fit int8: 64 outputs at a time, groups of 4 taps interleaved to
    dwords (unpack bytes, then words: in-lane, so the sums come out lane-transposed and are put back
    in order once per 64 outputs) and vpdpbusd by the group's 4 weights; signed activations flipped
-   to unsigned (+128, taken off with the weights' sum). Elsewhere hg_qg_dw_row_q row by row. */
+   to unsigned (+128, taken off with the weights' sum). On aarch64 NEON the same virtual plane, 16 outputs
+   a vector (widened to int16, smlal by the tap's weight). Elsewhere hg_qg_dw_row_q row by row. */
 #define HG_QG_DW_VIRTUAL(out_h, out_w, pw) ((((out_h) - 1) * (pw) + (out_w) + 63) / 64 * 64)
 
 static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, const uint8_t **taps, const int32_t *w,
@@ -413,13 +461,51 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
             memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
         return;
     }
+#elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    /* 16 outputs of the virtual plane at a time (a row as short as 5 is no longer scalar): each
+       tap's 16 bytes widened to int16, smlal by its weight (a byte less a zero point: it fits
+       int16) into four int32x4, requantised into vbytes; reads up to 15 bytes past a tap's last
+       (within HG_QG_DW_SLACK) for outputs that are dropped */
+    (void)taps;
+    (void)sums;
+    const size_t nv = (out_h - 1) * pw + out_w;
+    const int32x4_t vzp = vdupq_n_s32(zp);
+    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
+    for (size_t i = 0; i < nv; i += 16) {
+        int32x4_t a0 = vdupq_n_s32(c), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t t = 0; t < ntaps; ++t) {
+            const uint8x16_t b = vld1q_u8(plane + off[t] + i);
+            const int16x8_t l = x_signed ? vmovl_s8(vget_low_s8(vreinterpretq_s8_u8(b)))
+                                         : vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(b)));
+            const int16x8_t h = x_signed ? vmovl_high_s8(vreinterpretq_s8_u8(b))
+                                         : vreinterpretq_s16_u16(vmovl_high_u8(b));
+            const int16_t wt = (int16_t)w[t];
+            a0 = vmlal_n_s16(a0, vget_low_s16(l), wt);
+            a1 = vmlal_high_n_s16(a1, l, wt);
+            a2 = vmlal_n_s16(a2, vget_low_s16(h), wt);
+            a3 = vmlal_high_n_s16(a3, h, wt);
+        }
+        const float32x4_t f0 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a0), s), vlo), vhi);
+        const float32x4_t f1 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a1), s), vlo), vhi);
+        const float32x4_t f2 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a2), s), vlo), vhi);
+        const float32x4_t f3 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a3), s), vlo), vhi);
+        const int16x8_t q0 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f0), vzp)),
+                                          vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f1), vzp)));
+        const int16x8_t q1 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f2), vzp)),
+                                          vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f3), vzp)));
+        vst1q_u8(vbytes + i, vreinterpretq_u8_s8(vcombine_s8(vmovn_s16(q0), vmovn_s16(q1))));
+    }
+    for (size_t oh = 0; oh < out_h; ++oh)
+        memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
 #endif
+#if !defined(HG_QG_PATH_SDOT) && !defined(HG_QG_PATH_NEON)
     (void)vbytes;
     for (size_t oh = 0; oh < out_h; ++oh) {
         for (size_t t = 0; t < ntaps; ++t)
             taps[t] = plane + off[t] + oh * pw;
         hg_qg_dw_row_q(taps, w, ntaps, 1, out_w, x_signed, sums, c, s, zp, lo, hi, y + oh * out_w);
     }
+#endif
 }
 
 /* MaxPool on int8/uint8 (templates/kernels/pool.c.j2), one output row of n: y[i] = the largest of
@@ -613,6 +699,14 @@ HG_QG_NOINLINE static void hg_qg_block(const int8_t *restrict w, const uint8_t *
     HG_QG_STORE(7, c70, c71)
 #undef HG_QG_STORE
 }
+
+/* every path but plain NEON computes any int8 weight alike (hg_qg_block_w128: see there) */
+static inline HG_QG_UNUSED void hg_qg_block_w128(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
+                                                 size_t as, size_t rows, size_t npx, const int32_t *c, const float *s,
+                                                 int32_t zp, float lo, float hi, uint8_t *y, size_t ldy)
+{
+    hg_qg_block(w, a, kg, as, rows, npx, c, s, zp, lo, hi, y, ldy);
+}
 #else
 #if defined(HG_QG_PATH_AVXVNNI) || defined(HG_QG_PATH_AVX2)
 /* 8 pixels' sums of one channel, pairs form: lanes (p0 k01, p0 k23, p1 k01, ...) in lo (p0-3) and hi (p4-7). */
@@ -623,10 +717,87 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
 }
 #endif
 
+#if defined(HG_QG_PATH_NEON)
+/* The "mlal" organisation (onnxruntime's MLAS and XNNPACK on ARMv8.0 without the dot product): one
+   channel's 4 weights of group g broadcast (dup by lane) times 4 pixels' 4 activations of g, smull
+   into int16, plus group g + 1's products by smlal into the same lanes (exact: weights in
+   [-127, 127], so |w x + w' x'| <= 2 * 127 * 128 < 2^15), then sadalp adds adjacent int16 pairs
+   into the int32 sums. 4 channels x 8 pixels: 16 accumulators, each (pixel p: k 0+4, 1+5 and 2+6,
+   3+7 summed pairwise; pixel p + 1: the same), added across at the end. Per two groups: 48 multiply
+   or accumulate instructions for 256 products, 8 dups, 6 loads. `t` rows are HG_QG_NB apart. */
+#define HG_QG_MLAL_ROW(r)                                                                                  \
+    do {                                                                                                   \
+        const int8x16_t u = vreinterpretq_s8_s32(vdupq_laneq_s32(wa, r));                                  \
+        const int8x16_t v = vreinterpretq_s8_s32(vdupq_laneq_s32(wb, r));                                  \
+        c##r##0 = vpadalq_s16(c##r##0, vmlal_s8(vmull_s8(vget_low_s8(x0), vget_low_s8(u)), vget_low_s8(y0), \
+                                                vget_low_s8(v)));                                          \
+        c##r##1 = vpadalq_s16(c##r##1, vmlal_high_s8(vmull_high_s8(x0, u), y0, v));                        \
+        c##r##2 = vpadalq_s16(c##r##2, vmlal_s8(vmull_s8(vget_low_s8(x1), vget_low_s8(u)), vget_low_s8(y1), \
+                                                vget_low_s8(v)));                                          \
+        c##r##3 = vpadalq_s16(c##r##3, vmlal_high_s8(vmull_high_s8(x1, u), y1, v));                        \
+    } while (0)
+/* the last, odd group: its products alone */
+#define HG_QG_MULL_ROW(r)                                                                                  \
+    do {                                                                                                   \
+        const int8x16_t u = vreinterpretq_s8_s32(vdupq_laneq_s32(wa, r));                                  \
+        c##r##0 = vpadalq_s16(c##r##0, vmull_s8(vget_low_s8(x0), vget_low_s8(u)));                         \
+        c##r##1 = vpadalq_s16(c##r##1, vmull_high_s8(x0, u));                                              \
+        c##r##2 = vpadalq_s16(c##r##2, vmull_s8(vget_low_s8(x1), vget_low_s8(u)));                         \
+        c##r##3 = vpadalq_s16(c##r##3, vmull_high_s8(x1, u));                                              \
+    } while (0)
+#define HG_QG_MLAL_STORE(r)                                                                                \
+    do {                                                                                                   \
+        vst1q_s32(t + (r) * HG_QG_NB, vpaddq_s32(c##r##0, c##r##1));                                       \
+        vst1q_s32(t + (r) * HG_QG_NB + 4, vpaddq_s32(c##r##2, c##r##3));                                   \
+    } while (0)
+
+/* GCC's scheduling before register allocation hoists the 16 products ahead of their sadalp and spills
+   accumulators to the stack (20 stack accesses a loop with it, none without); not inlined, so the
+   attribute holds (a call per 4 x 8 tile) */
+#if defined(__GNUC__) && !defined(__clang__)
+#define HG_QG_MLAL_ATTRS __attribute__((noinline, optimize("no-schedule-insns")))
+#else
+#define HG_QG_MLAL_ATTRS
+#endif
+
+static HG_QG_MLAL_ATTRS void hg_qg_mlal_tile(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
+                                             size_t as, int32_t *t)
+{
+    int32x4_t c00 = vdupq_n_s32(0), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+    int32x4_t c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+    const int8_t *x = (const int8_t *)(const void *)a;
+    size_t g = 0;
+    for (; g + 2 <= kg; g += 2, x += 2 * as, w += 8 * HG_QG_MR) {
+        const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16), y0 = vld1q_s8(x + as), y1 = vld1q_s8(x + as + 16);
+        const int32x4_t wa = vreinterpretq_s32_s8(vld1q_s8(w)), wb = vreinterpretq_s32_s8(vld1q_s8(w + 4 * HG_QG_MR));
+        HG_QG_MLAL_ROW(0);
+        HG_QG_MLAL_ROW(1);
+        HG_QG_MLAL_ROW(2);
+        HG_QG_MLAL_ROW(3);
+    }
+    if (g < kg) {
+        const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+        const int32x4_t wa = vreinterpretq_s32_s8(vld1q_s8(w));
+        HG_QG_MULL_ROW(0);
+        HG_QG_MULL_ROW(1);
+        HG_QG_MULL_ROW(2);
+        HG_QG_MULL_ROW(3);
+    }
+    HG_QG_MLAL_STORE(0);
+    HG_QG_MLAL_STORE(1);
+    HG_QG_MLAL_STORE(2);
+    HG_QG_MLAL_STORE(3);
+}
+#undef HG_QG_MLAL_ROW
+#undef HG_QG_MULL_ROW
+#undef HG_QG_MLAL_STORE
+#endif
+
 /* The sums of one block, computed by the path, then requantised by row: exact int32 in `t`. */
 static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
-                                    size_t npx, int32_t t[HG_QG_MR][HG_QG_NB])
+                                    size_t npx, int full_range, int32_t t[HG_QG_MR][HG_QG_NB])
 {
+    (void)full_range;
 #if defined(HG_QG_PATH_AVXVNNI)
     for (size_t p0 = 0; p0 < npx; p0 += 8) {
         __m256i acc[HG_QG_MR];
@@ -695,7 +866,14 @@ static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *res
         }
     }
 #elif defined(HG_QG_PATH_NEON)
-    /* 4 pixels x 4 k of activations (s8) times one channel's 4 weights (repeated): smull to int16
+    if (!full_range) {
+        /* weights in [-127, 127]: two products summed in int16 (smull + smlal, |sum| <= 2 * 128 * 127) */
+        for (size_t r0 = 0; r0 < HG_QG_MR; r0 += 4)
+            for (size_t p0 = 0; p0 < npx; p0 += 8)
+                hg_qg_mlal_tile(w + 4 * r0, a + 4 * p0, kg, as, &t[r0][p0]);
+        return;
+    }
+    /* a weight of -128: 4 pixels x 4 k of activations (s8) times one channel's 4 weights (repeated): smull to int16
        (a product fits, two summed do not always), then sadalp adds adjacent pairs into int32, the
        sums kept by pairs of k until the end: (p0 k01, p0 k23, p1 k01, p1 k23) for pixels 0-1 in lo,
        2-3 in hi, added across at the end. */
@@ -736,14 +914,30 @@ static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *res
 #endif
 }
 
+static inline void hg_qg_block_any(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
+                                   size_t rows, size_t npx, const int32_t *c, const float *s, int32_t zp, float lo,
+                                   float hi, uint8_t *y, size_t ldy, int full_range)
+{
+    int32_t t[HG_QG_MR][HG_QG_NB];
+    hg_qg_block_sums(w, a, kg, as, npx, full_range, t);
+    for (size_t r = 0; r < rows; ++r)
+        hg_qg_requant_row(t[r], npx, c[r], s[r], zp, lo, hi, y + r * ldy);
+}
+
 static inline void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as, size_t rows,
                                size_t npx, const int32_t *c, const float *s, int32_t zp, float lo, float hi,
                                uint8_t *y, size_t ldy)
 {
-    int32_t t[HG_QG_MR][HG_QG_NB];
-    hg_qg_block_sums(w, a, kg, as, npx, t);
-    for (size_t r = 0; r < rows; ++r)
-        hg_qg_requant_row(t[r], npx, c[r], s[r], zp, lo, hi, y + r * ldy);
+    hg_qg_block_any(w, a, kg, as, rows, npx, c, s, zp, lo, hi, y, ldy, 0);
+}
+
+/* A panel whose weights hold -128 (hetgen/ops/qlinear.py checks the constant at generate time): on plain
+   NEON two of its products may not fit int16 together, so each is widened alone (smull + sadalp). */
+static inline HG_QG_UNUSED void hg_qg_block_w128(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
+                                                 size_t as, size_t rows, size_t npx, const int32_t *c, const float *s,
+                                                 int32_t zp, float lo, float hi, uint8_t *y, size_t ldy)
+{
+    hg_qg_block_any(w, a, kg, as, rows, npx, c, s, zp, lo, hi, y, ldy, 1);
 }
 #endif
 
@@ -829,14 +1023,76 @@ HG_QG_NOINLINE static void hg_qg_gemv(const int8_t *restrict w, const uint8_t *r
                                y + m0 + 48, left - 48);
     }
 }
+
+static inline HG_QG_UNUSED void hg_qg_gemv_w128(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
+                                                size_t rows, const int32_t *c, const float *s, int32_t zp, float lo,
+                                                float hi, uint8_t *y)
+{
+    hg_qg_gemv(w, a, kg, rows, c, s, zp, lo, hi, y);
+}
+#else
+/* hg_qg_block of one pixel per panel; with a weight of -128 on plain NEON its widening form */
+static inline void hg_qg_gemv_blocks(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t rows,
+                                     const int32_t *c, const float *s, int32_t zp, float lo, float hi, uint8_t *y,
+                                     int full_range)
+{
+    for (size_t m0 = 0; m0 < rows; m0 += HG_QG_MR) {
+        const size_t live = rows - m0 < HG_QG_MR ? rows - m0 : HG_QG_MR;
+        hg_qg_block_any(w + m0 * kg * 4, a, kg, 4, live, 1, c + m0, s + m0, zp, lo, hi, y + m0, 1, full_range);
+    }
+}
+
+#if defined(HG_QG_PATH_NEON)
+/* Plain NEON, weights in [-127, 127]: a panel's 8 channels are the vector, the input's 4 bytes of
+   group g broadcast (ld1r) against them, group g + 1's products added in int16 by smlal (exact, as
+   in hg_qg_mlal_tile), then sadalp into (channel r: two partial sums) pairs, added across at the end. */
+static inline void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t rows,
+                              const int32_t *c, const float *s, int32_t zp, float lo, float hi, uint8_t *y)
+{
+    for (size_t m0 = 0; m0 < rows; m0 += HG_QG_MR, w += kg * 4 * HG_QG_MR) {
+        int32x4_t s0 = vdupq_n_s32(0), s1 = s0, s2 = s0, s3 = s0;
+        const int8_t *wg = w;
+        size_t g = 0;
+        for (; g + 2 <= kg; g += 2, wg += 8 * HG_QG_MR) {
+            const int8x16_t u = vreinterpretq_s8_s32(vdupq_n_s32(hg_qg_load32(a + 4 * g)));
+            const int8x16_t v = vreinterpretq_s8_s32(vdupq_n_s32(hg_qg_load32(a + 4 * g + 4)));
+            const int8x16_t w0 = vld1q_s8(wg), w1 = vld1q_s8(wg + 16), z0 = vld1q_s8(wg + 32), z1 = vld1q_s8(wg + 48);
+            s0 = vpadalq_s16(s0, vmlal_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(u)), vget_low_s8(z0), vget_low_s8(v)));
+            s1 = vpadalq_s16(s1, vmlal_high_s8(vmull_high_s8(w0, u), z0, v));
+            s2 = vpadalq_s16(s2, vmlal_s8(vmull_s8(vget_low_s8(w1), vget_low_s8(u)), vget_low_s8(z1), vget_low_s8(v)));
+            s3 = vpadalq_s16(s3, vmlal_high_s8(vmull_high_s8(w1, u), z1, v));
+        }
+        if (g < kg) {
+            const int8x16_t u = vreinterpretq_s8_s32(vdupq_n_s32(hg_qg_load32(a + 4 * g)));
+            const int8x16_t w0 = vld1q_s8(wg), w1 = vld1q_s8(wg + 16);
+            s0 = vpadalq_s16(s0, vmull_s8(vget_low_s8(w0), vget_low_s8(u)));
+            s1 = vpadalq_s16(s1, vmull_high_s8(w0, u));
+            s2 = vpadalq_s16(s2, vmull_s8(vget_low_s8(w1), vget_low_s8(u)));
+            s3 = vpadalq_s16(s3, vmull_high_s8(w1, u));
+        }
+        int32_t t[HG_QG_MR];
+        vst1q_s32(t, vpaddq_s32(s0, s1));
+        vst1q_s32(t + 4, vpaddq_s32(s2, s3));
+        const size_t live = rows - m0 < HG_QG_MR ? rows - m0 : HG_QG_MR;
+        for (size_t r = 0; r < live; ++r)
+            y[m0 + r] = (uint8_t)(hg_round_even(hg_clamp_q((float)(t[r] + c[m0 + r]) * s[m0 + r], lo, hi)) + zp);
+    }
+}
 #else
 static inline void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t rows,
                               const int32_t *c, const float *s, int32_t zp, float lo, float hi, uint8_t *y)
 {
-    for (size_t m0 = 0; m0 < rows; m0 += HG_QG_MR) {
-        const size_t live = rows - m0 < HG_QG_MR ? rows - m0 : HG_QG_MR;
-        hg_qg_block(w + m0 * kg * 4, a, kg, 4, live, 1, c + m0, s + m0, zp, lo, hi, y + m0, 1);
-    }
+    hg_qg_gemv_blocks(w, a, kg, rows, c, s, zp, lo, hi, y, 0);
+}
+#endif
+
+/* The GEMV of a weight matrix holding -128 (hetgen/ops/qlinear.py checks the constant): on plain
+   NEON two of its products may not fit int16 together, so each is widened alone. */
+static inline HG_QG_UNUSED void hg_qg_gemv_w128(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
+                                                size_t rows, const int32_t *c, const float *s, int32_t zp, float lo,
+                                                float hi, uint8_t *y)
+{
+    hg_qg_gemv_blocks(w, a, kg, rows, c, s, zp, lo, hi, y, 1);
 }
 #endif
 
