@@ -15,11 +15,10 @@ import onnx
 
 from hetgen.models._builder import Builder
 
-GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
-
 
 def sequence_classifier(
     kind: str = "GRU",
+    gates: int = 3,
     opset: int = 14,
     seed: int = 0,
     seq: int = 100,
@@ -28,12 +27,12 @@ def sequence_classifier(
     batch: int = 1,
     classes: int = 12,
 ) -> onnx.ModelProto:
-    if kind not in GATES:
-        raise ValueError(f"kind={kind!r}; accepted: {', '.join(GATES)}")
+    if (kind, gates) not in (("RNN", 1), ("GRU", 3), ("LSTM", 4)):
+        raise ValueError(f"kind={kind!r} with {gates} gates; accepted: RNN 1, GRU 3, LSTM 4")
     b = Builder(f"{kind.lower()}_classifier", opset, seed)
     x = b.input("features", (batch, seq, inputs))
     steps = b.op("Transpose", [x], perm=[1, 0, 2])  # batch_first -> [seq, batch, inputs]
-    rows = GATES[kind] * hidden
+    rows = gates * hidden
     scale = np.float32(1.0 / math.sqrt(hidden))  # PyTorch's U(-1/sqrt(H), 1/sqrt(H)) initialisation
     w = b.const((b.rng.uniform(-1, 1, (1, rows, inputs)) * scale).astype(np.float32), f"{kind.lower()}_w")
     r = b.const((b.rng.uniform(-1, 1, (1, rows, hidden)) * scale).astype(np.float32), f"{kind.lower()}_r")
@@ -49,12 +48,12 @@ def sequence_classifier(
 
 
 def gru_classifier(opset: int = 14, seed: int = 0, **shape) -> onnx.ModelProto:
-    return sequence_classifier("GRU", opset, seed, **shape)
+    return sequence_classifier("GRU", 3, opset, seed, **shape)
 
 
 def lstm_classifier(opset: int = 14, seed: int = 0, **shape) -> onnx.ModelProto:
-    return sequence_classifier("LSTM", opset, seed, **shape)
+    return sequence_classifier("LSTM", 4, opset, seed, **shape)
 
 
 def rnn_classifier(opset: int = 14, seed: int = 0, **shape) -> onnx.ModelProto:
-    return sequence_classifier("RNN", opset, seed, **shape)
+    return sequence_classifier("RNN", 1, opset, seed, **shape)
