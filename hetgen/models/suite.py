@@ -17,7 +17,7 @@ BENCH_MODELS = {
     # keyword-spotting / sensor-window sequence classifiers (benchmarks/bench_recurrent.py)
     "gru_classifier": lambda: recurrent.gru_classifier(seq=100, inputs=40, hidden=128),
     "lstm_classifier": lambda: recurrent.lstm_classifier(seq=50, inputs=64, hidden=256),
-    "rnn_classifier": lambda: recurrent.rnn_classifier(seq=100, inputs=40, hidden=128),
+    "rnn_classifier": lambda: recurrent.rnn_classifier(seq=100, inputs=40, hidden=256),
 }
 
 # MLPerf Tiny's four reference networks, float and int8 (benchmarks/bench_mlperf_tiny.py measures

@@ -2,10 +2,11 @@
 
 Organised as onnxruntime's deep_cpu_gru/lstm (MLAS) organises them, per direction:
 
-1. the input projection of every step and batch row at once, `X W^T + Wb (+ Rb)`, one
-   `hg_sgemm_ex` GEMM ([steps * batch] x inputs by inputs x gates * hidden) into the workspace, W
-   packed into the GEMM's B panels at generate time (`Prepacked`) and the biases added in its
-   epilogue;
+1. the input projection `X W^T + Wb (+ Rb)` of CHUNK steps of a batch row at once, one
+   `hg_sgemm_ex` GEMM (CHUNK x inputs by inputs x gates * hidden: one row panel of its micro-kernel)
+   into the workspace, W packed into the GEMM's B panels at generate time (`Prepacked`) and the
+   biases added in its epilogue (onnxruntime projects the whole sequence at once; a chunk keeps the
+   workspace near the size of one step's gates, at the GEMM's full speed);
 2. per step, the recurrent projection `h R^T` as a vectorised GEMV over R packed into panels of
    PANEL columns (`r_panels`: panel[d][gate][p][k][l] = R[d][gate * hidden + p * PANEL + l][k],
    each gate's rows zero-padded to whole panels), at generate time where R is a constant, else by
@@ -37,6 +38,7 @@ from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
 # Columns of one recurrent-weight panel: two 16-float vectors (one AVX-512 register each, two
 # AVX2 or four NEON registers), enough independent multiply-adds per step of the GEMV's k loop.
 PANEL = 32
+CHUNK = _gemm_plan.PANEL_M  # steps per input projection: one A panel of the GEMM's micro-kernel
 VECTOR = 16  # floats of the GEMV's vector (templates/kernels/_nchwc_vector.j2's V)
 ALIGN = 16  # floats: each workspace region starts on a 64-byte boundary
 
@@ -234,36 +236,34 @@ def lower(op: OpInstance) -> Kernel:
     outputs = {("Y", "Y_h", "Y_c")[k]: arg_count + k for k, name in enumerate(op.node.outputs) if name}
     coupled = kind == "LSTM" and bool(int(op.attr("input_forget", 0)))
     linear_before_reset = kind == "GRU" and bool(int(op.attr("linear_before_reset", 0)))
-    # element strides of X[t][b][i], Y[t][d][b][j], and the states [d][b][j] under each layout; the
-    # input projection's rows follow X's: row t * batch + b (layout 0) or b * steps + t (layout 1)
+    # element strides of X[t][b][i], Y[t][d][b][j], and the states [d][b][j] under each layout
     if layout == 0:
         x_strides = (batch * inputs, inputs)
         y_strides = (directions * batch * hidden, batch * hidden, hidden)
         state_strides = (batch * hidden, hidden)
-        row_strides = (batch, 1)
     else:
         x_strides = (inputs, steps * inputs)
         y_strides = (directions * hidden, hidden, steps * directions * hidden)
         state_strides = (hidden, directions * hidden)
-        row_strides = (1, steps)
     rows = gates * hidden
-    m = steps * batch
+    chunk = min(CHUNK, steps)
     padded = padded_hidden(hidden)
     cell = Cell[kind]
     reverse = tuple(direction == "reverse" or d == 1 for d in range(directions))
     has = {i: op.has_input(i) for i in range(8)}
-    pack_bytes = _gemm_plan.pack_bytes(m, rows, inputs, op.gemm_blocks)
-    # the workspace: the input projection (one direction's), the biases it adds, the states, the
-    # GEMV's output, the GEMM's packing buffer, and last R's panels where no packed R comes
+    pack_bytes = _gemm_plan.pack_bytes(chunk, rows, inputs, op.gemm_blocks)
+    packed_w_bytes = _gemm_plan.pack_bytes(chunk, rows, inputs, op.gemm_blocks, b_packed=True)
+    # the workspace: the input projection (one chunk's), the biases it adds, the states, the
+    # GEMV's output; then R's panels where no packed R comes, and last the GEMM's packing buffer
+    # (smaller where a packed W comes): each offer frees its own region (`scratch_saved`)
     offsets, fixed_floats = _regions(
         {
-            "proj": m * rows,
+            "proj": chunk * rows,
             "bias": rows,
             "h": hidden,
             "c": hidden,
             "q": padded,
             "rh": hidden,
-            "pack": pack_bytes // 4,
         }
     )
     r_floats = directions * gates * padded * hidden
@@ -274,7 +274,7 @@ def lower(op: OpInstance) -> Kernel:
         "inputs": inputs,
         "hidden": hidden,
         "gate_rows": rows,
-        "m": m,
+        "chunk": chunk,
         "gate": tuple(k * hidden for k in range(gates)),  # each gate's first row in g
         "y_floats": steps * directions * batch * hidden,
         "directions": _directions(
@@ -298,9 +298,9 @@ def lower(op: OpInstance) -> Kernel:
         "x_strides": x_strides,
         "y_strides": y_strides,
         "state_strides": state_strides,
-        "row_strides": tuple(stride * rows for stride in row_strides),  # floats of the projection
         "offsets": offsets,
-        "r_offset": fixed_floats,
+        "r_offset": fixed_floats,  # R's panels, where no packed R comes; then the GEMM's packing buffer
+        "r_floats": r_floats,
         "pack_bytes": pack_bytes,
         "panel": PANEL,
         "padded": padded,
@@ -311,13 +311,14 @@ def lower(op: OpInstance) -> Kernel:
     }
     prepacked = []
     if op.constant(1) is not None:
-        prepacked.append(Prepacked(1, w_panels, {"w_packed": True}))
+        saved = pack_bytes - packed_w_bytes
+        prepacked.append(Prepacked(1, w_panels, {"w_packed": True, "pack_bytes": packed_w_bytes}, scratch_saved=saved))
     if op.constant(2) is not None:
-        prepacked.append(Prepacked(2, lambda r: r_panels(r, gates), {"r_packed": True}, 4 * fixed_floats))
+        prepacked.append(Prepacked(2, lambda r: r_panels(r, gates), {"r_packed": True}, scratch_saved=4 * r_floats))
     return Kernel(
         template=cell.template,
         params=params,
-        scratch_bytes=4 * (fixed_floats + r_floats),
+        scratch_bytes=4 * (fixed_floats + r_floats) + pack_bytes,
         flops=2 * directions * steps * batch * gates * hidden * (inputs + hidden),
         bytes_accessed=sum(t.nbytes for t in op.input_types if t) + sum(t.nbytes for t in op.output_types),
         helpers=(_gemm_plan.HELPER,),
