@@ -303,6 +303,8 @@ def lower(op: OpInstance) -> Kernel:
         "r_floats": r_floats,
         "pack_bytes": pack_bytes,
         "panel": PANEL,
+        "panel2": 2 * PANEL,  # the GEMV's k loop: four k at a time, each a panel row apart
+        "panel3": 3 * PANEL,
         "padded": padded,
         "V": VECTOR,
         "vector_bytes": 4 * VECTOR,
