@@ -401,6 +401,37 @@ def test_opset_normalisation_keeps_results(all_ops, case):
     assert_same_results(model, graph)
 
 
+TRANSPOSES = [
+    # (input shape, perm, op after the frontend): one moving only size-1 axes is a Reshape (a view)
+    ((1, 5, 4), [1, 0, 2], "Reshape"),  # batch-first at batch 1 -> sequence-first
+    ((2, 5, 1), [0, 2, 1], "Reshape"),
+    ((1, 1, 6), None, "Reshape"),  # the default perm reverses the axes
+    ((2, 5, 4), [1, 0, 2], "Transpose"),
+    ((3, 1, 2), [2, 1, 0], "Transpose"),  # the size-1 axis stays, the others swap
+]
+
+
+@pytest.mark.parametrize("shape, perm, op", TRANSPOSES, ids=[f"{s}-{p}" for s, p, _ in TRANSPOSES])
+def test_transpose_of_size_one_axes_becomes_a_reshape(all_ops, shape, perm, op):
+    attrs = {} if perm is None else {"perm": perm}
+    node = helper.make_node("Transpose", ["x"], ["y"], **attrs)
+    model = make_model(
+        [node], [helper.make_tensor_value_info("x", F, list(shape))], [helper.make_tensor_value_info("y", F, None)]
+    )
+    graph = import_model(model)
+    assert ops_of(graph) == [op]
+    assert_same_results(model, graph)
+
+
+@pytest.mark.parametrize("builder", ["gru_classifier", "lstm_classifier", "rnn_classifier"])
+def test_recurrent_classifiers_keep_one_recurrent_node_between_views(builder):
+    """As PyTorch exports them: the batch-first Transpose a Reshape, the recurrent layer one node."""
+    from hetgen.models import recurrent
+
+    graph = import_model(getattr(recurrent, builder)(seq=7, inputs=5, hidden=6))
+    assert ops_of(graph) == ["Reshape", builder.split("_")[0].upper(), "Squeeze", "Gemm"]
+
+
 def test_normal_forms_have_constant_inputs_and_explicit_axes(all_ops):
     graph = import_model(single_node_model("ReduceMean", [], {"axes": [-1, 1]}, 11))
     node = graph.nodes[0]

@@ -25,6 +25,7 @@ F = TensorProto.FLOAT
 
 
 def recurrent_model(kind, steps=5, batch=3, inputs=4, hidden=6, seq_lens=None, peepholes=False, **attrs):
+    """One recurrent node, its weights initializers; `layout` 1 puts batch first in X, Y and the states."""
     rng = np.random.default_rng(len(kind) + steps + hidden)
     directions = 2 if attrs.get("direction") == "bidirectional" else 1
     g = GATES[kind]
@@ -37,9 +38,11 @@ def recurrent_model(kind, steps=5, batch=3, inputs=4, hidden=6, seq_lens=None, p
     if seq_lens is not None:
         weights["lens"] = np.asarray(seq_lens, dtype=np.int32)
         names[4] = "lens"
-    weights["h0"] = rng.uniform(-0.5, 0.5, (directions, batch, hidden))
+    batch_first = attrs.get("layout", 0) == 1
+    state_shape = (batch, directions, hidden) if batch_first else (directions, batch, hidden)
+    weights["h0"] = rng.uniform(-0.5, 0.5, state_shape)
     if kind == "LSTM":
-        weights["c0"] = rng.uniform(-0.5, 0.5, (directions, batch, hidden))
+        weights["c0"] = rng.uniform(-0.5, 0.5, state_shape)
         names.append("c0")
         if peepholes:
             weights["P"] = rng.uniform(-0.5, 0.5, (directions, 3 * hidden))
@@ -49,12 +52,15 @@ def recurrent_model(kind, steps=5, batch=3, inputs=4, hidden=6, seq_lens=None, p
     ]
     outputs = ["Y", "Y_h"] + (["Y_c"] if kind == "LSTM" else [])
     node = helper.make_node(kind, names, outputs, hidden_size=hidden, **attrs)
-    shapes = {"Y": [steps, directions, batch, hidden], "Y_h": [directions, batch, hidden]}
+    shapes = {"Y": [steps, directions, batch, hidden], "Y_h": list(state_shape)}
+    if batch_first:
+        shapes["Y"] = [batch, steps, directions, hidden]
     shapes["Y_c"] = shapes["Y_h"]
+    x_shape = [batch, steps, inputs] if batch_first else [steps, batch, inputs]
     graph = helper.make_graph(
         [node],
         kind.lower(),
-        [helper.make_tensor_value_info("X", F, [steps, batch, inputs])],
+        [helper.make_tensor_value_info("X", F, x_shape)],
         [helper.make_tensor_value_info(name, F, shapes[name]) for name in outputs],
         initializer=initializers,
     )
@@ -71,20 +77,56 @@ VARIANTS = [
     ("LSTM", {"direction": "bidirectional", "peepholes": True, "seq_lens": [4, 5, 2]}),
     ("LSTM", {"direction": "reverse", "input_forget": 1, "peepholes": True}),
     ("LSTM", {"activations": ["Sigmoid", "Elu", "Softplus"], "clip": 1.5}),
+    # (steps, batch, inputs, hidden): hidden units over several GEMV panels, the last one partial, an
+    # odd count (the GEMV's k loop remainder); batch first (layout 1)
+    ("GRU", {"direction": "bidirectional", "layout": 1, "shape": (7, 2, 5, 37)}),
+    ("GRU", {"linear_before_reset": 1, "clip": 0.9, "seq_lens": [7, 3], "shape": (7, 2, 5, 37)}),
+    (
+        "LSTM",
+        {"direction": "bidirectional", "layout": 1, "peepholes": True, "seq_lens": [6, 0, 3], "shape": (6, 3, 5, 33)},
+    ),
+    ("RNN", {"direction": "reverse", "layout": 1, "shape": (4, 2, 3, 70)}),
 ]
 
 
 @pytest.mark.parametrize("kind, attrs", VARIANTS, ids=[f"{k}-{i}" for i, (k, _) in enumerate(VARIANTS)])
 def test_recurrent_variant_matches_onnxruntime(kind, attrs):
     attrs = dict(attrs)
+    steps, batch, inputs, hidden = attrs.pop("shape", (5, 3, 4, 6))
     model = recurrent_model(
-        kind, seq_lens=attrs.pop("seq_lens", None), peepholes=attrs.pop("peepholes", False), **attrs
+        kind,
+        steps,
+        batch,
+        inputs,
+        hidden,
+        seq_lens=attrs.pop("seq_lens", None),
+        peepholes=attrs.pop("peepholes", False),
+        **attrs,
     )
-    x = np.random.default_rng(3).standard_normal((5, 3, 4)).astype(np.float32)
+    x_shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(3).standard_normal(x_shape).astype(np.float32)
     got = harness.run_model(model, {"X": x})
-    expected = ort_session(model.SerializeToString()).run(None, {"X": x})
+    if attrs.get("layout") == 1:  # onnxruntime has no batch-first recurrent kernels: its layout 0, transposed
+        expected = batch_first_reference(model, x)
+    else:
+        expected = ort_session(model.SerializeToString()).run(None, {"X": x})
     for output, wanted in zip(model.graph.output, expected):
         np.testing.assert_allclose(got[output.name], wanted, rtol=1e-5, atol=1e-5, err_msg=output.name)
+
+
+def batch_first_reference(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
+    """onnxruntime's outputs for a layout-1 node: the same node at layout 0 on X and the initial
+    states transposed to sequence first, its outputs transposed back."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    (node,) = model.graph.node
+    node.attribute.remove(next(a for a in node.attribute if a.name == "layout"))
+    for tensor in model.graph.initializer:
+        if tensor.name in ("h0", "c0"):
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).transpose(1, 0, 2), tensor.name))
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.ClearField("shape")
+    outputs = ort_session(model.SerializeToString()).run(None, {"X": x.transpose(1, 0, 2)})
+    return [y.transpose(2, 0, 1, 3) if y.ndim == 4 else y.transpose(1, 0, 2) for y in outputs]
 
 
 def keyword_spotter(kind: str) -> onnx.ModelProto:
@@ -171,3 +213,55 @@ def test_recurrent_and_float16_kernels_compile_without_warnings(tmp_path, compil
                 [shutil.which(compiler), *flags, "-c", str(source), "-o", "/dev/null"], capture_output=True, text=True
             )
             assert result.returncode == 0, f"{compiler} {source.relative_to(out)}:\n{result.stderr[-3000:]}"
+
+
+def wide_stack() -> onnx.ModelProto:
+    """A bidirectional GRU, a bidirectional LSTM (peepholes, sequence lengths, clip) and a reverse
+    RNN on one input of batch 3, hidden sizes over several GEMV panels, the last partial."""
+    shape = (6, 3, 5)
+    models = {
+        "g_": recurrent_model("GRU", *shape, 37, seq_lens=[6, 2, 0], direction="bidirectional"),
+        "l_": recurrent_model(
+            "LSTM", *shape, 33, seq_lens=[4, 6, 1], peepholes=True, direction="bidirectional", clip=2.0
+        ),
+        "r_": recurrent_model("RNN", *shape, 40, direction="reverse"),
+    }
+    nodes, inits, outputs = [], [], []
+    for prefix, model in models.items():
+        for tensor in model.graph.initializer:
+            tensor.name = prefix + tensor.name
+            inits.append(tensor)
+        (node,) = model.graph.node
+        node.input[:] = ["X" if n == "X" else (prefix + n if n else "") for n in node.input]
+        node.output[:] = [prefix + n for n in node.output]
+        nodes.append(node)
+        for output in model.graph.output:
+            output.name = prefix + output.name
+            outputs.append(output)
+    x = models["g_"].graph.input
+    graph = helper.make_graph(nodes, "wide_stack", list(x), outputs, initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_prepacked_recurrent_kernels_match_onnxruntime_under_sanitizers(tmp_path):
+    """Constant W and R packed at generate time (the harness's kernels pack R themselves), built
+    for this machine's vector unit, clean under ASan/UBSan, and the same numbers as onnxruntime."""
+    import subprocess
+    import sys
+
+    out = hetgen.compile(
+        load_platform_text(HOST),
+        wide_stack(),
+        out=tmp_path / "out",
+        native_only=True,
+        werror=True,
+        sanitize=("address", "undefined"),
+    )
+    kernels = "\n".join(path.read_text() for path in out.rglob("*.c"))
+    assert kernels.count("/* packed at generate time */") >= 6  # W and R of each node
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, text=True, cwd=root, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "7 of 7 outputs match onnxruntime" in result.stdout, result.stdout

@@ -30,6 +30,9 @@ TopK (10)                   k is a constant int64 input 1; `axis` non-negative.
 Scatter                     ScatterElements. (11)
 GridSample (20)             mode names of opset 20 (linear, cubic).
 Dropout                     Identity (removed by cleanup); its mask output becomes all-true.
+Transpose                   one that keeps the order of the axes longer than 1 (it moves only
+                            size-1 axes: a batch-first sequence of batch 1 made sequence-first)
+                            becomes Reshape, a view of its input's bytes, not a copy. (13)
 Gather, GatherElements,     `axis` explicit and non-negative.
 ScatterElements, Concat,
 Flatten, LayerNormalization,
@@ -366,6 +369,19 @@ def _dropout(node: WorkNode, work: Work) -> list[WorkNode]:
     return _identity(node)
 
 
+def _transpose(node: WorkNode, work: Work) -> list[WorkNode]:
+    x = node.inputs[0]
+    shape = _shape(work, x)
+    rank = len(shape)
+    perm = node.attrs.get("perm")
+    perm = list(reversed(range(rank))) if perm is None else _nonneg(perm, rank)
+    moved = [axis for axis in perm if shape[axis] != 1]
+    if sorted(perm) != list(range(rank)) or moved != sorted(moved) or 0 in shape:
+        return [node]
+    target = _int64(work, f"{node.outputs[0]}_shape", [shape[axis] for axis in perm])
+    return [node.derive("Reshape", [x, target], node.outputs[:1], {}, max(node.opset, 13))]
+
+
 def _explicit_axis(default: int | None) -> Rule:
     """`axis` made explicit and non-negative."""
 
@@ -400,6 +416,7 @@ RULES: dict[str, Rule] = {
     "Scatter": _scatter,
     "GridSample": _grid_sample,
     "Dropout": _dropout,
+    "Transpose": _transpose,
     "Gather": _explicit_axis(0),
     "GatherElements": _explicit_axis(0),
     "ScatterElements": _explicit_axis(0),

@@ -3,7 +3,7 @@ and held to (tests/test_memory_bound.py): one list, so the test checks what the 
 
 from __future__ import annotations
 
-from hetgen.models import cnn, mlperf_tiny, transformer
+from hetgen.models import cnn, mlperf_tiny, recurrent, transformer
 
 BENCH_MODELS = {
     "resnet18": lambda: cnn.resnet(widths=(64, 128, 256, 512), blocks=2, size=224),
@@ -14,6 +14,10 @@ BENCH_MODELS = {
     "alexnet@224": lambda: cnn.alexnet(size=224),
     "googlenet@224": lambda: cnn.googlenet(size=224),
     "squeezenet@224": lambda: cnn.squeezenet(size=224),
+    # keyword-spotting / sensor-window sequence classifiers (benchmarks/bench_recurrent.py)
+    "gru_classifier": lambda: recurrent.gru_classifier(seq=100, inputs=40, hidden=128),
+    "lstm_classifier": lambda: recurrent.lstm_classifier(seq=50, inputs=64, hidden=256),
+    "rnn_classifier": lambda: recurrent.rnn_classifier(seq=100, inputs=40, hidden=256),
 }
 
 # MLPerf Tiny's four reference networks, float and int8 (benchmarks/bench_mlperf_tiny.py measures

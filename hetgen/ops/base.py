@@ -76,6 +76,9 @@ class Prepacked:
     layout: Callable[[np.ndarray], np.ndarray]  # the model's value -> the kernel's (float32) array
     params: Mapping[str, Any] = field(default_factory=dict)
     scratch_bytes: int | None = None  # the workspace the kernel needs then, when it differs
+    # Bytes of workspace the offer frees from the kernel's (after `scratch_bytes`), where offers for
+    # several inputs each free a region of their own (hetgen/ops/recurrent.py: W's and R's)
+    scratch_saved: int = 0
     template: str | None = None  # the template that lays the kernel out then, when it differs
     # Taken on bare-metal targets only (never offered elsewhere): a kernel that reads the model's
     # layout where it is linked (flash) instead of packing it at run time (hetgen/ops/_in_place.py)

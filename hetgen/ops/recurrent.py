@@ -1,14 +1,27 @@
-"""RNN, GRU and LSTM: static sequence length, every direction, layout and activation ONNX allows.
+"""RNN, GRU and LSTM as fused cell kernels: static sequence length, every direction, layout and activation ONNX allows.
 
-One loop (`templates/kernels/_recurrent.j2`) runs all three: for each direction and batch row, the
-steps in order (reversed for the reverse direction, from the row's own `sequence_lens` when given),
-each step's gate pre-activations `x_t W^T + h_{t-1} R^T + Wb + Rb` in float32, then the cell of the
-operator, a template of its own (`recurrent_rnn`, `_gru`, `_lstm`.c.j2, chosen by `Cell`). Python
-decides every index, stride, each direction's offsets (`Direction`) and the C expression of each
-activation.
+Organised as onnxruntime's deep_cpu_gru/lstm (MLAS) organises them, per direction:
+
+1. the input projection `X W^T + Wb (+ Rb)` of CHUNK steps of a batch row at once, one
+   `hg_sgemm_ex` GEMM (CHUNK x inputs by inputs x gates * hidden: one row panel of its micro-kernel)
+   into the workspace, W packed into the GEMM's B panels at generate time (`Prepacked`) and the
+   biases added in its epilogue (onnxruntime projects the whole sequence at once; a chunk keeps the
+   workspace near the size of one step's gates, at the GEMM's full speed);
+2. per step, the recurrent projection `h R^T` as a vectorised GEMV over R packed into panels of
+   PANEL columns (`r_panels`: panel[d][gate][p][k][l] = R[d][gate * hidden + p * PANEL + l][k],
+   each gate's rows zero-padded to whole panels), at generate time where R is a constant, else by
+   the kernel into its workspace first, so one code path runs both;
+3. the gates and the cell in one pass over the hidden units, with branch-free sigmoid and tanh that
+   the compiler vectorises (`hg_rnn_sigmoid`: 1 / (1 + exp(-x)) on hg_expf, ~2 ulp; `hg_rnn_tanh`:
+   the 13/6 rational interpolant onnxruntime's MLAS and Eigen use, a few ulp on [-9, 9]).
+
+The cells are templates of their own (`recurrent_rnn`, `_gru`, `_lstm`.c.j2, chosen by `Cell`)
+extending `templates/kernels/_recurrent.j2`. Python decides every index, stride, each direction's
+offsets (`Direction`), the workspace layout and the C expression of each activation.
 
 ONNX gate orders: GRU z, r, h; LSTM i, o, f, c (peepholes P: i, o, f). `activation_alpha/beta` are
-consumed in order by the activations that take them, as onnxruntime does.
+consumed in order by the activations that take them, as onnxruntime does. GRU's h gate takes Rb
+into the input projection, except with linear_before_reset, where r multiplies (h Rh^T + Rbh).
 """
 
 from __future__ import annotations
@@ -16,8 +29,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
 from hetgen.ir import DType
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
+from hetgen.ops import _gemm_plan
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
+
+# Columns of one recurrent-weight panel: two 16-float vectors (one AVX-512 register each, two
+# AVX2 or four NEON registers), enough independent multiply-adds per step of the GEMV's k loop.
+PANEL = 32
+CHUNK = _gemm_plan.PANEL_M  # steps per input projection: one A panel of the GEMM's micro-kernel
+VECTOR = 16  # floats of the GEMV's vector (templates/kernels/_nchwc_vector.j2's V)
+ALIGN = 16  # floats: each workspace region starts on a 64-byte boundary
 
 
 class Cell(Enum):
@@ -36,12 +59,12 @@ DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("S
 # activation: (C expression of `v` given alpha and beta, default alpha, default beta); None: unused
 _ACTIVATIONS = {
     "relu": ("(v > 0.0f ? v : 0.0f)", None, None),
-    "tanh": ("tanhf(v)", None, None),
-    "sigmoid": ("(1.0f / (1.0f + expf(-v)))", None, None),
+    "tanh": ("hg_rnn_tanh(v)", None, None),
+    "sigmoid": ("hg_rnn_sigmoid(v)", None, None),
     "affine": ("({a} * v + {b})", 1.0, 0.0),
     "leakyrelu": ("(v >= 0.0f ? v : {a} * v)", 0.01, None),
     "thresholdedrelu": ("(v > {a} ? v : 0.0f)", 1.0, None),
-    "scaledtanh": ("({a} * tanhf({b} * v))", 1.0, 1.0),
+    "scaledtanh": ("({a} * hg_rnn_tanh({b} * v))", 1.0, 1.0),
     "hardsigmoid": ("fmaxf(0.0f, fminf(1.0f, {a} * v + {b}))", 0.2, 0.5),
     "elu": ("(v >= 0.0f ? v : {a} * expm1f(v))", 1.0, None),
     "softsign": ("(v / (1.0f + fabsf(v)))", None, None),
@@ -79,27 +102,52 @@ def _activation_expressions(op: OpInstance, directions: int) -> list[list[str]]:
     return [expressions[d * per_direction : (d + 1) * per_direction] for d in range(directions)]
 
 
+def padded_hidden(hidden: int) -> int:
+    """Rows of one gate in the recurrent panels: `hidden` rounded up to whole panels."""
+    return _gemm_plan.align(hidden, PANEL)
+
+
+def r_panels(r: np.ndarray, gates: int) -> np.ndarray:
+    """R [directions, gates * hidden, hidden] as the GEMV's panels (module doc), float32, flat."""
+    directions, rows, hidden = r.shape
+    padded_rows = padded_hidden(hidden)
+    padded = np.zeros((directions, gates, padded_rows, hidden), np.float32)
+    padded[:, :, :hidden, :] = np.asarray(r, np.float32).reshape(directions, gates, hidden, hidden)
+    panels = padded.reshape(directions, gates, padded_rows // PANEL, PANEL, hidden).transpose(0, 1, 2, 4, 3)
+    return np.ascontiguousarray(panels).reshape(-1)
+
+
+def w_panels(w: np.ndarray) -> np.ndarray:
+    """W [directions, gates * hidden, inputs] as each direction's GEMM B panels (of W[d]^T), flat."""
+    return np.concatenate([_gemm_plan.b_panels(np.asarray(w[d], np.float32).T) for d in range(w.shape[0])])
+
+
 @dataclass(frozen=True)
 class Preactivations:
-    """The C text of each gate's pre-activation in the cell, of step `j` (peepholes included)."""
+    """The C text of each gate's pre-activation in the cell, of hidden unit `j` (peepholes included)."""
 
     i: str = ""  # LSTM input gate
     o: str = ""  # LSTM output gate
     f: str = ""  # LSTM forget gate
     c: str = ""  # LSTM cell candidate
     r: str = ""  # GRU reset gate
+    h: str = ""  # GRU hidden gate (with linear_before_reset: r times q = h Rh^T + Rbh)
 
 
 @dataclass(frozen=True)
 class Direction:
-    """One direction's slices, in elements: of W, R, B ([Wb, Rb]), the states and Y."""
+    """One direction's slices, in elements: of W (as the model has it and as GEMM panels), R's
+    panels, B ([Wb, Rb]), the states and Y."""
 
     reverse: bool
     w: int  # W[d]
+    w_panels: int  # W[d]'s B panels in the packed W
     r: int  # R[d]
+    r_panels: int  # R[d]'s panels (packed R or the workspace's)
+    gemv: tuple[tuple[int, int], ...]  # (panels, rows) of each GEMV onto the projection in place
+    h_panels: int  # GRU: R[d]'s h gate panels
     wb: int  # Wb[d]
     rb: int  # Rb[d]
-    r_h: int  # GRU: R[d]'s h gate block
     rb_h: int  # GRU: Rb[d]'s h gate part
     state: int  # initial_h[d], initial_c[d], Y_h[d], Y_c[d]
     y: int  # Y[t][d]
@@ -107,11 +155,15 @@ class Direction:
     pre: Preactivations
 
 
-def _directions(
-    cell: Cell, hidden: int, inputs: int, reverse: tuple[bool, ...], activations, peepholes: bool, strides
-) -> tuple[Direction, ...]:
-    gates, state_strides, y_strides = cell.gates, strides[0], strides[1]
+def _directions(cell: Cell, sizes, reverse: tuple[bool, ...], activations, flags, strides):
+    gates, hidden, inputs = cell.gates, sizes[0], sizes[1]
+    peepholes, lbr = flags
+    state_strides, y_strides = strides
     rows = gates * hidden
+    w_panel_floats = _gemm_plan.align(rows, _gemm_plan.PANEL_N) * inputs
+    gate_panels = padded_hidden(hidden) * hidden
+    r_panel_floats = gates * gate_panels
+    in_place = 2 if cell is Cell.GRU else gates  # GRU's h gate waits for its reset gate
     directions = []
     for d, (backward, functions) in enumerate(zip(reverse, activations)):
         pre = Preactivations()
@@ -124,15 +176,19 @@ def _directions(
                 c=f"g[{3 * hidden}u + j]",
             )
         elif cell is Cell.GRU:
-            pre = Preactivations(r=f"g[{hidden}u + j]")
+            h_gate = f"g[{2 * hidden}u + j]"
+            pre = Preactivations(r=f"g[{hidden}u + j]", h=f"{h_gate} + g[{hidden}u + j] * q[j]" if lbr else h_gate)
         directions.append(
             Direction(
                 reverse=backward,
                 w=d * rows * inputs,
+                w_panels=d * w_panel_floats,
                 r=d * rows * hidden,
+                r_panels=d * r_panel_floats,
+                gemv=tuple((d * r_panel_floats + k * gate_panels, k * hidden) for k in range(in_place)),
+                h_panels=d * r_panel_floats + 2 * gate_panels,
                 wb=d * 2 * rows,
                 rb=d * 2 * rows + rows,
-                r_h=d * rows * hidden + 2 * hidden * hidden,
                 rb_h=d * 2 * rows + rows + 2 * hidden,
                 state=d * state_strides[0],
                 y=d * y_strides[1],
@@ -141,6 +197,15 @@ def _directions(
             )
         )
     return tuple(directions)
+
+
+def _regions(sizes: dict[str, int]) -> tuple[dict[str, int], int]:
+    """Each workspace region's offset in floats (64-byte aligned, in the order given), and the total."""
+    offsets, at = {}, 0
+    for name, floats in sizes.items():
+        offsets[name] = at
+        at += _gemm_plan.align(floats, ALIGN)
+    return offsets, at
 
 
 def lower(op: OpInstance) -> Kernel:
@@ -169,10 +234,8 @@ def lower(op: OpInstance) -> Kernel:
     arg_count = len(op.node.inputs)
     # one args slot per node output, NULL for an omitted one (Y is often omitted)
     outputs = {("Y", "Y_h", "Y_c")[k]: arg_count + k for k, name in enumerate(op.node.outputs) if name}
-    if kind == "LSTM" and int(op.attr("input_forget", 0)):
-        coupled = True
-    else:
-        coupled = False
+    coupled = kind == "LSTM" and bool(int(op.attr("input_forget", 0)))
+    linear_before_reset = kind == "GRU" and bool(int(op.attr("linear_before_reset", 0)))
     # element strides of X[t][b][i], Y[t][d][b][j], and the states [d][b][j] under each layout
     if layout == 0:
         x_strides = (batch * inputs, inputs)
@@ -182,45 +245,86 @@ def lower(op: OpInstance) -> Kernel:
         x_strides = (inputs, steps * inputs)
         y_strides = (directions * hidden, hidden, steps * directions * hidden)
         state_strides = (hidden, directions * hidden)
-    scratch_floats = (gates + 3) * hidden
+    rows = gates * hidden
+    chunk = min(CHUNK, steps)
+    padded = padded_hidden(hidden)
     cell = Cell[kind]
     reverse = tuple(direction == "reverse" or d == 1 for d in range(directions))
     has = {i: op.has_input(i) for i in range(8)}
+    pack_bytes = _gemm_plan.pack_bytes(chunk, rows, inputs, op.gemm_blocks)
+    packed_w_bytes = _gemm_plan.pack_bytes(chunk, rows, inputs, op.gemm_blocks, b_packed=True)
+    # the workspace: the input projection (one chunk's), the biases it adds, the states, the
+    # GEMV's output; then R's panels where no packed R comes, and last the GEMM's packing buffer
+    # (smaller where a packed W comes): each offer frees its own region (`scratch_saved`)
+    offsets, fixed_floats = _regions(
+        {
+            "proj": chunk * rows,
+            "bias": rows,
+            "h": hidden,
+            "c": hidden,
+            "q": padded,
+            "rh": hidden,
+        }
+    )
+    r_floats = directions * gates * padded * hidden
+    params = {
+        "kind": kind,
+        "steps": steps,
+        "batch": batch,
+        "inputs": inputs,
+        "hidden": hidden,
+        "gate_rows": rows,
+        "chunk": chunk,
+        "gate": tuple(k * hidden for k in range(gates)),  # each gate's first row in g
+        "y_floats": steps * directions * batch * hidden,
+        "directions": _directions(
+            cell,
+            (hidden, inputs),
+            reverse,
+            _activation_expressions(op, directions),
+            (has[7], linear_before_reset),
+            (state_strides, y_strides),
+        ),
+        "has": has,
+        "outputs": outputs,
+        "has_y": "Y" in outputs,
+        "final_states": tuple((name, state) for name, state in (("Y_h", "h"), ("Y_c", "c")) if name in outputs),
+        "clip": _c_float(clip) if clip is not None else None,
+        "linear_before_reset": linear_before_reset,
+        # rows of each direction's biases that the input projection adds Rb to (all but LBR GRU's h)
+        "rb_rows": 2 * hidden if linear_before_reset else rows,
+        "input_forget": coupled,
+        "scratch_arg": arg_count + len(op.node.outputs),
+        "x_strides": x_strides,
+        "y_strides": y_strides,
+        "state_strides": state_strides,
+        "offsets": offsets,
+        "r_offset": fixed_floats,  # R's panels, where no packed R comes; then the GEMM's packing buffer
+        "r_floats": r_floats,
+        "pack_bytes": pack_bytes,
+        "panel": PANEL,
+        "panel2": 2 * PANEL,  # the GEMV's k loop: four k at a time, each a panel row apart
+        "panel3": 3 * PANEL,
+        "padded": padded,
+        "V": VECTOR,
+        "vector_bytes": 4 * VECTOR,
+        "w_packed": False,
+        "r_packed": False,
+    }
+    prepacked = []
+    if op.constant(1) is not None:
+        saved = pack_bytes - packed_w_bytes
+        prepacked.append(Prepacked(1, w_panels, {"w_packed": True, "pack_bytes": packed_w_bytes}, scratch_saved=saved))
+    if op.constant(2) is not None:
+        prepacked.append(Prepacked(2, lambda r: r_panels(r, gates), {"r_packed": True}, scratch_saved=4 * r_floats))
     return Kernel(
         template=cell.template,
-        params={
-            "kind": kind,
-            "steps": steps,
-            "batch": batch,
-            "inputs": inputs,
-            "hidden": hidden,
-            "gate_rows": gates * hidden,
-            "gate": tuple(k * hidden for k in range(gates)),  # each gate's first row in g
-            "y_floats": steps * directions * batch * hidden,
-            "directions": _directions(
-                cell,
-                hidden,
-                inputs,
-                reverse,
-                _activation_expressions(op, directions),
-                has[7],
-                (state_strides, y_strides),
-            ),
-            "has": has,
-            "outputs": outputs,
-            "has_y": "Y" in outputs,
-            "final_states": tuple((name, state) for name, state in (("Y_h", "h"), ("Y_c", "c")) if name in outputs),
-            "clip": _c_float(clip) if clip is not None else None,
-            "linear_before_reset": int(op.attr("linear_before_reset", 0)),
-            "input_forget": coupled,
-            "scratch_arg": arg_count + len(op.node.outputs),
-            "x_strides": x_strides,
-            "y_strides": y_strides,
-            "state_strides": state_strides,
-        },
-        scratch_bytes=4 * scratch_floats,
+        params=params,
+        scratch_bytes=4 * (fixed_floats + r_floats) + pack_bytes,
         flops=2 * directions * steps * batch * gates * hidden * (inputs + hidden),
         bytes_accessed=sum(t.nbytes for t in op.input_types if t) + sum(t.nbytes for t in op.output_types),
+        helpers=(_gemm_plan.HELPER,),
+        prepacked=tuple(prepacked),
     )
 
 

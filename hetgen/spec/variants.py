@@ -39,6 +39,7 @@ def with_offers(kernel: Kernel, offers: Iterable[Prepacked]) -> Kernel:
     for offer in offers:
         params.update(offer.params)
         scratch = scratch if offer.scratch_bytes is None else offer.scratch_bytes
+        scratch -= offer.scratch_saved
         template = template if offer.template is None else offer.template
     taken = dataclasses.replace(kernel, template=template, params=params, scratch_bytes=scratch, prepacked=())
     if any(winograd(offer) for offer in offers):
