@@ -311,7 +311,11 @@ def _estimate_us(layers: Sequence[Layer], program, dma: tuple[int, int], moved: 
     commands += stripes + len(layers)  # the stores, the weights' loads
     # two engines in a pipeline of `stripes` steps: the busier one's time, and the other's first or last step
     overlapped = max(io_us, compute) + min(io_us, compute) / stripes if stripes > 1 else io_us + compute
-    return weights * rates.us_per_byte + overlapped + commands * rates.command_us
+    # the weights at their own DMA rate where they have one (Vela's Shared_Sram: from flash)
+    weight_us = weights * (rates.us_per_weight_byte or rates.us_per_byte)
+    if rates.us_per_weight_byte:
+        weight_us += len(layers) * rates.weight_setup_us
+    return weight_us + overlapped + commands * rates.command_us
 
 
 def cascade_plan(layers: Sequence[Layer], capacity: int) -> CascadePlan | None:
