@@ -101,3 +101,27 @@ def test_a_cascades_weights_load_at_the_weights_rate():
     slowed = [replace(layer, rates=slow) for layer in layers]
     extra = sum(c.nbytes for c in weight_loads) * 7 * rates.us_per_byte + len(weight_loads) * 0.1
     assert 0 < program_us(program, slowed) - program_us(program, layers) <= extra + 1e-9
+
+
+def test_the_stripe_height_spends_sram_only_where_it_pays():
+    """Of the stripe heights that fit, the chosen one has the least SRAM among those within
+    SRAM_TOLERANCE (1 %) of the fastest estimate: no height at most that slow takes less."""
+    from hetgen.spec.cascade import SRAM_TOLERANCE, _estimate_us, _sram, cascade_plan, move_bytes, stripe_steps
+
+    graph, platform, placement, _ = _lowered(512)  # room for every stripe height
+    (cascade,) = placement.cascades
+    _, layers, _ = cascade_units(cascade, placement, graph, platform)
+    capacity = 512 * 1024
+    first, last = layers[0], layers[-1]
+    io = last.out_shape[1] * last.out_row_bytes
+    heights = {}
+    for stripe in range(1, last.out_shape[1] + 1):
+        program = stripe_steps(layers, stripe)
+        sram = _sram(layers, program)[0]
+        loaded = sum(s.new_rows for steps in program for s in steps if not s.layer) * first.in_row_bytes
+        weights = sum(layer.weight_bytes for layer in layers)
+        heights[stripe] = (sram, _estimate_us(layers, program, (weights, loaded + io), move_bytes(layers, program)))
+    plan = cascade_plan(layers, capacity)
+    fastest = min(us for _, us in heights.values())
+    good = {s: sram for s, (sram, us) in heights.items() if us <= fastest * (1 + SRAM_TOLERANCE)}
+    assert plan.stripe in good and plan.sram_bytes == min(good.values())
