@@ -264,3 +264,16 @@ def test_output_stage_is_velas(kind, macs, accelerator):
     model = device_model(npu(load_platform_text(text)))
     assert model.output_cycles_per_element == tables.output_cycles_per_elem[7]
     assert model.output_cycles_per_element >= tables.activation_cycles_per_elem[1]
+
+
+@pytest.mark.parametrize("kind", ["ethos-u55", "ethos-u65"])
+def test_a_shared_sram_platform_round_trips_through_its_canonical_form(kind):
+    """The canonical form writes the mode's values as the target's attributes; reloaded, the npu
+    has the same figures, weights' rate included, and nothing is written as a figure override."""
+    from hetgen.platform.canonical import canonical_yaml
+
+    platform = load_platform_text(PLATFORM.format(kind=kind, mode="Shared_Sram"), file="p.yaml")
+    text = canonical_yaml(platform)
+    again = npu(load_platform_text(text, file="canonical.yaml"))
+    assert again.figures == npu(platform).figures and again.figures.weight_gbps
+    assert again.attrs == npu(platform).attrs and "weight_gbps" not in text
