@@ -22,8 +22,14 @@ Per layer: hetgen's group whose head's quantized output is the TFLite op's outpu
 Vela's (cycles / clock), flagged when more than 50 % off. hetgen's layers on the controller
 (QuantizeLinear at the input, DequantizeLinear at the output) have no Vela counterpart: they are
 listed and left out of the layer sum. SRAM: Vela's total SRAM against hetgen's peak in the NPU's
-memory: the npu's local SRAM (sram_kib) plus, where the memory mode keeps the arena in SRAM
-(Sram_Only), the activations the plan keeps there (the arena's size) and the weights.
+memory: where the memory mode keeps the arena in SRAM (Sram_Only, Shared_Sram) the activations
+the programs keep there (the npu's arena, without its SHRAM and the emulating kernels' workspace;
+and the controller's where its memory is that SRAM: `CONTROLLER_IN_SRAM`); for Dedicated_Sram the tile buffers' peak in the npu's local SRAM (the arena cache).
+
+Platforms: corstone-300 (U55, Sram_Only) and ethos-u65 (U65, Dedicated_Sram), and each in Vela's
+Shared_Sram mode (`-shared`: the platform file with its npu's memory_mode Shared_Sram; weights DMA'd
+at flash's or DRAM's rate, activations at SRAM's). A Shared_Sram npu has two DMA rates and the
+simulated device one, so those are estimate only (hetgen refuses to generate their projects).
 """
 
 from __future__ import annotations
@@ -403,6 +409,19 @@ PLATFORMS = {  # platform file -> Vela's options for its npu0 (the kind's doc na
     "corstone-300": ("ethos-u55-128", "Ethos_U55_High_End_Embedded", "Sram_Only"),
     "ethos-u65": ("ethos-u65-256", "Ethos_U65_High_End", "Dedicated_Sram_384KB"),
 }
+# The same platforms in Vela's Shared_Sram mode (the arena in SRAM, the weights in flash or DRAM:
+# hetgen/platform/memory_modes.py): tag -> (platform file, its npu0 line's memory settings, replaced
+# by Shared_Sram's; the U65's sram_kib goes so that the mode's SHRAM is its local SRAM).
+SHARED = {
+    "corstone-300-shared": ("corstone-300", "memory_mode: Sram_Only", "memory_mode: Shared_Sram"),
+    "ethos-u65-shared": ("ethos-u65", "sram_kib: 384, memory_mode: Dedicated_Sram", "memory_mode: Shared_Sram"),
+}
+for _tag, (_file, _, _) in SHARED.items():
+    PLATFORMS[_tag] = (*PLATFORMS[_file][:2], "Shared_Sram")
+# Where the controller's own memory is the SRAM the NPU's arena is in, so that its arena counts
+# in the SRAM set beside Vela's: the Corstone-300's bare-metal Cortex-M55 (its RAM is the system
+# SRAM), not ethos-u65.yaml's aarch64 Linux core (its arena is in DRAM).
+CONTROLLER_IN_SRAM = {"corstone-300", "corstone-300-shared"}
 
 
 def run_vela(tflite: Path, accel: str, system: str, mode: str, out: Path) -> dict:
@@ -462,8 +481,9 @@ def hetgen_side(model: onnx.ModelProto, platform, simulate: Path | None) -> dict
     (device,) = [p for p in programs if p.role is ProgramRole.ACCELERATOR]
     result["local_kib"] = device.sram_size / 1024
     activations = device.memory.arena_size - device.sram_size - device.emulation_scratch
-    activations += sum(p.memory.arena_size for p in programs if p.role is ProgramRole.ROOT)
-    result["arena_kib"] = activations / 1024
+    controller = sum(p.memory.arena_size for p in programs if p.role is ProgramRole.ROOT)
+    result["npu_arena_kib"] = activations / 1024
+    result["arena_kib"] = (activations + controller) / 1024
     result["memory_mode"] = npu.attrs["memory_mode"]
     if simulate is not None:
         from hetgen.runtime.devices import simulation_report
@@ -485,7 +505,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     from hetgen.models.quantized import quantized
-    from hetgen.platform import load_platform, load_platform_text
+    from hetgen.platform import load_platform_text
 
     summary = []
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-vela-") as tmp:
@@ -500,11 +520,18 @@ def main() -> int:
             for tag in args.platforms.split(","):
                 accel, system, mode = PLATFORMS[tag]
                 vela = run_vela(tflite, accel, system, mode, root / f"vela_{name}_{tag}")
-                file = ROOT / "platforms" / f"{tag}.yaml"
-                platform = load_platform(str(file))
-                if args.no_cascade:
-                    platform = load_platform_text(file.read_text() + "options: {cascade: false}\n", file=str(file))
-                out = None if args.estimate_only else root / f"{name}_{tag}"
+                base, old, new = SHARED.get(tag, (tag, "", ""))
+                file = ROOT / "platforms" / f"{base}.yaml"
+                text = file.read_text()
+                if old:
+                    if old not in text:
+                        raise SystemExit(f"{file}: its npu0 line no longer says {old!r}")
+                    text = text.replace(old, new)
+                platform = load_platform_text(
+                    text + ("options: {cascade: false}\n" if args.no_cascade else ""), file=str(file)
+                )
+                # the simulated device has one DMA rate: a Shared_Sram project is refused (estimate only)
+                out = None if args.estimate_only or old else root / f"{name}_{tag}"
                 het = hetgen_side(model, platform, out)
                 print(f"\n{name} on {tag} ({accel}, {system}, {mode})")
                 print(
@@ -532,21 +559,25 @@ def main() -> int:
                     f"  total: vela {vela_us:.1f} us; hetgen estimate {het['est']:.1f} us ({het['est'] / vela_us:.2f}x), "
                     f"its npu layers {het_sum:.1f} us; simulated {sim} us"
                 )
-                # Vela's SRAM: Sram_Only, the feature maps (the arena; its SHRAM is not counted);
-                # Dedicated_Sram, the cache's use. hetgen's like for like: the activations it keeps
-                # (in the system SRAM for Sram_Only), or its tile buffers' peak (the cache).
-                het_sram = het["arena_kib"] if het["memory_mode"] == "Sram_Only" else het["local_kib"]
+                # Vela's SRAM: Sram_Only and Shared_Sram, the feature maps (the arena; its SHRAM is
+                # not counted); Dedicated_Sram, the cache's use. hetgen's like for like: the
+                # activations it keeps (in the system SRAM), or its tile buffers' peak (the cache).
+                if het["memory_mode"] not in ("Sram_Only", "Shared_Sram"):
+                    het_sram = het["local_kib"]
+                else:
+                    het_sram = het["arena_kib"] if tag in CONTROLLER_IN_SRAM else het["npu_arena_kib"]
                 print(
                     f"  SRAM: vela {vela['sram_kib']:.1f} KiB; hetgen {het_sram:.1f} KiB "
-                    f"(activations {het['arena_kib']:.1f} KiB, tile buffers in local SRAM {het['local_kib']:.1f} KiB)"
+                    f"(activations {het['arena_kib']:.1f} KiB: the npu's {het['npu_arena_kib']:.1f}, the controller's "
+                    f"{het['arena_kib'] - het['npu_arena_kib']:.1f}; tile buffers in local SRAM {het['local_kib']:.1f} KiB)"
                 )
                 summary.append((name, tag, vela_us, het["est"], het["sim"], vela["sram_kib"], het_sram))
     print(
-        f"\n{'model':16} {'platform':13} {'vela us':>9} {'est us':>9} {'est/vela':>8} {'sim us':>9} {'sim/vela':>8} {'SRAM KiB vela':>13} {'hetgen':>7}"
+        f"\n{'model':16} {'platform':19} {'vela us':>9} {'est us':>9} {'est/vela':>8} {'sim us':>9} {'sim/vela':>8} {'SRAM KiB vela':>13} {'hetgen':>7}"
     )
     for name, tag, v, e, s, vs, hs in summary:
         sim = f"{s:9.1f} {s / v:8.2f}" if s is not None else f"{'-':>9} {'-':>8}"
-        print(f"{name:16} {tag:13} {v:9.1f} {e:9.1f} {e / v:8.2f} {sim} {vs:13.1f} {hs:7.1f}")
+        print(f"{name:16} {tag:19} {v:9.1f} {e:9.1f} {e / v:8.2f} {sim} {vs:13.1f} {hs:7.1f}")
     return 0
 
 

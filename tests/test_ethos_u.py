@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from hetgen.errors import PlatformError
 from hetgen.platform import builtin_kinds, load_platform, load_platform_text
 from hetgen.platform.device_model import device_model
 from hetgen.platform.model import Role
+from hetgen.spec.tiling import Rates
 
 REPO = Path(__file__).resolve().parent.parent
 VELA = importlib.util.find_spec("ethosu")
@@ -86,11 +88,119 @@ target:
 
 
 @pytest.mark.parametrize(
-    "kind, mode", [("ethos-u55", "Shared_Sram"), ("ethos-u55", "Dedicated_Sram"), ("ethos-u65", "Shared_Sram")]
+    "kind, mode", [("ethos-u55", "Dedicated_Sram"), ("ethos-u65", "Sram_Only"), ("ethos-u55", "Shared_SRAM")]
 )
 def test_unmodelled_memory_mode_is_refused(kind, mode):
-    with pytest.raises(Exception, match="memory_mode"):
-        load_platform_text(PLATFORM.format(kind=kind, mode=mode))
+    """Refused where the platform file names it (its line and column), with the modes the kind takes."""
+    with pytest.raises(PlatformError, match=r"^p\.yaml:7:\d+: 'memory_mode' of .* must be one of: .*Shared_Sram"):
+        load_platform_text(PLATFORM.format(kind=kind, mode=mode), file="p.yaml")
+
+
+def _shared(kind: str, extra: str = ""):
+    return npu(load_platform_text(PLATFORM.format(kind=kind, mode="Shared_Sram" + extra)))
+
+
+def test_shared_sram_figures_are_vela_ini_values():
+    """Shared_Sram: the arena on AXI0 (SRAM), the constants on AXI1 (the U55 system's flash, the U65's
+    DRAM); the local SRAM is the SHRAM. Each rate is the AXI port's bytes a cycle x the memory's
+    clock scale x the core clock, each latency the memory's read latency."""
+    ini = vela_ini()
+    from ethosu.vela.architecture_features import Accelerator, ArchitectureFeatures
+
+    mode = ini["Memory_Mode.Shared_Sram"]
+    assert mode["arena_mem_area"] == "Axi0" and mode["const_mem_area"] == "Axi1"
+    for kind, system, port, accelerator in (
+        ("ethos-u55", "Ethos_U55_High_End_Embedded", 8, Accelerator.Ethos_U55_128),
+        ("ethos-u65", "Ethos_U65_High_End", 16, Accelerator.Ethos_U65_256),
+    ):
+        section = ini[f"System_Config.{system}"]
+        clock = float(section["core_clock"])
+        model = device_model(_shared(kind))
+        sram, weights = section["axi0_port"], section["axi1_port"]
+        assert sram == "Sram" and weights in ("OffChipFlash", "Dram")
+        assert model.dma_bytes_per_cycle == port * float(section[f"{sram}_clock_scale"])
+        assert model.dma_setup_cycles == int(section[f"{sram}_read_latency"])
+        assert model.weight_dma_bytes_per_cycle == port * float(section[f"{weights}_clock_scale"])
+        assert model.weight_dma_setup_cycles == int(section[f"{weights}_read_latency"])
+        assert model.clock_mhz * 1e6 == clock and model.weights_apart
+        shram = ArchitectureFeatures.accelerator_configs[accelerator].shram_banks
+        assert model.capacity == shram * 1024
+
+
+def test_memory_mode_figures_yield_to_the_platform_files():
+    """A mode sets what the target does not: its own weight_dma_gbps stays; the default mode sets
+    nothing beyond the kind's defaults, so its weights stream at the arena's rate (one DMA rate)."""
+    target = _shared("ethos-u55", ", weight_dma_gbps: 1.0")
+    assert target.attrs["weight_dma_gbps"] == 1.0 and target.attrs["weight_dma_setup_cycles"] == 64
+    assert target.figures.weight_gbps == 1.0
+    for kind, mode in (("ethos-u55", "Sram_Only"), ("ethos-u65", "Dedicated_Sram")):
+        plain = npu(load_platform_text(PLATFORM.format(kind=kind, mode=mode)))
+        assert not device_model(plain).weights_apart and plain.figures.weight_gbps is None
+
+
+def _fc_and_pool():
+    """A int8 fully-connected layer of 64 KiB of weights (more than the U55's 24 KiB SHRAM: tiled,
+    its weights DMA'd slice by slice) and a max pool, which has none."""
+    from hetgen.models._builder import Builder
+    from hetgen.models.quantized import quantized
+
+    b = Builder("fc_pool", 17, 0)
+    x = b.input("input", (1, 16, 16, 16))
+    h = b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    h = b.op("Flatten", [h])
+    b.output(b.gemm(h, 1024, 64), (1, 64))
+    return quantized(b.model(), "QDQ", per_channel=True)
+
+
+def test_shared_sram_prices_weights_at_flash_rate_and_activations_at_sram_rate():
+    """The estimate uses both rates: the fully-connected layer's weight loads (explain's weight_us) go
+    at flash's 0.5 GB/s instead of the SRAM's 4 (8x), which makes the DMA-bound layer about that much
+    slower; the pool, which moves activations only, costs what it costs in Sram_Only."""
+    from hetgen.frontend import import_model
+    from hetgen.partition import place
+
+    graph = import_model(_fc_and_pool())
+    costs = {}
+    for mode in ("Sram_Only", "Shared_Sram"):
+        platform = load_platform_text(PLATFORM.format(kind="ethos-u55", mode=mode))
+        pins = {n.name: "p/npu0" for n in graph.nodes if n.op in ("QLinearMatMul", "MaxPool", "Gemm", "QGemm")}
+        placement = place(graph, platform, pins=pins)
+        costs[mode] = {g.label: g for g in placement.groups if g.target == "p/npu0"}
+    fc = [label for label in costs["Sram_Only"] if "pool" not in label.lower()]
+    pool = [label for label in costs["Sram_Only"] if "pool" in label.lower()]
+    assert fc and pool, costs["Sram_Only"]
+    for label in pool:
+        assert costs["Shared_Sram"][label].cost_us == pytest.approx(costs["Sram_Only"][label].cost_us)
+    for label in fc:
+        before, after = costs["Sram_Only"][label], costs["Shared_Sram"][label]
+        assert before.weight_bytes == after.weight_bytes >= 64 * 1024
+        assert after.weight_us == pytest.approx(8 * before.weight_us)
+        assert after.weight_us == pytest.approx(after.weight_bytes / 0.5e3)
+        # DMA-bound: the layer's time grows by most of its weights' extra DMA time
+        assert after.cost_us - before.cost_us >= 0.9 * (after.weight_us - before.weight_us)
+
+
+def test_rates_price_a_weight_dma_at_its_own_rate():
+    rates = Rates(0.0, 1 / 4e3, us_per_weight_byte=1 / 0.5e3, weight_setup_us=0.064)
+    assert rates.dma_us(1000) == pytest.approx(0.25)
+    assert rates.dma_us(1000, weights=True) == pytest.approx(2.0 + 0.064)
+    assert Rates(0.0, 1 / 4e3).dma_us(1000, weights=True) == pytest.approx(0.25)  # one rate: the DMA's
+
+
+def test_a_shared_sram_project_is_refused_where_the_platform_names_the_npu(tmp_path):
+    """The simulated device has one DMA rate: generating a project for a Shared_Sram npu is refused
+    at the npu's line of the platform file (the estimate prices both rates; hetgen explain shows it)."""
+    from hetgen.codegen import generate
+    from hetgen.frontend import import_model
+    from hetgen.lower import lower
+    from hetgen.partition import place
+
+    platform = load_platform_text(PLATFORM.format(kind="ethos-u55", mode="Shared_Sram"), file="p.yaml")
+    graph = import_model(_fc_and_pool())
+    pins = {n.name: "p/npu0" for n in graph.nodes if n.op in ("QLinearMatMul", "MaxPool", "Gemm", "QGemm")}
+    lowered = lower(graph, platform, place(graph, platform, pins=pins))
+    with pytest.raises(PlatformError, match=r"^p\.yaml:7:\d+: p/npu0: its weights DMA at 1 bytes a cycle"):
+        generate(lowered)
 
 
 def test_memory_mode_sets_where_tiles_come_from():
@@ -154,3 +264,16 @@ def test_output_stage_is_velas(kind, macs, accelerator):
     model = device_model(npu(load_platform_text(text)))
     assert model.output_cycles_per_element == tables.output_cycles_per_elem[7]
     assert model.output_cycles_per_element >= tables.activation_cycles_per_elem[1]
+
+
+@pytest.mark.parametrize("kind", ["ethos-u55", "ethos-u65"])
+def test_a_shared_sram_platform_round_trips_through_its_canonical_form(kind):
+    """The canonical form writes the mode's values as the target's attributes; reloaded, the npu
+    has the same figures, weights' rate included, and nothing is written as a figure override."""
+    from hetgen.platform.canonical import canonical_yaml
+
+    platform = load_platform_text(PLATFORM.format(kind=kind, mode="Shared_Sram"), file="p.yaml")
+    text = canonical_yaml(platform)
+    again = npu(load_platform_text(text, file="canonical.yaml"))
+    assert again.figures == npu(platform).figures and again.figures.weight_gbps
+    assert again.attrs == npu(platform).attrs and "weight_gbps" not in text

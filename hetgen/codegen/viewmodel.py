@@ -13,7 +13,7 @@ from hetgen.bounded import bounded_note
 from hetgen.codegen.banks import spill_banks, workspace_attributes
 from hetgen.codegen.encode import Instruction, Opcode, encode_steps
 from hetgen.codegen.kernel_files import ProgramKernels
-from hetgen.errors import InternalError
+from hetgen.errors import Diagnostic, InternalError, PlatformError
 from hetgen.ir import MAX_RANK
 from hetgen.lower.program import BufferRef, Call, Copy, DeviceModel, Program, ProgramRole, Region
 from hetgen.lower.work import Engine
@@ -329,7 +329,7 @@ def program_view(
         "sram_size": (program.sram_size or program.memory.arena_size) if model else 0,
         "emulation_scratch": program.emulation_scratch,
         "clock_mhz": model.clock_mhz if model else 0,
-        "sim": _simulator_view(model, first_counter) if model else None,
+        "sim": _simulator_view(model, first_counter, program) if model else None,
     }
 
 
@@ -344,8 +344,27 @@ def _link_view(link) -> dict:
     }
 
 
-def _simulator_view(model: DeviceModel, num_counters: int) -> dict:
-    """The simulated device's parameters (hg_sim_params) and where its counters sit."""
+def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> dict:
+    """The simulated device's parameters (hg_sim_params) and where its counters sit. A device whose
+    weights come at a DMA rate of their own (Vela's Shared_Sram) is refused: the simulator's DMA
+    has one rate, so its count would not be the estimate's (which prices both)."""
+    if model.weights_apart:
+        source = program.target.source
+        raise PlatformError(
+            "",
+            (
+                Diagnostic(
+                    source.file,
+                    source.line,
+                    source.column,
+                    f"{program.target.path_str}: its weights DMA at {model.weight_dma_bytes_per_cycle:g} bytes a "
+                    f"cycle after {model.weight_dma_setup_cycles} cycles, its other tensors at "
+                    f"{model.dma_bytes_per_cycle:g} after {model.dma_setup_cycles} (a memory mode such as "
+                    "Shared_Sram); the placement's estimate prices both (hetgen explain), but the simulated "
+                    "device has one DMA rate, so no project is generated for it",
+                ),
+            ),
+        )
     return {
         "mac_rows": model.mac_rows,
         "mac_cols": model.mac_cols,

@@ -178,7 +178,7 @@ def weight_load_us(
     if not one_unit_per_invocation(target):
         return 0, 0.0
     loaded = weight_load_bytes(list(nodes), graph, target, kernels)
-    return loaded, scale * loaded / (target.figures.bandwidth_gbps * 1e3)
+    return loaded, scale * loaded / ((target.figures.weight_gbps or target.figures.bandwidth_gbps) * 1e3)
 
 
 def link_us(link: Link, nbytes: float) -> float:

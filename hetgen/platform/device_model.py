@@ -47,6 +47,12 @@ PARAMETERS: Mapping[str, Parameter] = {
     "mac_rows": Parameter(True, 1, 16, "the MAC array's rows (columns: macs_per_cycle / mac_rows)"),
     "vector_lanes": Parameter(True, 1, 16, "elements the vector unit processes per cycle"),
     "dma_setup_cycles": Parameter(True, 0, 32, "cycles before a DMA's first byte moves"),
+    # Weights in a memory apart from the arena's (Vela's Shared_Sram: the arena in SRAM, the weights
+    # in flash): their DMA's own rate and latency. Derived: the DMA's, weights beside the arena.
+    "weight_dma_gbps": Parameter(False, 0, None, "the DMA's bandwidth for weights, GB/s", "dma_gbps"),
+    "weight_dma_setup_cycles": Parameter(
+        True, 0, None, "cycles before a weight DMA's first byte moves", "dma_setup_cycles"
+    ),
     "command_cycles": Parameter(True, 0, 64, "cycles to decode and start one command"),
     "invoke_cycles": Parameter(True, 0, None, "cycles of each invocation", "launch_us * clock_mhz"),
     "output_cycles_per_element": Parameter(
@@ -75,6 +81,17 @@ class DeviceModel:
     # The MAC array's output stage (scaling, activation, write-back): a MAC command takes at least
     # this many cycles per output element, overlapped with the array's steps; 0: not modelled.
     output_cycles_per_element: float = 0.0
+    # Weights DMA'd from a memory of their own (weight_dma_gbps, weight_dma_setup_cycles); 0: the DMA's
+    weight_dma_bytes_per_cycle: float = 0.0
+    weight_dma_setup_cycles: int = 0
+
+    @property
+    def weights_apart(self) -> bool:
+        """Whether weights come at another rate or latency than the arena's tensors."""
+        return bool(self.weight_dma_bytes_per_cycle) and (
+            self.weight_dma_bytes_per_cycle != self.dma_bytes_per_cycle
+            or self.weight_dma_setup_cycles != self.dma_setup_cycles
+        )
 
     def cost_figures(self) -> dict[str, float]:
         """The cost model's rates for what the simulator counts beyond the kind's peak and DMA
@@ -88,6 +105,15 @@ class DeviceModel:
             "mac_cols": float(self.mac_cols),
             "int8_mac_cols": float(self.int8_mac_cols),
             "output_us": self.output_cycles_per_element / self.clock_mhz,
+            # weights at their own rate, and each weight DMA's extra latency (only where apart)
+            **(
+                {
+                    "weight_gbps": self.weight_dma_bytes_per_cycle * self.clock_mhz / 1000,
+                    "weight_setup_us": (self.weight_dma_setup_cycles - self.dma_setup_cycles) / self.clock_mhz,
+                }
+                if self.weights_apart
+                else {}
+            ),
         }
 
     def with_capacity(self, planned_bytes: int) -> DeviceModel:
@@ -118,6 +144,10 @@ def parameters(kind_device: Mapping[str, Any], attrs: Mapping[str, Any], figures
     clock = float(values["clock_mhz"])
     if values["dma_gbps"] is None:
         values["dma_gbps"] = figures.get("bandwidth_gbps") or 1.0
+    if values["weight_dma_gbps"] is None:
+        values["weight_dma_gbps"] = values["dma_gbps"]
+    if values["weight_dma_setup_cycles"] is None:
+        values["weight_dma_setup_cycles"] = values["dma_setup_cycles"]
     if values["int8_macs_per_cycle"] is None:
         values["int8_macs_per_cycle"] = values["macs_per_cycle"]
     if values["invoke_cycles"] is None:
@@ -144,6 +174,8 @@ def build_model(values: Mapping[str, Any], capacity: int | None, link: Link | No
         link_latency_cycles=link.latency_us * clock if link is not None else 0.0,
         link_bytes_per_cycle=link.bandwidth_gbps * 1e3 / clock if link is not None else 0.0,
         output_cycles_per_element=float(values["output_cycles_per_element"]),
+        weight_dma_bytes_per_cycle=float(values["weight_dma_gbps"]) * 1e3 / clock,
+        weight_dma_setup_cycles=int(values["weight_dma_setup_cycles"]),
     )
 
 

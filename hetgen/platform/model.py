@@ -122,6 +122,11 @@ class CostFigures:
     # us a MAC command's output stage takes per output element (the device model's
     # output_cycles_per_element at its clock), overlapped with the array; 0: not modelled
     output_us: float = 0.0
+    # A tiled accelerator whose weights come from a memory apart from its other tensors' (the device
+    # model's weight_dma_gbps: Vela's Shared_Sram): their DMA rate (None: bandwidth_gbps) and the us
+    # each weight DMA waits beyond another DMA's
+    weight_gbps: float | None = None
+    weight_setup_us: float = 0.0
 
 
 @dataclass(frozen=True)

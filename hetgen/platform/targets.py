@@ -29,6 +29,7 @@ from hetgen.platform.device_attrs import check_device_parameters
 from hetgen.platform.device_model import build_model, parameters
 from hetgen.platform.expressions import ExpressionError, evaluate
 from hetgen.platform.kind_parts import ALL_FIGURE_KEYS, MAC_FIGURES, MEMORY_KEYS, NODE_KEYS, parse_toolchain
+from hetgen.platform.memory_modes import mode_attributes
 from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
 from hetgen.platform.schema import (
     Problems,
@@ -93,6 +94,9 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
     before = len(problems)
     _check_role(body, kind, place, what, problems)
     attrs = _attributes(body, kind, what, problems)
+    if attrs is not None:  # a memory mode's figures (hetgen/platform/memory_modes.py), where the node sets none
+        preset = mode_attributes(_lineage(kind, kinds), attrs)
+        attrs.update({name: value for name, value in preset.items() if name in attrs and body.get(name) is None})
     link = _link(body.get("link"), what, problems) if body.get("link") is not None else None
 
     host = toolchain = None
@@ -235,6 +239,14 @@ def _check_role(body: YMap, kind: Kind, place: _Place, what: str, problems: Prob
         problems.add(key("link").pos, f"link is not accepted on {what}: it {reason}")
 
 
+def _lineage(kind: Kind, kinds: Mapping[str, Kind]) -> tuple[str, ...]:
+    """The kind's name and those of the kinds it refines, nearest first."""
+    names = [kind.name]
+    while kinds.get(names[-1]) is not None and kinds[names[-1]].parent and len(names) < len(kinds) + 1:
+        names.append(kinds[names[-1]].parent)
+    return tuple(names)
+
+
 def _attributes(body: YMap, kind: Kind, what: str, problems: Problems) -> dict[str, Any] | None:
     attrs: dict[str, Any] = {}
     ok = True
@@ -334,7 +346,15 @@ def _figures(
             return None
         # The device model's rates, where neither the kind nor the target gives the figure itself.
         figures = {**derived, **figures}
-    for key in ("peak_gflops", "bandwidth_gbps", "local_gbps", "peak_int8_gops", "vector_gops", *MAC_FIGURES):
+    for key in (
+        "peak_gflops",
+        "bandwidth_gbps",
+        "local_gbps",
+        "peak_int8_gops",
+        "vector_gops",
+        "weight_gbps",
+        *MAC_FIGURES,
+    ):
         if figures.get(key) is not None and figures[key] <= 0:
             problems.add(body.pos, f"figure '{key}' of {what} is {figures[key]:g}; it must be positive")
             return None

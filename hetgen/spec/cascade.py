@@ -311,20 +311,31 @@ def _estimate_us(layers: Sequence[Layer], program, dma: tuple[int, int], moved: 
     commands += stripes + len(layers)  # the stores, the weights' loads
     # two engines in a pipeline of `stripes` steps: the busier one's time, and the other's first or last step
     overlapped = max(io_us, compute) + min(io_us, compute) / stripes if stripes > 1 else io_us + compute
-    return weights * rates.us_per_byte + overlapped + commands * rates.command_us
+    # the weights at their own DMA rate where they have one (Vela's Shared_Sram: from flash)
+    weight_us = weights * (rates.us_per_weight_byte or rates.us_per_byte)
+    if rates.us_per_weight_byte:
+        weight_us += len(layers) * rates.weight_setup_us
+    return weight_us + overlapped + commands * rates.command_us
+
+
+# A stripe height whose estimate is within this share of the fastest one's is as good: of those the
+# one with the least SRAM is taken (SRAM is spent only where it pays, as tiling.py splits no finer
+# than pays), so a cascade leaves its device's SRAM to others (an Ethos-U's arena cache) for <= 1 %.
+SRAM_TOLERANCE = 0.01
 
 
 def cascade_plan(layers: Sequence[Layer], capacity: int) -> CascadePlan | None:
-    """The chain run as a cascade at the stripe height of least estimated time whose buffers fit
-    `capacity` bytes of SRAM (ties: the fewest stripes); None where no stripe height fits or the
-    layers do not chain (each layer's input is its predecessor's output)."""
+    """The chain run as a cascade at the stripe height of least SRAM among those whose buffers fit
+    `capacity` bytes of SRAM and whose estimated time is within SRAM_TOLERANCE of the least (ties:
+    the fewest stripes); None where no stripe height fits or the layers do not chain (each layer's
+    input is its predecessor's output)."""
     if len(layers) < 2 or any(a.out_shape != b.in_shape for a, b in zip(layers, layers[1:])):
         return None
     last, first = layers[-1], layers[0]
     output_bytes = last.out_shape[1] * last.out_row_bytes
     residual_bytes = sum(layer.out_shape[1] * layer.out_row_bytes for layer in layers if layer.residual)
     weight_bytes = sum(layer.weight_bytes for layer in layers)
-    best: CascadePlan | None = None
+    fitting: list[CascadePlan] = []
     for stripe in range(1, last.out_shape[1] + 1):
         program = stripe_steps(layers, stripe)
         sram, produced, windows = _sram(layers, program)
@@ -334,8 +345,8 @@ def cascade_plan(layers: Sequence[Layer], capacity: int) -> CascadePlan | None:
         # the first layer's rows, each loaded once (rows no window reaches are not)
         input_bytes = sum(step.new_rows for steps in program for step in steps if not step.layer) * first.in_row_bytes
         us = _estimate_us(layers, program, (weight_bytes, input_bytes + output_bytes + residual_bytes), moved)
-        if best is None or us < best.estimate_us * (1 - 1e-9):
-            best = CascadePlan(
+        fitting.append(
+            CascadePlan(
                 tuple(layer.name for layer in layers),
                 stripe,
                 len(program),
@@ -349,4 +360,9 @@ def cascade_plan(layers: Sequence[Layer], capacity: int) -> CascadePlan | None:
                 moved,
                 us,
             )
-    return best
+        )
+    if not fitting:
+        return None
+    fastest = min(plan.estimate_us for plan in fitting)
+    good = [plan for plan in fitting if plan.estimate_us <= fastest * (1 + SRAM_TOLERANCE)]
+    return min(good, key=lambda plan: (plan.sram_bytes, plan.stripes, plan.estimate_us))

@@ -81,6 +81,7 @@ class CascadeCommand:
     kernel: int = -1
     args: tuple[int | None, ...] = ()
     after: int = 0
+    weights: bool = False  # a LOAD of a layer's constants (the weights' DMA rate: `Rates.dma_us`)
 
     @property
     def nbytes(self) -> int:
@@ -161,7 +162,7 @@ def cascade_program(ops: Sequence[UnitOp], layers: Sequence[Layer], stripe: int)
             buffer = held[i] = sram.take(f"const{index}.{i}", block.nbytes)
             add(
                 CascadeCommand(Kind.LOAD, index, block.tensor, block.offset, sram.offsets[buffer], block.count,
-                               block.seg_bytes, block.stride, block.seg_bytes),
+                               block.seg_bytes, block.stride, block.seg_bytes, weights=True),
                 (), (buffer,),
             )  # fmt: skip
         constants.append(held)
@@ -290,7 +291,7 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
     def step(command) -> tuple[bool, int, float, float]:
         rates = layers[command.layer].rates or Rates(0.0, 0.0)
         if command.is_dma:
-            took = command.nbytes * rates.us_per_byte
+            took = rates.dma_us(command.nbytes, command.weights)
         elif command.kind is Kind.MOVE:
             took = command.nbytes * rates.us_per_local_byte
         else:

@@ -254,7 +254,9 @@ class Scheduler:
             steps.append(SCopyOut(number, Sym(memory_target, name), Sym(controller, name)))
         return steps
 
-    def local_call(self, target: Target, index: int) -> SCall:
+    def local_call(self, target: Target, index: int, inner: frozenset[str] = frozenset()) -> SCall:
+        """`inner`: tensors the call does not name (None in its arguments) and the target's memory
+        never holds: a cascade's, which stay in the device's SRAM (`accelerator_entry`)."""
         unit = self.units[index]
         if self.timing_only:
             present = self.schedule.present.setdefault(target, set())
@@ -263,17 +265,30 @@ class Scheduler:
             return SCall(index, ())
         args = []
         for name in unit.inputs:
-            if not name:
+            if not name or name in inner:
                 args.append(None)
                 continue
             if name not in self.constants:
                 self.schedule.touch(target, name, index)
             args.append(Sym(target, name))
         for name in unit.outputs:
-            if name:
+            if name and name not in inner:
                 self.schedule.touch(target, name, index)
-            args.append(Sym(target, name) if name else None)
+            args.append(Sym(target, name) if name and name not in inner else None)
         return SCall(index, tuple(args))
+
+    def cascade_inner(self, members: list[int]) -> frozenset[str]:
+        """The tensors a cascade's units (`members`, one invocation) pass only among themselves: each
+        produced by one of them, read by no unit outside them and not a graph output. Its command list
+        (hetgen/spec/cascade_program.py) keeps them as stripes in SRAM and never writes them to the
+        device's memory, so they get no slot there."""
+        inside = set(members)
+        produced = {name for index in members for name in self.units[index].outputs if name}
+        return frozenset(
+            name
+            for name in produced
+            if name not in self.graph_outputs and all(r in inside for r in self.readers.get(name, []))
+        )
 
     def device_segment(self, controller: Target, slot: int, device: Target, members: list[int]) -> tuple[list, tuple]:
         """Copies in and the submission; and the tensors to copy out once the controller waits."""
@@ -311,13 +326,15 @@ class Scheduler:
 
     def accelerator_entry(self, device: Target, members: list[int]) -> list:
         if device in self.isolated:  # tiled: each tile DMAs its slice of the weights (tiling.py)
-            calls = [self.local_call(device, index) for index in members]
+            inner = self.cascade_inner(members) if len(members) > 1 else frozenset()
+            calls = [self.local_call(device, index, inner) for index in members]
             if len(members) > 1 and not self.timing_only:
-                # a cascade (`joined`) runs its units stripe by stripe: each of their tensors is
-                # live from the invocation's first unit to its last
+                # a cascade (`joined`) runs its units stripe by stripe: each tensor it reads from or
+                # writes to the device's memory is live from the invocation's first unit to its last;
+                # the tensors inside it (`inner`) are only its SRAM stripes
                 for index in members:
                     for name in (*self.units[index].inputs, *self.units[index].outputs):
-                        if name and name not in self.constants:
+                        if name and name not in self.constants and name not in inner:
                             self.schedule.touch(device, name, members[0])
                             self.schedule.touch(device, name, members[-1])
             return calls

@@ -114,6 +114,7 @@ class TilePlan:
     double_buffered: bool
     sram_bytes: int  # the tile buffers
     scratch_bytes: int = 0  # the emulating C kernels' workspace, outside SRAM (build_plan)
+    constant_inputs: tuple[bool, ...] = ()  # per input: a constant's (the weights' DMA rate, `Rates.dma_us`)
 
     @property
     def count(self) -> int:
@@ -316,6 +317,7 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
         double and len(tiles) > 1,
         offset,
         scratch,
+        tuple(bool(c) for c in op.constant),
     )
 
 
@@ -363,6 +365,16 @@ class Rates:
     mac_rows: int = 0
     mac_cols: int = 0
     us_per_output_element: float = 0.0  # the MAC array's output stage (0: not modelled)
+    # Weights from a memory apart from the other tensors' (Vela's Shared_Sram): us per byte of
+    # their DMA (0: us_per_byte) and the us each weight DMA waits beyond another DMA's
+    us_per_weight_byte: float = 0.0
+    weight_setup_us: float = 0.0
+
+    def dma_us(self, nbytes: int, weights: bool = False) -> float:
+        """A DMA of `nbytes`: of weights at their own rate (and latency) where they have one."""
+        if weights and self.us_per_weight_byte:
+            return nbytes * self.us_per_weight_byte + self.weight_setup_us
+        return nbytes * self.us_per_byte
 
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
@@ -411,12 +423,17 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
 
     def took(command) -> float:
         if command.is_dma:
-            return plan.block_of(command).nbytes * rates.us_per_byte
+            weights = command.action is Action.LOAD and _is_constant(plan, command.operand)
+            return rates.dma_us(plan.block_of(command).nbytes, weights)
         tile = plan.tiles[command.tile]
         compute = tile.flops * rates.us_per_flop / utilisation[tile.kernel] + tile.vector * rates.us_per_vector_element
         return max(compute, _tile_bytes(tile) * rates.us_per_local_byte, _output_us(plan, tile, rates))
 
     return two_engine_us((command.is_dma, command.after, took(command), rates.command_us) for command in plan.commands)
+
+
+def _is_constant(plan: TilePlan, operand: int) -> bool:
+    return operand < len(plan.constant_inputs) and plan.constant_inputs[operand]
 
 
 def two_engine_us(steps) -> float:
@@ -448,10 +465,18 @@ def _output_us(plan: TilePlan, tile: Tile, rates: Rates) -> float:
 MAX_TILES = 4096
 
 
-def estimate_us(candidate: Candidate, flops: int, rates: Rates, double: bool, vector: int = 0) -> float:
+def estimate_us(
+    candidate: Candidate, flops: int, rates: Rates, double: bool, vector: int = 0, constant: tuple[bool, ...] = ()
+) -> float:
     """What choosing among tilings assumes a candidate takes: DMA and compute, overlapped but for
-    one tile's worth when double-buffered, and each command's overhead."""
+    one tile's worth when double-buffered, and each command's overhead. Where weights have a DMA
+    rate of their own, the `constant` inputs' loads (their largest block each time) go at it."""
     dma = candidate.dma_bytes * rates.us_per_byte
+    if rates.us_per_weight_byte:
+        loaded = [(size, loads) for size, loads, c in zip(candidate.input_blocks, candidate.input_loads, constant) if c]
+        weights = min(sum(size * loads for size, loads in loaded), candidate.dma_bytes)
+        dma += weights * (rates.us_per_weight_byte - rates.us_per_byte)
+        dma += sum(loads for _, loads in loaded) * rates.weight_setup_us
     compute = flops * rates.us_per_flop / mac_utilisation(candidate.products, rates)
     compute += vector * rates.us_per_vector_element
     commands = candidate.tiles * 2 + sum(candidate.input_loads)
@@ -492,7 +517,7 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
             if size <= capacity:
                 ranked.append(
                     (
-                        estimate_us(candidate, flops, rates, double, vector),
+                        estimate_us(candidate, flops, rates, double, vector, op.constant),
                         candidate.tiles,
                         len(ranked),
                         candidate,

@@ -1,0 +1,59 @@
+"""The attribute values a memory mode sets on the Ethos-U kinds (hetgen/platform/kinds/ethos-u.yaml).
+
+A kind's attribute defaults are its default memory mode's figures (the U55's Sram_Only, the U65's
+Dedicated_Sram). A target naming another mode its kind accepts (`memory_mode`'s choices) gets that
+mode's figures below for every attribute it does not set itself; a platform file's own value wins.
+Each figure is Vela's (ethos-u-vela 5.2.0): its config_files/Arm/vela.ini section and key, and
+ethosu/vela/architecture_features.py; tests/test_ethos_u.py reads the installed files and checks them.
+
+Shared_Sram ([Memory_Mode.Shared_Sram]: const_mem_area=Axi1, arena_mem_area=Axi0,
+cache_mem_area=Axi0): the tensor arena in the SRAM on AXI0, shared with the CPU; the weights on AXI1
+(the U55 High_End_Embedded system's OffChipFlash, the U65 High_End's DRAM). So the npu DMAs its
+activations at AXI0's SRAM rate and latency (dma_gbps, dma_setup_cycles) and its weights at AXI1's
+(weight_dma_gbps, weight_dma_setup_cycles): the device model's two DMA rates
+(hetgen/platform/device_model.py), which the cost model prices per DMA (`Rates.dma_us`). The npu's
+local SRAM is its SHRAM, as in Sram_Only: there is no arena cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# (kind, memory_mode) -> attribute values. The kinds' own defaults are their default modes'.
+MODES: Mapping[tuple[str, str], Mapping[str, Any]] = {
+    ("ethos-u55", "Shared_Sram"): {
+        # [System_Config.Ethos_U55_High_End_Embedded] axi1_port=OffChipFlash: U55 AXI port 8 bytes a
+        # cycle x OffChipFlash_clock_scale=0.125 x core_clock 500 MHz = 0.5 GB/s; OffChipFlash_read_latency=64
+        "weight_dma_gbps": 0.5,
+        "weight_dma_setup_cycles": 64,
+        # the arena on AXI0 as in Sram_Only: 8 B/cycle x Sram_clock_scale=1.0 x 500 MHz, Sram_read_latency=32
+        "dma_gbps": 4.0,
+        "dma_setup_cycles": 32,
+    },
+    ("ethos-u65", "Shared_Sram"): {
+        # [System_Config.Ethos_U65_High_End] axi0_port=Sram: U65 AXI port 16 bytes a cycle x
+        # Sram_clock_scale=1.0 x core_clock 1 GHz = 16 GB/s; Sram_read_latency=32
+        "dma_gbps": 16.0,
+        "dma_setup_cycles": 32,
+        # axi1_port=Dram: 16 B/cycle x Dram_clock_scale=0.234375 x 1 GHz = 3.75 GB/s; Dram_read_latency=500
+        "weight_dma_gbps": 3.75,
+        "weight_dma_setup_cycles": 500,
+        # no arena cache: the local SRAM is the SHRAM (architecture_features.py Ethos_U65_256
+        # shram_banks=48 of 1 KiB), which the engines read at the npu's rate, as the U55's
+        "sram_kib": 48,
+        "sram_bytes_per_cycle": 64.0,
+    },
+}
+
+
+def mode_attributes(lineage: tuple[str, ...], attrs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The values the target's memory mode sets: `lineage` is its kind and the kinds it refines,
+    nearest first (a kind refining ethos-u55 takes its modes); {} where it names its kind's default
+    mode or has no memory_mode."""
+    mode = attrs.get("memory_mode")
+    for kind in lineage:
+        values = MODES.get((kind, mode))
+        if values is not None:
+            return values
+    return {}
