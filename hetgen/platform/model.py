@@ -122,6 +122,9 @@ class CostFigures:
     # us a MAC command's output stage takes per output element (the device model's
     # output_cycles_per_element at its clock), overlapped with the array; 0: not modelled
     output_us: float = 0.0
+    # us of a DMA's setup hidden where it is queued behind another DMA (the device model's
+    # dma_hidden_cycles at its clock: reads kept in flight); 0: every DMA pays its setup
+    dma_hidden_us: float = 0.0
 
 
 @dataclass(frozen=True)

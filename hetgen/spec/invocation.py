@@ -62,6 +62,7 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
         int(figures.mac_rows) if shaped else 0,
         int(cols) if shaped else 0,
         float(figures.output_us or 0.0),
+        float(figures.dma_hidden_us or 0.0),
     )
 
 
