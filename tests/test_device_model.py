@@ -148,3 +148,20 @@ def test_a_controller_drives_at_most_max_devices():
         load_platform_text(platform(MAX_DEVICES + 1))
     text = str(refused.value) + "".join(str(d) for d in getattr(refused.value, "diagnostics", ()))
     assert f"drives {MAX_DEVICES + 1} devices; a controller drives at most {MAX_DEVICES}" in text
+
+
+def test_a_queued_dma_hides_its_setup_behind_the_reads_in_flight():
+    """dma_outstanding_bytes: a DMA queued behind another hides min(setup, outstanding / rate)
+    cycles of its setup (hetgen/platform/device_model.py), in the cost model's two-engine timeline
+    as in hg_sim.c: the first DMA and one that waited for the compute engine pay it whole."""
+    from hetgen.platform.device_model import hidden_setup_cycles
+    from hetgen.spec.tiling import two_engine_us
+
+    assert hidden_setup_cycles(500, 3072, 3.75) == 500  # 819 cycles of reads in flight: all of it
+    assert hidden_setup_cycles(32, 128, 8.0) == 16  # 16 of 32
+    assert hidden_setup_cycles(32, 0, 8.0) == 0
+    # load, load queued behind it, compute after the second load, store after the compute
+    steps = [(True, 0, 10.0, 5.0), (True, 0, 10.0, 5.0), (False, 1, 20.0, 1.0), (True, 1, 10.0, 5.0)]
+    assert two_engine_us(steps) == 15 + 15 + 21 + 15
+    assert two_engine_us(steps, 5.0) == 15 + 10 + 21 + 15  # only the second is queued
+    assert two_engine_us(steps, 8.0) == 15 + 10 + 21 + 15  # never below no overhead

@@ -1,6 +1,7 @@
 """The Ethos-U kinds (hetgen/platform/kinds/ethos-u.yaml): their figures are Vela's, a memory mode
 they do not model is refused, the one they parse changes where tiles are DMA'd from; and (external:
-runs Vela) hetgen's estimate of an int8 DS-CNN on corstone-300 is within 25 % of Vela's."""
+runs Vela) hetgen's estimate of the int8 DS-CNN on corstone-300 and ethos-u65 is within 25 % of
+Vela's (ResNet-8 on ethos-u65 is not yet: expected to fail, strictly)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,21 @@ def test_u65_figures_are_vela_ini_values():
     assert d["sram_bytes_per_cycle"] == 16 * float(section["Sram_clock_scale"])
     assert d["sram_kib"] * 1024 == int(ini["Memory_Mode.Dedicated_Sram_384KB"]["arena_cache_size"])
     assert d["memory_mode"] == "Dedicated_Sram"
+
+
+def test_dma_reads_in_flight_are_vela_ini_values():
+    """dma_outstanding_bytes is max_reads x burst_length of the memory each kind DMAs from: the U65's
+    hides all 500 DRAM latency cycles of a DMA queued behind another, the U55's 16 of its 32."""
+    ini = vela_ini()
+    u55 = ini["System_Config.Ethos_U55_High_End_Embedded"]
+    u65 = ini["System_Config.Ethos_U65_High_End"]
+    for kind, section, memory in (("ethos-u55", u55, "Sram"), ("ethos-u65", u65, "Dram")):
+        assert builtin_kinds()[kind].device["dma_outstanding_bytes"] == int(section[f"{memory}_max_reads"]) * int(
+            section[f"{memory}_burst_length"]
+        )
+    for file, hidden in (("corstone-300.yaml", 16), ("ethos-u65.yaml", 500)):
+        model = device_model(npu(load_platform(str(REPO / "platforms" / file))))
+        assert model.dma_hidden_cycles == hidden
 
 
 PLATFORM = """
@@ -215,7 +231,25 @@ def test_memory_mode_sets_where_tiles_come_from():
 
 
 @pytest.mark.external
-def test_ds_cnn_estimate_within_25_percent_of_vela(tmp_path):
+@pytest.mark.parametrize(
+    "name, platform",
+    [
+        ("ds_cnn", "corstone-300"),
+        ("ds_cnn", "ethos-u65"),
+        pytest.param(
+            "resnet8",
+            "ethos-u65",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="1.41 of Vela: its feature maps move at the DRAM's rate where Vela keeps them in the "
+                "cache, uncompressed weights, one invocation a layer (docs/ethos-u.md)",
+            ),
+        ),
+    ],
+)
+def test_estimate_within_25_percent_of_vela(tmp_path, name, platform):
+    """hetgen's estimate (cascades chosen as shipped) is within 25 % of Vela's for the benchmark's
+    int8 networks on the U55 (Sram_Only) and the U65 (Dedicated_Sram_384KB)."""
     vela_ini()
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
@@ -224,20 +258,19 @@ def test_ds_cnn_estimate_within_25_percent_of_vela(tmp_path):
         sys.path.remove(str(REPO / "benchmarks"))
     from hetgen.models.quantized import quantized
 
-    model = quantized(bench_vela.MODELS["ds_cnn"](), "QDQ", per_channel=True)
+    model = quantized(bench_vela.MODELS[name](), "QDQ", per_channel=True)
     data, _ = bench_vela.tflite_from_qdq(model)
-    tflite = tmp_path / "ds_cnn.tflite"
+    tflite = tmp_path / f"{name}.tflite"
     tflite.write_bytes(data)
-    vela = bench_vela.run_vela(tflite, *bench_vela.PLATFORMS["corstone-300"], tmp_path / "vela")
+    vela = bench_vela.run_vela(tflite, *bench_vela.PLATFORMS[platform], tmp_path / "vela")
     assert all(layer for layer in vela["layers"].values())
     vela_us = sum(vela["layers"].values()) / vela["clock"]
-    # the cost model's layers against Vela's, layer by layer; cascades (hetgen/partition/cascades.py,
-    # chosen as shipped) only make it cheaper
-    file = REPO / "platforms" / "corstone-300.yaml"
-    layers = load_platform_text(file.read_text() + "options: {cascade: false}\n", file=str(file))
-    het = bench_vela.hetgen_side(model, layers, None)
+    file = REPO / "platforms" / f"{platform}.yaml"
+    het = bench_vela.hetgen_side(model, load_platform(str(file)), None)
     assert abs(het["est"] / vela_us - 1) <= 0.25, (het["est"], vela_us)
-    assert bench_vela.hetgen_side(model, load_platform(str(file)), None)["est"] <= het["est"]
+    # cascades (hetgen/partition/cascades.py) are chosen only where they are cheaper than layer by layer
+    layers = load_platform_text(file.read_text() + "options: {cascade: false}\n", file=str(file))
+    assert het["est"] <= bench_vela.hetgen_side(model, layers, None)["est"]
 
 
 @pytest.mark.parametrize(

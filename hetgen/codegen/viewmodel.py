@@ -372,6 +372,7 @@ def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> 
         "vector_lanes": model.vector_lanes,
         "command_cycles": model.command_cycles,
         "dma_setup_cycles": model.dma_setup_cycles,
+        "dma_hidden_cycles": model.dma_hidden_cycles,
         "sram_bytes_per_cycle": repr(float(model.sram_bytes_per_cycle)),
         "output_cycles_per_element": repr(float(model.output_cycles_per_element)),
         "dma_bytes_per_cycle": repr(float(model.dma_bytes_per_cycle)),

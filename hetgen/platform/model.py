@@ -127,6 +127,9 @@ class CostFigures:
     # each weight DMA waits beyond another DMA's
     weight_gbps: float | None = None
     weight_setup_us: float = 0.0
+    # us of a DMA's setup hidden where it is queued behind another DMA (the device model's
+    # dma_hidden_cycles at its clock: reads kept in flight); 0: every DMA pays its setup
+    dma_hidden_us: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -298,4 +298,5 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
             took = kernel_us[command.kernel]
         return command.is_dma, command.after, took, rates.command_us
 
-    return two_engine_us(map(step, program.commands))
+    hidden = (layers[0].rates or Rates(0.0, 0.0)).dma_hidden_us if layers else 0.0  # one device's
+    return two_engine_us(map(step, program.commands), hidden)

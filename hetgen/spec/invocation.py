@@ -64,6 +64,7 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
         float(figures.output_us or 0.0),
         1.0 / (figures.weight_gbps * 1e3) if figures.weight_gbps else 0.0,
         float(figures.weight_setup_us or 0.0),
+        float(figures.dma_hidden_us or 0.0),
     )
 
 

@@ -376,6 +376,8 @@ class Rates:
             return nbytes * self.us_per_weight_byte + self.weight_setup_us
         return nbytes * self.us_per_byte
 
+    dma_hidden_us: float = 0.0  # a DMA queued behind another hides this much of its setup (0: none)
+
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
 
@@ -429,23 +431,34 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
         compute = tile.flops * rates.us_per_flop / utilisation[tile.kernel] + tile.vector * rates.us_per_vector_element
         return max(compute, _tile_bytes(tile) * rates.us_per_local_byte, _output_us(plan, tile, rates))
 
-    return two_engine_us((command.is_dma, command.after, took(command), rates.command_us) for command in plan.commands)
+    steps = ((command.is_dma, command.after, took(command), rates.command_us) for command in plan.commands)
+    return two_engine_us(steps, rates.dma_hidden_us)
 
 
 def _is_constant(plan: TilePlan, operand: int) -> bool:
     return operand < len(plan.constant_inputs) and plan.constant_inputs[operand]
 
 
-def two_engine_us(steps) -> float:
+def queued_overhead(overhead: float, hidden: float) -> float:
+    """A DMA command's overhead where it is queued behind another DMA: its setup less what the
+    reads in flight hide (`Rates.dma_hidden_us`), never below 0."""
+    return max(0.0, overhead - hidden)
+
+
+def two_engine_us(steps, dma_hidden_us: float = 0.0) -> float:
     """The time of commands on the npu's two engines (DMA, compute), each running its commands in
     order: per command (is_dma, after, its time, its overhead), it starts when its engine is free and
-    the command `after` places before it (0: none) has finished; the last one to finish ends it.
-    The simulator (hg_sim.c) runs its command queue so; tile plans and cascades are timed here."""
+    the command `after` places before it (0: none) has finished; the last one to finish ends it. A
+    DMA that waits only for the DMA engine (queued behind another) hides `dma_hidden_us` of its
+    overhead (`queued_overhead`). The simulator (hg_sim.c) runs its command queue so; tile plans and
+    cascades are timed here."""
     finish: list[float] = []
     free = {True: 0.0, False: 0.0}
     end = 0.0
     for index, (is_dma, after, took, overhead) in enumerate(steps):
         ready = finish[index - after] if after else 0.0
+        if is_dma and dma_hidden_us and free[True] > 0.0 and ready <= free[True]:
+            overhead = queued_overhead(overhead, dma_hidden_us)
         done = max(free[is_dma], ready) + took + overhead
         free[is_dma] = done
         finish.append(done)

@@ -175,10 +175,17 @@ static int hg_sim_run_program(const hg_sim_config *config, hg_sim_state *sim, co
         if (work == NULL || work->engine == HG_SIM_NONE) {
             continue;
         }
-        const uint64_t cycles = hg_sim_command_cycles(&config->params, work);
+        uint64_t cycles = hg_sim_command_cycles(&config->params, work);
         const uint64_t ready = work->after != 0 && work->after <= n && work->after < HG_SIM_RING
                                    ? finish[(n - work->after) % HG_SIM_RING]
                                    : 0;
+        if (work->engine == HG_SIM_DMA && dma_free > 0 && ready <= dma_free) {
+            /* queued behind another DMA: its reads were issued while that one's data streamed */
+            const uint64_t hidden = config->params.dma_hidden_cycles < config->params.dma_setup_cycles
+                                        ? config->params.dma_hidden_cycles
+                                        : config->params.dma_setup_cycles;
+            cycles -= hidden;
+        }
         uint64_t *engine_free = work->engine == HG_SIM_DMA ? &dma_free : &compute_free;
         const uint64_t done = (*engine_free > ready ? *engine_free : ready) + cycles;
         *engine_free = done;

@@ -34,6 +34,7 @@ typedef struct {
     uint32_t dma_setup_cycles;    /* before a DMA's first byte moves */
     uint32_t invoke_cycles;       /* each invocation: the controller's driver call, doorbell and completion interrupt */
     uint32_t int8_mac_cols;       /* the MAC array's columns on int8 operands (several int8 MACs per multiplier) */
+    uint32_t dma_hidden_cycles;   /* setup a DMA queued behind another hides (reads kept in flight) */
     double sram_bytes_per_cycle;  /* local memory bandwidth the engines see */
     double dma_bytes_per_cycle;
     double output_cycles_per_element; /* the MAC array's output stage, per output element (0: not modelled) */
