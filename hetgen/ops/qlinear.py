@@ -239,14 +239,15 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     offers = multipliers
     padded = padded_plane(win)
     if variant in ("gemm", "vector") and _packable(op, x_type, w, w_zp, requant, k_dim):
-        packed_params, packed_scratch = qpack.plan(cin_group, cout_group, groups, channels, win, padded)
+        gathered = qpack.plan_gather(cin_group, cout_group, groups, win, padded) if variant == "gemm" else None
+        packed_params, packed_scratch = gathered or qpack.plan(cin_group, cout_group, groups, channels, win, padded)
         packed_params["x_signed"] = int(x_type.dtype is DType.INT8)
         packed = Prepacked(
             w,
-            lambda value: qpack.pack_weights(value, groups),
+            lambda value: qpack.pack_weights(value, groups, channel_quads=gathered is not None),
             packed_params,
             packed_scratch,
-            template=_PACKED_TEMPLATES[variant],
+            template="kernels/qconv_gather.c.j2" if gathered else _PACKED_TEMPLATES[variant],
             hosted_only=True,
         )
         offers = (*offers, packed)

@@ -112,6 +112,22 @@ static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, c
     }
 }
 
+/* n pixels of one block's activations for hg_qg_block (its groups HG_QG_NB * 4 bytes apart): group g's
+   n dwords copied from a + taps[g] (the gathered convolution's interleaved plane, qconv_gather.c.j2);
+   the common run lengths are copies of a constant size. */
+static inline void hg_qg_gather(uint8_t *restrict dst, const uint8_t *a, const uint32_t *taps, size_t kg, size_t n)
+{
+    if (n == HG_QG_NB)
+        for (size_t g = 0; g < kg; ++g)
+            memcpy(dst + g * HG_QG_NB * 4u, a + taps[g], HG_QG_NB * 4u);
+    else if (n == HG_QG_NB / 2)
+        for (size_t g = 0; g < kg; ++g)
+            memcpy(dst + g * HG_QG_NB * 4u, a + taps[g], HG_QG_NB * 2u);
+    else
+        for (size_t g = 0; g < kg; ++g)
+            memcpy(dst + g * HG_QG_NB * 4u, a + taps[g], 4u * n);
+}
+
 /* Requantise n int32 sums: y[i] = clamp((float)(acc[i] + c) * s, lo, hi) rounded half to even + zp, as a
    byte (int8 or uint8: the value is in range, so its low byte is the stored one). */
 static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, float s, int32_t zp, float lo, float hi,
