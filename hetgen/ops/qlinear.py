@@ -485,26 +485,32 @@ def _matmul_packable(op: OpInstance, a_type: TensorType, b: int, b_zp, requant, 
 
 def _packed_matmul_offer(b: int, a_type: TensorType, rows: int, n: int, k: int, per_column: bool) -> Prepacked:
     """A matrix product with a constant int8 B on an application core: B^T packed as the
-    convolution's weight panels ([n] channels of [k]: hetgen/ops/qpack.py) and each row of A a GEMV
-    (hg_qg_gemv, templates/kernels/qmatmul_packed.c.j2), its n outputs one contiguous run."""
+    convolution's weight panels ([n] channels of [k]: hetgen/ops/qpack.py), A's rows by blocks of
+    qpack.GEMM_ROWS (hg_qg_gemm_rows: each panel's weights loaded once for the block's rows), or one
+    GEMV a row where A has fewer (templates/kernels/qmatmul_packed.c.j2); a row's n outputs one
+    contiguous run."""
     kg = qpack.kgroups(k)
     row_bytes = align(4 * kg + qpack.GEMV_SLACK)
+    # rows of A at a time: a block of GEMM_ROWS (hg_qg_gemm_rows) where A has that many
+    block = qpack.GEMM_ROWS if rows >= qpack.GEMM_ROWS else 1
     params = {
         "rows": rows,
+        "row_block": block,
+        "row_bytes": row_bytes,
         "kgroups": kg,
         "sums_offset": qpack.packed_bytes(1, n, k) - 4 * n,
         "a_signed": int(a_type.dtype is DType.INT8),
         "row_offset": 0,
-        "const_offset": row_bytes,
-        "scale_offset": row_bytes + align(4 * n),
-        "column_scales_offset": row_bytes + 2 * align(4 * n),
+        "const_offset": block * row_bytes,
+        "scale_offset": block * row_bytes + align(4 * n),
+        "column_scales_offset": block * row_bytes + 2 * align(4 * n),
         "column_scale": "j" if per_column else "0",  # the multiplier of column j
     }
 
     def layout(value: np.ndarray) -> np.ndarray:
         return qpack.pack_weights(np.asarray(value).reshape(k, n).T, 1)
 
-    scratch = row_bytes + 3 * align(4 * n)
+    scratch = block * row_bytes + 3 * align(4 * n)
     return Prepacked(b, layout, params, scratch, template="kernels/qmatmul_packed.c.j2", hosted_only=True)
 
 

@@ -24,6 +24,8 @@ PANEL_ROWS = 8  # HG_QG_MR
 BLOCK_PIXELS = 32  # HG_QG_NB
 # bytes of packed activations per chunk of output rows: kept in L2
 COL_CHUNK_BYTES = 256 * 1024
+# rows of A a QLinearMatMul block holds (hg_qg_gemm_rows), where A has that many
+GEMM_ROWS = 4
 # bytes hg_qg_gemv may read past a row's last group of 4 (HG_QG_GEMV_SLACK)
 GEMV_SLACK = 32
 # the largest reduction an int32 sum of u8 x s8 products holds exactly (255 * 128 * K < 2^31)
@@ -141,13 +143,13 @@ GATHER_MIN_CHANNELS = 16
 
 def plan_gather(cin_group: int, cout_group: int, groups: int, win, padded):
     """The gathered form of the packed kernel, for a 2-D convolution of at least GATHER_MIN_CHANNELS
-    input channels per group, or None. Its input is interleaved once per call into quads of 4
+    input channels per group and more than one tap (a 1x1's im2col is already one interleave), or None. Its input is interleaved once per call into quads of 4
     channels, [quads][padded rows][phases][phase width][4] bytes (stride s along the rows: s phases,
     the columns of one remainder mod s, so an output row's pixels read consecutive dwords at every
     tap), and a block of HG_QG_NB output pixels' activations are kgroups runs of dwords copied from
     it (one per output row the block holds), the reduction ordered (quad, kh, kw, channel % 4)
     (pack_weights(channel_quads=True)): no im2col. (params, scratch bytes)."""
-    if cin_group < GATHER_MIN_CHANNELS or win.kernel[0] != 1 or win.out_shape[0] != 1 or padded[0] != 1:
+    if cin_group < GATHER_MIN_CHANNELS or win.kernel_size == 1 or win.kernel[0] != 1 or padded[0] != 1:
         return None
     quads = kgroups(cin_group)
     _, kh_n, kw_n = win.kernel
