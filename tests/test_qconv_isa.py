@@ -75,6 +75,9 @@ CASES = {
         True,
     ),
     "gather_conv1d": (np.int8, (1, 20, 50), (12, 20, 3), dict(strides=[2], pads=[1, 0]), True, False),
+    # blocks inside one output row (width 32), and a last block of 16 pixels (5 rows of 16, stride 2 along the rows)
+    "gather_rows_32": (np.int8, (1, 16, 6, 32), (11, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
+    "gather_rows_16_u8": (np.uint8, (1, 20, 5, 32), (9, 20, 3, 3), dict(strides=[1, 2], pads=[1, 1, 1, 0]), True, True),
     "fully_connected": (np.int8, (2, 40, 1, 1), (10, 40, 1, 1), {}, True, True),
     # the GEMV (hg_qg_gemv): an odd number of groups of 4 k, a second chunk of 8 panels that is short
     "fc_odd_k_wide": (np.int8, (1, 41, 1, 1), (70, 41, 1, 1), {}, False, True),
