@@ -14,10 +14,12 @@ quantized output (the QDQ rewrite emits these) is fused as a narrower clamp of t
 That generic kernel is the one bare-metal targets take. Application cores take offers of their own
 (`hosted_only`, hetgen/partition/prepack.py): a convolution with constant int8 weights of zero
 point 0 reads them packed at generate time into dot-product panels (hetgen/ops/qpack.py,
-templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON; a fully connected one as a GEMV over them), a
-depthwise one runs rows or whole planes of a byte plane (or, on AVX-512 VNNI, the input in place)
-through hg_qgemm.h's vector kernels (qconv_direct.c.j2), and a QLinearMatMul with a constant int8 B
-runs each row of A as that GEMV over B^T's panels (qmatmul_packed.c.j2).
+templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON; a fully connected one as a GEMV over them; a
+2-D one of 16 channels or more gathered from its input interleaved by quads of channels instead of
+im2col, qconv_gather.c.j2), a depthwise one runs rows or whole planes of a byte plane (or, on
+AVX-512 VNNI, the input in place) through hg_qgemm.h's vector kernels (qconv_direct.c.j2), and a
+QLinearMatMul with a constant int8 B runs A's rows over B^T's panels by blocks of 4 rows (one GEMV a
+row where A has fewer; qmatmul_packed.c.j2).
 """
 
 from __future__ import annotations
