@@ -53,6 +53,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_optional_inputs",
             "test_qconv_isa",
             "test_qpack_kernels",
+            "test_qpack_gather",
             "test_recurrent",
             "test_residual_epilogue",
             "test_threaded_kernels",

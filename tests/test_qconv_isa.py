@@ -9,7 +9,9 @@ multiple of the block, strides, dilations, asymmetric padding, groups, 1-D and 3
 padding (no plane), fully connected 1x1s (the GEMV: odd groups of 4 k, channels past a chunk of 64,
 groups), depthwise (the direct kernel), int8 and uint8 inputs; plain NEON's int16 pair sums at their
 bound (weights of +-127, activations of -128) and weights holding -128 (the *_w128 kernels);
-QLinearMatMul with a constant B (the GEMV per row of A: one row, batched rows);
+QLinearMatMul with a constant B (blocks of 4 rows of A, hg_qg_gemm_rows; the GEMV per row of A where
+fewer: one row, batched rows); the gathered convolution (hg_qg_gather: >= 16 channels, strides,
+dilation, groups, blocks across output rows);
 and int8/uint8 MaxPool (hg_qg_max_row: strides 1, 2 and 3, padding, dilation).
 """
 
@@ -51,6 +53,32 @@ CASES = {
     "conv1d": (np.int8, (1, 6, 37), (9, 6, 4), dict(pads=[1, 2]), True, True),
     "conv3d": (np.uint8, (1, 3, 4, 6, 6), (5, 3, 2, 3, 3), dict(pads=[0, 1, 1, 1, 1, 0]), True, True),
     "wide": (np.int8, (1, 64, 8, 8), (70, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
+    # the gathered kernel (qpack.plan_gather: >= 16 channels a group, more than one tap): the input
+    # interleaved by quads of channels, runs of output rows copied per block of pixels; a quad short
+    # of channels (19, 17), blocks that hold several output rows (widths 7, 9, 11) and a last short
+    # one, stride 2 along both axes (two phases a row), stride 3 along the rows, dilation, asymmetric
+    # padding, groups, 1-D
+    "gather_strided_dilated_u8": (
+        np.uint8,
+        (1, 19, 13, 15),
+        (21, 19, 3, 3),
+        dict(strides=[2, 2], dilations=[2, 1], pads=[2, 1, 1, 2]),
+        True,
+        True,
+    ),
+    "gather_grouped": (np.int8, (2, 34, 9, 11), (18, 17, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True, True),
+    "gather_stride3_u8": (
+        np.uint8,
+        (1, 16, 10, 23),
+        (9, 16, 5, 3),
+        dict(strides=[1, 3], pads=[2, 0, 2, 1]),
+        False,
+        True,
+    ),
+    "gather_conv1d": (np.int8, (1, 20, 50), (12, 20, 3), dict(strides=[2], pads=[1, 0]), True, False),
+    # blocks inside one output row (width 32), and a last block of 16 pixels (5 rows of 16, stride 2 along the rows)
+    "gather_rows_32": (np.int8, (1, 16, 6, 32), (11, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
+    "gather_rows_16_u8": (np.uint8, (1, 20, 5, 32), (9, 20, 3, 3), dict(strides=[1, 2], pads=[1, 1, 1, 0]), True, True),
     "fully_connected": (np.int8, (2, 40, 1, 1), (10, 40, 1, 1), {}, True, True),
     # the GEMV (hg_qg_gemv): an odd number of groups of 4 k, a second chunk of 8 panels that is short
     "fc_odd_k_wide": (np.int8, (1, 41, 1, 1), (70, 41, 1, 1), {}, False, True),
@@ -106,6 +134,10 @@ POOL_CASES = {
 MATMUL_CASES = {
     "matmul_row_odd_k": (np.int8, (1, 41), (41, 21), True),
     "matmul_batched_u8": (np.uint8, (2, 3, 24), (24, 70), False),
+    # blocks of 4 rows (hg_qg_gemm_rows): 3 blocks and a short one of 2, an odd number of groups of 4 k,
+    # 3 chunks of 4 panels, the last short (and its last panel part filled); 2 x 4 rows of uint8
+    "matmul_rows_odd_k": (np.int8, (14, 37), (37, 77), True),
+    "matmul_rows_u8": (np.uint8, (2, 4, 48), (48, 40), False),
 }
 
 # how each path is asked for: (extra cflags, -march=native, can run here)
@@ -250,9 +282,13 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     if path == "scalar" or cpu_has("avx512_vnni"):  # elsewhere -march=native picks what the CPU has
         assert built == wanted
     kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))
+    # the gathered convolutions; the matrix products with 4 rows or more by blocks of 4 rows
+    assert kernels.count("hg_qg_gather(") == sum(1 for name in CASES if name.startswith("gather")) + 1  # + "wide"
+    assert kernels.count("hg_qg_gemm_rows(") == len(MATMUL_CASES)
+    assert kernels.count("i0 += 4u") == sum(1 for case in MATMUL_CASES.values() if np.prod(case[1][:-1]) >= 4)
     # the packed kernels: blocks of pixels, or the fully connected layers' GEMV; the depthwise ones direct
     fully_connected = sum(1 for case in CASES.values() if np.prod(case[1][2:]) == 1)  # a 1x1 input
-    assert kernels.count("hg_qg_gemv(") == fully_connected - 1 + len(MATMUL_CASES)
+    assert kernels.count("hg_qg_gemv(") == fully_connected - 1
     assert kernels.count("hg_qg_gemv_w128(") == 1  # fc_w128
     depthwise = sum(1 for name in CASES if name.startswith("depthwise"))
     assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected - 1

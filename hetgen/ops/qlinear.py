@@ -14,10 +14,12 @@ quantized output (the QDQ rewrite emits these) is fused as a narrower clamp of t
 That generic kernel is the one bare-metal targets take. Application cores take offers of their own
 (`hosted_only`, hetgen/partition/prepack.py): a convolution with constant int8 weights of zero
 point 0 reads them packed at generate time into dot-product panels (hetgen/ops/qpack.py,
-templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON smull/smlal; a fully connected one as a GEMV over them), a
-depthwise one runs rows or whole planes of a byte plane (or, on AVX-512 VNNI, the input in place)
-through hg_qgemm.h's vector kernels (qconv_direct.c.j2), and a QLinearMatMul with a constant int8 B
-runs each row of A as that GEMV over B^T's panels (qmatmul_packed.c.j2).
+templates/runtime/hg_qgemm.h: VNNI, AVX2, SDOT, NEON smull/smlal; a fully connected one as a GEMV over them; a
+2-D one of 16 channels or more gathered from its input interleaved by quads of channels instead of
+im2col, qconv_gather.c.j2), a depthwise one runs rows or whole planes of a byte plane (or, on
+AVX-512 VNNI, the input in place) through hg_qgemm.h's vector kernels (qconv_direct.c.j2), and a
+QLinearMatMul with a constant int8 B runs A's rows over B^T's panels by blocks of 4 rows (one GEMV a
+row where A has fewer; qmatmul_packed.c.j2).
 """
 
 from __future__ import annotations
@@ -239,15 +241,16 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     offers = multipliers
     padded = padded_plane(win)
     if variant in ("gemm", "vector") and _packable(op, x_type, w, w_zp, requant, k_dim):
-        packed_params, packed_scratch = qpack.plan(cin_group, cout_group, groups, channels, win, padded)
+        gathered = qpack.plan_gather(cin_group, cout_group, groups, win, padded) if variant == "gemm" else None
+        packed_params, packed_scratch = gathered or qpack.plan(cin_group, cout_group, groups, channels, win, padded)
         packed_params["x_signed"] = int(x_type.dtype is DType.INT8)
         packed_params.update(packed_kernels(op.constant(w)))
         packed = Prepacked(
             w,
-            lambda value: qpack.pack_weights(value, groups),
+            lambda value: qpack.pack_weights(value, groups, channel_quads=gathered is not None),
             packed_params,
             packed_scratch,
-            template=_PACKED_TEMPLATES[variant],
+            template="kernels/qconv_gather.c.j2" if gathered else _PACKED_TEMPLATES[variant],
             hosted_only=True,
         )
         offers = (*offers, packed)
@@ -401,7 +404,11 @@ def packed_kernels(weights: np.ndarray) -> dict:
     one take the *_w128 forms, which widen each product alone (every other path computes both alike)."""
     full_range = bool(np.any(np.asarray(weights) == -128))
     suffix = "_w128" if full_range else ""
-    return {"block_fn": f"hg_qg_block{suffix}", "gemv_fn": f"hg_qg_gemv{suffix}"}
+    return {
+        "block_fn": f"hg_qg_block{suffix}",
+        "gemv_fn": f"hg_qg_gemv{suffix}",
+        "gemm_rows_fn": f"hg_qg_gemm_rows{suffix}",
+    }
 
 
 def _packable(op: OpInstance, x_type: TensorType, w: int, w_zp: int | None, requant, k_dim: int) -> bool:
@@ -499,27 +506,33 @@ def _packed_matmul_offer(
     b: int, b_value: np.ndarray, a_type: TensorType, rows: int, n: int, k: int, per_column: bool
 ) -> Prepacked:
     """A matrix product with a constant int8 B on an application core: B^T packed as the
-    convolution's weight panels ([n] channels of [k]: hetgen/ops/qpack.py) and each row of A a GEMV
-    (hg_qg_gemv, templates/kernels/qmatmul_packed.c.j2), its n outputs one contiguous run."""
+    convolution's weight panels ([n] channels of [k]: hetgen/ops/qpack.py), A's rows by blocks of
+    qpack.GEMM_ROWS (hg_qg_gemm_rows: each panel's weights loaded once for the block's rows), or one
+    GEMV a row where A has fewer (templates/kernels/qmatmul_packed.c.j2); a row's n outputs one
+    contiguous run."""
     kg = qpack.kgroups(k)
     row_bytes = align(4 * kg + qpack.GEMV_SLACK)
+    # rows of A at a time: a block of GEMM_ROWS (hg_qg_gemm_rows) where A has that many
+    block = qpack.GEMM_ROWS if rows >= qpack.GEMM_ROWS else 1
     params = {
         **packed_kernels(b_value),
         "rows": rows,
+        "row_block": block,
+        "row_bytes": row_bytes,
         "kgroups": kg,
         "sums_offset": qpack.packed_bytes(1, n, k) - 4 * n,
         "a_signed": int(a_type.dtype is DType.INT8),
         "row_offset": 0,
-        "const_offset": row_bytes,
-        "scale_offset": row_bytes + align(4 * n),
-        "column_scales_offset": row_bytes + 2 * align(4 * n),
+        "const_offset": block * row_bytes,
+        "scale_offset": block * row_bytes + align(4 * n),
+        "column_scales_offset": block * row_bytes + 2 * align(4 * n),
         "column_scale": "j" if per_column else "0",  # the multiplier of column j
     }
 
     def layout(value: np.ndarray) -> np.ndarray:
         return qpack.pack_weights(np.asarray(value).reshape(k, n).T, 1)
 
-    scratch = row_bytes + 3 * align(4 * n)
+    scratch = block * row_bytes + 3 * align(4 * n)
     return Prepacked(b, layout, params, scratch, template="kernels/qmatmul_packed.c.j2", hosted_only=True)
 
 

@@ -24,6 +24,8 @@ PANEL_ROWS = 8  # HG_QG_MR
 BLOCK_PIXELS = 32  # HG_QG_NB
 # bytes of packed activations per chunk of output rows: kept in L2
 COL_CHUNK_BYTES = 256 * 1024
+# rows of A a QLinearMatMul block holds (hg_qg_gemm_rows), where A has that many
+GEMM_ROWS = 4
 # bytes hg_qg_gemv may read past a row's last group of 4 (HG_QG_GEMV_SLACK)
 GEMV_SLACK = 32
 # the largest reduction an int32 sum of u8 x s8 products holds exactly (255 * 128 * K < 2^31)
@@ -42,13 +44,24 @@ def packed_bytes(groups: int, cout_group: int, k_dim: int) -> int:
     return groups * panels(cout_group) * kgroups(k_dim) * PANEL_ROWS * 4 + 4 * groups * cout_group
 
 
-def pack_weights(w: np.ndarray, groups: int) -> np.ndarray:
-    """int8 weights [M, C/groups, *kernel] -> the panels, then the channels' int32 sums as bytes."""
+def pack_weights(w: np.ndarray, groups: int, channel_quads: bool = False) -> np.ndarray:
+    """int8 weights [M, C/groups, *kernel] -> the panels, then the channels' int32 sums as bytes.
+    channel_quads: the reduction ordered as the gathered kernel reads it (plan_gather), groups of 4
+    consecutive input channels at one tap, (channel quad, tap, channel % 4), channels zero padded."""
     w = np.asarray(w)
     out_channels = w.shape[0]
     if out_channels == 0:
         return np.zeros(0, np.int8)
     per_group = w.reshape(groups, out_channels // groups, -1).astype(np.int8)
+    if channel_quads:
+        cin_group = w.shape[1]
+        quads = kgroups(cin_group)
+        taps = per_group.reshape(groups, out_channels // groups, cin_group, -1)
+        padded_c = np.zeros((*taps.shape[:2], quads * 4, taps.shape[3]), np.int8)
+        padded_c[:, :, :cin_group] = taps
+        # [g][m][quad][4][tap] -> [g][m][quad][tap][4]
+        quad_major = padded_c.reshape(*taps.shape[:2], quads, 4, taps.shape[3]).transpose(0, 1, 2, 4, 3)
+        per_group = quad_major.reshape(groups, out_channels // groups, -1)
     cout_group, k_dim = per_group.shape[1], per_group.shape[2]
     rows, depth = panels(cout_group) * PANEL_ROWS, kgroups(k_dim) * 4
     padded = np.zeros((groups, rows, depth), np.int8)
@@ -122,6 +135,76 @@ def plan(cin_group: int, cout_group: int, groups: int, channels: int, win, padde
         "scale_offset": plane_bytes + col_bytes + _align(4 * out_channels),
     }
     return params, plane_bytes + col_bytes + 2 * _align(4 * out_channels)
+
+
+# the fewest input channels per group the gathered kernel takes (its padding to quads is <= 3/16 of the work)
+GATHER_MIN_CHANNELS = 16
+
+
+def plan_gather(cin_group: int, cout_group: int, groups: int, win, padded):
+    """The gathered form of the packed kernel, for a 2-D convolution of at least GATHER_MIN_CHANNELS
+    input channels per group and more than one tap (a 1x1's im2col is already one interleave), or None. Its input is interleaved once per call into quads of 4
+    channels, [quads][padded rows][phases][phase width][4] bytes (stride s along the rows: s phases,
+    the columns of one remainder mod s, so an output row's pixels read consecutive dwords at every
+    tap), and a block of HG_QG_NB output pixels' activations are kgroups runs of dwords copied from
+    it (one per output row the block holds), the reduction ordered (quad, kh, kw, channel % 4)
+    (pack_weights(channel_quads=True)): no im2col. (params, scratch bytes)."""
+    if cin_group < GATHER_MIN_CHANNELS or win.kernel_size == 1 or win.kernel[0] != 1 or padded[0] != 1:
+        return None
+    quads = kgroups(cin_group)
+    _, kh_n, kw_n = win.kernel
+    _, sh, sw = win.strides
+    _, dh, dw = win.dilations
+    _, out_h, out_w = win.out_shape
+    _, in_h, in_w = win.in_shape
+    _, pad_h, pad_w = win.pads_begin
+    _, plane_h, plane_w = padded
+    phase_w = -(-plane_w // sw)
+    row_dw = sw * phase_w
+    plane_dw = plane_h * row_dw
+    taps = [
+        4 * (q * plane_dw + kh * dh * row_dw + (kw * dw) % sw * phase_w + kw * dw // sw)
+        for q in range(quads)
+        for kh in range(kh_n)
+        for kw in range(kw_n)
+    ]
+    k_dim = len(taps) * 4
+    # per phase: the first packed column holding an input column, that input column, and how many
+    phases = []
+    for ph in range(sw):
+        first = max(0, -(-(pad_w - ph) // sw))
+        last = (pad_w + in_w - 1 - ph) // sw  # the last packed column whose input column is inside
+        phases.append((first, first * sw + ph - pad_w, max(0, last - first + 1)))
+    plane_bytes = _align(4 * quads * plane_dw)
+    block_bytes = _align(k_dim * BLOCK_PIXELS)
+    out_channels = groups * cout_group
+    params = {
+        "quads": quads,
+        "k_dim": k_dim,
+        "kgroups": len(taps),
+        "taps": taps,
+        "in_h": in_h,
+        "in_w": in_w,
+        "pad_h": pad_h,
+        "plane_h": plane_h,
+        "row_bytes": 4 * row_dw,
+        "quad_bytes": 4 * plane_dw,
+        "phases": [value for phase in phases for value in phase],
+        "phase_count": sw,
+        "phase_w": phase_w,
+        "stride_w": sw,
+        "out_row_bytes": 4 * sh * row_dw,
+        "panels": panels(cout_group),
+        "panel_bytes": len(taps) * 4 * PANEL_ROWS,
+        "group_w_bytes": panels(cout_group) * len(taps) * 4 * PANEL_ROWS,
+        "sums_offset": groups * panels(cout_group) * len(taps) * 4 * PANEL_ROWS,
+        "plane_bytes": plane_bytes,
+        "plane_offset": 0,
+        "block_offset": plane_bytes,
+        "const_offset": plane_bytes + block_bytes,
+        "scale_offset": plane_bytes + block_bytes + _align(4 * out_channels),
+    }
+    return params, plane_bytes + block_bytes + 2 * _align(4 * out_channels)
 
 
 def _align(size: int, to: int = 64) -> int:

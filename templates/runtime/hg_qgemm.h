@@ -159,6 +159,22 @@ static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, c
     }
 }
 
+/* n pixels of one block's activations for hg_qg_block (its groups HG_QG_NB * 4 bytes apart): group g's
+   n dwords copied from a + taps[g] (the gathered convolution's interleaved plane, qconv_gather.c.j2);
+   the common run lengths are copies of a constant size. */
+static inline void hg_qg_gather(uint8_t *restrict dst, const uint8_t *a, const uint32_t *taps, size_t kg, size_t n)
+{
+    if (n == HG_QG_NB)
+        for (size_t g = 0; g < kg; ++g)
+            memcpy(dst + g * HG_QG_NB * 4u, a + taps[g], HG_QG_NB * 4u);
+    else if (n == HG_QG_NB / 2)
+        for (size_t g = 0; g < kg; ++g)
+            memcpy(dst + g * HG_QG_NB * 4u, a + taps[g], HG_QG_NB * 2u);
+    else
+        for (size_t g = 0; g < kg; ++g)
+            memcpy(dst + g * HG_QG_NB * 4u, a + taps[g], 4u * n);
+}
+
 /* Requantise n int32 sums: y[i] = clamp((float)(acc[i] + c) * s, lo, hi) rounded half to even + zp, as a
    byte (int8 or uint8: the value is in range, so its low byte is the stored one). */
 static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, float s, int32_t zp, float lo, float hi,
@@ -1095,5 +1111,99 @@ static inline HG_QG_UNUSED void hg_qg_gemv_w128(const int8_t *restrict w, const 
     hg_qg_gemv_blocks(w, a, kg, rows, c, s, zp, lo, hi, y, 1);
 }
 #endif
+
+/* A matrix product's block of nr rows of A (rows `lda` bytes apart, each hg_qg_gemv's input) times the
+   packed weights: y[i * ldy + j] for the `rows` channels j. AVX-512 VNNI, 4 rows: hg_qg_gemv's
+   arrangement with 4 panels (32 channels) for each of the 4 rows, 16 vpdpbusd chains, each panel's
+   weights loaded once for the 4 rows; elsewhere (and a short block) one hg_qg_gemv a row. The same
+   int32 sums and requantisation as hg_qg_gemv: the results are the same bytes. */
+#if defined(HG_QG_PATH_AVX512VNNI)
+HG_QG_NOINLINE static void hg_qg_gemm4(const int8_t *restrict w, const uint8_t *restrict a, size_t lda, size_t kg,
+                                       size_t rows, const int32_t *c, const float *s, int32_t zp, float lo, float hi,
+                                       uint8_t *y, size_t ldy)
+{
+    const size_t panels = (rows + HG_QG_MR - 1) / HG_QG_MR, pb = kg * 4 * HG_QG_MR, last = panels - 1;
+    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const uint8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
+    for (size_t p0 = 0; p0 < panels; p0 += 4) {
+        /* a short last chunk repeats its last panel (its results unused) */
+        const int8_t *w0 = w + p0 * pb, *w1 = w + (p0 + 1 < last ? p0 + 1 : last) * pb;
+        const int8_t *w2 = w + (p0 + 2 < last ? p0 + 2 : last) * pb, *w3 = w + (p0 + 3 < last ? p0 + 3 : last) * pb;
+        /* s<row><panel> */
+        __m512i s00 = _mm512_setzero_si512(), s01 = s00, s02 = s00, s03 = s00, s10 = s00, s11 = s00, s12 = s00, s13 = s00;
+        __m512i s20 = s00, s21 = s00, s22 = s00, s23 = s00, s30 = s00, s31 = s00, s32 = s00, s33 = s00;
+        size_t g = 0;
+#define HG_QG_GEMM_ROW(r, av_)                                                                                \
+    do {                                                                                                      \
+        const __m512i av = (av_);                                                                             \
+        s##r##0 = _mm512_dpbusd_epi32(s##r##0, av, v0);                                                       \
+        s##r##1 = _mm512_dpbusd_epi32(s##r##1, av, v1);                                                       \
+        s##r##2 = _mm512_dpbusd_epi32(s##r##2, av, v2);                                                       \
+        s##r##3 = _mm512_dpbusd_epi32(s##r##3, av, v3);                                                       \
+    } while (0)
+#define HG_QG_SPREAD(ar) _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(const void *)((ar) + 4 * g))))
+        for (; g + 2 <= kg; g += 2) {
+            const size_t o = g * 4 * HG_QG_MR;
+            const __m512i v0 = _mm512_loadu_si512(w0 + o), v1 = _mm512_loadu_si512(w1 + o);
+            const __m512i v2 = _mm512_loadu_si512(w2 + o), v3 = _mm512_loadu_si512(w3 + o);
+            HG_QG_GEMM_ROW(0, HG_QG_SPREAD(a0));
+            HG_QG_GEMM_ROW(1, HG_QG_SPREAD(a1));
+            HG_QG_GEMM_ROW(2, HG_QG_SPREAD(a2));
+            HG_QG_GEMM_ROW(3, HG_QG_SPREAD(a3));
+        }
+        if (g < kg) { /* an odd last group: the low half only */
+            const size_t o = g * 4 * HG_QG_MR;
+            const __m512i v0 = _mm512_maskz_loadu_epi32(0x00FF, w0 + o), v1 = _mm512_maskz_loadu_epi32(0x00FF, w1 + o);
+            const __m512i v2 = _mm512_maskz_loadu_epi32(0x00FF, w2 + o), v3 = _mm512_maskz_loadu_epi32(0x00FF, w3 + o);
+            HG_QG_GEMM_ROW(0, _mm512_maskz_set1_epi32(0x00FF, hg_qg_load32(a0 + 4 * g)));
+            HG_QG_GEMM_ROW(1, _mm512_maskz_set1_epi32(0x00FF, hg_qg_load32(a1 + 4 * g)));
+            HG_QG_GEMM_ROW(2, _mm512_maskz_set1_epi32(0x00FF, hg_qg_load32(a2 + 4 * g)));
+            HG_QG_GEMM_ROW(3, _mm512_maskz_set1_epi32(0x00FF, hg_qg_load32(a3 + 4 * g)));
+        }
+#undef HG_QG_SPREAD
+#undef HG_QG_GEMM_ROW
+        const size_t m0 = p0 * HG_QG_MR, left = rows - m0;
+#define HG_QG_GEMM_STORE(r)                                                                                   \
+    do {                                                                                                      \
+        uint8_t *yr = y + (r) * ldy + m0;                                                                     \
+        hg_qg_gemv_store16(hg_qg_gemv_halves(s##r##0), hg_qg_gemv_halves(s##r##1), c + m0, s + m0, zp, lo, hi, \
+                           yr, left);                                                                         \
+        if (left > 16)                                                                                        \
+            hg_qg_gemv_store16(hg_qg_gemv_halves(s##r##2), hg_qg_gemv_halves(s##r##3), c + m0 + 16, s + m0 + 16, \
+                               zp, lo, hi, yr + 16, left - 16);                                               \
+    } while (0)
+        HG_QG_GEMM_STORE(0);
+        HG_QG_GEMM_STORE(1);
+        HG_QG_GEMM_STORE(2);
+        HG_QG_GEMM_STORE(3);
+#undef HG_QG_GEMM_STORE
+    }
+}
+#endif
+
+static inline void hg_qg_gemm_rows(const int8_t *restrict w, const uint8_t *restrict a, size_t lda, size_t nr,
+                                   size_t kg, size_t rows, const int32_t *c, const float *s, int32_t zp, float lo,
+                                   float hi, uint8_t *y, size_t ldy)
+{
+#if defined(HG_QG_PATH_AVX512VNNI)
+    if (nr == 4) {
+        hg_qg_gemm4(w, a, lda, kg, rows, c, s, zp, lo, hi, y, ldy);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < nr; ++i)
+        hg_qg_gemv(w, a + i * lda, kg, rows, c, s, zp, lo, hi, y + i * ldy);
+}
+
+/* hg_qg_gemm_rows for weights holding -128 (plain NEON's int16 pair sums: hg_qg_block_w128): one
+   hg_qg_gemv_w128 a row */
+static inline HG_QG_UNUSED void hg_qg_gemm_rows_w128(const int8_t *restrict w, const uint8_t *restrict a, size_t lda,
+                                                     size_t nr, size_t kg, size_t rows, const int32_t *c,
+                                                     const float *s, int32_t zp, float lo, float hi, uint8_t *y,
+                                                     size_t ldy)
+{
+    for (size_t i = 0; i < nr; ++i)
+        hg_qg_gemv_w128(w, a + i * lda, kg, rows, c, s, zp, lo, hi, y + i * ldy);
+}
 
 #endif /* HG_QGEMM_H */
