@@ -49,6 +49,8 @@ from onnx import numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from peer_xnnpack import PEER_MODELS, PeerUnavailable, xnnpack_runner  # noqa: E402
+
 import hetgen  # noqa: E402
 from hetgen import lower  # noqa: E402
 from hetgen.lower.peak_memory import MemoryFigures, memory_figures  # noqa: E402
@@ -63,6 +65,7 @@ from hetgen.platform.model import FrozenMap  # noqa: E402
 from hetgen.platform.search_path import default_search_path  # noqa: E402
 from hetgen.runtime.loader import checked_input, load  # noqa: E402
 from hetgen.runtime.reference import (  # noqa: E402
+    OPTIMISER_TOLERANCE,
     REFERENCE_SESSION,
     SPEED_SESSION,
     optimiser_error,
@@ -157,6 +160,7 @@ class Figures:
     optimiser: float
     skipped: str | None = None
     fastest: float = 0.0  # hetgen's fastest run
+    peer: float | None = None  # XNNPACK through ExecuTorch (benchmarks/peer_xnnpack.py), where it ran
 
     @property
     def ratio(self) -> float | None:
@@ -169,19 +173,21 @@ def relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     )
 
 
-def measure(out: Path, runs: int, name: str = "") -> Figures:
+def measure(out: Path, runs: int, name: str = "", peer=None) -> Figures:
     """hetgen beside onnxruntime at its defaults (speed_session), one thread each, interleaved; the
     optimiser-off session (ort_session) only checks both results."""
-    return measure_threads(out, runs, [1], name, per_round=1)[1]
+    return measure_threads(out, runs, [1], name, per_round=1, peer=peer)[1]
 
 
 RUNS_PER_ROUND = 3
 
 
-def measure_threads(out: Path, runs: int, counts: list[int], name: str = "", per_round: int = RUNS_PER_ROUND):
+def measure_threads(
+    out: Path, runs: int, counts: list[int], name: str = "", per_round: int = RUNS_PER_ROUND, peer=None
+):
     """Per thread count T: Figures of hetgen run with HG_THREADS=T beside onnxruntime at its defaults
-    with T intra-op threads, medians of runs that interleave every count of both, so all see the
-    same noise."""
+    with T intra-op threads (and `peer(T)`, a second peer's run, where given), medians of runs that
+    interleave every count of all, so all see the same noise."""
     models, sessions = {}, {}
     feeds = inputs = outputs = None
     for count in counts:
@@ -205,6 +211,7 @@ def measure_threads(out: Path, runs: int, counts: list[int], name: str = "", per
         skipped[count] = wrong_result_message(name or out.name, optimiser[count])
     ours: dict[int, list[float]] = {count: [] for count in counts}
     theirs: dict[int, list[float]] = {count: [] for count in counts}
+    peers: dict[int, list[float]] = {count: [] for count in counts}
     # Rounds of a few runs of each in turn, not one run each: onnxruntime's pool spins on the other
     # cores for a while after each run (its default), and would take the second core from the
     # hetgen run that followed it; within a round only the first run can meet that.
@@ -214,6 +221,12 @@ def measure_threads(out: Path, runs: int, counts: list[int], name: str = "", per
                 start = time.perf_counter()
                 models[count].run_into(inputs, outputs[count])
                 ours[count].append((time.perf_counter() - start) * 1e3)
+            if peer is not None:
+                peer(count)  # first run at this thread count outside the clock (the pool's resize)
+                for _ in range(per_round):
+                    start = time.perf_counter()
+                    peer(count)
+                    peers[count].append((time.perf_counter() - start) * 1e3)
             if skipped[count]:
                 continue
             for _ in range(per_round):
@@ -228,6 +241,7 @@ def measure_threads(out: Path, runs: int, counts: list[int], name: str = "", per
             optimiser[count],
             skipped[count],
             min(ours[count]),
+            statistics.median(peers[count]) if peers[count] else None,
         )
         for count in counts
     }
@@ -243,7 +257,7 @@ def summary(ratios: list[float]) -> str:
 
 HEADER = (
     f"{'model':22} {'threads':>7} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7}"
-    f" {'rel err':>9} {'ort opt err':>11}"
+    f" {'rel err':>9} {'ort opt err':>11} {'xnn ms':>8} {'hg/xnn':>6}"
 )
 
 
@@ -254,7 +268,27 @@ def row(name: str, count: int, figures: Figures, flops: int, peak: float) -> str
     return (
         f"{name:22} {count:7d} {figures.ours:10.2f} {theirs:>10} {ratio:>6} {gflops:8.1f} "
         f"{100 * gflops / (peak * count):6.0f}% {figures.error:9.1e} {figures.optimiser:11.1e}"
+        + (" " * 16 if figures.peer is None else f" {figures.peer:8.2f} {figures.ours / figures.peer:6.2f}")
     )
+
+
+def xnnpack_peer(name: str, model: onnx.ModelProto, out: Path):
+    """XNNPACK's run(threads) for a MobileNet-class model, checked against the numerical reference;
+    None (with the reason printed) where it is not installed, cannot export the model or disagrees."""
+    if name not in PEER_MODELS:
+        return None
+    feeds = feeds_for(load(out), out, 0)[0]
+    try:
+        run, outputs, seconds = xnnpack_runner(model, feeds)
+    except PeerUnavailable as why:
+        print(f"{name}: {why}")
+        return None
+    error = optimiser_error(outputs, ort_session(str(out / MODEL_COPY)).run(None, feeds))
+    if error > OPTIMISER_TOLERANCE:
+        print(f"{name}: XNNPACK (ExecuTorch) result differs from the reference by {error:.2e}; peer skipped")
+        return None
+    print(f"{name}: XNNPACK (ExecuTorch) exported in {seconds:.1f} s, max diff {error:.1e} of the reference")
+    return run
 
 
 def yardstick_note(peak: float) -> None:
@@ -277,7 +311,7 @@ def thread_table(names: list[str], platform: str, runs: int, counts: list[int]) 
             onnx.save(model, path)
             out = hetgen.compile(platform, path, out=Path(tmp) / path.stem, native_only=True)
             flops = matrix_flops(model)
-            figures = measure_threads(out, runs, counts, name)
+            figures = measure_threads(out, runs, counts, name, peer=xnnpack_peer(name, model, out))
             base = figures[counts[0]].ours
             for count, figure in figures.items():
                 if figure.skipped:
@@ -318,7 +352,7 @@ def main() -> int:
             path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
             onnx.save(model, path)
             out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem, native_only=True)
-            figures = measure(out, args.runs, name)
+            figures = measure(out, args.runs, name, peer=xnnpack_peer(name, model, out))
             estimate = json.loads((out / "hetgen.json").read_text())["estimate_us"] / 1e3
             if figures.skipped:
                 print(figures.skipped)

@@ -126,6 +126,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_tune",
             "test_tune_remote",
             "test_verify_steps",
+            "test_yardstick",
         ),
     ),
     "pipeline": (
@@ -135,6 +136,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_cli",
             "test_models",
             "test_models_build",
+            "test_suite_models",
             "test_mlperf_tiny",
             "test_fuzz",
             "test_fuzz_regressions",

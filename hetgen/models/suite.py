@@ -40,8 +40,12 @@ RECURRENT = {"seq": 50, "features": 40, "hidden": 128, "layers": 2, "classes": 1
 
 BENCH_MODELS = {
     # the first suite: reduced-width networks in the classics' shapes (hetgen/models/cnn.py)
-    "resnet18": _entry(cnn.resnet, {"size": 32}, widths=(64, 128, 256, 512), blocks=2, size=224),
-    "resnet18@64": _entry(cnn.resnet, {"size": 16}, widths=(64, 128, 256, 512), blocks=2, size=64),
+    "resnet18": _entry(
+        cnn.resnet, {"size": 32, "widths": (16, 32, 64, 128)}, widths=(64, 128, 256, 512), blocks=2, size=224
+    ),
+    "resnet18@64": _entry(
+        cnn.resnet, {"size": 16, "widths": (16, 32, 64, 128)}, widths=(64, 128, 256, 512), blocks=2, size=64
+    ),
     "mobilenetv2": _entry(cnn.mobilenet_v2, {"size": 32}, size=224),
     "vgg@64": _entry(cnn.vgg, {"size": 16}, widths=(64, 128, 256), size=64),
     "transformer": _entry(
