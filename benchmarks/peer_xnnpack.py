@@ -191,7 +191,9 @@ def xnnpack_runner(model: onnx.ModelProto, feeds: dict[str, np.ndarray]):
         program = lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
         buffer = io.BytesIO()
         program.write_to_file(buffer)
-        method = Runtime.get().load_program(buffer.getvalue()).load_method("forward")
+        data = buffer.getvalue()
+        loaded = Runtime.get().load_program(data)  # kept alive with `run`: the method points into it
+        method = loaded.load_method("forward")
     except PeerUnavailable:
         raise
     except Exception as error:
@@ -199,7 +201,7 @@ def xnnpack_runner(model: onnx.ModelProto, feeds: dict[str, np.ndarray]):
     seconds = time.perf_counter() - start
     threads_now = [None]
 
-    def run(threads: int = 1):
+    def run(threads: int = 1, _keep=(data, loaded)):
         if threads_now[0] != threads:
             reset_threadpool(threads)
             threads_now[0] = threads
