@@ -186,8 +186,9 @@ def measure_threads(
     out: Path, runs: int, counts: list[int], name: str = "", per_round: int = RUNS_PER_ROUND, peer=None
 ):
     """Per thread count T: Figures of hetgen run with HG_THREADS=T beside onnxruntime at its defaults
-    with T intra-op threads (and `peer(T)`, a second peer's run, where given), medians of runs that
-    interleave every count of all, so all see the same noise."""
+    with T intra-op threads (and `peer[T]()`, a second peer's run at T threads, where given), medians
+    of runs that interleave every count of all, so all see the same noise."""
+    peer = peer or {}
     models, sessions = {}, {}
     feeds = inputs = outputs = None
     for count in counts:
@@ -221,11 +222,10 @@ def measure_threads(
                 start = time.perf_counter()
                 models[count].run_into(inputs, outputs[count])
                 ours[count].append((time.perf_counter() - start) * 1e3)
-            if peer is not None:
-                peer(count)  # first run at this thread count outside the clock (the pool's resize)
+            if count in peer:
                 for _ in range(per_round):
                     start = time.perf_counter()
-                    peer(count)
+                    peer[count]()
                     peers[count].append((time.perf_counter() - start) * 1e3)
             if skipped[count]:
                 continue
@@ -272,30 +272,36 @@ def row(name: str, count: int, figures: Figures, flops: int, peak: float) -> str
     )
 
 
-def xnnpack_peer(name: str, model: onnx.ModelProto, out: Path):
-    """XNNPACK's run(threads) for a MobileNet-class model, checked against the numerical reference;
-    None (with the reason printed) where it is not installed, cannot export the model or disagrees."""
+def xnnpack_peer(name: str, model: onnx.ModelProto, out: Path, threads: int = 1) -> dict:
+    """{threads: XNNPACK's run} for a MobileNet-class model, checked against the numerical reference;
+    {} (with the reason printed) where it is not installed, cannot export the model or disagrees.
+    One thread count per process (peer_xnnpack.POOL): the benchmark's first."""
     if name not in PEER_MODELS:
-        return None
+        return {}
     feeds = feeds_for(load(out), out, 0)[0]
     try:
-        run, outputs, seconds = xnnpack_runner(model, feeds)
+        run, outputs, seconds = xnnpack_runner(model, feeds, threads)
     except PeerUnavailable as why:
         print(f"{name}: {why}")
-        return None
+        return {}
     error = optimiser_error(outputs, ort_session(str(out / MODEL_COPY)).run(None, feeds))
     if error > OPTIMISER_TOLERANCE:
         print(f"{name}: XNNPACK (ExecuTorch) result differs from the reference by {error:.2e}; peer skipped")
-        return None
-    print(f"{name}: XNNPACK (ExecuTorch) exported in {seconds:.1f} s, max diff {error:.1e} of the reference")
-    return run
+        return {}
+    print(
+        f"{name}: XNNPACK (ExecuTorch) at {threads} thread{'s' if threads > 1 else ''}: exported in "
+        f"{seconds:.1f} s, max diff {error:.1e} of the reference"
+    )
+    return {threads: run}
 
 
 def yardstick_note(peak: float) -> None:
     print(f"core peak (FMA loop): {peak:.1f} GFLOP/s, 1 thread (% peak at T threads: of T x this)")
     print(
         f"ort: {SPEED_SESSION}, the same thread count (the speed yardstick); rel err: hetgen against "
-        f"{REFERENCE_SESSION} (the numerical reference); ort opt err: the yardstick against the same"
+        f"{REFERENCE_SESSION} (the numerical reference); ort opt err: the yardstick against the same; "
+        "xnn: XNNPACK through ExecuTorch, MobileNet-class models, at the first thread count only (its pool "
+        "is one per process: --threads 2 for its 2-thread figures)"
     )
 
 
@@ -311,7 +317,7 @@ def thread_table(names: list[str], platform: str, runs: int, counts: list[int]) 
             onnx.save(model, path)
             out = hetgen.compile(platform, path, out=Path(tmp) / path.stem, native_only=True)
             flops = matrix_flops(model)
-            figures = measure_threads(out, runs, counts, name, peer=xnnpack_peer(name, model, out))
+            figures = measure_threads(out, runs, counts, name, peer=xnnpack_peer(name, model, out, counts[0]))
             base = figures[counts[0]].ours
             for count, figure in figures.items():
                 if figure.skipped:

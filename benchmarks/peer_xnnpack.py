@@ -179,10 +179,26 @@ def onnx_module(model: onnx.ModelProto):
     return OnnxModule().eval()
 
 
-def xnnpack_runner(model: onnx.ModelProto, feeds: dict[str, np.ndarray]):
-    """(run, outputs of one run, export seconds): `run(threads)` runs the program once on `feeds`
-    with XNNPACK's thread pool at `threads`."""
+# ExecuTorch's XNNPACK thread pool is one per process, and each loaded program's XNNPACK runtime
+# keeps the pool it was loaded with: resizing it (_unsafe_reset_threadpool) under a loaded program
+# frees that program's pool (here: glibc's "__pthread_tpp_change_priority" assertion, or a segfault,
+# a few runs later). So the pool is sized once, before the first program loads, and every program
+# in the process runs at that count.
+POOL = {"threads": None}
+
+
+def xnnpack_runner(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1):
+    """(run, outputs of one run, export seconds): `run()` runs the program once on `feeds` with
+    XNNPACK's thread pool at `threads` (the process's one count: see POOL)."""
     torch, XnnpackPartitioner, lower, reset_threadpool, Runtime = _imports()
+    if POOL["threads"] is None:
+        reset_threadpool(threads)
+        POOL["threads"] = threads
+    elif POOL["threads"] != threads:
+        raise PeerUnavailable(
+            f"XNNPACK (ExecuTorch) at {threads} threads skipped: its pool is process-wide and already "
+            f"runs {POOL['threads']} (a loaded program keeps the pool it was loaded with)"
+        )
     module = onnx_module(model)
     arguments = tuple(torch.from_numpy(feeds[name]) for name in module.inputs)
     start = time.perf_counter()
@@ -199,13 +215,9 @@ def xnnpack_runner(model: onnx.ModelProto, feeds: dict[str, np.ndarray]):
     except Exception as error:
         raise PeerUnavailable(f"XNNPACK (ExecuTorch) export failed: {type(error).__name__}: {error}") from None
     seconds = time.perf_counter() - start
-    threads_now = [None]
 
-    def run(threads: int = 1, _keep=(data, loaded)):
-        if threads_now[0] != threads:
-            reset_threadpool(threads)
-            threads_now[0] = threads
+    def run(_keep=(data, loaded)):
         return method.execute(list(arguments))
 
-    outputs = [np.asarray(t) for t in run(1)]
+    outputs = [np.asarray(t) for t in run()]
     return run, outputs, seconds

@@ -178,18 +178,18 @@ def test_bench_models_skips_a_model_the_optimiser_gets_wrong_and_leaves_it_out_o
 
 def test_bench_models_says_why_the_xnnpack_peer_is_skipped(built, monkeypatch, bench_models, capsys):
     monkeypatch.setattr(bench_models, "load", lambda out_dir: NumpyModel())
-    assert bench_models.xnnpack_peer("resnet50@224", tiny_model(), built) is None  # not MobileNet-class
+    assert bench_models.xnnpack_peer("resnet50@224", tiny_model(), built) == {}  # not MobileNet-class
 
-    def unavailable(model, feeds):
+    def unavailable(model, feeds, threads):
         raise bench_models.PeerUnavailable("XNNPACK (ExecuTorch) peer skipped: ModuleNotFoundError: no torch")
 
     monkeypatch.setattr(bench_models, "xnnpack_runner", unavailable)
-    assert bench_models.xnnpack_peer("ds_cnn", tiny_model(), built) is None
+    assert bench_models.xnnpack_peer("ds_cnn", tiny_model(), built) == {}
     assert "ds_cnn: XNNPACK (ExecuTorch) peer skipped: ModuleNotFoundError: no torch" in capsys.readouterr().out
 
-    def wrong(model, feeds):
-        return (lambda threads: None), [np.zeros((2, 4), np.float32) + 5], 0.1
+    def wrong(model, feeds, threads):
+        return (lambda: None), [np.zeros((2, 4), np.float32) + 5], 0.1
 
     monkeypatch.setattr(bench_models, "xnnpack_runner", wrong)
-    assert bench_models.xnnpack_peer("ds_cnn", tiny_model(), built) is None
+    assert bench_models.xnnpack_peer("ds_cnn", tiny_model(), built) == {}
     assert "result differs from the reference" in capsys.readouterr().out
