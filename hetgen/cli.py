@@ -240,6 +240,17 @@ def _steps(text: str) -> int:
     return steps
 
 
+def _threads(text: str) -> int:
+    """--threads N: a thread count from 1 to 64 (HG_THREADS_MAX, templates/runtime/hg_threads.h)."""
+    try:
+        threads = int(text)
+    except ValueError:
+        threads = 0
+    if not 1 <= threads <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (1 to 64)")
+    return threads
+
+
 def _verify_argv(args) -> list[str]:
     argv = ["verify", str(args.dir), "--seed", str(args.seed), "--rtol", repr(args.rtol), "--atol", repr(args.atol)]
     argv += ["--steps", str(args.steps)]
@@ -466,7 +477,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--runs", type=int, default=20)
     bench.add_argument(
         "--threads",
-        type=int,
+        type=_threads,
         default=1,
         help="threads for both: hetgen's HG_THREADS and onnxruntime's intra_op_num_threads (default 1)",
     )

@@ -193,3 +193,9 @@ def test_bench_models_says_why_the_xnnpack_peer_is_skipped(built, monkeypatch, b
     monkeypatch.setattr(bench_models, "xnnpack_runner", wrong)
     assert bench_models.xnnpack_peer("ds_cnn", tiny_model(), built) == {}
     assert "result differs from the reference" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("threads", ["0", "65", "two"])
+def test_hetgen_bench_refuses_a_thread_count_it_cannot_run(tmp_path, capsys, threads):
+    assert cli.main(["bench", str(tmp_path), "--threads", threads]) == 2
+    assert f"{threads!r} is not a thread count (1 to 64)" in capsys.readouterr().err
