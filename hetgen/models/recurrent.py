@@ -11,15 +11,13 @@ import onnx
 
 from hetgen.models._builder import Builder
 
-GATES = {"GRU": 3, "LSTM": 4}
-
 
 def _classifier(
-    kind: str, opset: int, seed: int, seq: int, features: int, hidden: int, layers: int, classes: int
+    kind: str, gates: int, opset: int, seed: int, seq: int, features: int, hidden: int, layers: int, classes: int
 ) -> onnx.ModelProto:
+    """`kind` (GRU: 3 gates, LSTM: 4) layers stacked; weights W [1, gates * hidden, in], R, B."""
     b = Builder(f"{kind.lower()}_classifier", opset, seed)
     x = b.input("input", (seq, 1, features))
-    gates = GATES[kind]
     extra = {"linear_before_reset": 1} if kind == "GRU" else {}
     width = features
     for layer in range(layers):
@@ -44,7 +42,7 @@ def gru_classifier(
     classes: int = 10,
 ) -> onnx.ModelProto:
     """Stacked GRU layers, the last one's final hidden state into a Gemm."""
-    return _classifier("GRU", opset, seed, seq, features, hidden, layers, classes)
+    return _classifier("GRU", 3, opset, seed, seq, features, hidden, layers, classes)
 
 
 def lstm_classifier(
@@ -57,4 +55,4 @@ def lstm_classifier(
     classes: int = 10,
 ) -> onnx.ModelProto:
     """Stacked LSTM layers, the last one's final hidden state into a Gemm."""
-    return _classifier("LSTM", opset, seed, seq, features, hidden, layers, classes)
+    return _classifier("LSTM", 4, opset, seed, seq, features, hidden, layers, classes)
