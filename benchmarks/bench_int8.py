@@ -38,6 +38,7 @@ from hetgen.models import cnn, tiny
 from hetgen.models.quantized import quantized
 from hetgen.runtime.devices import simulation_report
 from hetgen.runtime.loader import checked_input
+from hetgen.runtime.reference import speed_session
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -59,13 +60,8 @@ MODELS = {
 
 
 def ort_default_session(model: onnx.ModelProto):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    """The speed yardstick every benchmark times (hetgen/runtime/reference.py), one thread."""
+    return speed_session(model.SerializeToString(), threads=1)
 
 
 def built(model: onnx.ModelProto, platform: str, out: Path):

@@ -49,6 +49,8 @@ from onnx import numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from peer_xnnpack import PEER_MODELS, PeerUnavailable, xnnpack_runner  # noqa: E402
+
 import hetgen  # noqa: E402
 from hetgen import lower  # noqa: E402
 from hetgen.lower.peak_memory import MemoryFigures, memory_figures  # noqa: E402
@@ -62,12 +64,20 @@ from hetgen.platform.loader import load_platform  # noqa: E402
 from hetgen.platform.model import FrozenMap  # noqa: E402
 from hetgen.platform.search_path import default_search_path  # noqa: E402
 from hetgen.runtime.loader import checked_input, load  # noqa: E402
-from hetgen.runtime.reference import ort_session  # noqa: E402
+from hetgen.runtime.reference import (  # noqa: E402
+    OPTIMISER_TOLERANCE,
+    REFERENCE_SESSION,
+    SPEED_SESSION,
+    optimiser_error,
+    ort_session,
+    speed_session,
+    wrong_result_message,
+)
 from hetgen.runtime.verify import MODEL_COPY, feeds_for  # noqa: E402
 from hetgen.tune.measure import Bench  # noqa: E402
 
 MODELS = BENCH_MODELS
-MATRIX_OPS = ("Conv", "Gemm", "MatMul")
+MATRIX_OPS = ("Conv", "Gemm", "MatMul", "GRU", "LSTM", "RNN")  # the recurrent ones: their gate products
 
 
 def peak_gflops() -> float:
@@ -77,7 +87,7 @@ def peak_gflops() -> float:
 
 
 def matrix_flops(model: onnx.ModelProto) -> int:
-    """Arithmetic of the model's convolutions and matrix products (2 per multiply-add)."""
+    """Arithmetic of the model's convolutions, matrix products and recurrent layers (2 per multiply-add)."""
     graph = import_graph(model, {})
     return sum(
         op_def(node.op, node.opset).lower(OpInstance.of(node, graph)).flops
@@ -138,37 +148,47 @@ def rss_mb(out: Path, which: str) -> float:
     return float(result.stdout.split()[-1])
 
 
-def measure(out: Path, runs: int) -> tuple[float, float, float]:
-    """(hetgen ms, onnxruntime ms, max |difference| / max |reference|), medians of interleaved runs."""
-    model = load(out)
-    session = ort_session(str(out / MODEL_COPY), threads=1)
-    feeds = feeds_for(model, out, 0)[0]
-    inputs = [checked_input(t, feeds[t.name]) for t in model.inputs]
-    outputs = [np.empty(t.shape, dtype=t.dtype) for t in model.outputs]
-    for _ in range(2):
-        model.run_into(inputs, outputs)
-        reference = session.run(None, feeds)
-    error = max(
-        float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
-        for got, want in zip(outputs, reference)
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """One model at one thread count: medians of interleaved runs (ms), hetgen's largest difference
+    from the numerical reference (relative to its largest value), onnxruntime's optimised session's
+    (`optimiser`), and why the onnxruntime figure is missing (`skipped`, its optimiser's wrong result)."""
+
+    ours: float
+    theirs: float | None
+    error: float
+    optimiser: float
+    skipped: str | None = None
+    fastest: float = 0.0  # hetgen's fastest run
+    peer: float | None = None  # XNNPACK through ExecuTorch (benchmarks/peer_xnnpack.py), where it ran
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.theirs is None else self.ours / self.theirs
+
+
+def relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    return max(
+        float(np.max(np.abs(g - w))) / max(float(np.max(np.abs(w))), 1e-30) for g, w in zip(got, want, strict=True)
     )
-    ours, theirs = [], []
-    for _ in range(runs):
-        start = time.perf_counter()
-        model.run_into(inputs, outputs)
-        middle = time.perf_counter()
-        session.run(None, feeds)
-        ours.append((middle - start) * 1e3)
-        theirs.append((time.perf_counter() - middle) * 1e3)
-    return statistics.median(ours), statistics.median(theirs), error
+
+
+def measure(out: Path, runs: int, name: str = "", peer=None) -> Figures:
+    """hetgen beside onnxruntime at its defaults (speed_session), one thread each, interleaved; the
+    optimiser-off session (ort_session) only checks both results."""
+    return measure_threads(out, runs, [1], name, per_round=1, peer=peer)[1]
 
 
 RUNS_PER_ROUND = 3
 
 
-def measure_threads(out: Path, runs: int, counts: list[int]) -> dict[int, tuple[float, float, float, float]]:
-    """Per thread count: (hetgen ms, onnxruntime ms, max relative difference, hetgen's fastest run ms),
-    medians of runs that interleave every count of both, so all see the same noise."""
+def measure_threads(
+    out: Path, runs: int, counts: list[int], name: str = "", per_round: int = RUNS_PER_ROUND, peer=None
+):
+    """Per thread count T: Figures of hetgen run with HG_THREADS=T beside onnxruntime at its defaults
+    with T intra-op threads (and `peer[T]()`, a second peer's run at T threads, where given), medians
+    of runs that interleave every count of all, so all see the same noise."""
+    peer = peer or {}
     models, sessions = {}, {}
     feeds = inputs = outputs = None
     for count in counts:
@@ -179,56 +199,134 @@ def measure_threads(out: Path, runs: int, counts: list[int]) -> dict[int, tuple[
             inputs = [checked_input(t, feeds[t.name]) for t in models[count].inputs]
             outputs = {c: [np.empty(t.shape, dtype=t.dtype) for t in models[count].outputs] for c in counts}
         models[count].run_into(inputs, outputs[count])  # so the pool starts while HG_THREADS says `count`
-        sessions[count] = ort_session(str(out / MODEL_COPY), threads=count)
+        sessions[count] = speed_session(str(out / MODEL_COPY), threads=count)
     os.environ.pop("HG_THREADS")
-    errors = {}
+    reference = ort_session(str(out / MODEL_COPY)).run(None, feeds)
+    errors, optimiser, skipped = {}, {}, {}
     for count in counts:
         for _ in range(2):
             models[count].run_into(inputs, outputs[count])
-            reference = sessions[count].run(None, feeds)
-        errors[count] = max(
-            float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
-            for got, want in zip(outputs[count], reference)
-        )
+            optimised = sessions[count].run(None, feeds)
+        errors[count] = relative_error(outputs[count], reference)
+        optimiser[count] = optimiser_error(optimised, reference)
+        skipped[count] = wrong_result_message(name or out.name, optimiser[count])
     ours: dict[int, list[float]] = {count: [] for count in counts}
     theirs: dict[int, list[float]] = {count: [] for count in counts}
+    peers: dict[int, list[float]] = {count: [] for count in counts}
     # Rounds of a few runs of each in turn, not one run each: onnxruntime's pool spins on the other
     # cores for a while after each run (its default), and would take the second core from the
     # hetgen run that followed it; within a round only the first run can meet that.
     for _ in range(runs):
         for count in counts:
-            for _ in range(RUNS_PER_ROUND):
+            for _ in range(per_round):
                 start = time.perf_counter()
                 models[count].run_into(inputs, outputs[count])
                 ours[count].append((time.perf_counter() - start) * 1e3)
-            for _ in range(RUNS_PER_ROUND):
+            if count in peer:
+                for _ in range(per_round):
+                    start = time.perf_counter()
+                    peer[count]()
+                    peers[count].append((time.perf_counter() - start) * 1e3)
+            if skipped[count]:
+                continue
+            for _ in range(per_round):
                 start = time.perf_counter()
                 sessions[count].run(None, feeds)
                 theirs[count].append((time.perf_counter() - start) * 1e3)
     return {
-        count: (statistics.median(ours[count]), statistics.median(theirs[count]), errors[count], min(ours[count]))
+        count: Figures(
+            statistics.median(ours[count]),
+            None if skipped[count] else statistics.median(theirs[count]),
+            errors[count],
+            optimiser[count],
+            skipped[count],
+            min(ours[count]),
+            statistics.median(peers[count]) if peers[count] else None,
+        )
         for count in counts
     }
 
 
-def thread_table(names: list[str], platform: str, runs: int, counts: list[int]) -> int:
-    print(
-        f"{'model':14} {'threads':>7} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'hg speedup':>10} {'rel err':>9}"
+def summary(ratios: list[float]) -> str:
+    """The geometric mean and the largest of the ratios (the models whose comparison was skipped left out)."""
+    if not ratios:
+        return "no ratio (every comparison skipped)"
+    mean = math.exp(statistics.fmean(math.log(r) for r in ratios))
+    return f"geometric mean ratio {mean:.2f}, max ratio {max(ratios):.2f} ({len(ratios)} models)"
+
+
+HEADER = (
+    f"{'model':22} {'threads':>7} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7}"
+    f" {'rel err':>9} {'ort opt err':>11} {'xnn ms':>8} {'hg/xnn':>6}"
+)
+
+
+def row(name: str, count: int, figures: Figures, flops: int, peak: float) -> str:
+    gflops = flops / figures.ours / 1e6
+    theirs = "skipped" if figures.theirs is None else f"{figures.theirs:.2f}"
+    ratio = "-" if figures.ratio is None else f"{figures.ratio:.2f}"
+    return (
+        f"{name:22} {count:7d} {figures.ours:10.2f} {theirs:>10} {ratio:>6} {gflops:8.1f} "
+        f"{100 * gflops / (peak * count):6.0f}% {figures.error:9.1e} {figures.optimiser:11.1e}"
+        + (" " * 16 if figures.peer is None else f" {figures.peer:8.2f} {figures.ours / figures.peer:6.2f}")
     )
+
+
+def xnnpack_peer(name: str, model: onnx.ModelProto, out: Path, threads: int = 1) -> dict:
+    """{threads: XNNPACK's run} for a MobileNet-class model, checked against the numerical reference;
+    {} (with the reason printed) where it is not installed, cannot export the model or disagrees.
+    One thread count per process (peer_xnnpack.POOL): the benchmark's first."""
+    if name not in PEER_MODELS:
+        return {}
+    feeds = feeds_for(load(out), out, 0)[0]
+    try:
+        run, outputs, seconds = xnnpack_runner(model, feeds, threads)
+    except PeerUnavailable as why:
+        print(f"{name}: {why}")
+        return {}
+    error = optimiser_error(outputs, ort_session(str(out / MODEL_COPY)).run(None, feeds))
+    if error > OPTIMISER_TOLERANCE:
+        print(f"{name}: XNNPACK (ExecuTorch) result differs from the reference by {error:.2e}; peer skipped")
+        return {}
+    print(
+        f"{name}: XNNPACK (ExecuTorch) at {threads} thread{'s' if threads > 1 else ''}: exported in "
+        f"{seconds:.1f} s, max diff {error:.1e} of the reference"
+    )
+    return {threads: run}
+
+
+def yardstick_note(peak: float) -> None:
+    print(f"core peak (FMA loop): {peak:.1f} GFLOP/s, 1 thread (% peak at T threads: of T x this)")
+    print(
+        f"ort: {SPEED_SESSION}, the same thread count (the speed yardstick); rel err: hetgen against "
+        f"{REFERENCE_SESSION} (the numerical reference); ort opt err: the yardstick against the same; "
+        "xnn: XNNPACK through ExecuTorch, MobileNet-class models, at the first thread count only (its pool "
+        "is one per process: --threads 2 for its 2-thread figures)"
+    )
+
+
+def thread_table(names: list[str], platform: str, runs: int, counts: list[int]) -> int:
+    peak = peak_gflops()
+    yardstick_note(peak)
+    print(f"{HEADER} {'hg speedup':>10}")
+    ratios: dict[int, list[float]] = {count: [] for count in counts}
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-") as tmp:
         for name in names:
             model = MODELS[name]()
             path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
             onnx.save(model, path)
             out = hetgen.compile(platform, path, out=Path(tmp) / path.stem, native_only=True)
-            figures = measure_threads(out, runs, counts)
-            base = figures[counts[0]][0]
-            for count, (ours, theirs, error, _) in figures.items():
-                print(
-                    f"{name:14} {count:7d} {ours:10.2f} {theirs:10.2f} {ours / theirs:6.2f} {base / ours:10.2f}"
-                    f" {error:9.1e}",
-                    flush=True,
-                )
+            flops = matrix_flops(model)
+            figures = measure_threads(out, runs, counts, name, peer=xnnpack_peer(name, model, out, counts[0]))
+            base = figures[counts[0]].ours
+            for count, figure in figures.items():
+                if figure.skipped:
+                    print(figure.skipped)
+                else:
+                    ratios[count].append(figure.ratio)
+                print(f"{row(name, count, figure, flops, peak)} {base / figure.ours:10.2f}", flush=True)
+    for count in counts:
+        print(f"{count} thread{'s' if count > 1 else ''}: {summary(ratios[count])}")
     return 0
 
 
@@ -251,11 +349,8 @@ def main() -> int:
             parser.error(f"--threads {args.threads}: expected thread counts from 1 to 64, e.g. 1,2")
         return thread_table(names, args.platform, args.runs, counts)
     peak = peak_gflops()
-    print(f"core peak (FMA loop): {peak:.1f} GFLOP/s, 1 thread")
-    print(
-        f"{'model':14} {'hetgen ms':>10} {'ort ms':>10} {'ratio':>6} {'est ms':>8} {'GFLOP/s':>8} {'% peak':>7}"
-        f" {'rel err':>9}"
-    )
+    yardstick_note(peak)
+    print(f"{HEADER} {'est ms':>8}")
     ratios, memory = [], []
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-") as tmp:
         for name in names:
@@ -263,24 +358,22 @@ def main() -> int:
             path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
             onnx.save(model, path)
             out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem, native_only=True)
-            ours, theirs, error = measure(out, args.runs)
+            figures = measure(out, args.runs, name, peer=xnnpack_peer(name, model, out))
             estimate = json.loads((out / "hetgen.json").read_text())["estimate_us"] / 1e3
-            gflops = matrix_flops(model) / ours / 1e6
-            ratios.append(ours / theirs)
-            print(
-                f"{name:14} {ours:10.2f} {theirs:10.2f} {ours / theirs:6.2f} {estimate:8.2f} {gflops:8.1f} "
-                f"{100 * gflops / peak:6.0f}% {error:9.1e}",
-                flush=True,
-            )
+            if figures.skipped:
+                print(figures.skipped)
+            else:
+                ratios.append(figures.ratio)
+            print(f"{row(name, 1, figures, matrix_flops(model), peak)} {estimate:8.2f}", flush=True)
             built, fast = memory_figures_for(args.platform, model), memory_figures_for(args.platform, model, "fast")
             memory.append((name, built, fast, rss_mb(out, "hetgen"), rss_mb(out, "ort")))
-        print(f"geometric mean ratio: {math.exp(statistics.fmean(math.log(r) for r in ratios)):.2f}")
+        print(f"1 thread: {summary(ratios)}")
         print(
-            f"{'model':14} {'hetgen MB':>9} {'fast MB':>8} {'bound MB':>9} {'hg/bound':>8} {'hg rss':>7} {'ort rss':>7}"
+            f"{'model':22} {'hetgen MB':>9} {'fast MB':>8} {'bound MB':>9} {'hg/bound':>8} {'hg rss':>7} {'ort rss':>7}"
         )
         for name, built, fast, ours_rss, theirs_rss in memory:
             print(
-                f"{name:14} {built.program / 1e6:9.1f} {fast.program / 1e6:8.1f} {built.bound / 1e6:9.1f} "
+                f"{name:22} {built.program / 1e6:9.1f} {fast.program / 1e6:8.1f} {built.bound / 1e6:9.1f} "
                 f"{built.program / built.bound:8.2f} {ours_rss:7.1f} {theirs_rss:7.1f}"
             )
     return 0

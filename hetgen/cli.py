@@ -4,7 +4,7 @@ hetgen PLATFORM MODEL [-o DIR]      generate and build (the default command)
 hetgen generate PLATFORM MODEL      generate only (what build.ninja's regenerate rule runs)
 hetgen explain PLATFORM MODEL       where each part of the model goes, and why
 hetgen verify DIR                   run the built model against onnxruntime
-hetgen bench DIR                    latency beside onnxruntime (and simulated device time)
+hetgen bench DIR                    latency beside onnxruntime at its defaults (and simulated device time)
 hetgen targets                      the target kinds and their attributes
 hetgen boards                       the board catalogue: real SoCs as tags (hetgen imx93 MODEL)
 hetgen check PLATFORM               validate a platform file; print its canonical tree
@@ -240,6 +240,17 @@ def _steps(text: str) -> int:
     return steps
 
 
+def _threads(text: str) -> int:
+    """--threads N: a thread count from 1 to 64 (HG_THREADS_MAX, templates/runtime/hg_threads.h)."""
+    try:
+        threads = int(text)
+    except ValueError:
+        threads = 0
+    if not 1 <= threads <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (1 to 64)")
+    return threads
+
+
 def _verify_argv(args) -> list[str]:
     argv = ["verify", str(args.dir), "--seed", str(args.seed), "--rtol", repr(args.rtol), "--atol", repr(args.atol)]
     argv += ["--steps", str(args.steps)]
@@ -249,19 +260,37 @@ def _verify_argv(args) -> list[str]:
 def cmd_bench(args) -> int:
     from hetgen.runtime.bench import bench
     from hetgen.runtime.devices import report_lines, simulation_report
+    from hetgen.runtime.reference import REFERENCE_SESSION, SPEED_SESSION
 
-    result = bench(Path(args.dir), runs=args.runs)
+    result = bench(Path(args.dir), runs=args.runs, threads=args.threads)
     simulation = simulation_report(Path(args.dir))
+    threads = f"{result.threads} thread" + ("" if result.threads == 1 else "s")
     if args.format == "json":
         document = simulation.to_json()
         document.update(
-            {"hetgen_ms": round(result.hetgen_ms, 4), "ort_ms": round(result.ort_ms, 4), "runs": result.runs}
+            {
+                "hetgen_ms": round(result.hetgen_ms, 4),
+                "ort_ms": None if result.ort_ms is None else round(result.ort_ms, 4),
+                "ort_session": f"{SPEED_SESSION}, {threads}",
+                "reference_session": REFERENCE_SESSION,
+                "optimiser_error": result.optimiser_error,
+                "skipped": result.skipped,
+                "runs": result.runs,
+                "threads": result.threads,
+            }
         )
         print(json.dumps(document, indent=2))
         return 0
-    print(f"hetgen      {result.hetgen_ms:9.3f} ms (median of {result.runs})")
-    print(f"onnxruntime {result.ort_ms:9.3f} ms (median of {result.runs}, 1 thread, optimisations off)")
-    print(f"ratio       {result.ratio:9.2f} x (hetgen / onnxruntime)")
+    print(f"hetgen      {result.hetgen_ms:9.3f} ms (median of {result.runs}, {threads})")
+    if result.skipped:
+        print(result.skipped)
+    else:
+        print(f"onnxruntime {result.ort_ms:9.3f} ms (median of {result.runs}, {threads}, {SPEED_SESSION})")
+        print(f"ratio       {result.ratio:9.2f} x (hetgen / onnxruntime at its defaults)")
+    print(
+        f"check       {SPEED_SESSION} against {REFERENCE_SESSION} (the numerical reference, "
+        f"hetgen verify's): max diff {result.optimiser_error:.1e} of the largest value"
+    )
     for line in report_lines(simulation):
         print(line)
     return 0
@@ -443,14 +472,20 @@ def parser() -> argparse.ArgumentParser:
         default="pipe",
         help="with --emulate: how the root reaches its co-processors' device servers (default: a pipe pair)",
     )
-    bench = sub.add_parser("bench", help="latency beside onnxruntime")
+    bench = sub.add_parser("bench", help="latency beside onnxruntime at its defaults (the speed yardstick)")
     bench.add_argument("dir")
     bench.add_argument("--runs", type=int, default=20)
+    bench.add_argument(
+        "--threads",
+        type=_threads,
+        default=1,
+        help="threads for both: hetgen's HG_THREADS and onnxruntime's intra_op_num_threads (default 1)",
+    )
     bench.add_argument(
         "--format",
         choices=("text", "json"),
         default="text",
-        help="json: {estimate_us, simulated_us, groups: [...], devices: [...], hetgen_ms, ort_ms} for scripts",
+        help="json: {estimate_us, simulated_us, groups: [...], devices: [...], hetgen_ms, ort_ms, ort_session, skipped}",
     )
     sub.add_parser("targets", help="list target kinds and their attributes")
     sub.add_parser("boards", help="list the board catalogue: real SoCs as platform tags (hetgen TAG MODEL)")

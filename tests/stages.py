@@ -130,6 +130,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_tune",
             "test_tune_remote",
             "test_verify_steps",
+            "test_yardstick",
         ),
     ),
     "pipeline": (
@@ -139,6 +140,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_cli",
             "test_models",
             "test_models_build",
+            "test_suite_models",
             "test_mlperf_tiny",
             "test_fuzz",
             "test_fuzz_regressions",

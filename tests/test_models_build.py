@@ -50,7 +50,16 @@ SIGNATURE_OPS = {
     "mobilenet_v1_vww": {"Conv", "BatchNormalization", "Relu", "AveragePool", "Flatten", "Gemm", "Softmax"},
     "resnet8": {"Conv", "BatchNormalization", "Relu", "Add", "AveragePool", "Flatten", "Gemm", "Softmax"},
     "fc_autoencoder": {"Gemm", "Relu"},
+    # issue #22's benchmark networks (hetgen/models/suite.py)
+    "unet": {"Conv", "BatchNormalization", "Relu", "MaxPool", "ConvTranspose", "Concat"},
+    "mobilenet_v3_small": {"Conv", "BatchNormalization", "HardSigmoid", "Mul", "GlobalAveragePool", "Gemm"},
+    "efficientnet_lite": {"Conv", "BatchNormalization", "Clip", "Add", "GlobalAveragePool", "Gemm"},
+    "gru_classifier": {"Transpose", "GRU", "Squeeze", "Gemm"},
+    "lstm_classifier": {"Transpose", "LSTM", "Squeeze", "Gemm"},
 }
+
+# the networks whose output is a map (per-pixel logits), not a [1, classes] vector
+SEGMENTATION = {"unet"}
 
 MAX_WEIGHT_BYTES = 4 << 20
 
@@ -88,7 +97,7 @@ def test_builder_structure_size_and_onnxruntime(name):
     weight_bytes = sum(onnx.numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
     assert weight_bytes <= MAX_WEIGHT_BYTES
     (logits,) = run(model)
-    assert logits.ndim == 2 and logits.shape[0] == 1
+    assert logits.ndim == (4 if name in SEGMENTATION else 2) and logits.shape[0] == 1
     assert np.all(np.isfinite(logits)) and np.abs(logits).max() > 1e-3
 
 

@@ -122,6 +122,12 @@ class Builder:
             group=group,
         )
 
+    def conv_transpose(self, x: str, cin: int, cout: int, kernel: int, stride: int) -> str:
+        """Learned upsampling (U-Net's up-convolution): weights [cin, cout, k, k], no padding."""
+        w = self.weight((cin, cout, kernel, kernel), "deconv_w", fan_in=cin * kernel * kernel)
+        b = self.bias(cout, "deconv_b")
+        return self.op("ConvTranspose", [x, w, b], kernel_shape=[kernel, kernel], strides=[stride, stride])
+
     def batch_norm(self, x: str, channels: int) -> str:
         rng = self.rng
         scale = self.const(rng.uniform(0.5, 1.5, channels).astype(np.float32), "bn_scale")
@@ -136,7 +142,19 @@ class Builder:
             return self.op("Relu", [y])
         if act == "relu6":
             return self.clip(y, 0.0, 6.0)
+        if act == "hswish":
+            return self.hard_swish(y)
         return y
+
+    def hard_sigmoid(self, x: str) -> str:
+        """relu6(x + 3) / 6, torch's hardsigmoid (ONNX's default alpha 0.2 is Keras')."""
+        return self.op("HardSigmoid", [x], alpha=1.0 / 6.0, beta=0.5)
+
+    def hard_swish(self, x: str) -> str:
+        """x * hardsigmoid(x): HardSwish from opset 14, before it the Mul exporters wrote."""
+        if self.opset >= 14:
+            return self.op("HardSwish", [x])
+        return self.op("Mul", [x, self.hard_sigmoid(x)])
 
     def max_pool(self, x: str, kernel: int, stride: int, pad: int = 0) -> str:
         return self.op("MaxPool", [x], kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4)

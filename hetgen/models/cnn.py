@@ -189,3 +189,29 @@ def shufflenet(opset: int = 17, seed: int = 0, size: int = 32) -> onnx.ModelProt
     h = b.conv_bn(h, channels, 64, 1)
     b.output(b.classifier(h, 64, 10), (1, 10))
     return b.model()
+
+
+def unet(opset: int = 17, seed: int = 0, widths=(8, 16, 32), size: int = 32, classes: int = 2) -> onnx.ModelProto:
+    """U-Net (Ronneberger et al. 2015): per level two 3x3 Conv-BN-Relu then MaxPool; a bottleneck at
+    twice the last width; back up by 2x2 stride-2 ConvTranspose, Concat with the level's skip, two
+    3x3 convs; a 1x1 conv to per-pixel class logits [1, classes, size, size]."""
+    b = Builder("unet", opset, seed)
+    h = b.input("input", (1, 3, size, size))
+
+    def double_conv(t: str, cin: int, cout: int) -> str:
+        return b.conv_bn(b.conv_bn(t, cin, cout, 3), cout, cout, 3)
+
+    channels, skips = 3, []
+    for width in widths:
+        h = double_conv(h, channels, width)
+        skips.append((h, width))
+        h = b.max_pool(h, 2, 2)
+        channels = width
+    h = double_conv(h, channels, 2 * channels)
+    channels *= 2
+    for skip, width in reversed(skips):
+        up = b.conv_transpose(h, channels, width, 2, 2)
+        h = double_conv(b.op("Concat", [skip, up], axis=1), 2 * width, width)
+        channels = width
+    b.output(b.conv(h, channels, classes, 1), (1, classes, size, size))
+    return b.model()
