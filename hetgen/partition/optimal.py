@@ -5,6 +5,8 @@ placement is priced at its makespan, with devices running concurrently (hetgen/s
 An optimum of the one need not be an optimum of the other, so "exact" is claimed only where it is
 proven for the makespan:
 
+- **one device**: where every candidate group runs on one target, nothing runs at once, and the
+  makespan is the serial sum the search minimised exactly;
 - **every placement priced**: where the graph's candidate groups cover it in at most
   `EXHAUSTIVE_PLACEMENTS` ways, each is priced at its makespan and the least is kept;
 - **nothing can overlap**: where every tensor is read only by the next node (a strict chain),
@@ -27,12 +29,15 @@ from hetgen.partition.placement import Placement
 from hetgen.partition.space import Candidate, SearchSpace
 
 EXHAUSTIVE_PLACEMENTS = 256  # each priced at its makespan (about 0.3 ms each for a small graph)
+EXHAUSTIVE_NODES = 24  # larger graphs have more placements than that whenever two devices can run them
 
 
 def judged(space: SearchSpace, candidates: tuple[Candidate, ...], pins: Mapping, placement: Placement) -> Placement:
     """`placement` with `optimal` and `bound_us` set, or replaced by a faster one where every
     placement can be priced."""
-    covers = _covers(space, candidates, EXHAUSTIVE_PLACEMENTS)
+    if placement.exact and len({c.loc for c in candidates}) == 1:  # one device: nothing runs at once
+        return replace(placement, searched_us=placement.total_us, optimal=True, bound_us=placement.total_us)
+    covers = _covers(space, candidates, EXHAUSTIVE_PLACEMENTS) if len(space.graph.nodes) <= EXHAUSTIVE_NODES else None
     if covers is not None:
         best_us, best = _least(space, candidates, covers, placement.total_us)
         note = f"every one of {len(covers)} placements priced at its makespan"
