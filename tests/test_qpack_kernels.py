@@ -18,13 +18,17 @@ def pair_sums_int16(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def test_weights_in_symmetric_range_take_the_mlal_kernels():
     w = np.random.default_rng(0).integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)
-    assert packed_kernels(w) == {"block_fn": "hg_qg_block", "gemv_fn": "hg_qg_gemv"}
+    assert packed_kernels(w) == {"block_fn": "hg_qg_block", "gemv_fn": "hg_qg_gemv", "gemm_rows_fn": "hg_qg_gemm_rows"}
 
 
 def test_a_single_minus_128_takes_the_widening_kernels():
     w = np.zeros((4, 5), np.int8)
     w[3, 4] = -128
-    assert packed_kernels(w) == {"block_fn": "hg_qg_block_w128", "gemv_fn": "hg_qg_gemv_w128"}
+    assert packed_kernels(w) == {
+        "block_fn": "hg_qg_block_w128",
+        "gemv_fn": "hg_qg_gemv_w128",
+        "gemm_rows_fn": "hg_qg_gemm_rows_w128",
+    }
     w[3, 4] = 127
     assert packed_kernels(w)["block_fn"] == "hg_qg_block"
 
