@@ -35,6 +35,7 @@ simulated device one, so those are estimate only (hetgen refuses to generate the
 from __future__ import annotations
 
 import argparse
+import csv
 import logging
 import math
 import re
@@ -443,6 +444,10 @@ def run_vela(tflite: Path, accel: str, system: str, mode: str, out: Path) -> dic
             layers[fields[-1]] = layers.get(fields[-1], 0) + int(fields[5])  # Op Cycles
     clock = float(re.search(r"Accelerator clock\s+(\d+) MHz", text).group(1))
     sram = float(re.search(r"Total SRAM used\s+([\d.]+) KiB", text).group(1))
+    # the report rounds to 0.01 KiB; its summary file has the exact figure (KiB, a multiple of 1/1024)
+    for summary in sorted(out.glob("*_summary_*.csv")):
+        with summary.open() as handle:
+            sram = float(next(csv.DictReader(handle))["sram_memory_used"])
     total = re.search(r"Inference time\s+([\d.]+) ms", text)
     return {
         "layers": layers,
@@ -574,8 +579,9 @@ def main() -> int:
                 else:
                     parts = f"the npu's {het['npu_arena_kib']:.1f}, the controller's {het['arena_kib'] - het['npu_arena_kib']:.1f}"
                 print(
-                    f"  SRAM: vela {vela['sram_kib']:.1f} KiB; hetgen {het_sram:.1f} KiB "
-                    f"(activations {het['arena_kib']:.1f} KiB: {parts}; tile buffers in local SRAM {het['local_kib']:.1f} KiB)"
+                    f"  SRAM: vela {vela['sram_kib']:.1f} KiB ({vela['sram_kib'] * 1024:.0f} B); hetgen {het_sram:.1f} KiB "
+                    f"({het_sram * 1024:.0f} B; "
+                    f"activations {het['arena_kib']:.1f} KiB: {parts}; tile buffers in local SRAM {het['local_kib']:.1f} KiB)"
                 )
                 summary.append((name, tag, vela_us, het["est"], het["sim"], vela["sram_kib"], het_sram))
     print(
