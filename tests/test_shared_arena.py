@@ -9,7 +9,7 @@ it, up to the root's wait for it (the npu runs while the root goes on)."""
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 CORSTONE = REPO / "platforms" / "corstone-300.yaml"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _ds_cnn():
     from hetgen.models.mlperf_tiny import ds_cnn
     from hetgen.models.quantized import quantized
