@@ -182,3 +182,39 @@ def test_only_a_bare_metal_root_and_an_npu_arena_in_system_sram_share(file, old,
     if not shared:
         assert root.workspace.arena_offset == 0 and root.arena_base == 0
     assert not broken_invariants(lowered)
+
+
+@pytest.mark.cc
+def test_a_shared_arena_program_matches_onnxruntime_under_asan_and_ubsan(tmp_path):
+    """DS-CNN on corstone-300, its M55's tensors in the U55's arena, built natively with sanitizers:
+    the same outputs as onnxruntime (the float output one quantization step, 0.0173, off in places,
+    as on platforms/host.yaml: docs/ethos-u.md) and no sanitizer report."""
+    import re
+    import subprocess
+    import sys
+
+    import onnx
+
+    import hetgen
+    from hetgen.models.mlperf_tiny import ds_cnn
+    from hetgen.models.quantized import quantized
+
+    model = tmp_path / "ds_cnn.onnx"
+    onnx.save(quantized(ds_cnn(softmax=False), "QDQ", per_channel=True), model)
+    out = tmp_path / "out"
+    project = hetgen.compile(
+        str(CORSTONE), model, out=out, native_only=True, werror=True, sanitize=("address", "undefined")
+    )
+    assert project is not None
+    # the root's arena is inside the npu's block, not at the workspace's start
+    offset = re.search(r"#define HG_CORSTONE_300_ARENA_OFFSET (\d+)u", (out / "corstone_300" / "model.c").read_text())
+    assert offset and int(offset.group(1)) > 0
+    result = subprocess.run(
+        [sys.executable, "-m", "hetgen", "verify", str(out), "--atol", "0.02"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "1 of 1 outputs match onnxruntime" in result.stdout
