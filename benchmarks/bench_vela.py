@@ -35,6 +35,7 @@ simulated device one, so those are estimate only (hetgen refuses to generate the
 from __future__ import annotations
 
 import argparse
+import csv
 import logging
 import math
 import re
@@ -443,6 +444,10 @@ def run_vela(tflite: Path, accel: str, system: str, mode: str, out: Path) -> dic
             layers[fields[-1]] = layers.get(fields[-1], 0) + int(fields[5])  # Op Cycles
     clock = float(re.search(r"Accelerator clock\s+(\d+) MHz", text).group(1))
     sram = float(re.search(r"Total SRAM used\s+([\d.]+) KiB", text).group(1))
+    # the report rounds to 0.01 KiB; its summary file has the exact figure (KiB, a multiple of 1/1024)
+    for summary in sorted(out.glob("*_summary_*.csv")):
+        with summary.open() as handle:
+            sram = float(next(csv.DictReader(handle))["sram_memory_used"])
     total = re.search(r"Inference time\s+([\d.]+) ms", text)
     return {
         "layers": layers,
@@ -481,7 +486,10 @@ def hetgen_side(model: onnx.ModelProto, platform, simulate: Path | None) -> dict
     (device,) = [p for p in programs if p.role is ProgramRole.ACCELERATOR]
     result["local_kib"] = device.sram_size / 1024
     activations = device.memory.arena_size - device.sram_size - device.emulation_scratch
-    controller = sum(p.memory.arena_size for p in programs if p.role is ProgramRole.ROOT)
+    # a root whose arena is the npu's (hetgen/lower/shared_arena.py: one arena, planned by liveness)
+    # keeps its tensors in the npu's activations' bytes: nothing of its own to add
+    controller = sum(p.memory.arena_size for p in programs if p.role is ProgramRole.ROOT and not p.arena_in)
+    result["shared_arena"] = any(p.arena_in for p in programs)
     result["npu_arena_kib"] = activations / 1024
     result["arena_kib"] = (activations + controller) / 1024
     result["memory_mode"] = npu.attrs["memory_mode"]
@@ -566,10 +574,14 @@ def main() -> int:
                     het_sram = het["local_kib"]
                 else:
                     het_sram = het["arena_kib"] if tag in CONTROLLER_IN_SRAM else het["npu_arena_kib"]
+                if het["shared_arena"]:
+                    parts = "one arena, the npu's and the controller's"
+                else:
+                    parts = f"the npu's {het['npu_arena_kib']:.1f}, the controller's {het['arena_kib'] - het['npu_arena_kib']:.1f}"
                 print(
-                    f"  SRAM: vela {vela['sram_kib']:.1f} KiB; hetgen {het_sram:.1f} KiB "
-                    f"(activations {het['arena_kib']:.1f} KiB: the npu's {het['npu_arena_kib']:.1f}, the controller's "
-                    f"{het['arena_kib'] - het['npu_arena_kib']:.1f}; tile buffers in local SRAM {het['local_kib']:.1f} KiB)"
+                    f"  SRAM: vela {vela['sram_kib']:.1f} KiB ({vela['sram_kib'] * 1024:.0f} B); hetgen {het_sram:.1f} KiB "
+                    f"({het_sram * 1024:.0f} B; "
+                    f"activations {het['arena_kib']:.1f} KiB: {parts}; tile buffers in local SRAM {het['local_kib']:.1f} KiB)"
                 )
                 summary.append((name, tag, vela_us, het["est"], het["sim"], vela["sram_kib"], het_sram))
     print(

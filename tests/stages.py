@@ -93,6 +93,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_npu_residual",
             "test_cascade_build",
             "test_cascade_arena",
+            "test_shared_arena",
             "test_npu_int8_tiling",
             "test_tiling",
             "test_stay",

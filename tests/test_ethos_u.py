@@ -268,6 +268,9 @@ def test_estimate_within_25_percent_of_vela(tmp_path, name, platform):
     file = REPO / "platforms" / f"{platform}.yaml"
     het = bench_vela.hetgen_side(model, load_platform(str(file)), None)
     assert abs(het["est"] / vela_us - 1) <= 0.25, (het["est"], vela_us)
+    if platform in bench_vela.CONTROLLER_IN_SRAM:
+        # issue 21 item 2: the M55's and the npu's tensors in one SRAM arena, at most Vela's feature maps
+        assert het["arena_kib"] <= vela["sram_kib"], (het["arena_kib"], vela["sram_kib"])
     # cascades (hetgen/partition/cascades.py) are chosen only where they are cheaper than layer by layer
     layers = load_platform_text(file.read_text() + "options: {cascade: false}\n", file=str(file))
     assert het["est"] <= bench_vela.hetgen_side(model, layers, None)["est"]

@@ -29,6 +29,7 @@ from hetgen.lower.program import (
     Weights,
 )
 from hetgen.lower.resolve import Resolver, counted_link, device_model
+from hetgen.lower.shared_arena import plan_shared, shared_arena_device
 from hetgen.lower.tiled import TiledUnit, cascade_steps, tile_functions, tiled_steps
 from hetgen.lower.verify import verified
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
@@ -272,6 +273,11 @@ def _lower(
         plans[target], weights[target], bank_arenas[target] = plan_target(
             target, schedule, on_target, kernels, graph, target == root
         )
+    # an accelerator whose arena is in the root's RAM: one arena for both (hetgen/lower/shared_arena.py)
+    shared = shared_arena_device(root, schedule, isolated)
+    if shared is not None:
+        base = sram_sizes[shared] + scratch_sizes[shared]
+        plans[root], plans[shared] = plan_shared(root, shared, schedule, graph, kernels, base)
 
     bank_traffic: tuple = ()
     if bank_arenas.get(root):
@@ -356,6 +362,8 @@ def _lower(
                 banks=bank_arenas.get(target, ()),
                 bank_traffic=bank_traffic if role is ProgramRole.ROOT else (),
                 threads=program_threads(platform, target),
+                arena_in=shared.path_str if shared is not None and target == root else "",
+                arena_base=sram_sizes[shared] + scratch_sizes[shared] if shared is not None and target == root else 0,
             )
         )
     layouts = plan_workspaces(programs)

@@ -12,7 +12,8 @@ all orders: for a chain of layers they are the same; for branches (Inception, re
 order that finishes the larger branch first can need less. No planner of this order can go below
 the bound without recomputing or streaming weights; `options.memory: lean` (hetgen/partition/prepack.py)
 keeps the program within 10 % of it. The root program only: a platform whose devices hold tensors of
-their own has more memory than this counts.
+their own has more memory than this counts (but a root whose arena is one with its npu's,
+hetgen/lower/shared_arena.py, counts that whole arena, the npu's activations in it, against its own bound).
 """
 
 from __future__ import annotations

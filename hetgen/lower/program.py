@@ -201,6 +201,11 @@ class Program:
     # Its traffic per bank per run, ((bank, bytes, accesses), ...), as the cost model priced its
     # groups (hetgen/partition/choices.py `banked`); explain's per-bank lines read it. () unbanked.
     bank_traffic: tuple = ()
+    # A root whose arena is one with a device's activations (hetgen/lower/shared_arena.py): that
+    # device's path, and where in its local memory the shared arena starts (past its SRAM and
+    # emulation workspace). The workspace puts no arena of the root's own before the devices' blocks.
+    arena_in: str = ""
+    arena_base: int = 0
 
     @property
     def workspace_arena_size(self) -> int:

@@ -3,7 +3,9 @@ hetgen bug.
 
 What the runtimes rely on and the C cannot check for itself: every buffer a step names is where
 its target's memory plan put it, two buffers that share bytes are never live at once (in the order
-the program runs, device sub-programs inlined where they are invoked), every kernel called belongs
+the program runs, device sub-programs inlined where they are invoked; for a root whose arena is in a device's
+memory, across the two, what a sub-program touches live until the root waits for it),
+every kernel called belongs
 to the program that calls it, and every device step names a device, a sub-program and device
 memory that exist.
 """
@@ -26,6 +28,7 @@ from hetgen.lower.program import (
     Program,
     ProgramRole,
     Region,
+    Wait,
 )
 from hetgen.lower.workspace import device_program_path
 from hetgen.platform.model import Target
@@ -41,6 +44,10 @@ class _Check:
     clock: int = 0
     # per program's target: buffer name -> (first, last) time it was touched
     touched: dict[Target, dict[str, list[int]]] = field(default_factory=dict)
+    # per device: the buffers its invoked sub-programs touched, live for its controller until it
+    # waits (the device runs its own steps in order: among themselves they are live as touched)
+    running: dict[Target, set[str]] = field(default_factory=dict)
+    waited: dict[Target, dict[str, int]] = field(default_factory=dict)  # device -> buffer -> last wait
 
     def __post_init__(self) -> None:
         # Program.devices names each device by its path.
@@ -112,7 +119,18 @@ class _Check:
                     self.fail(program, f"invokes sub-program {step.program}; {child.target.path_str} has "
                               f"{len(child.entries)}")  # fmt: skip
                 elif child is not None:
+                    start = self.clock
                     self.run(child, step.program)
+                    spans = self.touched.get(child.target, {})
+                    running = self.running.setdefault(child.target, set())
+                    running.update(name for name, (_, last) in spans.items() if last > start)
+            elif isinstance(step, Wait):
+                # the device ran asynchronously until now: what its sub-programs touched was live
+                child = self.child(program, step.device)
+                if child is not None:
+                    waited = self.waited.setdefault(child.target, {})
+                    for name in self.running.pop(child.target, ()):
+                        waited[name] = self.clock
 
     def device_memory(self, child: Program, tensor: str, offset: int, nbytes: int) -> None:
         planned = self.planned[child.target]
@@ -131,17 +149,47 @@ class _Check:
                 if offset % ALIGNMENT or offset + nbytes > plan.arena_size:
                     self.fail(program, f"buffer {name!r} at {offset} ({nbytes} bytes) in an arena of {plan.arena_size}")
             self.overlaps(program)
+            if program.arena_in:
+                self.shared(program)
+
+    def shared(self, program: Program) -> None:
+        """A root whose arena is in a device's local memory (hetgen/lower/shared_arena.py): its
+        buffers and the device's must not share bytes while both are live either, the device's
+        live until the root waits for the sub-program that touched them."""
+        device = self.by_path.get(program.arena_in)
+        if device is None:
+            self.fail(program, f"its arena is in {program.arena_in!r}, which has no program")
+            return
+        ours = self.touched.get(program.target, {})
+        waited = self.waited.get(device.target, {})
+        theirs = {
+            name: (first, max(last, waited.get(name, last)))
+            for name, (first, last) in self.touched.get(device.target, {}).items()
+        }
+        buffers = [(ours[name], program.arena_base + offset, nbytes, f"{name} (root)")
+                   for name, offset, nbytes in program.memory.buffers if name in ours]  # fmt: skip
+        buffers += [(theirs[name], offset, nbytes, f"{name} ({device.target.path_str})")
+                    for name, offset, nbytes in device.memory.buffers if name in theirs]  # fmt: skip
+        self.sweep(program, [(span[0], span[1], start, start + max(n, 1), name) for span, start, n, name in buffers])
 
     def overlaps(self, program: Program) -> None:
-        """Buffers that share bytes must not be live at once (live: first to last touch). A sweep
-        over the buffers by first touch compares each with those still live then, so the cost is
-        the buffers times how many are live at once, not all pairs that reuse the same bytes."""
         spans = self.touched.get(program.target, {})
-        placed = sorted(
-            (spans[name][0], offset, offset + max(nbytes, 1), name)
-            for name, offset, nbytes in program.memory.buffers
-            if name in spans
+        self.sweep(
+            program,
+            [
+                (spans[name][0], spans[name][1], offset, offset + max(nbytes, 1), name)
+                for name, offset, nbytes in program.memory.buffers
+                if name in spans
+            ],
         )
+
+    def sweep(self, program: Program, buffers) -> None:
+        """Buffers (first, last, start, end, name) that share bytes must not be live at once (live:
+        first to last touch). A sweep over the buffers by first touch compares each with those still
+        live then, so the cost is the buffers times how many are live at once, not all pairs that
+        reuse the same bytes."""
+        lasts = {name: last for _, last, _, _, name in buffers}
+        placed = sorted((first, start, end, name) for first, _, start, end, name in buffers)
         live: dict[str, tuple[int, int]] = {}  # name -> its bytes [start, end), while live
         ending: list[tuple[int, str]] = []  # (last touch, name) of the live ones, a heap
         for first, start, end, name in placed:
@@ -152,7 +200,7 @@ class _Check:
                     pair = (other, name) if (other_start, other) < (start, name) else (name, other)
                     self.fail(program, f"buffers {pair[0]!r} and {pair[1]!r} share bytes while both are live")
             live[name] = (start, end)
-            heapq.heappush(ending, (spans[name][1], name))
+            heapq.heappush(ending, (lasts[name], name))
 
 
 def broken_invariants(lowered: Lowered) -> tuple[str, ...]:

@@ -1,6 +1,8 @@
 """The workspace: one caller-provided block that holds every byte of mutable state a run touches.
 
-The root's workspace is its arena followed by one block per child device, recursively. A device's
+The root's workspace is its arena followed by one block per child device, recursively (a root
+whose arena is shared with a device's activations, hetgen/lower/shared_arena.py, has none of its
+own before the blocks: its arena is that device's, past the device's SRAM). A device's
 block is a fixed header (a co-processor's pending queue; a simulated accelerator's queue and
 counters), then its arena (a co-processor's workspace, an accelerator's local memory), then its own
 children's blocks. Two runs given different workspaces share nothing mutable, so every generated
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetgen.errors import InternalError
 from hetgen.lower.memory import ALIGNMENT
 
 # Bytes reserved at the start of each device's block for its C state struct (queue, counters); the
@@ -74,14 +77,22 @@ def plan_workspaces(programs) -> dict[str, WorkspaceLayout]:
         header = 0 if is_root else STATE_HEADER_SIZE + _aligned(COUNTER_BYTES * simulator_counters(program))
         # An accelerator's local memory is at least one aligned line, as its static storage was.
         arena = _aligned(max(program.workspace_arena_size, 0 if is_root else ALIGNMENT))
-        offset = header + arena
+        # an arena shared with a device's (hetgen/lower/shared_arena.py) lies in that device's block
+        offset = header + (0 if program.arena_in else arena)
+        arena_offset, shared = header, False
         children = []
         for device in program.devices:
             child_path = device_program_path(device, by_path)
             child = plan(child_path, False)
             children.append(ChildBlock(child_path, offset, child.size))
+            if child_path == program.arena_in:
+                arena_offset, shared = offset + child.arena_offset + program.arena_base, True
+                if program.arena_base + arena > child.arena_size:
+                    raise InternalError(f"{path}: its arena does not fit in {child_path}'s local memory")
             offset += child.size
-        layout = WorkspaceLayout(header, header, arena, tuple(children), max(_aligned(offset), ALIGNMENT))
+        if program.arena_in and not shared:
+            raise InternalError(f"{path}: its arena is in {program.arena_in}, which is not one of its devices")
+        layout = WorkspaceLayout(header, arena_offset, arena, tuple(children), max(_aligned(offset), ALIGNMENT))
         layouts[path] = layout
         return layout
 

@@ -57,3 +57,14 @@ def mode_attributes(lineage: tuple[str, ...], attrs: Mapping[str, Any]) -> Mappi
         if values is not None:
             return values
     return {}
+
+
+# The memory modes that keep the npu's tensor arena in the system SRAM on AXI0 (Vela's
+# arena_mem_area=Axi0=Sram), which a bare-metal controller (the Corstone-300's Cortex-M55) also uses
+# as its RAM: Sram_Only and Shared_Sram. Dedicated_Sram keeps it in DRAM on AXI1.
+ARENA_IN_SYSTEM_SRAM = ("Sram_Only", "Shared_Sram")
+
+
+def arena_in_system_sram(target) -> bool:
+    """Whether `target`'s memory mode keeps its tensor arena in the system SRAM (no memory_mode: no)."""
+    return target.attrs.get("memory_mode") in ARENA_IN_SYSTEM_SRAM
