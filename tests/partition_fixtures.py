@@ -323,3 +323,16 @@ def wide_random_dag(rng: random.Random, nodes: int, frontier: int, *, channels: 
         if name not in read:
             b.output(name)
     return b.build()
+
+
+def cascade_chain_model():
+    """An ONNX chain a tiled npu cascades (tests/test_cascade*.py): a 3x3 convolution, a depthwise
+    3x3 and a 1x1 on a 32 x 32 map, 16, 32, 32 and 16 KiB float maps."""
+    from hetgen.models._builder import Builder
+
+    b = Builder("chain", 17, 0)
+    x = b.input("input", (1, 4, 32, 32))
+    h = b.op("Relu", [b.conv(x, 4, 8, 3)])
+    h = b.op("Relu", [b.conv(h, 8, 8, 3, group=8)])
+    b.output(b.conv(h, 8, 4, 1), (1, 4, 32, 32))
+    return b.model()

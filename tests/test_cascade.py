@@ -13,7 +13,6 @@ import pytest
 from hetgen.abi import WAIT_RING
 from hetgen.frontend import import_model
 from hetgen.models import cnn
-from hetgen.models._builder import Builder
 from hetgen.models.quantized import quantized
 from hetgen.partition import explain_json, explain_text, place
 from hetgen.partition.cascades import cascade_units, with_cascades
@@ -21,6 +20,7 @@ from hetgen.platform.loader import load_platform_text
 from hetgen.spec.cascade import Layer, cascade_plan, cascade_sram, move_bytes, stripe_rows, stripe_steps
 from hetgen.spec.cascade_program import Kind, cascade_program
 from hetgen.spec.tiling import Rates
+from partition_fixtures import cascade_chain_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -414,15 +414,6 @@ def test_the_stripe_program_computes_the_chain(chain, stripe):
 # (numpy for the float kernels) it computes the chain.
 
 
-def _chain_model():
-    b = Builder("chain", 17, 0)
-    x = b.input("input", (1, 4, 32, 32))
-    h = b.op("Relu", [b.conv(x, 4, 8, 3)])
-    h = b.op("Relu", [b.conv(h, 8, 8, 3, group=8)])
-    b.output(b.conv(h, 8, 4, 1), (1, 4, 32, 32))
-    return b.model()
-
-
 def _cascaded(graph, kib=16):
     platform = _soc(kib)
     pins = {n.name: "soc/vdevice0/npu0" for n in graph.nodes if "Conv" in n.op}
@@ -432,7 +423,7 @@ def _cascaded(graph, kib=16):
 
 @pytest.fixture(scope="module", params=["float", "int8"])
 def chain(request):
-    model = _chain_model() if request.param == "float" else quantized(_chain_model(), per_channel=True)
+    model = cascade_chain_model() if request.param == "float" else quantized(cascade_chain_model(), per_channel=True)
     graph = import_model(model)
     return request.param, graph, *_cascaded(graph)
 
@@ -482,7 +473,7 @@ def _float_conv(node, epilogue, args):
 
 
 def test_the_float_program_computes_the_chain():
-    graph = import_model(_chain_model())
+    graph = import_model(cascade_chain_model())
     placement, platform = _cascaded(graph)
     values = {"input": np.random.default_rng(0).standard_normal((1, 4, 32, 32)).astype(np.float32)}
     values.update(graph.constants)

@@ -10,30 +10,20 @@ from pathlib import Path
 
 from hetgen.frontend import import_model
 from hetgen.lower import lower
-from hetgen.models._builder import Builder
 from hetgen.partition import place
 from hetgen.partition.cascades import cascade_units
 from hetgen.platform.loader import load_platform_text
 from hetgen.spec.cascade_program import Kind, cascade_program
+from partition_fixtures import cascade_chain_model
 
 ROOT = Path(__file__).resolve().parent.parent
 NPU = "soc/vdevice0/npu0"
 
 
-def _chain_model():
-    """A 3x3 convolution, a depthwise 3x3 and a 1x1 on a 32 x 32 map: 16, 32, 32 and 16 KiB float maps."""
-    b = Builder("chain", 17, 0)
-    x = b.input("input", (1, 4, 32, 32))
-    h = b.op("Relu", [b.conv(x, 4, 8, 3)])
-    h = b.op("Relu", [b.conv(h, 8, 8, 3, group=8)])
-    b.output(b.conv(h, 8, 4, 1), (1, 4, 32, 32))
-    return b.model()
-
-
 def _lowered(sram_kib: int, options: str = ""):
     text = (ROOT / "platforms" / "soc.yaml").read_text().replace("sram_kib: 512", f"sram_kib: {sram_kib}") + options
     platform = load_platform_text(text, file="soc.yaml")
-    graph = import_model(_chain_model())
+    graph = import_model(cascade_chain_model())
     pins = {n.name: NPU for n in graph.nodes if "Conv" in n.op}
     placement = place(graph, platform, pins=pins)
     lowered = lower(graph, platform, placement)

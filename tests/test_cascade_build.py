@@ -17,12 +17,12 @@ import pytest
 
 import hetgen
 from hetgen.frontend import import_model
-from hetgen.models._builder import Builder
 from hetgen.models.quantized import quantized
 from hetgen.partition import explain_text, place
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session
 from hetgen.spec.invocation import group_plans
+from partition_fixtures import cascade_chain_model
 
 ROOT = Path(__file__).resolve().parent.parent
 SOC = (ROOT / "platforms" / "soc.yaml").read_text()
@@ -36,22 +36,13 @@ def _platform(cascade: bool):
     return load_platform_text(text + ("" if cascade else "options: {cascade: false}\n"), file="soc.yaml")
 
 
-def _chain_model():
-    b = Builder("chain", 17, 0)
-    x = b.input("input", (1, 4, 32, 32))
-    h = b.op("Relu", [b.conv(x, 4, 8, 3)])
-    h = b.op("Relu", [b.conv(h, 8, 8, 3, group=8)])
-    b.output(b.conv(h, 8, 4, 1), (1, 4, 32, 32))
-    return b.model()
-
-
 def _pins(graph):
     return {n.name: NPU for n in graph.nodes if "Conv" in n.op}
 
 
 @pytest.fixture(scope="module", params=["float", "int8"])
 def built(request, tmp_path_factory):
-    model = _chain_model() if request.param == "float" else quantized(_chain_model(), per_channel=True)
+    model = cascade_chain_model() if request.param == "float" else quantized(cascade_chain_model(), per_channel=True)
     graph = import_model(model)
     pins = _pins(graph)
     outs = {}
