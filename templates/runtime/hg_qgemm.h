@@ -101,6 +101,23 @@ static inline int32_t hg_qg_load32(const void *p)
     return v;
 }
 
+#if defined(__aarch64__) && defined(__ARM_NEON)
+/* 8 lanes: the bytes at src (stride 1), or every other byte from src (stride 2; the odd ones where `odd`);
+   and their maximum with acc, signed as x_signed says (hg_qg_max_row) */
+static inline uint8x8_t hg_qg_load8(const uint8_t *src, size_t stride, int odd)
+{
+    if (stride == 1)
+        return vld1_u8(src);
+    const uint8x8x2_t v = vld2_u8(src);
+    return odd ? v.val[1] : v.val[0];
+}
+
+static inline uint8x8_t hg_qg_max8(uint8x8_t acc, uint8x8_t v, int x_signed)
+{
+    return x_signed ? vreinterpret_u8_s8(vmax_s8(vreinterpret_s8_u8(acc), vreinterpret_s8_u8(v))) : vmax_u8(acc, v);
+}
+#endif
+
 /* Four bytes, one from each row, as one 32-bit word (row 0 in the lowest byte), XOR flip. */
 static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
                                      const uint8_t *r3, size_t n, size_t stride, uint32_t flip)
@@ -147,6 +164,18 @@ static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, c
             vst4_u8(dst + 4 * i, v);
         }
     }
+    /* the last 8 pixels, overlapping the ones before (the same words again); stride 2 reads from the
+       byte before the first tap and keeps the odd bytes, so that its last byte read is the last tap */
+    if (i < n && (stride == 1 ? n >= 8 : stride == 2 && n >= 9)) {
+        const size_t at = n - 8, odd = stride - 1;
+        uint8x8x4_t v;
+        v.val[0] = veor_u8(hg_qg_load8(r0 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
+        v.val[1] = veor_u8(hg_qg_load8(r1 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
+        v.val[2] = veor_u8(hg_qg_load8(r2 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
+        v.val[3] = veor_u8(hg_qg_load8(r3 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
+        vst4_u8(dst + 4 * at, v);
+        i = n;
+    }
 #endif
     if (stride == 1) {
         for (; i < n; ++i)
@@ -174,6 +203,67 @@ static inline void hg_qg_gather(uint8_t *restrict dst, const uint8_t *a, const u
         for (size_t g = 0; g < kg; ++g)
             memcpy(dst + g * HG_QG_NB * 4u, a + taps[g], 4u * n);
 }
+
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+#if defined(__GNUC__)
+#define HG_QG_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define HG_QG_ALWAYS_INLINE inline
+#endif
+/* 8 sums requantised to int16 (hg_qg_requant_row): round((float)(acc + c) * s) half to even (fcvtns),
+   saturated to int16, plus the zero point (saturating). */
+static HG_QG_ALWAYS_INLINE int16x8_t hg_qg_requant8(const int32_t *acc, int32x4_t vc, float s, int16x8_t vzp)
+{
+    const int32x4_t q0 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc), vc)), s));
+    const int32x4_t q1 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + 4), vc)), s));
+    return vqaddq_s16(vqmovn_high_s32(vqmovn_s32(q0), q1), vzp);
+}
+
+/* 16 int16 values to bytes: mode 0 int8 (saturating), 1 int8 then the bounds, 2 uint8, 3 uint8 then the bounds */
+static HG_QG_ALWAYS_INLINE uint8x16_t hg_qg_narrow16(int16x8_t h0, int16x8_t h1, uint8x16_t blo, uint8x16_t bhi,
+                                                     int mode)
+{
+    if (mode >= 2) {
+        const uint8x16_t v = vqmovun_high_s16(vqmovun_s16(h0), h1);
+        return mode == 3 ? vminq_u8(vmaxq_u8(v, blo), bhi) : v;
+    }
+    const int8x16_t v = vqmovn_high_s16(vqmovn_s16(h0), h1);
+    return vreinterpretq_u8_s8(
+        mode == 1 ? vminq_s8(vmaxq_s8(v, vreinterpretq_s8_u8(blo)), vreinterpretq_s8_u8(bhi)) : v);
+}
+
+static HG_QG_ALWAYS_INLINE uint8x8_t hg_qg_narrow8(int16x8_t h, uint8x16_t blo, uint8x16_t bhi, int mode)
+{
+    if (mode >= 2) {
+        const uint8x8_t v = vqmovun_s16(h);
+        return mode == 3 ? vmin_u8(vmax_u8(v, vget_low_u8(blo)), vget_low_u8(bhi)) : v;
+    }
+    const int8x8_t v = vqmovn_s16(h);
+    return vreinterpret_u8_s8(
+        mode == 1 ? vmin_s8(vmax_s8(v, vreinterpret_s8_u8(vget_low_u8(blo))), vreinterpret_s8_u8(vget_low_u8(bhi)))
+                  : v);
+}
+
+/* hg_qg_requant_row for n >= 8: 16 at a time, then the last 16 (or 8) the row allows, overlapping the
+   ones before (the same bytes again) */
+static HG_QG_ALWAYS_INLINE void hg_qg_requant_neon(const int32_t *acc, size_t n, int32x4_t vc, float s,
+                                                   int16x8_t vzp, uint8x16_t blo, uint8x16_t bhi, uint8_t *y,
+                                                   int mode)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        vst1q_u8(y + i, hg_qg_narrow16(hg_qg_requant8(acc + i, vc, s, vzp), hg_qg_requant8(acc + i + 8, vc, s, vzp),
+                                       blo, bhi, mode));
+    if (i < n && n >= 16) {
+        i = n - 16;
+        vst1q_u8(y + i, hg_qg_narrow16(hg_qg_requant8(acc + i, vc, s, vzp), hg_qg_requant8(acc + i + 8, vc, s, vzp),
+                                       blo, bhi, mode));
+    } else if (i < n) {
+        vst1_u8(y, hg_qg_narrow8(hg_qg_requant8(acc, vc, s, vzp), blo, bhi, mode));
+        vst1_u8(y + n - 8, hg_qg_narrow8(hg_qg_requant8(acc + n - 8, vc, s, vzp), blo, bhi, mode));
+    }
+}
+#endif
 
 /* Requantise n int32 sums: y[i] = clamp((float)(acc[i] + c) * s, lo, hi) rounded half to even + zp, as a
    byte (int8 or uint8: the value is in range, so its low byte is the stored one). */
@@ -204,17 +294,30 @@ static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, fl
         _mm_storel_epi64((__m128i *)(void *)(y + i), _mm_shuffle_epi8(h, low_bytes));
     }
 #elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
-    /* fcvtns rounds half to even, as hg_round_even does */
-    const int32x4_t vc = vdupq_n_s32(c), vzp = vdupq_n_s32(zp);
-    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
-    for (; i + 8 <= n; i += 8) {
-        float32x4_t f0 = vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + i), vc)), s);
-        float32x4_t f1 = vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + i + 4), vc)), s);
-        f0 = vminq_f32(vmaxq_f32(f0, vlo), vhi);
-        f1 = vminq_f32(vmaxq_f32(f1, vlo), vhi);
-        const int16x8_t q = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f0), vzp)),
-                                         vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f1), vzp)));
-        vst1_u8(y + i, vreinterpret_u8_s8(vmovn_s16(q)));
+    /* fcvtns rounds half to even, as hg_round_even does; the clamp is done on the integers (the bounds
+       are integers, so clamping before or after rounding is the same): saturating narrows to int16,
+       the zero point added saturating, a saturating narrow to the output's bytes (signed, or unsigned
+       where the upper bound is past 127), then the bounds as bytes. The saturations never reach a bound
+       that matters: int16's lie outside every byte's range, and a byte's are the type's own. */
+    const int32_t qhi = (int32_t)hi + zp, qlo = (int32_t)lo + zp < qhi ? (int32_t)lo + zp : qhi; /* lo > hi: hi */
+    const int y_unsigned = qhi > 127;
+    /* the bounds the narrowing does not give already */
+    const int clamp = y_unsigned ? qlo > 0 || qhi < 255 : qlo > -128 || qhi < 127;
+    const int mode = (y_unsigned ? 2 : 0) + clamp;
+    const int32x4_t vc = vdupq_n_s32(c);
+    const int16x8_t vzp = vdupq_n_s16((int16_t)zp);
+    const uint8x16_t blo = vdupq_n_u8((uint8_t)qlo), bhi = vdupq_n_u8((uint8_t)qhi);
+    if (n >= 8) {
+        /* one loop per mode (a constant in each) */
+        if (mode == 0)
+            hg_qg_requant_neon(acc, n, vc, s, vzp, blo, bhi, y, 0);
+        else if (mode == 1)
+            hg_qg_requant_neon(acc, n, vc, s, vzp, blo, bhi, y, 1);
+        else if (mode == 2)
+            hg_qg_requant_neon(acc, n, vc, s, vzp, blo, bhi, y, 2);
+        else
+            hg_qg_requant_neon(acc, n, vc, s, vzp, blo, bhi, y, 3);
+        i = n;
     }
 #endif
     for (; i < n; ++i)
@@ -576,16 +679,34 @@ static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t 
             _mm256_mask_storeu_epi8(y + i, (__mmask32)(live == 32 ? 0xFFFFFFFFu : (1u << live) - 1u), acc);
         }
 #elif defined(__aarch64__) && defined(__ARM_NEON)
-    /* the columns every tap reads (no masks on NEON): 16, then 8 at a time, the edges in plain C */
+    /* the columns every tap reads (no masks on NEON): [inner_lo, inner_hi) */
     size_t inner_lo = 0, inner_hi = n;
     for (size_t kw = 0; kw < kw_n; ++kw) {
         inner_lo = lo[kw] > inner_lo ? lo[kw] : inner_lo;
         inner_hi = hi[kw] < inner_hi ? hi[kw] : inner_hi;
     }
-    if (stride <= 2 && nrows && inner_lo < inner_hi) {
-        hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, 0, inner_lo, stride, x_signed, init);
-        /* (stride 2: ld2 also reads the odd byte after a vector's last tap, inside the row while i + 16 < inner_hi) */
-        for (i = inner_lo; stride == 1 ? i + 16 <= inner_hi : i + 16 < inner_hi; i += 16) {
+    if (stride <= 2 && nrows && inner_lo + 7 + stride <= inner_hi) {
+        if (inner_lo && inner_lo <= 8) {
+            /* the left edge in the first 8: tap kw's valid lanes [lo[kw], 8) loaded from its first valid
+               column and moved up by lo[kw] lanes (tbx: the lanes below take init) */
+            const uint8x8_t fill = vdup_n_u8(init), iota = vcreate_u8(0x0706050403020100ull);
+            uint8x8_t acc = fill;
+            for (size_t kw = 0; kw < kw_n; ++kw) {
+                const uint8x8_t idx = vsub_u8(iota, vdup_n_u8((uint8_t)lo[kw]));
+                for (size_t r = 0; r < nrows; ++r) {
+                    const uint8_t *src = rows[r] + (ptrdiff_t)(lo[kw] * stride + kw * dil) - pad;
+                    acc = hg_qg_max8(acc, vtbx1_u8(fill, hg_qg_load8(src, stride, 0), idx), x_signed);
+                }
+            }
+            vst1_u8(y, acc);
+            i = 8;
+        } else {
+            hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, 0, inner_lo, stride, x_signed, init);
+            i = inner_lo;
+        }
+        /* 16 at a time (stride 2: ld2 also reads the odd byte after a vector's last tap, inside the row
+           while i + 16 < inner_hi) */
+        for (; stride == 1 ? i + 16 <= inner_hi : i + 16 < inner_hi; i += 16) {
             uint8x16_t acc = vdupq_n_u8(init);
             for (size_t r = 0; r < nrows; ++r)
                 for (size_t kw = 0; kw < kw_n; ++kw) {
@@ -596,21 +717,20 @@ static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t 
                 }
             vst1q_u8(y + i, acc);
         }
-        /* 8 at a time; the last 8 the row allows overlap the ones before (max is idempotent) */
-        if (inner_hi - inner_lo >= 8 + (stride - 1)) {
-            const size_t last8 = inner_hi - 8 - (stride - 1);
-            while (i <= last8) {
-                uint8x8_t acc = vdup_n_u8(init);
-                for (size_t r = 0; r < nrows; ++r)
-                    for (size_t kw = 0; kw < kw_n; ++kw) {
-                        const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
-                        const uint8x8_t v = stride == 1 ? vld1_u8(src) : vld2_u8(src).val[0];
-                        acc = x_signed ? vreinterpret_u8_s8(vmax_s8(vreinterpret_s8_u8(acc), vreinterpret_s8_u8(v)))
-                                       : vmax_u8(acc, v);
-                    }
-                vst1_u8(y + i, acc);
-                i = i == last8 ? last8 + 8 : (i + 8 <= last8 ? i + 8 : last8);
-            }
+        /* 8 at a time up to inner_hi, the last 8 overlapping the ones before (max is idempotent); stride 2's
+           last 8 read from the byte before their first tap and keep the odd bytes, so that the last byte
+           read is the last tap's (the byte before is inside the row: at >= inner_lo + 1) */
+        while (i < inner_hi) {
+            const size_t at = i + 8 <= inner_hi ? i : inner_hi - 8;
+            const int odd = stride == 2 && at + 8 == inner_hi;
+            uint8x8_t acc = vdup_n_u8(init);
+            for (size_t r = 0; r < nrows; ++r)
+                for (size_t kw = 0; kw < kw_n; ++kw) {
+                    const uint8_t *src = rows[r] + (ptrdiff_t)(at * stride + kw * dil) - pad - odd;
+                    acc = hg_qg_max8(acc, hg_qg_load8(src, stride, odd), x_signed);
+                }
+            vst1_u8(y + at, acc);
+            i = at + 8;
         }
     }
 #endif
