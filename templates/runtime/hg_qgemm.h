@@ -112,6 +112,12 @@ static inline uint8x8_t hg_qg_load8(const uint8_t *src, size_t stride, int odd)
     return odd ? v.val[1] : v.val[0];
 }
 
+static inline uint8x16_t hg_qg_max16(uint8x16_t acc, uint8x16_t v, int x_signed)
+{
+    return x_signed ? vreinterpretq_u8_s8(vmaxq_s8(vreinterpretq_s8_u8(acc), vreinterpretq_s8_u8(v)))
+                    : vmaxq_u8(acc, v);
+}
+
 static inline uint8x8_t hg_qg_max8(uint8x8_t acc, uint8x8_t v, int x_signed)
 {
     return x_signed ? vreinterpret_u8_s8(vmax_s8(vreinterpret_s8_u8(acc), vreinterpret_s8_u8(v))) : vmax_u8(acc, v);
@@ -174,6 +180,17 @@ static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, c
         v.val[2] = veor_u8(hg_qg_load8(r2 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
         v.val[3] = veor_u8(hg_qg_load8(r3 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
         vst4_u8(dst + 4 * at, v);
+        i = n;
+    } else if (i < n && stride == 2 && n == 8) {
+        /* 8 pixels of stride 2 span 15 bytes: two loads of 8 (at the first tap, and ending at the last),
+           the even bytes of the first and the odd ones of the second */
+        const uint8x8_t pick = vcreate_u8(0x0F0D0B0906040200ull);
+        uint8x8x4_t v;
+        v.val[0] = veor_u8(vqtbl1_u8(vcombine_u8(vld1_u8(r0), vld1_u8(r0 + 7)), pick), vget_low_u8(vflip));
+        v.val[1] = veor_u8(vqtbl1_u8(vcombine_u8(vld1_u8(r1), vld1_u8(r1 + 7)), pick), vget_low_u8(vflip));
+        v.val[2] = veor_u8(vqtbl1_u8(vcombine_u8(vld1_u8(r2), vld1_u8(r2 + 7)), pick), vget_low_u8(vflip));
+        v.val[3] = veor_u8(vqtbl1_u8(vcombine_u8(vld1_u8(r3), vld1_u8(r3 + 7)), pick), vget_low_u8(vflip));
+        vst4_u8(dst, v);
         i = n;
     }
 #endif
@@ -649,9 +666,9 @@ static inline void hg_qg_max_cols(uint8_t *y, const uint8_t *const *rows, size_t
         }
 }
 
-static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
-                                 ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
-                                 int x_signed, uint8_t init)
+static inline void hg_qg_max_taps(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
+                                  ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
+                                  int x_signed, uint8_t init)
 {
     size_t i = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__BMI2__)
@@ -735,6 +752,46 @@ static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t 
     }
 #endif
     hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, i, n, stride, x_signed, init);
+}
+
+/* On aarch64 NEON, a window of several rows first takes the rows' maximum column by column, 16 at a
+   time (the last 16 overlapping), over the columns the taps read, [cmin, cmax], into a row of its own
+   whose taps are then taken as one row's: each column's rows are compared once, not once per tap
+   reading it. */
+#define HG_QG_MAX_SPAN 512
+
+static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
+                                 ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
+                                 int x_signed, uint8_t init)
+{
+#if defined(__aarch64__) && defined(__ARM_NEON)
+    ptrdiff_t cmin = PTRDIFF_MAX, cmax = -1;
+    for (size_t kw = 0; kw < kw_n; ++kw)
+        if (lo[kw] < hi[kw]) {
+            const ptrdiff_t first = (ptrdiff_t)(lo[kw] * stride + kw * dil) - pad;
+            const ptrdiff_t last = (ptrdiff_t)((hi[kw] - 1) * stride + kw * dil) - pad;
+            cmin = first < cmin ? first : cmin;
+            cmax = last > cmax ? last : cmax;
+        }
+    if (nrows > 1 && stride <= 2 && cmax >= cmin && cmax - cmin + 1 >= 16 && cmax - cmin + 1 <= HG_QG_MAX_SPAN) {
+        const size_t span = (size_t)(cmax - cmin + 1);
+        uint8_t m[HG_QG_MAX_SPAN];
+        const uint8_t *const one[1] = {m};
+        const uint8_t *r0 = rows[0] + cmin, *r1 = rows[1] + cmin, *r2 = rows[nrows > 2 ? 2 : 1] + cmin;
+        for (size_t c = 0; c < span; c += 16) {
+            const size_t at = c + 16 <= span ? c : span - 16;
+            /* three rows (or two: the second again) in registers, any more from the table */
+            uint8x16_t v = hg_qg_max16(hg_qg_max16(vld1q_u8(r0 + at), vld1q_u8(r1 + at), x_signed), vld1q_u8(r2 + at),
+                                       x_signed);
+            for (size_t r = 3; r < nrows; ++r)
+                v = hg_qg_max16(v, vld1q_u8(rows[r] + cmin + at), x_signed);
+            vst1q_u8(m + at, v);
+        }
+        hg_qg_max_taps(y, one, 1, kw_n, dil, pad + cmin, lo, hi, n, stride, x_signed, init);
+        return;
+    }
+#endif
+    hg_qg_max_taps(y, rows, nrows, kw_n, dil, pad, lo, hi, n, stride, x_signed, init);
 }
 
 /* One block: rows (<= HG_QG_MR) output channels x npx (<= HG_QG_NB) output pixels.
