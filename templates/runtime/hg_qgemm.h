@@ -280,6 +280,36 @@ static HG_QG_ALWAYS_INLINE void hg_qg_requant_neon(const int32_t *acc, size_t n,
         vst1_u8(y + n - 8, hg_qg_narrow8(hg_qg_requant8(acc + n - 8, vc, s, vzp), blo, bhi, mode));
     }
 }
+
+/* hg_qg_requant_row for `rows` rows of n >= 8 sums (acc_stride apart, each with its constant c[r] and
+   scale s[r], stored ldy apart), the bounds set up once. The clamp is done on the integers (the bounds
+   are integers, so clamping before or after rounding is the same): saturating narrows to int16, the
+   zero point added saturating, a saturating narrow to the output's bytes (signed, or unsigned where
+   the upper bound is past 127), then the bounds as bytes where they are narrower than the type's.
+   The saturations never cut a value inside the bounds: int16's lie outside every byte's range. */
+static inline void hg_qg_requant_rows(const int32_t *acc, size_t acc_stride, size_t rows, size_t n, const int32_t *c,
+                                      const float *s, int32_t zp, float lo, float hi, uint8_t *y, size_t ldy)
+{
+    const int32_t qhi = (int32_t)hi + zp, qlo = (int32_t)lo + zp < qhi ? (int32_t)lo + zp : qhi; /* lo > hi: hi */
+    const int y_unsigned = qhi > 127;
+    const int clamp = y_unsigned ? qlo > 0 || qhi < 255 : qlo > -128 || qhi < 127;
+    const int mode = (y_unsigned ? 2 : 0) + clamp;
+    const int16x8_t vzp = vdupq_n_s16((int16_t)zp);
+    const uint8x16_t blo = vdupq_n_u8((uint8_t)qlo), bhi = vdupq_n_u8((uint8_t)qhi);
+    /* one loop per mode (a constant in each) */
+    for (size_t r = 0; r < rows; ++r) {
+        const int32_t *a = acc + r * acc_stride;
+        uint8_t *yr = y + r * ldy;
+        if (mode == 0)
+            hg_qg_requant_neon(a, n, vdupq_n_s32(c[r]), s[r], vzp, blo, bhi, yr, 0);
+        else if (mode == 1)
+            hg_qg_requant_neon(a, n, vdupq_n_s32(c[r]), s[r], vzp, blo, bhi, yr, 1);
+        else if (mode == 2)
+            hg_qg_requant_neon(a, n, vdupq_n_s32(c[r]), s[r], vzp, blo, bhi, yr, 2);
+        else
+            hg_qg_requant_neon(a, n, vdupq_n_s32(c[r]), s[r], vzp, blo, bhi, yr, 3);
+    }
+}
 #endif
 
 /* Requantise n int32 sums: y[i] = clamp((float)(acc[i] + c) * s, lo, hi) rounded half to even + zp, as a
@@ -311,30 +341,10 @@ static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, fl
         _mm_storel_epi64((__m128i *)(void *)(y + i), _mm_shuffle_epi8(h, low_bytes));
     }
 #elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
-    /* fcvtns rounds half to even, as hg_round_even does; the clamp is done on the integers (the bounds
-       are integers, so clamping before or after rounding is the same): saturating narrows to int16,
-       the zero point added saturating, a saturating narrow to the output's bytes (signed, or unsigned
-       where the upper bound is past 127), then the bounds as bytes. The saturations never reach a bound
-       that matters: int16's lie outside every byte's range, and a byte's are the type's own. */
-    const int32_t qhi = (int32_t)hi + zp, qlo = (int32_t)lo + zp < qhi ? (int32_t)lo + zp : qhi; /* lo > hi: hi */
-    const int y_unsigned = qhi > 127;
-    /* the bounds the narrowing does not give already */
-    const int clamp = y_unsigned ? qlo > 0 || qhi < 255 : qlo > -128 || qhi < 127;
-    const int mode = (y_unsigned ? 2 : 0) + clamp;
-    const int32x4_t vc = vdupq_n_s32(c);
-    const int16x8_t vzp = vdupq_n_s16((int16_t)zp);
-    const uint8x16_t blo = vdupq_n_u8((uint8_t)qlo), bhi = vdupq_n_u8((uint8_t)qhi);
+    /* fcvtns rounds half to even, as hg_round_even does (hg_qg_requant_rows) */
     if (n >= 8) {
-        /* one loop per mode (a constant in each) */
-        if (mode == 0)
-            hg_qg_requant_neon(acc, n, vc, s, vzp, blo, bhi, y, 0);
-        else if (mode == 1)
-            hg_qg_requant_neon(acc, n, vc, s, vzp, blo, bhi, y, 1);
-        else if (mode == 2)
-            hg_qg_requant_neon(acc, n, vc, s, vzp, blo, bhi, y, 2);
-        else
-            hg_qg_requant_neon(acc, n, vc, s, vzp, blo, bhi, y, 3);
-        i = n;
+        hg_qg_requant_rows(acc, 0, 1, n, &c, &s, zp, lo, hi, y, 0);
+        return;
     }
 #endif
     for (; i < n; ++i)
@@ -918,10 +928,14 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
    into the int32 sums. 4 channels x 8 pixels: 16 accumulators, each (pixel p: k 0+4, 1+5 and 2+6,
    3+7 summed pairwise; pixel p + 1: the same), added across at the end. Per two groups: 48 multiply
    or accumulate instructions for 256 products, 8 dups, 6 loads. `t` rows are HG_QG_NB apart. */
+/* one channel's 4 weights broadcast to every word: ld1r, the pointer moved on to the next channel's
+   (GCC makes a load and a dup of a vld1q_dup at an offset: ld1r has no offset form) */
+#define HG_QG_LD1R(vec, p) __asm__("ld1r {%0.4s}, [%1], #4" : "=w"(vec), "+r"(p) : "m"(*(const int8_t(*)[4])(p)))
 #define HG_QG_MLAL_ROW(r)                                                                                  \
     do {                                                                                                   \
-        const int8x16_t u = vreinterpretq_s8_s32(vdupq_laneq_s32(wa, r));                                  \
-        const int8x16_t v = vreinterpretq_s8_s32(vdupq_laneq_s32(wb, r));                                  \
+        int8x16_t u, v;                                                                                    \
+        HG_QG_LD1R(u, wa);                                                                                 \
+        HG_QG_LD1R(v, wb);                                                                                 \
         c##r##0 = vpadalq_s16(c##r##0, vmlal_s8(vmull_s8(vget_low_s8(x0), vget_low_s8(u)), vget_low_s8(y0), \
                                                 vget_low_s8(v)));                                          \
         c##r##1 = vpadalq_s16(c##r##1, vmlal_high_s8(vmull_high_s8(x0, u), y0, v));                        \
@@ -932,7 +946,8 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
 /* the last, odd group: its products alone */
 #define HG_QG_MULL_ROW(r)                                                                                  \
     do {                                                                                                   \
-        const int8x16_t u = vreinterpretq_s8_s32(vdupq_laneq_s32(wa, r));                                  \
+        int8x16_t u;                                                                                       \
+        HG_QG_LD1R(u, wa);                                                                                 \
         c##r##0 = vpadalq_s16(c##r##0, vmull_s8(vget_low_s8(x0), vget_low_s8(u)));                         \
         c##r##1 = vpadalq_s16(c##r##1, vmull_high_s8(x0, u));                                              \
         c##r##2 = vpadalq_s16(c##r##2, vmull_s8(vget_low_s8(x1), vget_low_s8(u)));                         \
@@ -962,7 +977,7 @@ static HG_QG_MLAL_ATTRS void hg_qg_mlal_tile(const int8_t *restrict w, const uin
     size_t g = 0;
     for (; g + 2 <= kg; g += 2, x += 2 * as, w += 8 * HG_QG_MR) {
         const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16), y0 = vld1q_s8(x + as), y1 = vld1q_s8(x + as + 16);
-        const int32x4_t wa = vreinterpretq_s32_s8(vld1q_s8(w)), wb = vreinterpretq_s32_s8(vld1q_s8(w + 4 * HG_QG_MR));
+        const int8_t *wa = w, *wb = w + 4 * HG_QG_MR;
         HG_QG_MLAL_ROW(0);
         HG_QG_MLAL_ROW(1);
         HG_QG_MLAL_ROW(2);
@@ -970,7 +985,7 @@ static HG_QG_MLAL_ATTRS void hg_qg_mlal_tile(const int8_t *restrict w, const uin
     }
     if (g < kg) {
         const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
-        const int32x4_t wa = vreinterpretq_s32_s8(vld1q_s8(w));
+        const int8_t *wa = w;
         HG_QG_MULL_ROW(0);
         HG_QG_MULL_ROW(1);
         HG_QG_MULL_ROW(2);
@@ -1113,6 +1128,12 @@ static inline void hg_qg_block_any(const int8_t *restrict w, const uint8_t *rest
 {
     int32_t t[HG_QG_MR][HG_QG_NB];
     hg_qg_block_sums(w, a, kg, as, npx, full_range, t);
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    if (npx >= 8) {
+        hg_qg_requant_rows(t[0], HG_QG_NB, rows, npx, c, s, zp, lo, hi, y, ldy);
+        return;
+    }
+#endif
     for (size_t r = 0; r < rows; ++r)
         hg_qg_requant_row(t[r], npx, c[r], s[r], zp, lo, hi, y + r * ldy);
 }
