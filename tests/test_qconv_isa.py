@@ -127,6 +127,10 @@ CASES = {
     "clipped_u8": (np.uint8, (1, 8, 9, 23), (10, 8, 1, 1), {}, True, True),
     "saturated_s8": (np.int8, (1, 6, 7, 23), (9, 6, 3, 1), dict(pads=[1, 0, 1, 0]), True, True),
     "saturated_u8": (np.uint8, (1, 6, 5, 11), (9, 6, 1, 3), dict(pads=[0, 1, 0, 1]), False, True),
+    # stride 2 along rows (aarch64 im2col: rows of 8 pixels by two loads and a tbl; rows of 19, the
+    # last 8 from the odd bytes, and the pieces of rows that blocks of 32 pixels cut)
+    "strided_rows_of_8": (np.int8, (1, 6, 9, 16), (10, 6, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True, True),
+    "strided_rows_u8": (np.uint8, (1, 4, 7, 37), (9, 4, 3, 3), dict(strides=[1, 2], pads=[0, 1, 0, 1]), True, True),
 }
 # a Clip fused on the quantized output: (min, max) as stored integers
 CLIPS = {"clipped_s8": (-20, 30), "clipped_u8": (100, 200)}
