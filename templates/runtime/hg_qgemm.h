@@ -676,7 +676,14 @@ static inline void hg_qg_max_cols(uint8_t *y, const uint8_t *const *rows, size_t
         }
 }
 
-static inline void hg_qg_max_taps(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
+/* inlined into the pooling kernel on aarch64, where its constants (taps, stride, width) pick the loops */
+#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__GNUC__)
+#define HG_QG_MAX_INLINE inline __attribute__((always_inline))
+#else
+#define HG_QG_MAX_INLINE inline
+#endif
+
+static HG_QG_MAX_INLINE void hg_qg_max_taps(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
                                   ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
                                   int x_signed, uint8_t init)
 {
@@ -728,7 +735,8 @@ static inline void hg_qg_max_taps(uint8_t *y, const uint8_t *const *rows, size_t
             vst1_u8(y, acc);
             i = 8;
         } else {
-            hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, 0, inner_lo, stride, x_signed, init);
+            if (inner_lo)
+                hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, 0, inner_lo, stride, x_signed, init);
             i = inner_lo;
         }
         /* 16 at a time (stride 2: ld2 also reads the odd byte after a vector's last tap, inside the row
@@ -761,18 +769,20 @@ static inline void hg_qg_max_taps(uint8_t *y, const uint8_t *const *rows, size_t
         }
     }
 #endif
-    hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, i, n, stride, x_signed, init);
+    if (i < n)
+        hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, i, n, stride, x_signed, init);
 }
 
 /* On aarch64 NEON, a window of several rows first takes the rows' maximum column by column, 16 at a
    time (the last 16 overlapping), over the columns the taps read, [cmin, cmax], into a row of its own
    whose taps are then taken as one row's: each column's rows are compared once, not once per tap
-   reading it. */
+   reading it. Both are inlined into the kernel (always_inline): not inlined, the loops over the
+   taps' tables cost more than the pass saves on tiny_cnn's 2x2 windows. */
 #define HG_QG_MAX_SPAN 512
 
-static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
-                                 ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
-                                 int x_signed, uint8_t init)
+static HG_QG_MAX_INLINE void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n,
+                                           size_t dil, ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n,
+                                           size_t stride, int x_signed, uint8_t init)
 {
 #if defined(__aarch64__) && defined(__ARM_NEON)
     ptrdiff_t cmin = PTRDIFF_MAX, cmax = -1;
