@@ -120,7 +120,22 @@ CASES = {
     "fc_w128": (np.int8, (1, 40, 1, 1), (12, 40, 1, 1), {}, True, True),
     # the same through the gathered kernel (16 channels, 3x3)
     "gather_w128": (np.uint8, (1, 16, 7, 7), (10, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
+    # the requantisation's bounds (aarch64: saturating narrows, then the bounds where narrower): a fused
+    # Clip on int8 and on uint8 (past 127), and outputs saturated at both ends of the type; blocks of
+    # 32 pixels, last ones of 17, 15, 1 and 23 (aarch64: the last 16 or 8 overlapped, a scalar one)
+    "clipped_s8": (np.int8, (1, 8, 23, 23), (11, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
+    "clipped_u8": (np.uint8, (1, 8, 9, 23), (10, 8, 1, 1), {}, True, True),
+    "saturated_s8": (np.int8, (1, 6, 7, 23), (9, 6, 3, 1), dict(pads=[1, 0, 1, 0]), True, True),
+    "saturated_u8": (np.uint8, (1, 6, 5, 11), (9, 6, 1, 3), dict(pads=[0, 1, 0, 1]), False, True),
+    # stride 2 along rows (aarch64 im2col: rows of 8 pixels by two loads and a tbl; rows of 19, the
+    # last 8 from the odd bytes, and the pieces of rows that blocks of 32 pixels cut)
+    "strided_rows_of_8": (np.int8, (1, 6, 9, 16), (10, 6, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True, True),
+    "strided_rows_u8": (np.uint8, (1, 4, 7, 37), (9, 4, 3, 3), dict(strides=[1, 2], pads=[0, 1, 0, 1]), True, True),
 }
+# a Clip fused on the quantized output: (min, max) as stored integers
+CLIPS = {"clipped_s8": (-20, 30), "clipped_u8": (100, 200)}
+# an output scale 12 times finer: many results past the type's range at both ends
+SATURATED = ("saturated_s8", "saturated_u8")
 # the cases whose weights hold -128; the others' are in [-127, 127], as onnxruntime's symmetric ones
 W128_CASES = ("w128_u8", "fc_w128", "gather_w128")
 
@@ -130,6 +145,11 @@ POOL_CASES = {
     "maxpool_u8": (np.uint8, (2, 2, 9, 70), dict(kernel_shape=[2, 3], strides=[1, 1], pads=[0, 1, 1, 0])),
     "maxpool_dilated": (np.int8, (1, 2, 12, 12), dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[1, 2])),
     "maxpool_1d_stride3": (np.uint8, (1, 4, 40), dict(kernel_shape=[3], strides=[3], pads=[1, 1])),
+    # aarch64: stride 2's last 8 outputs read from the odd bytes (15 outputs of 32 columns, no padding)
+    "maxpool_s2_odd_tail": (np.int8, (1, 3, 32, 32), dict(kernel_shape=[3, 3], strides=[2, 2])),
+    # the left edge in the first 8 lanes (tbx), the fewest columns that allow it, a right edge after
+    "maxpool_s2_edges_u8": (np.uint8, (1, 2, 5, 22), dict(kernel_shape=[1, 5], strides=[1, 2], pads=[0, 2, 0, 2])),
+    "maxpool_s1_wide_pad": (np.int8, (1, 2, 3, 20), dict(kernel_shape=[2, 7], strides=[1, 1], pads=[0, 3, 1, 3])),
 }
 
 # QLinearMatMul with a constant int8 B (the packed GEMV per row of A): name: (A dtype, A shape, B shape, per-column scale)
@@ -182,7 +202,7 @@ def model_and_feeds():
         channels, k = w_shape[0], int(np.prod(w_shape[1:]))
         x_scale, w_scales = 0.05, (RNG.random(channels if per_channel else 1) * 0.01 + 0.002).astype(np.float32)
         # an output scale that spreads the results over ~80 steps: neither saturated nor all one value
-        y_scale = x_scale * float(w_scales.mean()) * 74 * 74 * np.sqrt(k) / 40
+        y_scale = x_scale * float(w_scales.mean()) * 74 * 74 * np.sqrt(k) / 40 / (12 if name in SATURATED else 1)
         xz = np.array(3 if x_dtype is np.int8 else 131, x_dtype)
         yz = np.array(-7 if x_dtype is np.int8 else 120, x_dtype)
         constants = {
@@ -198,7 +218,12 @@ def model_and_feeds():
         names = [f"{name}_{key}" for key in ("x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b")]
         if not with_bias:
             names = names[:-1]
-        nodes.append(helper.make_node("QLinearConv", names, [f"{name}_y"], name=name, **attrs))
+        conv_y = f"{name}_conv" if name in CLIPS else f"{name}_y"
+        nodes.append(helper.make_node("QLinearConv", names, [conv_y], name=name, **attrs))
+        if name in CLIPS:
+            bounds = [np.array(b, x_dtype) for b in CLIPS[name]]
+            inits += [numpy_helper.from_array(b, f"{name}_clip{i}") for i, b in enumerate(bounds)]
+            nodes.append(helper.make_node("Clip", [conv_y, f"{name}_clip0", f"{name}_clip1"], [f"{name}_y"]))
         for key, value in constants.items():
             if f"{name}_{key}" in names:
                 inits.append(numpy_helper.from_array(value, f"{name}_{key}"))

@@ -101,6 +101,29 @@ static inline int32_t hg_qg_load32(const void *p)
     return v;
 }
 
+#if defined(__aarch64__) && defined(__ARM_NEON)
+/* 8 lanes: the bytes at src (stride 1), or every other byte from src (stride 2; the odd ones where `odd`);
+   and their maximum with acc, signed as x_signed says (hg_qg_max_row) */
+static inline uint8x8_t hg_qg_load8(const uint8_t *src, size_t stride, int odd)
+{
+    if (stride == 1)
+        return vld1_u8(src);
+    const uint8x8x2_t v = vld2_u8(src);
+    return odd ? v.val[1] : v.val[0];
+}
+
+static inline uint8x16_t hg_qg_max16(uint8x16_t acc, uint8x16_t v, int x_signed)
+{
+    return x_signed ? vreinterpretq_u8_s8(vmaxq_s8(vreinterpretq_s8_u8(acc), vreinterpretq_s8_u8(v)))
+                    : vmaxq_u8(acc, v);
+}
+
+static inline uint8x8_t hg_qg_max8(uint8x8_t acc, uint8x8_t v, int x_signed)
+{
+    return x_signed ? vreinterpret_u8_s8(vmax_s8(vreinterpret_s8_u8(acc), vreinterpret_s8_u8(v))) : vmax_u8(acc, v);
+}
+#endif
+
 /* Four bytes, one from each row, as one 32-bit word (row 0 in the lowest byte), XOR flip. */
 static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
                                      const uint8_t *r3, size_t n, size_t stride, uint32_t flip)
@@ -147,6 +170,29 @@ static inline void hg_qg_interleave4(uint8_t *restrict dst, const uint8_t *r0, c
             vst4_u8(dst + 4 * i, v);
         }
     }
+    /* the last 8 pixels, overlapping the ones before (the same words again); stride 2 reads from the
+       byte before the first tap and keeps the odd bytes, so that its last byte read is the last tap */
+    if (i < n && (stride == 1 ? n >= 8 : stride == 2 && n >= 9)) {
+        const size_t at = n - 8, odd = stride - 1;
+        uint8x8x4_t v;
+        v.val[0] = veor_u8(hg_qg_load8(r0 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
+        v.val[1] = veor_u8(hg_qg_load8(r1 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
+        v.val[2] = veor_u8(hg_qg_load8(r2 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
+        v.val[3] = veor_u8(hg_qg_load8(r3 + stride * at - odd, stride, (int)odd), vget_low_u8(vflip));
+        vst4_u8(dst + 4 * at, v);
+        i = n;
+    } else if (i < n && stride == 2 && n == 8) {
+        /* 8 pixels of stride 2 span 15 bytes: two loads of 8 (at the first tap, and ending at the last),
+           the even bytes of the first and the odd ones of the second */
+        const uint8x8_t pick = vcreate_u8(0x0F0D0B0906040200ull);
+        uint8x8x4_t v;
+        v.val[0] = veor_u8(vqtbl1_u8(vcombine_u8(vld1_u8(r0), vld1_u8(r0 + 7)), pick), vget_low_u8(vflip));
+        v.val[1] = veor_u8(vqtbl1_u8(vcombine_u8(vld1_u8(r1), vld1_u8(r1 + 7)), pick), vget_low_u8(vflip));
+        v.val[2] = veor_u8(vqtbl1_u8(vcombine_u8(vld1_u8(r2), vld1_u8(r2 + 7)), pick), vget_low_u8(vflip));
+        v.val[3] = veor_u8(vqtbl1_u8(vcombine_u8(vld1_u8(r3), vld1_u8(r3 + 7)), pick), vget_low_u8(vflip));
+        vst4_u8(dst, v);
+        i = n;
+    }
 #endif
     if (stride == 1) {
         for (; i < n; ++i)
@@ -174,6 +220,97 @@ static inline void hg_qg_gather(uint8_t *restrict dst, const uint8_t *a, const u
         for (size_t g = 0; g < kg; ++g)
             memcpy(dst + g * HG_QG_NB * 4u, a + taps[g], 4u * n);
 }
+
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+#if defined(__GNUC__)
+#define HG_QG_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define HG_QG_ALWAYS_INLINE inline
+#endif
+/* 8 sums requantised to int16 (hg_qg_requant_row): round((float)(acc + c) * s) half to even (fcvtns),
+   saturated to int16, plus the zero point (saturating). */
+static HG_QG_ALWAYS_INLINE int16x8_t hg_qg_requant8(const int32_t *acc, int32x4_t vc, float s, int16x8_t vzp)
+{
+    const int32x4_t q0 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc), vc)), s));
+    const int32x4_t q1 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + 4), vc)), s));
+    return vqaddq_s16(vqmovn_high_s32(vqmovn_s32(q0), q1), vzp);
+}
+
+/* 16 int16 values to bytes: mode 0 int8 (saturating), 1 int8 then the bounds, 2 uint8, 3 uint8 then the bounds */
+static HG_QG_ALWAYS_INLINE uint8x16_t hg_qg_narrow16(int16x8_t h0, int16x8_t h1, uint8x16_t blo, uint8x16_t bhi,
+                                                     int mode)
+{
+    if (mode >= 2) {
+        const uint8x16_t v = vqmovun_high_s16(vqmovun_s16(h0), h1);
+        return mode == 3 ? vminq_u8(vmaxq_u8(v, blo), bhi) : v;
+    }
+    const int8x16_t v = vqmovn_high_s16(vqmovn_s16(h0), h1);
+    return vreinterpretq_u8_s8(
+        mode == 1 ? vminq_s8(vmaxq_s8(v, vreinterpretq_s8_u8(blo)), vreinterpretq_s8_u8(bhi)) : v);
+}
+
+static HG_QG_ALWAYS_INLINE uint8x8_t hg_qg_narrow8(int16x8_t h, uint8x16_t blo, uint8x16_t bhi, int mode)
+{
+    if (mode >= 2) {
+        const uint8x8_t v = vqmovun_s16(h);
+        return mode == 3 ? vmin_u8(vmax_u8(v, vget_low_u8(blo)), vget_low_u8(bhi)) : v;
+    }
+    const int8x8_t v = vqmovn_s16(h);
+    return vreinterpret_u8_s8(
+        mode == 1 ? vmin_s8(vmax_s8(v, vreinterpret_s8_u8(vget_low_u8(blo))), vreinterpret_s8_u8(vget_low_u8(bhi)))
+                  : v);
+}
+
+/* hg_qg_requant_row for n >= 8: 16 at a time, then the last 16 (or 8) the row allows, overlapping the
+   ones before (the same bytes again) */
+static HG_QG_ALWAYS_INLINE void hg_qg_requant_neon(const int32_t *acc, size_t n, int32x4_t vc, float s,
+                                                   int16x8_t vzp, uint8x16_t blo, uint8x16_t bhi, uint8_t *y,
+                                                   int mode)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        vst1q_u8(y + i, hg_qg_narrow16(hg_qg_requant8(acc + i, vc, s, vzp), hg_qg_requant8(acc + i + 8, vc, s, vzp),
+                                       blo, bhi, mode));
+    if (i < n && n >= 16) {
+        i = n - 16;
+        vst1q_u8(y + i, hg_qg_narrow16(hg_qg_requant8(acc + i, vc, s, vzp), hg_qg_requant8(acc + i + 8, vc, s, vzp),
+                                       blo, bhi, mode));
+    } else if (i < n) {
+        vst1_u8(y, hg_qg_narrow8(hg_qg_requant8(acc, vc, s, vzp), blo, bhi, mode));
+        vst1_u8(y + n - 8, hg_qg_narrow8(hg_qg_requant8(acc + n - 8, vc, s, vzp), blo, bhi, mode));
+    }
+}
+
+/* hg_qg_requant_row for `rows` rows of n >= 8 sums (acc_stride apart, each with its constant c[r] and
+   scale s[r], stored ldy apart), the bounds set up once. The clamp is done on the integers (the bounds
+   are integers, so clamping before or after rounding is the same): saturating narrows to int16, the
+   zero point added saturating, a saturating narrow to the output's bytes (signed, or unsigned where
+   the upper bound is past 127), then the bounds as bytes where they are narrower than the type's.
+   The saturations never cut a value inside the bounds: int16's lie outside every byte's range. */
+static inline void hg_qg_requant_rows(const int32_t *acc, size_t acc_stride, size_t rows, size_t n, const int32_t *c,
+                                      const float *s, int32_t zp, float lo, float hi, uint8_t *y, size_t ldy)
+{
+    const int32_t qhi = (int32_t)hi + zp, qlo = (int32_t)lo + zp < qhi ? (int32_t)lo + zp : qhi; /* lo > hi: hi */
+    const int y_unsigned = qhi > 127;
+    const int clamp = y_unsigned ? qlo > 0 || qhi < 255 : qlo > -128 || qhi < 127;
+    const int mode = (y_unsigned ? 2 : 0) + clamp;
+    const int16x8_t vzp = vdupq_n_s16((int16_t)zp);
+    const uint8x16_t blo = vdupq_n_u8((uint8_t)qlo), bhi = vdupq_n_u8((uint8_t)qhi);
+    /* one loop per mode (a constant in each) */
+    for (size_t r = 0; r < rows; ++r) {
+        const int32_t *a = acc + r * acc_stride;
+        uint8_t *yr = y + r * ldy;
+        if (mode == 0)
+            hg_qg_requant_neon(a, n, vdupq_n_s32(c[r]), s[r], vzp, blo, bhi, yr, 0);
+        else if (mode == 1)
+            hg_qg_requant_neon(a, n, vdupq_n_s32(c[r]), s[r], vzp, blo, bhi, yr, 1);
+        else if (mode == 2)
+            hg_qg_requant_neon(a, n, vdupq_n_s32(c[r]), s[r], vzp, blo, bhi, yr, 2);
+        else
+            hg_qg_requant_neon(a, n, vdupq_n_s32(c[r]), s[r], vzp, blo, bhi, yr, 3);
+    }
+}
+#endif
 
 /* Requantise n int32 sums: y[i] = clamp((float)(acc[i] + c) * s, lo, hi) rounded half to even + zp, as a
    byte (int8 or uint8: the value is in range, so its low byte is the stored one). */
@@ -204,17 +341,10 @@ static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, fl
         _mm_storel_epi64((__m128i *)(void *)(y + i), _mm_shuffle_epi8(h, low_bytes));
     }
 #elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
-    /* fcvtns rounds half to even, as hg_round_even does */
-    const int32x4_t vc = vdupq_n_s32(c), vzp = vdupq_n_s32(zp);
-    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
-    for (; i + 8 <= n; i += 8) {
-        float32x4_t f0 = vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + i), vc)), s);
-        float32x4_t f1 = vmulq_n_f32(vcvtq_f32_s32(vaddq_s32(vld1q_s32(acc + i + 4), vc)), s);
-        f0 = vminq_f32(vmaxq_f32(f0, vlo), vhi);
-        f1 = vminq_f32(vmaxq_f32(f1, vlo), vhi);
-        const int16x8_t q = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f0), vzp)),
-                                         vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f1), vzp)));
-        vst1_u8(y + i, vreinterpret_u8_s8(vmovn_s16(q)));
+    /* fcvtns rounds half to even, as hg_round_even does (hg_qg_requant_rows) */
+    if (n >= 8) {
+        hg_qg_requant_rows(acc, 0, 1, n, &c, &s, zp, lo, hi, y, 0);
+        return;
     }
 #endif
     for (; i < n; ++i)
@@ -546,9 +676,16 @@ static inline void hg_qg_max_cols(uint8_t *y, const uint8_t *const *rows, size_t
         }
 }
 
-static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
-                                 ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
-                                 int x_signed, uint8_t init)
+/* inlined into the pooling kernel on aarch64, where its constants (taps, stride, width) pick the loops */
+#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__GNUC__)
+#define HG_QG_MAX_INLINE inline __attribute__((always_inline))
+#else
+#define HG_QG_MAX_INLINE inline
+#endif
+
+static HG_QG_MAX_INLINE void hg_qg_max_taps(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n, size_t dil,
+                                  ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n, size_t stride,
+                                  int x_signed, uint8_t init)
 {
     size_t i = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__BMI2__)
@@ -576,16 +713,35 @@ static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t 
             _mm256_mask_storeu_epi8(y + i, (__mmask32)(live == 32 ? 0xFFFFFFFFu : (1u << live) - 1u), acc);
         }
 #elif defined(__aarch64__) && defined(__ARM_NEON)
-    /* the columns every tap reads (no masks on NEON): 16, then 8 at a time, the edges in plain C */
+    /* the columns every tap reads (no masks on NEON): [inner_lo, inner_hi) */
     size_t inner_lo = 0, inner_hi = n;
     for (size_t kw = 0; kw < kw_n; ++kw) {
         inner_lo = lo[kw] > inner_lo ? lo[kw] : inner_lo;
         inner_hi = hi[kw] < inner_hi ? hi[kw] : inner_hi;
     }
-    if (stride <= 2 && nrows && inner_lo < inner_hi) {
-        hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, 0, inner_lo, stride, x_signed, init);
-        /* (stride 2: ld2 also reads the odd byte after a vector's last tap, inside the row while i + 16 < inner_hi) */
-        for (i = inner_lo; stride == 1 ? i + 16 <= inner_hi : i + 16 < inner_hi; i += 16) {
+    if (stride <= 2 && nrows && inner_lo + 7 + stride <= inner_hi) {
+        if (inner_lo && inner_lo <= 8) {
+            /* the left edge in the first 8: tap kw's valid lanes [lo[kw], 8) loaded from its first valid
+               column and moved up by lo[kw] lanes (tbx: the lanes below take init) */
+            const uint8x8_t fill = vdup_n_u8(init), iota = vcreate_u8(0x0706050403020100ull);
+            uint8x8_t acc = fill;
+            for (size_t kw = 0; kw < kw_n; ++kw) {
+                const uint8x8_t idx = vsub_u8(iota, vdup_n_u8((uint8_t)lo[kw]));
+                for (size_t r = 0; r < nrows; ++r) {
+                    const uint8_t *src = rows[r] + (ptrdiff_t)(lo[kw] * stride + kw * dil) - pad;
+                    acc = hg_qg_max8(acc, vtbx1_u8(fill, hg_qg_load8(src, stride, 0), idx), x_signed);
+                }
+            }
+            vst1_u8(y, acc);
+            i = 8;
+        } else {
+            if (inner_lo)
+                hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, 0, inner_lo, stride, x_signed, init);
+            i = inner_lo;
+        }
+        /* 16 at a time (stride 2: ld2 also reads the odd byte after a vector's last tap, inside the row
+           while i + 16 < inner_hi) */
+        for (; stride == 1 ? i + 16 <= inner_hi : i + 16 < inner_hi; i += 16) {
             uint8x16_t acc = vdupq_n_u8(init);
             for (size_t r = 0; r < nrows; ++r)
                 for (size_t kw = 0; kw < kw_n; ++kw) {
@@ -596,25 +752,66 @@ static inline void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t 
                 }
             vst1q_u8(y + i, acc);
         }
-        /* 8 at a time; the last 8 the row allows overlap the ones before (max is idempotent) */
-        if (inner_hi - inner_lo >= 8 + (stride - 1)) {
-            const size_t last8 = inner_hi - 8 - (stride - 1);
-            while (i <= last8) {
-                uint8x8_t acc = vdup_n_u8(init);
-                for (size_t r = 0; r < nrows; ++r)
-                    for (size_t kw = 0; kw < kw_n; ++kw) {
-                        const uint8_t *src = rows[r] + (ptrdiff_t)(i * stride + kw * dil) - pad;
-                        const uint8x8_t v = stride == 1 ? vld1_u8(src) : vld2_u8(src).val[0];
-                        acc = x_signed ? vreinterpret_u8_s8(vmax_s8(vreinterpret_s8_u8(acc), vreinterpret_s8_u8(v)))
-                                       : vmax_u8(acc, v);
-                    }
-                vst1_u8(y + i, acc);
-                i = i == last8 ? last8 + 8 : (i + 8 <= last8 ? i + 8 : last8);
-            }
+        /* 8 at a time up to inner_hi, the last 8 overlapping the ones before (max is idempotent); stride 2's
+           last 8 read from the byte before their first tap and keep the odd bytes, so that the last byte
+           read is the last tap's (the byte before is inside the row: at >= inner_lo + 1) */
+        while (i < inner_hi) {
+            const size_t at = i + 8 <= inner_hi ? i : inner_hi - 8;
+            const int odd = stride == 2 && at + 8 == inner_hi;
+            uint8x8_t acc = vdup_n_u8(init);
+            for (size_t r = 0; r < nrows; ++r)
+                for (size_t kw = 0; kw < kw_n; ++kw) {
+                    const uint8_t *src = rows[r] + (ptrdiff_t)(at * stride + kw * dil) - pad - odd;
+                    acc = hg_qg_max8(acc, hg_qg_load8(src, stride, odd), x_signed);
+                }
+            vst1_u8(y + at, acc);
+            i = at + 8;
         }
     }
 #endif
-    hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, i, n, stride, x_signed, init);
+    if (i < n)
+        hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, i, n, stride, x_signed, init);
+}
+
+/* On aarch64 NEON, a window of several rows first takes the rows' maximum column by column, 16 at a
+   time (the last 16 overlapping), over the columns the taps read, [cmin, cmax], into a row of its own
+   whose taps are then taken as one row's: each column's rows are compared once, not once per tap
+   reading it. Both are inlined into the kernel (always_inline): not inlined, the loops over the
+   taps' tables cost more than the pass saves on tiny_cnn's 2x2 windows. */
+#define HG_QG_MAX_SPAN 512
+
+static HG_QG_MAX_INLINE void hg_qg_max_row(uint8_t *y, const uint8_t *const *rows, size_t nrows, size_t kw_n,
+                                           size_t dil, ptrdiff_t pad, const size_t *lo, const size_t *hi, size_t n,
+                                           size_t stride, int x_signed, uint8_t init)
+{
+#if defined(__aarch64__) && defined(__ARM_NEON)
+    ptrdiff_t cmin = PTRDIFF_MAX, cmax = -1;
+    for (size_t kw = 0; kw < kw_n; ++kw)
+        if (lo[kw] < hi[kw]) {
+            const ptrdiff_t first = (ptrdiff_t)(lo[kw] * stride + kw * dil) - pad;
+            const ptrdiff_t last = (ptrdiff_t)((hi[kw] - 1) * stride + kw * dil) - pad;
+            cmin = first < cmin ? first : cmin;
+            cmax = last > cmax ? last : cmax;
+        }
+    if (nrows > 1 && stride <= 2 && cmax >= cmin && cmax - cmin + 1 >= 16 && cmax - cmin + 1 <= HG_QG_MAX_SPAN) {
+        const size_t span = (size_t)(cmax - cmin + 1);
+        uint8_t m[HG_QG_MAX_SPAN];
+        const uint8_t *const one[1] = {m};
+        const uint8_t *r0 = rows[0] + cmin, *r1 = rows[1] + cmin, *r2 = rows[nrows > 2 ? 2 : 1] + cmin;
+        for (size_t c = 0; c < span; c += 16) {
+            const size_t at = c + 16 <= span ? c : span - 16;
+            /* three rows (or two: the second again) in registers, any more from the table */
+            uint8x16_t v = hg_qg_max16(hg_qg_max16(vld1q_u8(r0 + at), vld1q_u8(r1 + at), x_signed), vld1q_u8(r2 + at),
+                                       x_signed);
+            for (size_t r = 3; r < nrows; ++r)
+                v = hg_qg_max16(v, vld1q_u8(rows[r] + cmin + at), x_signed);
+            vst1q_u8(m + at, v);
+        }
+        hg_qg_max_taps(y, one, 1, kw_n, dil, pad + cmin, lo, hi, n, stride, x_signed, init);
+        return;
+    }
+#endif
+    hg_qg_max_taps(y, rows, nrows, kw_n, dil, pad, lo, hi, n, stride, x_signed, init);
 }
 
 /* One block: rows (<= HG_QG_MR) output channels x npx (<= HG_QG_NB) output pixels.
@@ -741,10 +938,14 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
    into the int32 sums. 4 channels x 8 pixels: 16 accumulators, each (pixel p: k 0+4, 1+5 and 2+6,
    3+7 summed pairwise; pixel p + 1: the same), added across at the end. Per two groups: 48 multiply
    or accumulate instructions for 256 products, 8 dups, 6 loads. `t` rows are HG_QG_NB apart. */
+/* one channel's 4 weights broadcast to every word: ld1r, the pointer moved on to the next channel's
+   (GCC makes a load and a dup of a vld1q_dup at an offset: ld1r has no offset form) */
+#define HG_QG_LD1R(vec, p) __asm__("ld1r {%0.4s}, [%1], #4" : "=w"(vec), "+r"(p) : "m"(*(const int8_t(*)[4])(p)))
 #define HG_QG_MLAL_ROW(r)                                                                                  \
     do {                                                                                                   \
-        const int8x16_t u = vreinterpretq_s8_s32(vdupq_laneq_s32(wa, r));                                  \
-        const int8x16_t v = vreinterpretq_s8_s32(vdupq_laneq_s32(wb, r));                                  \
+        int8x16_t u, v;                                                                                    \
+        HG_QG_LD1R(u, wa);                                                                                 \
+        HG_QG_LD1R(v, wb);                                                                                 \
         c##r##0 = vpadalq_s16(c##r##0, vmlal_s8(vmull_s8(vget_low_s8(x0), vget_low_s8(u)), vget_low_s8(y0), \
                                                 vget_low_s8(v)));                                          \
         c##r##1 = vpadalq_s16(c##r##1, vmlal_high_s8(vmull_high_s8(x0, u), y0, v));                        \
@@ -755,7 +956,8 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
 /* the last, odd group: its products alone */
 #define HG_QG_MULL_ROW(r)                                                                                  \
     do {                                                                                                   \
-        const int8x16_t u = vreinterpretq_s8_s32(vdupq_laneq_s32(wa, r));                                  \
+        int8x16_t u;                                                                                       \
+        HG_QG_LD1R(u, wa);                                                                                 \
         c##r##0 = vpadalq_s16(c##r##0, vmull_s8(vget_low_s8(x0), vget_low_s8(u)));                         \
         c##r##1 = vpadalq_s16(c##r##1, vmull_high_s8(x0, u));                                              \
         c##r##2 = vpadalq_s16(c##r##2, vmull_s8(vget_low_s8(x1), vget_low_s8(u)));                         \
@@ -785,7 +987,7 @@ static HG_QG_MLAL_ATTRS void hg_qg_mlal_tile(const int8_t *restrict w, const uin
     size_t g = 0;
     for (; g + 2 <= kg; g += 2, x += 2 * as, w += 8 * HG_QG_MR) {
         const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16), y0 = vld1q_s8(x + as), y1 = vld1q_s8(x + as + 16);
-        const int32x4_t wa = vreinterpretq_s32_s8(vld1q_s8(w)), wb = vreinterpretq_s32_s8(vld1q_s8(w + 4 * HG_QG_MR));
+        const int8_t *wa = w, *wb = w + 4 * HG_QG_MR;
         HG_QG_MLAL_ROW(0);
         HG_QG_MLAL_ROW(1);
         HG_QG_MLAL_ROW(2);
@@ -793,7 +995,7 @@ static HG_QG_MLAL_ATTRS void hg_qg_mlal_tile(const int8_t *restrict w, const uin
     }
     if (g < kg) {
         const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
-        const int32x4_t wa = vreinterpretq_s32_s8(vld1q_s8(w));
+        const int8_t *wa = w;
         HG_QG_MULL_ROW(0);
         HG_QG_MULL_ROW(1);
         HG_QG_MULL_ROW(2);
@@ -936,6 +1138,12 @@ static inline void hg_qg_block_any(const int8_t *restrict w, const uint8_t *rest
 {
     int32_t t[HG_QG_MR][HG_QG_NB];
     hg_qg_block_sums(w, a, kg, as, npx, full_range, t);
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+    if (npx >= 8) {
+        hg_qg_requant_rows(t[0], HG_QG_NB, rows, npx, c, s, zp, lo, hi, y, ldy);
+        return;
+    }
+#endif
     for (size_t r = 0; r < rows; ++r)
         hg_qg_requant_row(t[r], npx, c[r], s[r], zp, lo, hi, y + r * ldy);
 }
