@@ -183,17 +183,23 @@ def recurrent_stack() -> onnx.ModelProto:
     nodes = list(lstm.graph.node)
     inits = list(lstm.graph.initializer)
     for prefix, model in (("g_", gru), ("r_", rnn)):
-        for tensor in model.graph.initializer:
-            tensor.name = prefix + tensor.name
-            inits.append(tensor)
-        (node,) = model.graph.node
-        node.input[:] = ["X" if n == "X" else (prefix + n if n else "") for n in node.input]
-        node.output[:] = [prefix + n for n in node.output]
-        nodes.append(node)
+        nodes.append(_prefixed(model, prefix, inits))
     shapes = {"Y": [5, 2, 3, 6], "Y_h": [2, 3, 6], "Y_c": [2, 3, 6], "g_Y": [5, 1, 3, 6], "r_Y_h": [1, 3, 6]}
     outputs = [helper.make_tensor_value_info(n, F, shape) for n, shape in shapes.items()]
     graph = helper.make_graph(nodes, "stack", list(lstm.graph.input), outputs, initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _prefixed(model: onnx.ModelProto, prefix: str, inits: list) -> onnx.NodeProto:
+    """The one recurrent node of `model` with its names but the shared input X prefixed, its
+    initializers (renamed alike) appended to `inits`: several such models stacked on one input."""
+    for tensor in model.graph.initializer:
+        tensor.name = prefix + tensor.name
+        inits.append(tensor)
+    (node,) = model.graph.node
+    node.input[:] = ["X" if n == "X" else (prefix + n if n else "") for n in node.input]
+    node.output[:] = [prefix + n for n in node.output]
+    return node
 
 
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
@@ -228,13 +234,7 @@ def wide_stack() -> onnx.ModelProto:
     }
     nodes, inits, outputs = [], [], []
     for prefix, model in models.items():
-        for tensor in model.graph.initializer:
-            tensor.name = prefix + tensor.name
-            inits.append(tensor)
-        (node,) = model.graph.node
-        node.input[:] = ["X" if n == "X" else (prefix + n if n else "") for n in node.input]
-        node.output[:] = [prefix + n for n in node.output]
-        nodes.append(node)
+        nodes.append(_prefixed(model, prefix, inits))
         for output in model.graph.output:
             output.name = prefix + output.name
             outputs.append(output)
