@@ -1,7 +1,8 @@
 """The Ethos-U kinds (hetgen/platform/kinds/ethos-u.yaml): their figures are Vela's, a memory mode
 they do not model is refused, the one they parse changes where tiles are DMA'd from; and (external:
 runs Vela) hetgen's estimate of the int8 DS-CNN on corstone-300 and ethos-u65 is within 25 % of
-Vela's (ResNet-8 on ethos-u65 is not yet: expected to fail, strictly)."""
+Vela's (ResNet-8 on ethos-u65 is not yet: expected to fail, strictly), and on ethos-u65 ResNet-8's
+use of the arena cache is at most Vela's (DS-CNN's is not yet: expected to fail, strictly)."""
 
 from __future__ import annotations
 
@@ -230,6 +231,41 @@ def test_memory_mode_sets_where_tiles_come_from():
     assert sram_only.capacity == 24 * 1024 and dedicated.capacity == 384 * 1024
 
 
+# (network, platform file) -> (Vela's report, hetgen's side): one Vela run a network and platform
+# for the tests below, in the session's temporary folder
+_COMPARED: dict[tuple[str, str], tuple[dict, dict]] = {}
+
+
+def compared(name: str, platform: str, tmp_path_factory) -> tuple[dict, dict]:
+    """Vela's report and hetgen's estimate (cascades chosen as shipped) for a benchmark network."""
+    key = (name, platform)
+    if key not in _COMPARED:
+        vela_ini()
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        try:
+            import bench_vela
+        finally:
+            sys.path.remove(str(REPO / "benchmarks"))
+        from hetgen.models.quantized import quantized
+
+        folder = tmp_path_factory.mktemp(f"{name}-{platform}")
+        model = quantized(bench_vela.MODELS[name](), "QDQ", per_channel=True)
+        data, _ = bench_vela.tflite_from_qdq(model)
+        tflite = folder / f"{name}.tflite"
+        tflite.write_bytes(data)
+        vela = bench_vela.run_vela(tflite, *bench_vela.PLATFORMS[platform], folder / "vela")
+        assert all(layer for layer in vela["layers"].values())
+        vela["us"] = sum(vela["layers"].values()) / vela["clock"]
+        file = REPO / "platforms" / f"{platform}.yaml"
+        het = bench_vela.hetgen_side(model, load_platform(str(file)), None)
+        # cascades (hetgen/partition/cascades.py) are chosen only where they are cheaper than layer by layer
+        layers = load_platform_text(file.read_text() + "options: {cascade: false}\n", file=str(file))
+        het["layer_by_layer_est"] = bench_vela.hetgen_side(model, layers, None)["est"]
+        het["controller_in_sram"] = platform in bench_vela.CONTROLLER_IN_SRAM
+        _COMPARED[key] = vela, het
+    return _COMPARED[key]
+
+
 @pytest.mark.external
 @pytest.mark.parametrize(
     "name, platform",
@@ -241,39 +277,46 @@ def test_memory_mode_sets_where_tiles_come_from():
             "ethos-u65",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="1.41 of Vela: its feature maps move at the DRAM's rate where Vela keeps them in the "
+                reason="1.39 of Vela: its feature maps move at the DRAM's rate where Vela keeps them in the "
                 "cache, uncompressed weights, one invocation a layer (docs/ethos-u.md)",
             ),
         ),
     ],
 )
-def test_estimate_within_25_percent_of_vela(tmp_path, name, platform):
+def test_estimate_within_25_percent_of_vela(tmp_path_factory, name, platform):
     """hetgen's estimate (cascades chosen as shipped) is within 25 % of Vela's for the benchmark's
     int8 networks on the U55 (Sram_Only) and the U65 (Dedicated_Sram_384KB)."""
-    vela_ini()
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import bench_vela
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    from hetgen.models.quantized import quantized
-
-    model = quantized(bench_vela.MODELS[name](), "QDQ", per_channel=True)
-    data, _ = bench_vela.tflite_from_qdq(model)
-    tflite = tmp_path / f"{name}.tflite"
-    tflite.write_bytes(data)
-    vela = bench_vela.run_vela(tflite, *bench_vela.PLATFORMS[platform], tmp_path / "vela")
-    assert all(layer for layer in vela["layers"].values())
-    vela_us = sum(vela["layers"].values()) / vela["clock"]
-    file = REPO / "platforms" / f"{platform}.yaml"
-    het = bench_vela.hetgen_side(model, load_platform(str(file)), None)
-    assert abs(het["est"] / vela_us - 1) <= 0.25, (het["est"], vela_us)
-    if platform in bench_vela.CONTROLLER_IN_SRAM:
+    vela, het = compared(name, platform, tmp_path_factory)
+    assert abs(het["est"] / vela["us"] - 1) <= 0.25, (het["est"], vela["us"])
+    if het["controller_in_sram"]:
         # issue 21 item 2: the M55's and the npu's tensors in one SRAM arena, at most Vela's feature maps
         assert het["arena_kib"] <= vela["sram_kib"], (het["arena_kib"], vela["sram_kib"])
-    # cascades (hetgen/partition/cascades.py) are chosen only where they are cheaper than layer by layer
-    layers = load_platform_text(file.read_text() + "options: {cascade: false}\n", file=str(file))
-    assert het["est"] <= bench_vela.hetgen_side(model, layers, None)["est"]
+    assert het["est"] <= het["layer_by_layer_est"]
+
+
+@pytest.mark.external
+@pytest.mark.parametrize(
+    "name, platform",
+    [
+        ("resnet8", "ethos-u65"),
+        pytest.param(
+            "ds_cnn",
+            "ethos-u65",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="123.9 KiB of the cache against Vela's 21.6: its seven-layer cascade, whose weights "
+                "least-SRAM stripes (32.3 KiB) cost 5.9x its time; layer by layer 1.85x (docs/ethos-u.md)",
+            ),
+        ),
+    ],
+)
+def test_dedicated_sram_cache_use_at_most_velas(tmp_path_factory, name, platform):
+    """Issue 21 item 2: in Dedicated_Sram hetgen's tile and cascade buffers' peak in the 384 KiB
+    arena cache (the npu's local SRAM) is at most Vela's use of the cache for the same network
+    (cascades spend it only where it pays: hetgen/partition/cascades.py `least_sram`)."""
+    vela, het = compared(name, platform, tmp_path_factory)
+    assert het["memory_mode"] == "Dedicated_Sram"
+    assert het["local_kib"] <= vela["sram_kib"], (het["local_kib"], vela["sram_kib"])
 
 
 @pytest.mark.parametrize(

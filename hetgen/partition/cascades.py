@@ -6,7 +6,9 @@ depthwise convolution, a window pool, with a fused residual Add or not) whose ac
 predecessor's output and that output's only reader, may run as one cascade: one invocation, stripe
 by stripe through SRAM (hetgen/spec/cascade.py). Each run is cut into cascades and single groups
 at the least price: a single group at its cost as placed (its tile plan and its launch), a cascade
-at one launch and its command list's time (hetgen/spec/cascade_program.py: `program_us`).
+at one launch and its command list's time (hetgen/spec/cascade_program.py: `program_us`); of the
+cuts whose placement is within SRAM_TOLERANCE of the cheapest's, the one of least SRAM peak is kept
+(`least_sram`: an Ethos-U65's arena cache, which the price does not weigh, is spent where it pays).
 `options: {cascade: false}` in the platform file turns it off. This is the one place the choice is made: `with_cascades` puts it in `Placement.cascades`,
 which explain shows, and claims it: `place` calls it last, lowering runs each cascade as one
 invocation of its command list (hetgen/spec/cascade_program.py; hetgen/lower/__init__.py), so the
@@ -28,7 +30,7 @@ from hetgen.partition.placement import Cascade, Group, Placement
 from hetgen.partition.price import price
 from hetgen.partition.timeline import placement_makespan
 from hetgen.platform.model import Platform, Target
-from hetgen.spec.cascade import CascadePlan, Layer, cascade_layer, cascade_plan
+from hetgen.spec.cascade import SRAM_TOLERANCE, CascadePlan, Layer, cascade_layer, cascade_plan
 from hetgen.spec.cascade_program import cascade_program, program_us
 from hetgen.spec.invocation import group_plans, kernel_units_of, one_unit_per_invocation, tile_rates, unit_inputs
 from hetgen.spec.tile_shapes import UnitOp, tensor_names, unit_op
@@ -62,7 +64,47 @@ def with_cascades(placement: Placement, graph: Graph, platform: Platform) -> Pla
     if not cascading(platform) or placement.kernels is None or placement.cascades:
         return placement
     found = choose_cascades(placement, graph, platform)
-    return claimed(placement, found, graph, platform) if found else placement
+    return least_sram(claimed(placement, found, graph, platform), placement, graph, platform) if found else placement
+
+
+def least_sram(fastest: Placement, placement: Placement, graph: Graph, platform: Platform) -> Placement:
+    """Of the placements with cascades whose total is within SRAM_TOLERANCE of `fastest`'s, the one
+    whose tiled accelerators' SRAM peak (`sram_peak`) is least: SRAM is spent only where it pays,
+    as a cascade's stripe height is (hetgen/spec/cascade.py), here between cascades and running
+    their layers one by one. An Ethos-U65's arena cache is its npu's SRAM, which the price does
+    not weigh (a tile or cascade buffer there costs no time of its own): without this the fastest
+    cut takes it all for a share of a percent. Each step caps the cascades' SRAM below the peak
+    so far (`choose_cascades(..., cap=)`) and keeps the cut that lowers the peak and stays within
+    the tolerance; the first that does not ends it (`placement`: the groups without cascades)."""
+    limit = fastest.total_us * (1 + SRAM_TOLERANCE)
+    chosen, peak = fastest, sram_peak(fastest, graph, platform)
+    while peak > 0:
+        found = choose_cascades(placement, graph, platform, cap=peak - 1)
+        trial = claimed(placement, found, graph, platform) if found else placement
+        trial_peak = sram_peak(trial, graph, platform)
+        if trial.total_us > limit or trial_peak >= peak:
+            break
+        chosen, peak = trial, trial_peak
+    return chosen
+
+
+def sram_peak(placement: Placement, graph: Graph, platform: Platform) -> int:
+    """The SRAM the placement's tiled accelerators take, summed over them: each one's largest
+    buffer set, a cascade's (`Cascade.sram_bytes`) or a single group's tile plan's."""
+    targets = {t.path_str: t for t in platform.targets()}
+    by_name = {node.name: node for node in graph.nodes}
+    peaks: dict[str, int] = {}
+    for cascade in placement.cascades:
+        peaks[cascade.target] = max(peaks.get(cascade.target, 0), cascade.sram_bytes)
+    in_cascade = {name for cascade in placement.cascades for name in cascade.groups}
+    for group in placement.groups:
+        target = targets.get(group.target)
+        if group.name in in_cascade or target is None or not one_unit_per_invocation(target):
+            continue
+        for plan in group_plans([by_name[name] for name in group.nodes], graph, target, placement.kernels):
+            if isinstance(plan, TilePlan):
+                peaks[group.target] = max(peaks.get(group.target, 0), plan.sram_bytes)
+    return sum(peaks.values())
 
 
 def claimed(placement: Placement, cascades: tuple[Cascade, ...], graph: Graph, platform: Platform) -> Placement:
@@ -88,7 +130,11 @@ def claimed(placement: Placement, cascades: tuple[Cascade, ...], graph: Graph, p
     return replace(placement, groups=tuple(groups), cascades=cascades, total_us=total)
 
 
-def choose_cascades(placement: Placement, graph: Graph, platform: Platform) -> tuple[Cascade, ...]:
+def choose_cascades(
+    placement: Placement, graph: Graph, platform: Platform, cap: int | None = None
+) -> tuple[Cascade, ...]:
+    """The cascades of least price; with `cap`, only cascades whose buffers take at most `cap`
+    bytes of SRAM (`least_sram`)."""
     targets = {t.path_str: t for t in platform.targets()}
     readers: dict[str, int] = {}
     for node in graph.nodes:
@@ -110,7 +156,7 @@ def choose_cascades(placement: Placement, graph: Graph, platform: Platform) -> t
             and run[-1].writes not in outputs
         )
         if not chained:
-            found += _cut(run, targets)
+            found += _cut(run, targets, cap)
             run = []
         if link is not None:
             run.append(link)
@@ -157,7 +203,7 @@ def cascade_units(
     )
 
 
-def _cut(run: Sequence[_Link], targets: Mapping[str, Target]) -> list[Cascade]:
+def _cut(run: Sequence[_Link], targets: Mapping[str, Target], cap: int | None = None) -> list[Cascade]:
     """The run cut into cascades and single groups at the least price (dynamic programming over
     where each cascade ends).
 
@@ -168,6 +214,8 @@ def _cut(run: Sequence[_Link], targets: Mapping[str, Target]) -> list[Cascade]:
         return []
     target = targets[run[0].group.target]
     capacity = target.memory_bytes or 0
+    if cap is not None:
+        capacity = min(capacity, cap)
     signatures = [_signature(link) for link in run]
     seen: dict[tuple, tuple[CascadePlan, float] | None] = {}
     # best[i]: (price of the first i groups, the cascades among them)
