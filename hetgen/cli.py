@@ -171,9 +171,9 @@ def cmd_explain(args) -> int:
         from hetgen.runtime.explain_html import built_report, explain_html
 
         report = built_report(Path(args.built), platform, graph, model_sha256(args.model)) if args.built else None
-        print(explain_html(placement, graph, report), end="")
+        print(explain_html(placement, graph, platform, report), end="")
     else:
-        print(explain_text(placement, graph))
+        print(explain_text(placement, graph, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
         if banks:
             from hetgen.lower.banks import bank_text
 
