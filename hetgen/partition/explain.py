@@ -272,7 +272,14 @@ def _cascade_line(c: Cascade) -> str:
 
 
 def _cascade_json(c: Cascade) -> dict:
-    return {**asdict(c), "rows": list(c.rows), "buffer_rows": list(c.buffer_rows), "saved_bytes": c.saved_bytes}
+    return {
+        **asdict(c),
+        "groups": list(c.groups),
+        "units": list(c.units),
+        "rows": list(c.rows),
+        "buffer_rows": list(c.buffer_rows),
+        "saved_bytes": c.saved_bytes,
+    }
 
 
 def _tiling_json(t: Tiling) -> dict:
