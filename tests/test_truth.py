@@ -205,7 +205,8 @@ def test_every_reason_in_the_text_is_in_the_json():
             elif lost := re.match(r"    (?:runner-up|lost): (\S+) \[(.*?)\] ([\d.]+) us, (.*)$", line):
                 target, label, cost, why = lost.groups()
                 assert any(
-                    (a["target"], a["label"], a["why"]) == (target, label, why) and abs(a["cost_us"] - float(cost)) <= 0.051
+                    (a["target"], a["label"], a["why"]) == (target, label, why)
+                    and abs(a["cost_us"] - float(cost)) <= 0.051
                     for a in group["alternatives"]
                 ), line
             elif refused := re.match(r"    refused: (\S+) on (\S+): (.*)$", line):
