@@ -114,6 +114,7 @@ class Page(HTMLParser):
         self.ticks = 0
         self.tips: dict[str, str] = {}
         self.fills: dict[str, str] = {}
+        self.bars: list[dict] = []
         self._text: str | None = None
 
     def handle_starttag(self, tag, attrs):
@@ -124,6 +125,8 @@ class Page(HTMLParser):
             self.axes.append(a)
         if tag == "text" and a.get("class") == "tick-label":
             self.ticks += 1
+        if tag == "rect" and "bar" in (a.get("class") or "").split():
+            self.bars.append(a)
         if tag == "g" and a.get("class") == "node":
             self.tips[a["data-name"]] = a["data-tip"]
             self.fills[a["data-device"]] = a["data-colour"]
@@ -152,6 +155,13 @@ def test_the_page_reads_one_total_with_axes_runner_ups_and_the_texts_colours(res
     timeline = [h for h in page.headings if h.startswith("Timeline")]
     assert timeline == [f"Timeline as the cost model prices it: {total} us"]
     assert [a["data-end"] for a in page.axes] == [total] and page.ticks >= 4
+    lanes: dict[str, list[tuple[float, float]]] = {}
+    for bar in page.bars:  # one thing at a time on each lane: the interpreter's clocks
+        lanes.setdefault(bar["data-lane"], []).append((float(bar["x"]), float(bar["x"]) + float(bar["width"])))
+    assert len(lanes) >= 3
+    for spans in lanes.values():
+        spans.sort()
+        assert all(end <= start + 1.01 for (_, end), (start, _) in zip(spans, spans[1:]))  # bars are >= 1 px
     runner_ups = [tip for tip in page.tips.values() if "runner-up" in tip]
     assert runner_ups and all(re.search(r"runner-up \S+ \[.*\] [\d.]+ us \([+-][\d.]+ us\): \S", t) for t in runner_ups)
     colours = device_colours(placement.targets())

@@ -3,8 +3,11 @@ per device (kernels, launches, weight loads, copies) as the cost model sees it a
 project, as the simulator counted it. It sits with the runtime because a built project's counters are
 part of the page.
 
-Python decides every position (a layered layout of the DAG, bars on a time axis); the template
-(templates/explain/page.html.j2) only lays them out, and every name goes through
+Python decides every position (the layered layout of hetgen/runtime/explain_layout.py; bars where
+the one interpreter, hetgen/spec/timeline.py's `run_timeline`, times each step, on a time axis with
+round ticks), every colour (`DEVICE_COLOURS`, shared with the text output) and every tooltip (a
+group's runner-up and why it lost); the template (templates/explain/page.html.j2) only lays them
+out, and every name goes through
 `hetgen.names.html_text`. No network, no external script: inline CSS, SVG and a small script that
 draws the legend and the details panel from the page's own data.
 """
@@ -143,7 +146,11 @@ def _groups_of(nodes, group_of: dict[str, str]) -> list[str]:
 def _parts(names: list[str], start: float, us: float, parts: dict[str, tuple[float, float, float]], lane: str):
     """An invocation's span cut into its groups' launch, weight loads and kernels, in proportion to
     `parts` (name -> (launch, weights, kernel) us), filling exactly [start, start + us]."""
-    pieces = [(name, kind, t) for name in names for kind, t in zip(("launch", "weights", "kernel"), parts[name])]
+    pieces = [
+        (name, kind, t)
+        for name in names
+        for kind, t in zip(("launch", "weights", "kernel"), parts.get(name, (0.0,) * 3))
+    ]
     whole = sum(t for _, _, t in pieces)
     if whole <= 0:
         return [Span(lane, "kernel", start, us, ", ".join(names) or "invocation")]
