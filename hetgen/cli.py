@@ -171,9 +171,9 @@ def cmd_explain(args) -> int:
         from hetgen.runtime.explain_html import built_report, explain_html
 
         report = built_report(Path(args.built), platform, graph, model_sha256(args.model)) if args.built else None
-        print(explain_html(placement, graph, report), end="")
+        print(explain_html(placement, graph, platform, report), end="")
     else:
-        print(explain_text(placement, graph))
+        print(explain_text(placement, graph, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
         if banks:
             from hetgen.lower.banks import bank_text
 
@@ -365,6 +365,11 @@ def _write_platform(text: str, out: str | None) -> int:
 
 
 def cmd_schema(args) -> int:
+    if args.explain:
+        from hetgen.partition.explain_schema import EXPLAIN_SCHEMA
+
+        print(json.dumps(EXPLAIN_SCHEMA, indent=2, sort_keys=True))
+        return 0
     from hetgen.platform.json_schema import json_schema
 
     print(json.dumps(json_schema(), indent=2, sort_keys=True))
@@ -491,7 +496,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("boards", help="list the board catalogue: real SoCs as platform tags (hetgen TAG MODEL)")
     check = sub.add_parser("check", help="validate a platform; print its canonical tree")
     check.add_argument("platform")
-    sub.add_parser("schema", help="print the JSON Schema of platform files")
+    schema = sub.add_parser("schema", help="print the JSON Schema of platform files")
+    schema.add_argument(
+        "--explain", action="store_true", help="print the JSON Schema of `explain --format json` instead"
+    )
     tune = sub.add_parser(
         "tune", help="measure this machine's CPU: GEMM cache blocks and cost figures, as a tuned platform file"
     )

@@ -77,6 +77,8 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_threads_price",
             "test_truth",
             "test_explain_html",
+            "test_explain_layout",
+            "test_explain_json",
             "test_one_timeline",
             "test_priced_choices",
         ),

@@ -57,10 +57,10 @@ def check(graph, platform, variant: str) -> dict[str, float]:
     for group in placement.groups:
         if group.name in prices:  # a dropped reshape runs nothing
             assert group.cost_us == pytest.approx(prices[group.name], rel=1e-9), (group.name, variants[group.name])
-            assert explained[group.name] == group.cost_us
+            assert explained[group.name] == pytest.approx(group.cost_us, abs=5e-4)  # JSON: to 1 ns
     # one CPU: the program is its groups one after the other
     assert placement.total_us == pytest.approx(sum(g.cost_us for g in placement.groups), rel=1e-9)
-    assert explain_json(placement, graph)["total_us"] == placement.total_us
+    assert explain_json(placement, graph)["total_us"] == pytest.approx(placement.total_us, abs=5e-4)  # to 1 ns
     return {name: prices[name] for name in chosen}
 
 

@@ -205,7 +205,8 @@ def test_every_reason_in_the_text_is_in_the_json():
             elif lost := re.match(r"    (?:runner-up|lost): (\S+) \[(.*?)\] ([\d.]+) us, (.*)$", line):
                 target, label, cost, why = lost.groups()
                 assert any(
-                    (a["target"], a["label"], f"{a['cost_us']:.1f}", a["why"]) == (target, label, cost, why)
+                    (a["target"], a["label"], a["why"]) == (target, label, why)
+                    and abs(a["cost_us"] - float(cost)) <= 0.051
                     for a in group["alternatives"]
                 ), line
             elif refused := re.match(r"    refused: (\S+) on (\S+): (.*)$", line):
@@ -261,7 +262,7 @@ def test_json_gives_refusals_with_numbers_launches_and_the_transfers_each_group_
         hops = sum(
             link["latency_us"] + transfer["bytes"] / (link["bandwidth_gbps"] * 1e3) for link in transfer["links"]
         ) + sum(transfer["bytes"] / (dma["bandwidth_gbps"] * 1e3) for dma in transfer["dma"])
-        assert transfer["cost_us"] == pytest.approx(hops)
+        assert transfer["cost_us"] == pytest.approx(hops, abs=5e-4)  # JSON times: to 1 ns
     launches = {g["target"]: g["launch_us"] for g in document["groups"]}
     # the platform's launch_us figures (the co-processor runs work only where it overlaps the npu's)
     assert launches.items() <= {"soc": 1.0, "soc/vdevice0/host": 2.0, "soc/vdevice0/npu0": 5.0}.items()

@@ -11,9 +11,33 @@ from dataclasses import asdict, dataclass
 
 from hetgen.errors import InternalError
 from hetgen.ir import Graph
-from hetgen.partition.cost import format_bytes
+from hetgen.partition.cost import Topology, format_bytes
 from hetgen.partition.placement import Cascade, Group, Placement, Refusal, Tiling, Transfer, refusal_text
 from hetgen.partition.price import Price, placement_price, price
+from hetgen.partition.timeline import estimated_timing, placement_program
+from hetgen.spec.timeline import ProgramSteps, Trace, run_timeline
+
+# One colour per device, by the order the placement first uses it: the HTML page fills with these and
+# the text output (on a terminal) prints each device's name in the same colour.
+DEVICE_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
+# JSON times are rounded to this many decimals of a microsecond (0.001 us = 1 ns), every one the same way
+# (as `hetgen bench --json` rounds the simulation report: hetgen/runtime/devices.py).
+US_DECIMALS = 3
+
+
+def device_colours(targets) -> dict[str, str]:
+    return {target: DEVICE_COLOURS[k % len(DEVICE_COLOURS)] for k, target in enumerate(targets)}
+
+
+def ansi(text: str, colour: str) -> str:
+    """`text` in `colour` (#rrggbb) on a 24-bit colour terminal."""
+    r, g, b = (int(colour[k : k + 2], 16) for k in (1, 3, 5))
+    return f"\033[38;2;{r};{g};{b}m{text}\033[0m"
+
+
+def us(value: float | None) -> float | None:
+    """A time as the JSON output states it (`US_DECIMALS`)."""
+    return None if value is None else round(float(value), US_DECIMALS) + 0.0
 
 
 @dataclass(frozen=True)
@@ -159,7 +183,13 @@ def _transfer_line(t: Transfer) -> str:
     return f"{t.tensor}: {t.src} -> {t.dst}, {format_bytes(t.bytes)}{route}, {t.cost_us:.1f} us"
 
 
-def render_text(e: Explanation) -> str:
+def render_text(e: Explanation, colour: bool = False) -> str:
+    """`colour`: each device's name in its colour on the page (`DEVICE_COLOURS`), for a terminal."""
+    colours = device_colours(dict.fromkeys(r.group.target for r in e.groups))
+
+    def device(target: str) -> str:
+        return ansi(target, colours[target]) if colour and target in colours else target
+
     lines = [
         f"placement of '{e.graph}' ({e.mode} mode, {e.quality}): {e.total_us:.1f} us, "
         f"{len(e.groups)} groups, {len(e.transfers)} transfers",
@@ -167,7 +197,7 @@ def render_text(e: Explanation) -> str:
     ]
     for report in e.groups:
         group = report.group
-        lines.append(f"{group.name}  {group.target}  [{group.label}]  {group.cost_us:.1f} us")
+        lines.append(f"{group.name}  {device(group.target)}  [{group.label}]  {group.cost_us:.1f} us")
         lines.append(f"    ops: {', '.join(f'{name} ({op})' for name, op in report.ops)}")
         lines.append(f"    launch: {group.launch_us:.1f} us of the {group.cost_us:.1f} us")
         if group.searched_us is not None:
@@ -188,7 +218,7 @@ def render_text(e: Explanation) -> str:
             )
         for rank, a in enumerate(group.alternatives):
             lines.append(
-                f"    {'runner-up' if rank == 0 else 'lost'}: {a.target} [{a.label}] {a.cost_us:.1f} us, {a.why}"
+                f"    {'runner-up' if rank == 0 else 'lost'}: {device(a.target)} [{a.label}] {a.cost_us:.1f} us, {a.why}"
             )
         for r in group.refused:
             lines.append(f"    refused: {r.node} on {r.target}: {r.text}")
@@ -242,7 +272,14 @@ def _cascade_line(c: Cascade) -> str:
 
 
 def _cascade_json(c: Cascade) -> dict:
-    return {**asdict(c), "rows": list(c.rows), "buffer_rows": list(c.buffer_rows), "saved_bytes": c.saved_bytes}
+    return {
+        **asdict(c),
+        "groups": list(c.groups),
+        "units": list(c.units),
+        "rows": list(c.rows),
+        "buffer_rows": list(c.buffer_rows),
+        "saved_bytes": c.saved_bytes,
+    }
 
 
 def _tiling_json(t: Tiling) -> dict:
@@ -269,47 +306,72 @@ def _refusal_json(r: Refusal) -> dict:
     return {"node": r.node, "target": r.target, "label": r.label, "reason": r.reason, "text": r.text}
 
 
+def _round_times(value, key: str = ""):
+    """Every time in the document (a field named `us` or `..._us`) to `US_DECIMALS`, recursively."""
+    if isinstance(value, dict):
+        return {k: _round_times(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_round_times(v, key) for v in value]
+    if isinstance(value, float) and (key == "us" or key.endswith("_us")):
+        return us(value)
+    return value
+
+
+def _total(values) -> float:
+    """A sum of rounded times, rounded: the parts as printed add up to the total as printed."""
+    return us(sum(values))
+
+
 def render_json(e: Explanation) -> dict:
+    """The JSON document (docs/explain-json.md, `hetgen schema --explain`): times in microseconds
+    rounded to 0.01 us; every sum is taken over the rounded parts, so the printed parts add up."""
+    groups = []
+    for r in e.groups:
+        g = r.group
+        transfers = [_round_times(_transfer_json(t)) for t in r.transfers]
+        compared = us(g.alternatives[0].cost_us - g.alternatives[0].delta_us) if g.alternatives else None
+        alternatives = []
+        for a in g.alternatives:
+            cost = us(a.cost_us)
+            alternatives.append(
+                {"target": a.target, "label": a.label, "cost_us": cost, "delta_us": us(cost - compared), "why": a.why}
+            )
+        copies_us = _total(t["cost_us"] for t in transfers)
+        groups.append(
+            {
+                "name": g.name,
+                "target": g.target,
+                "ops": [name for name, _ in r.ops],
+                "op_types": [op for _, op in r.ops],
+                "cost_us": us(g.cost_us),
+                "launch_us": us(g.launch_us),
+                "variants": list(g.variants),
+                "searched_us": us(g.searched_us),
+                "bank_us": {bank: us(t) for bank, t in g.bank_us},
+                "label": g.label,
+                "reason": g.reason,
+                "compared_us": compared,
+                "alternatives": alternatives,
+                "refused": [_refusal_json(x) for x in g.refused],
+                "transfers": transfers,
+                "transfer_us": copies_us,
+                "weight_loads": {"bytes": g.weight_bytes, "us": us(g.weight_us)},
+                "copies": {"count": len(r.transfers), "bytes": sum(t.bytes for t in r.transfers), "us": copies_us},
+                "tiling": [_round_times(_tiling_json(t)) for t in g.tilings],
+            }
+        )
+    transfers = [_round_times(_transfer_json(t)) for t in e.transfers]
     return {
         "graph": e.graph,
         "mode": e.mode,
         "quality": e.quality,
-        "groups": [
-            {
-                "name": r.group.name,
-                "target": r.group.target,
-                "ops": [name for name, _ in r.ops],
-                "op_types": [op for _, op in r.ops],
-                "cost_us": r.group.cost_us,
-                "launch_us": r.group.launch_us,
-                "variants": list(r.group.variants),
-                "searched_us": r.group.searched_us,
-                "bank_us": dict(r.group.bank_us),
-                "label": r.group.label,
-                "reason": r.group.reason,
-                "alternatives": [
-                    {"target": a.target, "label": a.label, "cost_us": a.cost_us, "delta_us": a.delta_us, "why": a.why}
-                    for a in r.group.alternatives
-                ],
-                "refused": [_refusal_json(x) for x in r.group.refused],
-                "transfers": [_transfer_json(t) for t in r.transfers],
-                "transfer_us": r.transfer_us,
-                "weight_loads": {"bytes": r.group.weight_bytes, "us": r.group.weight_us},
-                "copies": {
-                    "count": len(r.transfers),
-                    "bytes": sum(t.bytes for t in r.transfers),
-                    "us": r.transfer_us,
-                },
-                "tiling": [_tiling_json(t) for t in r.group.tilings],
-            }
-            for r in e.groups
-        ],
-        "transfers": [_transfer_json(t) for t in e.transfers],
-        "cascades": [_cascade_json(c) for c in e.cascades],
-        "total_us": e.total_us,
-        "group_us": e.group_us,
-        "launch_us": e.launch_us,
-        "transfer_us": e.transfer_us,
+        "groups": groups,
+        "transfers": transfers,
+        "cascades": [_round_times(_cascade_json(c)) for c in e.cascades],
+        "total_us": us(e.total_us),
+        "group_us": _total(g["cost_us"] for g in groups),
+        "launch_us": _total(g["launch_us"] for g in groups),
+        "transfer_us": _total(t["cost_us"] for t in transfers),
         "unclaimed": [
             {"node": u.node, "op": u.op, "reason": u.reason, "refusals": [_refusal_json(x) for x in u.refusals]}
             for u in e.unclaimed
@@ -317,8 +379,8 @@ def render_json(e: Explanation) -> dict:
     }
 
 
-def explain_text(placement: Placement, graph: Graph) -> str:
-    return render_text(explanation(placement, graph))
+def explain_text(placement: Placement, graph: Graph, colour: bool = False) -> str:
+    return render_text(explanation(placement, graph), colour)
 
 
 def explain_json(placement: Placement, graph: Graph) -> dict:
@@ -365,3 +427,16 @@ def explain_dot(placement: Placement, graph: Graph) -> str:
             lines.append(f"  {_quoted(source)} -> {_quoted('out:' + name)} [label={_quoted(name)}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def priced_timeline(placement: Placement, graph: Graph, platform, trace: Trace) -> tuple[float, ProgramSteps]:
+    """The program lowering emits for the placement, timed at the cost model's prices by the one
+    interpreter (hetgen/spec/timeline.py), each step told to `trace`: the makespan is the total the
+    placement reports (hetgen/partition/choices.py: `placement_makespan_of` times the same program)."""
+    topology = Topology(platform)
+
+    def copy_us(src: str, dst: str, nbytes: int) -> float:
+        return sum(hop.us(nbytes) for hop in topology.copies(src, dst))
+
+    program, groups = placement_program(placement.groups, graph, platform, placement.cascades)
+    return run_timeline(program, estimated_timing(program, groups, copy_us), trace), program

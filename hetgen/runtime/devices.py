@@ -121,9 +121,10 @@ def _parts_on(estimates: tuple[EstimateEntry, ...], path: str) -> float:
     return sum(part.us for e in estimates for part in e.parts if part.target in owners)
 
 
-def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
+def simulation_report(out_dir: Path, runs: int = 1, trace=None) -> SimulationReport:
     """Run the model `runs` times and report the last run's simulated time (every run does the same
-    work). A project without simulated devices still lists its groups' estimates."""
+    work). A project without simulated devices still lists its groups' estimates. `trace`: told each
+    step of the replay that makes `makespan_us` (hetgen/spec/timeline.py: `run_timeline`)."""
     model = load(Path(out_dir))
     manifest = model.manifest
     feeds = feeds_for(model, Path(out_dir), 0)[0]  # indices inside what they index
@@ -207,11 +208,11 @@ def simulation_report(out_dir: Path, runs: int = 1) -> SimulationReport:
         sum(d.copy_us + d.link_us for d in devices),
         tuple(groups),
         tuple(devices),
-        _makespan(manifest, model, estimates),
+        _makespan(manifest, model, estimates, trace),
     )
 
 
-def _makespan(manifest: Manifest, model, estimates: tuple[EstimateEntry, ...]) -> float | None:
+def _makespan(manifest: Manifest, model, estimates: tuple[EstimateEntry, ...], trace=None) -> float | None:
     """The generated program replayed with concurrent devices through the interpreter the placement
     is priced with (hetgen/spec/timeline.py: `run_timeline`): each accelerator invocation at the
     cycles the simulator counted for it, each copy at what its device counts for it, each
@@ -231,7 +232,7 @@ def _makespan(manifest: Manifest, model, estimates: tuple[EstimateEntry, ...]) -
         for counter, cycles in zip(counters, model.device_counters(target.simulator.counters_offset, len(counters))):
             key = (target.path, counter.program)
             invocations[key] = invocations.get(key, launch / clock) + cycles / clock
-    return run_timeline(program, Counted(shares, invocations))
+    return run_timeline(program, Counted(shares, invocations), trace)
 
 
 def report_lines(report: SimulationReport) -> list[str]:

@@ -3,14 +3,18 @@ per device (kernels, launches, weight loads, copies) as the cost model sees it a
 project, as the simulator counted it. It sits with the runtime because a built project's counters are
 part of the page.
 
-Python decides every position (a layered layout of the DAG, bars on a time axis); the template
-(templates/explain/page.html.j2) only lays them out, and every name goes through
+Python decides every position (the layered layout of hetgen/runtime/explain_layout.py; bars where
+the one interpreter, hetgen/spec/timeline.py's `run_timeline`, times each step, on a time axis with
+round ticks), every colour (`DEVICE_COLOURS`, shared with the text output) and every tooltip (a
+group's runner-up and why it lost); the template (templates/explain/page.html.j2) only lays them
+out, and every name goes through
 `hetgen.names.html_text`. No network, no external script: inline CSS, SVG and a small script that
 draws the legend and the details panel from the page's own data.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,197 +23,209 @@ from hetgen.codegen.render import render
 from hetgen.errors import HetgenError
 from hetgen.ir import Graph
 from hetgen.names import html_script_json, html_text
-from hetgen.partition.explain import Explanation, explanation
-from hetgen.partition.placement import Placement, Transfer
-from hetgen.runtime.devices import simulation_report
+from hetgen.partition.explain import Explanation, device_colours, explanation, priced_timeline
+from hetgen.partition.placement import Placement
+from hetgen.runtime.devices import SimulationReport, simulation_report
+from hetgen.runtime.explain_layout import Geometry, layered_layout
+from hetgen.spec.timeline import DeviceCopy, DeviceInvoke, KernelCall
 
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
-LINK_COLOUR = "#555555"
-BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 150, 34, 18, 46, 12
-TIMELINE_W, LANE_H, LANE_LABEL_W = 900, 26, 210
-LABEL_CHARS = 20
+COPY_COLOUR = "#555555"
+TIMELINE_W, LANE_H, LANE_LABEL_W, AXIS_H = 1100, 26, 230, 26
+LABEL_CHARS = 18
+GEOMETRY = Geometry()
+PAGE_W = 1500  # the width the graph is drawn for: its layers wrap into bands this wide
+BAND_LAYERS = max(
+    1,
+    int(
+        (PAGE_W - 2 * GEOMETRY.margin - GEOMETRY.wrap_room + GEOMETRY.layer_gap)
+        // (GEOMETRY.box_w + GEOMETRY.layer_gap)
+    ),
+)
 
 
 @dataclass(frozen=True)
-class Event:
-    """One thing the program does, in order: a kernel, launch or weight load of a group, or a copy."""
+class Span:
+    """One thing the program does on one lane, on the program's clock (us from the start)."""
 
-    lane: str  # a place (target path) or "link <target below it>"
-    kind: str  # "kernel" | "launch" | "weights" | "copy" | "estimate" (a controller's group, not simulated)
-    label: str
+    lane: str  # a device (target path), or "<device> copies" (its controller copying to or from it)
+    kind: str  # "kernel" | "launch" | "weights" | "copy" | "estimate" (a controller's work, not simulated)
+    start: float
     us: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Built:
+    """A built project's simulation, and its program's steps as the replay timed them."""
+
+    report: SimulationReport
+    spans: tuple[Span, ...]
+    end_us: float  # the replay's makespan: the report's simulated total
 
 
 def _short(text: str) -> str:
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "~"
 
 
+def _fmt(value: float) -> str:
+    """One way to print a time on the page, so the header and the timelines read the same digits."""
+    return f"{value:.1f}"
+
+
 # -- the graph ---------------------------------------------------------------------------------------
 
 
-def graph_layout(graph: Graph, placement: Placement, colours: dict[str, str]) -> dict:
-    """Boxes in layers by longest path from the inputs; within a layer, ordered by the mean position
-    of their producers, so edges mostly run down."""
-    producer = {out: i for i, node in enumerate(graph.nodes) for out in node.outputs if out}
-    preds = [sorted({producer[n] for n in node.inputs if n in producer}) for node in graph.nodes]
-    layer = [0] * len(graph.nodes)
-    for i in range(len(graph.nodes)):  # graph order is topological
-        layer[i] = max((layer[p] + 1 for p in preds[i]), default=0)
-    layers: list[list[int]] = [[] for _ in range(max(layer, default=-1) + 1)]
-    for i, k in enumerate(layer):
-        layers[k].append(i)
-    slot = [0.0] * len(graph.nodes)
-    for members in layers:
-        members.sort(key=lambda i: (sum(slot[p] for p in preds[i]) / len(preds[i]) if preds[i] else 0.0, i))
-        for position, i in enumerate(members):
-            slot[i] = position
-    boxes, where = [], {}
-    for k, members in enumerate(layers):
-        for position, i in enumerate(members):
-            node = graph.nodes[i]
-            x, y = MARGIN + position * (BOX_W + GAP_X), MARGIN + k * (BOX_H + GAP_Y)
-            where[i] = (x, y)
-            target = placement.target_of(node.name)
-            group = placement.group_of(node.name)
-            boxes.append(
-                {
-                    "x": x,
-                    "y": y,
-                    "text_x": x + 5,
-                    "op_y": y + 14,
-                    "label_y": y + 28,
-                    "w": BOX_W,
-                    "h": BOX_H,
-                    "op": html_text(node.op),
-                    "label": html_text(_short(node.source_name or node.name)),
-                    "name": html_text(node.name),
-                    "device": html_text(target),
-                    "group": html_text(group.name),
-                    "colour": colours[target],
-                }
-            )
-    edges = []
-    for i, node in enumerate(graph.nodes):
-        for p in preds[i]:
-            (x1, y1), (x2, y2) = where[p], where[i]
-            x1, y1, x2 = x1 + BOX_W / 2, y1 + BOX_H, x2 + BOX_W / 2
-            bend = GAP_Y / 2
-            crossing = placement.target_of(graph.nodes[p].name) != placement.target_of(node.name)
-            edges.append(
-                {
-                    "d": f"M{x1:g},{y1:g} C{x1:g},{y1 + bend:g} {x2:g},{y2 - bend:g} {x2:g},{y2:g}",
-                    "css_class": "edge crossing" if crossing else "edge",
-                }
-            )
-    widest = max((len(members) for members in layers), default=1)
-    return {
-        "boxes": boxes,
-        "edges": edges,
-        "width": 2 * MARGIN + widest * (BOX_W + GAP_X),
-        "height": 2 * MARGIN + len(layers) * (BOX_H + GAP_Y),
-    }
-
-
-# -- the timeline ------------------------------------------------------------------------------------
-
-
-def _copy_lane(t: Transfer) -> str:
-    if t.links:
-        return f"link {t.links[0].below}"
-    return t.dma[0].target if t.dma else t.dst
-
-
-def _copy_parts(t: Transfer) -> list[tuple[str, str, float]]:
-    """(what, whose, us): the priced time of a copy by who pays it (hetgen/lower: _transfer_parts)."""
-    parts = [("link", link.below, link.latency_us + t.bytes / (link.bandwidth_gbps * 1e3)) for link in t.links]
-    return parts + [("dma", dma.target, t.bytes / (dma.bandwidth_gbps * 1e3)) for dma in t.dma]
-
-
-def model_events(e: Explanation, graph: Graph) -> list[tuple[Event, tuple]]:
-    """The program as the cost model prices it, one thing at a time: each group's incoming copies,
-    its launch, weight loads and kernel, then copies of what it produced. Each event carries a key
-    that `simulated_events` uses to find its simulated counterpart."""
-    nodes = {node.name: node for node in graph.nodes}
-    produced_by = {
-        out: report.group.name
-        for report in e.groups
-        for name in report.group.nodes
-        for out in nodes[name].outputs
-        if out
-    }
-    events = []
-    for report in e.groups:
-        g = report.group
-        before = [t for t in report.transfers if produced_by.get(t.tensor) != g.name]
-        after = [t for t in report.transfers if produced_by.get(t.tensor) == g.name]
-        for t in before:
-            events.append((Event(_copy_lane(t), "copy", f"{t.tensor}: {t.src} -> {t.dst}", t.cost_us), ("copy", t)))
-        kernel = max(g.cost_us - g.launch_us - g.weight_us, 0.0)
-        if g.launch_us:
-            events.append((Event(g.target, "launch", f"{g.name} launch", g.launch_us), ("launch", g.name)))
-        if g.weight_us:
-            events.append((Event(g.target, "weights", f"{g.name} weight loads", g.weight_us), ("weights", g.name)))
-        events.append((Event(g.target, "kernel", f"{g.name} [{g.label}]", kernel), ("kernel", g.name)))
-        for t in after:
-            events.append((Event(_copy_lane(t), "copy", f"{t.tensor}: {t.src} -> {t.dst}", t.cost_us), ("copy", t)))
-    return events
-
-
-def simulated_events(priced: list[tuple[Event, tuple]], report) -> list[Event]:
-    """The same program with the simulator's times: each simulated group's launch (its invocation),
-    weight loads and kernel from its counters; a controller's group at its estimate (not simulated);
-    each copy from its devices' counted DMA and link totals, shared out over their copies by the
-    priced share (the devices count copies in total, not one by one)."""
-    groups = {g.name: g for g in report.groups}
-    counted = {}  # (what, whose) -> counted us
-    for d in report.devices:
-        counted[("dma", d.path)] = d.copy_us
-        counted[("link", d.path.removesuffix("/host") if d.path.endswith("/host") else d.path)] = d.link_us
-    priced_total: dict[tuple[str, str], float] = {}
-    for _, key in priced:
-        if key[0] == "copy":
-            for what, whose, us in _copy_parts(key[1]):
-                priced_total[(what, whose)] = priced_total.get((what, whose), 0.0) + us
-    out = []
-    for event, key in priced:
-        kind, us = event.kind, event.us
-        if key[0] == "copy":
-            us = sum(
-                part * counted[(what, whose)] / priced_total[(what, whose)]
-                if (what, whose) in counted and priced_total[(what, whose)]
-                else part
-                for what, whose, part in _copy_parts(key[1])
-            )
+def _tooltip(e: Explanation) -> dict[str, str]:
+    """Per group: what it costs, the runner-up and why it lost (or why nothing else could run it)."""
+    tips = {}
+    for r in e.groups:
+        g = r.group
+        text = f"{g.name} on {g.target} [{g.label}] {g.cost_us:.2f} us"
+        if g.alternatives:
+            a = g.alternatives[0]
+            text += f"; runner-up {a.target} [{a.label}] {a.cost_us:.2f} us ({a.delta_us:+.2f} us): {a.why}"
+        elif g.refused:
+            text += "; no other device: " + "; ".join(f"{x.target}: {x.text}" for x in g.refused[:3])
         else:
-            g = groups.get(key[1])
-            if g is None or g.simulated_us is None:
-                kind = "estimate"
-            else:
-                us = {"launch": g.invoke_us, "weights": g.weight_load_us, "kernel": g.kernel_us}[key[0]]
-        out.append(Event(event.lane, kind, event.label, us))
-    return out
+            text += "; no other device can run it"
+        if g.reason:
+            text += f"; {g.reason}"
+        tips[g.name] = text
+    return tips
 
 
-def timeline(events: list[Event], lanes: list[str], colours: dict[str, str], scale: float) -> dict:
-    """Bars one after another on a shared time axis (`scale` px per us), one row per lane."""
-    row = {lane: k for k, lane in enumerate(lanes)}
-    bars, now = [], 0.0
-    for event in events:
-        if event.us <= 0:
-            continue
-        bars.append(
+def graph_layout(graph: Graph, placement: Placement, colours: dict[str, str], tips: dict[str, str]) -> dict:
+    """The layered drawing (hetgen/runtime/explain_layout.py) as the template draws it."""
+    producer = {out: i for i, node in enumerate(graph.nodes) for out in node.outputs if out}
+    pairs = {(producer[t], i) for i, node in enumerate(graph.nodes) for t in node.inputs if t in producer}
+    layout = layered_layout(len(graph.nodes), sorted(pairs), GEOMETRY, BAND_LAYERS)
+    boxes = []
+    for i, node in enumerate(graph.nodes):
+        x, y = layout.boxes[i]
+        target = placement.target_of(node.name)
+        group = placement.group_of(node.name)
+        boxes.append(
             {
-                "x": LANE_LABEL_W + now * scale,
-                "y": row[event.lane] * LANE_H + 3,
-                "w": max(event.us * scale, 1.0),
-                "h": LANE_H - 6,
-                "kind": event.kind,
-                "lane": html_text(event.lane),
-                "label": html_text(f"{event.label}: {event.us:.2f} us"),
-                "colour": colours.get(event.lane, LINK_COLOUR),
+                "x": round(x, 1),
+                "y": round(y, 1),
+                "text_x": round(x + 5, 1),
+                "op_y": round(y + 14, 1),
+                "label_y": round(y + 28, 1),
+                "w": GEOMETRY.box_w,
+                "h": GEOMETRY.box_h,
+                "op": html_text(_short(node.op)),
+                "label": html_text(_short(node.source_name or node.name)),
+                "name": html_text(node.name),
+                "device": html_text(target),
+                "group": html_text(group.name),
+                "colour": colours[target],
+                "tip": html_text(f"{node.source_name or node.name} ({node.op}): {tips[group.name]}"),
             }
         )
-        now += event.us
+    edges = [
+        {
+            "d": layout.path(segments),
+            "css_class": "edge crossing"
+            if placement.target_of(graph.nodes[a].name) != placement.target_of(graph.nodes[b].name)
+            else "edge",
+            "source": html_text(graph.nodes[a].name),
+            "dest": html_text(graph.nodes[b].name),
+        }
+        for a, b, segments in layout.edges
+    ]
+    return {"boxes": boxes, "edges": edges, "width": round(layout.width), "height": round(layout.height)}
+
+
+# -- the timelines -----------------------------------------------------------------------------------
+
+
+def _groups_of(nodes, group_of: dict[str, str]) -> list[str]:
+    return list(dict.fromkeys(group_of[n] for n in nodes if n in group_of))
+
+
+def _parts(names: list[str], start: float, us: float, parts: dict[str, tuple[float, float, float]], lane: str):
+    """An invocation's span cut into its groups' launch, weight loads and kernels, in proportion to
+    `parts` (name -> (launch, weights, kernel) us), filling exactly [start, start + us]."""
+    pieces = [
+        (name, kind, t)
+        for name in names
+        for kind, t in zip(("launch", "weights", "kernel"), parts.get(name, (0.0,) * 3))
+    ]
+    whole = sum(t for _, _, t in pieces)
+    if whole <= 0:
+        return [Span(lane, "kernel", start, us, ", ".join(names) or "invocation")]
+    spans, now = [], start
+    for name, kind, t in pieces:
+        if t > 0:
+            share = us * t / whole
+            what = {"launch": " launch", "weights": " weight loads", "kernel": ""}[kind]
+            spans.append(Span(lane, kind, now, share, f"{name}{what}"))
+            now += share
+    return spans
+
+
+def _collector(spans: list, group_of, parts, invoked, controllers, simulated: set[str] | None):
+    """A `run_timeline` trace that turns each timed step into spans. `invoked(device, program)`: the
+    IR nodes an accelerator's sub-program runs; `simulated`: groups the simulator counted (None: the
+    cost model's timeline, where everything is an estimate alike)."""
+
+    def trace(controller, start, us, device, step, entry):
+        kind = type(step)
+        if kind is KernelCall:
+            names = _groups_of(step.nodes, group_of)
+            estimate = simulated is not None and not any(n in simulated for n in names)
+            spans.append(Span(controller, "estimate" if estimate else "kernel", start, us, ", ".join(names)))
+        elif kind is DeviceCopy:
+            way = f"{device} -> {controller}" if step.out else f"{controller} -> {device}"
+            spans.append(Span(f"{device} copies", "copy", start, us, f"copy {step.nbytes} B {way}"))
+        elif kind is DeviceInvoke and device not in controllers:  # a co-processor's steps come on their own
+            spans.extend(_parts(_groups_of(invoked(device, step.program), group_of), start, us, parts, device))
+
+    return trace
+
+
+def nice_step(span: float, ticks: int = 8) -> float:
+    """A round step (1, 2 or 5 times a power of ten) that cuts `span` into about `ticks` parts."""
+    raw = max(span, 1e-9) / ticks
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
+def axis(end_us: float, scale: float, y: float) -> dict:
+    step = nice_step(end_us)
+    count = int(end_us / step + 1e-9) + 1
+    decimals = max(0, -math.floor(math.log10(step)))
+    return {
+        "y": y,
+        "tick_y": y + 4,
+        "label_y": y + 15,
+        "x0": LANE_LABEL_W,
+        "x1": round(LANE_LABEL_W + end_us * scale, 2),
+        "ticks": [
+            {"x": round(LANE_LABEL_W + k * step * scale, 2), "label": f"{k * step:.{decimals}f}"} for k in range(count)
+        ],
+        "unit_x": LANE_LABEL_W - 6,
+    }
+
+
+def timeline(spans: list[Span], lanes: list[str], colours: dict[str, str], scale: float, end_us: float) -> dict:
+    """Bars at their start on a shared time axis (`scale` px per us), one row per lane, and the axis."""
+    row = {lane: k for k, lane in enumerate(lanes)}
+    bars = [
+        {
+            "x": round(LANE_LABEL_W + s.start * scale, 2),
+            "y": row[s.lane] * LANE_H + 3,
+            "w": round(max(s.us * scale, 1.0), 2),
+            "h": LANE_H - 6,
+            "kind": s.kind,
+            "lane": html_text(s.lane),
+            "label": html_text(f"{s.label}: {s.us:.2f} us, from {s.start:.2f} to {s.start + s.us:.2f} us"),
+            "colour": colours.get(s.lane, COPY_COLOUR),
+        }
+        for s in spans
+        if s.us > 0
+    ]
+    height = len(lanes) * LANE_H
     return {
         "bars": bars,
         "lanes": [
@@ -217,68 +233,88 @@ def timeline(events: list[Event], lanes: list[str], colours: dict[str, str], sca
                 "name": html_text(lane),
                 "y": k * LANE_H,
                 "label_y": k * LANE_H + 17,
-                "colour": colours.get(lane, LINK_COLOUR),
+                "colour": colours.get(lane, COPY_COLOUR),
             }
             for k, lane in enumerate(lanes)
         ],
-        "total_us": now,
-        "width": LANE_LABEL_W + TIMELINE_W + MARGIN,
-        "height": len(lanes) * LANE_H,
+        "axis": axis(end_us, scale, height + 2),
+        "total": _fmt(end_us),
+        "end_us": end_us,
+        "width": LANE_LABEL_W + TIMELINE_W + 40,
+        "height": height + AXIS_H,
     }
 
 
-def explain_html(placement: Placement, graph: Graph, report=None) -> str:
-    """The page. `report`: a built project's `hetgen.runtime.devices.simulation_report`, whose
-    timeline is drawn under the cost model's."""
+def _lanes(targets: list[str], spans) -> list[str]:
+    used = {s.lane for s in spans if s.us > 0}
+    lanes = []
+    for target in targets:
+        lanes += [lane for lane in (target, f"{target} copies") if lane == target or lane in used]
+    return lanes + sorted(used - set(lanes))
+
+
+def explain_html(placement: Placement, graph: Graph, platform, built: Built | None = None) -> str:
+    """The page. `built`: a built project's simulation (`built_report`), whose timeline is drawn
+    under the cost model's, on the same axis."""
     e = explanation(placement, graph)
     targets = list(placement.targets())
-    colours = {target: PALETTE[k % len(PALETTE)] for k, target in enumerate(targets)}
-    priced = model_events(e, graph)
-    lanes = list(dict.fromkeys([*targets, *(event.lane for event, _ in priced)]))
-    simulated = simulated_events(priced, report) if report is not None else None
-    longest = max(e.total_us, sum(ev.us for ev in simulated) if simulated else 0.0, 1e-9)
+    colours = device_colours(targets)
+    group_of = {name: g.name for g in placement.groups for name in g.nodes}
+    priced: list[Span] = []
+    parts = {
+        g.name: (g.launch_us, g.weight_us, max(g.cost_us - g.launch_us - g.weight_us, 0.0)) for g in placement.groups
+    }
+    raw: list[tuple] = []
+    program_end, program = priced_timeline(placement, graph, platform, lambda *step: raw.append(step))
+    runs = program.accelerators
+    collect = _collector(
+        priced,
+        group_of,
+        parts,
+        lambda device, index: [n for call in runs[device][index] for n in call.nodes],
+        program.controllers,
+        None,
+    )
+    for step in raw:
+        collect(*step)
+    lanes_spans = list(priced)
+    if built is not None:
+        lanes_spans += built.spans
+    lanes = _lanes(targets, lanes_spans)
+    longest = max(program_end, built.end_us if built is not None else 0.0, 1e-9)
     scale = TIMELINE_W / longest
     timelines = [
-        {
-            "title": "as the cost model prices it",
-            "id": "model",
-            **timeline([ev for ev, _ in priced], lanes, colours, scale),
-        }
+        {"title": "as the cost model prices it", "id": "model", **timeline(priced, lanes, colours, scale, program_end)}
     ]
-    if simulated is not None:
+    if built is not None:
         timelines.append(
-            {"title": "as the simulator counted it", "id": "simulated", **timeline(simulated, lanes, colours, scale)}
+            {
+                "title": "as the simulator counted it",
+                "id": "simulated",
+                **timeline(list(built.spans), lanes, colours, scale, built.end_us),
+            }
         )
+    tips = _tooltip(e)
     data = {
         "devices": [{"name": target, "colour": colours[target]} for target in targets],
-        "groups": [
-            {
-                "name": r.group.name,
-                "target": r.group.target,
-                "label": r.group.label,
-                "cost_us": round(r.group.cost_us, 3),
-                "ops": [name for name, _ in r.ops],
-                "reason": r.group.reason,
-            }
-            for r in e.groups
-        ],
-        "total_us": round(e.total_us, 3),
-        "simulated_us": round(report.simulated_us, 3) if report is not None else None,
+        "total_us": round(program_end, 2),
+        "simulated_us": round(built.end_us, 2) if built is not None else None,
     }
+    simulated = f"; simulated {_fmt(built.end_us)} us" if built is not None else ""
     return render(
         "explain/page.html.j2",
         title=html_text(f"hetgen explain: {e.graph}"),
         summary=html_text(
-            f"{e.graph}: {e.total_us:.1f} us estimated ({e.mode} mode, {e.quality}), {len(e.groups)} groups, "
-            f"{len(e.transfers)} copies" + (f"; simulated {report.simulated_us:.1f} us" if report is not None else "")
+            f"{e.graph}: {_fmt(program_end)} us estimated ({e.mode} mode, {e.quality}), {len(e.groups)} groups, "
+            f"{len(e.transfers)} copies{simulated}"
         ),
-        graph=graph_layout(graph, placement, colours),
+        graph=graph_layout(graph, placement, colours, tips),
         timelines=timelines,
         data=html_script_json(data),
     )
 
 
-def built_report(out_dir: Path, platform, graph: Graph, model_sha256: str):
+def built_report(out_dir: Path, platform, graph: Graph, model_sha256: str) -> Built:
     """Run a built project once and return its simulation report, after checking it was built from
     this platform and model (its groups are joined with this placement's by name): the model by its
     SHA-256 (`model_sha256`, hetgen/frontend/fingerprint.py) and its input shapes (`--shape`)."""
@@ -306,7 +342,36 @@ def built_report(out_dir: Path, platform, graph: Graph, model_sha256: str):
             f"{out_dir}: built with input shapes {_dims(built)}, not {_dims(given)}; "
             "give explain the --shape options the project was generated with"
         )
-    return simulation_report(Path(out_dir))
+    spans: list[Span] = []
+    raw: list[tuple] = []
+    report = simulation_report(Path(out_dir), trace=lambda *a: raw.append(a))
+    if manifest.program is None:
+        raise HetgenError(
+            f"{out_dir}: its hetgen.json records no program to replay; generate it again with this hetgen"
+        )
+    group_of = {node: g.name for g in report.groups for node in g.nodes}
+    parts = {
+        g.name: (g.invoke_us or 0.0, g.weight_load_us or 0.0, g.kernel_us or 0.0)
+        for g in report.groups
+        if g.simulated_us is not None
+    }
+    runs: dict[tuple[str, int], list[str]] = {}  # (accelerator, sub-program) -> the nodes its counters charge
+    for target in manifest.targets:
+        if target.simulator is not None:
+            for counter in target.simulator.counters:
+                runs.setdefault((target.path, counter.program), []).extend(counter.nodes)
+    simulated = {g.name for g in report.groups if g.simulated_us is not None}
+    collect = _collector(
+        spans,
+        group_of,
+        parts,
+        lambda device, program: runs.get((device, program), []),
+        manifest.program.controllers,
+        simulated,
+    )
+    for args in raw:
+        collect(*args)
+    return Built(report, tuple(spans), report.simulated_us)
 
 
 def _dims(shapes) -> str:

@@ -282,29 +282,44 @@ class Clocks:
         return max([self.now, *self.free.values()])
 
 
-def run_timeline(program: ProgramSteps, timing: Timing) -> float:
+Trace = Callable[[str, float, float, str, TimedStep, int], None]
+
+
+def run_timeline(program: ProgramSteps, timing: Timing, trace: Trace | None = None) -> float:
     """The program's time by the rules above: the root's entry 0, each step at what `timing` says
-    (a co-processor's sub-program interpreted the same way, recursively)."""
+    (a co-processor's sub-program interpreted the same way, recursively). `trace`, if given, is
+    told every timed step as `(controller, start_us, us, device path or "", step, entry)` on the
+    program's clock (the explain page draws its timelines from it; it changes no time)."""
     controllers = program.controllers
 
-    def entry_us(path: str, index: int) -> float:
+    def entry_us(path: str, index: int, offset: float) -> float:
         steps = controllers[path]
         devices = steps.devices
         clocks = Clocks()
         for step in steps.entries[index]:
             kind = type(step)
             if kind is KernelCall:
-                clocks.work(timing.call_us(path, step))
+                us = timing.call_us(path, step)
+                if trace is not None:
+                    trace(path, offset + clocks.now, us, "", step, index)
+                clocks.work(us)
             elif kind is DeviceCopy:
-                clocks.work(timing.copy_us(path, devices[step.device], step))
+                us = timing.copy_us(path, devices[step.device], step)
+                if trace is not None:
+                    trace(path, offset + clocks.now, us, devices[step.device].path, step, index)
+                clocks.work(us)
             elif kind is DeviceInvoke:
                 device = devices[step.device].path
+                start = max(clocks.now, clocks.free.get(device, 0.0))
                 if device in controllers:
-                    clocks.submit(device, entry_us(device, step.program))
+                    us = entry_us(device, step.program, offset + start)
                 else:
-                    clocks.submit(device, timing.invocation_us(device, step.program))
+                    us = timing.invocation_us(device, step.program)
+                if trace is not None:
+                    trace(path, offset + start, us, device, step, index)
+                clocks.submit(device, us)
             else:
                 clocks.wait(devices[step.device].path)
         return clocks.end()
 
-    return entry_us(program.root, 0)
+    return entry_us(program.root, 0, 0.0)
