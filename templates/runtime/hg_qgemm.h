@@ -818,9 +818,10 @@ static HG_QG_MAX_INLINE void hg_qg_max_row(uint8_t *y, const uint8_t *const *row
    w: the panel, [kg][HG_QG_MR][4]; a: the activations of the block's first pixel, kgroup stride `as`
    bytes; c, s: the rows' constants and scales; y: row r's pixels at y + r * ldy. */
 #if defined(HG_QG_PATH_AVX512VNNI)
-static inline __m128i hg_qg_requant16(__m512i acc, int32_t c, float s, int32_t zp, float lo, float hi)
+/* 16 sums that already hold their constant (the block's accumulators start at it) */
+static inline __m128i hg_qg_requant16(__m512i acc, float s, int32_t zp, float lo, float hi)
 {
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, _mm512_set1_epi32(c))), _mm512_set1_ps(s));
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(s));
     f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
     return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp)));
 }
@@ -863,11 +864,20 @@ static inline __m128i hg_qg_requant16(__m512i acc, int32_t c, float s, int32_t z
     } while (0)
 #endif
 
+/* The block's 16 accumulators, each row's starting at its constant (the int32 sum is the same, the
+   requantisation has one add fewer); rows past `rows` at 0 (their constants are not read). */
+#define HG_QG_INIT_ROW(r) _mm512_set1_epi32((r) < rows ? c[r] : 0)
+#define HG_QG_INIT_BLOCK()                                                                                  \
+    __m512i c00 = HG_QG_INIT_ROW(0), c01 = c00, c10 = HG_QG_INIT_ROW(1), c11 = c10, c20 = HG_QG_INIT_ROW(2); \
+    __m512i c21 = c20, c30 = HG_QG_INIT_ROW(3), c31 = c30, c40 = HG_QG_INIT_ROW(4), c41 = c40;              \
+    __m512i c50 = HG_QG_INIT_ROW(5), c51 = c50, c60 = HG_QG_INIT_ROW(6), c61 = c60, c70 = HG_QG_INIT_ROW(7); \
+    __m512i c71 = c70
+
 /* The block's 16 accumulators requantised and stored: rows < `rows`, pixels < `npx` (hg_qg_block, hg_qg_block_taps). */
 #define HG_QG_STORE(r, lo_, hi_)                                                                            \
     if ((r) < rows) {                                                                                       \
-        _mm_mask_storeu_epi8(y + (r) * ldy, m0, hg_qg_requant16(lo_, c[r], s[r], zp, lo, hi));              \
-        _mm_mask_storeu_epi8(y + (r) * ldy + 16, m1, hg_qg_requant16(hi_, c[r], s[r], zp, lo, hi));         \
+        _mm_mask_storeu_epi8(y + (r) * ldy, m0, hg_qg_requant16(lo_, s[r], zp, lo, hi));              \
+        _mm_mask_storeu_epi8(y + (r) * ldy + 16, m1, hg_qg_requant16(hi_, s[r], zp, lo, hi));         \
     }
 #define HG_QG_STORE_BLOCK()                                                                                 \
     do {                                                                                                    \
@@ -909,8 +919,7 @@ HG_QG_NOINLINE static void hg_qg_block(const int8_t *restrict w, const uint8_t *
         }
         return;
     }
-    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-    __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    HG_QG_INIT_BLOCK();
     for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR) {
         const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 64);
         HG_QG_STEP();
@@ -927,8 +936,7 @@ HG_QG_NOINLINE static void hg_qg_block_taps(const int8_t *restrict w, const uint
                                             const float *s, int32_t zp, float lo, float hi, uint8_t *y, size_t ldy)
 {
     const size_t npx = HG_QG_NB;
-    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-    __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    HG_QG_INIT_BLOCK();
     for (size_t g = 0; g < kg; ++g, w += 4 * HG_QG_MR) {
         const __m512i a0 = _mm512_loadu_si512(lo_at + taps[g]), a1 = _mm512_loadu_si512(hi_at + taps[g]);
         HG_QG_STEP();
@@ -937,6 +945,8 @@ HG_QG_NOINLINE static void hg_qg_block_taps(const int8_t *restrict w, const uint
 }
 #undef HG_QG_STORE_BLOCK
 #undef HG_QG_STORE
+#undef HG_QG_INIT_BLOCK
+#undef HG_QG_INIT_ROW
 
 /* every path but plain NEON computes any int8 weight alike (hg_qg_block_w128: see there) */
 static inline HG_QG_UNUSED void hg_qg_block_w128(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
