@@ -76,7 +76,8 @@ CASES = {
         True,
     ),
     "gather_conv1d": (np.int8, (1, 20, 50), (12, 20, 3), dict(strides=[2], pads=[1, 0]), True, False),
-    # blocks inside one output row (width 32), and a last block of 16 pixels (5 rows of 16, stride 2 along the rows)
+    # blocks inside one output row (width 32), and a last block of 16 pixels (5 rows of 16, stride 2 along the
+    # rows): on AVX-512 VNNI the whole blocks read the plane in place (hg_qg_block_taps), the last one copied
     "gather_rows_32": (np.int8, (1, 16, 6, 32), (11, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
     "gather_rows_16_u8": (np.uint8, (1, 20, 5, 32), (9, 20, 3, 3), dict(strides=[1, 2], pads=[1, 1, 1, 0]), True, True),
     "fully_connected": (np.int8, (2, 40, 1, 1), (10, 40, 1, 1), {}, True, True),
@@ -312,6 +313,8 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     # the gathered convolutions; the matrix products with 4 rows or more by blocks of 4 rows
     gathered = sum(1 for name in CASES if name.startswith("gather")) + 2  # + "wide", "extreme_pairs"
     assert kernels.count("hg_qg_gather(") == gathered
+    # whole blocks read in place where each half lies in one output row (widths 32 and 16; on VNNI)
+    assert kernels.count("hg_qg_block_taps(") == 2  # gather_rows_32, gather_rows_16_u8
     assert kernels.count("hg_qg_gemm_rows(") == len(MATMUL_CASES)
     assert kernels.count("i0 += 4u") == sum(1 for case in MATMUL_CASES.values() if np.prod(case[1][:-1]) >= 4)
     # the packed kernels: blocks of pixels, or the fully connected layers' GEMV; the depthwise ones direct

@@ -117,3 +117,27 @@ def test_gathered_only_where_it_pays():
     win = window((8, 8), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
     assert qpack.plan_gather(qpack.GATHER_MIN_CHANNELS - 1, 8, 1, win, padded_plane(win)) is None
     assert qpack.plan_gather(qpack.GATHER_MIN_CHANNELS, 8, 1, win, padded_plane(win)) is not None
+
+
+@pytest.mark.parametrize(
+    "in_hw, strides, in_place",
+    [((6, 32), (1, 1), True), ((5, 32), (1, 2), True), ((4, 64), (2, 1), True), ((6, 24), (1, 1), False)],
+)
+def test_whole_blocks_read_the_plane_in_place_where_each_half_lies_in_one_row(in_hw, strides, in_place):
+    """hg_qg_block_taps (AVX-512 VNNI) reads a whole block's 16-pixel halves at half origin + taps[g]:
+    where the plan allows it, those 64 bytes are the 16 pixels' dwords the copy would take, inside the plane."""
+    win = window(in_hw, (3, 3), strides, (1, 1), (1, 1), (1, 1))
+    params, _ = qpack.plan_gather(16, 8, 1, win, padded_plane(win))
+    _, out_h, out_w = win.out_shape
+    assert params["halves_in_rows"] is in_place
+    if not in_place:
+        return
+    half = qpack.BLOCK_PIXELS // 2
+
+    def origin(p):  # where the copy reads output pixel p's dword at tap 0 (qconv_gather.c.j2)
+        return p // out_w * params["out_row_bytes"] + 4 * (p % out_w)
+
+    for p0 in range(0, out_h * out_w - qpack.BLOCK_PIXELS + 1, qpack.BLOCK_PIXELS):
+        for at in (p0, p0 + half):
+            assert [origin(at + i) for i in range(half)] == [origin(at) + 4 * i for i in range(half)]
+            assert origin(at) + max(params["taps"]) + 4 * half <= params["plane_bytes"]

@@ -194,6 +194,9 @@ def plan_gather(cin_group: int, cout_group: int, groups: int, win, padded):
         "phase_w": phase_w,
         "stride_w": sw,
         "out_row_bytes": 4 * sh * row_dw,
+        # each half of a block of output pixels inside one output row: where the path has
+        # hg_qg_block_taps, a whole block reads the plane in place instead of its copy
+        "halves_in_rows": out_w % (BLOCK_PIXELS // 2) == 0,
         "panels": panels(cout_group),
         "panel_bytes": len(taps) * 4 * PANEL_ROWS,
         "group_w_bytes": panels(cout_group) * len(taps) * 4 * PANEL_ROWS,

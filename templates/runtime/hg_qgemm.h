@@ -818,9 +818,10 @@ static HG_QG_MAX_INLINE void hg_qg_max_row(uint8_t *y, const uint8_t *const *row
    w: the panel, [kg][HG_QG_MR][4]; a: the activations of the block's first pixel, kgroup stride `as`
    bytes; c, s: the rows' constants and scales; y: row r's pixels at y + r * ldy. */
 #if defined(HG_QG_PATH_AVX512VNNI)
-static inline __m128i hg_qg_requant16(__m512i acc, int32_t c, float s, int32_t zp, float lo, float hi)
+/* 16 sums that already hold their constant (the block's accumulators start at it) */
+static inline __m128i hg_qg_requant16(__m512i acc, float s, int32_t zp, float lo, float hi)
 {
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, _mm512_set1_epi32(c))), _mm512_set1_ps(s));
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(s));
     f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
     return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(zp)));
 }
@@ -863,6 +864,35 @@ static inline __m128i hg_qg_requant16(__m512i acc, int32_t c, float s, int32_t z
     } while (0)
 #endif
 
+/* The block's 16 accumulators, each row's starting at its constant (the int32 sum is the same, the
+   requantisation has one add fewer); rows past `rows` at 0 (their constants are not read). */
+#define HG_QG_INIT_ROW(r) _mm512_set1_epi32((r) < rows ? c[r] : 0)
+#define HG_QG_INIT_BLOCK()                                                                                  \
+    __m512i c00 = HG_QG_INIT_ROW(0), c01 = c00, c10 = HG_QG_INIT_ROW(1), c11 = c10, c20 = HG_QG_INIT_ROW(2); \
+    __m512i c21 = c20, c30 = HG_QG_INIT_ROW(3), c31 = c30, c40 = HG_QG_INIT_ROW(4), c41 = c40;              \
+    __m512i c50 = HG_QG_INIT_ROW(5), c51 = c50, c60 = HG_QG_INIT_ROW(6), c61 = c60, c70 = HG_QG_INIT_ROW(7); \
+    __m512i c71 = c70
+
+/* The block's 16 accumulators requantised and stored: rows < `rows`, pixels < `npx` (hg_qg_block, hg_qg_block_taps). */
+#define HG_QG_STORE(r, lo_, hi_)                                                                            \
+    if ((r) < rows) {                                                                                       \
+        _mm_mask_storeu_epi8(y + (r) * ldy, m0, hg_qg_requant16(lo_, s[r], zp, lo, hi));              \
+        _mm_mask_storeu_epi8(y + (r) * ldy + 16, m1, hg_qg_requant16(hi_, s[r], zp, lo, hi));         \
+    }
+#define HG_QG_STORE_BLOCK()                                                                                 \
+    do {                                                                                                    \
+        const __mmask16 m0 = (__mmask16)(npx >= 16 ? 0xFFFFu : (1u << npx) - 1u);                           \
+        const __mmask16 m1 = (__mmask16)(npx >= 32 ? 0xFFFFu : npx <= 16 ? 0u : (1u << (npx - 16)) - 1u);  \
+        HG_QG_STORE(0, c00, c01)                                                                            \
+        HG_QG_STORE(1, c10, c11)                                                                            \
+        HG_QG_STORE(2, c20, c21)                                                                            \
+        HG_QG_STORE(3, c30, c31)                                                                            \
+        HG_QG_STORE(4, c40, c41)                                                                            \
+        HG_QG_STORE(5, c50, c51)                                                                            \
+        HG_QG_STORE(6, c60, c61)                                                                            \
+        HG_QG_STORE(7, c70, c71)                                                                            \
+    } while (0)
+
 /* Not inlined: inside a kernel's loops GCC 12 allocates the 16 accumulators worse (moves and spills). */
 HG_QG_NOINLINE static void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
                                        size_t rows, size_t npx, const int32_t *c, const float *s, int32_t zp, float lo,
@@ -889,29 +919,34 @@ HG_QG_NOINLINE static void hg_qg_block(const int8_t *restrict w, const uint8_t *
         }
         return;
     }
-    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-    __m512i c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    HG_QG_INIT_BLOCK();
     for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR) {
         const __m512i a0 = _mm512_loadu_si512(a), a1 = _mm512_loadu_si512(a + 64);
         HG_QG_STEP();
     }
-    const __mmask16 m0 = (__mmask16)(npx >= 16 ? 0xFFFFu : (1u << npx) - 1u);
-    const __mmask16 m1 = (__mmask16)(npx >= 32 ? 0xFFFFu : npx <= 16 ? 0u : (1u << (npx - 16)) - 1u);
-#define HG_QG_STORE(r, lo_, hi_)                                                                            \
-    if ((r) < rows) {                                                                                       \
-        _mm_mask_storeu_epi8(y + (r) * ldy, m0, hg_qg_requant16(lo_, c[r], s[r], zp, lo, hi));              \
-        _mm_mask_storeu_epi8(y + (r) * ldy + 16, m1, hg_qg_requant16(hi_, c[r], s[r], zp, lo, hi));         \
-    }
-    HG_QG_STORE(0, c00, c01)
-    HG_QG_STORE(1, c10, c11)
-    HG_QG_STORE(2, c20, c21)
-    HG_QG_STORE(3, c30, c31)
-    HG_QG_STORE(4, c40, c41)
-    HG_QG_STORE(5, c50, c51)
-    HG_QG_STORE(6, c60, c61)
-    HG_QG_STORE(7, c70, c71)
-#undef HG_QG_STORE
+    HG_QG_STORE_BLOCK();
 }
+
+/* hg_qg_block of HG_QG_NB pixels read in place (the gathered convolution, qconv_gather.c.j2, where
+   each half of a block of output pixels lies in one output row): group g's activations of pixels
+   0-15 at lo_at + taps[g], of pixels 16-31 at hi_at + taps[g] (the interleaved plane), no copy. */
+#define HG_QG_BLOCK_TAPS 1
+HG_QG_NOINLINE static void hg_qg_block_taps(const int8_t *restrict w, const uint8_t *lo_at, const uint8_t *hi_at,
+                                            const uint32_t *taps, size_t kg, size_t rows, const int32_t *c,
+                                            const float *s, int32_t zp, float lo, float hi, uint8_t *y, size_t ldy)
+{
+    const size_t npx = HG_QG_NB;
+    HG_QG_INIT_BLOCK();
+    for (size_t g = 0; g < kg; ++g, w += 4 * HG_QG_MR) {
+        const __m512i a0 = _mm512_loadu_si512(lo_at + taps[g]), a1 = _mm512_loadu_si512(hi_at + taps[g]);
+        HG_QG_STEP();
+    }
+    HG_QG_STORE_BLOCK();
+}
+#undef HG_QG_STORE_BLOCK
+#undef HG_QG_STORE
+#undef HG_QG_INIT_BLOCK
+#undef HG_QG_INIT_ROW
 
 /* every path but plain NEON computes any int8 weight alike (hg_qg_block_w128: see there) */
 static inline HG_QG_UNUSED void hg_qg_block_w128(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
