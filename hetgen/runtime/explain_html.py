@@ -227,6 +227,15 @@ def timeline(events: list[Event], lanes: list[str], colours: dict[str, str], sca
     }
 
 
+def _simulated_summary(report) -> str:
+    """The header's simulated figure: what the devices counted, over how many groups, and how much
+    of the program is estimate only (not in it)."""
+    return (
+        f"; simulated {report.simulated_us:.1f} us over {report.simulated_groups} of {len(report.groups)} groups;"
+        f" {report.estimate_only_us:.1f} us of CPU groups and copies are estimates only"
+    )
+
+
 def explain_html(placement: Placement, graph: Graph, report=None) -> str:
     """The page. `report`: a built project's `hetgen.runtime.devices.simulation_report`, whose
     timeline is drawn under the cost model's."""
@@ -249,6 +258,7 @@ def explain_html(placement: Placement, graph: Graph, report=None) -> str:
         timelines.append(
             {"title": "as the simulator counted it", "id": "simulated", **timeline(simulated, lanes, colours, scale)}
         )
+    sources = {g.name: g.source for g in report.groups} if report is not None else {}
     data = {
         "devices": [{"name": target, "colour": colours[target]} for target in targets],
         "groups": [
@@ -259,18 +269,24 @@ def explain_html(placement: Placement, graph: Graph, report=None) -> str:
                 "cost_us": round(r.group.cost_us, 3),
                 "ops": [name for name, _ in r.ops],
                 "reason": r.group.reason,
+                # where the simulated column's figure for it comes from (hetgen.runtime.devices.SOURCES)
+                "source": sources.get(r.group.name),
             }
             for r in e.groups
         ],
         "total_us": round(e.total_us, 3),
+        # only what the devices counted; estimate-sourced groups and copies are beside it
         "simulated_us": round(report.simulated_us, 3) if report is not None else None,
+        "estimate_only_us": round(report.estimate_only_us, 3) if report is not None else None,
+        "with_estimates_us": round(report.with_estimates_us, 3) if report is not None else None,
+        "copies": [{"name": c.name, "source": c.source} for c in report.copies] if report is not None else None,
     }
     return render(
         "explain/page.html.j2",
         title=html_text(f"hetgen explain: {e.graph}"),
         summary=html_text(
             f"{e.graph}: {e.total_us:.1f} us estimated ({e.mode} mode, {e.quality}), {len(e.groups)} groups, "
-            f"{len(e.transfers)} copies" + (f"; simulated {report.simulated_us:.1f} us" if report is not None else "")
+            f"{len(e.transfers)} copies" + (_simulated_summary(report) if report is not None else "")
         ),
         graph=graph_layout(graph, placement, colours),
         timelines=timelines,
