@@ -6,10 +6,12 @@ families the tests use.
 
 For each pair it builds the native simulation (no board build) into a temporary folder, runs it
 once and prints `hetgen explain`'s total (the cost model's price of the placement), the simulated
-total (`hetgen bench DIR --format json`: what the simulated devices counted, kernels, weight loads,
-invocations, DMA and link copies, plus the controllers' groups at their estimate, which run
-natively and are not simulated), how much of it is simulated at all, and the copies alone.
-`--groups` adds each simulated group: estimate, simulated, ratio.
+total (`hetgen bench DIR --format json`: only what the simulated devices counted, kernels, weight
+loads, invocations, DMA and link copies, devices concurrent), over how many of the groups, the
+estimate-only part it leaves out (the controllers' groups, which run natively and are not timed,
+and copies nothing counts), the simulated program with that part at its estimate (what compares
+with explain's total) and the copies alone. `--groups` adds each group: estimate, simulated, ratio,
+source.
 """
 
 from __future__ import annotations
@@ -63,27 +65,29 @@ def main() -> int:
     args = parser.parse_args()
     chosen = {name: m for name, m in models().items() if not args.models or name in args.models}
     print(
-        f"{'platform':<9} {'model':<12} {'mode':<6} {'explain':>9} {'simulated':>10} {'sim/est':>7} {'of it simulated':>16}"
-        f" {'copies est':>11} {'copies sim':>11}"
+        f"{'platform':<9} {'model':<12} {'mode':<6} {'explain':>9} {'simulated':>10} {'groups':>7} {'est only':>9}"
+        f" {'sim+est':>9} {'/explain':>8} {'copies est':>11} {'copies sim':>11}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for platform_name in args.platforms:
             for model_name, model in chosen.items():
                 for mode in args.modes:
                     explained, report = measure(platform_name, model, Path(tmp) / f"{platform_name}_{model_name}", mode)
-                    ratio = report.simulated_us / explained["total_us"] if explained["total_us"] else 1.0
+                    total = report.with_estimates_us
+                    ratio = total / explained["total_us"] if explained["total_us"] else 1.0
+                    counted = f"{report.simulated_groups}/{len(report.groups)}"
                     print(
                         f"{platform_name:<9} {model_name:<12} {mode:<6} {explained['total_us']:8.1f}u {report.simulated_us:9.1f}u"
-                        f" {ratio:7.2f} {report.counted_us:15.1f}u {report.transfer_estimate_us:10.1f}u"
-                        f" {report.transfer_simulated_us:10.1f}u"
+                        f" {counted:>7} {report.estimate_only_us:8.1f}u {total:8.1f}u {ratio:8.2f}"
+                        f" {report.transfer_estimate_us:10.1f}u {report.transfer_simulated_us:10.1f}u"
                     )
                     if args.groups:
                         for g in report.groups:
-                            if g.simulated_us is not None:
-                                print(
-                                    f"    {g.name:<5} {g.label:<18} est {g.estimate_us:7.2f}u sim {g.simulated_us:7.2f}u"
-                                    f" {g.simulated_us / g.estimate_us:5.2f}"
-                                )
+                            sim = "-" if g.simulated_us is None else f"{g.simulated_us:7.2f}u"
+                            ratio = "" if g.simulated_us is None else f" {g.simulated_us / g.estimate_us:5.2f}"
+                            print(
+                                f"    {g.name:<5} {g.label:<18} est {g.estimate_us:7.2f}u sim {sim:>8}{ratio} {g.source}"
+                            )
     return 0
 
 

@@ -126,6 +126,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_reentrant",
             "test_runtime_checks",
             "test_simulator",
+            "test_honest_simulation",
             "test_threads",
             "test_transport",
             "test_transport_auth",

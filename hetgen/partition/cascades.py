@@ -177,7 +177,9 @@ def _link(group: Group, graph: Graph, by_name, targets: Mapping[str, Target], pl
     inputs = unit_inputs(chain, placement.kernels)
     op = unit_op(chain, graph, epilogue, inputs)
     flops = sum(tile.flops for tile in plan.tiles)
-    layer = cascade_layer(op, flops, tile_rates(target, 1.0, chain))
+    # each layer at its own pattern's efficiency, as its group alone is priced: a pool's on the
+    # vector unit, not at the MAC array's peak (it was 1.0: int8 MaxPool cascades 1.36x under)
+    layer = cascade_layer(op, flops, tile_rates(target, group.efficiency, chain))
     if layer is None:
         return None
     layer = replace(layer, name=chain[0].name)

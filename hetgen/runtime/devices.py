@@ -5,9 +5,16 @@ placement's total as `hetgen explain` prices it, and `estimates`: each group and
 simulated times are what the project counted on a real run: each simulated accelerator (hg_sim.c)
 its kernels, weight loads, invocations, DMA copies and the copies over its link, per command a
 cycle counter joined with the groups through the IR node names each kernel computes; each
-co-processor behind a link the copies over it. Controllers run their kernels natively, so their
-groups are not simulated: the program's simulated total takes them at their estimate and says how
-much that is (`controller_us`).
+co-processor behind a link the copies over it.
+
+Every group and copy carries its source (`SOURCES`): `simulator` where a device counted it, or
+`estimate` where nothing did (a controller's kernels, which run natively and are not timed, and a
+copy no device counts). The simulated total (`simulated_us`) holds only what was counted: the
+program replayed with every estimate-sourced item at 0; the estimate-only items are reported beside
+it (`estimate_only_us`), and the program with them filled in at their estimate is `with_estimates_us`
+(what compares with explain's total). A device's copies enter at what it counted from the bytes that
+really crossed (hg_sim.c and hg_link_account count each copy's bytes over the DMA's and the link's
+model); `copies_checked` says the counted bytes and copies were the program's.
 """
 
 from __future__ import annotations
@@ -20,7 +27,13 @@ from hetgen.platform.device_model import DEFAULT_CLOCK_MHZ
 from hetgen.runtime.loader import load
 from hetgen.runtime.replay import Counted
 from hetgen.runtime.verify import feeds_for
-from hetgen.spec.timeline import call_shares, run_timeline
+from hetgen.spec.timeline import DeviceCopy, call_shares, run_timeline
+
+SIMULATOR = "simulator"  # counted by a simulated device (cycles at its clock)
+MEASURED = "measured"  # timed natively on the host (the native kind)
+QEMU_ICOUNT = "qemu-icount"  # instructions counted under qemu x the kind's cycles per instruction
+ESTIMATE = "estimate"  # the cost model's figure: not in the simulated total
+SOURCES = (SIMULATOR, MEASURED, QEMU_ICOUNT, ESTIMATE)
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,7 @@ class GroupTime:
     kernel_us: float | None = None
     weight_load_us: float | None = None
     invoke_us: float | None = None  # the invocations its commands ran in
+    source: str = ESTIMATE  # where `simulated_us` comes from (SOURCES); ESTIMATE: it is None
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,9 @@ class DeviceTime:
     link_copies: int
     estimate_us: float  # the placement's groups on this device, plus the DMA and link parts of its copies
     dma_bytes: int = 0  # what its DMA engine moved for its own commands (tile and cascade loads and stores)
+    planned_link_bytes: int = 0  # what the program's copies over its link move (its steps' bytes)
+    planned_link_copies: int = 0
+    source: str = SIMULATOR
 
     @property
     def simulated_us(self) -> float:
@@ -60,11 +77,26 @@ class DeviceTime:
 
 
 @dataclass(frozen=True)
+class CopyTime:
+    """One copy of the placement: its estimate, and who counts it. `source` SIMULATOR: a device on
+    its way counts it (its share of that device's counted DMA and link time is in the device's
+    `copy_us`/`link_us`, counted from the bytes that crossed); ESTIMATE: no device counts it (a
+    copy between controllers that share memory, or over a link no device models), so it is priced
+    only (`estimate_us`) and kept out of the simulated total."""
+
+    name: str
+    estimate_us: float
+    source: str
+    counted_by: tuple[str, ...] = ()  # the devices that count its parts
+
+
+@dataclass(frozen=True)
 class SimulationReport:
     """The whole program: `estimate_us` is explain's total; `simulated_us` the generated program's
-    time with devices running concurrently (`makespan_us`, hetgen/spec/timeline.py), replayed
-    from what the devices counted (`counted_us`, one at a time) and the controllers' groups at their
-    estimate (`controller_us`: not simulated)."""
+    time with devices running concurrently (`makespan_us`, hetgen/spec/timeline.py), replayed from
+    what the devices counted alone (`counted_us`, one at a time), every estimate-sourced item at 0;
+    `estimate_only_us` those items' estimates (the controllers' groups, `controller_us`, and the
+    copies nothing counts), and `with_estimates_us` the replay with them at their estimate."""
 
     estimate_us: float
     counted_us: float
@@ -73,27 +105,65 @@ class SimulationReport:
     transfer_simulated_us: float  # every copy as counted: DMA and links
     groups: tuple[GroupTime, ...]
     devices: tuple[DeviceTime, ...]
-    makespan_us: float | None = None  # the final root clock of the replayed program (devices concurrent)
+    makespan_us: float | None = None  # the final root clock of the replayed program, counted items only
+    copies: tuple[CopyTime, ...] = ()
+    with_makespan_us: float | None = None  # the same replay with the estimate-sourced items at their estimate
+
+    @property
+    def copy_estimate_only_us(self) -> float:
+        """The copies no device counts, at their estimate (not in the simulated total)."""
+        return sum(c.estimate_us for c in self.copies if c.source == ESTIMATE)
+
+    @property
+    def estimate_only_us(self) -> float:
+        """Everything the simulated total leaves out: estimate-sourced groups and copies."""
+        return self.controller_us + self.copy_estimate_only_us
 
     @property
     def serial_us(self) -> float:
-        """One thing at a time: what the devices counted plus the controllers' groups."""
-        return self.counted_us + self.controller_us
+        """One thing at a time: what the devices counted plus the estimate-only items."""
+        return self.counted_us + self.estimate_only_us
 
     @property
     def simulated_us(self) -> float:
-        return self.serial_us if self.makespan_us is None else self.makespan_us
+        """What the devices counted, devices concurrent; no estimate inside."""
+        return self.counted_us if self.makespan_us is None else self.makespan_us
+
+    @property
+    def with_estimates_us(self) -> float:
+        """The simulated program with its estimate-sourced items at their estimate (devices
+        concurrent): what compares with explain's total, which prices every item."""
+        return self.serial_us if self.with_makespan_us is None else self.with_makespan_us
+
+    @property
+    def simulated_groups(self) -> int:
+        return sum(1 for g in self.groups if g.source != ESTIMATE)
+
+    @property
+    def copies_checked(self) -> bool:
+        """Every counting device's link carried the bytes and copies the program's steps say."""
+        return all(
+            d.link_bytes == d.planned_link_bytes and d.link_copies == d.planned_link_copies
+            for d in self.devices
+            if d.planned_link_copies or d.link_copies
+        )
 
     def to_json(self) -> dict:
         return {
             "estimate_us": round(self.estimate_us, 3),
             "simulated_us": round(self.simulated_us, 3),
+            "simulated_groups": self.simulated_groups,
+            "groups_total": len(self.groups),
+            "estimate_only_us": round(self.estimate_only_us, 3),
+            "with_estimates_us": round(self.with_estimates_us, 3),
             "counted_us": round(self.counted_us, 3),
             "controller_us": round(self.controller_us, 3),
             "serial_us": round(self.serial_us, 3),
             "transfer_estimate_us": round(self.transfer_estimate_us, 3),
             "transfer_simulated_us": round(self.transfer_simulated_us, 3),
+            "copies_checked": self.copies_checked,
             "groups": [_rounded(asdict(group)) for group in self.groups],
+            "copies": [_rounded(asdict(copy)) for copy in self.copies],
             "devices": [_rounded({**asdict(device), "simulated_us": device.simulated_us}) for device in self.devices],
         }
 
@@ -121,6 +191,33 @@ def _parts_on(estimates: tuple[EstimateEntry, ...], path: str) -> float:
     return sum(part.us for e in estimates for part in e.parts if part.target in owners)
 
 
+def _counted_parts(path: str) -> set[str]:
+    """The copy-part targets a counting device counts: its own DMA and link, and for a
+    co-processor's host the link of its composite (the part's target is the composite)."""
+    return {path, path.rsplit("/", 1)[0]} if path.endswith("/host") else {path}
+
+
+def _planned_copies(program, path: str) -> tuple[int, int, int]:
+    """(bytes over its link, copies over its link, cycles it would count for all its copies) of the
+    program's copy steps to and from the device `path`, by its own copy model."""
+    nbytes = copies = cycles = 0
+    if program is None:
+        return 0, 0, 0
+    for steps in program.controllers.values():
+        for entry in steps.entries:
+            for step in entry:
+                if type(step) is not DeviceCopy:
+                    continue
+                device = steps.devices[step.device]
+                if device.path != path or device.copies is None:
+                    continue
+                cycles += device.copies.cycles(step.nbytes)
+                if device.copies.link_bytes_per_cycle:
+                    nbytes += step.nbytes
+                    copies += 1
+    return nbytes, copies, cycles
+
+
 def simulation_report(out_dir: Path, runs: int = 1, trace=None) -> SimulationReport:
     """Run the model `runs` times and report the last run's simulated time (every run does the same
     work). A project without simulated devices still lists its groups' estimates. `trace`: told each
@@ -131,11 +228,13 @@ def simulation_report(out_dir: Path, runs: int = 1, trace=None) -> SimulationRep
     for _ in range(max(runs, 1)):
         model.run(feeds)
     estimates = manifest.estimates
+    program = manifest.program
     kernel_cycles: dict[str, int] = {}  # by IR node name (each node is in one kernel)
     load_cycles: dict[str, int] = {}
     programs_of: dict[str, set[tuple[str, int]]] = {}  # node -> (device, program) its commands ran in
     clocks: dict[str, float] = {}
     per_invocation: dict[str, float] = {}  # device -> invoke us per invocation
+    copy_scale: dict[str, float] = {}  # device -> counted copy cycles / the program's copies by its model
     devices = []
     for target in _counting(manifest):
         path, clock = target.path, float(target.clock_mhz or DEFAULT_CLOCK_MHZ)
@@ -153,6 +252,10 @@ def simulation_report(out_dir: Path, runs: int = 1, trace=None) -> SimulationRep
         per_invocation[path] = stats["invoke_cycles"] / clock / invocations if invocations else 0.0
         loads = stats["load_cycles"]
         groups_here = sum(e.estimate_us for e in estimates if not e.tensor and e.target == path)
+        planned_bytes, planned_copies, planned_cycles = _planned_copies(program, path)
+        counted_copy_cycles = stats["dma_cycles"] + stats["link_cycles"]
+        if planned_cycles:
+            copy_scale[path] = counted_copy_cycles / planned_cycles
         devices.append(
             DeviceTime(
                 path,
@@ -167,6 +270,8 @@ def simulation_report(out_dir: Path, runs: int = 1, trace=None) -> SimulationRep
                 stats["link_copies"],
                 groups_here + _parts_on(estimates, path),
                 stats["dma_bytes"],
+                planned_bytes,
+                planned_copies,
             )
         )
     groups = []
@@ -196,10 +301,15 @@ def simulation_report(out_dir: Path, runs: int = 1, trace=None) -> SimulationRep
                 kernel,
                 weights,
                 invoke,
+                ESTIMATE if kernel is None else SIMULATOR,
             )
         )
-    controller_us = sum(g.estimate_us for g in groups if g.simulated_us is None)
+    counted_parts = set().union(*(_counted_parts(d.path) for d in devices))
+    copies = tuple(_copy_time(e, counted_parts) for e in estimates if e.tensor)
+    controller_us = sum(g.estimate_us for g in groups if g.source == ESTIMATE)
     transfer_estimate = sum(e.estimate_us for e in estimates if e.tensor)
+    uncounted_copies = sum(c.estimate_us for c in copies if c.source == ESTIMATE)
+    with_estimates = _makespan(manifest, model, estimates, copy_scale, with_estimates=True, trace=trace)
     return SimulationReport(
         float(manifest.estimate_us),
         sum(d.simulated_us for d in devices),
@@ -208,19 +318,44 @@ def simulation_report(out_dir: Path, runs: int = 1, trace=None) -> SimulationRep
         sum(d.copy_us + d.link_us for d in devices),
         tuple(groups),
         tuple(devices),
-        _makespan(manifest, model, estimates, trace),
+        _makespan(manifest, model, estimates, copy_scale, with_estimates=False),
+        copies,
+        None if with_estimates is None else with_estimates + uncounted_copies,
     )
 
 
-def _makespan(manifest: Manifest, model, estimates: tuple[EstimateEntry, ...], trace=None) -> float | None:
+def _copy_time(estimate: EstimateEntry, counted_parts: set[str]) -> CopyTime:
+    """A copy's source: SIMULATOR where a counting device counts every part of it (its DMA, its
+    link), else ESTIMATE at the parts nothing counts (a copy without parts: its whole estimate)."""
+    parts = estimate.parts
+    by = tuple(sorted({p.target for p in parts if p.target in counted_parts}))
+    uncounted = sum(p.us for p in parts if p.target not in counted_parts)
+    if not parts:
+        uncounted = estimate.estimate_us
+    if uncounted > 0.0:
+        return CopyTime(estimate.name, uncounted, ESTIMATE, by)
+    return CopyTime(estimate.name, estimate.estimate_us, SIMULATOR, by)
+
+
+def _makespan(
+    manifest: Manifest,
+    model,
+    estimates: tuple[EstimateEntry, ...],
+    copy_scale: dict[str, float],
+    with_estimates: bool,
+    trace=None,
+) -> float | None:
     """The generated program replayed with concurrent devices through the interpreter the placement
     is priced with (hetgen/spec/timeline.py: `run_timeline`): each accelerator invocation at the
-    cycles the simulator counted for it, each copy at what its device counts for it, each
-    controller's kernels at their group's estimate (not simulated)."""
+    cycles the simulator counted for it, each copy at what its device counted (its model over the
+    step's bytes, scaled to the device's counted total: `copy_scale`), each controller's kernels at
+    0 (not counted) or, `with_estimates`, at their group's estimate."""
     program = manifest.program
     if program is None:
         return None
-    shares = call_shares(program, ((e.name, e.nodes, e.estimate_us) for e in estimates if not e.tensor))
+    shares = {}
+    if with_estimates:
+        shares = call_shares(program, ((e.name, e.nodes, e.estimate_us) for e in estimates if not e.tensor))
     invocations: dict[tuple[str, int], float] = {}
     for target in _counting(manifest):
         counters = _counters(target)
@@ -232,26 +367,33 @@ def _makespan(manifest: Manifest, model, estimates: tuple[EstimateEntry, ...], t
         for counter, cycles in zip(counters, model.device_counters(target.simulator.counters_offset, len(counters))):
             key = (target.path, counter.program)
             invocations[key] = invocations.get(key, launch / clock) + cycles / clock
-    return run_timeline(program, Counted(shares, invocations), trace)
+    return run_timeline(program, Counted(shares, invocations, copy_scale), trace)
 
 
 def report_lines(report: SimulationReport) -> list[str]:
     """The text form of `hetgen bench`'s simulation table (none without counting devices)."""
     if not report.devices:
         return []
+    estimate_groups = len(report.groups) - report.simulated_groups
     lines = [
-        f"program (per run): estimate {report.estimate_us:.1f} us, simulated {report.simulated_us:.1f} us"
-        f" ({_ratio(report.simulated_us, report.estimate_us)}), devices running concurrently with their controllers;"
-        f" one at a time: counted by the devices {report.counted_us:.1f} us"
-        f" + controllers' groups at their estimate {report.controller_us:.1f} us (not simulated)",
+        f"program (per run): simulated {report.simulated_us:.1f} us over {report.simulated_groups} of"
+        f" {len(report.groups)} groups and {sum(c.source != ESTIMATE for c in report.copies)} of"
+        f" {len(report.copies)} copies (devices concurrent; only what the devices counted);"
+        f" {report.controller_us:.1f} us of {estimate_groups} CPU groups"
+        f" and {report.copy_estimate_only_us:.1f} us of copies are estimates only (not in it)",
+        f"  with those at their estimate: {report.with_estimates_us:.1f} us, explain's total {report.estimate_us:.1f} us"
+        f" ({_ratio(report.with_estimates_us, report.estimate_us)}); one at a time: counted"
+        f" {report.counted_us:.1f} us + estimates {report.estimate_only_us:.1f} us",
         f"  copies: estimate {report.transfer_estimate_us:.1f} us, simulated {report.transfer_simulated_us:.1f} us"
-        f" ({_ratio(report.transfer_simulated_us, report.transfer_estimate_us)})",
+        f" ({_ratio(report.transfer_simulated_us, report.transfer_estimate_us)}), counted from the bytes that crossed"
+        + ("" if report.copies_checked else " (NOT the program's bytes: see the devices' link bytes)"),
     ]
     for d in report.devices:
         lines.append(
             f"  {d.path}: {d.simulated_us:.1f} us at {d.clock_mhz:g} MHz over {d.invocations} invocations: "
             f"kernels {d.kernel_us:.1f} us, weight loads {d.weight_load_us:.1f} us, invocations {d.invoke_us:.1f} us, "
-            f"DMA copies {d.copy_us:.1f} us, link {d.link_us:.1f} us ({d.link_copies} copies, {d.link_bytes} B)"
+            f"DMA copies {d.copy_us:.1f} us, link {d.link_us:.1f} us ({d.link_copies} copies, {d.link_bytes} B"
+            f" counted, {d.planned_link_bytes} B in the program)"
             f" (estimate {d.estimate_us:.1f} us)"
         )
     simulated = [g for g in report.groups if g.simulated_us is not None]
@@ -260,12 +402,12 @@ def report_lines(report: SimulationReport) -> list[str]:
         width = max(len(name) for name in names.values())
         lines.append(
             f"  {'group':<{width}}  {'estimate':>10}  {'simulated':>10}  {'kernel':>9}  {'weights':>9}"
-            f"  {'invoke':>9}  sim/est"
+            f"  {'invoke':>9}  sim/est  source"
         )
         for g in simulated:
             lines.append(
                 f"  {names[g.name]:<{width}}  {g.estimate_us:8.1f}us  {g.simulated_us:8.1f}us  {g.kernel_us:7.1f}us"
-                f"  {g.weight_load_us:7.1f}us  {g.invoke_us:7.1f}us  {_ratio(g.simulated_us, g.estimate_us)}"
+                f"  {g.weight_load_us:7.1f}us  {g.invoke_us:7.1f}us  {_ratio(g.simulated_us, g.estimate_us):>7}  {g.source}"
             )
     return lines
 

@@ -60,7 +60,7 @@ class Built:
 
     report: SimulationReport
     spans: tuple[Span, ...]
-    end_us: float  # the replay's makespan: the report's simulated total
+    end_us: float  # the replay's makespan, CPU groups at their estimate: the report's `with_estimates_us`
 
 
 def _short(text: str) -> str:
@@ -253,6 +253,18 @@ def _lanes(targets: list[str], spans) -> list[str]:
     return lanes + sorted(used - set(lanes))
 
 
+def _simulated_summary(report: SimulationReport, end_us: float) -> str:
+    """The header's simulated figure: the simulated timeline's end (devices as counted, CPU groups
+    and uncounted copies at their estimate), then what the devices alone counted and how much of
+    the program is estimate only."""
+    estimate_groups = len(report.groups) - report.simulated_groups
+    return (
+        f"; simulated {_fmt(end_us)} us ({_fmt(report.simulated_us)} us counted by the devices over"
+        f" {report.simulated_groups} of {len(report.groups)} groups; {_fmt(report.estimate_only_us)} us of"
+        f" {estimate_groups} CPU groups and uncounted copies at their estimate)"
+    )
+
+
 def explain_html(placement: Placement, graph: Graph, platform, built: Built | None = None) -> str:
     """The page. `built`: a built project's simulation (`built_report`), whose timeline is drawn
     under the cost model's, on the same axis."""
@@ -295,12 +307,21 @@ def explain_html(placement: Placement, graph: Graph, platform, built: Built | No
             }
         )
     tips = _tooltip(e)
+    report = built.report if built is not None else None
+    sources = {g.name: g.source for g in report.groups} if report is not None else {}
     data = {
         "devices": [{"name": target, "colour": colours[target]} for target in targets],
+        # where the simulated figure of each group comes from (hetgen.runtime.devices.SOURCES)
+        "groups": [{"name": r.group.name, "target": r.group.target, "source": sources.get(r.group.name)} for r in e.groups],
         "total_us": round(program_end, 2),
+        # the simulated timeline's end: devices as counted, CPU groups at their estimate
         "simulated_us": round(built.end_us, 2) if built is not None else None,
+        # only what the devices counted, and the estimate-only part beside it
+        "counted_us": round(report.simulated_us, 2) if report is not None else None,
+        "estimate_only_us": round(report.estimate_only_us, 2) if report is not None else None,
+        "copies": [{"name": c.name, "source": c.source} for c in report.copies] if report is not None else None,
     }
-    simulated = f"; simulated {_fmt(built.end_us)} us" if built is not None else ""
+    simulated = _simulated_summary(built.report, built.end_us) if built is not None else ""
     return render(
         "explain/page.html.j2",
         title=html_text(f"hetgen explain: {e.graph}"),
@@ -371,7 +392,7 @@ def built_report(out_dir: Path, platform, graph: Graph, model_sha256: str) -> Bu
     )
     for args in raw:
         collect(*args)
-    return Built(report, tuple(spans), report.simulated_us)
+    return Built(report, tuple(spans), report.with_estimates_us)
 
 
 def _dims(shapes) -> str:

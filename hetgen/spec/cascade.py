@@ -22,6 +22,7 @@ that fits; the estimate uses the same rates (`tiling.Rates`) as the tile plans i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,6 +69,7 @@ class Layer:
     residual: bool = False  # a Conv with its residual Add: reads one more block, the output stripe's rows
     rates: Rates | None = None  # its tiles' rates (int8 columns for an integer product)
     weight_sram: int = 0  # its constants in SRAM, each aligned (0: weight_bytes aligned as one)
+    taps: int = 0  # a vector-unit layer's (a pool's) element-taps, the whole layer's (0: a MAC layer)
 
     @property
     def window(self) -> int:
@@ -116,6 +118,7 @@ def cascade_layer(op: UnitOp, flops: int, rates: Rates | None = None) -> Layer |
         has_residual(op),
         rates,
         sum(_aligned(nbytes) for nbytes in constants),
+        0 if is_conv else y.size * math.prod(op.node.attr("kernel_shape", (1,))),
     )
 
 
@@ -294,6 +297,8 @@ def _estimate_us(layers: Sequence[Layer], program, dma: tuple[int, int], moved: 
         if layer.groups:
             products = [(stripes, layer.groups, rows * layer.out_shape[2], layer.out_shape[0] // layer.groups)]
             mac = layer.flops * lr.us_per_flop / mac_utilisation(products, lr)
+        elif layer.taps and lr.us_per_vector_tap:  # a pool on the vector unit, at its own rate
+            mac = layer.taps * lr.us_per_vector_tap
         else:
             mac = layer.flops * lr.us_per_flop
         outputs = layer.out_shape[0] * layer.out_shape[1] * layer.out_shape[2]

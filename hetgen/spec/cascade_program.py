@@ -271,7 +271,8 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
     """The command list's time on two engines that run in order and wait as its commands say, as a
     tile plan's (`tiling.plan_us`): a LOAD or STORE at the DMA rate, a MOVE at the engines' SRAM
     rate, a COMPUTE as a tile's kernel (its MAC-array work at the share of the array its product
-    keeps busy, a residual's adds on the vector unit, no faster than it streams its buffers from SRAM
+    keeps busy, a residual's adds on the vector unit, a pool's taps at the vector unit's rate, no
+    faster than it streams its buffers from SRAM
     or drains its outputs), each with its command overhead; each layer's command at its own rates
     (`Layer.rates`, int8 columns for an integer product)."""
     kernel_us = []
@@ -283,6 +284,8 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
         compute = tile.kernel.flops * rates.us_per_flop
         if mac:
             compute /= mac_utilisation(((1, work.batch, work.m, work.n),), rates)
+        elif work.engine is Engine.VECTOR and rates.us_per_vector_tap:  # the vector unit at its own rate
+            compute = work.batch * work.m * work.k * rates.us_per_vector_tap
         if work.engine is Engine.MAC_ARRAY_RESIDUAL:
             compute += outputs * rates.us_per_vector_element
         stage = outputs * rates.us_per_output_element if mac else 0.0

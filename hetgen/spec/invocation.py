@@ -43,7 +43,8 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
     kind has it), DMA at its bandwidth, and `command_us` (a figure; 0 where the kind has none) per
     command. Plans are chosen at efficiency 1 (a device property); patterns price them at their own.
     A fused residual's add runs on the vector unit at `vector_gops` (elements), where the kind has
-    that figure, else as one flop an element at the compute rate. Where the kind gives its MAC
+    that figure, else as one flop an element at the compute rate; so does a vector-unit kernel's
+    work (its taps: pools, elementwise, lookups), whatever the pattern's efficiency. Where the kind gives its MAC
     array's shape (`mac_rows`, `mac_cols`, `int8_mac_cols` figures), a tile's compute is priced at
     the share of the array its product keeps busy (`tiling.mac_utilisation`), as the device runs it."""
     figures = target.figures
@@ -65,6 +66,7 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
         1.0 / (figures.weight_gbps * 1e3) if figures.weight_gbps else 0.0,
         float(figures.weight_setup_us or 0.0),
         float(figures.dma_hidden_us or 0.0),
+        1.0 / (figures.vector_gops * 1e3) if figures.vector_gops else 0.0,
     )
 
 

@@ -149,6 +149,16 @@ class TilePlan:
             found.append(((1, work.batch, work.m, work.n),) if work.engine in mac_engines else ())
         return tuple(found)
 
+    @functools.cached_property
+    def vector_taps(self) -> tuple[int, ...]:
+        """Per kernel: the element-taps one call takes on the vector unit, as the simulator's work
+        descriptor says (batch x m x k); 0 for a kernel of the MAC array."""
+        found = []
+        for kernel in self.kernels:
+            work = instance_work(kernel.instance)
+            found.append(work.batch * work.m * work.k if work.engine is Engine.VECTOR else 0)
+        return tuple(found)
+
     def block_of(self, command: Command) -> Block:
         tile = self.tiles[command.tile]
         return tile.inputs[command.operand] if command.action is Action.LOAD else tile.outputs[command.operand]
@@ -377,6 +387,11 @@ class Rates:
         return nbytes * self.us_per_byte
 
     dma_hidden_us: float = 0.0  # a DMA queued behind another hides this much of its setup (0: none)
+    # The vector unit's own rate (the kind's vector_gops: vector_lanes element-taps a cycle): a
+    # vector-unit kernel (pools, elementwise, lookups, quantizing) takes its work descriptor's taps
+    # at it, as the simulator counts them (hg_sim.c HG_SIM_VECTOR), whatever the MAC array's peak;
+    # 0: not modelled, its flops at `us_per_flop` (the pattern's efficiency of the peak).
+    us_per_vector_tap: float = 0.0
 
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
@@ -428,7 +443,12 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
             weights = command.action is Action.LOAD and _is_constant(plan, command.operand)
             return rates.dma_us(plan.block_of(command).nbytes, weights)
         tile = plan.tiles[command.tile]
-        compute = tile.flops * rates.us_per_flop / utilisation[tile.kernel] + tile.vector * rates.us_per_vector_element
+        taps = plan.vector_taps[tile.kernel] if rates.us_per_vector_tap else 0
+        if taps:  # the vector unit at its own rate
+            compute = taps * rates.us_per_vector_tap
+        else:
+            compute = tile.flops * rates.us_per_flop / utilisation[tile.kernel]
+        compute += tile.vector * rates.us_per_vector_element
         return max(compute, _tile_bytes(tile) * rates.us_per_local_byte, _output_us(plan, tile, rates))
 
     steps = ((command.is_dma, command.after, took(command), rates.command_us) for command in plan.commands)
