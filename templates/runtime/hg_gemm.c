@@ -153,8 +153,13 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
                         const size_t rows = min_size(PM, mc - ir);
                         const float *panel_a = a_block + (ir / PM) * a_step;
                         float *tile = c + (ic + ir) * ldc + jc + jr;
-                        /* every ISA writes exactly 32 or 16 columns when asked for them */
+                        /* every ISA writes exactly 32 or 16 columns when asked for them, and
+                           AVX-512 any number up to 32 */
+#ifdef HG_SGEMM_TILE_ANY_COLS
+                        if (rows == PM)
+#else
                         if (rows == PM && (cols == PN || cols == PN / 2))
+#endif
                             hg_sgemm_tile(kc, panel_a, panel_b, tile, ldc, add, PM, cols);
                         else
                             edge_tile(kc, panel_a, panel_b, tile, ldc, rows, cols, add);
