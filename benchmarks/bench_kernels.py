@@ -99,7 +99,8 @@ def main() -> int:
             onnx.save(model, path)
             out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem, native_only=True)
             flops = matrix_flops(model)
-            for count, (ours, theirs, error, best) in measure_threads(out, args.runs, counts).items():
+            for count, figures in measure_threads(out, args.runs, counts).items():
+                ours, theirs, error, best = figures.ours, figures.theirs or float("nan"), figures.error, figures.fastest
                 gflops, best_gflops = flops / ours / 1e6, flops / best / 1e6
                 print(
                     f"{name:18} {count:7d} {ours:10.3f} {theirs:9.3f} {ours / theirs:6.2f} {gflops:8.1f}"

@@ -37,8 +37,21 @@ STRICT = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror")
 CPU_FLAGS = set(re.findall(r"\w+", Path("/proc/cpuinfo").read_text())) if Path("/proc/cpuinfo").exists() else set()
 
 # Edges of every blocking level: 1x1x1, k = 0, full tiles, partial tiles in m and n, n <= 16 (the
-# half-width AVX-512 tile), m > MC, n > NC, k > 2 KC.
-SHAPES = [(1, 1, 1), (5, 7, 0), (8, 32, 256), (13, 70, 300), (130, 40, 10), (9, 1100, 3), (17, 16, 513), (64, 49, 27)]
+# half-width AVX-512 tile), m > MC, n > NC, k > 2 KC. The last columns of a row of tiles take each
+# AVX-512 width, full and masked: 1, 6, 7 and 8 (8 lanes), 12 and 16 (16), 17 and 24 (16 + 8), 25
+# (32, masked).
+SHAPES = [
+    (1, 1, 1),
+    (5, 7, 0),
+    (8, 32, 256),
+    (13, 70, 300),
+    (130, 40, 10),
+    (9, 1100, 3),
+    (17, 16, 513),
+    (64, 49, 27),
+    (16, 57, 33),
+    (16, 24, 19),
+]
 
 
 def board(kind: str):
