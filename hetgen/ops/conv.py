@@ -126,7 +126,7 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
     (kh_n, kw_n), (s_h, s_w), (d_h, d_w) = win.kernel[1:], win.strides[1:], win.dilations[1:]
     if kh_n * kw_n > MAX_PLANE_TAPS:
         return None
-    in_w, out_w, pad_w = win.in_shape[2], win.out_shape[2], win.pads_begin[2]
+    in_w, out_w, (pad_h, pad_w) = win.in_shape[2], win.out_shape[2], win.pads_begin[1:]
     halo = d_h * (kh_n - 1) // s_h
     wq = out_w + d_w * (kw_n - 1) // s_w
     used = sorted({(d_h * kh % s_h, d_w * kw % s_w) for kh in range(kh_n) for kw in range(kw_n)})
@@ -147,6 +147,7 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
                 "col_hi": hi,
                 "src_off": b - pad_w,
                 "zero_right": hi < wq,
+                "row_off": a - pad_h,
             }
         )
     base = {ab: phase["base"] for ab, phase in zip(used, phases)}
