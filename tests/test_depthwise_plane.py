@@ -113,8 +113,9 @@ def test_the_layout_rule_computes_the_convolution(case, monkeypatch):
     np.testing.assert_allclose(replay(p, x, w), direct(x, w, p), rtol=1e-5, atol=1e-5)
 
 
-def depthwise_model(specs, channels=8, size=15) -> onnx.ModelProto:
-    """A chain of depthwise Convs, each (kernel, stride, pads, activation), with bias."""
+def depthwise_model(specs, channels=8, size=15, pool=False) -> onnx.ModelProto:
+    """A chain of depthwise Convs, each (kernel, stride, pads, activation), with bias; with `pool`,
+    a second output: the AveragePool of the last one over its whole plane (as DS-CNN's)."""
     rng = np.random.default_rng(5)
     nodes, inits, name, h = [], [], "x", size
     for k, (kernel, stride, pads, activation) in enumerate(specs):
@@ -139,11 +140,15 @@ def depthwise_model(specs, channels=8, size=15) -> onnx.ModelProto:
             nodes.append(helper.make_node(activation, [conv], [f"y{k}"]))
         name = f"y{k}"
         h = (h + pads[0] + pads[2] - kernel) // stride + 1
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, channels, h, h])]
+    if pool:
+        nodes.append(helper.make_node("AveragePool", [name], ["pooled"], kernel_shape=[h, h]))
+        outputs.append(helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, channels, 1, 1]))
     graph = helper.make_graph(
         nodes,
         "depthwise_chain",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, channels, h, h])],
+        outputs,
         inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
@@ -172,11 +177,35 @@ def test_a_native_build_matches_onnxruntime(tmp_path):
     import hetgen
     from hetgen.runtime.reference import ort_session
 
-    proto = depthwise_model(CHAIN, size=28)
+    proto = depthwise_model(CHAIN, size=28, pool=True)
     out = hetgen.compile(load_platform_text(HOST), proto, out=tmp_path / "out", native_only=True, opt=("-O3",))
     kernels = "".join(path.read_text() for path in (out / "host" / "kernels").glob("*.c"))
     assert kernels.count("Depthwise convolution over flattened rows") == len(CHAIN)
+    assert "AveragePool of planes" in kernels  # the whole-plane AveragePool as a global one
     x = np.random.default_rng(3).standard_normal((1, 8, 28, 28)).astype(np.float32)
     got = hetgen.load(out).run({"x": x})
-    (wanted,) = ort_session(proto.SerializeToString()).run(None, {"x": x})
-    np.testing.assert_allclose(next(iter(got.values())), wanted, rtol=1e-5, atol=1e-5)
+    wanted = ort_session(proto.SerializeToString()).run(None, {"x": x})
+    for info, value in zip(proto.graph.output, wanted, strict=True):
+        np.testing.assert_allclose(got[info.name], value, rtol=1e-5, atol=1e-5, err_msg=info.name)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "whole"),
+    [
+        ("AveragePool", {"kernel_shape": (25, 5)}, True),
+        ("MaxPool", {"kernel_shape": (25, 5)}, True),
+        ("AveragePool", {"kernel_shape": (25, 5), "pads": (1, 0, 1, 0), "count_include_pad": 1}, False),
+        ("AveragePool", {"kernel_shape": (24, 5)}, False),
+    ],
+)
+def test_a_pool_over_the_whole_plane_is_a_global_one(op, attrs, whole):
+    node = Node("p", op, ("x",), ("y",), tuple(sorted(attrs.items())))
+    kh = attrs["kernel_shape"][0]
+    out_h = 25 + sum(attrs.get("pads", (0, 0, 0, 0))[::2]) - kh + 1
+    instance = OpInstance(
+        node, (TensorType(DType.FLOAT32, (1, 64, 25, 5)),), (TensorType(DType.FLOAT32, (1, 64, out_h, 1)),), (None,)
+    )
+    kernel = op_def(op).lower(instance)
+    assert (kernel.template == "kernels/pool_global.c.j2") is whole
+    if whole:
+        assert kernel.params["plane_size"] == 125 and kernel.params["is_max"] is (op == "MaxPool")
