@@ -71,12 +71,8 @@ ACTIVATIONS: dict[str, Builder] = {
     "Clip": lambda x, t, e: clip(x, _f(t, e.alpha), _f(t, e.beta)),
     "Sigmoid": lambda x, t, e: sigmoid(x, t),
     "Tanh": lambda x, t, e: f"{libm('tanh', t)}({x})",
-    "HardSigmoid": lambda x, t, e: (
-        f"{libm('fmax', t)}({_f(t, 0)}, {libm('fmin', t)}({_f(t, 1)}, {_f(t, e.alpha)} * {x} + {_f(t, e.beta)}))"
-    ),
-    "HardSwish": lambda x, t, e: (
-        f"({x} * {libm('fmax', t)}({_f(t, 0)}, {libm('fmin', t)}({_f(t, 1)}, {_f(t, 1 / 6)} * {x} + {_f(t, 0.5)})))"
-    ),
+    "HardSigmoid": lambda x, t, e: clip(f"({_f(t, e.alpha)} * {x} + {_f(t, e.beta)})", _f(t, 0), _f(t, 1)),
+    "HardSwish": lambda x, t, e: f"({x} * {clip(f'({_f(t, 1 / 6)} * {x} + {_f(t, 0.5)})', _f(t, 0), _f(t, 1))})",
 }
 assert set(ACTIVATIONS) == set(FUSABLE_ACTIVATIONS), "every fusable activation needs its C expression here"
 

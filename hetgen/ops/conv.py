@@ -42,6 +42,7 @@ class ConvVariant(str, Enum):
     POINTWISE = "pointwise"
     IMPLICIT = "implicit"
     WINOGRAD = "winograd"
+    DEPTHWISE = "depthwise"
 
     @property
     def template(self) -> str:
@@ -101,6 +102,80 @@ def interior_columns(win) -> tuple[int, int, tuple[int, ...]]:
     return (lo, hi, offsets) if lo < hi else (0, 0, offsets)
 
 
+# The plane kernel's buffer (phase planes and sums of one group of output rows): within L1.
+PLANE_BUFFER_FLOATS = 8192
+# ... and the taps it sums in one unrolled loop body.
+MAX_PLANE_TAPS = 64
+
+
+def depthwise_plane(win, block_rows: int) -> dict | None:
+    """The depthwise kernel over flattened rows (`templates/kernels/conv_depthwise.c.j2`), or None
+    where it does not apply (3-D windows, more than MAX_PLANE_TAPS taps).
+
+    The row loop vectorises along one output row, a few lanes wide on the small planes of
+    MobileNet-class models (7 or 14 columns), and handles the border columns tap by tap. This one
+    copies a group of input rows, zero-padded, into `stride_h x stride_w` phase planes (phase (a, b)
+    holds the padded input's rows a, a + s_h, ... and columns b, b + s_w, ...), each `wq` columns
+    wide: output (oh, ow) of the group then reads tap (kh, kw) at a fixed offset from flat index
+    oh * wq + ow of one phase plane, for every pixel and every stride. So one loop over the group's
+    flat index, all taps in its body, computes every output (and wq - out_w columns per row that
+    are dropped), vectorised across rows; a second pass applies bias, residual and activation on
+    the way to the output."""
+    if win.kernel[0] != 1 or win.out_shape[0] != 1 or win.in_shape[0] != 1:
+        return None
+    (kh_n, kw_n), (s_h, s_w), (d_h, d_w) = win.kernel[1:], win.strides[1:], win.dilations[1:]
+    if kh_n * kw_n > MAX_PLANE_TAPS:
+        return None
+    in_w, out_w, (pad_h, pad_w) = win.in_shape[2], win.out_shape[2], win.pads_begin[1:]
+    halo = d_h * (kh_n - 1) // s_h
+    wq = out_w + d_w * (kw_n - 1) // s_w
+    used = sorted({(d_h * kh % s_h, d_w * kw % s_w) for kh in range(kh_n) for kw in range(kw_n)})
+    per_row = (len(used) + 1) * wq
+    group_rows = max(1, min(block_rows, (PLANE_BUFFER_FLOATS - len(used) * halo * wq) // per_row))
+    hq = group_rows + halo
+    phases = []
+    for index, (a, b) in enumerate(used):
+        # phase columns c whose input column s_w * c + b - pad_w lies in [0, in_w)
+        lo = min(wq, max(0, -(-(pad_w - b) // s_w)))
+        hi = min(wq, max(lo, -(-(in_w + pad_w - b) // s_w)))
+        phases.append(
+            {
+                "a": a,
+                "b": b,
+                "base": index * hq * wq,
+                "col_lo": lo,
+                "col_hi": hi,
+                "src_off": b - pad_w,
+                "zero_right": hi < wq,
+                "row_off": a - pad_h,
+            }
+        )
+    base = {ab: phase["base"] for ab, phase in zip(used, phases)}
+    taps = [
+        (kh * kw_n + kw, base[(d_h * kh % s_h, d_w * kw % s_w)] + (d_h * kh // s_h) * wq + d_w * kw // s_w)
+        for kh in range(kh_n)
+        for kw in range(kw_n)
+    ]
+    return {
+        "wq": wq,
+        "halo": halo,
+        "group_rows": group_rows,
+        "phases": phases,
+        # two partial sums (even and odd taps), so the loop body is two dependency chains, not one
+        "taps": taps,
+        "taps_even": taps[0::2],
+        "taps_odd": taps[1::2],
+        "acc_base": len(used) * hq * wq,
+        "buffer_floats": len(used) * hq * wq + group_rows * wq,
+        "buffer_bytes": 4 * (len(used) * hq * wq + group_rows * wq),
+    }
+
+
+def _as_float32(w: np.ndarray) -> np.ndarray:
+    """The plane kernel reads the weights as the model has them, [channels][kh][kw]."""
+    return np.ascontiguousarray(w, dtype=np.float32)
+
+
 def lower(op: OpInstance) -> Kernel:
     require_float32(op)
     x_type, w_type = op.input_types[0], op.input_types[1]
@@ -156,6 +231,14 @@ def lower(op: OpInstance) -> Kernel:
         params.update(rows=rows, block_rows=split.block_rows, blocks=split.blocks, units=units, split=split.tasks)
         helpers = (_parallel.HELPER,) if split.tasks else ()
     prepacked = ()
+    if variant == "direct" and op.constant(1) is not None:
+        plane = depthwise_plane(win, params["block_rows"])
+        if plane is not None:
+            # application cores only: bare metal keeps the row loop, which needs no workspace
+            plane.update(variant=ConvVariant.DEPTHWISE, bias_value="bias[m]" if has_bias else "0.0f")
+            template = ConvVariant.DEPTHWISE.template
+            offer = Prepacked(1, _as_float32, plane, plane["buffer_bytes"], template=template, hosted_only=True)
+            prepacked = (offer,)
     if variant != "direct" and op.constant(1) is not None:
         group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
         packed = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks, a_packed=True)

@@ -55,6 +55,10 @@ def lower_window_pool(op: OpInstance) -> Kernel:
     include_pad = bool(op.attr("count_include_pad", 0))
     outputs = present_outputs(op)
     with_indices = is_max and len(outputs) > 1 and outputs[1]
+    if whole_plane(win) and x_type.dtype is DType.FLOAT32 and not with_indices:
+        # one window over each whole plane (DS-CNN's AveragePool before its classifier): the
+        # global kernel's vectorised row sum or maximum instead of the window loop's taps
+        return lower_global_pool(op)
     storage_order = int(op.attr("storage_order", 0))
     planes = x_type.shape[0] * x_type.shape[1]
     split = _parallel.split(planes, y_type.size // max(planes, 1) * win.kernel_size)
@@ -88,7 +92,19 @@ def lower_window_pool(op: OpInstance) -> Kernel:
     )
 
 
+def whole_plane(win: Window) -> bool:
+    """Whether the window is the whole input plane, unpadded: one output per plane, every input in it."""
+    return (
+        win.kernel == win.in_shape
+        and win.out_size == 1
+        and set(win.dilations) == {1}
+        and not any(win.pads_begin + win.pads_end)
+    )
+
+
 def lower_global_pool(op: OpInstance) -> Kernel:
+    """GlobalAveragePool and GlobalMaxPool; also an AveragePool or MaxPool whose one window is the
+    whole plane."""
     require_float32(op)
     x_type = op.input_types[0]
     if x_type.rank < 2:
@@ -97,8 +113,8 @@ def lower_global_pool(op: OpInstance) -> Kernel:
     size = x_type.size // planes if planes else 0
     split = _parallel.split(planes, size)
     params = {
-        "is_max": op.node.op == "GlobalMaxPool",
-        "title": "GlobalMaxPool" if op.node.op == "GlobalMaxPool" else "GlobalAveragePool",
+        "is_max": op.node.op in ("GlobalMaxPool", "MaxPool"),
+        "title": op.node.op,
         "planes": planes,
         "plane_size": size,
         "out_index": input_arg_count(op),
