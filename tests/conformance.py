@@ -24,7 +24,7 @@ import re
 import subprocess
 import tempfile
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -352,14 +352,18 @@ def _prepare(case, prefix: str) -> list[_Unit] | tuple[str, str]:
 
 
 def _compile(units: list[_Unit], workdir: Path, tag: str) -> ctypes.CDLL | None:
-    """One library of all the units' kernels; None when it does not build."""
+    """One library of all the units' kernels (the runtime helpers they use linked from
+    `harness.helper_objects`, compiled once); None when it does not build."""
     source = workdir / f"{tag}.c"
     source.write_text("\n".join(u.source for u in units))
     runtime = templates_dir() / "runtime"
     helpers = sorted({h for u in units for h in u.helpers})
     lib = workdir / f"lib{tag}.so"
-    command = ["cc", *harness.CFLAGS, "-I", str(runtime), "-o", str(lib), str(source)]
-    command += [str(runtime / h) for h in helpers] + ["-lm"]
+    try:
+        objects = harness.helper_objects(helpers)
+    except AssertionError:  # a helper does not compile: run_case reports it, case by case
+        return None
+    command = ["cc", *harness.CFLAGS, "-I", str(runtime), "-o", str(lib), str(source), *map(str, objects), "-lm"]
     result = subprocess.run(command, capture_output=True, text=True)
     return ctypes.CDLL(str(lib)) if result.returncode == 0 else None
 
@@ -389,24 +393,31 @@ def run_cases(cases, chunk_kernels: int = 100, jobs: int | None = None) -> dict[
     """`run_case` for many cases at once: {case name: (status, detail)}, the same outcomes.
 
     The cases are lowered one by one, compiled in chunks of about `chunk_kernels` kernels (`jobs`
-    compilers in parallel), then run one by one.
+    compilers in parallel, each chunk as soon as it is full, while the next ones are lowered), then
+    run one by one.
     """
     outcomes: dict[str, tuple[str, str]] = {}
-    chunks: list[list[_Unit]] = [[]]
-    for i, case in enumerate(cases):
-        prepared = _prepare(case, f"c{i}")
-        if isinstance(prepared, tuple):
-            outcomes[case.name] = prepared
-            continue
-        if sum(len(u.kernels) for u in chunks[-1]) >= chunk_kernels:
-            chunks.append([])
-        chunks[-1].extend(prepared)
-    chunks = [chunk for chunk in chunks if chunk]
+    built: list[tuple[list[_Unit], Future]] = []
     with tempfile.TemporaryDirectory(prefix="hg_conformance_") as tmp:
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-            built = list(pool.map(lambda ic: _compile(ic[1], Path(tmp), f"chunk{ic[0]}"), enumerate(chunks)))
-        for chunk, lib in zip(chunks, built):
-            outcomes.update(_run_chunk(chunk, lib))
+
+            def submit(chunk: list[_Unit]) -> None:
+                built.append((chunk, pool.submit(_compile, chunk, Path(tmp), f"chunk{len(built)}")))
+
+            chunk: list[_Unit] = []
+            for i, case in enumerate(cases):
+                prepared = _prepare(case, f"c{i}")
+                if isinstance(prepared, tuple):
+                    outcomes[case.name] = prepared
+                    continue
+                if sum(len(u.kernels) for u in chunk) >= chunk_kernels:
+                    submit(chunk)
+                    chunk = []
+                chunk.extend(prepared)
+            if chunk:
+                submit(chunk)
+            for units, library in built:
+                outcomes.update(_run_chunk(units, library.result()))
     return outcomes
 
 

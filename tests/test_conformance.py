@@ -22,6 +22,7 @@ import conformance
 pytestmark = pytest.mark.cc
 
 CASES = conformance.cases()
+PARTS = 8  # what the xdist workers share out (the fixture below)
 
 
 @pytest.fixture(scope="session")
@@ -34,18 +35,35 @@ def outcomes(request, tmp_path_factory) -> dict[str, tuple[str, str]]:
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return conformance.run_cases(selected)
     # Every xdist worker collects every test, so each would compile all the selected cases (`-n 2`
-    # built all 1,800 twice): the first worker to get here computes them, the others read its
-    # outcomes. The folder above a worker's basetemp is this run's, shared by its workers.
+    # built all 1,800 twice). The cases are cut into PARTS parts instead; each worker computes the
+    # parts no other worker has taken (an exclusive lock on the part's lock file while it does) and
+    # then reads the others' outcomes, waiting on their locks: both workers lower, compile and run
+    # cases at once. The folder above a worker's basetemp is this run's, shared by its workers.
     digest = hashlib.sha256("\n".join(case.name for case in selected).encode()).hexdigest()[:16]
-    shared = tmp_path_factory.getbasetemp().parent / f"conformance-{digest}.json"
-    with open(f"{shared}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if shared.is_file():
-            return {name: tuple(outcome) for name, outcome in json.loads(shared.read_text()).items()}
-        computed = conformance.run_cases(selected)
-        shared.with_suffix(".tmp").write_text(json.dumps(computed))
-        shared.with_suffix(".tmp").replace(shared)
-        return computed
+    folder = tmp_path_factory.getbasetemp().parent
+    parts = [selected[i * len(selected) // PARTS : (i + 1) * len(selected) // PARTS] for i in range(PARTS)]
+    paths = [folder / f"conformance-{digest}-{i}.json" for i in range(PARTS)]
+    for part, path in zip(parts, paths):  # the parts nobody has taken
+        with open(f"{path}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # another worker is computing it
+            if not path.is_file():
+                _write(path, conformance.run_cases(part))
+    outcomes = {}
+    for part, path in zip(parts, paths):  # every part, once its worker is done with it
+        with open(f"{path}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.is_file():  # its worker died before writing it
+                _write(path, conformance.run_cases(part))
+            outcomes.update({name: tuple(outcome) for name, outcome in json.loads(path.read_text()).items()})
+    return outcomes
+
+
+def _write(path, outcomes) -> None:
+    path.with_suffix(".tmp").write_text(json.dumps(outcomes))
+    path.with_suffix(".tmp").replace(path)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
