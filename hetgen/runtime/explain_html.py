@@ -312,7 +312,9 @@ def explain_html(placement: Placement, graph: Graph, platform, built: Built | No
     data = {
         "devices": [{"name": target, "colour": colours[target]} for target in targets],
         # where the simulated figure of each group comes from (hetgen.runtime.devices.SOURCES)
-        "groups": [{"name": r.group.name, "target": r.group.target, "source": sources.get(r.group.name)} for r in e.groups],
+        "groups": [
+            {"name": r.group.name, "target": r.group.target, "source": sources.get(r.group.name)} for r in e.groups
+        ],
         "total_us": round(program_end, 2),
         # the simulated timeline's end: devices as counted, CPU groups at their estimate
         "simulated_us": round(built.end_us, 2) if built is not None else None,
