@@ -166,7 +166,7 @@ def test_estimate_and_simulation_agree(tmp_path, platform_name, model_name, mode
     explained = explain_json(placement, graph)
     out = hetgen.compile(platform, model, out=tmp_path / "out", native_only=True, placement=mode)
     report = simulation_report(out)
-    assert report.estimate_us == pytest.approx(explained["total_us"])  # one price
+    assert report.estimate_us == pytest.approx(explained["total_us"], abs=5e-4)  # one price (the JSON: to 1 ns)
     assert abs(report.with_estimates_us / report.estimate_us - 1) <= TOLERANCE, (
         report.with_estimates_us,
         report.estimate_us,
