@@ -544,6 +544,25 @@ static inline void hg_qg_dw_masked_q(const uint8_t *x, const int32_t *off, const
 }
 #endif
 
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+/* 16 int32 sums (a0-a3, in order) requantised as hg_qg_requant_row does into 16 bytes at y. */
+static inline void hg_qg_requant16(int32x4_t a0, int32x4_t a1, int32x4_t a2, int32x4_t a3, float s, int32_t zp,
+                                   float lo, float hi, uint8_t *y)
+{
+    const int32x4_t vzp = vdupq_n_s32(zp);
+    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
+    const float32x4_t f0 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a0), s), vlo), vhi);
+    const float32x4_t f1 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a1), s), vlo), vhi);
+    const float32x4_t f2 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a2), s), vlo), vhi);
+    const float32x4_t f3 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a3), s), vlo), vhi);
+    const int16x8_t q0 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f0), vzp)),
+                                      vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f1), vzp)));
+    const int16x8_t q1 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f2), vzp)),
+                                      vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f3), vzp)));
+    vst1q_u8(y, vreinterpretq_u8_s8(vcombine_s8(vmovn_s16(q0), vmovn_s16(q1))));
+}
+#endif
+
 /* Depthwise with stride 1 along the rows, a whole (2-D) output plane of out_h x out_w at once: the
    padded plane's rows are pw bytes apart, so output (oh, ow) at "virtual" index v = oh * pw + ow reads
    tap t at plane + off[t] + v, one contiguous run per tap for the whole plane (the pw - out_w
@@ -608,16 +627,42 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
         return;
     }
 #elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
-    /* 16 outputs of the virtual plane at a time (a row as short as 5 is no longer scalar): each
-       tap's 16 bytes widened to int16, smlal by its weight (a byte less a zero point: it fits
-       int16) into four int32x4, requantised into vbytes; reads up to 15 bytes past a tap's last
-       (within HG_QG_DW_SLACK) for outputs that are dropped */
+    /* 16 outputs of the virtual plane at a time (a row as short as 5 is no longer scalar), into four
+       int32x4 requantised into vbytes; reads up to 15 bytes past a tap's last (within HG_QG_DW_SLACK)
+       for outputs that are dropped. int8 bytes with weights in [-127, 127]: two taps' products summed
+       in int16 (smull + smlal, |sum| <= 2 * 128 * 127 < 2^15: exact), then widened onto the int32
+       sums (saddw); otherwise each tap's 16 bytes widened to int16, smlal by its weight (a byte less
+       a zero point: it fits int16). */
     (void)taps;
     (void)sums;
     const size_t nv = (out_h - 1) * pw + out_w;
-    const int32x4_t vzp = vdupq_n_s32(zp);
-    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
-    for (size_t i = 0; i < nv; i += 16) {
+    int pairs = x_signed && ntaps <= 16;
+    for (size_t t = 0; t < ntaps; ++t)
+        pairs &= w[t] >= -127 && w[t] <= 127;
+    if (pairs) {
+        int8x16_t wq[16];
+        for (size_t t = 0; t < ntaps; ++t)
+            wq[t] = vdupq_n_s8((int8_t)w[t]);
+        for (size_t i = 0; i < nv; i += 16) {
+            int32x4_t a0 = vdupq_n_s32(c), a1 = a0, a2 = a0, a3 = a0;
+            for (size_t t = 0; t < ntaps; t += 2) {
+                const int8x16_t b0 = vld1q_s8((const int8_t *)(plane + off[t] + i));
+                int16x8_t l = vmull_s8(vget_low_s8(b0), vget_low_s8(wq[t]));
+                int16x8_t h = vmull_high_s8(b0, wq[t]);
+                if (t + 1 < ntaps) {
+                    const int8x16_t b1 = vld1q_s8((const int8_t *)(plane + off[t + 1] + i));
+                    l = vmlal_s8(l, vget_low_s8(b1), vget_low_s8(wq[t + 1]));
+                    h = vmlal_high_s8(h, b1, wq[t + 1]);
+                }
+                a0 = vaddw_s16(a0, vget_low_s16(l));
+                a1 = vaddw_high_s16(a1, l);
+                a2 = vaddw_s16(a2, vget_low_s16(h));
+                a3 = vaddw_high_s16(a3, h);
+            }
+            hg_qg_requant16(a0, a1, a2, a3, s, zp, lo, hi, vbytes + i);
+        }
+    }
+    for (size_t i = 0; i < nv && !pairs; i += 16) {
         int32x4_t a0 = vdupq_n_s32(c), a1 = a0, a2 = a0, a3 = a0;
         for (size_t t = 0; t < ntaps; ++t) {
             const uint8x16_t b = vld1q_u8(plane + off[t] + i);
@@ -631,15 +676,7 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
             a2 = vmlal_n_s16(a2, vget_low_s16(h), wt);
             a3 = vmlal_high_n_s16(a3, h, wt);
         }
-        const float32x4_t f0 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a0), s), vlo), vhi);
-        const float32x4_t f1 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a1), s), vlo), vhi);
-        const float32x4_t f2 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a2), s), vlo), vhi);
-        const float32x4_t f3 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a3), s), vlo), vhi);
-        const int16x8_t q0 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f0), vzp)),
-                                          vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f1), vzp)));
-        const int16x8_t q1 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f2), vzp)),
-                                          vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f3), vzp)));
-        vst1q_u8(vbytes + i, vreinterpretq_u8_s8(vcombine_s8(vmovn_s16(q0), vmovn_s16(q1))));
+        hg_qg_requant16(a0, a1, a2, a3, s, zp, lo, hi, vbytes + i);
     }
     for (size_t oh = 0; oh < out_h; ++oh)
         memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
