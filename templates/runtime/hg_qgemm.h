@@ -404,7 +404,38 @@ static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, si
         }
 #elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
     /* 8 outputs: the bytes widened to int16 (stride 2: ld2 keeps the even ones), smlal by the tap's
-       weight (it fits int16: a byte less a zero point) into two int32x4 */
+       weight (it fits int16: a byte less a zero point) into two int32x4; int8 bytes with weights in
+       [-127, 127] first 16 outputs at a time, two taps' products summed in int16 (smull + smlal,
+       |sum| <= 2 * 128 * 127 < 2^15: exact) and widened onto four int32x4 (saddw) */
+    int pairs = x_signed && stride <= 2;
+    for (size_t t = 0; t < ntaps; ++t)
+        pairs &= w[t] >= -127 && w[t] <= 127;
+    if (pairs)
+        for (; i + 16 <= n; i += 16) {
+            int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+            for (size_t t = 0; t < ntaps; t += 2) {
+                const uint8_t *p0 = taps[t] + i * stride;
+                const int8x16_t b0 = vreinterpretq_s8_u8(stride == 1 ? vld1q_u8(p0) : vld2q_u8(p0).val[0]);
+                const int8x16_t w0 = vdupq_n_s8((int8_t)w[t]);
+                int16x8_t l = vmull_s8(vget_low_s8(b0), vget_low_s8(w0));
+                int16x8_t h = vmull_high_s8(b0, w0);
+                if (t + 1 < ntaps) {
+                    const uint8_t *p1 = taps[t + 1] + i * stride;
+                    const int8x16_t b1 = vreinterpretq_s8_u8(stride == 1 ? vld1q_u8(p1) : vld2q_u8(p1).val[0]);
+                    const int8x16_t w1 = vdupq_n_s8((int8_t)w[t + 1]);
+                    l = vmlal_s8(l, vget_low_s8(b1), vget_low_s8(w1));
+                    h = vmlal_high_s8(h, b1, w1);
+                }
+                a0 = vaddw_s16(a0, vget_low_s16(l));
+                a1 = vaddw_high_s16(a1, l);
+                a2 = vaddw_s16(a2, vget_low_s16(h));
+                a3 = vaddw_high_s16(a3, h);
+            }
+            vst1q_s32(out + i, a0);
+            vst1q_s32(out + i + 4, a1);
+            vst1q_s32(out + i + 8, a2);
+            vst1q_s32(out + i + 12, a3);
+        }
     if (stride <= 2)
         for (; i + 8 <= n; i += 8) {
             int32x4_t s0 = vdupq_n_s32(0), s1 = vdupq_n_s32(0);
