@@ -406,7 +406,7 @@ static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, si
     /* 8 outputs: the bytes widened to int16 (stride 2: ld2 keeps the even ones), smlal by the tap's
        weight (it fits int16: a byte less a zero point) into two int32x4; int8 bytes with weights in
        [-127, 127] first 16 outputs at a time, two taps' products summed in int16 (smull + smlal,
-       |sum| <= 2 * 128 * 127 < 2^15: exact) and widened onto four int32x4 (saddw) */
+       |sum| <= 2 * 128 * 127 < 2^15: exact) and widened onto four int32x4 (saddw), then 8 alike */
     int pairs = x_signed && stride <= 2;
     for (size_t t = 0; t < ntaps; ++t)
         pairs &= w[t] >= -127 && w[t] <= 127;
@@ -435,6 +435,24 @@ static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, si
             vst1q_s32(out + i + 4, a1);
             vst1q_s32(out + i + 8, a2);
             vst1q_s32(out + i + 12, a3);
+        }
+    if (pairs)
+        for (; i + 8 <= n; i += 8) {
+            int32x4_t a0 = vdupq_n_s32(0), a1 = a0;
+            for (size_t t = 0; t < ntaps; t += 2) {
+                const uint8_t *p0 = taps[t] + i * stride;
+                int16x8_t l = vmull_s8(vreinterpret_s8_u8(stride == 1 ? vld1_u8(p0) : vld2_u8(p0).val[0]),
+                                       vdup_n_s8((int8_t)w[t]));
+                if (t + 1 < ntaps) {
+                    const uint8_t *p1 = taps[t + 1] + i * stride;
+                    l = vmlal_s8(l, vreinterpret_s8_u8(stride == 1 ? vld1_u8(p1) : vld2_u8(p1).val[0]),
+                                 vdup_n_s8((int8_t)w[t + 1]));
+                }
+                a0 = vaddw_s16(a0, vget_low_s16(l));
+                a1 = vaddw_high_s16(a1, l);
+            }
+            vst1q_s32(out + i, a0);
+            vst1q_s32(out + i + 4, a1);
         }
     if (stride <= 2)
         for (; i + 8 <= n; i += 8) {
