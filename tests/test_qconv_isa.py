@@ -115,6 +115,17 @@ CASES = {
     ),
     # plain NEON's int16 pair sums at their bound: weights of +-127 against activations of -128 and 127
     "extreme_pairs": (np.int8, (1, 16, 6, 6), (9, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
+    # the same bound on aarch64's depthwise (hg_qg_dw_plane_q; hg_qg_dw_row strided: blocks of 16 and 8
+    # outputs, 6 taps), the first channel's weights holding -128 (that channel's taps widened alone)
+    "depthwise_pairs": (np.int8, (1, 4, 7, 50), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), True, True),
+    "depthwise_pairs_strided": (
+        np.int8,
+        (1, 4, 9, 48),
+        (4, 1, 3, 2),
+        dict(group=4, strides=[2, 2], pads=[1, 0, 1, 0]),
+        True,
+        True,
+    ),
     # weights holding -128 (the *_w128 kernels, each product widened alone on plain NEON) against
     # activations that are -128 on the path (uint8 0, flipped): a pair of them would not fit int16
     "w128_u8": (np.uint8, (1, 8, 7, 7), (10, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
@@ -139,6 +150,8 @@ CLIPS = {"clipped_s8": (-20, 30), "clipped_u8": (100, 200)}
 SATURATED = ("saturated_s8", "saturated_u8")
 # the cases whose weights hold -128; the others' are in [-127, 127], as onnxruntime's symmetric ones
 W128_CASES = ("w128_u8", "fc_w128", "gather_w128")
+# activations of -128 and 127 against weights of +-127: int16 pair sums at their bound
+EXTREME_CASES = ("extreme_pairs", "depthwise_pairs", "depthwise_pairs_strided")
 
 # int8/uint8 MaxPool (hg_qg_max_row): name: (x dtype, x shape, attributes)
 POOL_CASES = {
@@ -179,9 +192,12 @@ def q_random(shape, dtype):
 
 def case_weights(name, shape):
     """int8 weights in [-127, 127]; -128 in every channel's first taps for the W128 cases; +-127 only for
-    extreme_pairs."""
-    if name == "extreme_pairs":
-        return (RNG.choice([-127, 127], shape)).astype(np.int8)
+    EXTREME_CASES (the depthwise ones' first channel with a -128)."""
+    if name in EXTREME_CASES:
+        w = RNG.choice([-127, 127], shape).astype(np.int8)
+        if name != "extreme_pairs":
+            w[0, 0, 0] = -128
+        return w
     w = RNG.integers(-127, 128, shape).astype(np.int8)
     if name in W128_CASES:
         w.reshape(shape[0], -1)[:, :12] = -128
@@ -189,7 +205,7 @@ def case_weights(name, shape):
 
 
 def case_input(name, shape, dtype):
-    if name == "extreme_pairs":
+    if name in EXTREME_CASES:
         return RNG.choice(np.array([-128, 127, -128, 5], np.int8), shape)
     x = q_random(shape, dtype)
     if name in W128_CASES:  # half the activations the path's -128
@@ -325,8 +341,9 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected - 2
     assert kernels.count("hg_qg_block_w128(") == 2  # w128_u8, gather_w128
     # the depthwise ones: the direct kernel, whole planes where the plane's strides are 1, else rows
-    assert kernels.count("hg_qg_dw_plane_q(") == depthwise - 1
-    assert kernels.count("hg_qg_dw_row_q(") == 1
+    strided = ("depthwise_strided_u8", "depthwise_pairs_strided")
+    assert kernels.count("hg_qg_dw_plane_q(") == depthwise - len(strided)
+    assert kernels.count("hg_qg_dw_row_q(") == len(strided)
     assert kernels.count("hg_qg_dw_masked_q(") == 2  # 2-D, the input's width (<= 64), int8 weights
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
