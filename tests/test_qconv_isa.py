@@ -344,7 +344,7 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     strided = ("depthwise_strided_u8", "depthwise_pairs_strided")
     assert kernels.count("hg_qg_dw_plane_q(") == depthwise - len(strided)
     assert kernels.count("hg_qg_dw_row_q(") == len(strided)
-    assert kernels.count("hg_qg_dw_masked_q(") == 2  # 2-D, the input's width (<= 64), int8 weights
+    assert kernels.count("hg_qg_dw_masked_q(") == 3  # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs)
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")
