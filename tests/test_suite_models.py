@@ -13,6 +13,7 @@ import pytest
 from hetgen.models import imagenet
 from hetgen.models.suite import BENCH_MODELS
 from hetgen.runtime.reference import OPTIMISER_TOLERANCE, optimiser_error, ort_session, speed_session
+from tests.test_models_build import feeds_for
 
 pytest.importorskip("onnxruntime")
 
@@ -37,18 +38,6 @@ COVERED = {
 }
 
 
-def feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    result = {}
-    for vi in model.graph.input:
-        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        if vi.type.tensor_type.elem_type == onnx.TensorProto.INT64:
-            result[vi.name] = rng.integers(0, 8, shape).astype(np.int64)
-        else:
-            result[vi.name] = rng.standard_normal(shape).astype(np.float32)
-    return result
-
-
 def test_the_suite_covers_issue_22s_networks():
     assert set(COVERED) <= set(BENCH_MODELS)
 
@@ -59,7 +48,7 @@ def test_every_suite_model_built_small_is_checked_and_runs_in_onnxruntime(name):
     onnx.checker.check_model(model, full_check=True)
     assert COVERED.get(name, set()) <= {node.op_type for node in model.graph.node}
     data = model.SerializeToString()
-    inputs = feeds(model)
+    inputs = feeds_for(model)
     want = ort_session(data).run(None, inputs)
     got = speed_session(data).run(None, inputs)
     assert all(np.all(np.isfinite(w)) for w in want) and max(float(np.abs(w).max()) for w in want) > 1e-3
