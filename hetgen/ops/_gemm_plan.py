@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetgen.abi import GEMM_PANEL_M, GEMM_PANEL_N, GEMM_SPLIT_MACS
+from hetgen.ir import DType
+from hetgen.ops._common import literal
 
 PANEL_M, PANEL_N = GEMM_PANEL_M, GEMM_PANEL_N
 HELPER = "hg_gemm.c"
@@ -136,3 +138,21 @@ def gemm_parallelism(m: int, n: int, k: int, threads: int, a_packed: bool = Fals
     if panels < threads:
         return 1.0
     return panels / -(-panels // threads)
+
+
+# hg_sgemm_finish's clamps (hg_kernels.h), by the fused activation they compute bit for bit.
+FINISH_CLAMPS = {"Relu": "HG_SGEMM_CLAMP_RELU", "Clip": "HG_SGEMM_CLAMP_CLIP"}
+
+
+def finish(epilogue) -> dict | None:
+    """The view of an `hg_sgemm_finish` that applies a GEMM's bias, residual and fused `epilogue`
+    (a tuple of `_activation.Epilogue`) in the micro-kernel's registers: None where the activation
+    is none the micro-kernel computes (then the C epilogue does it all, on every ISA). No activation,
+    one Relu or one Clip (its bounds as float literals, infinities included)."""
+    if len(epilogue) > 1 or any(e.kind not in FINISH_CLAMPS for e in epilogue):
+        return None
+    if not epilogue:
+        return {"clamp": "HG_SGEMM_CLAMP_NONE", "lo": "0.0f", "hi": "0.0f"}
+    (e,) = epilogue
+    lo, hi = (e.alpha, e.beta) if e.kind == "Clip" else (0.0, 0.0)
+    return {"clamp": FINISH_CLAMPS[e.kind], "lo": literal(lo, DType.FLOAT32), "hi": literal(hi, DType.FLOAT32)}

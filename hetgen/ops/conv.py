@@ -222,7 +222,15 @@ def lower(op: OpInstance) -> Kernel:
         "w_group_stride": cout_group * k_dim,
         "fused": bool(has_bias or op.epilogue or residual),
         "epilogue": op.epilogue,
+        # the same, in the GEMM micro-kernel's registers where it can (None: the C epilogue only)
+        "finish": _gemm_plan.finish(op.epilogue) if has_bias or op.epilogue or residual else None,
     }
+    if params["finish"]:
+        # the group's bias and the residual's block matching the group's output (the C epilogue's addends)
+        params["finish"].update(
+            bias=f"bias + g * {cout_group}u" if has_bias else "NULL",
+            residual="residual + (yg - y)" if residual else "NULL",
+        )
     helpers = (_gemm_plan.HELPER,)
     if variant == "direct":
         rows = win.out_shape[0] * win.out_shape[1]

@@ -160,6 +160,14 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
                         float *tile = c + (ic + ir) * ldc + jc + jr;
                         /* every ISA writes exactly 32 or 16 columns when asked for them, and
                            AVX-512 any number up to 32 */
+#ifdef HG_SGEMM_TILE_FINISH
+                        /* bias, residual and clamp in registers, on the way to C: no second pass */
+                        if (rows == PM && last && ops->finish) {
+                            hg_sgemm_tile_finish(kc, panel_a, panel_b, tile, ldc, add, cols, ops->finish, ic + ir,
+                                                 jc + jr);
+                            continue;
+                        }
+#endif
 #ifdef HG_SGEMM_TILE_ANY_COLS
                         if (rows == PM)
 #else

@@ -84,6 +84,20 @@ typedef void (*hg_gemm_epilogue_fn)(float *c, size_t ldc, size_t row0, size_t co
 typedef void (*hg_sgemm_pack_fn)(const void *src, size_t p0, size_t kc, size_t j0, size_t nc,
                                  float *panels);
 
+/* What a tile of C gets before it is stored, where the micro-kernel can apply it in registers
+   (hg_sgemm_tile.h defines HG_SGEMM_TILE_FINISH): v = C[i][j] (all k summed); v += bias[i];
+   v += residual[i * ldc + j] (the residual laid out as C, same ldc); then the clamp. Each step is
+   the very operation the C epilogues do (templates/kernels/_conv_gemm.j2), so either path gives the
+   same bits. A call that gives it still passes its epilogue, for the tiles (and ISAs) that store
+   without it. */
+enum { HG_SGEMM_CLAMP_NONE = 0, HG_SGEMM_CLAMP_RELU = 1, HG_SGEMM_CLAMP_CLIP = 2 };
+typedef struct {
+    const float *bias;     /* one per row of C; NULL: none */
+    const float *residual; /* C's shape and ldc; NULL: none */
+    int clamp;             /* RELU: v > 0 ? v : 0; CLIP: v < lo ? lo : v, then v > hi ? hi : v */
+    float lo, hi;
+} hg_sgemm_finish;
+
 typedef struct {
     const float *a_panels; /* A packed whole at generate time; else A[i][p] = a[i * a_rs + p * a_cs] */
     const float *a;
@@ -94,6 +108,7 @@ typedef struct {
     const float *b; /* B[p][j] = b[p * b_rs + j * b_cs] */
     ptrdiff_t b_rs, b_cs;
     size_t kc, nc; /* this call's cache blocks, at most HG_SGEMM_KC and HG_SGEMM_NC; 0: those */
+    const hg_sgemm_finish *finish; /* applied in registers instead of the epilogue where it can be */
 } hg_sgemm_operands;
 
 void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, float *c, size_t ldc,

@@ -30,6 +30,32 @@ _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kerne
    every 8-row tile, the last columns of a block included, with no edge copy. */
 #define HG_SGEMM_TILE_ANY_COLS 1
 
+/* The finishing steps of hg_sgemm_finish (hg_kernels.h) on one vector of row i, columns
+   [off, off + lanes) of the tile, in the order and with the operations of the C epilogue: MAX(a, b)
+   is a > b ? a : b and MIN(a, b) a < b ? a : b, NaN and signed zeros included. */
+#define HG_FIN16(v, i, off, mask)                                                                  \
+    if (finish) {                                                                                  \
+        if (bias)                                                                                  \
+            v = _mm512_add_ps(v, _mm512_set1_ps(bias[i]));                                         \
+        if (res)                                                                                   \
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, res + (i) * ldc + (off)));            \
+        if (clamp == HG_SGEMM_CLAMP_RELU)                                                          \
+            v = _mm512_max_ps(v, _mm512_setzero_ps());                                             \
+        else if (clamp == HG_SGEMM_CLAMP_CLIP)                                                     \
+            v = _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), v));           \
+    }
+#define HG_FIN8(v, i, off, mask)                                                                   \
+    if (finish) {                                                                                  \
+        if (bias)                                                                                  \
+            v = _mm256_add_ps(v, _mm256_set1_ps(bias[i]));                                         \
+        if (res)                                                                                   \
+            v = _mm256_add_ps(v, _mm256_maskz_loadu_ps(mask, res + (i) * ldc + (off)));            \
+        if (clamp == HG_SGEMM_CLAMP_RELU)                                                          \
+            v = _mm256_max_ps(v, _mm256_setzero_ps());                                             \
+        else if (clamp == HG_SGEMM_CLAMP_CLIP)                                                     \
+            v = _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), v));           \
+    }
+
 /* 8 rows x (2 x 16 lanes): 16 accumulators, 2 loads of B and 8 broadcasts of A per 16 FMAs.
    Narrower tiles (the last columns of a layer whose width is no multiple of 32: 49 pixels at 7 x 7,
    196 at 14 x 14) run as narrow as their columns allow: 24 (16 + 8 lanes), 16 or 8 lanes, the last
@@ -50,6 +76,8 @@ _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kerne
             c##i##a = _mm512_add_ps(c##i##a, _mm512_loadu_ps(row));                                \
             c##i##b = _mm512_add_ps(c##i##b, _mm512_maskz_loadu_ps(last, row + 16));               \
         }                                                                                          \
+        HG_FIN16(c##i##a, i, 0, (__mmask16)0xFFFFu)                                               \
+        HG_FIN16(c##i##b, i, 16, last)                                                             \
         _mm512_storeu_ps(row, c##i##a);                                                            \
         _mm512_mask_storeu_ps(row + 16, last, c##i##b);                                            \
     }
@@ -61,6 +89,7 @@ _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kerne
         float *row = c + (i) * ldc;                                                                \
         if (add)                                                                                   \
             c##i = _mm512_add_ps(c##i, _mm512_maskz_loadu_ps(last, row));                          \
+        HG_FIN16(c##i, i, 0, last)                                                                 \
         _mm512_mask_storeu_ps(row, last, c##i);                                                    \
     }
 #define HG_T_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
@@ -82,6 +111,8 @@ _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kerne
             c##i##a = _mm512_add_ps(c##i##a, _mm512_loadu_ps(row));                                \
             c##i##b = _mm256_add_ps(c##i##b, _mm256_maskz_loadu_ps(last8, row + 16));             \
         }                                                                                          \
+        HG_FIN16(c##i##a, i, 0, (__mmask16)0xFFFFu)                                               \
+        HG_FIN8(c##i##b, i, 16, last8)                                                             \
         _mm512_storeu_ps(row, c##i##a);                                                            \
         _mm256_mask_storeu_ps(row + 16, last8, c##i##b);                                           \
     }
@@ -93,14 +124,23 @@ _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kerne
         float *row = c + (i) * ldc;                                                                \
         if (add)                                                                                   \
             c##i = _mm256_add_ps(c##i, _mm256_maskz_loadu_ps(last8, row));                         \
+        HG_FIN8(c##i, i, 0, last8)                                                                 \
         _mm256_mask_storeu_ps(row, last8, c##i);                                                   \
     }
 #endif
 
-static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const float *restrict pb, float *restrict c,
-                                 size_t ldc, int add, size_t rows, size_t cols)
+/* hg_sgemm_tile, and with `finish` the tile finished in registers before it is stored: `bias` the
+   tile's first row's bias (or NULL), `res` the residual's element of the tile's first element (or
+   NULL), `clamp`/`lo`/`hi` as hg_sgemm_finish. Inlined into both, so the plain tile keeps no trace
+   of it. */
+#define HG_SGEMM_TILE_FINISH 1
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const float *restrict pb,
+                                     float *restrict c, size_t ldc, int add, size_t cols, int finish,
+                                     const float *bias, const float *res, int clamp, float lo, float hi)
 {
-    HG_UNUSED(rows);
     /* the lanes of the last vector that hold columns of the tile */
     const size_t tail = cols % 16 ? cols % 16 : 16;
     const __mmask16 last = (__mmask16)((1u << tail) - 1u);
@@ -153,6 +193,22 @@ static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const floa
         pb += 32;
     }
     HG_T_ROWS(HG_T_STORE)
+}
+
+static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const float *restrict pb, float *restrict c,
+                                 size_t ldc, int add, size_t rows, size_t cols)
+{
+    HG_UNUSED(rows);
+    hg_sgemm_tile_fin(kc, pa, pb, c, ldc, add, cols, 0, NULL, NULL, HG_SGEMM_CLAMP_NONE, 0.0f, 0.0f);
+}
+
+/* An 8-row tile of any width up to 32, finished with `f` (its bias and residual from row row0, column col0). */
+static inline void hg_sgemm_tile_finish(size_t kc, const float *restrict pa, const float *restrict pb,
+                                        float *restrict c, size_t ldc, int add, size_t cols,
+                                        const hg_sgemm_finish *f, size_t row0, size_t col0)
+{
+    hg_sgemm_tile_fin(kc, pa, pb, c, ldc, add, cols, 1, f->bias ? f->bias + row0 : NULL,
+                      f->residual ? f->residual + row0 * ldc + col0 : NULL, f->clamp, f->lo, f->hi);
 }
 
 #elif defined(__AVX2__) && defined(__FMA__)
