@@ -115,7 +115,7 @@ def test_micro_kernels_of_every_isa_match_numpy_in_every_operand_mode(name, case
         lines = run.stdout.splitlines()
         assert lines and lines[0] == f"isa {isa}", f"{name}: the flags {flags} should select {isa}: {run.stdout}"
         assert run.returncode == 0, f"{name} on {m}x{n}x{k}:\n{run.stdout}{run.stderr[-2000:]}"
-        assert len(lines) == 13  # the ISA, then 6 modes x (store, accumulate)
+        assert len(lines) == 19  # the ISA, then 6 modes x (store, accumulate, finish)
 
 
 def test_panels_are_the_layout_the_kernels_read():

@@ -4,7 +4,9 @@
 
    usage: gemm_check M N K DIR   (DIR holds a.bin [M x K], b.bin [K x N], a_panels.bin,
    b_panels.bin and c.bin [M x N], float32). Prints the micro-kernel's ISA and, per mode, the
-   largest error relative to the largest |C|; exits 1 when one exceeds 1e-5. */
+   largest error relative to the largest |C|, and how many of the three clamps hg_sgemm_finish
+   (bias, residual, clamp in the micro-kernel) gave other bits than the C epilogue; exits 1 when an
+   error exceeds 1e-5 or a clamp differs. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -51,6 +53,23 @@ static void plus_one(float *c, size_t ldc, size_t row0, size_t col0, size_t rows
             c[i * ldc + j] += 1.0f;
 }
 
+/* the C epilogue of a convolution with bias, residual and Relu or Clip, as templates/kernels/_conv_gemm.j2
+   writes it: what hg_sgemm_finish must reproduce bit for bit where the micro-kernel applies it */
+static void finish_in_c(float *c, size_t ldc, size_t row0, size_t col0, size_t rows, size_t cols, const void *ctx)
+{
+    const hg_sgemm_finish *f = ctx;
+    for (size_t i = 0; i < rows; ++i) {
+        for (size_t j = 0; j < cols; ++j) {
+            float v = c[i * ldc + j] + f->bias[row0 + i] + f->residual[(row0 + i) * ldc + col0 + j];
+            if (f->clamp == HG_SGEMM_CLAMP_RELU)
+                v = (v > 0.0f ? v : 0.0f);
+            else if (f->clamp == HG_SGEMM_CLAMP_CLIP)
+                v = ((v < f->lo ? f->lo : v) > f->hi ? f->hi : (v < f->lo ? f->lo : v));
+            c[i * ldc + j] = v;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5) {
@@ -75,6 +94,13 @@ int main(int argc, char **argv)
     const size_t ldc = n + 3;
     float *c = malloc(m * ldc * sizeof *c + 1);
     void *work = malloc(HG_SGEMM_PACK_BYTES(m, n, k));
+    /* a bias per row and a residual as C, scaled to put values on both sides of the clamps */
+    float *bias = malloc(m * sizeof *bias + 1), *residual = malloc(m * ldc * sizeof *residual + 1);
+    float *ref = malloc(m * ldc * sizeof *ref + 1);
+    for (size_t i = 0; i < m; ++i)
+        bias[i] = 0.25f * (float)((int)(i % 7) - 3);
+    for (size_t i = 0; i < m * ldc; ++i)
+        residual[i] = 0.125f * (float)((int)(i % 11) - 5);
     const row_major rows = {b, n};
     const hg_sgemm_operands modes[] = {
         {.a = a, .a_rs = (ptrdiff_t)k, .a_cs = 1, .b = b, .b_rs = (ptrdiff_t)n, .b_cs = 1},
@@ -106,7 +132,22 @@ int main(int argc, char **argv)
             printf("%s%s %.3g\n", names[mode], accumulate ? "+=" : "", (double)worst);
             failed |= !(worst <= 1e-5f);
         }
+        /* bias, residual and each clamp applied by the micro-kernel (where it can) and by the C
+           epilogue: the same bits, k split in blocks or not, padding columns untouched */
+        size_t differ = 0;
+        for (int clamp = HG_SGEMM_CLAMP_NONE; clamp <= HG_SGEMM_CLAMP_CLIP; ++clamp) {
+            const hg_sgemm_finish finish = {.bias = bias, .residual = residual, .clamp = clamp, .lo = -0.5f, .hi = 0.75f};
+            hg_sgemm_operands with = modes[mode];
+            with.finish = &finish;
+            for (size_t i = 0; i < m * ldc; ++i)
+                c[i] = ref[i] = -7.0f;
+            hg_sgemm_ex(m, n, k, &modes[mode], ref, ldc, 0, finish_in_c, &finish, work);
+            hg_sgemm_ex(m, n, k, &with, c, ldc, 0, finish_in_c, &finish, work);
+            differ += (size_t)(memcmp(c, ref, m * ldc * sizeof *c) != 0);
+        }
+        printf("%s finish %zu\n", names[mode], differ);
+        failed |= differ != 0;
     }
-    free(a), free(b), free(a_panels), free(b_panels), free(want), free(at), free(bt), free(c), free(work);
+    free(a), free(b), free(a_panels), free(b_panels), free(want), free(at), free(bt), free(c), free(work), free(bias), free(residual), free(ref);
     return failed;
 }
