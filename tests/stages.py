@@ -52,6 +52,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_ops_compute",
             "test_ops_tensor",
             "test_optional_inputs",
+            "test_pointwise_finish",
             "test_qconv_isa",
             "test_qpack_kernels",
             "test_qpack_gather",
