@@ -21,6 +21,20 @@ _Static_assert(HG_SGEMM_NC % PN == 0, "NC must be a multiple of the B panel widt
 #endif
 #define HG_SGEMM_ROWS_FIRST_FLOATS (128u * 1024u)
 
+/* Products of up to this many rows read a row-major B in place (sgemm_range), where the micro-kernel
+   takes a B row stride (AVX-512); 0: B is always packed. Elsewhere, a B tile is the packed panel. */
+#ifdef HG_SGEMM_TILE_LDB
+#define HG_SGEMM_IN_PLACE_M 64u
+#else
+#define HG_SGEMM_IN_PLACE_M 0u
+static inline void hg_sgemm_tile_ldb(size_t kc, const float *restrict pa, const float *restrict pb, size_t ldb,
+                                     float *restrict c, size_t ldc, int add, size_t rows, size_t cols)
+{
+    HG_UNUSED(ldb); /* always a packed panel's PN */
+    hg_sgemm_tile(kc, pa, pb, c, ldc, add, rows, cols);
+}
+#endif
+
 static size_t min_size(size_t x, size_t y) { return x < y ? x : y; }
 
 /* The call's own cache blocks where it gives them (a layer with a small workspace), else the platform's. */
@@ -102,11 +116,11 @@ static void pack_b(size_t kc, size_t nc, const float *b, ptrdiff_t rs, ptrdiff_t
 }
 
 /* An edge tile: computed whole into a local tile, then the rows x cols that exist are merged. */
-static void edge_tile(size_t kc, const float *pa, const float *pb, float *c, size_t ldc, size_t rows,
+static void edge_tile(size_t kc, const float *pa, const float *pb, size_t ldb, float *c, size_t ldc, size_t rows,
                       size_t cols, int add)
 {
     _Alignas(64) float tile[PM * PN];
-    hg_sgemm_tile(kc, pa, pb, tile, PN, 0, rows, cols);
+    hg_sgemm_tile_ldb(kc, pa, pb, ldb, tile, PN, 0, rows, cols);
     for (size_t i = 0; i < rows; ++i) {
         float *restrict row = c + i * ldc;
         const float *restrict t = tile + i * PN;
@@ -132,6 +146,12 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
     float *pa = align64(work);
     float *pb = ops->a_panels ? pa : align64(pa + (min_size(m, HG_SGEMM_MC) + PM) * min_size(k, block_k));
 
+    /* B read where it lies, no packing, by a product of few rows (a 1x1 convolution's projection:
+       its activations are B, rows H x W apart), whose packing its few A panels would not repay:
+       measured on Zen 4, 16 x 12544 x 32 from ~175 to ~139 us, 24 x 3136 x 144 ~263 to ~224, 64 x
+       196 x 384 ~105 to ~92; with more rows (96 x 12544 x 16) reading packed panels is ~2 % faster. */
+    const int in_place = HG_SGEMM_IN_PLACE_M && m <= HG_SGEMM_IN_PLACE_M && ops->b && !ops->b_panels && !ops->pack_b &&
+                         ops->b_cs == 1;
     for (size_t jc = j0; jc < j1; jc += block_n) {
         const size_t nc = min_size(block_n, j1 - jc);
         for (size_t pc = 0; pc < k; pc += block_k) {
@@ -140,7 +160,14 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
             const int last = pc + kc == k;
             const float *b_block = pb;
             size_t b_step = kc * PN; /* floats from one B panel to the next */
-            if (ops->b_panels) {
+            size_t ldb = PN;         /* ... and from one row of a panel to the next */
+            if (in_place) {
+                b_block = ops->b + (ptrdiff_t)pc * ops->b_rs + (ptrdiff_t)jc;
+                b_step = PN;
+                ldb = (size_t)ops->b_rs;
+                if (nc % PN) /* the last panel, narrower, is packed alone (the tiles read 32 columns) */
+                    pack_b(kc, nc % PN, b_block + (nc - nc % PN), ops->b_rs, 1, pb);
+            } else if (ops->b_panels) {
                 b_block = ops->b_panels + (jc / PN) * k * PN + pc * PN;
                 b_step = k * PN;
             } else if (ops->pack_b) {
@@ -173,6 +200,11 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
                     const size_t ir = (by_rows ? step / col_steps : step % row_steps) * PM;
                     const size_t cols = min_size(PN, nc - jr);
                     const float *panel_b = b_block + (jr / PN) * b_step;
+                    size_t panel_ld = ldb;
+                    if (in_place && cols < PN) { /* the last, narrower panel: packed, as it reads 32 columns */
+                        panel_b = pb;
+                        panel_ld = PN;
+                    }
                     {
                         const size_t rows = min_size(PM, mc - ir);
                         const float *panel_a = a_block + (ir / PM) * a_step;
@@ -182,7 +214,7 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
 #ifdef HG_SGEMM_TILE_FINISH
                         /* bias, residual and clamp in registers, on the way to C: no second pass */
                         if (rows == PM && last && ops->finish) {
-                            hg_sgemm_tile_finish(kc, panel_a, panel_b, tile, ldc, add, cols, ops->finish, ic + ir,
+                            hg_sgemm_tile_finish(kc, panel_a, panel_b, panel_ld, tile, ldc, add, cols, ops->finish, ic + ir,
                                                  jc + jr);
                             continue;
                         }
@@ -192,9 +224,9 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
 #else
                         if (rows == PM && (cols == PN || cols == PN / 2))
 #endif
-                            hg_sgemm_tile(kc, panel_a, panel_b, tile, ldc, add, PM, cols);
+                            hg_sgemm_tile_ldb(kc, panel_a, panel_b, panel_ld, tile, ldc, add, PM, cols);
                         else
-                            edge_tile(kc, panel_a, panel_b, tile, ldc, rows, cols, add);
+                            edge_tile(kc, panel_a, panel_b, panel_ld, tile, ldc, rows, cols, add);
                         /* the tile is finished and still in L1: bias and activations now */
                         if (last && epilogue)
                             epilogue(tile, ldc, ic + ir, jc + jr, rows, cols, ctx);

@@ -138,7 +138,7 @@ _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kerne
 __attribute__((always_inline))
 #endif
 static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const float *restrict pb,
-                                     float *restrict c, size_t ldc, int add, size_t cols, int finish,
+                                     size_t ldb, float *restrict c, size_t ldc, int add, size_t cols, int finish,
                                      const float *bias, const float *res, int clamp, float lo, float hi)
 {
     /* the lanes of the last vector that hold columns of the tile */
@@ -153,7 +153,7 @@ static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const 
             _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
             HG_T_ROWS(HG_E_STEP)
             pa += 8;
-            pb += 32;
+            pb += ldb;
         }
         HG_T_ROWS(HG_E_STORE)
         return;
@@ -166,7 +166,7 @@ static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const 
             _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
             HG_T_ROWS(HG_W_STEP)
             pa += 8;
-            pb += 32;
+            pb += ldb;
         }
         HG_T_ROWS(HG_W_STORE)
         return;
@@ -179,7 +179,7 @@ static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const 
             _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
             HG_T_ROWS(HG_H_STEP)
             pa += 8;
-            pb += 32;
+            pb += ldb;
         }
         HG_T_ROWS(HG_H_STORE)
         return;
@@ -190,7 +190,7 @@ static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const 
         _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
         HG_T_ROWS(HG_T_STEP)
         pa += 8;
-        pb += 32;
+        pb += ldb;
     }
     HG_T_ROWS(HG_T_STORE)
 }
@@ -199,15 +199,27 @@ static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const floa
                                  size_t ldc, int add, size_t rows, size_t cols)
 {
     HG_UNUSED(rows);
-    hg_sgemm_tile_fin(kc, pa, pb, c, ldc, add, cols, 0, NULL, NULL, HG_SGEMM_CLAMP_NONE, 0.0f, 0.0f);
+    hg_sgemm_tile_fin(kc, pa, pb, 32, c, ldc, add, cols, 0, NULL, NULL, HG_SGEMM_CLAMP_NONE, 0.0f, 0.0f);
 }
 
-/* An 8-row tile of any width up to 32, finished with `f` (its bias and residual from row row0, column col0). */
+/* The same with B's rows `ldb` floats apart: B read where it lies (a row-major B, not packed). It
+   reads 32 floats of each row (of 8, 16 or 24 columns: 8, 16 or 24 floats): only whole 32-column
+   panels are read in place, so none reads past B. */
+#define HG_SGEMM_TILE_LDB 1
+static inline void hg_sgemm_tile_ldb(size_t kc, const float *restrict pa, const float *restrict pb, size_t ldb,
+                                     float *restrict c, size_t ldc, int add, size_t rows, size_t cols)
+{
+    HG_UNUSED(rows);
+    hg_sgemm_tile_fin(kc, pa, pb, ldb, c, ldc, add, cols, 0, NULL, NULL, HG_SGEMM_CLAMP_NONE, 0.0f, 0.0f);
+}
+
+/* An 8-row tile of any width up to 32, B's rows ldb apart, finished with `f` (its bias and residual
+   from row row0, column col0). */
 static inline void hg_sgemm_tile_finish(size_t kc, const float *restrict pa, const float *restrict pb,
-                                        float *restrict c, size_t ldc, int add, size_t cols,
+                                        size_t ldb, float *restrict c, size_t ldc, int add, size_t cols,
                                         const hg_sgemm_finish *f, size_t row0, size_t col0)
 {
-    hg_sgemm_tile_fin(kc, pa, pb, c, ldc, add, cols, 1, f->bias ? f->bias + row0 : NULL,
+    hg_sgemm_tile_fin(kc, pa, pb, ldb, c, ldc, add, cols, 1, f->bias ? f->bias + row0 : NULL,
                       f->residual ? f->residual + row0 * ldc + col0 : NULL, f->clamp, f->lo, f->hi);
 }
 
