@@ -461,14 +461,13 @@ def run_vela(tflite: Path, accel: str, system: str, mode: str, out: Path) -> dic
 def hetgen_side(model: onnx.ModelProto, platform, simulate: Path | None) -> dict:
     import hetgen
     from hetgen.frontend import import_model
-    from hetgen.platform.model import Role
-
     from hetgen.pipeline import place_and_choose
+    from hetgen.platform.model import Role
 
     graph = import_model(model)
     # an npu that may keep its feature maps in its cache (Dedicated_Sram): the configuration
     # hetgen chooses for this network (hetgen/lower/feature_maps.py), which the build also takes
-    platform, placement = place_and_choose(graph, platform, None, {})
+    platform, placement, _ = place_and_choose(graph, platform, None, {})
     npus = {t.path_str: t for t in platform.targets() if t.role is Role.ACCELERATOR}
     outputs = {n.name: n.outputs[0] for n in graph.nodes}
     layers, other = {}, []

@@ -135,7 +135,7 @@ def generate_files(
     with progress.stage("placement", f"placing {nodes}"):
         # an npu's feature maps in its cache or in DRAM (hetgen/lower/feature_maps.py): the platform
         # of the chosen configuration is the one lowering and code generation read
-        platform, placement = place_and_choose(graph, platform, options.placement, options.pins)
+        platform, placement, _ = place_and_choose(graph, platform, options.placement, options.pins)
     with progress.stage("lowering", f"planning the programs of {nodes}"):
         lowered = lower.lower(graph, platform, placement)
         if not options.native_only:
@@ -164,13 +164,14 @@ def generate_files(
 
 def place_and_choose(graph: Graph, platform: Platform, mode: str | None, pins: Mapping[str, str]):
     """The placement, with each npu that may keep its feature maps in its cache in the configuration
-    chosen for this network (hetgen/lower/feature_maps.py): (platform so configured, placement)."""
+    chosen for this network (hetgen/lower/feature_maps.py): (platform so configured, placement, the
+    choices made: FeatureMapChoice each)."""
     chosen = place_feature_maps(
         graph,
         platform,
         lambda p: place(graph, p, mode=mode, pins=pins, kernels=build_kernel_specs(graph, p)),
     )
-    return chosen.platform, chosen.placement
+    return chosen.platform, chosen.placement, chosen.choices
 
 
 def format_dims(dims) -> str:

@@ -80,13 +80,15 @@ def arena_in_system_sram(target) -> bool:
 # weight_dma_outstanding_bytes). The kind's attributes carry each figure with its vela.ini source
 # (hetgen/platform/kinds/ethos-u.yaml); hetgen/lower/feature_maps.py decides, per network, whether the
 # npu's arena goes there (it must fit the cache: the Dedicated_Sram sram_kib).
-FEATURE_MAPS_IN_CACHE = ("cache", "auto")
+FEATURE_MAPS_IN_CACHE = ("auto",)
 SHRAM_BYTES_PER_CYCLE = 64.0  # the SHRAM's rate is not in Vela's configuration: the npu's, as Shared_Sram's
 
 
 def feature_map_cache_attributes(attrs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The attributes of a Dedicated_Sram npu with its feature maps in its cache, from its own ones
-    (its DRAM figures become its weights'); None where its kind has no such choice or it says dram."""
+    (its DRAM figures become its weights'); None where its kind has no such choice or it says dram.
+    Its feature_maps is "cache", which no platform file may write (not one of the choices): the
+    configuration is only ever chosen (hetgen/lower/feature_maps.py), never reloaded as attributes."""
     if attrs.get("feature_maps") not in FEATURE_MAPS_IN_CACHE or attrs.get("memory_mode") != "Dedicated_Sram":
         return None
     return {

@@ -164,9 +164,8 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
     )
     if cached is None:
         return target
-    in_cache = dataclasses.replace(target, **cached)
-    # feature_maps: cache is the configuration itself; auto leaves the choice to lowering
-    return in_cache if attrs.get("feature_maps") == "cache" else dataclasses.replace(target, in_cache=in_cache)
+    # feature_maps: auto leaves the choice to lowering (hetgen/lower/feature_maps.py)
+    return dataclasses.replace(target, in_cache=dataclasses.replace(target, **cached))
 
 
 def _memories(body: YMap, place: _Place, attrs, bare: str | None, what: str, problems: Problems) -> tuple:
