@@ -415,3 +415,26 @@ def test_a_shared_sram_platform_round_trips_through_its_canonical_form(kind):
     again = npu(load_platform_text(text, file="canonical.yaml"))
     assert again.figures == npu(platform).figures and again.figures.weight_gbps
     assert again.attrs == npu(platform).attrs and "weight_gbps" not in text
+
+
+@pytest.mark.cc
+def test_groups_with_feature_maps_in_the_cache_agree_with_the_simulator(tmp_path):
+    """One small build on the U65 with its feature maps in its cache (two DMA rates: the feature
+    maps at the cache's, the fully-connected layer's 64 KiB of weights at the DRAM's, queued weight
+    DMAs hiding its latency): each npu group's simulation is within 10 % of its estimate."""
+    import hetgen
+    from hetgen.runtime.devices import SIMULATOR, simulation_report
+
+    from hetgen.frontend import import_model
+    from hetgen.pipeline import place_and_choose
+
+    model, platform = _fc_and_pool(), _u65(384)
+    (choice,) = place_and_choose(import_model(model), platform, None, {})[2]
+    assert choice.in_cache  # the build below runs the cache's configuration
+    project = hetgen.compile(platform, model, out=tmp_path / "out", native_only=True, opt=("-O1",))
+    report = simulation_report(project)
+    groups = [g for g in report.groups if g.target == "p/npu0"]
+    assert groups and any(g.estimate_us > 5 for g in groups), groups  # the weights' stream is in one
+    for g in groups:
+        assert g.source == SIMULATOR
+        assert abs(g.simulated_us / g.estimate_us - 1) <= 0.10, g
