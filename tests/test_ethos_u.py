@@ -423,10 +423,9 @@ def test_groups_with_feature_maps_in_the_cache_agree_with_the_simulator(tmp_path
     maps at the cache's, the fully-connected layer's 64 KiB of weights at the DRAM's, queued weight
     DMAs hiding its latency): each npu group's simulation is within 10 % of its estimate."""
     import hetgen
-    from hetgen.runtime.devices import SIMULATOR, simulation_report
-
     from hetgen.frontend import import_model
     from hetgen.pipeline import place_and_choose
+    from hetgen.runtime.devices import SIMULATOR, simulation_report
 
     model, platform = _fc_and_pool(), _u65(384)
     (choice,) = place_and_choose(import_model(model), platform, None, {})[2]
