@@ -461,11 +461,13 @@ def run_vela(tflite: Path, accel: str, system: str, mode: str, out: Path) -> dic
 def hetgen_side(model: onnx.ModelProto, platform, simulate: Path | None) -> dict:
     import hetgen
     from hetgen.frontend import import_model
-    from hetgen.partition import place
+    from hetgen.pipeline import place_and_choose
     from hetgen.platform.model import Role
 
     graph = import_model(model)
-    placement = place(graph, platform)
+    # an npu that may keep its feature maps in its cache (Dedicated_Sram): the configuration
+    # hetgen chooses for this network (hetgen/lower/feature_maps.py), which the build also takes
+    platform, placement, _ = place_and_choose(graph, platform, None, {})
     npus = {t.path_str: t for t in platform.targets() if t.role is Role.ACCELERATOR}
     outputs = {n.name: n.outputs[0] for n in graph.nodes}
     layers, other = {}, []
@@ -493,6 +495,7 @@ def hetgen_side(model: onnx.ModelProto, platform, simulate: Path | None) -> dict
     result["npu_arena_kib"] = activations / 1024
     result["arena_kib"] = (activations + controller) / 1024
     result["memory_mode"] = npu.attrs["memory_mode"]
+    result["in_cache"] = npu.cache_bytes is not None  # its feature maps in the cache: the arena is its use
     if simulate is not None:
         from hetgen.runtime.devices import simulation_report
 
@@ -538,7 +541,6 @@ def main() -> int:
                 platform = load_platform_text(
                     text + ("options: {cascade: false}\n" if args.no_cascade else ""), file=str(file)
                 )
-                # the simulated device has one DMA rate: a Shared_Sram project is refused (estimate only)
                 out = None if args.estimate_only or old else root / f"{name}_{tag}"
                 het = hetgen_side(model, platform, out)
                 print(f"\n{name} on {tag} ({accel}, {system}, {mode})")
@@ -570,7 +572,9 @@ def main() -> int:
                 # Vela's SRAM: Sram_Only and Shared_Sram, the feature maps (the arena; its SHRAM is
                 # not counted); Dedicated_Sram, the cache's use. hetgen's like for like: the
                 # activations it keeps (in the system SRAM), or its tile buffers' peak (the cache).
-                if het["memory_mode"] not in ("Sram_Only", "Shared_Sram"):
+                if het["in_cache"]:  # Dedicated_Sram, feature maps in the cache: the cache holds the arena
+                    het_sram = het["npu_arena_kib"]
+                elif het["memory_mode"] not in ("Sram_Only", "Shared_Sram"):
                     het_sram = het["local_kib"]
                 else:
                     het_sram = het["arena_kib"] if tag in CONTROLLER_IN_SRAM else het["npu_arena_kib"]

@@ -13,6 +13,7 @@ hetgen check PLATFORM               validate a platform file; print its canonica
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -152,17 +153,19 @@ def cmd_build(args, build: bool = True) -> int:
 
 def cmd_explain(args) -> int:
     from hetgen.partition.explain import explain_dot, explain_json, explain_text
-    from hetgen.partition.search import place
-    from hetgen.pipeline import import_graph, resolve_platform
+    from hetgen.pipeline import import_graph, place_and_choose, resolve_platform
 
     platform = resolve_platform(args.platform, _search_path())
     graph = import_graph(args.model, _shapes(args.shape))
-    placement = place(graph, platform, mode=args.placement, pins=_pins(args.pin))
+    # where an npu keeps its feature maps (its arena cache or DRAM: hetgen/lower/feature_maps.py)
+    platform, placement, feature_maps = place_and_choose(graph, platform, args.placement, _pins(args.pin))
     placement, banks = _banked(graph, platform, placement)
     if args.format == "json":
         document = explain_json(placement, graph)
         if banks:
             document["banks"] = banks
+        if feature_maps:
+            document["feature_maps"] = [dataclasses.asdict(choice) for choice in feature_maps]
         print(json.dumps(document, indent=2))
     elif args.format == "dot":
         print(explain_dot(placement, graph))
@@ -174,6 +177,8 @@ def cmd_explain(args) -> int:
         print(explain_html(placement, graph, platform, report), end="")
     else:
         print(explain_text(placement, graph, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
+        for choice in feature_maps:
+            print(choice.text())
         if banks:
             from hetgen.lower.banks import bank_text
 

@@ -28,6 +28,7 @@ from hetgen.frontend.external_data import gather_external_data, is_external, mod
 from hetgen.frontend.fingerprint import model_sha256
 from hetgen.frontend.load import read_model
 from hetgen.ir import Graph
+from hetgen.lower.feature_maps import place_feature_maps
 from hetgen.partition.search import place
 from hetgen.platform.loader import load_platform
 from hetgen.platform.model import Platform
@@ -131,9 +132,10 @@ def generate_files(
     nodes = counted(len(graph.nodes), "node")
     with progress.stage("kernels", f"lowering the kernels of {nodes}"):
         check_graph_fits(graph, platform)  # before any kernel is lowered for an impossible tensor
-        kernels = build_kernel_specs(graph, platform)  # every operator lowered once, read by placement and lowering
     with progress.stage("placement", f"placing {nodes}"):
-        placement = place(graph, platform, mode=options.placement, pins=options.pins, kernels=kernels)
+        # an npu's feature maps in its cache or in DRAM (hetgen/lower/feature_maps.py): the platform
+        # of the chosen configuration is the one lowering and code generation read
+        platform, placement, _ = place_and_choose(graph, platform, options.placement, options.pins)
     with progress.stage("lowering", f"planning the programs of {nodes}"):
         lowered = lower.lower(graph, platform, placement)
         if not options.native_only:
@@ -158,6 +160,18 @@ def generate_files(
         manifest_file = GeneratedFile("hetgen.json", manifest.to_bytes())
         model_copy = model_copy_files(model)  # what verify and bench compare against
     return lowered.placement, lowered, (*sources.files, *build, manifest_file, *model_copy)
+
+
+def place_and_choose(graph: Graph, platform: Platform, mode: str | None, pins: Mapping[str, str]):
+    """The placement, with each npu that may keep its feature maps in its cache in the configuration
+    chosen for this network (hetgen/lower/feature_maps.py): (platform so configured, placement, the
+    choices made: FeatureMapChoice each)."""
+    chosen = place_feature_maps(
+        graph,
+        platform,
+        lambda p: place(graph, p, mode=mode, pins=pins, kernels=build_kernel_specs(graph, p)),
+    )
+    return chosen.platform, chosen.placement, chosen.choices
 
 
 def format_dims(dims) -> str:

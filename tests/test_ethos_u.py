@@ -7,6 +7,7 @@ use of the arena cache is at most Vela's (DS-CNN's is not yet: expected to fail,
 from __future__ import annotations
 
 import configparser
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -85,10 +86,14 @@ def test_dma_reads_in_flight_are_vela_ini_values():
     ini = vela_ini()
     u55 = ini["System_Config.Ethos_U55_High_End_Embedded"]
     u65 = ini["System_Config.Ethos_U65_High_End"]
-    for kind, section, memory in (("ethos-u55", u55, "Sram"), ("ethos-u65", u65, "Dram")):
-        assert builtin_kinds()[kind].device["dma_outstanding_bytes"] == int(section[f"{memory}_max_reads"]) * int(
-            section[f"{memory}_burst_length"]
-        )
+    reads = {m: int(u65[f"{m}_max_reads"]) * int(u65[f"{m}_burst_length"]) for m in ("Sram", "Dram")}
+    assert builtin_kinds()["ethos-u55"].device["dma_outstanding_bytes"] == int(u55["Sram_max_reads"]) * int(
+        u55["Sram_burst_length"]
+    )
+    # the U65's: the DRAM's for its arena and its weights, the SRAM's with the feature maps in its cache
+    d = defaults("ethos-u65")
+    assert d["dma_outstanding_bytes"] == d["weight_dma_outstanding_bytes"] == reads["Dram"]
+    assert d["cache_outstanding_bytes"] == reads["Sram"]
     for file, hidden in (("corstone-300.yaml", 16), ("ethos-u65.yaml", 500)):
         model = device_model(npu(load_platform(str(REPO / "platforms" / file))))
         assert model.dma_hidden_cycles == hidden
@@ -206,20 +211,88 @@ def test_rates_price_a_weight_dma_at_its_own_rate():
     assert Rates(0.0, 1 / 4e3).dma_us(1000, weights=True) == pytest.approx(0.25)  # one rate: the DMA's
 
 
-def test_a_shared_sram_project_is_refused_where_the_platform_names_the_npu(tmp_path):
-    """The simulated device has one DMA rate: generating a project for a Shared_Sram npu is refused
-    at the npu's line of the platform file (the estimate prices both rates; hetgen explain shows it)."""
+def test_a_shared_sram_project_gives_the_simulator_the_weights_rate(tmp_path):
+    """The simulated device has a second DMA rate, for a DMA from the weights region (hg_sim.c): a
+    Shared_Sram npu's project is generated (it was refused) with the weights' rate, setup and the
+    setup their reads in flight hide in its hg_sim_params; a one-rate npu's carries 0 (none)."""
     from hetgen.codegen import generate
     from hetgen.frontend import import_model
     from hetgen.lower import lower
     from hetgen.partition import place
 
-    platform = load_platform_text(PLATFORM.format(kind="ethos-u55", mode="Shared_Sram"), file="p.yaml")
     graph = import_model(_fc_and_pool())
     pins = {n.name: "p/npu0" for n in graph.nodes if n.op in ("QLinearMatMul", "MaxPool", "Gemm", "QGemm")}
-    lowered = lower(graph, platform, place(graph, platform, pins=pins))
-    with pytest.raises(PlatformError, match=r"^p\.yaml:7:\d+: p/npu0: its weights DMA at 1 bytes a cycle"):
-        generate(lowered)
+    params = {}
+    for mode in ("Shared_Sram", "Sram_Only"):
+        platform = load_platform_text(PLATFORM.format(kind="ethos-u55", mode=mode), file="p.yaml")
+        files = generate(lower(graph, platform, place(graph, platform, pins=pins))).files
+        sources = [f.content.decode() for f in files if f.path.endswith(".c")]
+        params[mode] = "".join(s for s in sources if "static const hg_sim_config" in s)
+        assert params[mode]
+    # U55 Shared_Sram: flash at 1 byte a cycle after 64 cycles; 128 bytes in flight hide all 64
+    assert "8u, 16u,\n      64u, 64u,\n      64.0, 8.0, 1.0," in params["Shared_Sram"]
+    assert "0u, 0u,\n      64.0, 8.0, 0.0," in params["Sram_Only"]
+
+
+def test_a_queued_weight_dma_hides_its_own_latency():
+    """A weight DMA from a memory of its own pays that memory's setup (500 DRAM cycles on the U65
+    with its feature maps in the cache, against the cache's 32) unless it is queued behind another
+    DMA: then the weights' reads in flight hide it (weight_hidden_us), as hg_sim.c counts it."""
+    from hetgen.spec.tiling import two_engine_us
+
+    rates = Rates(0.0, 1 / 16e3, 0.048, us_per_weight_byte=1 / 3.75e3, weight_setup_us=0.468, dma_hidden_us=0.032)
+    hiding = dataclasses.replace(rates, weight_hidden_us=0.468)
+    took, overhead, hidden = hiding.dma_step(3750, weights=True)
+    assert (took, overhead, hidden) == pytest.approx((1.0, 0.516, 0.5))
+    assert rates.dma_step(16000) == pytest.approx((1.0, 0.048, 0.032))  # a feature map: the cache's rate
+    # an input DMA, then a weight DMA queued behind it
+    for r, second in ((rates, 0.516 - 0.032), (hiding, 0.016)):
+        steps = [(True, 0, *r.dma_step(16000)), (True, 0, *r.dma_step(3750, weights=True))]
+        assert two_engine_us(steps, r.dma_hidden_us) == pytest.approx(1.048 + 1.0 + second)
+
+
+def test_feature_map_cache_figures_are_vela_ini_values():
+    """With its feature maps in its cache the U65's arena DMAs go at AXI0's SRAM rate and latency,
+    into its SHRAM (architecture_features.py's banks), its weights at AXI1's DRAM rate with their
+    reads in flight hiding the DRAM's latency; the cache bounds the arena (arena_cache_size)."""
+    ini = vela_ini()
+    from ethosu.vela.architecture_features import Accelerator, ArchitectureFeatures
+
+    section = ini["System_Config.Ethos_U65_High_End"]
+    assert section["axi0_port"] == "Sram" and section["axi1_port"] == "Dram"
+    target = npu(load_platform(str(REPO / "platforms" / "ethos-u65.yaml")))
+    assert target.attrs["feature_maps"] == "auto" and target.in_cache is not None
+    cached = target.in_cache
+    model, dram = device_model(cached), device_model(target)
+    assert model.dma_bytes_per_cycle == 16 * float(section["Sram_clock_scale"])
+    assert model.dma_setup_cycles == int(section["Sram_read_latency"]) == model.dma_hidden_cycles
+    assert model.weight_dma_bytes_per_cycle == dram.dma_bytes_per_cycle == 16 * float(section["Dram_clock_scale"])
+    assert model.weight_dma_setup_cycles == int(section["Dram_read_latency"]) == model.weight_dma_hidden_cycles
+    shram = ArchitectureFeatures.accelerator_configs[Accelerator.Ethos_U65_256].shram_banks
+    assert model.capacity == shram * 1024 and model.weights_apart and not dram.weights_apart
+    assert cached.cache_bytes == int(ini["Memory_Mode.Dedicated_Sram_384KB"]["arena_cache_size"])
+
+
+def _u65(sram_kib: int):
+    return load_platform_text(PLATFORM.format(kind="ethos-u65", mode=f"Dedicated_Sram, sram_kib: {sram_kib}"))
+
+
+def test_feature_maps_live_in_the_cache_where_they_fit_and_pay():
+    """hetgen/lower/feature_maps.py: the small network's arena fits the 384 KiB cache and its
+    estimate is less there (its feature maps at the SRAM's 16 GB/s instead of the DRAM's 3.75), so
+    the platform lowering reads is the cache's configuration and the choice names its tensors; in
+    a 2 KiB cache its arena does not fit, so its feature maps stay in DRAM whatever it would save."""
+    from hetgen.frontend import import_model
+    from hetgen.pipeline import place_and_choose
+
+    graph = import_model(_fc_and_pool())
+    platform, placement, (choice,) = place_and_choose(graph, _u65(384), None, {})
+    assert choice.in_cache and choice.cache_us < choice.dram_us and choice.arena_bytes <= choice.cache_bytes
+    assert placement.total_us == pytest.approx(choice.cache_us) and npu(platform).cache_bytes == 384 * 1024
+    assert choice.tensors and "in its cache" in choice.text()
+    platform, placement, (choice,) = place_and_choose(graph, _u65(2), None, {})
+    assert not choice.in_cache and choice.arena_bytes > choice.cache_bytes == 2048
+    assert npu(platform).cache_bytes is None and placement.total_us == pytest.approx(choice.dram_us)
 
 
 def test_memory_mode_sets_where_tiles_come_from():
@@ -274,15 +347,7 @@ def compared(name: str, platform: str, tmp_path_factory) -> tuple[dict, dict]:
     [
         ("ds_cnn", "corstone-300"),
         ("ds_cnn", "ethos-u65"),
-        pytest.param(
-            "resnet8",
-            "ethos-u65",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="1.39 of Vela: its feature maps move at the DRAM's rate where Vela keeps them in the "
-                "cache, uncompressed weights, one invocation a layer (docs/ethos-u.md)",
-            ),
-        ),
+        ("resnet8", "ethos-u65"),
     ],
 )
 def test_estimate_within_25_percent_of_vela(tmp_path_factory, name, platform):
@@ -301,24 +366,16 @@ def test_estimate_within_25_percent_of_vela(tmp_path_factory, name, platform):
     "name, platform",
     [
         ("resnet8", "ethos-u65"),
-        pytest.param(
-            "ds_cnn",
-            "ethos-u65",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="123.9 KiB of the cache against Vela's 21.6: its seven-layer cascade, whose weights "
-                "least-SRAM stripes (32.3 KiB) cost 5.9x its time; layer by layer 1.85x (docs/ethos-u.md)",
-            ),
-        ),
+        ("ds_cnn", "ethos-u65"),
     ],
 )
 def test_dedicated_sram_cache_use_at_most_velas(tmp_path_factory, name, platform):
-    """Issue 21 item 2: in Dedicated_Sram hetgen's tile and cascade buffers' peak in the 384 KiB
-    arena cache (the npu's local SRAM) is at most Vela's use of the cache for the same network
-    (cascades spend it only where it pays: hetgen/partition/cascades.py `least_sram`)."""
+    """Issue 21 item 2: in Dedicated_Sram hetgen's use of the 384 KiB arena cache is at most Vela's
+    for the same network: with its feature maps in the cache (hetgen/lower/feature_maps.py, both
+    networks), its arena there (the tile buffers are in the SHRAM, which Vela does not count either)."""
     vela, het = compared(name, platform, tmp_path_factory)
-    assert het["memory_mode"] == "Dedicated_Sram"
-    assert het["local_kib"] <= vela["sram_kib"], (het["local_kib"], vela["sram_kib"])
+    assert het["memory_mode"] == "Dedicated_Sram" and het["in_cache"]
+    assert het["npu_arena_kib"] <= vela["sram_kib"], (het["npu_arena_kib"], vela["sram_kib"])
 
 
 @pytest.mark.parametrize(
@@ -358,3 +415,25 @@ def test_a_shared_sram_platform_round_trips_through_its_canonical_form(kind):
     again = npu(load_platform_text(text, file="canonical.yaml"))
     assert again.figures == npu(platform).figures and again.figures.weight_gbps
     assert again.attrs == npu(platform).attrs and "weight_gbps" not in text
+
+
+@pytest.mark.cc
+def test_groups_with_feature_maps_in_the_cache_agree_with_the_simulator(tmp_path):
+    """One small build on the U65 with its feature maps in its cache (two DMA rates: the feature
+    maps at the cache's, the fully-connected layer's 64 KiB of weights at the DRAM's, queued weight
+    DMAs hiding its latency): each npu group's simulation is within 10 % of its estimate."""
+    import hetgen
+    from hetgen.frontend import import_model
+    from hetgen.pipeline import place_and_choose
+    from hetgen.runtime.devices import SIMULATOR, simulation_report
+
+    model, platform = _fc_and_pool(), _u65(384)
+    (choice,) = place_and_choose(import_model(model), platform, None, {})[2]
+    assert choice.in_cache  # the build below runs the cache's configuration
+    project = hetgen.compile(platform, model, out=tmp_path / "out", native_only=True, opt=("-O1",))
+    report = simulation_report(project)
+    groups = [g for g in report.groups if g.target == "p/npu0"]
+    assert groups and any(g.estimate_us > 5 for g in groups), groups  # the weights' stream is in one
+    for g in groups:
+        assert g.source == SIMULATOR
+        assert abs(g.simulated_us / g.estimate_us - 1) <= 0.10, g

@@ -13,7 +13,7 @@ from hetgen.bounded import bounded_note
 from hetgen.codegen.banks import spill_banks, workspace_attributes
 from hetgen.codegen.encode import Instruction, Opcode, encode_steps
 from hetgen.codegen.kernel_files import ProgramKernels
-from hetgen.errors import Diagnostic, InternalError, PlatformError
+from hetgen.errors import InternalError
 from hetgen.ir import MAX_RANK
 from hetgen.lower.program import BufferRef, Call, Copy, DeviceModel, Program, ProgramRole, Region
 from hetgen.lower.work import Engine
@@ -345,26 +345,11 @@ def _link_view(link) -> dict:
 
 
 def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> dict:
-    """The simulated device's parameters (hg_sim_params) and where its counters sit. A device whose
-    weights come at a DMA rate of their own (Vela's Shared_Sram) is refused: the simulator's DMA
-    has one rate, so its count would not be the estimate's (which prices both)."""
-    if model.weights_apart:
-        source = program.target.source
-        raise PlatformError(
-            "",
-            (
-                Diagnostic(
-                    source.file,
-                    source.line,
-                    source.column,
-                    f"{program.target.path_str}: its weights DMA at {model.weight_dma_bytes_per_cycle:g} bytes a "
-                    f"cycle after {model.weight_dma_setup_cycles} cycles, its other tensors at "
-                    f"{model.dma_bytes_per_cycle:g} after {model.dma_setup_cycles} (a memory mode such as "
-                    "Shared_Sram); the placement's estimate prices both (hetgen explain), but the simulated "
-                    "device has one DMA rate, so no project is generated for it",
-                ),
-            ),
-        )
+    """The simulated device's parameters (hg_sim_params) and where its counters sit. Weights DMA'd
+    from a memory of their own (the device model's weights_apart: Vela's Shared_Sram, or
+    Dedicated_Sram with the feature maps in its cache) get their rate, setup and hidden setup,
+    which the simulator counts for a DMA from the weights region; 0 bytes a cycle otherwise."""
+    apart = model.weights_apart
     return {
         "mac_rows": model.mac_rows,
         "mac_cols": model.mac_cols,
@@ -376,6 +361,9 @@ def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> 
         "sram_bytes_per_cycle": repr(float(model.sram_bytes_per_cycle)),
         "output_cycles_per_element": repr(float(model.output_cycles_per_element)),
         "dma_bytes_per_cycle": repr(float(model.dma_bytes_per_cycle)),
+        "weight_dma_bytes_per_cycle": repr(float(model.weight_dma_bytes_per_cycle if apart else 0.0)),
+        "weight_dma_setup_cycles": model.weight_dma_setup_cycles if apart else 0,
+        "weight_dma_hidden_cycles": model.weight_dma_hidden_cycles if apart else 0,
         "invoke_cycles": model.invoke_cycles,
         "link_latency_cycles": repr(float(model.link_latency_cycles)),
         "link_bytes_per_cycle": repr(float(model.link_bytes_per_cycle)),

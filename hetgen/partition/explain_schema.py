@@ -193,7 +193,13 @@ EXPLAIN_SCHEMA = {
                 "items": {"type": "object"},
                 "description": "a banked root only: its plan per memory bank (hetgen/lower/banks.py)",
             },
+            "feature_maps": {
+                "type": "array",
+                "items": {"type": "object"},
+                "description": "an npu that may keep its feature maps in its arena cache: where they live, "
+                "both estimates, its arena and the cache's bytes, the tensors in the cache (hetgen/lower/feature_maps.py)",
+            },
         },
-        optional=("banks",),
+        optional=("banks", "feature_maps"),
     ),
 }

@@ -109,6 +109,7 @@ def _target_document(target: Target) -> dict[str, Any]:
         computed.setdefault("output_us", 0.0)  # a device model's output stage: absent means 0
         computed.setdefault("weight_gbps", None)  # weights at their own DMA rate: absent means none
         computed.setdefault("weight_setup_us", 0.0)
+        computed.setdefault("weight_hidden_us", 0.0)
         computed.setdefault("dma_hidden_us", 0.0)  # a device model's DMA setup hidden: absent means 0
         overrides = {k: v for k, v in vars(target.figures).items() if computed.get(k) != v}
         if overrides:

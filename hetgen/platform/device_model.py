@@ -61,6 +61,15 @@ PARAMETERS: Mapping[str, Parameter] = {
         "bytes of DMA reads the engine keeps in flight: a DMA queued behind another hides up to this many "
         "bytes' worth of its setup (0: every DMA waits its dma_setup_cycles)",
     ),
+    # The same for the weights' memory where it is apart (Vela's max_reads x burst_length of that
+    # memory): a weight DMA queued behind another hides up to this many bytes' worth of its own setup.
+    "weight_dma_outstanding_bytes": Parameter(
+        True,
+        0,
+        None,
+        "bytes of weight reads kept in flight where weights come from a memory of their own",
+        "dma_outstanding_bytes",
+    ),
     "invoke_cycles": Parameter(True, 0, None, "cycles of each invocation", "launch_us * clock_mhz"),
     "output_cycles_per_element": Parameter(
         False, 0, 0.0, "cycles the MAC array's output stage takes per output element (0: not modelled)", zero=True
@@ -104,6 +113,8 @@ class DeviceModel:
     # the previous one's data streams: with dma_outstanding_bytes of reads in flight, that hides
     # min(dma_setup_cycles, outstanding / dma_bytes_per_cycle) cycles of its setup; 0: none hidden.
     dma_hidden_cycles: int = 0
+    # The same for a weight DMA where the weights are apart (weight_dma_outstanding_bytes at their rate).
+    weight_dma_hidden_cycles: int = 0
 
     def cost_figures(self) -> dict[str, float]:
         """The cost model's rates for what the simulator counts beyond the kind's peak and DMA
@@ -122,6 +133,12 @@ class DeviceModel:
                 {
                     "weight_gbps": self.weight_dma_bytes_per_cycle * self.clock_mhz / 1000,
                     "weight_setup_us": (self.weight_dma_setup_cycles - self.dma_setup_cycles) / self.clock_mhz,
+                    # what a queued weight DMA hides beyond what any queued DMA does
+                    "weight_hidden_us": (
+                        min(self.weight_dma_hidden_cycles, self.weight_dma_setup_cycles)
+                        - min(self.dma_hidden_cycles, self.dma_setup_cycles)
+                    )
+                    / self.clock_mhz,
                 }
                 if self.weights_apart
                 else {}
@@ -161,6 +178,8 @@ def parameters(kind_device: Mapping[str, Any], attrs: Mapping[str, Any], figures
         values["weight_dma_gbps"] = values["dma_gbps"]
     if values["weight_dma_setup_cycles"] is None:
         values["weight_dma_setup_cycles"] = values["dma_setup_cycles"]
+    if values["weight_dma_outstanding_bytes"] is None:
+        values["weight_dma_outstanding_bytes"] = values["dma_outstanding_bytes"]
     if values["int8_macs_per_cycle"] is None:
         values["int8_macs_per_cycle"] = values["macs_per_cycle"]
     if values["invoke_cycles"] is None:
@@ -192,6 +211,11 @@ def build_model(values: Mapping[str, Any], capacity: int | None, link: Link | No
         weight_dma_bytes_per_cycle=float(values["weight_dma_gbps"]) * 1e3 / clock,
         weight_dma_setup_cycles=int(values["weight_dma_setup_cycles"]),
         dma_hidden_cycles=hidden_setup_cycles(setup, int(values["dma_outstanding_bytes"]), dma_bytes_per_cycle),
+        weight_dma_hidden_cycles=hidden_setup_cycles(
+            int(values["weight_dma_setup_cycles"]),
+            int(values["weight_dma_outstanding_bytes"]),
+            float(values["weight_dma_gbps"]) * 1e3 / clock,
+        ),
     )
 
 

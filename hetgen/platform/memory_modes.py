@@ -68,3 +68,37 @@ ARENA_IN_SYSTEM_SRAM = ("Sram_Only", "Shared_Sram")
 def arena_in_system_sram(target) -> bool:
     """Whether `target`'s memory mode keeps its tensor arena in the system SRAM (no memory_mode: no)."""
     return target.attrs.get("memory_mode") in ARENA_IN_SYSTEM_SRAM
+
+
+# Dedicated_Sram with the feature maps in the arena cache (Vela's scheduler.py
+# use_fast_storage_for_feature_maps: the feature maps that fit live in the cache, which the NPU reads
+# into its SHRAM at the SRAM's rate; the weights stream from DRAM, double-buffered). The npu's model
+# then is Shared_Sram's memory system bounded by the cache: its local memory the SHRAM (shram_kib,
+# read by the engines at the npu's 64 bytes a cycle, as memory_modes' Shared_Sram), its arena DMAs at
+# the cache's rate, latency and reads in flight (cache_gbps, cache_setup_cycles,
+# cache_outstanding_bytes), its weight DMAs at the DRAM's (the mode's dma_gbps, dma_setup_cycles,
+# weight_dma_outstanding_bytes). The kind's attributes carry each figure with its vela.ini source
+# (hetgen/platform/kinds/ethos-u.yaml); hetgen/lower/feature_maps.py decides, per network, whether the
+# npu's arena goes there (it must fit the cache: the Dedicated_Sram sram_kib).
+FEATURE_MAPS_IN_CACHE = ("auto",)
+SHRAM_BYTES_PER_CYCLE = 64.0  # the SHRAM's rate is not in Vela's configuration: the npu's, as Shared_Sram's
+
+
+def feature_map_cache_attributes(attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The attributes of a Dedicated_Sram npu with its feature maps in its cache, from its own ones
+    (its DRAM figures become its weights'); None where its kind has no such choice or it says dram.
+    Its feature_maps is "cache", which no platform file may write (not one of the choices): the
+    configuration is only ever chosen (hetgen/lower/feature_maps.py), never reloaded as attributes."""
+    if attrs.get("feature_maps") not in FEATURE_MAPS_IN_CACHE or attrs.get("memory_mode") != "Dedicated_Sram":
+        return None
+    return {
+        **attrs,
+        "feature_maps": "cache",
+        "sram_kib": attrs["shram_kib"],
+        "sram_bytes_per_cycle": SHRAM_BYTES_PER_CYCLE,
+        "dma_gbps": attrs["cache_gbps"],
+        "dma_setup_cycles": attrs["cache_setup_cycles"],
+        "dma_outstanding_bytes": attrs["cache_outstanding_bytes"],
+        "weight_dma_gbps": attrs["dma_gbps"],
+        "weight_dma_setup_cycles": attrs["dma_setup_cycles"],
+    }

@@ -130,6 +130,9 @@ class CostFigures:
     # us of a DMA's setup hidden where it is queued behind another DMA (the device model's
     # dma_hidden_cycles at its clock: reads kept in flight); 0: every DMA pays its setup
     dma_hidden_us: float = 0.0
+    # us a queued weight DMA hides beyond dma_hidden_us, where weights are apart (the device model's
+    # weight_dma_outstanding_bytes: reads in flight from the weights' memory); 0: none beyond
+    weight_hidden_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,12 @@ class Target:
     static_bytes: int | None = None  # the most static data (arena + weights) it can link; None = no bound
     memories: tuple[Bank, ...] = ()  # declared memory banks (hetgen/platform/banks.py); () = the kind's one map
     source: SourcePos = field(default=SourcePos("<builtin>"), compare=False)
+    # An npu whose feature maps may live in its arena cache (Dedicated_Sram, feature_maps: auto):
+    # itself so configured (hetgen/platform/memory_modes.py feature_map_cache_attributes), which
+    # hetgen/lower/feature_maps.py puts in its place where the network's arena fits and it is faster.
+    in_cache: Target | None = field(default=None, compare=False, repr=False)
+    # On such a configuration: the cache's bytes, which its arena (the feature maps) must fit.
+    cache_bytes: int | None = None
 
     def __hash__(self) -> int:
         # A target keys the per-target tables of later stages (lowering's schedule and memory

@@ -29,7 +29,7 @@ from hetgen.platform.device_attrs import check_device_parameters
 from hetgen.platform.device_model import build_model, parameters
 from hetgen.platform.expressions import ExpressionError, evaluate
 from hetgen.platform.kind_parts import ALL_FIGURE_KEYS, MAC_FIGURES, MEMORY_KEYS, NODE_KEYS, parse_toolchain
-from hetgen.platform.memory_modes import mode_attributes
+from hetgen.platform.memory_modes import feature_map_cache_attributes, mode_attributes
 from hetgen.platform.model import CostFigures, FrozenMap, Kind, Link, Role, Runtime, Target, Toolchain
 from hetgen.platform.schema import (
     Problems,
@@ -129,7 +129,22 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
         figures = _figures(body, kind, attrs, what, problems, memory.get("local_bytes"), link)
     if len(problems) != before:
         return None
-    return Target(
+    cached = None
+    cache_attrs = feature_map_cache_attributes(attrs) if kind.role is Role.ACCELERATOR else None
+    if cache_attrs is not None:  # the same npu with its feature maps in its cache (memory_modes.py)
+        cache_memory = {key: _memory(kind, key, cache_attrs, body, what, problems) for key in MEMORY_KEYS}
+        cache_figures = _figures(body, kind, cache_attrs, what, problems, cache_memory.get("local_bytes"), link)
+        if len(problems) != before:
+            return None
+        cached = dict(
+            attrs=FrozenMap(cache_attrs),
+            figures=cache_figures,
+            memory_bytes=cache_memory.get("local_bytes"),
+            address_bytes=cache_memory.get("address_bytes"),
+            static_bytes=cache_memory.get("static_bytes"),
+            cache_bytes=memory.get("local_bytes"),
+        )
+    target = Target(
         name=place.path[-1],
         path=place.path,
         kind=kind,
@@ -147,6 +162,10 @@ def _target(node: YNode, place: _Place, kinds, broken, problems: Problems) -> Ta
         memories=memories,
         source=body.pos,
     )
+    if cached is None:
+        return target
+    # feature_maps: auto leaves the choice to lowering (hetgen/lower/feature_maps.py)
+    return dataclasses.replace(target, in_cache=dataclasses.replace(target, **cached))
 
 
 def _memories(body: YMap, place: _Place, attrs, bare: str | None, what: str, problems: Problems) -> tuple:

@@ -291,11 +291,12 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
         stage = outputs * rates.us_per_output_element if mac else 0.0
         kernel_us.append(max(compute, work.bytes * rates.us_per_local_byte, stage))
 
-    def step(command) -> tuple[bool, int, float, float]:
+    def step(command) -> tuple:
         rates = layers[command.layer].rates or Rates(0.0, 0.0)
         if command.is_dma:
-            took = rates.dma_us(command.nbytes, command.weights)
-        elif command.kind is Kind.MOVE:
+            took, overhead, hidden = rates.dma_step(command.nbytes, command.weights)
+            return True, command.after, took, overhead, hidden
+        if command.kind is Kind.MOVE:
             took = command.nbytes * rates.us_per_local_byte
         else:
             took = kernel_us[command.kernel]

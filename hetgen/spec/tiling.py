@@ -392,6 +392,21 @@ class Rates:
     # at it, as the simulator counts them (hg_sim.c HG_SIM_VECTOR), whatever the MAC array's peak;
     # 0: not modelled, its flops at `us_per_flop` (the pattern's efficiency of the peak).
     us_per_vector_tap: float = 0.0
+    # A weight DMA queued behind another hides this much more of its setup than dma_hidden_us (the
+    # reads in flight from the weights' own memory, weight_dma_outstanding_bytes; 0: no more)
+    weight_hidden_us: float = 0.0
+
+    def dma_step(self, nbytes: int, weights: bool = False) -> tuple[float, float, float]:
+        """A DMA command's (time, overhead, setup hidden where queued) for two_engine_us: a weight
+        DMA from a memory of its own pays its extra latency as overhead, which its reads in flight
+        hide where it is queued (as hg_sim.c counts a DMA from the weights region)."""
+        if weights and self.us_per_weight_byte:
+            return (
+                nbytes * self.us_per_weight_byte,
+                self.command_us + self.weight_setup_us,
+                self.dma_hidden_us + self.weight_hidden_us,
+            )
+        return nbytes * self.us_per_byte, self.command_us, self.dma_hidden_us
 
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
@@ -438,10 +453,14 @@ def plan_us(plan: TilePlan, rates: Rates) -> float:
 def _timeline_us(plan: TilePlan, rates: Rates) -> float:
     utilisation = [mac_utilisation(products, rates) for products in plan.mac_products]
 
-    def took(command) -> float:
+    def step(command) -> tuple:
         if command.is_dma:
             weights = command.action is Action.LOAD and _is_constant(plan, command.operand)
-            return rates.dma_us(plan.block_of(command).nbytes, weights)
+            dma, overhead, hidden = rates.dma_step(plan.block_of(command).nbytes, weights)
+            return True, command.after, dma, overhead, hidden
+        return False, command.after, took(command), rates.command_us
+
+    def took(command) -> float:
         tile = plan.tiles[command.tile]
         taps = plan.vector_taps[tile.kernel] if rates.us_per_vector_tap else 0
         if taps:  # the vector unit at its own rate
@@ -451,8 +470,7 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
         compute += tile.vector * rates.us_per_vector_element
         return max(compute, _tile_bytes(tile) * rates.us_per_local_byte, _output_us(plan, tile, rates))
 
-    steps = ((command.is_dma, command.after, took(command), rates.command_us) for command in plan.commands)
-    return two_engine_us(steps, rates.dma_hidden_us)
+    return two_engine_us(map(step, plan.commands), rates.dma_hidden_us)
 
 
 def _is_constant(plan: TilePlan, operand: int) -> bool:
@@ -467,7 +485,7 @@ def queued_overhead(overhead: float, hidden: float) -> float:
 
 def two_engine_us(steps, dma_hidden_us: float = 0.0) -> float:
     """The time of commands on the npu's two engines (DMA, compute), each running its commands in
-    order: per command (is_dma, after, its time, its overhead), it starts when its engine is free and
+    order: per command (is_dma, after, its time, its overhead[, the setup it hides where queued]), it starts when its engine is free and
     the command `after` places before it (0: none) has finished; the last one to finish ends it. A
     DMA that waits only for the DMA engine (queued behind another) hides `dma_hidden_us` of its
     overhead (`queued_overhead`). The simulator (hg_sim.c) runs its command queue so; tile plans and
@@ -475,10 +493,11 @@ def two_engine_us(steps, dma_hidden_us: float = 0.0) -> float:
     finish: list[float] = []
     free = {True: 0.0, False: 0.0}
     end = 0.0
-    for index, (is_dma, after, took, overhead) in enumerate(steps):
+    for index, (is_dma, after, took, overhead, *own) in enumerate(steps):
         ready = finish[index - after] if after else 0.0
-        if is_dma and dma_hidden_us and free[True] > 0.0 and ready <= free[True]:
-            overhead = queued_overhead(overhead, dma_hidden_us)
+        hidden = own[0] if own else dma_hidden_us  # a weight DMA's own (Rates.dma_step)
+        if is_dma and hidden and free[True] > 0.0 and ready <= free[True]:
+            overhead = queued_overhead(overhead, hidden)
         done = max(free[is_dma], ready) + took + overhead
         free[is_dma] = done
         finish.append(done)

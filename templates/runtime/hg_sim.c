@@ -62,6 +62,22 @@ uint64_t hg_sim_dma_cycles(const hg_sim_params *params, uint64_t bytes)
     return params->dma_setup_cycles + hg_sim_ceil_div(bytes, params->dma_bytes_per_cycle);
 }
 
+/* A DMA from the weights region at the weights' own rate and setup, where they have one. */
+static uint64_t hg_sim_weight_dma_cycles(const hg_sim_params *params, uint64_t bytes)
+{
+    if (!(params->weight_dma_bytes_per_cycle > 0.0)) {
+        return hg_sim_dma_cycles(params, bytes);
+    }
+    return params->weight_dma_setup_cycles + hg_sim_ceil_div(bytes, params->weight_dma_bytes_per_cycle);
+}
+
+/* Whether a DMA command reads the weights region (a copy whose source is a constant). */
+static int hg_sim_reads_weights(const hg_graph_node *node, const hg_buffer_ref *args, size_t num_args)
+{
+    return node->op == HG_OP_COPY && node->num_args == 2 && node->first_arg < num_args
+           && args[node->first_arg].region == HG_REGION_WEIGHTS;
+}
+
 uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *work)
 {
     uint64_t compute;
@@ -175,16 +191,19 @@ static int hg_sim_run_program(const hg_sim_config *config, hg_sim_state *sim, co
         if (work == NULL || work->engine == HG_SIM_NONE) {
             continue;
         }
-        uint64_t cycles = hg_sim_command_cycles(&config->params, work);
+        /* a DMA of weights from a memory of their own goes at its rate and latency */
+        const int weights = work->engine == HG_SIM_DMA && config->params.weight_dma_bytes_per_cycle > 0.0
+                            && hg_sim_reads_weights(node, program->args, program->num_args);
+        uint64_t cycles = weights ? hg_sim_weight_dma_cycles(&config->params, work->bytes)
+                                  : hg_sim_command_cycles(&config->params, work);
         const uint64_t ready = work->after != 0 && work->after <= n && work->after < HG_SIM_RING
                                    ? finish[(n - work->after) % HG_SIM_RING]
                                    : 0;
         if (work->engine == HG_SIM_DMA && dma_free > 0 && ready <= dma_free) {
             /* queued behind another DMA: its reads were issued while that one's data streamed */
-            const uint64_t hidden = config->params.dma_hidden_cycles < config->params.dma_setup_cycles
-                                        ? config->params.dma_hidden_cycles
-                                        : config->params.dma_setup_cycles;
-            cycles -= hidden;
+            const uint64_t setup = weights ? config->params.weight_dma_setup_cycles : config->params.dma_setup_cycles;
+            const uint64_t kept = weights ? config->params.weight_dma_hidden_cycles : config->params.dma_hidden_cycles;
+            cycles -= kept < setup ? kept : setup;
         }
         uint64_t *engine_free = work->engine == HG_SIM_DMA ? &dma_free : &compute_free;
         const uint64_t done = (*engine_free > ready ? *engine_free : ready) + cycles;

@@ -35,8 +35,14 @@ typedef struct {
     uint32_t invoke_cycles;       /* each invocation: the controller's driver call, doorbell and completion interrupt */
     uint32_t int8_mac_cols;       /* the MAC array's columns on int8 operands (several int8 MACs per multiplier) */
     uint32_t dma_hidden_cycles;   /* setup a DMA queued behind another hides (reads kept in flight) */
+    /* A DMA from the weights region where the weights sit in a memory of their own (Vela's
+     * Shared_Sram, or Dedicated_Sram with the feature maps in its cache): its setup, the setup it
+     * hides when queued, and its rate (0 bytes a cycle: the weights beside the arena, at the DMA's). */
+    uint32_t weight_dma_setup_cycles;
+    uint32_t weight_dma_hidden_cycles;
     double sram_bytes_per_cycle;  /* local memory bandwidth the engines see */
     double dma_bytes_per_cycle;
+    double weight_dma_bytes_per_cycle;
     double output_cycles_per_element; /* the MAC array's output stage, per output element (0: not modelled) */
     hg_link link;                 /* from the controller, when the device sits behind one */
 } hg_sim_params;
