@@ -23,7 +23,7 @@ def test_no_searched_placement_beats_the_bound(seed):
     space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
     searched = place(graph, platform)
     floor = max(makespan_bound(space), critical_path_bound(space))
-    assert floor <= searched.total_us * (1 + 1e-9)
+    assert floor <= searched.searched_us * (1 + 1e-9)  # at the search's prices: kernel choices come after
     assert floor > 0
 
 

@@ -32,7 +32,7 @@ ROUNDS = 4000  # exponentiated-gradient steps over the weights: enough for the f
 STALL = 400  # steps without a 1e-6 rise after which the search for weights stops
 
 
-def node_times(space) -> np.ndarray:
+def node_times(space, candidates=None) -> np.ndarray:
     """time[n][t]: the least share of node n in a candidate group of target t (inf: no candidate).
 
     A group's price is shared among its nodes, the costliest alone first, each taking what it costs
@@ -40,12 +40,13 @@ def node_times(space) -> np.ndarray:
     members, the activations and adds, not on its Conv); the rest, if any, in proportion. A member
     with no group of its own on t is weighed by the least it costs alone anywhere. The shares sum
     to the price, so a placement's load on t is never below the sum of its nodes' shares."""
+    pool = space.candidates if candidates is None else candidates
     alone = np.full((len(space.graph.nodes), len(space.targets)), math.inf)
-    for c in space.candidates:
+    for c in pool:
         if len(c.nodes) == 1:
             alone[c.nodes[0], c.loc] = min(alone[c.nodes[0], c.loc], c.compute_us)
     times = alone.copy()
-    for c in space.candidates:
+    for c in pool:
         if len(c.nodes) == 1:
             continue
         members = list(c.nodes)
@@ -68,24 +69,55 @@ def _shares(price: float, own: np.ndarray) -> np.ndarray:
     return shares + left * own / own.sum()  # a group dearer than its members alone: spread the excess
 
 
-def critical_path_bound(space) -> float:
-    """A lower bound on the makespan of every placement that runs each node whole on one target:
-    the longest dependency chain, each node at its least share on any target (copies free)."""
-    fastest = np.min(node_times(space), axis=1)
-    finish = [0.0] * len(space.graph.nodes)
-    for n in range(len(finish)):  # graph order is topological
-        start = 0.0
-        for name in space.graph.nodes[n].inputs:
-            tid = space.tensor_id.get(name) if name else None
-            if tid is not None and space.producer[tid] >= 0:
-                start = max(start, finish[space.producer[tid]])
-        finish[n] = start + float(fastest[n])
-    return max(finish, default=0.0)
+def critical_path_bound(space, candidates=None) -> float:
+    """A lower bound on the makespan of every placement that runs each node whole on one target,
+    in one of `candidates` (the space's, by default): its longest chain of groups and copies.
+
+    A group starts once every tensor it reads from outside has reached its target, and ends its
+    price later (one step of its target's program); a tensor reaches a place only after its
+    producer's group ends and every copy on the route there has run, one after another (the
+    graph's inputs start on the root; its outputs end there). So, over groups in the order of
+    their last node, `ready(c)` = the latest of its inputs' arrivals, each at its cheapest
+    producing group and route, and `finish(c) = ready(c) + price(c)`; no placement ends before
+    every node's earliest finish or every output's earliest return to the root. A chain (one
+    possible order) comes out as the least sum of groups and copies along it, not a max over
+    targets; fused groups count at their price, not as free members."""
+    pool = space.candidates if candidates is None else candidates
+    groups = [c for c in pool if not space.aliases.issuperset(c.nodes)]  # a dropped reshape runs nowhere
+    groups.sort(key=lambda c: (c.last, c.nodes[0]))
+    count, places = len(space.graph.nodes), len(space.targets)
+    done = [math.inf] * count  # the earliest any group holding the node ends
+    ends = [[math.inf] * places for _ in range(count)]  # [n][s]: the earliest n's output exists at s
+    inside = [set() for _ in range(count)]  # places where n is a member that is not its group's last
+    for c in groups:
+        for n in c.nodes[:-1]:
+            inside[n].add(c.loc)
+
+    def arrival(tid: int, dst: int) -> float:
+        producer = space.producer[tid]
+        if producer < 0:  # a graph input: on the root from the start
+            return space.transfer_us(space.root, dst, tid)
+        # a producer in the middle of a group: no earlier than the start (not known here: 0)
+        early = [0.0 if s in inside[producer] else ends[producer][s] for s in range(places)]
+        return min(early[s] + space.transfer_us(s, dst, tid) for s in range(places))
+
+    for c in groups:
+        ready = max((arrival(tid, c.loc) for tid in c.inputs), default=0.0)
+        finish = ready + c.compute_us
+        ends[c.last][c.loc] = min(ends[c.last][c.loc], finish)
+        for n in c.nodes:
+            done[n] = min(done[n], finish)
+    longest = max((d for n, d in enumerate(done) if n not in space.aliases), default=0.0)
+    if not math.isfinite(longest):  # a node no candidate holds: no placement to bound
+        return 0.0
+    returned = [arrival(tid, space.root) for tid in space.graph_outputs if space.producer[tid] >= 0]
+    return max([longest, *returned])
 
 
-def makespan_bound(space) -> float:
-    """A lower bound (us) on the makespan of every placement of `space`'s graph on its platform."""
-    times = node_times(space)
+def makespan_bound(space, candidates=None) -> float:
+    """A lower bound (us) on the makespan of every placement of `space`'s graph on its platform,
+    in `candidates` (the space's, by default)."""
+    times = node_times(space, candidates)
     usable = np.isfinite(times).any(axis=0)
     times = times[:, usable]
     if times.shape[0] == 0:
@@ -106,7 +138,10 @@ def makespan_bound(space) -> float:
         # the supergradient: each target's load under the nodes' current choices; weight moves
         # toward the loaded targets, which makes their nodes go elsewhere
         load = np.bincount(pick, weights=times[np.arange(len(pick)), pick], minlength=times.shape[1])
+        # in logs, less the largest: a slow target's load (a Cortex-M's, hundreds of times the
+        # fastest) would overflow exp and turn the weights into inf / inf
         rate = 4.0 / math.sqrt(step + 1)
-        weights = weights * np.exp(rate * load / scale)
-        weights = np.maximum(weights / weights.sum(), 1e-12)
+        logs = np.log(weights) + rate * load / scale
+        weights = np.maximum(np.exp(logs - logs.max()), 1e-12)
+        weights = weights / weights.sum()
     return best

@@ -50,7 +50,7 @@ def judged(space: SearchSpace, candidates: tuple[Candidate, ...], pins: Mapping,
         return replace(placement, searched_us=placement.total_us, optimal=True, bound_us=placement.total_us)
     if placement.exact and _strict_chain(space):
         return replace(placement, searched_us=placement.total_us, optimal=True, bound_us=placement.total_us)
-    bound = min(max(makespan_bound(space), critical_path_bound(space)), placement.total_us)
+    bound = min(max(makespan_bound(space, candidates), critical_path_bound(space, candidates)), placement.total_us)
     met = placement.total_us <= bound * (1 + 1e-9)
     return replace(placement, searched_us=placement.total_us, optimal=met, bound_us=bound)
 
