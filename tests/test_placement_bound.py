@@ -9,8 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from hetgen.partition import place
-from hetgen.partition.bound import critical_path_bound, makespan_bound
+from hetgen.partition.assemble import chosen_makespan
+from hetgen.partition.bound import critical_path_bound, makespan_bound, placement_bound
 from hetgen.partition.cost import Calibration
+from hetgen.partition.search import search_greedy
 from hetgen.partition.space import SearchSpace
 from hetgen.spec import build_kernel_specs
 from partition_fixtures import conv_relu_net, random_dag, random_platform, residual_net, soc, transformer
@@ -22,7 +24,7 @@ def test_no_searched_placement_beats_the_bound(seed):
     graph, platform = random_dag(rng, rng.randint(6, 14)), random_platform(rng)
     space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
     searched = place(graph, platform)
-    floor = max(makespan_bound(space), critical_path_bound(space))
+    floor = placement_bound(space)
     assert floor <= searched.searched_us * (1 + 1e-9)  # at the search's prices: kernel choices come after
     assert floor > 0
 
@@ -33,10 +35,12 @@ def test_no_searched_placement_beats_the_bound(seed):
 def test_bound_holds_on_model_shapes(graph):
     platform = soc()
     space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
-    for mode in ("cost", "greedy"):
-        assert max(makespan_bound(space), critical_path_bound(space)) <= place(graph, platform, mode=mode).total_us * (
-            1 + 1e-9
-        )
+    bound = placement_bound(space)
+    assert max(makespan_bound(space), critical_path_bound(space)) <= bound
+    # at the search's prices, as the bound prices them (kernel choices made after placement can be faster)
+    assert bound <= place(graph, platform).searched_us * (1 + 1e-9)
+    greedy = search_greedy(space, space.candidates)
+    assert bound <= chosen_makespan(space, space.candidates, greedy) * (1 + 1e-9)
 
 
 def _space(times: list[list[float]]):

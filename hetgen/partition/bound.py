@@ -24,9 +24,12 @@ device; with `makespan_bound` alone, even a split of layers across devices could
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
+
+from hetgen.partition.timeline import Lanes
 
 ROUNDS = 4000  # exponentiated-gradient steps over the weights: enough for the few targets a platform has
 STALL = 400  # steps without a 1e-6 rise after which the search for weights stops
@@ -88,21 +91,26 @@ def critical_path_bound(space, candidates=None) -> float:
     count, places = len(space.graph.nodes), len(space.targets)
     done = [math.inf] * count  # the earliest any group holding the node ends
     ends = [[math.inf] * places for _ in range(count)]  # [n][s]: the earliest n's output exists at s
-    inside = [set() for _ in range(count)]  # places where n is a member that is not its group's last
+    inside: list[list] = [[] for _ in range(count)]  # the groups holding n before their last node
     for c in groups:
         for n in c.nodes[:-1]:
-            inside[n].add(c.loc)
+            inside[n].append(c)
 
-    def arrival(tid: int, dst: int) -> float:
+    def arrival(tid: int, dst: int, reader: frozenset = frozenset()) -> float:
         producer = space.producer[tid]
         if producer < 0:  # a graph input: on the root from the start
             return space.transfer_us(space.root, dst, tid)
-        # a producer in the middle of a group: no earlier than the start (not known here: 0)
-        early = [0.0 if s in inside[producer] else ends[producer][s] for s in range(places)]
+        early = ends[producer][:]
+        # a group that would hand the reader a member's output from its middle (no pattern does:
+        # a group writes its last node's outputs) might do so from its start: no later than 0
+        for other in inside[producer]:
+            if reader.isdisjoint(other.nodes):
+                early[other.loc] = 0.0
         return min(early[s] + space.transfer_us(s, dst, tid) for s in range(places))
 
     for c in groups:
-        ready = max((arrival(tid, c.loc) for tid in c.inputs), default=0.0)
+        reader = frozenset(c.nodes)
+        ready = max((arrival(tid, c.loc, reader) for tid in c.inputs), default=0.0)
         finish = ready + c.compute_us
         ends[c.last][c.loc] = min(ends[c.last][c.loc], finish)
         for n in c.nodes:
@@ -114,21 +122,23 @@ def critical_path_bound(space, candidates=None) -> float:
     return max([longest, *returned])
 
 
-def makespan_bound(space, candidates=None) -> float:
+def makespan_bound(space, candidates=None, fixed=None) -> float:
     """A lower bound (us) on the makespan of every placement of `space`'s graph on its platform,
-    in `candidates` (the space's, by default)."""
+    in `candidates` (the space's, by default). `fixed[t]`: work every such placement gives target
+    t besides its groups (the copies the root must make: `placement_bound`)."""
     times = node_times(space, candidates)
-    usable = np.isfinite(times).any(axis=0)
-    times = times[:, usable]
+    fixed = np.zeros(times.shape[1]) if fixed is None else np.asarray(fixed, dtype=float)
+    usable = np.isfinite(times).any(axis=0) | (fixed > 0)
+    times, fixed = times[:, usable], fixed[usable]
     if times.shape[0] == 0:
-        return 0.0
+        return float(fixed.max(initial=0.0))
     scale = float(np.min(times, axis=1).sum()) or 1.0
     weights = np.full(times.shape[1], 1.0 / times.shape[1])
     best, since = 0.0, 0
     for step in range(ROUNDS):
         weighted = times * weights
         pick = np.argmin(weighted, axis=1)
-        value = float(weighted[np.arange(len(pick)), pick].sum())
+        value = float(weighted[np.arange(len(pick)), pick].sum() + weights @ fixed)
         if value > best * (1 + 1e-6):
             since = 0
         since += 1
@@ -137,7 +147,7 @@ def makespan_bound(space, candidates=None) -> float:
             break
         # the supergradient: each target's load under the nodes' current choices; weight moves
         # toward the loaded targets, which makes their nodes go elsewhere
-        load = np.bincount(pick, weights=times[np.arange(len(pick)), pick], minlength=times.shape[1])
+        load = np.bincount(pick, weights=times[np.arange(len(pick)), pick], minlength=times.shape[1]) + fixed
         # in logs, less the largest: a slow target's load (a Cortex-M's, hundreds of times the
         # fastest) would overflow exp and turn the weights into inf / inf
         rate = 4.0 / math.sqrt(step + 1)
@@ -145,3 +155,50 @@ def makespan_bound(space, candidates=None) -> float:
         weights = np.maximum(np.exp(logs - logs.max()), 1e-12)
         weights = weights / weights.sum()
     return best
+
+
+def placement_bound(space, candidates=None) -> float:
+    """A lower bound (us) on the makespan of every placement in `candidates` (the space's, by
+    default): the least, over the sets of the root's devices a placement may use, of the larger
+    of `makespan_bound` and `critical_path_bound` over the candidates on the root and those devices.
+
+    A placement uses some set of the root's devices (those holding one of its groups; a dropped
+    reshape runs nowhere), so its makespan is at least the bound of that set. Every device it
+    uses costs the root's clock a copy in and a copy out (hetgen/spec/timeline.py: the controller
+    makes its devices' copies): the device's first group in program order reads only tensors from
+    elsewhere (the graph's inputs start on the root), and its last writes only tensors read
+    elsewhere or the graph's outputs (which end on the root) — each at least the cheapest such
+    copy over the root's link to that device, added to the root's load. So a device behind a slow
+    link must pay for itself, and the set that uses none is the root alone."""
+    pool = tuple(space.candidates if candidates is None else candidates)
+    lane_of = Lanes.of(space.platform).lane
+    lanes = sorted({lane_of[space.paths[c.loc]] for c in pool} - {-1})
+    best = math.inf
+    for used in itertools.chain.from_iterable(itertools.combinations(lanes, k) for k in range(len(lanes) + 1)):
+        allowed = {-1, *used}
+        kept = tuple(c for c in pool if lane_of[space.paths[c.loc]] in allowed or space.aliases.issuperset(c.nodes))
+        covered = {n for c in kept for n in c.nodes}
+        if len(covered) < len(space.graph.nodes):  # a node none of these can run
+            continue
+        fixed = np.zeros(len(space.targets))
+        fixed[space.root] = sum(_root_copies(space, kept, lane_of, lane) for lane in used)
+        best = min(best, max(makespan_bound(space, kept, fixed), critical_path_bound(space, kept)))
+    return 0.0 if math.isinf(best) else best
+
+
+def _root_copies(space, kept, lane_of, lane: int) -> float:
+    """The least the root's clock spends copying into device `lane` and back out of it: the
+    cheapest input of any of its groups over the root's own hop, and the cheapest output."""
+    into, out = math.inf, math.inf
+    for c in kept:
+        if lane_of[space.paths[c.loc]] != lane or space.aliases.issuperset(c.nodes):
+            continue
+        into = min(into, min((_root_hop(space, space.hops[space.root][c.loc], tid) for tid in c.inputs), default=0.0))
+        out = min(out, min((_root_hop(space, space.hops[c.loc][space.root], tid) for tid in c.outputs), default=0.0))
+    return (0.0 if math.isinf(into) else into) + (0.0 if math.isinf(out) else out)
+
+
+def _root_hop(space, hops, tid: int) -> float:
+    """What the copies of `hops` that leave or reach the root cost tensor `tid` (the root makes them)."""
+    nbytes = space.tensor_bytes[tid]
+    return sum(lat + nbytes * per for left, reached, lat, per in hops if space.root in (left, reached))
