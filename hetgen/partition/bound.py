@@ -32,7 +32,8 @@ import numpy as np
 from hetgen.partition.timeline import Lanes
 
 ROUNDS = 4000  # exponentiated-gradient steps over the weights: enough for the few targets a platform has
-STALL = 400  # steps without a 1e-6 rise after which the search for weights stops
+STALL = 400  # steps without a rise of RISE after which the search for weights stops
+RISE = 1e-4  # relative: less is not worth the steps
 
 
 def node_times(space, candidates=None) -> np.ndarray:
@@ -122,16 +123,19 @@ def critical_path_bound(space, candidates=None) -> float:
     return max([longest, *returned])
 
 
-def makespan_bound(space, candidates=None, fixed=None) -> float:
+def makespan_bound(space, candidates=None, fixed=None, enough: float = math.inf) -> float:
     """A lower bound (us) on the makespan of every placement of `space`'s graph on its platform,
     in `candidates` (the space's, by default). `fixed[t]`: work every such placement gives target
-    t besides its groups (the copies the root must make: `placement_bound`)."""
+    t besides its groups (the copies the root must make: `placement_bound`). The search for weights
+    stops once the bound reaches `enough` (the caller needs no more)."""
     times = node_times(space, candidates)
     fixed = np.zeros(times.shape[1]) if fixed is None else np.asarray(fixed, dtype=float)
     usable = np.isfinite(times).any(axis=0) | (fixed > 0)
     times, fixed = times[:, usable], fixed[usable]
     if times.shape[0] == 0:
         return float(fixed.max(initial=0.0))
+    if times.shape[1] == 1:  # one target does everything: its load
+        return float(times.sum() + fixed.sum())
     scale = float(np.min(times, axis=1).sum()) or 1.0
     weights = np.full(times.shape[1], 1.0 / times.shape[1])
     best, since = 0.0, 0
@@ -139,11 +143,11 @@ def makespan_bound(space, candidates=None, fixed=None) -> float:
         weighted = times * weights
         pick = np.argmin(weighted, axis=1)
         value = float(weighted[np.arange(len(pick)), pick].sum() + weights @ fixed)
-        if value > best * (1 + 1e-6):
+        if value > best * (1 + RISE):
             since = 0
         since += 1
         best = max(best, value)
-        if since > STALL:  # any weights give a bound: stopping early only forgoes a higher one
+        if since > STALL or best >= enough:  # any weights give a bound: stopping early only forgoes a higher one
             break
         # the supergradient: each target's load under the nodes' current choices; weight moves
         # toward the loaded targets, which makes their nodes go elsewhere
@@ -174,15 +178,19 @@ def placement_bound(space, candidates=None) -> float:
     lane_of = Lanes.of(space.platform).lane
     lanes = sorted({lane_of[space.paths[c.loc]] for c in pool} - {-1})
     best = math.inf
-    for used in itertools.chain.from_iterable(itertools.combinations(lanes, k) for k in range(len(lanes) + 1)):
+    # every device first: its bound is usually the least, and lets the others skip their LP
+    for used in itertools.chain.from_iterable(itertools.combinations(lanes, k) for k in range(len(lanes), -1, -1)):
         allowed = {-1, *used}
         kept = tuple(c for c in pool if lane_of[space.paths[c.loc]] in allowed or space.aliases.issuperset(c.nodes))
         covered = {n for c in kept for n in c.nodes}
         if len(covered) < len(space.graph.nodes):  # a node none of these can run
             continue
+        floor = critical_path_bound(space, kept)
+        if floor >= best:  # this set's bound is no less than one already found: not the least
+            continue
         fixed = np.zeros(len(space.targets))
         fixed[space.root] = sum(_root_copies(space, kept, lane_of, lane) for lane in used)
-        best = min(best, max(makespan_bound(space, kept, fixed), critical_path_bound(space, kept)))
+        best = min(best, max(floor, makespan_bound(space, kept, fixed, enough=best)))
     return 0.0 if math.isinf(best) else best
 
 
