@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -34,6 +35,8 @@ from hetgen.partition.timeline import Lanes
 ROUNDS = 4000  # exponentiated-gradient steps over the weights: enough for the few targets a platform has
 STALL = 400  # steps without a rise of RISE after which the search for weights stops
 RISE = 1e-4  # relative: less is not worth the steps
+FORCED_WORK = 20_000  # nodes x candidates up to which placement_bound looks for nodes forced onto a target
+SPLIT_TARGETS = 4  # targets besides the root up to which placement_bound tries every set of them (2**4 sets)
 
 
 def node_times(space, candidates=None) -> np.ndarray:
@@ -86,7 +89,12 @@ def critical_path_bound(space, candidates=None) -> float:
     every node's earliest finish or every output's earliest return to the root. A chain (one
     possible order) comes out as the least sum of groups and copies along it, not a max over
     targets; fused groups count at their price, not as free members."""
-    pool = space.candidates if candidates is None else candidates
+    longest = _chains(space, space.candidates if candidates is None else candidates)[0]
+    return 0.0 if math.isinf(longest) else longest  # inf: a node no candidate holds, no placement
+
+
+def _chains(space, pool) -> tuple[float, dict[int, float]]:
+    """`critical_path_bound` over the groups of `pool`, and each group's earliest start (by id)."""
     groups = [c for c in pool if not space.aliases.issuperset(c.nodes)]  # a dropped reshape runs nowhere
     groups.sort(key=lambda c: (c.last, c.nodes[0]))
     count, places = len(space.graph.nodes), len(space.targets)
@@ -109,18 +117,19 @@ def critical_path_bound(space, candidates=None) -> float:
                 early[other.loc] = 0.0
         return min(early[s] + space.transfer_us(s, dst, tid) for s in range(places))
 
+    starts: dict[int, float] = {}
     for c in groups:
         reader = frozenset(c.nodes)
-        ready = max((arrival(tid, c.loc, reader) for tid in c.inputs), default=0.0)
+        ready = starts[c.id] = max((arrival(tid, c.loc, reader) for tid in c.inputs), default=0.0)
         finish = ready + c.compute_us
         ends[c.last][c.loc] = min(ends[c.last][c.loc], finish)
         for n in c.nodes:
             done[n] = min(done[n], finish)
     longest = max((d for n, d in enumerate(done) if n not in space.aliases), default=0.0)
-    if not math.isfinite(longest):  # a node no candidate holds: no placement to bound
-        return 0.0
+    if not math.isfinite(longest):  # a node no candidate holds: no placement
+        return math.inf, starts
     returned = [arrival(tid, space.root) for tid in space.graph_outputs if space.producer[tid] >= 0]
-    return max([longest, *returned])
+    return max([longest, *returned]), starts
 
 
 def makespan_bound(space, candidates=None, fixed=None, enough: float = math.inf) -> float:
@@ -163,35 +172,135 @@ def makespan_bound(space, candidates=None, fixed=None, enough: float = math.inf)
 
 def placement_bound(space, candidates=None) -> float:
     """A lower bound (us) on the makespan of every placement in `candidates` (the space's, by
-    default): the least, over the sets of the root's devices a placement may use, of the larger
-    of `makespan_bound` and `critical_path_bound` over the candidates on the root and those devices.
+    default): the least, over the sets of targets besides the root a placement may use, of the
+    larger of `makespan_bound` and `critical_path_bound` over the candidates on the root and those
+    targets, with the work using a target always costs added to its load.
 
-    A placement uses some set of the root's devices (those holding one of its groups; a dropped
-    reshape runs nowhere), so its makespan is at least the bound of that set. Every device it
-    uses costs the root's clock a copy in and a copy out (hetgen/spec/timeline.py: the controller
-    makes its devices' copies): the device's first group in program order reads only tensors from
-    elsewhere (the graph's inputs start on the root), and its last writes only tensors read
-    elsewhere or the graph's outputs (which end on the root) — each at least the cheapest such
-    copy over the root's link to that device, added to the root's load. So a device behind a slow
-    link must pay for itself, and the set that uses none is the root alone."""
+    A placement uses some set of targets (those holding one of its groups; a dropped reshape runs
+    nowhere), so its makespan is at least the bound of that set. What using a target costs:
+
+    - the root's clock copies into and out of each of its devices used (hetgen/spec/timeline.py:
+      a controller makes its devices' copies): the device's first group reads only tensors from
+      elsewhere (the graph's inputs start on the root) and its last writes only tensors read
+      elsewhere or the graph's outputs (which end on the root), each at least the cheapest such
+      copy over the root's own link;
+    - a target other than the root runs its groups one after another, the first no earlier than
+      any of its groups could start (the critical path's `ready`), and the last one's outputs
+      still have to leave it (at least the cheapest copy elsewhere): so makespan >= that head +
+      its load + that tail.
+
+    So a device behind a slow link must pay for itself, and the set that uses none is the root
+    alone. With more than `SPLIT_TARGETS` targets besides the root, the sets are of the root's
+    devices instead (a device's targets in or out together), and the head and tail are added only
+    where a device is one target."""
     pool = tuple(space.candidates if candidates is None else candidates)
     lane_of = Lanes.of(space.platform).lane
-    lanes = sorted({lane_of[space.paths[c.loc]] for c in pool} - {-1})
+    runs = [c for c in pool if not space.aliases.issuperset(c.nodes)]
+    others = sorted({c.loc for c in runs} - {space.root})
+    by_target = len(others) <= SPLIT_TARGETS
+    units = others if by_target else sorted({lane_of[space.paths[loc]] for loc in others})
     best = math.inf
-    # every device first: its bound is usually the least, and lets the others skip their LP
-    for used in itertools.chain.from_iterable(itertools.combinations(lanes, k) for k in range(len(lanes), -1, -1)):
-        allowed = {-1, *used}
-        kept = tuple(c for c in pool if lane_of[space.paths[c.loc]] in allowed or space.aliases.issuperset(c.nodes))
-        covered = {n for c in kept for n in c.nodes}
-        if len(covered) < len(space.graph.nodes):  # a node none of these can run
+    # every target first: its bound is usually the least, and lets the others skip their LP
+    for used in itertools.chain.from_iterable(itertools.combinations(units, k) for k in range(len(units), -1, -1)):
+        places = (
+            {space.root, *used}
+            if by_target
+            else {space.root, *(loc for loc in others if lane_of[space.paths[loc]] in used)}
+        )
+        kept = tuple(c for c in pool if c.loc in places or space.aliases.issuperset(c.nodes))
+        if len({n for c in kept for n in c.nodes}) < len(space.graph.nodes):  # a node none of these can run
             continue
-        floor = critical_path_bound(space, kept)
+        floor, starts = _chains(space, kept)
         if floor >= best:  # this set's bound is no less than one already found: not the least
             continue
         fixed = np.zeros(len(space.targets))
-        fixed[space.root] = sum(_root_copies(space, kept, lane_of, lane) for lane in used)
-        best = min(best, max(floor, makespan_bound(space, kept, fixed, enough=best)))
+        lanes = {lane_of[space.paths[loc]] for loc in places} - {-1}
+        fixed[space.root] = sum(_root_copies(space, kept, lane_of, lane) for lane in lanes)
+        alone = Counter(lane_of[space.paths[loc]] for loc in others)
+        for loc in places - {space.root}:
+            if by_target or alone[lane_of[space.paths[loc]]] == 1:
+                fixed[loc] = _head_and_tail(space, kept, starts, places, loc)
+        value = max(floor, makespan_bound(space, kept, fixed, enough=best))
+        if by_target and value < best and len(space.graph.nodes) * len(kept) <= FORCED_WORK:
+            for loc in places - {space.root}:
+                value = max(value, _forced(space, kept, loc, fixed[loc], enough=best))
+        best = min(best, value)
     return 0.0 if math.isinf(best) else best
+
+
+def _forced(space, kept, loc: int, head_and_tail: float, enough: float = math.inf) -> float:
+    """A bound from the nodes a fast placement must put on `loc` (which it uses).
+
+    Without node n on `loc`, no placement is faster than the critical path `cp[n]` of the other
+    groups. So a placement with makespan M < cp[n] runs n on `loc`; with F, the k nodes of the
+    largest `cp` (the least of them cp_k), all there, its groups on `loc` cover F, and each of those
+    groups' price is at least its part of F times the least price per F member of a group there
+    holding that member: M >= min(cp_k, head and tail + the sum over F). For every k."""
+    here = [c for c in kept if c.loc == loc and not space.aliases.issuperset(c.nodes)]
+    holding: dict[int, list] = {}
+    for c in here:
+        for n in c.nodes:
+            holding.setdefault(n, []).append(c)
+    cps = sorted(
+        ((_chains(space, [c for c in kept if c.loc != loc or n not in c.nodes])[0], n) for n in holding), reverse=True
+    )  # inf: n runs only there
+    best, forced = 0.0, set()
+    for cp, n in cps:
+        forced.add(n)
+        load = head_and_tail + sum(
+            min(c.compute_us / len(forced.intersection(c.nodes)) for c in holding[m]) for m in forced
+        )
+        best = max(best, min(cp, load))
+        if best >= enough or load >= cp:  # further nodes only lower min(cp, load)
+            break
+    return best
+
+
+def _head_and_tail(space, kept, starts: dict[int, float], places, loc: int) -> float:
+    """The least time before target `loc`'s first group can start (`starts`: the critical path's
+    earliest starts), plus the least time from the end of its last group to the program's end:
+    that group's outputs are read by groups elsewhere (a reader on `loc` would run after it) or
+    are graph outputs (`_remaining`, no reader's group on `loc`)."""
+    groups = [c for c in kept if c.loc in places and not space.aliases.issuperset(c.nodes)]
+    holding: dict[int, list] = {}
+    for c in groups:
+        for n in c.nodes:
+            holding.setdefault(n, []).append(c)
+    after: dict[int, float] = {}
+    for c in sorted(groups, key=lambda c: (c.last, c.nodes[0]), reverse=True):
+        after[c.id] = _remaining(space, c, holding, after)
+    head = tail = math.inf
+    for c in groups:
+        if c.loc == loc:
+            head = min(head, starts.get(c.id, math.inf))
+            tail = min(tail, _remaining(space, c, holding, after, away_from=loc))
+    return (0.0 if math.isinf(head) else head) + (0.0 if math.isinf(tail) else tail)
+
+
+def _remaining(space, c, holding: dict[int, list], after: dict[int, float], away_from: int = -1) -> float:
+    """The least time from group `c`'s end to the program's end (`after`: the same for the groups
+    of later last nodes): each reader of its outputs runs in a group apart from it (not on
+    `away_from`), after the copy there, and that group's own remaining time; a graph output
+    returns to the root."""
+    inside = set(c.nodes)
+    longest = 0.0
+    for tid in c.outputs:
+        if tid in space.graph_outputs:
+            longest = max(longest, space.transfer_us(c.loc, space.root, tid))
+        for reader in space.consumers[tid]:
+            if reader in inside:
+                continue
+            least = min(
+                (
+                    space.transfer_us(c.loc, other.loc, tid) + other.compute_us + after.get(other.id, 0.0)
+                    for other in holding.get(reader, ())
+                    if other.loc != away_from and inside.isdisjoint(other.nodes)
+                ),
+                default=math.inf,
+            )
+            if math.isfinite(least):
+                longest = max(longest, least)
+    return longest
 
 
 def _root_copies(space, kept, lane_of, lane: int) -> float:
