@@ -1,25 +1,40 @@
-"""How fast any placement of a graph could possibly be: a lower bound on the makespan.
+"""How fast any placement of a graph could possibly be: a lower bound on the makespan, at the
+search's prices (the objective `place` reports as `searched_us`; kernel choices made after
+placement can be faster). `placement_bound` is the one `hetgen place`/`explain` measure the gap
+against (hetgen/partition/optimal.py); it is the least, over the sets of targets a placement may
+use, of the largest of these, each true of every placement that uses exactly that set:
 
-Every group is one step of its target's program (hetgen/spec/timeline.py; `makespan_floor`
-in assemble.py rests on the same rule), so no placement finishes before its busiest target has done
-its work. Relax everything else — copies are free, dependencies never make a device wait, and a
-node's work may even be split between devices at will — and what is left is a linear program:
-share each node among the targets to minimise the busiest target's load. Its dual gives the bound
-without solving it: for any weights `w` over the targets (non-negative, summing to one),
+- **the critical path** (`critical_path_bound`): a group starts once every tensor it reads has
+  reached its target and ends its price later; a tensor reaches a place only after its producing
+  group ends and every copy on the route has run (the graph's inputs start on the root, its outputs
+  end there). Over candidate groups, each at its cheapest producer and route: fused groups count at
+  their price (not as free members), copies that cannot be avoided count, and a chain (one possible
+  order) is the least sum of its groups and copies, not a max over devices.
+- **the busiest target** (`makespan_bound`): every group is one step of its target's program
+  (hetgen/spec/timeline.py; `makespan_floor` in assemble.py rests on the same rule), so no
+  placement ends before its busiest target has done its work. Relax the rest (dependencies, and
+  even a node split between devices at will) and what is left is a linear program: share each node
+  among the targets to minimise the busiest load. Its dual gives the bound without solving it: for
+  any weights `w` over the targets (non-negative, summing to one),
 
-    makespan  >=  max over targets of load  >=  sum over targets of w[t] * load[t]
-              >=  sum over nodes n of  min over targets t of  w[t] * time[n][t]
+      makespan  >=  max over targets of (fixed[t] + load[t])  >=  sum over t of w[t] * (fixed[t] + load[t])
+                >=  sum over t of w[t] * fixed[t]  +  sum over nodes n of  min over t of  w[t] * time[n][t]
 
-where `time[n][t]` is the least share of n in a candidate group of target t that holds it (the
-shares of a group sum to its price, `node_times`: a placement's load on t, the sum of its groups'
-prices, is never less than the sum of its nodes' shares). Any `w` gives a valid bound; the search
-below looks for the weights that give the highest one, and whatever it finds is still a bound.
+  where `time[n][t]` is the least share of n in a candidate group of t that holds it (`node_times`:
+  the shares of a group sum to its price) and `fixed[t]` what using t costs besides its groups:
+  the root's copies into and out of each of its devices used, and for a target besides the root the
+  least time before its first group can start plus the least time from its last group's end to the
+  program's end (it runs its groups one after another in between). Any `w` gives a valid bound;
+  the search below looks for the weights that give the highest one.
+- **nodes a fast placement must put on a target** (`_forced`): with node n kept off target t, no
+  placement beats the critical path of the other groups; so a placement faster than that runs n
+  on t, and t's load then holds the price of such nodes.
 
-A placement that runs each node whole on one target (what the search chooses among) also waits
-for its longest dependency chain: `critical_path_bound`, each node at its least share anywhere.
-
-So `best single device time / bound` is the most a placement can gain over the best single
-device; with `makespan_bound` alone, even a split of layers across devices could not gain more.
+Using a device behind a slow link therefore costs its copies, and the set that uses no device is the
+root alone. With `makespan_bound` alone (every copy free, `fixed` zero), even a split of layers across
+devices could not be faster. `benchmarks/bench_bound.py` prints, per model and shipped platform, the
+bound and the fraction of its gain the search captures; tests/test_placement_bound.py checks it
+never passes the brute-forced optimum of small random graphs.
 """
 
 from __future__ import annotations
