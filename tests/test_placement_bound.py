@@ -43,7 +43,7 @@ def test_bound_holds_on_model_shapes(graph):
     platform = soc()
     space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
     bound = placement_bound(space)
-    assert max(makespan_bound(space), critical_path_bound(space)) <= bound
+    assert max(makespan_bound(space), critical_path_bound(space)) * (1 - 1e-9) <= bound * (1 + 1e-12)
     # at the search's prices, as the bound prices them (kernel choices made after placement can be faster)
     assert bound <= place(graph, platform).searched_us * (1 + 1e-9)
     greedy = search_greedy(space, space.candidates)
@@ -129,7 +129,7 @@ def test_a_chain_is_bounded_by_its_least_sum_of_groups_and_copies():
     space = SearchSpace(graph, platform, Calibration(), build_kernel_specs(graph, platform))
     placement = place(graph, platform)
     assert placement.optimal  # a strict chain: the serial optimum is the least makespan
-    assert placement_bound(space) == pytest.approx(placement.searched_us, rel=1e-9)
+    assert placement_bound(space) == pytest.approx(placement.searched_us, rel=1e-8)
     assert makespan_bound(space) < 0.9 * placement.searched_us  # the busiest target alone says much less
 
 

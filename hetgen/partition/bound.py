@@ -240,7 +240,9 @@ def placement_bound(space, candidates=None) -> float:
             for loc in places - {space.root}:
                 value = max(value, _forced(space, kept, loc, fixed[loc], enough=best))
         best = min(best, value)
-    return 0.0 if math.isinf(best) else best
+    # summed in another order than the timeline sums a placement: lowered by far more than that
+    # rounding can differ (as `makespan_floor`), so a bound that is met is never above the makespan
+    return 0.0 if math.isinf(best) else best * (1.0 - 1e-9)
 
 
 def _forced(space, kept, loc: int, head_and_tail: float, enough: float = math.inf) -> float:
