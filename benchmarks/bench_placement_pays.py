@@ -22,13 +22,13 @@ simulation or a run:
 
 Printed ratios: best-single / searched, greedy / searched, and root-alone / searched (above 1: the
 search is faster), and two ceilings on best-single / searched from hetgen/partition/bound.py, lower
-bounds on the makespan of any placement with every copy free:
-- `bound`: placements that run each node whole on one target (what the search chooses among): the
-  larger of the busiest-target bound and the longest dependency chain at each node's fastest.
-- `split`: even a placement that splits layers between devices at will (the busiest-target bound
-  alone, dependencies relaxed too).
-A ratio above `bound` would disprove the bound; a ratio far below it is what copies over the links
-and the order of the work cost. The "(N nodes)" after each target is how many of the graph's nodes
+bounds on the makespan of any placement:
+- `bound`: placements that run each node whole on one target (what the search chooses among):
+  `placement_bound`, the longest chain of groups and the copies it cannot avoid, and the busiest
+  target with the root's copies to the devices used (see benchmarks/bench_bound.py).
+- `split`: even a placement that splits layers between devices at will, every copy free (the
+  busiest-target bound alone, dependencies relaxed too).
+A ratio above `bound` would disprove the bound; a ratio below it is what the search leaves. The "(N nodes)" after each target is how many of the graph's nodes
 any pattern of that target can take: layers bigger than an npu's SRAM are tiled
 (hetgen/spec/tiling.py), so it takes every layer one of its tilings fits. `--npu-sram-kib` gives the
 npus other SRAM sizes.
@@ -57,7 +57,7 @@ from hetgen.frontend import import_model  # noqa: E402
 from hetgen.models import cnn, transformer  # noqa: E402
 from hetgen.partition import place  # noqa: E402
 from hetgen.partition.assemble import assemble  # noqa: E402
-from hetgen.partition.bound import critical_path_bound, makespan_bound  # noqa: E402
+from hetgen.partition.bound import makespan_bound, placement_bound  # noqa: E402
 from hetgen.partition.cost import Calibration  # noqa: E402
 from hetgen.partition.space import SearchSpace  # noqa: E402
 from hetgen.platform import load_platform, load_platform_text  # noqa: E402
@@ -169,7 +169,7 @@ def main() -> int:
                     f"single/searched {simulated['single'] / simulated['searched']:.2f}"
                 )
             split_floor = makespan_bound(space)
-            whole_floor = max(split_floor, critical_path_bound(space))
+            whole_floor = placement_bound(space)
             per_target = ", ".join(
                 f"{path.rsplit('/', 1)[-1]} {us:.0f} ({takes[path]} nodes)" for path, us in singles.items()
             )

@@ -76,8 +76,8 @@ def test_exact_is_the_least_makespan_and_the_bound_holds(block):
         if len(makespans) <= EXHAUSTIVE_PLACEMENTS:  # every placement was priced
             assert placement.optimal, f"seed {seed}"
     assert claimed >= 50  # most small graphs are proven
-    if block == 1:  # seeds 103, 118 and 147 are not: the gap is printed instead
-        assert unclaimed >= 3
+    if block == 1:  # seed 147 is not (the search misses the optimum): the gap is printed instead
+        assert unclaimed >= 1
 
 
 def test_a_strict_chain_is_exact_by_its_serial_sum():

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from hetgen.partition.assemble import assemble, chosen_makespan, makespan_floor
-from hetgen.partition.bound import critical_path_bound, makespan_bound
+from hetgen.partition.bound import placement_bound
 from hetgen.partition.placement import Placement
 from hetgen.partition.space import Candidate, SearchSpace
 
@@ -50,7 +50,7 @@ def judged(space: SearchSpace, candidates: tuple[Candidate, ...], pins: Mapping,
         return replace(placement, searched_us=placement.total_us, optimal=True, bound_us=placement.total_us)
     if placement.exact and _strict_chain(space):
         return replace(placement, searched_us=placement.total_us, optimal=True, bound_us=placement.total_us)
-    bound = min(max(makespan_bound(space), critical_path_bound(space)), placement.total_us)
+    bound = min(placement_bound(space, candidates), placement.total_us)
     met = placement.total_us <= bound * (1 + 1e-9)
     return replace(placement, searched_us=placement.total_us, optimal=met, bound_us=bound)
 
