@@ -206,20 +206,72 @@ def test_rates_price_a_weight_dma_at_its_own_rate():
     assert Rates(0.0, 1 / 4e3).dma_us(1000, weights=True) == pytest.approx(0.25)  # one rate: the DMA's
 
 
-def test_a_shared_sram_project_is_refused_where_the_platform_names_the_npu(tmp_path):
-    """The simulated device has one DMA rate: generating a project for a Shared_Sram npu is refused
-    at the npu's line of the platform file (the estimate prices both rates; hetgen explain shows it)."""
+def test_a_shared_sram_project_simulates_its_weights_at_their_own_rate(tmp_path):
+    """A Shared_Sram npu's project is generated (no longer refused): its simulated device DMAs from
+    the weight store at the weights' memory's rate and latency (hg_sim.c hg_sim_weight_dma_cycles:
+    the U55's flash, 1 byte a cycle after 64), every other DMA at the SRAM's (8 after 32); Sram_Only's
+    device has no second rate (0)."""
     from hetgen.codegen import generate
     from hetgen.frontend import import_model
     from hetgen.lower import lower
     from hetgen.partition import place
 
-    platform = load_platform_text(PLATFORM.format(kind="ethos-u55", mode="Shared_Sram"), file="p.yaml")
     graph = import_model(_fc_and_pool())
     pins = {n.name: "p/npu0" for n in graph.nodes if n.op in ("QLinearMatMul", "MaxPool", "Gemm", "QGemm")}
-    lowered = lower(graph, platform, place(graph, platform, pins=pins))
-    with pytest.raises(PlatformError, match=r"^p\.yaml:7:\d+: p/npu0: its weights DMA at 1 bytes a cycle"):
-        generate(lowered)
+    params = {}
+    for mode in ("Sram_Only", "Shared_Sram"):
+        platform = load_platform_text(PLATFORM.format(kind="ethos-u55", mode=mode), file="p.yaml")
+        project = generate(lower(graph, platform, place(graph, platform, pins=pins)))
+        marker = b"mac_depth_block, the weight store's DMA setup cycles and bytes per cycle */"
+        (source,) = [f.content.decode() for f in project.files if f.path.endswith(".c") and marker in f.content]
+        params[mode] = source.split("mac_depth_block, the weight store's DMA setup cycles and bytes per cycle */")[1]
+    # the last line of hg_sim_params: mac_depth_block, weight_dma_setup_cycles, weight_dma_bytes_per_cycle
+    assert "8u, 64u, 1.0 }," in params["Shared_Sram"].splitlines()[3]
+    assert "8u, 0u, 0.0 }," in params["Sram_Only"].splitlines()[3]
+
+
+def test_a_one_channel_stem_takes_the_arrays_depth_block():
+    """mac_depth_block: a dense int8 convolution of 1 input channel (DS-CNN's 10x4 stem, 64 filters)
+    runs at 1/8 of the U55's array, as Vela's part-kernel-first convolution takes an IFM's channels 8
+    at a time: its work descriptor's k (40 taps x 1 channel) counts as 40 x 8 in the estimate (the
+    plan's compute) as in hg_sim.c (hg_sim_mac_depth); a depthwise one is not rounded."""
+    from dataclasses import replace
+
+    from hetgen.frontend import import_model
+    from hetgen.models._builder import Builder
+    from hetgen.models.quantized import quantized
+    from hetgen.partition import place
+    from hetgen.spec.invocation import tile_rates
+    from hetgen.spec.tiling import plan_us
+    from hetgen.spec.work import instance_work, mac_depth
+
+    b = Builder("stem", 17, 0)
+    w, bias = b.weight((64, 1, 10, 4), "w"), b.bias(64, "b")
+    h = b.op(
+        "Conv", [b.input("input", (1, 1, 49, 10)), w, bias], kernel_shape=[10, 4], strides=[2, 2], pads=[4, 1, 5, 2]
+    )
+    b.output(b.conv(h, 64, 64, 3, group=64), (1, 64, 25, 5))
+    graph = import_model(quantized(b.model(), "QDQ", per_channel=True))
+    platform = load_platform(str(REPO / "platforms" / "corstone-300.yaml"))
+    target = npu(platform)
+    pins = {n.name: target.path_str for n in graph.nodes if n.op == "QLinearConv"}
+    placement = place(graph, platform, pins=pins)
+    by_name = {node.name: node for node in graph.nodes}
+    priced = {}  # dense or depthwise: (the depth factors, us with the depth block, us without)
+    for group in placement.groups:
+        if group.target != target.path_str:
+            continue
+        plan = placement.kernels.tile_plan(target.path_str, tuple(group.nodes))
+        rates = tile_rates(target, group.efficiency, [by_name[n] for n in group.nodes])
+        assert rates.mac_depth_block == 8
+        works = [instance_work(k.instance) for k in plan.kernels]
+        dense = int(by_name[group.nodes[0]].attr("group", 1)) == 1
+        without = plan_us(plan, replace(rates, mac_depth_block=0))
+        priced[dense] = ({mac_depth(w, 8) / w.k for w in works}, plan_us(plan, rates), without)
+    stem, depthwise = priced[True], priced[False]
+    assert stem[0] == {8.0} and depthwise[0] == {1.0}
+    assert stem[1] >= 3 * stem[2]  # 8x the array's steps, beside its DMA and command overheads
+    assert depthwise[1] == depthwise[2]
 
 
 def test_memory_mode_sets_where_tiles_come_from():
@@ -319,6 +371,30 @@ def test_dedicated_sram_cache_use_at_most_velas(tmp_path_factory, name, platform
     vela, het = compared(name, platform, tmp_path_factory)
     assert het["memory_mode"] == "Dedicated_Sram"
     assert het["local_kib"] <= vela["sram_kib"], (het["local_kib"], vela["sram_kib"])
+
+
+@pytest.mark.parametrize(
+    "kind, macs, accelerator",
+    [
+        ("ethos-u55", 32, "Ethos_U55_32"),
+        ("ethos-u55", 64, "Ethos_U55_64"),
+        ("ethos-u55", 128, "Ethos_U55_128"),
+        ("ethos-u55", 256, "Ethos_U55_256"),
+        ("ethos-u65", 256, "Ethos_U65_256"),
+        ("ethos-u65", 512, "Ethos_U65_512"),
+    ],
+)
+def test_mac_depth_block_is_velas(kind, macs, accelerator):
+    """mac_depth_block 8 is Vela's IFM micro-block depth (architecture_features.py accelerator_configs
+    ifm_ublock, to which calc_ifm_block_depth rounds an IFM's depth) for every size."""
+    vela_ini()
+    from ethosu.vela.architecture_features import Accelerator, ArchitectureFeatures
+
+    text = PLATFORM.format(kind=kind, mode="Sram_Only" if kind == "ethos-u55" else "Dedicated_Sram")
+    text = text.replace("memory_mode:", f"int8_macs_per_cycle: {macs}, mac_rows: {macs // 8}, memory_mode:")
+    model = device_model(npu(load_platform_text(text)))
+    config = ArchitectureFeatures.accelerator_configs[getattr(Accelerator, accelerator)]
+    assert model.mac_depth_block == config.ifm_ublock.depth
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from hetgen.bounded import bounded_note
 from hetgen.codegen.banks import spill_banks, workspace_attributes
 from hetgen.codegen.encode import Instruction, Opcode, encode_steps
 from hetgen.codegen.kernel_files import ProgramKernels
-from hetgen.errors import Diagnostic, InternalError, PlatformError
+from hetgen.errors import InternalError
 from hetgen.ir import MAX_RANK
 from hetgen.lower.program import BufferRef, Call, Copy, DeviceModel, Program, ProgramRole, Region
 from hetgen.lower.work import Engine
@@ -185,7 +185,7 @@ def work_table(steps) -> list[dict]:
         if work is None:
             table.append(
                 {"engine": "HG_SIM_NONE", "batch": 0, "m": 0, "n": 0, "k": 0, "bytes": 0, "after": 0}
-                | {"src_stride": 0, "dst_stride": 0, "comment": "-"}
+                | {"src_stride": 0, "dst_stride": 0, "taps": 0, "comment": "-"}
             )
             continue
         what = step.unit.label if isinstance(step, Call) else f"load {step.dst.tensor}"
@@ -194,7 +194,7 @@ def work_table(steps) -> list[dict]:
         if work.engine is Engine.MOVE:
             what = f"SRAM move {step.src.tensor} -> {step.dst.tensor}"
         shape = dict(batch=work.batch, m=work.m, n=work.n, k=work.k, bytes=work.bytes)
-        strides = dict(after=work.after, src_stride=work.src_stride, dst_stride=work.dst_stride)
+        strides = dict(after=work.after, src_stride=work.src_stride, dst_stride=work.dst_stride, taps=work.taps)
         table.append({"engine": ENGINE_C[work.engine], **shape, **strides, "comment": c_comment(what)})
     return table
 
@@ -346,25 +346,8 @@ def _link_view(link) -> dict:
 
 def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> dict:
     """The simulated device's parameters (hg_sim_params) and where its counters sit. A device whose
-    weights come at a DMA rate of their own (Vela's Shared_Sram) is refused: the simulator's DMA
-    has one rate, so its count would not be the estimate's (which prices both)."""
-    if model.weights_apart:
-        source = program.target.source
-        raise PlatformError(
-            "",
-            (
-                Diagnostic(
-                    source.file,
-                    source.line,
-                    source.column,
-                    f"{program.target.path_str}: its weights DMA at {model.weight_dma_bytes_per_cycle:g} bytes a "
-                    f"cycle after {model.weight_dma_setup_cycles} cycles, its other tensors at "
-                    f"{model.dma_bytes_per_cycle:g} after {model.dma_setup_cycles} (a memory mode such as "
-                    "Shared_Sram); the placement's estimate prices both (hetgen explain), but the simulated "
-                    "device has one DMA rate, so no project is generated for it",
-                ),
-            ),
-        )
+    weights come at a DMA rate of their own (Vela's Shared_Sram) DMAs from its weight store at that
+    rate and latency, as the estimate prices them (`Rates.dma_us`)."""
     return {
         "mac_rows": model.mac_rows,
         "mac_cols": model.mac_cols,
@@ -373,6 +356,11 @@ def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> 
         "command_cycles": model.command_cycles,
         "dma_setup_cycles": model.dma_setup_cycles,
         "dma_hidden_cycles": model.dma_hidden_cycles,
+        "mac_depth_block": model.mac_depth_block,
+        # weights from a memory of their own (Vela's Shared_Sram): a DMA from the weight store at its
+        # rate and latency (hg_sim.c hg_sim_weight_dma_cycles); 0: at the DMA's own
+        "weight_dma_setup_cycles": model.weight_dma_setup_cycles if model.weights_apart else 0,
+        "weight_dma_bytes_per_cycle": repr(float(model.weight_dma_bytes_per_cycle if model.weights_apart else 0.0)),
         "sram_bytes_per_cycle": repr(float(model.sram_bytes_per_cycle)),
         "output_cycles_per_element": repr(float(model.output_cycles_per_element)),
         "dma_bytes_per_cycle": repr(float(model.dma_bytes_per_cycle)),

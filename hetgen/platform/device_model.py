@@ -62,6 +62,13 @@ PARAMETERS: Mapping[str, Parameter] = {
         "bytes' worth of its setup (0: every DMA waits its dma_setup_cycles)",
     ),
     "invoke_cycles": Parameter(True, 0, None, "cycles of each invocation", "launch_us * clock_mhz"),
+    "mac_depth_block": Parameter(
+        True,
+        0,
+        0,
+        "input channels the MAC array takes in one step of a kernel tap: a dense convolution's channels "
+        "are rounded up to a multiple of it (0: not modelled, any number of channels at full use)",
+    ),
     "output_cycles_per_element": Parameter(
         False, 0, 0.0, "cycles the MAC array's output stage takes per output element (0: not modelled)", zero=True
     ),
@@ -91,6 +98,9 @@ class DeviceModel:
     # Weights DMA'd from a memory of their own (weight_dma_gbps, weight_dma_setup_cycles); 0: the DMA's
     weight_dma_bytes_per_cycle: float = 0.0
     weight_dma_setup_cycles: int = 0
+    # The MAC array takes a dense convolution's input channels this many at a time per kernel tap
+    # (a 1- or 3-channel stem rounds up to it); 0: not modelled.
+    mac_depth_block: int = 0
 
     @property
     def weights_apart(self) -> bool:
@@ -117,6 +127,7 @@ class DeviceModel:
             "mac_cols": float(self.mac_cols),
             "int8_mac_cols": float(self.int8_mac_cols),
             "output_us": self.output_cycles_per_element / self.clock_mhz,
+            "mac_depth_block": float(self.mac_depth_block),
             # weights at their own rate, and each weight DMA's extra latency (only where apart)
             **(
                 {
@@ -191,6 +202,7 @@ def build_model(values: Mapping[str, Any], capacity: int | None, link: Link | No
         output_cycles_per_element=float(values["output_cycles_per_element"]),
         weight_dma_bytes_per_cycle=float(values["weight_dma_gbps"]) * 1e3 / clock,
         weight_dma_setup_cycles=int(values["weight_dma_setup_cycles"]),
+        mac_depth_block=int(values["mac_depth_block"]),
         dma_hidden_cycles=hidden_setup_cycles(setup, int(values["dma_outstanding_bytes"]), dma_bytes_per_cycle),
     )
 

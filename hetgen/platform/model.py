@@ -130,6 +130,9 @@ class CostFigures:
     # us of a DMA's setup hidden where it is queued behind another DMA (the device model's
     # dma_hidden_cycles at its clock: reads kept in flight); 0: every DMA pays its setup
     dma_hidden_us: float = 0.0
+    # input channels the MAC array takes a step (the device model's mac_depth_block): a dense
+    # convolution's channels are rounded up to a multiple of it; 0: not modelled
+    mac_depth_block: float = 0.0
 
 
 @dataclass(frozen=True)

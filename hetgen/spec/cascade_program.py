@@ -43,7 +43,7 @@ from hetgen.spec.tiling import (
     two_engine_us,
     with_waits,
 )
-from hetgen.spec.work import Engine, instance_work
+from hetgen.spec.work import Engine, depth_factor, instance_work
 
 __all__ = ["CascadeCommand", "CascadeProgram", "Kind", "cascade_program", "program_us"]
 
@@ -284,6 +284,7 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
         compute = tile.kernel.flops * rates.us_per_flop
         if mac:
             compute /= mac_utilisation(((1, work.batch, work.m, work.n),), rates)
+            compute *= depth_factor(work, rates.mac_depth_block)  # channels in the array's depth blocks
         elif work.engine is Engine.VECTOR and rates.us_per_vector_tap:  # the vector unit at its own rate
             compute = work.batch * work.m * work.k * rates.us_per_vector_tap
         if work.engine is Engine.MAC_ARRAY_RESIDUAL:

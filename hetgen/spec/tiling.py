@@ -42,7 +42,7 @@ from hetgen.spec.tile_shapes import (
     tensor_names,
     unit_op,
 )
-from hetgen.spec.work import Engine, instance_work
+from hetgen.spec.work import Engine, depth_factor, instance_work
 
 __all__ = ["Action", "Block", "Rates", "TilePlan", "Unfit", "plan_us", "tensor_names", "unit_plan"]
 
@@ -392,6 +392,9 @@ class Rates:
     # at it, as the simulator counts them (hg_sim.c HG_SIM_VECTOR), whatever the MAC array's peak;
     # 0: not modelled, its flops at `us_per_flop` (the pattern's efficiency of the peak).
     us_per_vector_tap: float = 0.0
+    # The MAC array takes a dense convolution's input channels this many at a time per kernel tap
+    # (the device model's mac_depth_block, `work.mac_depth`; 0: not modelled), as hg_sim.c counts.
+    mac_depth_block: int = 0
 
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
@@ -437,6 +440,11 @@ def plan_us(plan: TilePlan, rates: Rates) -> float:
 
 def _timeline_us(plan: TilePlan, rates: Rates) -> float:
     utilisation = [mac_utilisation(products, rates) for products in plan.mac_products]
+    if rates.mac_depth_block:  # channels rounded up to the array's depth blocks: fewer useful MACs a step
+        utilisation = [
+            use / depth_factor(instance_work(kernel.instance), rates.mac_depth_block)
+            for use, kernel in zip(utilisation, plan.kernels)
+        ]
 
     def took(command) -> float:
         if command.is_dma:

@@ -62,22 +62,42 @@ uint64_t hg_sim_dma_cycles(const hg_sim_params *params, uint64_t bytes)
     return params->dma_setup_cycles + hg_sim_ceil_div(bytes, params->dma_bytes_per_cycle);
 }
 
+/* A DMA from the weight store where the weights live in a memory of their own (Vela's Shared_Sram:
+ * the arena in SRAM, the weights in flash or DRAM): that memory's latency and rate. Apart from
+ * hg_sim_dma_cycles so that other memories' rates stay their own functions. */
+static uint64_t hg_sim_weight_dma_cycles(const hg_sim_params *params, uint64_t bytes)
+{
+    return params->weight_dma_setup_cycles + hg_sim_ceil_div(bytes, params->weight_dma_bytes_per_cycle);
+}
+
+/* The depth the MAC array runs a product at: a dense convolution's input channels (k / taps) rounded
+ * up to the array's depth block, per kernel tap; any other product's k as is. */
+static uint64_t hg_sim_mac_depth(const hg_sim_params *params, const hg_sim_work *work)
+{
+    const uint64_t block = params->mac_depth_block;
+    if (block == 0 || work->taps == 0 || work->k % work->taps != 0) {
+        return work->k;
+    }
+    return work->taps * ((work->k / work->taps + block - 1) / block) * block;
+}
+
 uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *work)
 {
     uint64_t compute;
     switch (work->engine) {
     case HG_SIM_MAC_ARRAY: /* output tiles of mac_rows x mac_cols, one step per tile and depth */
         compute = work->batch * hg_sim_steps(work->m, params->mac_rows) * hg_sim_steps(work->n, params->mac_cols)
-                  * work->k;
+                  * hg_sim_mac_depth(params, work);
         break;
     case HG_SIM_MAC_ARRAY_RESIDUAL: /* the same, then the vector unit adds the residual to every output */
         compute = work->batch * hg_sim_steps(work->m, params->mac_rows) * hg_sim_steps(work->n, params->mac_cols)
-                      * work->k
+                      * hg_sim_mac_depth(params, work)
                   + hg_sim_steps(work->batch * work->m * work->n, params->vector_lanes);
         break;
     case HG_SIM_MAC_ARRAY_INT8: /* the same tiling, int8_mac_cols wide */
         compute = work->batch * hg_sim_steps(work->m, params->mac_rows)
-                  * hg_sim_steps(work->n, params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols) * work->k;
+                  * hg_sim_steps(work->n, params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols)
+                  * hg_sim_mac_depth(params, work);
         break;
     case HG_SIM_VECTOR: /* vector_lanes element-taps per cycle */
         compute = hg_sim_steps(work->batch * work->m * work->k, params->vector_lanes);
@@ -147,6 +167,15 @@ static int hg_sim_in_sram(const hg_sim_config *config, const hg_graph_node *node
     return 1;
 }
 
+/* Whether a command is a DMA from the weight store on a device whose weights have a DMA rate of
+ * their own. */
+static int hg_sim_from_weights(const hg_sim_params *params, const hg_graph_node *node, const hg_buffer_ref *args,
+                               size_t num_args, const hg_sim_work *work)
+{
+    return work->engine == HG_SIM_DMA && params->weight_dma_bytes_per_cycle > 0.0 && node->op == HG_OP_COPY
+           && node->num_args >= 1 && node->first_arg < num_args && args[node->first_arg].region == HG_REGION_WEIGHTS;
+}
+
 /* Run one program command by command. The DMA engine and the compute engines (MAC array, vector
  * unit) each run their commands in order; a command starts when its engine is free and the command
  * it waits for (work->after) has finished. Each command's counter gets the cycles by which it moved
@@ -175,15 +204,16 @@ static int hg_sim_run_program(const hg_sim_config *config, hg_sim_state *sim, co
         if (work == NULL || work->engine == HG_SIM_NONE) {
             continue;
         }
-        uint64_t cycles = hg_sim_command_cycles(&config->params, work);
+        const int weights = hg_sim_from_weights(&config->params, node, program->args, program->num_args, work);
+        uint64_t cycles = weights ? hg_sim_weight_dma_cycles(&config->params, work->bytes)
+                                  : hg_sim_command_cycles(&config->params, work);
         const uint64_t ready = work->after != 0 && work->after <= n && work->after < HG_SIM_RING
                                    ? finish[(n - work->after) % HG_SIM_RING]
                                    : 0;
         if (work->engine == HG_SIM_DMA && dma_free > 0 && ready <= dma_free) {
             /* queued behind another DMA: its reads were issued while that one's data streamed */
-            const uint64_t hidden = config->params.dma_hidden_cycles < config->params.dma_setup_cycles
-                                        ? config->params.dma_hidden_cycles
-                                        : config->params.dma_setup_cycles;
+            const uint64_t setup = weights ? config->params.weight_dma_setup_cycles : config->params.dma_setup_cycles;
+            const uint64_t hidden = config->params.dma_hidden_cycles < setup ? config->params.dma_hidden_cycles : setup;
             cycles -= hidden;
         }
         uint64_t *engine_free = work->engine == HG_SIM_DMA ? &dma_free : &compute_free;

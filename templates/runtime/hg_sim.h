@@ -15,6 +15,7 @@ typedef struct {
     uint64_t batch, m, n, k;
     uint64_t bytes; /* local-memory bytes the command reads and writes; DMA: bytes moved */
     uint64_t src_stride, dst_stride; /* a strided DMA: m segments of n bytes, these bytes apart */
+    uint64_t taps; /* a dense convolution's kernel taps: k is its input channels x taps (0: not one) */
 } hg_sim_work;
 
 typedef struct {
@@ -39,6 +40,9 @@ typedef struct {
     double dma_bytes_per_cycle;
     double output_cycles_per_element; /* the MAC array's output stage, per output element (0: not modelled) */
     hg_link link;                 /* from the controller, when the device sits behind one */
+    uint32_t mac_depth_block;     /* input channels the MAC array takes a step per kernel tap (0: not modelled) */
+    uint32_t weight_dma_setup_cycles;  /* a DMA from the weight store: its own memory's latency ... */
+    double weight_dma_bytes_per_cycle; /* ... and rate (0: the weights come at the DMA's own) */
 } hg_sim_params;
 
 /* What the device is: constant, shared by every run (hg_device.config). */
