@@ -222,12 +222,12 @@ def test_a_shared_sram_project_simulates_its_weights_at_their_own_rate(tmp_path)
     for mode in ("Sram_Only", "Shared_Sram"):
         platform = load_platform_text(PLATFORM.format(kind="ethos-u55", mode=mode), file="p.yaml")
         project = generate(lower(graph, platform, place(graph, platform, pins=pins)))
-        marker = b"mac_depth_block, the weight store's DMA setup cycles and bytes per cycle */"
+        marker = b"mac_depth_block, dma_brick_channels, the weight store's DMA setup cycles and bytes per cycle */"
         (source,) = [f.content.decode() for f in project.files if f.path.endswith(".c") and marker in f.content]
-        params[mode] = source.split("mac_depth_block, the weight store's DMA setup cycles and bytes per cycle */")[1]
-    # the last line of hg_sim_params: mac_depth_block, weight_dma_setup_cycles, weight_dma_bytes_per_cycle
-    assert "8u, 64u, 1.0 }," in params["Shared_Sram"].splitlines()[3]
-    assert "8u, 0u, 0.0 }," in params["Sram_Only"].splitlines()[3]
+        params[mode] = source.split(marker.decode())[1]
+    # the last line of hg_sim_params: mac_depth_block, dma_brick_channels, the weights' setup and rate
+    assert "8u, 16u, 64u, 1.0 }," in params["Shared_Sram"].splitlines()[3]
+    assert "8u, 16u, 0u, 0.0 }," in params["Sram_Only"].splitlines()[3]
 
 
 def test_a_one_channel_stem_takes_the_arrays_depth_block():
@@ -272,6 +272,51 @@ def test_a_one_channel_stem_takes_the_arrays_depth_block():
     assert stem[0] == {8.0} and depthwise[0] == {1.0}
     assert stem[1] >= 3 * stem[2]  # 8x the array's steps, beside its DMA and command overheads
     assert depthwise[1] == depthwise[2]
+
+
+def test_a_three_channel_input_is_fetched_in_16_channel_bricks():
+    """dma_brick_channels: the U65 fetches a feature map's pixels in whole 16-channel bricks, so a
+    DMA of MobileNetV2's 3-channel input moves 16/3 of its bytes (DRAM-bound: the stem's time grows
+    by most of that), in the estimate (the plan's LOAD at brick_bytes) and in the simulator's work
+    descriptor (k: the block's 3 channels, which hg_sim_brick_bytes rounds); its 16-channel output
+    and its weights are moved as they are."""
+    from dataclasses import replace
+
+    from hetgen.frontend import import_model
+    from hetgen.lower.program import BufferRef, Region
+    from hetgen.lower.tiled import TiledUnit, tiled_steps
+    from hetgen.models._builder import Builder
+    from hetgen.models.quantized import quantized
+    from hetgen.partition import place
+    from hetgen.spec.invocation import tile_rates
+    from hetgen.spec.tiling import Action, block_channels, plan_us
+    from hetgen.spec.work import brick_bytes
+
+    b = Builder("stem3", 17, 0)
+    b.output(b.conv(b.input("input", (1, 3, 64, 64)), 3, 16, 3, stride=2), (1, 16, 32, 32))
+    graph = import_model(quantized(b.model(), "QDQ", per_channel=True))
+    platform = load_platform(str(REPO / "platforms" / "ethos-u65.yaml"))
+    target = npu(platform)
+    pins = {n.name: target.path_str for n in graph.nodes if n.op == "QLinearConv"}
+    placement = place(graph, platform, pins=pins)
+    (group,) = [g for g in placement.groups if g.target == target.path_str]
+    plan = placement.kernels.tile_plan(target.path_str, tuple(group.nodes))
+    by_name = {node.name: node for node in graph.nodes}
+    rates = tile_rates(target, group.efficiency, [by_name[n] for n in group.nodes])
+    assert rates.dma_brick_channels == 16 and brick_bytes(3 * 4096, 3, 16) == 16 * 4096
+    loads = [c for c in plan.commands if c.action is Action.LOAD and block_channels(plan, c)]
+    stores = [c for c in plan.commands if c.action is Action.STORE]
+    assert {block_channels(plan, c) for c in loads} == {3} and {block_channels(plan, c) for c in stores} == {16}
+    fetched = sum(plan.block_of(c).nbytes for c in loads)
+    extra = fetched * (16 / 3 - 1) / (target.figures.bandwidth_gbps * 1e3)
+    with_bricks, without = plan_us(plan, rates), plan_us(plan, replace(rates, dma_brick_channels=0))
+    assert with_bricks - without >= 0.8 * extra
+    # the simulator's descriptors: each input DMA's k is its 3 channels, each output DMA's 16
+    unit = TiledUnit(plan, tuple(None for _ in plan.kernels))
+    steps = tiled_steps(unit, lambda name: BufferRef(Region.ARENA, plan.sram_bytes, name), plan.sram_bytes, 0)
+    dma = [step.work for step in steps if step.work.engine.name == "DMA"]
+    assert {work.k for work in dma if work.bytes in {plan.block_of(c).nbytes for c in loads}} >= {3}
+    assert {work.k for work in dma} <= {0, 3, 16} and 16 in {work.k for work in dma}
 
 
 def test_memory_mode_sets_where_tiles_come_from():

@@ -357,6 +357,7 @@ def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> 
         "dma_setup_cycles": model.dma_setup_cycles,
         "dma_hidden_cycles": model.dma_hidden_cycles,
         "mac_depth_block": model.mac_depth_block,
+        "dma_brick_channels": model.dma_brick_channels,
         # weights from a memory of their own (Vela's Shared_Sram): a DMA from the weight store at its
         # rate and latency (hg_sim.c hg_sim_weight_dma_cycles); 0: at the DMA's own
         "weight_dma_setup_cycles": model.weight_dma_setup_cycles if model.weights_apart else 0,

@@ -42,7 +42,7 @@ from hetgen.spec.tile_shapes import (
     tensor_names,
     unit_op,
 )
-from hetgen.spec.work import Engine, depth_factor, instance_work
+from hetgen.spec.work import Engine, brick_bytes, depth_factor, instance_work
 
 __all__ = ["Action", "Block", "Rates", "TilePlan", "Unfit", "plan_us", "tensor_names", "unit_plan"]
 
@@ -395,6 +395,9 @@ class Rates:
     # The MAC array takes a dense convolution's input channels this many at a time per kernel tap
     # (the device model's mac_depth_block, `work.mac_depth`; 0: not modelled), as hg_sim.c counts.
     mac_depth_block: int = 0
+    # The DMA fetches a feature map's pixels in bricks of this many channels (the device model's
+    # dma_brick_channels, `work.brick_bytes`; 0: not modelled), as hg_sim.c counts.
+    dma_brick_channels: int = 0
 
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
@@ -449,7 +452,10 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
     def took(command) -> float:
         if command.is_dma:
             weights = command.action is Action.LOAD and _is_constant(plan, command.operand)
-            return rates.dma_us(plan.block_of(command).nbytes, weights)
+            nbytes = plan.block_of(command).nbytes
+            if rates.dma_brick_channels and not weights:  # a feature map's pixels in whole bricks
+                nbytes = brick_bytes(nbytes, block_channels(plan, command), rates.dma_brick_channels)
+            return rates.dma_us(nbytes, weights)
         tile = plan.tiles[command.tile]
         taps = plan.vector_taps[tile.kernel] if rates.us_per_vector_tap else 0
         if taps:  # the vector unit at its own rate
@@ -461,6 +467,18 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
 
     steps = ((command.is_dma, command.after, took(command), rates.command_us) for command in plan.commands)
     return two_engine_us(steps, rates.dma_hidden_us)
+
+
+def block_channels(plan: TilePlan, command: Command) -> int:
+    """The channels of the feature-map block a LOAD or STORE moves (its tile's operand, NCHW: dim
+    1); 0 where it is not a rank-4 feature map (a constant, a matrix)."""
+    instance = plan.kernels[plan.tiles[command.tile].kernel].instance
+    loading = command.action is Action.LOAD
+    if loading and _is_constant(plan, command.operand):
+        return 0
+    types = instance.input_types if loading else instance.output_types
+    found = types[command.operand] if command.operand < len(types) else None
+    return found.shape[1] if found is not None and found.rank == 4 else 0
 
 
 def _is_constant(plan: TilePlan, operand: int) -> bool:

@@ -51,6 +51,16 @@ def mac_depth(work: Work, block: int) -> int:
     return work.taps * -(-channels // block) * block
 
 
+def brick_bytes(nbytes: int, channels: int, brick: int) -> int:
+    """The bytes a DMA of a feature-map block of `channels` channels takes on a device that fetches
+    whole bricks of `brick` channels a pixel (the device model's dma_brick_channels; 0: not
+    modelled): its bytes x ceil(channels / brick) x brick / channels, as hg_sim.c counts them
+    (hg_sim_brick_bytes); a DMA of no feature map (channels 0: weights) as is."""
+    if not brick or not channels:
+        return nbytes
+    return -(-nbytes * (-(-channels // brick) * brick) // channels)
+
+
 def depth_factor(work: Work, block: int) -> float:
     """mac_depth over the product's own depth: what rounding its channels to blocks costs (1: none)."""
     return mac_depth(work, block) / work.k if work.k else 1.0

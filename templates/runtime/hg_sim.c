@@ -81,6 +81,19 @@ static uint64_t hg_sim_mac_depth(const hg_sim_params *params, const hg_sim_work 
     return work->taps * ((work->k / work->taps + block - 1) / block) * block;
 }
 
+/* A feature-map DMA on a device that fetches a pixel's channels in whole bricks: the bytes it takes,
+ * its own x ceil(channels / brick) x brick / channels (work->k: the block's channels; 0: not a
+ * feature map, as is). */
+static uint64_t hg_sim_brick_bytes(const hg_sim_params *params, const hg_sim_work *work)
+{
+    const uint64_t brick = params->dma_brick_channels;
+    if (brick == 0 || work->k == 0) {
+        return work->bytes;
+    }
+    const uint64_t scaled = work->bytes * ((work->k + brick - 1) / brick) * brick;
+    return (scaled + work->k - 1) / work->k;
+}
+
 uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *work)
 {
     uint64_t compute;
@@ -103,7 +116,7 @@ uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *w
         compute = hg_sim_steps(work->batch * work->m * work->k, params->vector_lanes);
         break;
     case HG_SIM_DMA:
-        return hg_sim_dma_cycles(params, work->bytes);
+        return hg_sim_dma_cycles(params, hg_sim_brick_bytes(params, work));
     case HG_SIM_MOVE: /* an SRAM-to-SRAM copy: the engines' SRAM bandwidth */
         return params->command_cycles + hg_sim_ceil_div(work->bytes, params->sram_bytes_per_cycle);
     default:
