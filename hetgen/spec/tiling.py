@@ -115,6 +115,9 @@ class TilePlan:
     sram_bytes: int  # the tile buffers
     scratch_bytes: int = 0  # the emulating C kernels' workspace, outside SRAM (build_plan)
     constant_inputs: tuple[bool, ...] = ()  # per input: a constant's (the weights' DMA rate, `Rates.dma_us`)
+    # per input, then per output: the channels of its tensor where it is a rank-4 feature map (NCHW dim
+    # 1; 0: a constant or another rank), whose pixels the DMA fetches in bricks (`block_channels`)
+    channels: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
 
     @property
     def count(self) -> int:
@@ -328,7 +331,15 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
         offset,
         scratch,
         tuple(bool(c) for c in op.constant),
+        (
+            tuple(_feature_channels(t, c) for t, c in zip(op.input_types, op.constant)),
+            tuple(_feature_channels(t, False) for t in op.output_types),
+        ),
     )
+
+
+def _feature_channels(found, constant: bool) -> int:
+    return found.shape[1] if found is not None and not constant and found.rank == 4 else 0
 
 
 def _with_waits(raw: list[tuple]) -> tuple[Command, ...]:
@@ -470,15 +481,11 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
 
 
 def block_channels(plan: TilePlan, command: Command) -> int:
-    """The channels of the feature-map block a LOAD or STORE moves (its tile's operand, NCHW: dim
-    1); 0 where it is not a rank-4 feature map (a constant, a matrix)."""
-    instance = plan.kernels[plan.tiles[command.tile].kernel].instance
-    loading = command.action is Action.LOAD
-    if loading and _is_constant(plan, command.operand):
-        return 0
-    types = instance.input_types if loading else instance.output_types
-    found = types[command.operand] if command.operand < len(types) else None
-    return found.shape[1] if found is not None and found.rank == 4 else 0
+    """The channels of the feature map a LOAD or STORE moves a block of (its tensor's, NCHW dim 1:
+    a tensor's pixels are whole bricks, whatever channels of it a tile takes); 0 where it is not a
+    rank-4 feature map (a constant, a matrix)."""
+    per_operand = plan.channels[0 if command.action is Action.LOAD else 1]
+    return per_operand[command.operand] if command.operand < len(per_operand) else 0
 
 
 def _is_constant(plan: TilePlan, operand: int) -> bool:
