@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from hetgen.abi import WAIT_RING
 from hetgen.errors import InternalError
 from hetgen.ir import Graph, Node
-from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
+from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported, WorkRule
 from hetgen.ops.registry import op_def
 from hetgen.spec.tile_shapes import (
     Block,
@@ -332,13 +332,20 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
         scratch,
         tuple(bool(c) for c in op.constant),
         (
-            tuple(_feature_channels(t, c) for t, c in zip(op.input_types, op.constant)),
-            tuple(_feature_channels(t, False) for t in op.output_types),
+            tuple(_feature_channels(t, c, op) for t, c in zip(op.input_types, op.constant)),
+            tuple(_feature_channels(t, False, op) for t in op.output_types),
         ),
     )
 
 
-def _feature_channels(found, constant: bool) -> int:
+def _feature_channels(found, constant: bool, op: UnitOp) -> int:
+    """A rank-4 image's channels (NCHW dim 1); 0 for a constant, another rank, or a matrix product's
+    operand (a batched MatMul's [batch, heads, rows, columns] is no image: its dim 1 is heads)."""
+    definition = op_def(op.node.op)
+    if definition is not None and definition.integer_mac is not None:
+        definition = op_def(definition.integer_mac.like)
+    if definition is not None and definition.work in (WorkRule.MATMUL, WorkRule.GEMM):
+        return 0
     return found.shape[1] if found is not None and not constant and found.rank == 4 else 0
 
 
