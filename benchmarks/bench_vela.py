@@ -28,8 +28,8 @@ and the controller's where its memory is that SRAM: `CONTROLLER_IN_SRAM`); for D
 
 Platforms: corstone-300 (U55, Sram_Only) and ethos-u65 (U65, Dedicated_Sram), and each in Vela's
 Shared_Sram mode (`-shared`: the platform file with its npu's memory_mode Shared_Sram; weights DMA'd
-at flash's or DRAM's rate, activations at SRAM's). A Shared_Sram npu has two DMA rates and the
-simulated device one, so those are estimate only (hetgen refuses to generate their projects).
+at flash's or DRAM's rate, activations at SRAM's), simulated too: the simulated device DMAs from its
+weight store at the weights' rate and latency (templates/runtime/hg_sim.c hg_sim_weight_dma_cycles).
 """
 
 from __future__ import annotations
@@ -541,7 +541,8 @@ def main() -> int:
                 platform = load_platform_text(
                     text + ("options: {cascade: false}\n" if args.no_cascade else ""), file=str(file)
                 )
-                out = None if args.estimate_only or old else root / f"{name}_{tag}"
+                # Shared_Sram too: the simulated device DMAs its weight store at the weights' own rate
+                out = None if args.estimate_only else root / f"{name}_{tag}"
                 het = hetgen_side(model, platform, out)
                 print(f"\n{name} on {tag} ({accel}, {system}, {mode})")
                 print(

@@ -32,6 +32,12 @@ CROSS_STAGE_CALLS = {
     # The device model placement and lowering share (spec/ owns tiling, invocation and scheduling rules).
     ("lower", "hetgen.spec.invocation", "one_unit_per_invocation"): "which accelerators run one unit per invocation",
     ("lower", "hetgen.spec.tiling", "tensor_names"): "the operand names of a unit's tile commands",
+    (
+        "lower",
+        "hetgen.spec.tiling",
+        "block_channels",
+    ): "a tile DMA's feature-map channels (its work descriptor's bricks)",
+    ("lower", "hetgen.spec.cascade_program", "feature_channels"): "a cascade DMA's feature-map channels (its bricks)",
     ("lower", "hetgen.partition.cascades", "cascade_units"): "a claimed cascade's units and layers, as priced",
     ("lower", "hetgen.spec.cascade_program", "cascade_program"): "a claimed cascade's command list, as priced",
     ("lower", "hetgen.partition.choices", "stale"): "lowering refuses choices made for other groups",

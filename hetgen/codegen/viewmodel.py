@@ -185,7 +185,7 @@ def work_table(steps) -> list[dict]:
         if work is None:
             table.append(
                 {"engine": "HG_SIM_NONE", "batch": 0, "m": 0, "n": 0, "k": 0, "bytes": 0, "after": 0}
-                | {"src_stride": 0, "dst_stride": 0, "comment": "-"}
+                | {"src_stride": 0, "dst_stride": 0, "taps": 0, "comment": "-"}
             )
             continue
         what = step.unit.label if isinstance(step, Call) else f"load {step.dst.tensor}"
@@ -194,7 +194,7 @@ def work_table(steps) -> list[dict]:
         if work.engine is Engine.MOVE:
             what = f"SRAM move {step.src.tensor} -> {step.dst.tensor}"
         shape = dict(batch=work.batch, m=work.m, n=work.n, k=work.k, bytes=work.bytes)
-        strides = dict(after=work.after, src_stride=work.src_stride, dst_stride=work.dst_stride)
+        strides = dict(after=work.after, src_stride=work.src_stride, dst_stride=work.dst_stride, taps=work.taps)
         table.append({"engine": ENGINE_C[work.engine], **shape, **strides, "comment": c_comment(what)})
     return table
 
@@ -358,6 +358,8 @@ def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> 
         "command_cycles": model.command_cycles,
         "dma_setup_cycles": model.dma_setup_cycles,
         "dma_hidden_cycles": model.dma_hidden_cycles,
+        "mac_depth_block": model.mac_depth_block,
+        "dma_brick_channels": model.dma_brick_channels,
         "sram_bytes_per_cycle": repr(float(model.sram_bytes_per_cycle)),
         "output_cycles_per_element": repr(float(model.output_cycles_per_element)),
         "dma_bytes_per_cycle": repr(float(model.dma_bytes_per_cycle)),

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from hetgen.errors import InternalError
 from hetgen.lower.program import BufferRef, Call, Copy, KernelUnit, Region
 from hetgen.lower.work import Engine, Work, instance_work
-from hetgen.spec.cascade_program import CascadeProgram, Kind
-from hetgen.spec.tiling import Action, TilePlan
+from hetgen.spec.cascade_program import CascadeProgram, Kind, feature_channels
+from hetgen.spec.tiling import Action, TilePlan, block_channels
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ def tiled_steps(unit: TiledUnit, tensor_ref, sram_size: int, scratch_base: int) 
             Engine.DMA,
             m=block.count,
             n=block.seg_bytes,
+            k=block_channels(plan, command),  # a feature map's channels: its bricks (hg_sim_brick_bytes)
             bytes=block.nbytes,
             after=command.after,
             src_stride=src_stride,
@@ -139,6 +140,7 @@ def cascade_steps(
             engine,
             m=command.count,
             n=command.seg_bytes,
+            k=feature_channels(program, command),  # a DMA's feature map's channels (0: a MOVE, constants)
             bytes=command.nbytes,
             after=command.after,
             src_stride=command.src_stride,

@@ -133,6 +133,12 @@ class CostFigures:
     # us a queued weight DMA hides beyond dma_hidden_us, where weights are apart (the device model's
     # weight_dma_outstanding_bytes: reads in flight from the weights' memory); 0: none beyond
     weight_hidden_us: float = 0.0
+    # input channels the MAC array takes a step (the device model's mac_depth_block): a dense
+    # convolution's channels are rounded up to a multiple of it; 0: not modelled
+    mac_depth_block: float = 0.0
+    # channels of a pixel the DMA fetches as one brick (the device model's dma_brick_channels): a
+    # feature-map DMA of C channels moves ceil(C / it) x it / C of its bytes; 0: not modelled
+    dma_brick_channels: float = 0.0
 
 
 @dataclass(frozen=True)

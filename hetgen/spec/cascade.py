@@ -297,6 +297,8 @@ def _estimate_us(layers: Sequence[Layer], program, dma: tuple[int, int], moved: 
         if layer.groups:
             products = [(stripes, layer.groups, rows * layer.out_shape[2], layer.out_shape[0] // layer.groups)]
             mac = layer.flops * lr.us_per_flop / mac_utilisation(products, lr)
+            if layer.groups == 1 and lr.mac_depth_block:  # a dense convolution's channels in depth blocks
+                mac *= -(-layer.in_shape[0] // lr.mac_depth_block) * lr.mac_depth_block / layer.in_shape[0]
         elif layer.taps and lr.us_per_vector_tap:  # a pool on the vector unit, at its own rate
             mac = layer.taps * lr.us_per_vector_tap
         else:

@@ -43,7 +43,7 @@ from hetgen.spec.tiling import (
     two_engine_us,
     with_waits,
 )
-from hetgen.spec.work import Engine, instance_work
+from hetgen.spec.work import Engine, brick_bytes, depth_factor, instance_work
 
 __all__ = ["CascadeCommand", "CascadeProgram", "Kind", "cascade_program", "program_us"]
 
@@ -267,6 +267,18 @@ def cascade_program(ops: Sequence[UnitOp], layers: Sequence[Layer], stripe: int)
     return CascadeProgram(stripe, tuple(kernels), tuple(kernel_layers), commands, sram.size)
 
 
+def feature_channels(program: CascadeProgram, command: CascadeCommand) -> int:
+    """The channels of the feature map a LOAD or STORE moves rows of (its layer's tensor `inN` or
+    `outN`, NCHW: dim 1); 0 for a LOAD of constants or a tensor that is not rank 4."""
+    if command.weights or not command.is_dma:
+        return 0
+    kernel = program.kernels[program.kernel_layers.index(command.layer)].instance
+    index = int(command.tensor[3:] if command.tensor.startswith("out") else command.tensor[2:])
+    types = kernel.output_types if command.tensor.startswith("out") else kernel.input_types
+    found = types[index] if index < len(types) else None
+    return found.shape[1] if found is not None and found.rank == 4 else 0
+
+
 def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
     """The command list's time on two engines that run in order and wait as its commands say, as a
     tile plan's (`tiling.plan_us`): a LOAD or STORE at the DMA rate, a MOVE at the engines' SRAM
@@ -284,6 +296,7 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
         compute = tile.kernel.flops * rates.us_per_flop
         if mac:
             compute /= mac_utilisation(((1, work.batch, work.m, work.n),), rates)
+            compute *= depth_factor(work, rates.mac_depth_block)  # channels in the array's depth blocks
         elif work.engine is Engine.VECTOR and rates.us_per_vector_tap:  # the vector unit at its own rate
             compute = work.batch * work.m * work.k * rates.us_per_vector_tap
         if work.engine is Engine.MAC_ARRAY_RESIDUAL:
@@ -294,7 +307,10 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
     def step(command) -> tuple:
         rates = layers[command.layer].rates or Rates(0.0, 0.0)
         if command.is_dma:
-            took, overhead, hidden = rates.dma_step(command.nbytes, command.weights)
+            nbytes = command.nbytes
+            if rates.dma_brick_channels and not command.weights:  # a feature map's pixels in whole bricks
+                nbytes = brick_bytes(nbytes, feature_channels(program, command), rates.dma_brick_channels)
+            took, overhead, hidden = rates.dma_step(nbytes, command.weights)
             return True, command.after, took, overhead, hidden
         if command.kind is Kind.MOVE:
             took = command.nbytes * rates.us_per_local_byte

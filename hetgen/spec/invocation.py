@@ -68,6 +68,8 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
         float(figures.dma_hidden_us or 0.0),
         1.0 / (figures.vector_gops * 1e3) if figures.vector_gops else 0.0,
         float(figures.weight_hidden_us or 0.0),
+        int(figures.mac_depth_block or 0),
+        int(figures.dma_brick_channels or 0),
     )
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from hetgen.abi import WAIT_RING
 from hetgen.errors import InternalError
 from hetgen.ir import Graph, Node
-from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported
+from hetgen.ops.base import Epilogue, Kernel, OpInstance, Unsupported, WorkRule
 from hetgen.ops.registry import op_def
 from hetgen.spec.tile_shapes import (
     Block,
@@ -42,7 +42,7 @@ from hetgen.spec.tile_shapes import (
     tensor_names,
     unit_op,
 )
-from hetgen.spec.work import Engine, instance_work
+from hetgen.spec.work import Engine, brick_bytes, depth_factor, instance_work
 
 __all__ = ["Action", "Block", "Rates", "TilePlan", "Unfit", "plan_us", "tensor_names", "unit_plan"]
 
@@ -115,6 +115,9 @@ class TilePlan:
     sram_bytes: int  # the tile buffers
     scratch_bytes: int = 0  # the emulating C kernels' workspace, outside SRAM (build_plan)
     constant_inputs: tuple[bool, ...] = ()  # per input: a constant's (the weights' DMA rate, `Rates.dma_us`)
+    # per input, then per output: the channels of its tensor where it is a rank-4 feature map (NCHW dim
+    # 1; 0: a constant or another rank), whose pixels the DMA fetches in bricks (`block_channels`)
+    channels: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
 
     @property
     def count(self) -> int:
@@ -328,7 +331,22 @@ def build_plan(op: UnitOp, split: str, shape, specs: list[TileSpec], capacity: i
         offset,
         scratch,
         tuple(bool(c) for c in op.constant),
+        (
+            tuple(_feature_channels(t, c, op) for t, c in zip(op.input_types, op.constant)),
+            tuple(_feature_channels(t, False, op) for t in op.output_types),
+        ),
     )
+
+
+def _feature_channels(found, constant: bool, op: UnitOp) -> int:
+    """A rank-4 image's channels (NCHW dim 1); 0 for a constant, another rank, or a matrix product's
+    operand (a batched MatMul's [batch, heads, rows, columns] is no image: its dim 1 is heads)."""
+    definition = op_def(op.node.op)
+    if definition is not None and definition.integer_mac is not None:
+        definition = op_def(definition.integer_mac.like)
+    if definition is not None and definition.work in (WorkRule.MATMUL, WorkRule.GEMM):
+        return 0
+    return found.shape[1] if found is not None and not constant and found.rank == 4 else 0
 
 
 def _with_waits(raw: list[tuple]) -> tuple[Command, ...]:
@@ -407,6 +425,12 @@ class Rates:
                 self.dma_hidden_us + self.weight_hidden_us,
             )
         return nbytes * self.us_per_byte, self.command_us, self.dma_hidden_us
+    # The MAC array takes a dense convolution's input channels this many at a time per kernel tap
+    # (the device model's mac_depth_block, `work.mac_depth`; 0: not modelled), as hg_sim.c counts.
+    mac_depth_block: int = 0
+    # The DMA fetches a feature map's pixels in bricks of this many channels (the device model's
+    # dma_brick_channels, `work.brick_bytes`; 0: not modelled), as hg_sim.c counts.
+    dma_brick_channels: int = 0
 
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
@@ -452,11 +476,19 @@ def plan_us(plan: TilePlan, rates: Rates) -> float:
 
 def _timeline_us(plan: TilePlan, rates: Rates) -> float:
     utilisation = [mac_utilisation(products, rates) for products in plan.mac_products]
+    if rates.mac_depth_block:  # channels rounded up to the array's depth blocks: fewer useful MACs a step
+        utilisation = [
+            use / depth_factor(instance_work(kernel.instance), rates.mac_depth_block)
+            for use, kernel in zip(utilisation, plan.kernels)
+        ]
 
     def step(command) -> tuple:
         if command.is_dma:
             weights = command.action is Action.LOAD and _is_constant(plan, command.operand)
-            dma, overhead, hidden = rates.dma_step(plan.block_of(command).nbytes, weights)
+            nbytes = plan.block_of(command).nbytes
+            if rates.dma_brick_channels and not weights:  # a feature map's pixels in whole bricks
+                nbytes = brick_bytes(nbytes, block_channels(plan, command), rates.dma_brick_channels)
+            dma, overhead, hidden = rates.dma_step(nbytes, weights)
             return True, command.after, dma, overhead, hidden
         return False, command.after, took(command), rates.command_us
 
@@ -471,6 +503,14 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
         return max(compute, _tile_bytes(tile) * rates.us_per_local_byte, _output_us(plan, tile, rates))
 
     return two_engine_us(map(step, plan.commands), rates.dma_hidden_us)
+
+
+def block_channels(plan: TilePlan, command: Command) -> int:
+    """The channels of the feature map a LOAD or STORE moves a block of (its tensor's, NCHW dim 1:
+    a tensor's pixels are whole bricks, whatever channels of it a tile takes); 0 where it is not a
+    rank-4 feature map (a constant, a matrix)."""
+    per_operand = plan.channels[0 if command.action is Action.LOAD else 1]
+    return per_operand[command.operand] if command.operand < len(per_operand) else 0
 
 
 def _is_constant(plan: TilePlan, operand: int) -> bool:

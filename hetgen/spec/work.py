@@ -32,10 +32,38 @@ class Work:
     # A strided DMA moves m segments of n bytes; the bytes between segment starts at each end.
     src_stride: int = 0
     dst_stride: int = 0
+    # A dense convolution's kernel taps (k = its input channels x taps), which a MAC array that takes
+    # input channels in blocks (the device model's mac_depth_block) rounds per tap; 0: not one.
+    taps: int = 0
 
 
 def dma_work(nbytes: int) -> Work:
     return Work(Engine.DMA, bytes=nbytes)
+
+
+def mac_depth(work: Work, block: int) -> int:
+    """The depth (k) a MAC array runs `work` at when it takes input channels `block` at a time (the
+    device model's mac_depth_block; 0: as many as there are): a dense convolution's channels are
+    rounded up to whole blocks per kernel tap, as hg_sim.c counts them; any other product's k as is."""
+    if not block or not work.taps or work.k % work.taps:
+        return work.k
+    channels = work.k // work.taps
+    return work.taps * -(-channels // block) * block
+
+
+def brick_bytes(nbytes: int, channels: int, brick: int) -> int:
+    """The bytes a DMA of a feature-map block of `channels` channels takes on a device that fetches
+    whole bricks of `brick` channels a pixel (the device model's dma_brick_channels; 0: not
+    modelled): its bytes x ceil(channels / brick) x brick / channels, as hg_sim.c counts them
+    (hg_sim_brick_bytes); a DMA of no feature map (channels 0: weights) as is."""
+    if not brick or not channels:
+        return nbytes
+    return -(-nbytes * (-(-channels // brick) * brick) // channels)
+
+
+def depth_factor(work: Work, block: int) -> float:
+    """mac_depth over the product's own depth: what rounding its channels to blocks costs (1: none)."""
+    return mac_depth(work, block) / work.k if work.k else 1.0
 
 
 def kernel_work(head: Node, last: Node, graph: Graph) -> Work:
@@ -61,7 +89,7 @@ def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) 
         op, x, w = integer.like, integer.x, integer.w
         float_head = Node(head.name, op, (head.inputs[x], head.inputs[w]), head.outputs, head.attrs)
         shaped = shape_work(float_head, [inputs[x], inputs[w]], outputs)
-        return Work(Engine.MAC_ARRAY_INT8, shaped.batch, shaped.m, shaped.n, shaped.k, touched)
+        return Work(Engine.MAC_ARRAY_INT8, shaped.batch, shaped.m, shaped.n, shaped.k, touched, taps=shaped.taps)
     rule = definition.work if definition is not None else WorkRule.VECTOR
     if rule is WorkRule.CONV:
         x, w = inputs[0].shape, inputs[1].shape
@@ -70,7 +98,8 @@ def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) 
         depth = (x[1] // groups) * math.prod(w[2:])
         # a fourth input is a residual the Conv adds to its outputs (hetgen/ops/conv.py)
         engine = Engine.MAC_ARRAY_RESIDUAL if len(head.inputs) > 3 and head.inputs[3] else Engine.MAC_ARRAY
-        return Work(engine, x[0] * groups, out_pixels, w[0] // groups, depth, touched)
+        taps = math.prod(w[2:]) if groups == 1 else 0  # a depthwise or grouped one: no depth rounding
+        return Work(engine, x[0] * groups, out_pixels, w[0] // groups, depth, touched, taps=taps)
     if rule is WorkRule.GEMM:
         rows, cols = output.shape
         depth = inputs[0].shape[0] if head.attr("transA", 0) else inputs[0].shape[1]

@@ -78,28 +78,53 @@ static int hg_sim_reads_weights(const hg_graph_node *node, const hg_buffer_ref *
            && args[node->first_arg].region == HG_REGION_WEIGHTS;
 }
 
+/* The depth the MAC array runs a product at: a dense convolution's input channels (k / taps) rounded
+ * up to the array's depth block, per kernel tap; any other product's k as is. */
+static uint64_t hg_sim_mac_depth(const hg_sim_params *params, const hg_sim_work *work)
+{
+    const uint64_t block = params->mac_depth_block;
+    if (block == 0 || work->taps == 0 || work->k % work->taps != 0) {
+        return work->k;
+    }
+    return work->taps * ((work->k / work->taps + block - 1) / block) * block;
+}
+
+/* A feature-map DMA on a device that fetches a pixel's channels in whole bricks: the bytes it takes,
+ * its own x ceil(channels / brick) x brick / channels (work->k: the block's channels; 0: not a
+ * feature map, as is). */
+static uint64_t hg_sim_brick_bytes(const hg_sim_params *params, const hg_sim_work *work)
+{
+    const uint64_t brick = params->dma_brick_channels;
+    if (brick == 0 || work->k == 0) {
+        return work->bytes;
+    }
+    const uint64_t scaled = work->bytes * ((work->k + brick - 1) / brick) * brick;
+    return (scaled + work->k - 1) / work->k;
+}
+
 uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *work)
 {
     uint64_t compute;
     switch (work->engine) {
     case HG_SIM_MAC_ARRAY: /* output tiles of mac_rows x mac_cols, one step per tile and depth */
         compute = work->batch * hg_sim_steps(work->m, params->mac_rows) * hg_sim_steps(work->n, params->mac_cols)
-                  * work->k;
+                  * hg_sim_mac_depth(params, work);
         break;
     case HG_SIM_MAC_ARRAY_RESIDUAL: /* the same, then the vector unit adds the residual to every output */
         compute = work->batch * hg_sim_steps(work->m, params->mac_rows) * hg_sim_steps(work->n, params->mac_cols)
-                      * work->k
+                      * hg_sim_mac_depth(params, work)
                   + hg_sim_steps(work->batch * work->m * work->n, params->vector_lanes);
         break;
     case HG_SIM_MAC_ARRAY_INT8: /* the same tiling, int8_mac_cols wide */
         compute = work->batch * hg_sim_steps(work->m, params->mac_rows)
-                  * hg_sim_steps(work->n, params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols) * work->k;
+                  * hg_sim_steps(work->n, params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols)
+                  * hg_sim_mac_depth(params, work);
         break;
     case HG_SIM_VECTOR: /* vector_lanes element-taps per cycle */
         compute = hg_sim_steps(work->batch * work->m * work->k, params->vector_lanes);
         break;
     case HG_SIM_DMA:
-        return hg_sim_dma_cycles(params, work->bytes);
+        return hg_sim_dma_cycles(params, hg_sim_brick_bytes(params, work));
     case HG_SIM_MOVE: /* an SRAM-to-SRAM copy: the engines' SRAM bandwidth */
         return params->command_cycles + hg_sim_ceil_div(work->bytes, params->sram_bytes_per_cycle);
     default:

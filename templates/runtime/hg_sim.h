@@ -14,7 +14,9 @@ typedef struct {
     uint32_t after; /* this command waits for the one `after` commands back to finish (0: none) */
     uint64_t batch, m, n, k;
     uint64_t bytes; /* local-memory bytes the command reads and writes; DMA: bytes moved */
+    /* (k of a DMA: the channels of the feature-map block it moves, 0: not a feature map) */
     uint64_t src_stride, dst_stride; /* a strided DMA: m segments of n bytes, these bytes apart */
+    uint64_t taps; /* a dense convolution's kernel taps: k is its input channels x taps (0: not one) */
 } hg_sim_work;
 
 typedef struct {
@@ -45,6 +47,8 @@ typedef struct {
     double weight_dma_bytes_per_cycle;
     double output_cycles_per_element; /* the MAC array's output stage, per output element (0: not modelled) */
     hg_link link;                 /* from the controller, when the device sits behind one */
+    uint32_t mac_depth_block;     /* input channels the MAC array takes a step per kernel tap (0: not modelled) */
+    uint32_t dma_brick_channels;  /* a feature-map DMA fetches a pixel's channels in bricks of these (0: not modelled) */
 } hg_sim_params;
 
 /* What the device is: constant, shared by every run (hg_device.config). */
