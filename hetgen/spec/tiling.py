@@ -425,6 +425,7 @@ class Rates:
                 self.dma_hidden_us + self.weight_hidden_us,
             )
         return nbytes * self.us_per_byte, self.command_us, self.dma_hidden_us
+
     # The MAC array takes a dense convolution's input channels this many at a time per kernel tap
     # (the device model's mac_depth_block, `work.mac_depth`; 0: not modelled), as hg_sim.c counts.
     mac_depth_block: int = 0
