@@ -126,6 +126,12 @@ CASES = {
         True,
         True,
     ),
+    # plain NEON's pointwise tiles (hg_qg_mlal_tile: 4 channels x 8 pixels, ld1 of two registers, the
+    # weights broadcast by ld2r) at the pair bound: +-127 against -128 and 127, 13 channels (a panel
+    # and a short one, a tile of one channel), k = 35 (9 groups of 4: an odd last one, zero padded),
+    # 35 pixels (a block of 32 and one of 3); the same with a -128 in every channel (the w128 forms)
+    "pointwise_extreme": (np.int8, (1, 35, 5, 7), (13, 35, 1, 1), {}, True, True),
+    "pointwise_extreme_w128": (np.int8, (1, 35, 5, 7), (13, 35, 1, 1), {}, True, True),
     # weights holding -128 (the *_w128 kernels, each product widened alone on plain NEON) against
     # activations that are -128 on the path (uint8 0, flipped): a pair of them would not fit int16
     "w128_u8": (np.uint8, (1, 8, 7, 7), (10, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
@@ -151,7 +157,13 @@ SATURATED = ("saturated_s8", "saturated_u8")
 # the cases whose weights hold -128; the others' are in [-127, 127], as onnxruntime's symmetric ones
 W128_CASES = ("w128_u8", "fc_w128", "gather_w128")
 # activations of -128 and 127 against weights of +-127: int16 pair sums at their bound
-EXTREME_CASES = ("extreme_pairs", "depthwise_pairs", "depthwise_pairs_strided")
+EXTREME_CASES = (
+    "extreme_pairs",
+    "depthwise_pairs",
+    "depthwise_pairs_strided",
+    "pointwise_extreme",
+    "pointwise_extreme_w128",
+)
 
 # int8/uint8 MaxPool (hg_qg_max_row): name: (x dtype, x shape, attributes)
 POOL_CASES = {
@@ -195,8 +207,10 @@ def case_weights(name, shape):
     EXTREME_CASES (the depthwise ones' first channel with a -128)."""
     if name in EXTREME_CASES:
         w = RNG.choice([-127, 127], shape).astype(np.int8)
-        if name != "extreme_pairs":
+        if name.startswith("depthwise"):
             w[0, 0, 0] = -128
+        if name == "pointwise_extreme_w128":
+            w[:, 0] = -128
         return w
     w = RNG.integers(-127, 128, shape).astype(np.int8)
     if name in W128_CASES:

@@ -1053,37 +1053,34 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
 
 #if defined(HG_QG_PATH_NEON)
 /* The "mlal" organisation (onnxruntime's MLAS and XNNPACK on ARMv8.0 without the dot product): one
-   channel's 4 weights of group g broadcast (dup by lane) times 4 pixels' 4 activations of g, smull
-   into int16, plus group g + 1's products by smlal into the same lanes (exact: weights in
-   [-127, 127], so |w x + w' x'| <= 2 * 127 * 128 < 2^15), then sadalp adds adjacent int16 pairs
-   into the int32 sums. 4 channels x 8 pixels: 16 accumulators, each (pixel p: k 0+4, 1+5 and 2+6,
-   3+7 summed pairwise; pixel p + 1: the same), added across at the end. Per two groups: 48 multiply
-   or accumulate instructions for 256 products, 8 dups, 6 loads. `t` rows are HG_QG_NB apart. */
-/* one channel's 4 weights broadcast to every word: ld1r, the pointer moved on to the next channel's
-   (GCC makes a load and a dup of a vld1q_dup at an offset: ld1r has no offset form) */
-#define HG_QG_LD1R(vec, p) __asm__("ld1r {%0.4s}, [%1], #4" : "=w"(vec), "+r"(p) : "m"(*(const int8_t(*)[4])(p)))
-#define HG_QG_MLAL_ROW(r)                                                                                  \
+   channel's 4 weights of group g broadcast times 4 pixels' 4 activations of g, smull into int16, plus
+   group g + 1's products by smlal into the same lanes (exact: weights in [-127, 127], so
+   |w x + w' x'| <= 2 * 127 * 128 < 2^15), then sadalp adds adjacent int16 pairs into the int32 sums.
+   4 channels x 8 pixels: 16 accumulators, each (pixel p: k 0+4, 1+5 and 2+6, 3+7 summed pairwise;
+   pixel p + 1: the same), added across at the end. Per two groups: 48 multiply or accumulate
+   instructions for 256 products and 4 loads: the 8 pixels of each group by one ld1 of two registers,
+   the 4 channels' weights of each group broadcast by one ld4r (vld4q_dup: 4 words, each to every
+   lane of its register). The sums are requantised in registers as the tile ends (hg_qg_tile_store). */
+#define HG_QG_MLAL_ROW(r, u, v)                                                                            \
     do {                                                                                                   \
-        int8x16_t u, v;                                                                                    \
-        HG_QG_LD1R(u, wa);                                                                                 \
-        HG_QG_LD1R(v, wb);                                                                                 \
-        c##r##0 = vpadalq_s16(c##r##0, vmlal_s8(vmull_s8(vget_low_s8(x0), vget_low_s8(u)), vget_low_s8(y0), \
-                                                vget_low_s8(v)));                                          \
-        c##r##1 = vpadalq_s16(c##r##1, vmlal_high_s8(vmull_high_s8(x0, u), y0, v));                        \
-        c##r##2 = vpadalq_s16(c##r##2, vmlal_s8(vmull_s8(vget_low_s8(x1), vget_low_s8(u)), vget_low_s8(y1), \
-                                                vget_low_s8(v)));                                          \
-        c##r##3 = vpadalq_s16(c##r##3, vmlal_high_s8(vmull_high_s8(x1, u), y1, v));                        \
+        c##r##0 = vpadalq_s16(c##r##0, vmlal_s8(vmull_s8(vget_low_s8(x.val[0]), vget_low_s8(u)),           \
+                                                vget_low_s8(z.val[0]), vget_low_s8(v)));                   \
+        c##r##1 = vpadalq_s16(c##r##1, vmlal_high_s8(vmull_high_s8(x.val[0], u), z.val[0], v));            \
+        c##r##2 = vpadalq_s16(c##r##2, vmlal_s8(vmull_s8(vget_low_s8(x.val[1]), vget_low_s8(u)),           \
+                                                vget_low_s8(z.val[1]), vget_low_s8(v)));                   \
+        c##r##3 = vpadalq_s16(c##r##3, vmlal_high_s8(vmull_high_s8(x.val[1], u), z.val[1], v));            \
     } while (0)
 /* the last, odd group: its products alone */
-#define HG_QG_MULL_ROW(r)                                                                                  \
+#define HG_QG_MULL_ROW(r, u)                                                                               \
     do {                                                                                                   \
-        int8x16_t u;                                                                                       \
-        HG_QG_LD1R(u, wa);                                                                                 \
-        c##r##0 = vpadalq_s16(c##r##0, vmull_s8(vget_low_s8(x0), vget_low_s8(u)));                         \
-        c##r##1 = vpadalq_s16(c##r##1, vmull_high_s8(x0, u));                                              \
-        c##r##2 = vpadalq_s16(c##r##2, vmull_s8(vget_low_s8(x1), vget_low_s8(u)));                         \
-        c##r##3 = vpadalq_s16(c##r##3, vmull_high_s8(x1, u));                                              \
+        c##r##0 = vpadalq_s16(c##r##0, vmull_s8(vget_low_s8(x.val[0]), vget_low_s8(u)));                   \
+        c##r##1 = vpadalq_s16(c##r##1, vmull_high_s8(x.val[0], u));                                        \
+        c##r##2 = vpadalq_s16(c##r##2, vmull_s8(vget_low_s8(x.val[1]), vget_low_s8(u)));                   \
+        c##r##3 = vpadalq_s16(c##r##3, vmull_high_s8(x.val[1], u));                                        \
     } while (0)
+#define HG_QG_WORDS(p) vld2q_dup_s32((const int32_t *)(const void *)(p))
+#define HG_QG_S8(q) vreinterpretq_s8_s32(q)
+
 #define HG_QG_MLAL_STORE(r)                                                                                \
     do {                                                                                                   \
         vst1q_s32(t + (r) * HG_QG_NB, vpaddq_s32(c##r##0, c##r##1));                                       \
@@ -1091,36 +1088,37 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
     } while (0)
 
 /* GCC's scheduling before register allocation hoists the 16 products ahead of their sadalp and spills
-   accumulators to the stack (20 stack accesses a loop with it, none without); not inlined, so the
-   attribute holds (a call per 4 x 8 tile) */
+   accumulators to the stack; not inlined, so the attribute holds (a call per 4 x 8 tile) */
 #if defined(__GNUC__) && !defined(__clang__)
 #define HG_QG_MLAL_ATTRS __attribute__((noinline, optimize("no-schedule-insns")))
 #else
 #define HG_QG_MLAL_ATTRS
 #endif
 
+/* rows (<= 4) channels x npx (<= 8) pixels: w the 4 channels' weights in the panel ([kg][HG_QG_MR][4],
+   the panel's rows past the channels zero), a the first pixel's activations (groups `as` bytes apart) */
 static HG_QG_MLAL_ATTRS void hg_qg_mlal_tile(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
                                              size_t as, int32_t *t)
 {
     int32x4_t c00 = vdupq_n_s32(0), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
     int32x4_t c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
-    const int8_t *x = (const int8_t *)(const void *)a;
-    size_t g = 0;
-    for (; g + 2 <= kg; g += 2, x += 2 * as, w += 8 * HG_QG_MR) {
-        const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16), y0 = vld1q_s8(x + as), y1 = vld1q_s8(x + as + 16);
-        const int8_t *wa = w, *wb = w + 4 * HG_QG_MR;
-        HG_QG_MLAL_ROW(0);
-        HG_QG_MLAL_ROW(1);
-        HG_QG_MLAL_ROW(2);
-        HG_QG_MLAL_ROW(3);
+    const int8_t *xp = (const int8_t *)(const void *)a;
+    for (size_t i = kg / 2; i; --i, xp += 2 * as, w += 8 * HG_QG_MR) {
+        const int8x16x2_t x = vld1q_s8_x2(xp), z = vld1q_s8_x2(xp + as);
+        const int32x4x2_t u = HG_QG_WORDS(w), v = HG_QG_WORDS(w + 4 * HG_QG_MR);
+        HG_QG_MLAL_ROW(0, HG_QG_S8(u.val[0]), HG_QG_S8(v.val[0]));
+        HG_QG_MLAL_ROW(1, HG_QG_S8(u.val[1]), HG_QG_S8(v.val[1]));
+        const int32x4x2_t u2 = HG_QG_WORDS(w + 8), v2 = HG_QG_WORDS(w + 4 * HG_QG_MR + 8);
+        HG_QG_MLAL_ROW(2, HG_QG_S8(u2.val[0]), HG_QG_S8(v2.val[0]));
+        HG_QG_MLAL_ROW(3, HG_QG_S8(u2.val[1]), HG_QG_S8(v2.val[1]));
     }
-    if (g < kg) {
-        const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
-        const int8_t *wa = w;
-        HG_QG_MULL_ROW(0);
-        HG_QG_MULL_ROW(1);
-        HG_QG_MULL_ROW(2);
-        HG_QG_MULL_ROW(3);
+    if (kg % 2) {
+        const int8x16x2_t x = vld1q_s8_x2(xp);
+        const int32x4x2_t u = HG_QG_WORDS(w), u2 = HG_QG_WORDS(w + 8);
+        HG_QG_MULL_ROW(0, HG_QG_S8(u.val[0]));
+        HG_QG_MULL_ROW(1, HG_QG_S8(u.val[1]));
+        HG_QG_MULL_ROW(2, HG_QG_S8(u2.val[0]));
+        HG_QG_MULL_ROW(3, HG_QG_S8(u2.val[1]));
     }
     HG_QG_MLAL_STORE(0);
     HG_QG_MLAL_STORE(1);
@@ -1130,6 +1128,9 @@ static HG_QG_MLAL_ATTRS void hg_qg_mlal_tile(const int8_t *restrict w, const uin
 #undef HG_QG_MLAL_ROW
 #undef HG_QG_MULL_ROW
 #undef HG_QG_MLAL_STORE
+#undef HG_QG_WORDS
+#undef HG_QG_S8
+
 #endif
 
 /* The sums of one block, computed by the path, then requantised by row: exact int32 in `t`. */
