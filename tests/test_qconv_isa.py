@@ -132,6 +132,10 @@ CASES = {
     # 35 pixels (a block of 32 and one of 3); the same with a -128 in every channel (the w128 forms)
     "pointwise_extreme": (np.int8, (1, 35, 5, 7), (13, 35, 1, 1), {}, True, True),
     "pointwise_extreme_w128": (np.int8, (1, 35, 5, 7), (13, 35, 1, 1), {}, True, True),
+    # aarch64's depthwise planes copied out by rows of 8 and 16 bytes (hg_qg_dw_rows_out: each row's
+    # store runs into the next row's, rewritten after; the last row exactly): widths 5 and 13
+    "depthwise_rows_of_5": (np.int8, (1, 3, 25, 5), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1]), True, True),
+    "depthwise_rows_of_13": (np.uint8, (1, 2, 11, 13), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True, True),
     # weights holding -128 (the *_w128 kernels, each product widened alone on plain NEON) against
     # activations that are -128 on the path (uint8 0, flipped): a pair of them would not fit int16
     "w128_u8": (np.uint8, (1, 8, 7, 7), (10, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),

@@ -612,6 +612,38 @@ static inline void hg_qg_requant16(int32x4_t a0, int32x4_t a1, int32x4_t a2, int
 }
 #endif
 
+
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+/* The virtual plane's rows (pw apart) to the output's (out_w apart). Rows of 4 to 16 bytes: one load
+   and store of 8 (or 16) bytes a row, the bytes past the row rewritten by the next row's store, the
+   last row exactly; the reads stay inside the virtual plane ((out_h - 1) * pw + out_w bytes: 8 <= pw
+   + out_w) and the writes inside the channel's output (8 - out_w <= out_w); 4 rows a loop. */
+static inline void hg_qg_dw_rows_out(uint8_t *y, const uint8_t *v, size_t out_h, size_t out_w, size_t pw)
+{
+    size_t oh = 0;
+    if (out_w >= 4 && out_w <= 8) {
+        for (; oh + 4 < out_h; oh += 4) {
+            vst1_u8(y + oh * out_w, vld1_u8(v + oh * pw));
+            vst1_u8(y + (oh + 1) * out_w, vld1_u8(v + (oh + 1) * pw));
+            vst1_u8(y + (oh + 2) * out_w, vld1_u8(v + (oh + 2) * pw));
+            vst1_u8(y + (oh + 3) * out_w, vld1_u8(v + (oh + 3) * pw));
+        }
+        for (; oh + 1 < out_h; ++oh)
+            vst1_u8(y + oh * out_w, vld1_u8(v + oh * pw));
+    } else if (out_w > 8 && out_w <= 16) {
+        for (; oh + 4 < out_h; oh += 4) {
+            vst1q_u8(y + oh * out_w, vld1q_u8(v + oh * pw));
+            vst1q_u8(y + (oh + 1) * out_w, vld1q_u8(v + (oh + 1) * pw));
+            vst1q_u8(y + (oh + 2) * out_w, vld1q_u8(v + (oh + 2) * pw));
+            vst1q_u8(y + (oh + 3) * out_w, vld1q_u8(v + (oh + 3) * pw));
+        }
+        for (; oh + 1 < out_h; ++oh)
+            vst1q_u8(y + oh * out_w, vld1q_u8(v + oh * pw));
+    }
+    for (; oh < out_h; ++oh)
+        memcpy(y + oh * out_w, v + oh * pw, out_w);
+}
+#endif
 /* Depthwise with stride 1 along the rows, a whole (2-D) output plane of out_h x out_w at once: the
    padded plane's rows are pw bytes apart, so output (oh, ow) at "virtual" index v = oh * pw + ow reads
    tap t at plane + off[t] + v, one contiguous run per tap for the whole plane (the pw - out_w
@@ -727,8 +759,7 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
         }
         hg_qg_requant16(a0, a1, a2, a3, s, zp, lo, hi, vbytes + i);
     }
-    for (size_t oh = 0; oh < out_h; ++oh)
-        memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
+    hg_qg_dw_rows_out(y, vbytes, out_h, out_w, pw);
 #endif
 #if !defined(HG_QG_PATH_SDOT) && !defined(HG_QG_PATH_NEON)
     (void)vbytes;
