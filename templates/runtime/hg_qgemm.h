@@ -1087,81 +1087,90 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
    channel's 4 weights of group g broadcast times 4 pixels' 4 activations of g, smull into int16, plus
    group g + 1's products by smlal into the same lanes (exact: weights in [-127, 127], so
    |w x + w' x'| <= 2 * 127 * 128 < 2^15), then sadalp adds adjacent int16 pairs into the int32 sums.
-   4 channels x 8 pixels: 16 accumulators, each (pixel p: k 0+4, 1+5 and 2+6, 3+7 summed pairwise;
-   pixel p + 1: the same), added across at the end. Per two groups: 48 multiply or accumulate
-   instructions for 256 products and 4 loads: the 8 pixels of each group by one ld1 of two registers,
-   the 4 channels' weights of each group broadcast by one ld4r (vld4q_dup: 4 words, each to every
-   lane of its register). The sums are requantised in registers as the tile ends (hg_qg_tile_store). */
-#define HG_QG_MLAL_ROW(r, u, v)                                                                            \
-    do {                                                                                                   \
-        c##r##0 = vpadalq_s16(c##r##0, vmlal_s8(vmull_s8(vget_low_s8(x.val[0]), vget_low_s8(u)),           \
-                                                vget_low_s8(z.val[0]), vget_low_s8(v)));                   \
-        c##r##1 = vpadalq_s16(c##r##1, vmlal_high_s8(vmull_high_s8(x.val[0], u), z.val[0], v));            \
-        c##r##2 = vpadalq_s16(c##r##2, vmlal_s8(vmull_s8(vget_low_s8(x.val[1]), vget_low_s8(u)),           \
-                                                vget_low_s8(z.val[1]), vget_low_s8(v)));                   \
-        c##r##3 = vpadalq_s16(c##r##3, vmlal_high_s8(vmull_high_s8(x.val[1], u), z.val[1], v));            \
-    } while (0)
+   A tile is 4 channels x 8 pixels: 16 accumulators (v16-v31), each (pixel p: k 0+4, 1+5 and 2+6,
+   3+7 summed pairwise; pixel p + 1: the same), added across at the end (addp) into `t`'s rows.
+   Per two groups 56 instructions for 256 products: 48 multiply or accumulate, 2 loads of the 8
+   pixels' activations (ld1 of two registers, each group's, post-indexed by the group stride), 4
+   ld2r broadcasting two channels' 4 weights each (g's from wa, g + 1's from wb, both post-indexed),
+   subs and b.ne. The first two groups start the accumulators (saddlp: no zeroing); a last odd group
+   adds its products alone (smull, sadalp). One asm statement (the accumulators live in fixed
+   registers across its loop): GCC's intrinsics left one accumulator spilled and 8 address adds a
+   loop. */
+#define HG_QG_A_ROW(c0, c1, c2, c3, u, v, op)                                                              \
+    "smull  v8.8h, v0.8b, " u ".8b\n\t"                                                                    \
+    "smull2 v9.8h, v0.16b, " u ".16b\n\t"                                                                  \
+    "smlal  v8.8h, v2.8b, " v ".8b\n\t"                                                                    \
+    "smlal2 v9.8h, v2.16b, " v ".16b\n\t"                                                                  \
+    op " " c0 ".4s, v8.8h\n\t"                                                                             \
+    op " " c1 ".4s, v9.8h\n\t"                                                                             \
+    "smull  v8.8h, v1.8b, " u ".8b\n\t"                                                                    \
+    "smull2 v9.8h, v1.16b, " u ".16b\n\t"                                                                  \
+    "smlal  v8.8h, v3.8b, " v ".8b\n\t"                                                                    \
+    "smlal2 v9.8h, v3.16b, " v ".16b\n\t"                                                                  \
+    op " " c2 ".4s, v8.8h\n\t"                                                                             \
+    op " " c3 ".4s, v9.8h\n\t"
+#define HG_QG_A_PAIR(op)                                                                                   \
+    "ld1  {v0.16b, v1.16b}, [%[a]], %[as]\n\t"                                                             \
+    "ld1  {v2.16b, v3.16b}, [%[a]], %[as]\n\t"                                                             \
+    "ld2r {v4.4s, v5.4s}, [%[wa]], #8\n\t"                                                                 \
+    "ld2r {v6.4s, v7.4s}, [%[wb]], #8\n\t"                                                                 \
+    HG_QG_A_ROW("v16", "v17", "v18", "v19", "v4", "v6", op)                                                \
+    HG_QG_A_ROW("v20", "v21", "v22", "v23", "v5", "v7", op)                                                \
+    "ld2r {v4.4s, v5.4s}, [%[wa]], %[skip]\n\t"                                                            \
+    "ld2r {v6.4s, v7.4s}, [%[wb]], %[skip]\n\t"                                                            \
+    HG_QG_A_ROW("v24", "v25", "v26", "v27", "v4", "v6", op)                                                \
+    HG_QG_A_ROW("v28", "v29", "v30", "v31", "v5", "v7", op)
 /* the last, odd group: its products alone */
-#define HG_QG_MULL_ROW(r, u)                                                                               \
-    do {                                                                                                   \
-        c##r##0 = vpadalq_s16(c##r##0, vmull_s8(vget_low_s8(x.val[0]), vget_low_s8(u)));                   \
-        c##r##1 = vpadalq_s16(c##r##1, vmull_high_s8(x.val[0], u));                                        \
-        c##r##2 = vpadalq_s16(c##r##2, vmull_s8(vget_low_s8(x.val[1]), vget_low_s8(u)));                   \
-        c##r##3 = vpadalq_s16(c##r##3, vmull_high_s8(x.val[1], u));                                        \
-    } while (0)
-#define HG_QG_WORDS(p) vld2q_dup_s32((const int32_t *)(const void *)(p))
-#define HG_QG_S8(q) vreinterpretq_s8_s32(q)
+#define HG_QG_A_ONE(c0, c1, c2, c3, u)                                                                     \
+    "smull  v8.8h, v0.8b, " u ".8b\n\t"                                                                    \
+    "smull2 v9.8h, v0.16b, " u ".16b\n\t"                                                                  \
+    "sadalp " c0 ".4s, v8.8h\n\t"                                                                          \
+    "sadalp " c1 ".4s, v9.8h\n\t"                                                                          \
+    "smull  v8.8h, v1.8b, " u ".8b\n\t"                                                                    \
+    "smull2 v9.8h, v1.16b, " u ".16b\n\t"                                                                  \
+    "sadalp " c2 ".4s, v8.8h\n\t"                                                                          \
+    "sadalp " c3 ".4s, v9.8h\n\t"
+#define HG_QG_A_ZERO(c0, c1, c2, c3) "movi " c0 ".4s, #0\n\tmovi " c1 ".4s, #0\n\tmovi " c2 ".4s, #0\n\tmovi " c3 ".4s, #0\n\t"
+/* channel r's 8 sums: pixels 0-3 and 4-7, stored at t + r * HG_QG_NB (128 bytes a row) */
+#define HG_QG_A_STORE(c0, c1, c2, c3, at)                                                                  \
+    "addp v0.4s, " c0 ".4s, " c1 ".4s\n\t"                                                                 \
+    "addp v1.4s, " c2 ".4s, " c3 ".4s\n\t"                                                                 \
+    "stp  q0, q1, [%[t], #" at "]\n\t"
 
-#define HG_QG_MLAL_STORE(r)                                                                                \
-    do {                                                                                                   \
-        vst1q_s32(t + (r) * HG_QG_NB, vpaddq_s32(c##r##0, c##r##1));                                       \
-        vst1q_s32(t + (r) * HG_QG_NB + 4, vpaddq_s32(c##r##2, c##r##3));                                   \
-    } while (0)
-
-/* GCC's scheduling before register allocation hoists the 16 products ahead of their sadalp and spills
-   accumulators to the stack; not inlined, so the attribute holds (a call per 4 x 8 tile) */
-#if defined(__GNUC__) && !defined(__clang__)
-#define HG_QG_MLAL_ATTRS __attribute__((noinline, optimize("no-schedule-insns")))
-#else
-#define HG_QG_MLAL_ATTRS
-#endif
-
-/* rows (<= 4) channels x npx (<= 8) pixels: w the 4 channels' weights in the panel ([kg][HG_QG_MR][4],
-   the panel's rows past the channels zero), a the first pixel's activations (groups `as` bytes apart) */
-static HG_QG_MLAL_ATTRS void hg_qg_mlal_tile(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
-                                             size_t as, int32_t *t)
+/* sums of the 4 channels whose weights w points to ([kg][HG_QG_MR][4], the panel's) by 8 pixels of
+   activations from a (groups `as` bytes apart), into t (rows HG_QG_NB apart) */
+static void hg_qg_mlal_tile(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as, int32_t *t)
 {
-    int32x4_t c00 = vdupq_n_s32(0), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
-    int32x4_t c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
-    const int8_t *xp = (const int8_t *)(const void *)a;
-    for (size_t i = kg / 2; i; --i, xp += 2 * as, w += 8 * HG_QG_MR) {
-        const int8x16x2_t x = vld1q_s8_x2(xp), z = vld1q_s8_x2(xp + as);
-        const int32x4x2_t u = HG_QG_WORDS(w), v = HG_QG_WORDS(w + 4 * HG_QG_MR);
-        HG_QG_MLAL_ROW(0, HG_QG_S8(u.val[0]), HG_QG_S8(v.val[0]));
-        HG_QG_MLAL_ROW(1, HG_QG_S8(u.val[1]), HG_QG_S8(v.val[1]));
-        const int32x4x2_t u2 = HG_QG_WORDS(w + 8), v2 = HG_QG_WORDS(w + 4 * HG_QG_MR + 8);
-        HG_QG_MLAL_ROW(2, HG_QG_S8(u2.val[0]), HG_QG_S8(v2.val[0]));
-        HG_QG_MLAL_ROW(3, HG_QG_S8(u2.val[1]), HG_QG_S8(v2.val[1]));
-    }
-    if (kg % 2) {
-        const int8x16x2_t x = vld1q_s8_x2(xp);
-        const int32x4x2_t u = HG_QG_WORDS(w), u2 = HG_QG_WORDS(w + 8);
-        HG_QG_MULL_ROW(0, HG_QG_S8(u.val[0]));
-        HG_QG_MULL_ROW(1, HG_QG_S8(u.val[1]));
-        HG_QG_MULL_ROW(2, HG_QG_S8(u2.val[0]));
-        HG_QG_MULL_ROW(3, HG_QG_S8(u2.val[1]));
-    }
-    HG_QG_MLAL_STORE(0);
-    HG_QG_MLAL_STORE(1);
-    HG_QG_MLAL_STORE(2);
-    HG_QG_MLAL_STORE(3);
+    const int8_t *wa = w, *wb = w + 4 * HG_QG_MR;
+    size_t pairs = kg / 2;
+    const size_t skip = 8 * HG_QG_MR - 8, odd = kg % 2;
+    __asm__ volatile("cbz %[pairs], 10f\n\t" HG_QG_A_PAIR("saddlp") "subs %[pairs], %[pairs], #1\n\t"
+                     "b.eq 20f\n"
+                     "1:\n\t" HG_QG_A_PAIR("sadalp") "subs %[pairs], %[pairs], #1\n\t"
+                     "b.ne 1b\n\t"
+                     "b 20f\n"
+                     "10:\n\t" HG_QG_A_ZERO("v16", "v17", "v18", "v19") HG_QG_A_ZERO("v20", "v21", "v22", "v23")
+                         HG_QG_A_ZERO("v24", "v25", "v26", "v27") HG_QG_A_ZERO("v28", "v29", "v30", "v31")
+                     "20:\n\t"
+                     "cbz %[odd], 30f\n\t"
+                     "ld1  {v0.16b, v1.16b}, [%[a]]\n\t"
+                     "ld2r {v4.4s, v5.4s}, [%[wa]], #8\n\t"
+                     "ld2r {v6.4s, v7.4s}, [%[wa]]\n\t" HG_QG_A_ONE("v16", "v17", "v18", "v19", "v4")
+                         HG_QG_A_ONE("v20", "v21", "v22", "v23", "v5") HG_QG_A_ONE("v24", "v25", "v26", "v27", "v6")
+                             HG_QG_A_ONE("v28", "v29", "v30", "v31", "v7")
+                     "30:\n\t" HG_QG_A_STORE("v16", "v17", "v18", "v19", "0")
+                         HG_QG_A_STORE("v20", "v21", "v22", "v23", "128") HG_QG_A_STORE("v24", "v25", "v26", "v27", "256")
+                             HG_QG_A_STORE("v28", "v29", "v30", "v31", "384")
+                     : [a] "+r"(a), [wa] "+r"(wa), [wb] "+r"(wb), [pairs] "+r"(pairs)
+                     : [as] "r"(as), [skip] "r"(skip), [odd] "r"(odd), [t] "r"(t)
+                     : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v16", "v17", "v18", "v19", "v20",
+                       "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc", "memory");
 }
-#undef HG_QG_MLAL_ROW
-#undef HG_QG_MULL_ROW
-#undef HG_QG_MLAL_STORE
-#undef HG_QG_WORDS
-#undef HG_QG_S8
-
+#undef HG_QG_A_ROW
+#undef HG_QG_A_PAIR
+#undef HG_QG_A_ONE
+#undef HG_QG_A_ZERO
+#undef HG_QG_A_STORE
 #endif
 
 /* The sums of one block, computed by the path, then requantised by row: exact int32 in `t`. */
