@@ -356,13 +356,14 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     assert kernels.count("hg_qg_gemv(") == fully_connected - 1
     assert kernels.count("hg_qg_gemv_w128(") == 1  # fc_w128
     depthwise = sum(1 for name in CASES if name.startswith("depthwise"))
-    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected - 2
-    assert kernels.count("hg_qg_block_w128(") == 2  # w128_u8, gather_w128
+    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected - 3
+    assert kernels.count("hg_qg_block_w128(") == 3  # w128_u8, gather_w128, pointwise_extreme_w128
     # the depthwise ones: the direct kernel, whole planes where the plane's strides are 1, else rows
     strided = ("depthwise_strided_u8", "depthwise_pairs_strided")
     assert kernels.count("hg_qg_dw_plane_q(") == depthwise - len(strided)
     assert kernels.count("hg_qg_dw_row_q(") == len(strided)
-    assert kernels.count("hg_qg_dw_masked_q(") == 3  # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs)
+    # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs, depthwise_rows_of_5 and _13)
+    assert kernels.count("hg_qg_dw_masked_q(") == 5
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")

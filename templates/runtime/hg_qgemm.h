@@ -613,6 +613,46 @@ static inline void hg_qg_requant16(int32x4_t a0, int32x4_t a1, int32x4_t a2, int
 #endif
 
 
+/* A plane's rows into its padded copy (qconv_direct.c.j2): `rows` rows of `width` bytes from src (one
+   after another) to dst, rows `stride` bytes apart, the padding around them already the zero point
+   zp. aarch64, rows of 4 to 16 bytes: one 8-byte (or 16-byte) load and store a row, 4 rows a loop,
+   the lanes past the row's bytes the zero point: they land on padding (which holds it) or on later
+   rows' bytes (rewritten by those rows' stores, made in order); the last row exactly. The loads stay
+   inside src (a row's 8 bytes end within the next row: 8 <= 2 * width) and the stores before the
+   last row's end (8 <= stride + width). */
+static inline void hg_qg_pad_rows(uint8_t *dst, size_t stride, const uint8_t *src, size_t rows, size_t width, uint8_t zp)
+{
+    size_t r = 0;
+#if defined(__aarch64__) && defined(__ARM_NEON)
+    const uint8x16_t iota = vcombine_u8(vcreate_u8(0x0706050403020100ull), vcreate_u8(0x0F0E0D0C0B0A0908ull));
+    const uint8x16_t keep = vcgtq_u8(vdupq_n_u8((uint8_t)width), iota), fill = vdupq_n_u8(zp);
+    if (width >= 4 && width <= 8) {
+        const uint8x8_t k = vget_low_u8(keep), f = vget_low_u8(fill);
+        for (; r + 4 < rows; r += 4) {
+            vst1_u8(dst + r * stride, vbsl_u8(k, vld1_u8(src + r * width), f));
+            vst1_u8(dst + (r + 1) * stride, vbsl_u8(k, vld1_u8(src + (r + 1) * width), f));
+            vst1_u8(dst + (r + 2) * stride, vbsl_u8(k, vld1_u8(src + (r + 2) * width), f));
+            vst1_u8(dst + (r + 3) * stride, vbsl_u8(k, vld1_u8(src + (r + 3) * width), f));
+        }
+        for (; r + 1 < rows; ++r)
+            vst1_u8(dst + r * stride, vbsl_u8(k, vld1_u8(src + r * width), f));
+    } else if (width > 8 && width <= 16) {
+        for (; r + 4 < rows; r += 4) {
+            vst1q_u8(dst + r * stride, vbslq_u8(keep, vld1q_u8(src + r * width), fill));
+            vst1q_u8(dst + (r + 1) * stride, vbslq_u8(keep, vld1q_u8(src + (r + 1) * width), fill));
+            vst1q_u8(dst + (r + 2) * stride, vbslq_u8(keep, vld1q_u8(src + (r + 2) * width), fill));
+            vst1q_u8(dst + (r + 3) * stride, vbslq_u8(keep, vld1q_u8(src + (r + 3) * width), fill));
+        }
+        for (; r + 1 < rows; ++r)
+            vst1q_u8(dst + r * stride, vbslq_u8(keep, vld1q_u8(src + r * width), fill));
+    }
+#else
+    (void)zp;
+#endif
+    for (; r < rows; ++r)
+        memcpy(dst + r * stride, src + r * width, width);
+}
+
 #if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
 /* The virtual plane's rows (pw apart) to the output's (out_w apart). Rows of 4 to 16 bytes: one load
    and store of 8 (or 16) bytes a row, the bytes past the row rewritten by the next row's store, the
