@@ -126,6 +126,16 @@ CASES = {
         True,
         True,
     ),
+    # plain NEON's pointwise tiles (hg_qg_mlal_tile: 4 channels x 8 pixels, ld1 of two registers, the
+    # weights broadcast by ld2r) at the pair bound: +-127 against -128 and 127, 13 channels (a panel
+    # and a short one, a tile of one channel), k = 35 (9 groups of 4: an odd last one, zero padded),
+    # 35 pixels (a block of 32 and one of 3); the same with a -128 in every channel (the w128 forms)
+    "pointwise_extreme": (np.int8, (1, 35, 5, 7), (13, 35, 1, 1), {}, True, True),
+    "pointwise_extreme_w128": (np.int8, (1, 35, 5, 7), (13, 35, 1, 1), {}, True, True),
+    # aarch64's depthwise planes copied out by rows of 8 and 16 bytes (hg_qg_dw_rows_out: each row's
+    # store runs into the next row's, rewritten after; the last row exactly): widths 5 and 13
+    "depthwise_rows_of_5": (np.int8, (1, 3, 25, 5), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1]), True, True),
+    "depthwise_rows_of_13": (np.uint8, (1, 2, 11, 13), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True, True),
     # weights holding -128 (the *_w128 kernels, each product widened alone on plain NEON) against
     # activations that are -128 on the path (uint8 0, flipped): a pair of them would not fit int16
     "w128_u8": (np.uint8, (1, 8, 7, 7), (10, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
@@ -151,7 +161,13 @@ SATURATED = ("saturated_s8", "saturated_u8")
 # the cases whose weights hold -128; the others' are in [-127, 127], as onnxruntime's symmetric ones
 W128_CASES = ("w128_u8", "fc_w128", "gather_w128")
 # activations of -128 and 127 against weights of +-127: int16 pair sums at their bound
-EXTREME_CASES = ("extreme_pairs", "depthwise_pairs", "depthwise_pairs_strided")
+EXTREME_CASES = (
+    "extreme_pairs",
+    "depthwise_pairs",
+    "depthwise_pairs_strided",
+    "pointwise_extreme",
+    "pointwise_extreme_w128",
+)
 
 # int8/uint8 MaxPool (hg_qg_max_row): name: (x dtype, x shape, attributes)
 POOL_CASES = {
@@ -195,8 +211,10 @@ def case_weights(name, shape):
     EXTREME_CASES (the depthwise ones' first channel with a -128)."""
     if name in EXTREME_CASES:
         w = RNG.choice([-127, 127], shape).astype(np.int8)
-        if name != "extreme_pairs":
+        if name.startswith("depthwise"):
             w[0, 0, 0] = -128
+        if name == "pointwise_extreme_w128":
+            w[:, 0] = -128
         return w
     w = RNG.integers(-127, 128, shape).astype(np.int8)
     if name in W128_CASES:
@@ -338,13 +356,14 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     assert kernels.count("hg_qg_gemv(") == fully_connected - 1
     assert kernels.count("hg_qg_gemv_w128(") == 1  # fc_w128
     depthwise = sum(1 for name in CASES if name.startswith("depthwise"))
-    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected - 2
-    assert kernels.count("hg_qg_block_w128(") == 2  # w128_u8, gather_w128
+    assert kernels.count("hg_qg_block(") == len(CASES) - depthwise - fully_connected - 3
+    assert kernels.count("hg_qg_block_w128(") == 3  # w128_u8, gather_w128, pointwise_extreme_w128
     # the depthwise ones: the direct kernel, whole planes where the plane's strides are 1, else rows
     strided = ("depthwise_strided_u8", "depthwise_pairs_strided")
     assert kernels.count("hg_qg_dw_plane_q(") == depthwise - len(strided)
     assert kernels.count("hg_qg_dw_row_q(") == len(strided)
-    assert kernels.count("hg_qg_dw_masked_q(") == 3  # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs)
+    # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs, depthwise_rows_of_5 and _13)
+    assert kernels.count("hg_qg_dw_masked_q(") == 5
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")

@@ -612,6 +612,78 @@ static inline void hg_qg_requant16(int32x4_t a0, int32x4_t a1, int32x4_t a2, int
 }
 #endif
 
+
+/* A plane's rows into its padded copy (qconv_direct.c.j2): `rows` rows of `width` bytes from src (one
+   after another) to dst, rows `stride` bytes apart, the padding around them already the zero point
+   zp. aarch64, rows of 4 to 16 bytes: one 8-byte (or 16-byte) load and store a row, 4 rows a loop,
+   the lanes past the row's bytes the zero point: they land on padding (which holds it) or on later
+   rows' bytes (rewritten by those rows' stores, made in order); the last row exactly. The loads stay
+   inside src (a row's 8 bytes end within the next row: 8 <= 2 * width) and the stores before the
+   last row's end (8 <= stride + width). */
+static inline void hg_qg_pad_rows(uint8_t *dst, size_t stride, const uint8_t *src, size_t rows, size_t width, uint8_t zp)
+{
+    size_t r = 0;
+#if defined(__aarch64__) && defined(__ARM_NEON)
+    const uint8x16_t iota = vcombine_u8(vcreate_u8(0x0706050403020100ull), vcreate_u8(0x0F0E0D0C0B0A0908ull));
+    const uint8x16_t keep = vcgtq_u8(vdupq_n_u8((uint8_t)width), iota), fill = vdupq_n_u8(zp);
+    if (width >= 4 && width <= 8) {
+        const uint8x8_t k = vget_low_u8(keep), f = vget_low_u8(fill);
+        for (; r + 4 < rows; r += 4) {
+            vst1_u8(dst + r * stride, vbsl_u8(k, vld1_u8(src + r * width), f));
+            vst1_u8(dst + (r + 1) * stride, vbsl_u8(k, vld1_u8(src + (r + 1) * width), f));
+            vst1_u8(dst + (r + 2) * stride, vbsl_u8(k, vld1_u8(src + (r + 2) * width), f));
+            vst1_u8(dst + (r + 3) * stride, vbsl_u8(k, vld1_u8(src + (r + 3) * width), f));
+        }
+        for (; r + 1 < rows; ++r)
+            vst1_u8(dst + r * stride, vbsl_u8(k, vld1_u8(src + r * width), f));
+    } else if (width > 8 && width <= 16) {
+        for (; r + 4 < rows; r += 4) {
+            vst1q_u8(dst + r * stride, vbslq_u8(keep, vld1q_u8(src + r * width), fill));
+            vst1q_u8(dst + (r + 1) * stride, vbslq_u8(keep, vld1q_u8(src + (r + 1) * width), fill));
+            vst1q_u8(dst + (r + 2) * stride, vbslq_u8(keep, vld1q_u8(src + (r + 2) * width), fill));
+            vst1q_u8(dst + (r + 3) * stride, vbslq_u8(keep, vld1q_u8(src + (r + 3) * width), fill));
+        }
+        for (; r + 1 < rows; ++r)
+            vst1q_u8(dst + r * stride, vbslq_u8(keep, vld1q_u8(src + r * width), fill));
+    }
+#else
+    (void)zp;
+#endif
+    for (; r < rows; ++r)
+        memcpy(dst + r * stride, src + r * width, width);
+}
+
+#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
+/* The virtual plane's rows (pw apart) to the output's (out_w apart). Rows of 4 to 16 bytes: one load
+   and store of 8 (or 16) bytes a row, the bytes past the row rewritten by the next row's store, the
+   last row exactly; the reads stay inside the virtual plane ((out_h - 1) * pw + out_w bytes: 8 <= pw
+   + out_w) and the writes inside the channel's output (8 - out_w <= out_w); 4 rows a loop. */
+static inline void hg_qg_dw_rows_out(uint8_t *y, const uint8_t *v, size_t out_h, size_t out_w, size_t pw)
+{
+    size_t oh = 0;
+    if (out_w >= 4 && out_w <= 8) {
+        for (; oh + 4 < out_h; oh += 4) {
+            vst1_u8(y + oh * out_w, vld1_u8(v + oh * pw));
+            vst1_u8(y + (oh + 1) * out_w, vld1_u8(v + (oh + 1) * pw));
+            vst1_u8(y + (oh + 2) * out_w, vld1_u8(v + (oh + 2) * pw));
+            vst1_u8(y + (oh + 3) * out_w, vld1_u8(v + (oh + 3) * pw));
+        }
+        for (; oh + 1 < out_h; ++oh)
+            vst1_u8(y + oh * out_w, vld1_u8(v + oh * pw));
+    } else if (out_w > 8 && out_w <= 16) {
+        for (; oh + 4 < out_h; oh += 4) {
+            vst1q_u8(y + oh * out_w, vld1q_u8(v + oh * pw));
+            vst1q_u8(y + (oh + 1) * out_w, vld1q_u8(v + (oh + 1) * pw));
+            vst1q_u8(y + (oh + 2) * out_w, vld1q_u8(v + (oh + 2) * pw));
+            vst1q_u8(y + (oh + 3) * out_w, vld1q_u8(v + (oh + 3) * pw));
+        }
+        for (; oh + 1 < out_h; ++oh)
+            vst1q_u8(y + oh * out_w, vld1q_u8(v + oh * pw));
+    }
+    for (; oh < out_h; ++oh)
+        memcpy(y + oh * out_w, v + oh * pw, out_w);
+}
+#endif
 /* Depthwise with stride 1 along the rows, a whole (2-D) output plane of out_h x out_w at once: the
    padded plane's rows are pw bytes apart, so output (oh, ow) at "virtual" index v = oh * pw + ow reads
    tap t at plane + off[t] + v, one contiguous run per tap for the whole plane (the pw - out_w
@@ -727,8 +799,7 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
         }
         hg_qg_requant16(a0, a1, a2, a3, s, zp, lo, hi, vbytes + i);
     }
-    for (size_t oh = 0; oh < out_h; ++oh)
-        memcpy(y + oh * out_w, vbytes + oh * pw, out_w);
+    hg_qg_dw_rows_out(y, vbytes, out_h, out_w, pw);
 #endif
 #if !defined(HG_QG_PATH_SDOT) && !defined(HG_QG_PATH_NEON)
     (void)vbytes;
@@ -1053,83 +1124,93 @@ static inline __m256i hg_qg_pairs_to_8(__m256i lo, __m256i hi)
 
 #if defined(HG_QG_PATH_NEON)
 /* The "mlal" organisation (onnxruntime's MLAS and XNNPACK on ARMv8.0 without the dot product): one
-   channel's 4 weights of group g broadcast (dup by lane) times 4 pixels' 4 activations of g, smull
-   into int16, plus group g + 1's products by smlal into the same lanes (exact: weights in
-   [-127, 127], so |w x + w' x'| <= 2 * 127 * 128 < 2^15), then sadalp adds adjacent int16 pairs
-   into the int32 sums. 4 channels x 8 pixels: 16 accumulators, each (pixel p: k 0+4, 1+5 and 2+6,
-   3+7 summed pairwise; pixel p + 1: the same), added across at the end. Per two groups: 48 multiply
-   or accumulate instructions for 256 products, 8 dups, 6 loads. `t` rows are HG_QG_NB apart. */
-/* one channel's 4 weights broadcast to every word: ld1r, the pointer moved on to the next channel's
-   (GCC makes a load and a dup of a vld1q_dup at an offset: ld1r has no offset form) */
-#define HG_QG_LD1R(vec, p) __asm__("ld1r {%0.4s}, [%1], #4" : "=w"(vec), "+r"(p) : "m"(*(const int8_t(*)[4])(p)))
-#define HG_QG_MLAL_ROW(r)                                                                                  \
-    do {                                                                                                   \
-        int8x16_t u, v;                                                                                    \
-        HG_QG_LD1R(u, wa);                                                                                 \
-        HG_QG_LD1R(v, wb);                                                                                 \
-        c##r##0 = vpadalq_s16(c##r##0, vmlal_s8(vmull_s8(vget_low_s8(x0), vget_low_s8(u)), vget_low_s8(y0), \
-                                                vget_low_s8(v)));                                          \
-        c##r##1 = vpadalq_s16(c##r##1, vmlal_high_s8(vmull_high_s8(x0, u), y0, v));                        \
-        c##r##2 = vpadalq_s16(c##r##2, vmlal_s8(vmull_s8(vget_low_s8(x1), vget_low_s8(u)), vget_low_s8(y1), \
-                                                vget_low_s8(v)));                                          \
-        c##r##3 = vpadalq_s16(c##r##3, vmlal_high_s8(vmull_high_s8(x1, u), y1, v));                        \
-    } while (0)
+   channel's 4 weights of group g broadcast times 4 pixels' 4 activations of g, smull into int16, plus
+   group g + 1's products by smlal into the same lanes (exact: weights in [-127, 127], so
+   |w x + w' x'| <= 2 * 127 * 128 < 2^15), then sadalp adds adjacent int16 pairs into the int32 sums.
+   A tile is 4 channels x 8 pixels: 16 accumulators (v16-v31), each (pixel p: k 0+4, 1+5 and 2+6,
+   3+7 summed pairwise; pixel p + 1: the same), added across at the end (addp) into `t`'s rows.
+   Per two groups 56 instructions for 256 products: 48 multiply or accumulate, 2 loads of the 8
+   pixels' activations (ld1 of two registers, each group's, post-indexed by the group stride), 4
+   ld2r broadcasting two channels' 4 weights each (g's from wa, g + 1's from wb, both post-indexed),
+   subs and b.ne. The first two groups start the accumulators (saddlp: no zeroing); a last odd group
+   adds its products alone (smull, sadalp). One asm statement (the accumulators live in fixed
+   registers across its loop): GCC's intrinsics left one accumulator spilled and 8 address adds a
+   loop. */
+#define HG_QG_A_ROW(c0, c1, c2, c3, u, v, op)                                                              \
+    "smull  v8.8h, v0.8b, " u ".8b\n\t"                                                                    \
+    "smull2 v9.8h, v0.16b, " u ".16b\n\t"                                                                  \
+    "smlal  v8.8h, v2.8b, " v ".8b\n\t"                                                                    \
+    "smlal2 v9.8h, v2.16b, " v ".16b\n\t"                                                                  \
+    op " " c0 ".4s, v8.8h\n\t"                                                                             \
+    op " " c1 ".4s, v9.8h\n\t"                                                                             \
+    "smull  v8.8h, v1.8b, " u ".8b\n\t"                                                                    \
+    "smull2 v9.8h, v1.16b, " u ".16b\n\t"                                                                  \
+    "smlal  v8.8h, v3.8b, " v ".8b\n\t"                                                                    \
+    "smlal2 v9.8h, v3.16b, " v ".16b\n\t"                                                                  \
+    op " " c2 ".4s, v8.8h\n\t"                                                                             \
+    op " " c3 ".4s, v9.8h\n\t"
+#define HG_QG_A_PAIR(op)                                                                                   \
+    "ld1  {v0.16b, v1.16b}, [%[a]], %[as]\n\t"                                                             \
+    "ld1  {v2.16b, v3.16b}, [%[a]], %[as]\n\t"                                                             \
+    "ld2r {v4.4s, v5.4s}, [%[wa]], #8\n\t"                                                                 \
+    "ld2r {v6.4s, v7.4s}, [%[wb]], #8\n\t"                                                                 \
+    HG_QG_A_ROW("v16", "v17", "v18", "v19", "v4", "v6", op)                                                \
+    HG_QG_A_ROW("v20", "v21", "v22", "v23", "v5", "v7", op)                                                \
+    "ld2r {v4.4s, v5.4s}, [%[wa]], %[skip]\n\t"                                                            \
+    "ld2r {v6.4s, v7.4s}, [%[wb]], %[skip]\n\t"                                                            \
+    HG_QG_A_ROW("v24", "v25", "v26", "v27", "v4", "v6", op)                                                \
+    HG_QG_A_ROW("v28", "v29", "v30", "v31", "v5", "v7", op)
 /* the last, odd group: its products alone */
-#define HG_QG_MULL_ROW(r)                                                                                  \
-    do {                                                                                                   \
-        int8x16_t u;                                                                                       \
-        HG_QG_LD1R(u, wa);                                                                                 \
-        c##r##0 = vpadalq_s16(c##r##0, vmull_s8(vget_low_s8(x0), vget_low_s8(u)));                         \
-        c##r##1 = vpadalq_s16(c##r##1, vmull_high_s8(x0, u));                                              \
-        c##r##2 = vpadalq_s16(c##r##2, vmull_s8(vget_low_s8(x1), vget_low_s8(u)));                         \
-        c##r##3 = vpadalq_s16(c##r##3, vmull_high_s8(x1, u));                                              \
-    } while (0)
-#define HG_QG_MLAL_STORE(r)                                                                                \
-    do {                                                                                                   \
-        vst1q_s32(t + (r) * HG_QG_NB, vpaddq_s32(c##r##0, c##r##1));                                       \
-        vst1q_s32(t + (r) * HG_QG_NB + 4, vpaddq_s32(c##r##2, c##r##3));                                   \
-    } while (0)
+#define HG_QG_A_ONE(c0, c1, c2, c3, u)                                                                     \
+    "smull  v8.8h, v0.8b, " u ".8b\n\t"                                                                    \
+    "smull2 v9.8h, v0.16b, " u ".16b\n\t"                                                                  \
+    "sadalp " c0 ".4s, v8.8h\n\t"                                                                          \
+    "sadalp " c1 ".4s, v9.8h\n\t"                                                                          \
+    "smull  v8.8h, v1.8b, " u ".8b\n\t"                                                                    \
+    "smull2 v9.8h, v1.16b, " u ".16b\n\t"                                                                  \
+    "sadalp " c2 ".4s, v8.8h\n\t"                                                                          \
+    "sadalp " c3 ".4s, v9.8h\n\t"
+#define HG_QG_A_ZERO(c0, c1, c2, c3) "movi " c0 ".4s, #0\n\tmovi " c1 ".4s, #0\n\tmovi " c2 ".4s, #0\n\tmovi " c3 ".4s, #0\n\t"
+/* channel r's 8 sums: pixels 0-3 and 4-7, stored at t + r * HG_QG_NB (128 bytes a row) */
+#define HG_QG_A_STORE(c0, c1, c2, c3, at)                                                                  \
+    "addp v0.4s, " c0 ".4s, " c1 ".4s\n\t"                                                                 \
+    "addp v1.4s, " c2 ".4s, " c3 ".4s\n\t"                                                                 \
+    "stp  q0, q1, [%[t], #" at "]\n\t"
 
-/* GCC's scheduling before register allocation hoists the 16 products ahead of their sadalp and spills
-   accumulators to the stack (20 stack accesses a loop with it, none without); not inlined, so the
-   attribute holds (a call per 4 x 8 tile) */
-#if defined(__GNUC__) && !defined(__clang__)
-#define HG_QG_MLAL_ATTRS __attribute__((noinline, optimize("no-schedule-insns")))
-#else
-#define HG_QG_MLAL_ATTRS
-#endif
-
-static HG_QG_MLAL_ATTRS void hg_qg_mlal_tile(const int8_t *restrict w, const uint8_t *restrict a, size_t kg,
-                                             size_t as, int32_t *t)
+/* sums of the 4 channels whose weights w points to ([kg][HG_QG_MR][4], the panel's) by 8 pixels of
+   activations from a (groups `as` bytes apart), into t (rows HG_QG_NB apart) */
+static void hg_qg_mlal_tile(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as, int32_t *t)
 {
-    int32x4_t c00 = vdupq_n_s32(0), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
-    int32x4_t c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
-    const int8_t *x = (const int8_t *)(const void *)a;
-    size_t g = 0;
-    for (; g + 2 <= kg; g += 2, x += 2 * as, w += 8 * HG_QG_MR) {
-        const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16), y0 = vld1q_s8(x + as), y1 = vld1q_s8(x + as + 16);
-        const int8_t *wa = w, *wb = w + 4 * HG_QG_MR;
-        HG_QG_MLAL_ROW(0);
-        HG_QG_MLAL_ROW(1);
-        HG_QG_MLAL_ROW(2);
-        HG_QG_MLAL_ROW(3);
-    }
-    if (g < kg) {
-        const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
-        const int8_t *wa = w;
-        HG_QG_MULL_ROW(0);
-        HG_QG_MULL_ROW(1);
-        HG_QG_MULL_ROW(2);
-        HG_QG_MULL_ROW(3);
-    }
-    HG_QG_MLAL_STORE(0);
-    HG_QG_MLAL_STORE(1);
-    HG_QG_MLAL_STORE(2);
-    HG_QG_MLAL_STORE(3);
+    const int8_t *wa = w, *wb = w + 4 * HG_QG_MR;
+    size_t pairs = kg / 2;
+    const size_t skip = 8 * HG_QG_MR - 8, odd = kg % 2;
+    __asm__ volatile("cbz %[pairs], 10f\n\t" HG_QG_A_PAIR("saddlp") "subs %[pairs], %[pairs], #1\n\t"
+                     "b.eq 20f\n"
+                     "1:\n\t" HG_QG_A_PAIR("sadalp") "subs %[pairs], %[pairs], #1\n\t"
+                     "b.ne 1b\n\t"
+                     "b 20f\n"
+                     "10:\n\t" HG_QG_A_ZERO("v16", "v17", "v18", "v19") HG_QG_A_ZERO("v20", "v21", "v22", "v23")
+                         HG_QG_A_ZERO("v24", "v25", "v26", "v27") HG_QG_A_ZERO("v28", "v29", "v30", "v31")
+                     "20:\n\t"
+                     "cbz %[odd], 30f\n\t"
+                     "ld1  {v0.16b, v1.16b}, [%[a]]\n\t"
+                     "ld2r {v4.4s, v5.4s}, [%[wa]], #8\n\t"
+                     "ld2r {v6.4s, v7.4s}, [%[wa]]\n\t" HG_QG_A_ONE("v16", "v17", "v18", "v19", "v4")
+                         HG_QG_A_ONE("v20", "v21", "v22", "v23", "v5") HG_QG_A_ONE("v24", "v25", "v26", "v27", "v6")
+                             HG_QG_A_ONE("v28", "v29", "v30", "v31", "v7")
+                     "30:\n\t" HG_QG_A_STORE("v16", "v17", "v18", "v19", "0")
+                         HG_QG_A_STORE("v20", "v21", "v22", "v23", "128") HG_QG_A_STORE("v24", "v25", "v26", "v27", "256")
+                             HG_QG_A_STORE("v28", "v29", "v30", "v31", "384")
+                     : [a] "+r"(a), [wa] "+r"(wa), [wb] "+r"(wb), [pairs] "+r"(pairs)
+                     : [as] "r"(as), [skip] "r"(skip), [odd] "r"(odd), [t] "r"(t)
+                     : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v16", "v17", "v18", "v19", "v20",
+                       "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc", "memory");
 }
-#undef HG_QG_MLAL_ROW
-#undef HG_QG_MULL_ROW
-#undef HG_QG_MLAL_STORE
+#undef HG_QG_A_ROW
+#undef HG_QG_A_PAIR
+#undef HG_QG_A_ONE
+#undef HG_QG_A_ZERO
+#undef HG_QG_A_STORE
 #endif
 
 /* The sums of one block, computed by the path, then requantised by row: exact int32 in `t`. */
