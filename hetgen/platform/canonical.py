@@ -55,6 +55,8 @@ def kind_document(kind: Kind) -> dict[str, Any]:
             document["toolchain"] = _toolchain_document(kind.toolchain)
     if kind.templates:
         document["templates"] = kind.templates
+    if kind.energy:
+        document["energy"] = {key: dict(value) if key == "pj_per_byte" else value for key, value in kind.energy.items()}
     if kind.patterns:
         document["patterns"] = [
             {
