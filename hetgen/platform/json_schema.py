@@ -16,10 +16,10 @@ from hetgen.platform.banks import BANK_CONTENTS
 from hetgen.platform.device_model import PARAMETERS
 from hetgen.platform.kind_parts import (
     ALL_FIGURE_KEYS,
-    ENERGY_MEMORIES,
-    MAX_ENERGY_FIGURE,
     ATTRIBUTE_KEYS,
+    ENERGY_MEMORIES,
     KIND_KEYS,
+    MAX_ENERGY_FIGURE,
     MEMORY_KEYS,
     PATTERN_KEYS,
     ROLES,
