@@ -265,8 +265,8 @@ def render_text(e: Explanation, colour: bool = False) -> str:
 def _energy_lines(e: Explanation, device) -> list[str]:
     """The energy per inference per device and in total (where the platform declares figures),
     and which objective the placement minimised."""
-    if e.energy is None:
-        return [f"objective: {e.objective} (no energy figures on this platform: docs/energy.md)"]
+    if e.energy is None:  # latency, on a platform without energy figures: nothing to add
+        return [] if e.objective == "latency" else [f"objective: {e.objective}"]
     energy = e.energy
     lines = [
         f"objective: {e.objective}; energy per inference {energy.total_nj / 1000:.3f} uJ"
