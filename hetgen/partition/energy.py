@@ -143,7 +143,40 @@ class EnergyReport:
     makespan_us: float
     devices: tuple[DeviceEnergy, ...]
     link_nj: float  # bytes over links x their pj_per_byte
-    groups_nj: tuple[tuple[str, float], ...]  # (group name, its dynamic energy)
+    groups_nj: tuple[tuple[str, float], ...]  # (group name, its dynamic energy, layer by layer: before cascades)
+    # The figures it was priced with, for `hetgen bench` to price what the simulator counted:
+    # per device (pj_per_mac, pj per local byte, pj per main byte, static mW), per link (the path
+    # of the target below it: pj per byte, the bytes the copies move over it)
+    figures: tuple[tuple[str, tuple[float, float, float, float]], ...] = ()
+    links: tuple[tuple[str, float, int], ...] = ()
+    copy_bytes: tuple[tuple[str, int], ...] = ()  # per device: the copies' bytes its DMA moves
+
+    def to_manifest(self) -> dict:
+        """What hetgen.json records of it (only under the energy objective: a latency project's
+        manifest is unchanged): the estimate and the figures the simulated energy is priced with."""
+        return {
+            "objective": self.objective,
+            "estimate_nj": round(self.total_nj, 3),
+            "makespan_us": round(self.makespan_us, 3),
+            "devices": {
+                d.path: {
+                    "macs": round(d.macs),
+                    "local_bytes": round(d.local_bytes),
+                    "main_bytes": round(d.main_bytes - dict(self.copy_bytes).get(d.path, 0)),
+                    "copy_bytes": dict(self.copy_bytes).get(d.path, 0),
+                    "compute_nj": round(d.compute_nj, 3),
+                    "copy_nj": round(d.copy_nj, 3),
+                    "static_nj": round(d.static_nj, 3),
+                    "pj_per_mac": figures[0],
+                    "pj_per_local_byte": figures[1],
+                    "pj_per_main_byte": figures[2],
+                    "static_mw": figures[3],
+                }
+                for d, (_, figures) in zip(self.devices, self.figures)
+            },
+            "links": {path: {"pj_per_byte": pj, "bytes": nbytes} for path, pj, nbytes in self.links},
+            "link_nj": round(self.link_nj, 3),
+        }
 
     @property
     def total_nj(self) -> float:
@@ -197,14 +230,23 @@ def placement_energy(placement, graph: Graph, platform: Platform, objective: str
         counts[group.target] = counts[group.target] + c
         compute[group.target] += nj
         groups.append((group.name, nj))
+    for cascade in placement.cascades:  # run stripe by stripe: less DMA, SRAM-to-SRAM moves instead
+        target = targets[cascade.target]
+        change = Counts(0.0, float(cascade.move_bytes), -float(cascade.saved_bytes))
+        counts[cascade.target] = counts[cascade.target] + change
+        compute[cascade.target] += counts_nj(target, change)
     link_nj = 0.0
+    link_bytes = {t.path_str: 0 for t in platform.root.walk() if t.link is not None}
+    copy_bytes = dict.fromkeys(counts, 0)
     for transfer in placement.transfers:
         for link in transfer.links:
             link_nj += transfer.bytes * (targets[link.below].link.pj_per_byte or 0.0) / 1000.0
+            link_bytes[link.below] += transfer.bytes
         for dma in transfer.dma:
             target = targets[dma.target]
             copies[dma.target] += transfer.bytes * target.kind.energy["pj_per_byte"][MAIN] / 1000.0
             counts[dma.target] = counts[dma.target] + Counts(0.0, 0.0, float(transfer.bytes))
+            copy_bytes[dma.target] += transfer.bytes
     devices = tuple(
         DeviceEnergy(
             path,
@@ -217,7 +259,17 @@ def placement_energy(placement, graph: Graph, platform: Platform, objective: str
         )
         for path in counts
     )
-    return EnergyReport(objective, placement.total_us, devices, link_nj, tuple(groups))
+    figures = tuple((path, _figures(targets[path])) for path in counts)
+    links = tuple((path, targets[path].link.pj_per_byte, nbytes) for path, nbytes in link_bytes.items())
+    return EnergyReport(
+        objective, placement.total_us, devices, link_nj, tuple(groups), figures, links, tuple(copy_bytes.items())
+    )
+
+
+def _figures(target: Target) -> tuple[float, float, float, float]:
+    energy = target.kind.energy
+    per_byte = energy["pj_per_byte"]
+    return (energy["pj_per_mac"], per_byte.get(LOCAL, 0.0), per_byte[MAIN], energy["static_mw"])
 
 
 class EnergyPrices:
