@@ -6,8 +6,9 @@
 
 For each case both placements are priced as explain prices them (hetgen/partition/energy.py: the
 kinds' and links' energy figures, static power over the makespan); the energy placement's energy
-must not exceed the latency placement's, nor the latency placement's latency the energy one's
-(checked: a violation exits 1). Where the two differ the groups that moved are listed with the
+must not exceed the latency placement's (checked: a violation exits 1). Where the energy
+placement is also faster, the latency search missed a faster placement (it is exact only where
+`explain` says so, issue #23 item 2): marked LATENCY SEARCH MISSED. Where the two differ the groups that moved are listed with the
 energy parts that changed (compute, copies, links, static), which say why. Platforms without energy
 figures are listed and skipped. `--simulate P:M` builds both placements natively (the energy one
 records its figures in hetgen.json) and prints the simulated latency and energy beside the estimate
@@ -47,10 +48,12 @@ def _parts(report) -> dict[str, float]:
 
 
 def compare(platform, graph) -> tuple[str, bool]:
+    """The case's line, and whether the energy placement's energy is at most the latency one's."""
     latency = place(graph, platform, objective="latency")
     energy = place(graph, platform, objective="energy")
     le, ee = latency.energy.total_nj, energy.energy.total_nj
-    ok = ee <= le * (1 + 1e-9) and latency.total_us <= energy.total_us * (1 + 1e-9)
+    ok = ee <= le * (1 + 1e-9)
+    missed = energy.total_us < latency.total_us * (1 - 1e-9)
     where = {n: g.target for g in latency.groups for n in g.nodes}
     moved = sorted({f"{n}: {where[n]} -> {g.target}" for g in energy.groups for n in g.nodes if where[n] != g.target})
     line = (
@@ -61,8 +64,12 @@ def compare(platform, graph) -> tuple[str, bool]:
         return line + "  same placement", ok
     parts_l, parts_e = _parts(latency.energy), _parts(energy.energy)
     why = ", ".join(f"{k} {(parts_e[k] - parts_l[k]) / 1000:+.3f} uJ" for k in parts_l)
-    shown = "; ".join(moved[:4]) + (f"; ... {len(moved) - 4} more" if len(moved) > 4 else "")
-    return f"{line}  moved {len(moved)} nodes ({shown}); {why}", ok
+    shown = "; ".join(moved[:3]) + (f"; ... {len(moved) - 3} more" if len(moved) > 3 else "")
+    # the latency search is not exact under its makespan on these graphs (issue #23 item 2): the
+    # energy search's wider refinement (every move of one group, priced at the makespan) found a
+    # faster placement too
+    latency_note = "  LATENCY SEARCH MISSED: the energy placement is faster" if missed else ""
+    return f"{line}  moved {len(moved)} nodes ({shown}); {why}{latency_note}", ok
 
 
 def simulate(platform_name: str, model_name: str) -> None:

@@ -114,13 +114,18 @@ def test_energy_figures_are_validated():
     assert any("unknown key 'dram'" in m and "accepted: local, main" in m for m in messages)
 
 
-@pytest.mark.parametrize("name", ["soc", "dual"])
+@pytest.mark.parametrize("name", ["corstone-300", "ethos-u65"])
 def test_each_objective_wins_its_own_measure(name):
-    """The energy placement uses no more energy than the latency one, and the latency placement
-    is no slower than the energy one (both priced as explain prices them)."""
+    """Where the two placements differ: the energy placement uses less energy than the latency
+    one, and the latency placement is faster than the energy one (both priced as explain prices
+    them; benchmarks/bench_objectives.py: 8.4 % less energy for 10.9 % more time on corstone-300,
+    1.7 % for 10.9 % on ethos-u65: the matmuls the npu would run cost more energy in copies)."""
     platform = load_platform(ROOT / f"platforms/{name}.yaml")
-    graph = import_model(str(ROOT / "examples/resnet_tiny.onnx"))
+    graph = import_model(str(ROOT / "examples/transformer_tiny.onnx"))
     latency = place(graph, platform, objective="latency")
     energy = place(graph, platform, objective="energy")
-    assert energy.energy.total_nj <= latency.energy.total_nj * (1 + 1e-9)
-    assert latency.total_us <= energy.total_us * (1 + 1e-9)
+    assert energy.energy.total_nj < latency.energy.total_nj * 0.99
+    assert latency.total_us < energy.total_us * 0.95
+    assert {g.target for g in energy.groups} != {g.target for g in latency.groups} or any(
+        a.target != b.target for a, b in zip(energy.groups, latency.groups)
+    )
