@@ -15,6 +15,7 @@ from hetgen.frontend import import_model
 from hetgen.partition import place
 from hetgen.partition.explain import explain_json, explain_text
 from hetgen.platform import load_platform, load_platform_text
+from hetgen.runtime.explain_html import explain_html
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,6 +58,8 @@ def test_energy_of_a_tiny_graph_by_hand():
     assert document["objective"] == "energy"
     assert document["energy"]["total_uj"] == pytest.approx(expected_nj / 1000, abs=1e-4)
     assert "objective: energy; energy per inference" in explain_text(placement, matmul_graph())
+    page = explain_html(placement, matmul_graph(), platform)
+    assert f"<li>objective: energy; energy per inference {expected_nj / 1000:.3f} uJ" in page
 
 
 def test_unknown_objective_is_refused_with_its_line():

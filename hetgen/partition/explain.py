@@ -258,13 +258,13 @@ def render_text(e: Explanation, colour: bool = False) -> str:
         f"total: {e.total_us:.1f} us, devices running concurrently with their controllers (one at a time: "
         f"groups {e.group_us:.1f} us, of which launches {e.launch_us:.1f} us, + transfers {e.transfer_us:.1f} us)"
     )
-    lines.extend(_energy_lines(e, device))
+    lines.extend(energy_lines(e, device))
     return "\n".join(lines) + "\n"
 
 
-def _energy_lines(e: Explanation, device) -> list[str]:
+def energy_lines(e: Explanation, device=str) -> list[str]:
     """The energy per inference per device and in total (where the platform declares figures),
-    and which objective the placement minimised."""
+    and which objective the placement minimised (text and the HTML page print the same lines)."""
     if e.energy is None:  # latency, on a platform without energy figures: nothing to add
         return [] if e.objective == "latency" else [f"objective: {e.objective}"]
     energy = e.energy
