@@ -38,6 +38,7 @@ from hetgen.partition.optimal import EXHAUSTIVE_NODES, EXHAUSTIVE_PLACEMENTS, _c
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.platform.model import Platform, Role, Target
 from hetgen.spec import KernelTable
+from hetgen.spec.alias import alias_source
 from hetgen.spec.invocation import group_plans, one_unit_per_invocation
 from hetgen.spec.tiling import Action, TilePlan
 
@@ -97,7 +98,10 @@ def plan_counts(plan: TilePlan) -> Counts:
 
 
 def group_counts(target: Target, nodes, graph: Graph, kernels: KernelTable) -> Counts:
+    """A group's MACs and bytes; none for a group of reshapes lowering drops (nothing runs)."""
     nodes = tuple(nodes)
+    if all(alias_source(node, graph) is not None for node in nodes):
+        return Counts(0.0, 0.0, 0.0)
     if one_unit_per_invocation(target):
         total = Counts(0.0, 0.0, 0.0)
         for plan in group_plans(nodes, graph, target, kernels):
