@@ -92,6 +92,7 @@ def _compile_options(args, build: bool):
         out=Path(args.output) if args.output else None,
         build=build,
         placement=args.placement,
+        objective=args.objective,
         pins=_pins(args.pin),
         search_path=_search_path(),
         build_options=build_options,
@@ -158,7 +159,9 @@ def cmd_explain(args) -> int:
     platform = resolve_platform(args.platform, _search_path())
     graph = import_graph(args.model, _shapes(args.shape))
     # where an npu keeps its feature maps (its arena cache or DRAM: hetgen/lower/feature_maps.py)
-    platform, placement, feature_maps = place_and_choose(graph, platform, args.placement, _pins(args.pin))
+    platform, placement, feature_maps = place_and_choose(
+        graph, platform, args.placement, _pins(args.pin), objective=args.objective
+    )
     placement, banks = _banked(graph, platform, placement)
     if args.format == "json":
         document = explain_json(placement, graph)
@@ -243,6 +246,16 @@ def _steps(text: str) -> int:
     if steps < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of quantization steps (0, 1, 2, ...)")
     return steps
+
+
+def _objective(text: str) -> str:
+    """--objective NAME: one the platform file's `options.objective` accepts (hetgen.platform.loader)."""
+    from hetgen.platform.loader import objective_problem
+
+    problem = objective_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _threads(text: str) -> int:
@@ -389,6 +402,12 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("cost", "greedy"),
         default=None,
         help="placement search (default: the platform's options.placement, else cost)",
+    )
+    parser.add_argument(
+        "--objective",
+        type=_objective,
+        default=None,
+        help="what the placement minimises: latency or energy (default: the platform's options.objective, else latency)",
     )
     parser.add_argument(
         "--pin",

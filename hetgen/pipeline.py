@@ -46,6 +46,7 @@ class CompileOptions:
     build: bool = True
     placement: str | None = None  # "cost" | "greedy"; None: the platform's options.placement, else "cost"
     pins: Mapping[str, str] = field(default_factory=dict)  # added to the platform's options.pins
+    objective: str | None = None  # "latency" | "energy"; None: the platform's options.objective, else latency
     search_path: tuple[str, ...] = ()
     build_options: BuildOptions = BuildOptions()
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -82,6 +83,8 @@ def options_argv(options: CompileOptions) -> list[str]:
     argv = ["--weights", options.weights, f"--opt={shlex.join(build.opt)}"]
     if options.placement is not None:  # otherwise the platform file decides, as it did the first time
         argv += ["--placement", options.placement]
+    if options.objective is not None:  # likewise
+        argv += ["--objective", options.objective]
     for node, target in sorted(options.pins.items()):
         argv += ["--pin", f"{node}={target}"]
     for name, dims in sorted(options.input_shapes.items()):
@@ -135,7 +138,9 @@ def generate_files(
     with progress.stage("placement", f"placing {nodes}"):
         # an npu's feature maps in its cache or in DRAM (hetgen/lower/feature_maps.py): the platform
         # of the chosen configuration is the one lowering and code generation read
-        platform, placement, _ = place_and_choose(graph, platform, options.placement, options.pins)
+        platform, placement, _ = place_and_choose(
+            graph, platform, options.placement, options.pins, objective=options.objective
+        )
     with progress.stage("lowering", f"planning the programs of {nodes}"):
         lowered = lower.lower(graph, platform, placement)
         if not options.native_only:
@@ -162,14 +167,16 @@ def generate_files(
     return lowered.placement, lowered, (*sources.files, *build, manifest_file, *model_copy)
 
 
-def place_and_choose(graph: Graph, platform: Platform, mode: str | None, pins: Mapping[str, str]):
+def place_and_choose(
+    graph: Graph, platform: Platform, mode: str | None, pins: Mapping[str, str], objective: str | None = None
+):
     """The placement, with each npu that may keep its feature maps in its cache in the configuration
     chosen for this network (hetgen/lower/feature_maps.py): (platform so configured, placement, the
     choices made: FeatureMapChoice each)."""
     chosen = place_feature_maps(
         graph,
         platform,
-        lambda p: place(graph, p, mode=mode, pins=pins, kernels=build_kernel_specs(graph, p)),
+        lambda p: place(graph, p, mode=mode, pins=pins, kernels=build_kernel_specs(graph, p), objective=objective),
     )
     return chosen.platform, chosen.placement, chosen.choices
 

@@ -69,6 +69,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_partition",
             "test_placement_bound",
             "test_placement_optimal",
+            "test_energy",
             "test_placement_speed",
             "test_platform_placement",
             "test_fused_price",

@@ -73,11 +73,14 @@ def int8_pool_model() -> onnx.ModelProto:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """One build on the shipped soc: the int8 kernels pinned to its npu (behind the co-processor's
-    link), the Tanh on the root."""
+    link), the Tanh on the root; placed under the energy objective (every group pinned, so the
+    program is the latency one's) so hetgen.json carries the energy the simulation is priced with."""
     out = tmp_path_factory.mktemp("honest") / "out"
-    pins = {name: NPU for name in ("quant", "pool", "conv", "dequant")}
+    pins = {name: NPU for name in ("quant", "pool", "conv", "dequant")} | {"tanh": "soc"}
     platform = load_platform("soc")
-    return hetgen.compile(platform, int8_pool_model(), out=out, pins=pins, native_only=True, opt=("-O1",))
+    return hetgen.compile(
+        platform, int8_pool_model(), out=out, pins=pins, native_only=True, opt=("-O1",), objective="energy"
+    )
 
 
 @pytest.mark.cc
@@ -125,6 +128,31 @@ def test_each_npu_group_agrees_with_the_simulator_int8_pool_included(built):
     for g in npu:
         assert g.source == SIMULATOR
         assert abs(g.simulated_us / g.estimate_us - 1) <= 0.10, g
+
+
+@pytest.mark.cc
+def test_simulated_energy_is_counted_and_within_ten_percent(built, tmp_path):
+    """Energy per inference (hetgen/partition/energy.py) from what the devices counted: within 10 %
+    of explain's, and the npu's parts do not move when the manifest's energy estimates are wrong."""
+    report = simulation_report(built)
+    energy = report.energy
+    assert energy is not None and energy.estimate_nj > 0
+    assert abs(energy.simulated_nj / energy.estimate_nj - 1) <= 0.10, energy
+    npu = next(d for d in report.devices if d.path == NPU)
+    dma = next(p for p in energy.parts if p.path == NPU and p.what == "DMA bytes")
+    manifest = json.loads((built / "hetgen.json").read_text())
+    assert dma.source == SIMULATOR and npu.dma_bytes > 0
+    assert dma.nj == pytest.approx(npu.dma_bytes * manifest["energy"]["devices"][NPU]["pj_per_main_byte"] / 1000)
+    tampered = tmp_path / "tampered"
+    shutil.copytree(built, tampered)
+    for device in manifest["energy"]["devices"].values():
+        device["compute_nj"] *= 1000
+        device["copy_nj"] *= 1000
+        device["main_bytes"] *= 1000
+    (tampered / "hetgen.json").write_text(json.dumps(manifest))
+    wrong = simulation_report(tampered).energy
+    counted = [p.nj for p in energy.parts if p.source != ESTIMATE]
+    assert [p.nj for p in wrong.parts if p.source != ESTIMATE] == pytest.approx(counted)
 
 
 def test_replay_counts_copies_at_the_counted_scale_and_no_controller_estimate():

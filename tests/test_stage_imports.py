@@ -81,6 +81,7 @@ CROSS_STAGE_CALLS = {
     ("runtime", "hetgen.partition.explain", "explanation"): "the explain page shows what explain says",
     ("runtime", "hetgen.partition.explain", "device_colours"): "the page colours devices as the text output does",
     ("runtime", "hetgen.partition.explain", "priced_timeline"): "the page's timeline is the placement's priced program",
+    ("runtime", "hetgen.partition.explain", "energy_lines"): "the page prints the energy lines the text output does",
     ("runtime", "hetgen.spec.timeline", "call_shares"): "a controller's calls at their part of its group's estimate",
     ("runtime", "hetgen.spec.timeline", "run_timeline"): "bench replays the program with the placement's interpreter",
 }

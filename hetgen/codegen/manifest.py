@@ -204,9 +204,14 @@ class Manifest:
     # The SHA-256 of the model it was built from (hetgen/frontend/fingerprint.py), added by the
     # pipeline; "" in a project an older hetgen wrote.
     model_sha256: str = ""
+    # Under the energy objective only (hetgen/partition/energy.py EnergyReport.to_manifest): the
+    # estimate and the figures `hetgen bench` prices the simulated counts with; None elsewhere.
+    energy: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict:
+        energy = {} if self.energy is None else {"energy": self.energy}
         return {
+            **energy,
             "hetgen_manifest": MANIFEST_VERSION,
             "model_sha256": self.model_sha256,
             "platform": self.platform,
@@ -243,6 +248,7 @@ class Manifest:
             data.get("board"),
             program=ProgramSteps.from_json(data["program"]) if data.get("program") is not None else None,
             model_sha256=data.get("model_sha256", ""),
+            energy=data.get("energy"),
         )
 
     def to_bytes(self) -> bytes:

@@ -293,6 +293,7 @@ def generate(
         outputs=tuple(_tensor_entry(t) for t in root.outputs),
         targets=tuple(manifest_targets),
         estimates=estimate_entries(lowered),
+        energy=_energy_entry(lowered.placement),
         estimate_us=lowered.estimate_us,
         program=lowered.timed_program(),  # bench's replay
         workspace_size=root.workspace.size,
@@ -382,3 +383,12 @@ def _file_name(stem: str, suffix: str) -> str:
 
 def _tensor_entry(spec) -> TensorEntry:
     return TensorEntry(spec.name, spec.type.dtype.label, tuple(spec.type.shape))
+
+
+def _energy_entry(placement) -> dict | None:
+    """The manifest's energy section: only where the placement minimised energy (a latency
+    project's hetgen.json stays as it was)."""
+    report = getattr(placement, "energy", None)
+    if report is None or getattr(placement, "objective", "latency") != "energy":
+        return None
+    return report.to_manifest()

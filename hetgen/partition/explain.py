@@ -78,6 +78,8 @@ class Explanation:
     transfers: tuple[Transfer, ...]
     unclaimed: tuple[UnclaimedReport, ...]
     cascades: tuple[Cascade, ...] = ()
+    objective: str = "latency"  # what the search minimised
+    energy: object | None = None  # the placement's EnergyReport (hetgen/partition/energy.py); None: no figures
 
     @property
     def price(self) -> Price:
@@ -114,7 +116,16 @@ def explanation(placement: Placement, graph: Graph) -> Explanation:
     unclaimed = tuple(UnclaimedReport(node, ops.get(node, "?"), tuple(items)) for node, items in by_node.items())
     total = placement_price(placement).total_us
     return Explanation(
-        graph.name, placement.mode, quality, total, groups, placement.transfers, unclaimed, placement.cascades
+        graph.name,
+        placement.mode,
+        quality,
+        total,
+        groups,
+        placement.transfers,
+        unclaimed,
+        placement.cascades,
+        placement.objective,
+        placement.energy,
     )
 
 
@@ -122,7 +133,9 @@ def _quality(placement: Placement) -> str:
     """ "exact" only where the makespan is proven least (hetgen/partition/optimal.py); otherwise how
     far from the lower bound it may be; then how the search went."""
     gap = placement.gap
-    if placement.mode == "greedy" or gap is None:
+    if placement.objective == "energy" and placement.mode == "cost":
+        quality = "exact: the least energy" if placement.optimal else "least energy not proven"
+    elif placement.mode == "greedy" or gap is None:
         quality = "heuristic" if placement.mode == "greedy" else "not judged"
     elif placement.optimal:
         quality = "exact"
@@ -245,7 +258,28 @@ def render_text(e: Explanation, colour: bool = False) -> str:
         f"total: {e.total_us:.1f} us, devices running concurrently with their controllers (one at a time: "
         f"groups {e.group_us:.1f} us, of which launches {e.launch_us:.1f} us, + transfers {e.transfer_us:.1f} us)"
     )
+    lines.extend(energy_lines(e, device))
     return "\n".join(lines) + "\n"
+
+
+def energy_lines(e: Explanation, device=str) -> list[str]:
+    """The energy per inference per device and in total (where the platform declares figures),
+    and which objective the placement minimised (text and the HTML page print the same lines)."""
+    if e.energy is None:  # latency, on a platform without energy figures: nothing to add
+        return [] if e.objective == "latency" else [f"objective: {e.objective}"]
+    energy = e.energy
+    lines = [
+        f"objective: {e.objective}; energy per inference {energy.total_nj / 1000:.3f} uJ"
+        f" (static {energy.static_nj / 1000:.3f} uJ over {energy.makespan_us:.1f} us,"
+        f" links {energy.link_nj / 1000:.3f} uJ)"
+    ]
+    for d in energy.devices:
+        lines.append(
+            f"  {device(d.path)}: {d.total_nj / 1000:.3f} uJ (compute {d.compute_nj / 1000:.3f} uJ for"
+            f" {d.macs:.4g} MACs, {format_bytes(d.local_bytes)} local, {format_bytes(d.main_bytes)} main;"
+            f" copies {d.copy_nj / 1000:.3f} uJ; static {d.static_nj / 1000:.3f} uJ)"
+        )
+    return lines
 
 
 def _tiling_line(t: Tiling) -> str:
@@ -369,6 +403,8 @@ def render_json(e: Explanation) -> dict:
         "transfers": transfers,
         "cascades": [_round_times(_cascade_json(c)) for c in e.cascades],
         "total_us": us(e.total_us),
+        "objective": e.objective,
+        "energy": None if e.energy is None else e.energy.to_json(),
         "group_us": _total(g["cost_us"] for g in groups),
         "launch_us": _total(g["launch_us"] for g in groups),
         "transfer_us": _total(t["cost_us"] for t in transfers),

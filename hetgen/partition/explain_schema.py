@@ -163,6 +163,36 @@ UNCLAIMED = _object(
     }
 )
 
+UJ = {"type": "number", "minimum": 0}
+
+DEVICE_ENERGY = _object(
+    {
+        "path": _d(TEXT, "the device (every target but composites: each is powered for the whole inference)"),
+        "total_uj": _d(UJ, "compute_uj + copy_uj + static_uj (each rounded to 0.0001 uJ)"),
+        "compute_uj": _d(UJ, "its groups: MACs x pj_per_mac + bytes moved in each memory x its pj_per_byte"),
+        "copy_uj": _d(UJ, "its DMA's main-memory bytes of the copies into and out of its local memory"),
+        "static_uj": _d(UJ, "static_mw x the makespan (total_us)"),
+        "macs": _d({"type": "integer", "minimum": 0}, "its groups' multiply-accumulates (flops / 2)"),
+        "local_bytes": _d(BYTES, "bytes its tiles' kernels read and write in local SRAM"),
+        "main_bytes": _d(BYTES, "bytes its kernels (a controller) or its DMA (an accelerator) move in main memory"),
+    }
+)
+
+ENERGY = _object(
+    {
+        "total_uj": _d(UJ, "energy per inference: the devices' total_uj + link_uj"),
+        "static_uj": _d(UJ, "the devices' static_uj"),
+        "link_uj": _d(UJ, "bytes over each link x its pj_per_byte"),
+        "devices": {"type": "array", "items": DEVICE_ENERGY},
+        "groups": {
+            "type": "object",
+            "additionalProperties": UJ,
+            "description": "each group's dynamic energy (its part of its device's compute_uj)",
+        },
+    },
+    description="energy per inference from the kinds' and links' energy figures (hetgen/partition/energy.py)",
+)
+
 EXPLAIN_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "hetgen explain --format json",
@@ -175,11 +205,19 @@ EXPLAIN_SCHEMA = {
         {
             "graph": _d(TEXT, "the model's graph name"),
             "mode": _d({"enum": ["cost", "greedy"]}, "the placement search"),
-            "quality": _d(TEXT, '"exact", "within X % of the lower bound ...", "heuristic" or "not judged"; notes'),
+            "quality": _d(
+                TEXT,
+                '"exact", "within X % of the lower bound ...", "heuristic" or "not judged"; under the energy'
+                ' objective "exact: the least energy" or "least energy not proven"; then notes',
+            ),
             "groups": {"type": "array", "items": GROUP},
             "transfers": {"type": "array", "items": TRANSFER, "description": "every copy; each is in one group's"},
             "cascades": {"type": "array", "items": CASCADE},
             "total_us": _d(US, "the program's estimated time, devices concurrent (what the page's timeline ends at)"),
+            "objective": _d({"enum": ["latency", "energy"]}, "what the placement search minimised"),
+            "energy": _d(
+                {"anyOf": [ENERGY, {"type": "null"}]}, "energy per inference; null where the platform lacks figures"
+            ),
             "group_us": _d(US, "the sum of the groups' cost_us"),
             "launch_us": _d(US, "the sum of the groups' launch_us"),
             "transfer_us": _d(US, "the sum of the transfers' cost_us"),

@@ -170,6 +170,7 @@ class Placement:
     searched_us: float = 0.0
     optimal: bool = False
     bound_us: float = 0.0
+    objective: str = "latency"  # what cost mode minimised: "latency" (the makespan) or "energy" (per inference)
 
     @property
     def gap(self) -> float | None:
@@ -186,6 +187,9 @@ class Placement:
     choices: object | None = field(default=None, repr=False, compare=False)
     # Chains of groups on a tiled accelerator that run stripe by stripe (hetgen/partition/cascades.py).
     cascades: tuple[Cascade, ...] = ()
+    # Its energy per inference (hetgen/partition/energy.py EnergyReport) where the platform
+    # declares energy figures; None elsewhere.
+    energy: object | None = field(default=None, repr=False, compare=False)
     _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

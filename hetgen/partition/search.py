@@ -24,12 +24,14 @@ from hetgen.partition.assemble import assemble, chosen_makespan, makespan_floor
 from hetgen.partition.cascades import with_cascades
 from hetgen.partition.choices import with_choices
 from hetgen.partition.cost import Calibration, calibrate
+from hetgen.partition.energy import EnergyPrices, energy_search, placement_energy
 from hetgen.partition.exact import ExactSearch
 from hetgen.partition.optimal import judged
 from hetgen.partition.overlap import improve_makespan
 from hetgen.partition.pins import resolve_pins, restrict
 from hetgen.partition.placement import MODES, Placement
 from hetgen.partition.space import Candidate, SearchSpace
+from hetgen.platform.loader import objective_problem
 from hetgen.platform.model import Platform
 from hetgen.spec import KernelTable, build_kernel_specs
 from hetgen.spec.fits import check_graph_fits
@@ -70,6 +72,7 @@ def place(
     calibration: Calibration | Mapping[str, float] | None = None,
     max_states: int = DEFAULT_MAX_STATES,
     kernels: KernelTable | None = None,
+    objective: str | None = None,
 ) -> Placement:
     """Place every operator of `graph` on a target of `platform`.
 
@@ -78,8 +81,11 @@ def place(
     add to `options.pins`, a pin for the same key replacing the file's. `pins` map a node name, an
     ONNX node name or a pattern label to a target path. `calibration` scales group times per kind or
     target path. `kernels`: the graph's kernel table (hetgen/spec), built here when not given.
+    `objective`: what cost mode minimises (an explicit one beats `options.objective`, which beats
+    "latency"); "energy": the energy per inference (hetgen/partition/energy.py).
     """
     mode, pins = placement_request(platform, mode, pins)
+    objective = objective_request(platform, objective)
     if mode not in MODES:
         raise PlacementError(f"unknown placement mode {mode!r}; accepted: {', '.join(MODES)}")
     if not isinstance(calibration, Calibration):
@@ -93,7 +99,10 @@ def place(
     if mode != "cost":
         chosen = search_greedy(space, candidates)
         placement = assemble(space, candidates, chosen, mode=mode, exact=False, pins=pinned)
-        return with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
+        placement = with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
+        return replace(placement, energy=placement_energy(placement, graph, platform, "latency"))
+    if objective == "energy":  # checked before the latency search: a platform without figures fails fast
+        prices = EnergyPrices(space, candidates)
     search = ExactSearch(space, candidates)
     chosen, exact = search.run(max_states)
     placement = assemble(space, candidates, chosen, mode=mode, exact=exact, pins=pinned)
@@ -110,7 +119,58 @@ def place(
         chosen = improved
     placement = _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy)
     placement = judged(space, candidates, pinned, placement)
-    return with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
+    latency = placement
+    if objective == "energy":
+        placement = _least_energy(space, candidates, pinned, prices, placement, greedy, max_states)
+    placement = _finished(graph, platform, placement, calibration)
+    if objective == "energy":  # cascades and kernel choices re-price both: the latency placement may end lower
+        finished = _finished(graph, platform, latency, calibration)
+        if finished.energy.total_nj < placement.energy.total_nj * (1 - 1e-12):
+            note = "the latency placement uses less energy once cascades and kernel choices priced it, and is used"
+            placement = replace(
+                finished, objective="energy", search_note="; ".join(filter(None, (placement.search_note, note)))
+            )
+            placement = replace(placement, energy=replace(placement.energy, objective="energy"), optimal=False)
+    return placement
+
+
+def _finished(graph, platform, placement: Placement, calibration) -> Placement:
+    """The placement with its cascades and kernel choices, and its energy where the platform has figures."""
+    placement = with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
+    return replace(placement, energy=placement_energy(placement, graph, platform, placement.objective))
+
+
+def objective_request(platform: Platform, objective: str | None) -> str:
+    """The objective cost mode minimises: the caller's, else the platform's `options.objective`,
+    else latency. One the loader would refuse is refused here too (the command line's)."""
+    chosen = objective if objective is not None else platform.options.get("objective") or "latency"
+    problem = objective_problem(chosen)
+    if problem is not None:
+        raise PlacementError(problem)
+    return chosen
+
+
+def _least_energy(space, candidates, pinned, prices: EnergyPrices, latency: Placement, greedy, max_states) -> Placement:
+    """The placement of least energy per inference (hetgen/partition/energy.py): the DP at energy
+    prices, refined under the energy at the makespan and compared with the latency placement's
+    choice and greedy's. `exact` is the DP's; `optimal`: every cover was priced."""
+    search = ExactSearch(prices.search_space, prices.search_candidates)
+    chosen, exact = search.run(max_states)
+    by_nodes = {(g.target, tuple(g.nodes)) for g in latency.groups}
+    latency_choice = [
+        c.id for c in candidates if (space.paths[c.loc], tuple(space.graph.nodes[n].name for n in c.nodes)) in by_nodes
+    ]
+    best, _, exhaustive, note = energy_search(prices, chosen, (latency_choice, greedy))
+    placement = assemble(space, candidates, best, mode="cost", exact=exact, pins=pinned)
+    notes = [] if exact else [f"energy search beam-bounded (widest frontier {search.widest})"]
+    return replace(
+        placement,
+        search_note="; ".join(filter(None, (*notes, note))),
+        searched_us=placement.total_us,
+        optimal=exhaustive,
+        bound_us=placement.total_us if exhaustive else 0.0,
+        objective="energy",
+    )
 
 
 def _greedy_or_none(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[int] | None:

@@ -55,6 +55,8 @@ def kind_document(kind: Kind) -> dict[str, Any]:
             document["toolchain"] = _toolchain_document(kind.toolchain)
     if kind.templates:
         document["templates"] = kind.templates
+    if kind.energy:
+        document["energy"] = {key: dict(value) if key == "pj_per_byte" else value for key, value in kind.energy.items()}
     if kind.patterns:
         document["patterns"] = [
             {
@@ -101,6 +103,8 @@ def _target_document(target: Target) -> dict[str, Any]:
         document["memories"] = {bank.name: bank_document(bank) for bank in target.memories}
     if target.link is not None:
         document["link"] = {"bandwidth_gbps": target.link.bandwidth_gbps, "latency_us": target.link.latency_us}
+        if target.link.pj_per_byte is not None:
+            document["link"]["pj_per_byte"] = target.link.pj_per_byte
     if target.role is not Role.COMPOSITE:
         computed = kind_figures(target.kind, target.attrs)
         if target.role is Role.ACCELERATOR:  # the rates its device model gives, unless the kind says

@@ -17,7 +17,9 @@ from hetgen.platform.device_model import PARAMETERS
 from hetgen.platform.kind_parts import (
     ALL_FIGURE_KEYS,
     ATTRIBUTE_KEYS,
+    ENERGY_MEMORIES,
     KIND_KEYS,
+    MAX_ENERGY_FIGURE,
     MEMORY_KEYS,
     PATTERN_KEYS,
     ROLES,
@@ -25,10 +27,10 @@ from hetgen.platform.kind_parts import (
     TOOLCHAIN_LISTS,
 )
 from hetgen.platform.kinds import builtin_kinds
-from hetgen.platform.loader import PLACEMENTS
+from hetgen.platform.loader import OBJECTIVES, PLACEMENTS
 from hetgen.platform.model import AttrSpec, Kind, Role
 from hetgen.platform.schema import ATTRIBUTE_TYPES
-from hetgen.platform.targets import LINK_KEYS, MAX_THREADS, RUNTIMES
+from hetgen.platform.targets import LINK_ENERGY_KEY, LINK_KEYS, MAX_THREADS, RUNTIMES
 from hetgen.platform.units import NAMED_UNITS
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -58,7 +60,9 @@ def json_schema(extra: Iterable[Kind] = ()) -> dict[str, Any]:
             "kind_name": {"enum": names},
             "node": {"anyOf": [{"$ref": "#/$defs/kind_name"}, {"$ref": "#/$defs/node_object"}]},
             "node_object": _node_schema(kinds),
-            "link": _closed({key: {"type": "number", "minimum": 0} for key in LINK_KEYS}, required=LINK_KEYS),
+            "link": _closed(
+                {key: {"type": "number", "minimum": 0} for key in (*LINK_KEYS, LINK_ENERGY_KEY)}, required=LINK_KEYS
+            ),
             "toolchain": _closed({key: _toolchain_field(key) for key in TOOLCHAIN_KEYS}),
             "kind_definition": _kind_definition_schema(),
         },
@@ -169,6 +173,10 @@ def _options_schema() -> dict[str, Any]:
     return _closed(
         {
             "placement": {"enum": list(PLACEMENTS)},
+            "objective": {
+                "enum": list(OBJECTIVES),
+                "description": "What the placement search minimises (default latency; --objective overrides it).",
+            },
             "pins": {"type": "object", "additionalProperties": {"type": "string"}},
             "threads": {
                 "type": "integer",
@@ -222,6 +230,16 @@ def _kind_definition_schema() -> dict[str, Any]:
         device=_closed({name: {**formula, "description": _parameter_doc(spec)} for name, spec in PARAMETERS.items()}),
         toolchain={"$ref": "#/$defs/toolchain"},
         templates={"type": "string"},
+        energy=_closed(
+            {
+                "pj_per_mac": {"type": "number", "minimum": 0, "maximum": MAX_ENERGY_FIGURE},
+                "pj_per_byte": _closed(
+                    {m: {"type": "number", "minimum": 0, "maximum": MAX_ENERGY_FIGURE} for m in ENERGY_MEMORIES}
+                ),
+                "static_mw": {"type": "number", "minimum": 0, "maximum": MAX_ENERGY_FIGURE},
+                "source": {"type": "string"},
+            }
+        ),
         patterns={
             "type": "array",
             "items": {

@@ -36,6 +36,7 @@ from hetgen.platform.yaml_positions import YMap, YNode, YScalar, YSeq, describe
 
 KIND_KEYS = (
     "role", "refines", "doc", "attributes", "figures", "memory", "device", "toolchain", "templates", "patterns",
+    "energy",
 )  # fmt: skip
 LEGACY_KIND_KEYS = {"extends": "refines"}  # one spelling for one idea; `extends` gets pointed here
 ATTRIBUTE_KEYS = ("type", "default", "required", "doc", "choices", "minimum")
@@ -50,6 +51,13 @@ OPTIONAL_FIGURE_KEYS = ("local_gbps", "command_us", "peak_int8_gops", "vector_go
 MAC_FIGURES = ("mac_rows", "mac_cols", "int8_mac_cols")
 OPTIONAL_FIGURE_KEYS += MAC_FIGURES
 ALL_FIGURE_KEYS = FIGURE_KEYS + OPTIONAL_FIGURE_KEYS
+# energy: the figures the energy objective prices a placement with (hetgen/partition/energy.py):
+# pJ per multiply-accumulate, pJ per byte moved per memory (local: an accelerator's local SRAM;
+# main: the memory a controller's kernels and every DMA read and write), static power in mW while the inference
+# runs, and `source`, where the figures come from (a citation, or "assumption: ...").
+ENERGY_KEYS = ("pj_per_mac", "pj_per_byte", "static_mw", "source")
+ENERGY_MEMORIES = ("local", "main")
+MAX_ENERGY_FIGURE = 1e6  # pJ a MAC or a byte, mW: a million is far beyond any device
 # local_bytes: a device's own memory (a group's tensors must fit); address_bytes: the most one
 # tensor may span (the pointer width); static_bytes: the most static data (arena + weights) one
 # program can link. null: no bound.
@@ -88,6 +96,7 @@ class KindDraft:
     toolchain: dict[str, Any] = field(default_factory=dict)
     templates: str | None = None
     patterns: list[Pattern] = field(default_factory=list)
+    energy: dict[str, Any] = field(default_factory=dict)  # what its `energy:` gave (merged per key)
     key_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each key was written
     formula_pos: dict[str, SourcePos] = field(default_factory=dict)  # where each figure/memory value was
     device: dict[str, float | str] = field(default_factory=dict)  # the device model's parameters given
@@ -142,7 +151,52 @@ def _parse_kind(key: YScalar, node: YNode, problems: Problems, base: Path, built
             draft.templates = check_templates_folder(base, folder, value.pos, field_what, problems) if folder else None
         elif name.value == "patterns":
             draft.patterns = _parse_patterns(value, what, problems)
+        elif name.value == "energy":
+            draft.energy = parse_energy(value, field_what, problems)
     return draft
+
+
+def parse_energy(node: YNode, what: str, problems: Problems) -> dict[str, Any]:
+    """A kind's `energy:` block: numbers in pJ and mW (no expressions), each at least 0 and at most
+    MAX_ENERGY_FIGURE, `pj_per_byte` a mapping of ENERGY_MEMORIES, `source` a text."""
+    body = expect_map(node, what, problems, node.pos)
+    if body is None:
+        return {}
+    check_keys(body, ENERGY_KEYS, what, problems)
+    energy: dict[str, Any] = {}
+    units = {"pj_per_mac": "pJ per multiply-accumulate", "static_mw": "mW"}
+    for key, value in body.entries:
+        if key.value in units:
+            number = _energy_number(value, f"'{key.value}' of {what} ({units[key.value]})", problems)
+            if number is not None:
+                energy[key.value] = number
+        elif key.value == "source":
+            text = read_str(value, f"'source' of {what}", problems)
+            if text is not None:
+                energy["source"] = text
+        elif key.value == "pj_per_byte":
+            memories = expect_map(value, f"'pj_per_byte' of {what}", problems, value.pos)
+            if memories is None:
+                continue
+            check_keys(memories, ENERGY_MEMORIES, f"'pj_per_byte' of {what}", problems)
+            per_byte = {}
+            for memory, figure in memories.entries:
+                if memory.value in ENERGY_MEMORIES:
+                    number = _energy_number(
+                        figure, f"'{memory.value}' of 'pj_per_byte' of {what} (pJ per byte)", problems
+                    )
+                    if number is not None:
+                        per_byte[memory.value] = number
+            energy["pj_per_byte"] = per_byte
+    return energy
+
+
+def _energy_number(node: YNode, what: str, problems: Problems) -> float | None:
+    number = read_number(node, what, problems, minimum=0)
+    if number is not None and number > MAX_ENERGY_FIGURE:
+        problems.add(node.pos, f"{what} must be at most {MAX_ENERGY_FIGURE:g}, not {number:g}")
+        return None
+    return number
 
 
 def _parse_attributes(node: YNode, what: str, problems: Problems) -> dict[str, AttrDraft]:

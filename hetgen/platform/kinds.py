@@ -148,6 +148,7 @@ def _merge(draft: KindDraft, parent: Kind | None, problems: Problems) -> Kind | 
     device = {**(parent.device if parent else {}), **draft.device}  # parameter by parameter
     patterns = {p.label: p for p in (parent.patterns if parent else ())}
     patterns.update({p.label: p for p in draft.patterns})  # same label: the refinement replaces it
+    energy = _merge_energy(parent.energy if parent else {}, draft.energy)
     base_toolchain = parent.toolchain if parent else Toolchain()
     toolchain = dataclasses.replace(base_toolchain, **draft.toolchain)
     _check_role_rules(draft, role, figures, patterns, problems)
@@ -167,8 +168,17 @@ def _merge(draft: KindDraft, parent: Kind | None, problems: Problems) -> Kind | 
         patterns=tuple(patterns.values()),
         toolchain=toolchain,
         templates=draft.templates if draft.templates is not None else (parent.templates if parent else ""),
+        energy=energy,
         source=draft.pos,
     )
+
+
+def _merge_energy(parent: Mapping, own: Mapping) -> FrozenMap:
+    """A refinement's energy figures over its parent's, key by key (`pj_per_byte` memory by memory)."""
+    merged = {**parent, **own}
+    if "pj_per_byte" in parent or "pj_per_byte" in own:
+        merged["pj_per_byte"] = FrozenMap({**parent.get("pj_per_byte", {}), **own.get("pj_per_byte", {})})
+    return FrozenMap(merged)
 
 
 def _check_role_rules(draft: KindDraft, role: Role, figures, patterns, problems: Problems) -> None:

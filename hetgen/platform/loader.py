@@ -34,7 +34,12 @@ from hetgen.platform.tuning import parse_layout, parse_memory, parse_tuning
 from hetgen.platform.yaml_positions import YMap, YNode, parse_yaml
 
 PLATFORM_KEYS = ("name", "target", "kinds", "options")
-OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory", "layout", "cascade")
+OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory", "layout", "cascade", "objective")
+# What the placement search minimises (hetgen/partition/search.py): latency, the makespan; energy,
+# the energy per inference (hetgen/partition/energy.py); throughput: frames per second when frames
+# are pipelined across devices (not built on this branch: refused, see `objective_problem`).
+OBJECTIVES = ("latency", "throughput", "energy")
+BUILT_OBJECTIVES = ("latency", "energy")
 PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
 DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap(), "threads": 1})
 MAX_FILE_BYTES = 256 << 10  # shipped platforms are under 2 KiB; PyYAML parses ~200 KiB/s
@@ -143,7 +148,26 @@ def _options(node: YNode | None, root: Target | None, problems: Problems) -> Fro
         options["layout"] = parse_layout(body.get("layout"), problems)
     if body.get("cascade") is not None:  # tiled accelerators' cascades (hetgen/partition/cascades.py)
         options["cascade"] = read_bool(body.get("cascade"), "'cascade' of options", problems)
+    if body.get("objective") is not None:  # present only where given: a latency platform is unchanged
+        objective = read_str(body.get("objective"), "'objective' of options", problems, OBJECTIVES)
+        problem = objective_problem(objective) if objective is not None else None
+        if problem is not None:
+            problems.add(body.get("objective").pos, problem)
+        elif objective is not None:
+            options["objective"] = objective
     return FrozenMap(options)
+
+
+def objective_problem(objective: str) -> str | None:
+    """Why `objective` cannot be used (None: it can): unknown, or not built on this branch."""
+    if objective not in OBJECTIVES:
+        return f"unknown objective {objective!r}; accepted: {', '.join(BUILT_OBJECTIVES)}"
+    if objective not in BUILT_OBJECTIVES:
+        return (
+            f"objective {objective!r} is not built on this branch (frames pipelined across devices come with"
+            f" the throughput objective); use {' or '.join(BUILT_OBJECTIVES)}"
+        )
+    return None
 
 
 def _threads(node: YNode, root: Target | None, problems: Problems) -> int:

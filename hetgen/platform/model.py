@@ -167,6 +167,9 @@ class Kind:
     patterns: tuple[Pattern, ...] = ()
     toolchain: Toolchain = Toolchain()
     templates: str = ""  # absolute folder of kernel templates overriding the defaults ("" = none)
+    # Energy figures (hetgen/partition/energy.py): {"pj_per_mac": .., "pj_per_byte": {memory: ..},
+    # "static_mw": ..}, numbers; empty: the kind declares none (the energy objective is refused)
+    energy: Mapping[str, Any] = field(default_factory=lambda: FrozenMap())
     # Where a value was written is not part of what it is: a canonical re-load compares equal.
     source: SourcePos = field(default=SourcePos("<builtin>"), compare=False)
 
@@ -178,6 +181,7 @@ class Kind:
 class Link:
     bandwidth_gbps: float
     latency_us: float
+    pj_per_byte: float | None = None  # energy per byte moved over it (the energy objective); None: not declared
 
 
 @dataclass(frozen=True)

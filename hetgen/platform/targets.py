@@ -51,6 +51,8 @@ _ROLE_KEYS = {  # the node keys each role may use (besides `link`, on devices)
     Role.COMPOSITE: ("kind", "host", "devices"),
 }
 LINK_KEYS = ("bandwidth_gbps", "latency_us")
+LINK_ENERGY_KEY = "pj_per_byte"  # optional: energy per byte moved over the link (the energy objective)
+MAX_PJ_PER_BYTE = 1e6  # a microjoule a byte: far above any link or memory (DRAM is ~10-100 pJ/B)
 HOST_NAME = "host"
 MAX_THREADS = 64  # HG_THREADS_MAX in templates/runtime/hg_threads.h
 MAX_MEMORY_BYTES = 2**64 - 1
@@ -291,7 +293,7 @@ def _link(node: YNode, what: str, problems: Problems) -> Link | None:
     body = expect_map(node, f"the link of {what}", problems, node.pos)
     if body is None:
         return None
-    check_keys(body, LINK_KEYS, f"the link of {what}", problems)
+    check_keys(body, (*LINK_KEYS, LINK_ENERGY_KEY), f"the link of {what}", problems)
     values = {}
     for key in LINK_KEYS:
         if body.get(key) is None:
@@ -301,6 +303,13 @@ def _link(node: YNode, what: str, problems: Problems) -> Link | None:
         values[key] = read_number(body.get(key), f"'{key}' of the link of {what}", problems, minimum=minimum)
     if len(values) != len(LINK_KEYS) or None in values.values():
         return None
+    if body.get(LINK_ENERGY_KEY) is not None:
+        node_ = body.get(LINK_ENERGY_KEY)
+        energy = read_number(node_, f"'{LINK_ENERGY_KEY}' of the link of {what} (pJ per byte)", problems, minimum=0)
+        if energy is not None and energy > MAX_PJ_PER_BYTE:
+            problems.add(node_.pos, f"'{LINK_ENERGY_KEY}' of the link of {what} must be at most {MAX_PJ_PER_BYTE:g} pJ")
+            energy = None
+        values[LINK_ENERGY_KEY] = energy
     return Link(**values)
 
 

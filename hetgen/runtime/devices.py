@@ -34,6 +34,7 @@ MEASURED = "measured"  # timed natively on the host (the native kind)
 QEMU_ICOUNT = "qemu-icount"  # instructions counted under qemu x the kind's cycles per instruction
 ESTIMATE = "estimate"  # the cost model's figure: not in the simulated total
 SOURCES = (SIMULATOR, MEASURED, QEMU_ICOUNT, ESTIMATE)
+MODEL = "model"  # an energy part from the operators' own counts (MACs, SRAM bytes), which the simulator does not count
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,42 @@ class CopyTime:
 
 
 @dataclass(frozen=True)
+class EnergyPart:
+    """One part of the simulated energy per inference (nJ): what it prices and where its count
+    comes from (SIMULATOR: counted by a simulated device or the replayed time; MODEL: the
+    operators' MACs and SRAM bytes, which the simulator runs but does not count; ESTIMATE: the
+    placement's figure, for work nothing simulates)."""
+
+    path: str  # the device or link
+    what: str
+    nj: float
+    source: str
+
+
+@dataclass(frozen=True)
+class SimulatedEnergy:
+    """A project generated under the energy objective: its energy per inference from what the
+    simulated devices counted x the figures it was placed with (hetgen.json's `energy`)."""
+
+    estimate_nj: float
+    parts: tuple[EnergyPart, ...]
+
+    @property
+    def simulated_nj(self) -> float:
+        return sum(p.nj for p in self.parts)
+
+    def by_source(self, source: str) -> float:
+        return sum(p.nj for p in self.parts if p.source == source)
+
+    def to_json(self) -> dict:
+        return {
+            "estimate_uj": round(self.estimate_nj / 1000, 4),
+            "simulated_uj": round(self.simulated_nj / 1000, 4),
+            "parts": [{**asdict(p), "nj": round(p.nj, 3)} for p in self.parts],
+        }
+
+
+@dataclass(frozen=True)
 class SimulationReport:
     """The whole program: `estimate_us` is explain's total; `simulated_us` the generated program's
     time with devices running concurrently (`makespan_us`, hetgen/spec/timeline.py), replayed from
@@ -108,6 +145,7 @@ class SimulationReport:
     makespan_us: float | None = None  # the final root clock of the replayed program, counted items only
     copies: tuple[CopyTime, ...] = ()
     with_makespan_us: float | None = None  # the same replay with the estimate-sourced items at their estimate
+    energy: SimulatedEnergy | None = None  # under the energy objective only
 
     @property
     def copy_estimate_only_us(self) -> float:
@@ -165,6 +203,7 @@ class SimulationReport:
             "groups": [_rounded(asdict(group)) for group in self.groups],
             "copies": [_rounded(asdict(copy)) for copy in self.copies],
             "devices": [_rounded({**asdict(device), "simulated_us": device.simulated_us}) for device in self.devices],
+            **({} if self.energy is None else {"energy": self.energy.to_json()}),
         }
 
 
@@ -310,6 +349,12 @@ def simulation_report(out_dir: Path, runs: int = 1, trace=None) -> SimulationRep
     transfer_estimate = sum(e.estimate_us for e in estimates if e.tensor)
     uncounted_copies = sum(c.estimate_us for c in copies if c.source == ESTIMATE)
     with_estimates = _makespan(manifest, model, estimates, copy_scale, with_estimates=True, trace=trace)
+    with_us = (
+        (controller_us + sum(d.simulated_us for d in devices) + uncounted_copies)
+        if with_estimates is None
+        else with_estimates + uncounted_copies
+    )
+    energy = _energy(manifest, program, devices, set(clocks), with_us)
     return SimulationReport(
         float(manifest.estimate_us),
         sum(d.simulated_us for d in devices),
@@ -321,7 +366,54 @@ def simulation_report(out_dir: Path, runs: int = 1, trace=None) -> SimulationRep
         _makespan(manifest, model, estimates, copy_scale, with_estimates=False),
         copies,
         None if with_estimates is None else with_estimates + uncounted_copies,
+        energy,
     )
+
+
+def _energy(manifest: Manifest, program, devices: list[DeviceTime], simulated: set[str], time_us: float):
+    """The energy per inference at what the devices counted (None: the project was not placed for
+    energy). A simulated accelerator: its DMA bytes as counted (tile and weight loads, stores),
+    the bytes of the program's copies to and from it (what its DMA moves; the link's are checked
+    against the counted bytes: `copies_checked`), and its groups' MACs and SRAM bytes (the
+    operators' counts: the simulator counts cycles, not MACs); a link a device counts: its counted
+    bytes; every device's static power over the simulated time (the replay, CPU groups at their
+    estimate). A controller's groups and a link nothing counts enter at their estimate."""
+    energy = manifest.energy
+    if energy is None:
+        return None
+    counted = {d.path: d for d in devices}
+    copied: dict[str, int] = {}
+    for steps in program.controllers.values() if program is not None else ():
+        for entry in steps.entries:
+            for step in entry:
+                if type(step) is DeviceCopy:
+                    path = steps.devices[step.device].path
+                    copied[path] = copied.get(path, 0) + step.nbytes
+    parts = []
+    for path, d in energy["devices"].items():
+        if path in simulated:
+            parts.append(
+                EnergyPart(
+                    path,
+                    "MACs and SRAM bytes",
+                    (d["macs"] * d["pj_per_mac"] + d["local_bytes"] * d["pj_per_local_byte"]) / 1000,
+                    MODEL,
+                )
+            )
+            parts.append(
+                EnergyPart(path, "DMA bytes", counted[path].dma_bytes * d["pj_per_main_byte"] / 1000, SIMULATOR)
+            )
+            parts.append(EnergyPart(path, "copies", copied.get(path, 0) * d["pj_per_main_byte"] / 1000, SIMULATOR))
+        else:
+            parts.append(EnergyPart(path, "groups and copies", d["compute_nj"] + d["copy_nj"], ESTIMATE))
+        parts.append(EnergyPart(path, "static", d["static_mw"] * time_us, SIMULATOR))
+    for path, link in energy["links"].items():
+        device = counted.get(path) or counted.get(f"{path}/host")
+        if device is not None and device.link_copies:
+            parts.append(EnergyPart(path, "link bytes", device.link_bytes * link["pj_per_byte"] / 1000, SIMULATOR))
+        else:
+            parts.append(EnergyPart(path, "link bytes", link["bytes"] * link["pj_per_byte"] / 1000, ESTIMATE))
+    return SimulatedEnergy(float(energy["estimate_nj"]), tuple(parts))
 
 
 def _copy_time(estimate: EstimateEntry, counted_parts: set[str]) -> CopyTime:
@@ -395,6 +487,14 @@ def report_lines(report: SimulationReport) -> list[str]:
             f"DMA copies {d.copy_us:.1f} us, link {d.link_us:.1f} us ({d.link_copies} copies, {d.link_bytes} B"
             f" counted, {d.planned_link_bytes} B in the program)"
             f" (estimate {d.estimate_us:.1f} us)"
+        )
+    if report.energy is not None:
+        e = report.energy
+        lines.append(
+            f"  energy per inference: simulated {e.simulated_nj / 1000:.3f} uJ (counted {e.by_source(SIMULATOR) / 1000:.3f}:"
+            f" DMA, copy and link bytes, static power over the simulated time; MACs and SRAM bytes of the"
+            f" simulated groups {e.by_source(MODEL) / 1000:.3f}; estimates {e.by_source(ESTIMATE) / 1000:.3f}: CPU"
+            f" groups), explain's {e.estimate_nj / 1000:.3f} uJ ({_ratio(e.simulated_nj, e.estimate_nj)})"
         )
     simulated = [g for g in report.groups if g.simulated_us is not None]
     if simulated:

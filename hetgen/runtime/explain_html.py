@@ -23,7 +23,7 @@ from hetgen.codegen.render import render
 from hetgen.errors import HetgenError
 from hetgen.ir import Graph
 from hetgen.names import html_script_json, html_text
-from hetgen.partition.explain import Explanation, device_colours, explanation, priced_timeline
+from hetgen.partition.explain import Explanation, device_colours, energy_lines, explanation, priced_timeline
 from hetgen.partition.placement import Placement
 from hetgen.runtime.devices import SimulationReport, simulation_report
 from hetgen.runtime.explain_layout import Geometry, layered_layout
@@ -322,6 +322,8 @@ def explain_html(placement: Placement, graph: Graph, platform, built: Built | No
         "counted_us": round(report.simulated_us, 2) if report is not None else None,
         "estimate_only_us": round(report.estimate_only_us, 2) if report is not None else None,
         "copies": [{"name": c.name, "source": c.source} for c in report.copies] if report is not None else None,
+        "objective": e.objective,
+        "energy": e.energy.to_json() if e.energy is not None else None,  # hetgen/partition/energy.py
     }
     simulated = _simulated_summary(built.report, built.end_us) if built is not None else ""
     return render(
@@ -333,6 +335,7 @@ def explain_html(placement: Placement, graph: Graph, platform, built: Built | No
         ),
         graph=graph_layout(graph, placement, colours, tips),
         timelines=timelines,
+        energy=[html_text(line.strip()) for line in energy_lines(e)],
         data=html_script_json(data),
     )
 
