@@ -91,6 +91,7 @@ def _compile_options(args, build: bool):
         out=Path(args.output) if args.output else None,
         build=build,
         placement=args.placement,
+        objective=args.objective,
         pins=_pins(args.pin),
         search_path=_search_path(),
         build_options=build_options,
@@ -157,7 +158,7 @@ def cmd_explain(args) -> int:
 
     platform = resolve_platform(args.platform, _search_path())
     graph = import_graph(args.model, _shapes(args.shape))
-    placement = place(graph, platform, mode=args.placement, pins=_pins(args.pin))
+    placement = place(graph, platform, mode=args.placement, pins=_pins(args.pin), objective=args.objective)
     placement, banks = _banked(graph, platform, placement)
     if args.format == "json":
         document = explain_json(placement, graph)
@@ -384,6 +385,13 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("cost", "greedy"),
         default=None,
         help="placement search (default: the platform's options.placement, else cost)",
+    )
+    parser.add_argument(
+        "--objective",
+        choices=("latency", "throughput"),
+        default=None,
+        help="what the placement minimises: one frame's latency, or the period of frames pipelined "
+        "across devices (default: the platform's options.objective, else latency)",
     )
     parser.add_argument(
         "--pin",

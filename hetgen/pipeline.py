@@ -44,6 +44,7 @@ class CompileOptions:
     out: Path | None = None  # default: generated/<platform name>
     build: bool = True
     placement: str | None = None  # "cost" | "greedy"; None: the platform's options.placement, else "cost"
+    objective: str | None = None  # "latency" | "throughput"; None: the platform's options.objective, else latency
     pins: Mapping[str, str] = field(default_factory=dict)  # added to the platform's options.pins
     search_path: tuple[str, ...] = ()
     build_options: BuildOptions = BuildOptions()
@@ -81,6 +82,8 @@ def options_argv(options: CompileOptions) -> list[str]:
     argv = ["--weights", options.weights, f"--opt={shlex.join(build.opt)}"]
     if options.placement is not None:  # otherwise the platform file decides, as it did the first time
         argv += ["--placement", options.placement]
+    if options.objective is not None:
+        argv += ["--objective", options.objective]
     for node, target in sorted(options.pins.items()):
         argv += ["--pin", f"{node}={target}"]
     for name, dims in sorted(options.input_shapes.items()):
@@ -133,7 +136,9 @@ def generate_files(
         check_graph_fits(graph, platform)  # before any kernel is lowered for an impossible tensor
         kernels = build_kernel_specs(graph, platform)  # every operator lowered once, read by placement and lowering
     with progress.stage("placement", f"placing {nodes}"):
-        placement = place(graph, platform, mode=options.placement, pins=options.pins, kernels=kernels)
+        placement = place(
+            graph, platform, mode=options.placement, pins=options.pins, kernels=kernels, objective=options.objective
+        )
     with progress.stage("lowering", f"planning the programs of {nodes}"):
         lowered = lower.lower(graph, platform, placement)
         if not options.native_only:

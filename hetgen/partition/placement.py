@@ -186,6 +186,10 @@ class Placement:
     choices: object | None = field(default=None, repr=False, compare=False)
     # Chains of groups on a tiled accelerator that run stripe by stripe (hetgen/partition/cascades.py).
     cascades: tuple[Cascade, ...] = ()
+    # What the search minimised: "latency" (one frame's makespan) or "throughput" (the period of
+    # frames pipelined across devices), and for throughput the pipeline (hetgen/partition/throughput.py).
+    objective: str = "latency"
+    pipeline: object | None = field(default=None, repr=False, compare=False)
     _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -25,7 +25,7 @@ from hetgen.platform.kind_parts import (
     TOOLCHAIN_LISTS,
 )
 from hetgen.platform.kinds import builtin_kinds
-from hetgen.platform.loader import PLACEMENTS
+from hetgen.platform.loader import OBJECTIVES, PLACEMENTS
 from hetgen.platform.model import AttrSpec, Kind, Role
 from hetgen.platform.schema import ATTRIBUTE_TYPES
 from hetgen.platform.targets import LINK_KEYS, MAX_THREADS, RUNTIMES
@@ -169,6 +169,10 @@ def _options_schema() -> dict[str, Any]:
     return _closed(
         {
             "placement": {"enum": list(PLACEMENTS)},
+            "objective": {
+                "enum": list(OBJECTIVES),
+                "description": "What the placement minimises: one frame's latency (default), or the period of frames pipelined across devices.",
+            },
             "pins": {"type": "object", "additionalProperties": {"type": "string"}},
             "threads": {
                 "type": "integer",

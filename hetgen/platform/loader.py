@@ -34,8 +34,11 @@ from hetgen.platform.tuning import parse_layout, parse_memory, parse_tuning
 from hetgen.platform.yaml_positions import YMap, YNode, parse_yaml
 
 PLATFORM_KEYS = ("name", "target", "kinds", "options")
-OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory", "layout", "cascade")
+OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory", "layout", "cascade", "objective")
 PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
+# latency: one frame as fast as it can go; throughput: frames pipelined across devices, the least
+# steady-state period (hetgen/partition/throughput.py)
+OBJECTIVES = ("latency", "throughput")
 DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap(), "threads": 1})
 MAX_FILE_BYTES = 256 << 10  # shipped platforms are under 2 KiB; PyYAML parses ~200 KiB/s
 
@@ -143,6 +146,8 @@ def _options(node: YNode | None, root: Target | None, problems: Problems) -> Fro
         options["layout"] = parse_layout(body.get("layout"), problems)
     if body.get("cascade") is not None:  # tiled accelerators' cascades (hetgen/partition/cascades.py)
         options["cascade"] = read_bool(body.get("cascade"), "'cascade' of options", problems)
+    if body.get("objective") is not None:  # absent: latency (hetgen/partition/throughput.py: `objective_request`)
+        options["objective"] = read_str(body.get("objective"), "'objective' of options", problems, OBJECTIVES)
     return FrozenMap(options)
 
 
