@@ -204,9 +204,19 @@ class Manifest:
     # The SHA-256 of the model it was built from (hetgen/frontend/fingerprint.py), added by the
     # pipeline; "" in a project an older hetgen wrote.
     model_sha256: str = ""
+    # Frames in flight of the root's `_run_frames` (objective throughput, hetgen/spec/frames.py);
+    # 0: the project runs one frame at a time (absent from hetgen.json then).
+    frame_depth: int = 0
+    # The placement's pipeline at the estimates (hetgen/partition/throughput.py: `Pipeline.to_json`),
+    # where the objective is throughput: what `hetgen bench` compares the simulated frames with.
+    pipeline: Mapping[str, Any] | None = field(default=None)
 
     def to_json(self) -> dict:
+        frames = {"frame_depth": self.frame_depth} if self.frame_depth else {}
+        if self.pipeline is not None:
+            frames["pipeline"] = self.pipeline
         return {
+            **frames,
             "hetgen_manifest": MANIFEST_VERSION,
             "model_sha256": self.model_sha256,
             "platform": self.platform,
@@ -243,6 +253,8 @@ class Manifest:
             data.get("board"),
             program=ProgramSteps.from_json(data["program"]) if data.get("program") is not None else None,
             model_sha256=data.get("model_sha256", ""),
+            frame_depth=int(data.get("frame_depth", 0)),
+            pipeline=data.get("pipeline"),
         )
 
     def to_bytes(self) -> bytes:
