@@ -163,6 +163,29 @@ UNCLAIMED = _object(
     }
 )
 
+PIPELINE = _object(
+    {
+        "period_us": _d(US, "the busiest resource's work per frame: the objective"),
+        "frames_period_us": _d(US, "the period the generated _run_frames order reaches, at the estimates"),
+        "fps": _d(US, "frames per second at frames_period_us"),
+        "latency_us": _d(US, "one frame alone (the makespan)"),
+        "frames_latency_us": _d(US, "one frame from start to finish inside the pipeline"),
+        "depth": _d({"type": "integer", "minimum": 1}, "frames in flight: the root program's stages"),
+        "bottleneck": _d(TEXT, "the busiest resource"),
+        "bound_us": _d(US, "no placement's period is below this; 0 where not computed (a beam-cut search)"),
+        "resources": {
+            "type": "array",
+            "items": _object(
+                {
+                    "path": _d(TEXT, "the root, or one of its devices (its whole subtree)"),
+                    "busy_us": _d(US, "its work per frame: the root's kernels and copies; a device's invocations"),
+                    "groups": _d(NAMES, "the groups it runs"),
+                }
+            ),
+        },
+    }
+)
+
 EXPLAIN_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "hetgen explain --format json",
@@ -193,7 +216,10 @@ EXPLAIN_SCHEMA = {
                 "items": {"type": "object"},
                 "description": "a banked root only: its plan per memory bank (hetgen/lower/banks.py)",
             },
+            "pipeline": _d(
+                PIPELINE, "objective throughput only: frames pipelined across devices (hetgen/partition/throughput.py)"
+            ),
         },
-        optional=("banks",),
+        optional=("banks", "pipeline"),
     ),
 }
