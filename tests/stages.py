@@ -82,6 +82,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_explain_json",
             "test_one_timeline",
             "test_priced_choices",
+            "test_throughput",
         ),
     ),
     "lower": (
@@ -136,6 +137,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_tune_remote",
             "test_verify_steps",
             "test_yardstick",
+            "test_throughput_build",
         ),
     ),
     "pipeline": (
