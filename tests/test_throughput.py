@@ -164,3 +164,16 @@ def test_pipelining_beats_one_frame_at_a_time_on_soc():
     from hetgen.partition.explain_schema import EXPLAIN_SCHEMA
 
     assert not list(jsonschema.Draft202012Validator(EXPLAIN_SCHEMA).iter_errors(document))
+
+
+def test_three_npu_cores_take_different_stages():
+    """rk3588 (the board catalogue: three npu cores): the latency placement keeps resnet8 on one
+    core; for throughput the stages spread over the cores, each core's work a frame a third of it."""
+    plat = load_platform(ROOT / "platforms" / "boards" / "rk3588.yaml")
+    graph = import_model(str(ROOT / "examples" / "resnet8.onnx"))
+    latency = placement_pipeline(place(graph, plat), graph, plat)
+    pipeline = place(graph, plat, objective="throughput").pipeline
+    cores = [path for path, groups in pipeline.stages.items() if "npu" in path and groups]
+    assert len(cores) == 3
+    assert pipeline.period_us < latency.period_us / 2
+    assert pipeline.frames_period_us == pytest.approx(pipeline.period_us, rel=0.02)

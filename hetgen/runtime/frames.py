@@ -16,7 +16,7 @@ from hetgen.errors import HetgenError
 from hetgen.runtime.devices import copy_scales, counted_timing
 from hetgen.runtime.loader import load
 from hetgen.runtime.verify import feeds_for
-from hetgen.spec.frames import frames_for, frames_timeline, resource_busy
+from hetgen.spec.frames import frames_for, frames_timeline, resource_busy, stages
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,25 @@ class FramesReport:
         return 1e6 / self.estimate_period_us if self.estimate_period_us > 0 else 0.0
 
 
-def frames_report(out_dir: Path, frames: int | None = None, seed: int = 0) -> FramesReport:
+def frames_report(out_dir: Path, frames: int | None = None, seed: int = 0, timed_only: bool = False) -> FramesReport:
+    """`frames` frames (default: enough for a steady state) through the project's `_run_frames`,
+    timed frame by frame at the devices' counts. `timed_only`: a project built for latency (no
+    `_run_frames`): one frame runs through `_run` for the counts, and its program is timed as the
+    pipeline would run it (benchmarks/bench_throughput.py compares the two placements so); no
+    outputs are kept and the estimates are 0."""
     model = load(Path(out_dir))
     manifest = model.manifest
-    if not manifest.frame_depth or manifest.pipeline is None or manifest.program is None:
+    if manifest.program is None or not (timed_only or (manifest.frame_depth and manifest.pipeline is not None)):
         raise HetgenError(f"{out_dir}: not built to run frames pipelined; generate it with --objective throughput")
-    count = frames or frames_for(manifest.frame_depth)
-    feeds = feeds_for(model, Path(out_dir), seed, count)
-    outputs = model.run_frames(feeds)
+    depth = manifest.frame_depth or len(stages(manifest.program.controllers[manifest.program.root].entries[0]))
+    count = frames or frames_for(depth)
+    if manifest.frame_depth:
+        feeds = feeds_for(model, Path(out_dir), seed, count)
+        outputs = model.run_frames(feeds)
+    else:
+        feeds, outputs = [], []
+        model.run(feeds_for(model, Path(out_dir), seed)[0])
+    pipeline = manifest.pipeline or {"frames_period_us": 0.0, "latency_us": 0.0}
     estimates = manifest.estimates
     timing = counted_timing(manifest, model, estimates, copy_scales(manifest, model), with_estimates=True)
     times = frames_timeline(manifest.program, timing, count)
@@ -55,13 +66,13 @@ def frames_report(out_dir: Path, frames: int | None = None, seed: int = 0) -> Fr
 
     return FramesReport(
         count,
-        manifest.frame_depth,
+        depth,
         run_timeline(manifest.program, timing),
         times.period_us,
         times.latency_us,
         resource_busy(manifest.program, timing),
-        float(manifest.pipeline["frames_period_us"]),
-        float(manifest.pipeline["latency_us"]),
+        float(pipeline["frames_period_us"]),
+        float(pipeline["latency_us"]),
         tuple(zip(feeds, outputs)),
     )
 
