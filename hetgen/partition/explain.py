@@ -403,7 +403,10 @@ def pipeline_text(pipeline) -> str:
         f"in the pipeline {pipeline.frames_latency_us:.1f} us"
     ]
     if pipeline.bound_us:
-        lines.append(f"  no placement's period is below {pipeline.bound_us:.1f} us (gap at most {pipeline.gap:.0%})")
+        lines.append(
+            f"  at the search's prices: period {pipeline.searched_us:.1f} us, none below {pipeline.bound_us:.1f} us"
+            f" (gap at most {pipeline.gap:.0%})"
+        )
     for path, busy in pipeline.busy_us.items():
         groups = pipeline.stages.get(path, ())
         lines.append(f"  {path}: {busy:.1f} us a frame, {len(groups)} groups: {' '.join(groups)}")

@@ -172,7 +172,10 @@ PIPELINE = _object(
         "frames_latency_us": _d(US, "one frame from start to finish inside the pipeline"),
         "depth": _d({"type": "integer", "minimum": 1}, "frames in flight: the root program's stages"),
         "bottleneck": _d(TEXT, "the busiest resource"),
-        "bound_us": _d(US, "no placement's period is below this; 0 where not computed (a beam-cut search)"),
+        "bound_us": _d(
+            US, "at the search's prices no placement's period is below this; 0 where not computed (a beam-cut search)"
+        ),
+        "searched_us": _d(US, "the placement's period at the search's prices (what bound_us bounds)"),
         "resources": {
             "type": "array",
             "items": _object(

@@ -134,11 +134,11 @@ def _for_throughput(space, candidates, pinned, placement, chosen, greedy, search
     placed = assemble(space, candidates, best, mode=placement.mode, exact=False, pins=pinned)
     placed = replace(placed, search_note="; ".join(filter(None, (placement.search_note, note))))
     placed = with_cascades(with_choices(graph, platform, placed, calibration), graph, platform).verify(graph)
-    pipeline = placement_pipeline(placed, graph, platform, bound)
+    pipeline = placement_pipeline(placed, graph, platform, bound, period)
     # The climb prices groups as the search does; kernel choices and cascades re-price both
     # placements, so the latency placement, re-priced the same way, is kept where its period is less.
     latency = with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
-    latency_pipeline = placement_pipeline(latency, graph, platform, bound)
+    latency_pipeline = placement_pipeline(latency, graph, platform, bound, latency_period)
     if (latency_pipeline.period_us, latency.total_us) < (pipeline.period_us - 1e-6, placed.total_us):
         note = f"{placement.search_note}; throughput: the latency placement's period is the least found".lstrip("; ")
         placed, pipeline = replace(latency, search_note=note), latency_pipeline

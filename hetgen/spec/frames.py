@@ -4,7 +4,7 @@ hetgen/spec/timeline.py with one difference: a device is shared by every frame i
 clock carries over from frame to frame, and a wait waits for its own frame's submissions only (a
 fence per submission, as a hardware command queue has), not for work queued after them.
 
-The order (templates/model/frames_vm.c.j2 runs the same): at step t the root runs stage 0 of frame
+The order (templates/model/model.c.j2: `_run_frames` runs the same): at step t the root runs stage 0 of frame
 t, then stage 1 of frame t-1, ..., stage S-1 of frame t-S+1: new work is submitted before the
 root waits for older frames, so device d works on frame n while the root finishes frame n-1. Each
 frame in flight has its own workspace (its arena, its devices' memories): S of them.
