@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from hetgen.errors import PlacementError
 from hetgen.partition.assemble import _copy_us, in_program_order
+from hetgen.partition.cost import Topology
 from hetgen.partition.fused import legal_fusions
 from hetgen.partition.placement import Group
 from hetgen.partition.space import Candidate, SearchSpace
@@ -123,8 +124,6 @@ def pipeline_of(
 def placement_pipeline(
     placement, graph, platform: Platform, bound_us: float = 0.0, searched_us: float = 0.0
 ) -> Pipeline:
-    from hetgen.partition.cost import Topology
-
     topology = Topology(platform)
 
     def copy_us(src: str, dst: str, nbytes: int) -> float:

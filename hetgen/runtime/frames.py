@@ -17,6 +17,7 @@ from hetgen.runtime.devices import copy_scales, counted_timing
 from hetgen.runtime.loader import load
 from hetgen.runtime.verify import feeds_for
 from hetgen.spec.frames import frames_for, frames_timeline, resource_busy, stages
+from hetgen.spec.timeline import run_timeline
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,6 @@ def frames_report(out_dir: Path, frames: int | None = None, seed: int = 0, timed
     estimates = manifest.estimates
     timing = counted_timing(manifest, model, estimates, copy_scales(manifest, model), with_estimates=True)
     times = frames_timeline(manifest.program, timing, count)
-    from hetgen.spec.timeline import run_timeline
-
     return FramesReport(
         count,
         depth,
