@@ -130,7 +130,7 @@ def main() -> int:
                     estimate = rows[name].frames_period_us
                     checked = "" if error is None else f", frames vs onnxruntime max |diff| {error:.1e}"
                     print(
-                        f"{'':<13} {'':<17} {name + ' sim':<10} {report.latency_us:8.1f}u {report.period_us:8.1f}u "
+                        f"{'':<13} {'':<17} {name[:3] + ' sim':<10} {report.latency_us:8.1f}u {report.period_us:8.1f}u "
                         f"{report.fps:8.0f} {1e6 / report.latency_us:8.0f} {report.depth:5d}  "
                         f"sim/est period {report.period_us / estimate:.2f}x ({report.frames} frames{checked})"
                     )
