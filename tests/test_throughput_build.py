@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 import hetgen
+from hetgen.codegen.manifest import read_manifest
 from hetgen.errors import HetgenError
 from hetgen.runtime.frames import frames_lines, frames_report
 from hetgen.runtime.reference import ort_session
 from hetgen.runtime.verify import MODEL_COPY
+from hetgen.spec.frames import stages
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.cc
@@ -38,6 +40,9 @@ def built(tmp_path_factory):
 def test_frames_match_onnxruntime_frame_by_frame(built):
     manifest = json.loads((built / "hetgen.json").read_text())
     assert manifest["frame_depth"] >= 2  # the root and the co-processor work on different frames
+    # the C program is cut where the interpreter cuts the timed steps
+    program = read_manifest(built).program
+    assert manifest["frame_depth"] == len(stages(program.controllers[program.root].entries[0]))
     report = frames_report(built, FRAMES)
     assert report.frames == FRAMES and len(report.outputs) == FRAMES
     session = ort_session(str(built / MODEL_COPY))
