@@ -400,7 +400,8 @@ def pipeline_text(pipeline) -> str:
         f"pipeline (objective throughput): period {pipeline.period_us:.1f} us, set by {pipeline.bottleneck}; "
         f"{pipeline.depth} frames in flight run at {pipeline.frames_period_us:.1f} us a frame "
         f"({pipeline.fps:.0f} frames/s); one frame alone {pipeline.latency_us:.1f} us, "
-        f"in the pipeline {pipeline.frames_latency_us:.1f} us"
+        f"in the pipeline {pipeline.frames_latency_us:.1f} us; the latency placement's period "
+        f"{pipeline.latency_period_us:.1f} us"
     ]
     if pipeline.bound_us:
         lines.append(

@@ -176,6 +176,7 @@ PIPELINE = _object(
             US, "at the search's prices no placement's period is below this; 0 where not computed (a beam-cut search)"
         ),
         "searched_us": _d(US, "the placement's period at the search's prices (what bound_us bounds)"),
+        "latency_period_us": _d(US, "the latency objective's placement's period, priced the same way"),
         "resources": {
             "type": "array",
             "items": _object(

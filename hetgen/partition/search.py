@@ -142,6 +142,7 @@ def _for_throughput(space, candidates, pinned, placement, chosen, greedy, search
     if (latency_pipeline.period_us, latency.total_us) < (pipeline.period_us - 1e-6, placed.total_us):
         note = f"{placement.search_note}; throughput: the latency placement's period is the least found".lstrip("; ")
         placed, pipeline = replace(latency, search_note=note), latency_pipeline
+    pipeline = replace(pipeline, latency_period_us=latency_pipeline.period_us)
     return replace(placed, objective="throughput", pipeline=pipeline)
 
 

@@ -61,6 +61,7 @@ class Pipeline:
     bottleneck: str  # the busiest resource
     bound_us: float = 0.0  # at the search's prices, no placement's period is below this (0.0: not computed)
     searched_us: float = 0.0  # the chosen placement's period at the search's prices (what bound_us bounds)
+    latency_period_us: float = 0.0  # the latency placement's period, priced as this one (0.0: not computed)
 
     @property
     def fps(self) -> float:
@@ -82,6 +83,7 @@ class Pipeline:
             "bottleneck": self.bottleneck,
             "bound_us": round(self.bound_us, 3),
             "searched_us": round(self.searched_us, 3),
+            "latency_period_us": round(self.latency_period_us, 3),
             "resources": [
                 {"path": path, "busy_us": round(us, 3), "groups": list(self.stages.get(path, ()))}
                 for path, us in self.busy_us.items()
