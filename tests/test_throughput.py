@@ -154,6 +154,10 @@ def test_pipelining_beats_one_frame_at_a_time_on_soc():
     placement = place(graph, plat, objective="throughput")
     pipeline = placement.pipeline
     assert pipeline.depth >= 2
+    assert pipeline.stages["soc/vdevice0/host"]  # the npu's groups are the co-processor's stage
+    targets = {g.name: g.target for g in placement.groups}
+    assert all(targets[name] == "soc" for name in pipeline.stages["soc"])
+    assert all(targets[name].startswith("soc/vdevice0/") for name in pipeline.stages["soc/vdevice0/host"])
     assert pipeline.period_us < 0.8 * pipeline.latency_us
     text = explain_text(placement, graph)
     assert "pipeline (objective throughput): period" in text

@@ -382,7 +382,8 @@ def render_json(e: Explanation) -> dict:
 def explain_text(placement: Placement, graph: Graph, colour: bool = False) -> str:
     text = render_text(explanation(placement, graph), colour)
     if placement.pipeline is not None:
-        text = text.rstrip("\n") + "\n" + pipeline_text(placement.pipeline) + "\n"
+        ending = text[len(text.rstrip("\n")) :]  # as render_text ends
+        text = text.rstrip("\n") + "\n" + pipeline_text(placement.pipeline) + ending
     return text
 
 

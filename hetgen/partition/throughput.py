@@ -104,7 +104,7 @@ def pipeline_of(
     lanes = [d.path for d in program.controllers[root].devices]
     members: dict[str, list[str]] = {root: []}
     for group in groups:
-        home = next((lane for lane in lanes if group.target == lane or group.target.startswith(lane + "/")), root)
+        home = next((lane for lane in lanes if _below(group.target, lane)), root)
         members.setdefault(home, []).append(group.name)
     for lane in lanes:
         busy.setdefault(lane, 0.0)
@@ -121,6 +121,13 @@ def pipeline_of(
         bound_us,
         searched_us,
     )
+
+
+def _below(target: str, lane: str) -> bool:
+    """Whether `target` runs inside the root's device `lane` (a co-processor's lane is its host: every
+    target of its composite is in it)."""
+    subtree = lane.rsplit("/", 1)[0] if lane.endswith("/host") else lane
+    return target == lane or target == subtree or target.startswith(subtree + "/")
 
 
 def placement_pipeline(
