@@ -23,11 +23,11 @@ def compile(  # noqa: A001
     *,
     build: bool = True,
     placement: str | None = None,
+    objective: str | None = None,
     pins=None,
     shapes=None,
     weights: str = "blob",
     native_only: bool = False,
-    objective: str | None = None,
     **build_options,
 ) -> Path:
     """Generate the project for `model` on `platform` (a path, a tag or a Platform) and build it.
@@ -35,7 +35,8 @@ def compile(  # noqa: A001
     `model` is a path or an onnx.ModelProto; `out` defaults to generated/<platform name>;
     `shapes` fixes dynamic input dimensions, e.g. `shapes={"input": (1, 3, 224, 224)}`;
     `placement` ("cost" or "greedy") defaults to the platform's options.placement, else "cost";
-    `objective` ("latency" or "energy") defaults to the platform's options.objective, else "latency";
+    `objective` ("latency", "energy", or "throughput": frames pipelined across devices) defaults to the
+    platform's options.objective, else "latency";
     `pins` add to the platform's options.pins; `weights` is "blob" or "c_array"; `native_only` skips the board build (each controller by its own
     cross toolchain), so no cross toolchain is needed; other keywords are `BuildOptions` fields (opt, sanitize, ...).
     All or nothing: if generation or the build fails, `out` is left as it was.

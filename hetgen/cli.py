@@ -276,15 +276,31 @@ def _verify_argv(args) -> list[str]:
 
 
 def cmd_bench(args) -> int:
+    from hetgen.codegen.manifest import read_manifest
     from hetgen.runtime.bench import bench
     from hetgen.runtime.devices import report_lines, simulation_report
     from hetgen.runtime.reference import REFERENCE_SESSION, SPEED_SESSION
 
     result = bench(Path(args.dir), runs=args.runs, threads=args.threads)
     simulation = simulation_report(Path(args.dir))
+    frames = None
+    if simulation.devices and read_manifest(Path(args.dir)).frame_depth:  # built for throughput
+        from hetgen.runtime.frames import frames_report
+
+        frames = frames_report(Path(args.dir))
     threads = f"{result.threads} thread" + ("" if result.threads == 1 else "s")
     if args.format == "json":
         document = simulation.to_json()
+        if frames is not None:
+            document["frames"] = {
+                "frames": frames.frames,
+                "depth": frames.depth,
+                "latency_us": round(frames.latency_us, 3),
+                "period_us": round(frames.period_us, 3),
+                "fps": round(frames.fps, 3),
+                "estimate_period_us": round(frames.estimate_period_us, 3),
+                "estimate_latency_us": round(frames.estimate_latency_us, 3),
+            }
         document.update(
             {
                 "hetgen_ms": round(result.hetgen_ms, 4),
@@ -311,6 +327,11 @@ def cmd_bench(args) -> int:
     )
     for line in report_lines(simulation):
         print(line)
+    if frames is not None:
+        from hetgen.runtime.frames import frames_lines
+
+        for line in frames_lines(frames):
+            print(line)
     return 0
 
 
@@ -407,7 +428,8 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
         "--objective",
         type=_objective,
         default=None,
-        help="what the placement minimises: latency or energy (default: the platform's options.objective, else latency)",
+        help="what the placement minimises: latency (one frame's), energy (per inference) or throughput (the period "
+        "of frames pipelined across devices) (default: the platform's options.objective, else latency)",
     )
     parser.add_argument(
         "--pin",

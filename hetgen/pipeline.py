@@ -46,7 +46,7 @@ class CompileOptions:
     build: bool = True
     placement: str | None = None  # "cost" | "greedy"; None: the platform's options.placement, else "cost"
     pins: Mapping[str, str] = field(default_factory=dict)  # added to the platform's options.pins
-    objective: str | None = None  # "latency" | "energy"; None: the platform's options.objective, else latency
+    objective: str | None = None  # "latency" | "energy" | "throughput"; None: options.objective, else latency
     search_path: tuple[str, ...] = ()
     build_options: BuildOptions = BuildOptions()
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)

@@ -84,6 +84,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_explain_json",
             "test_one_timeline",
             "test_priced_choices",
+            "test_throughput",
         ),
     ),
     "lower": (
@@ -138,6 +139,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_tune_remote",
             "test_verify_steps",
             "test_yardstick",
+            "test_throughput_build",
         ),
     ),
     "pipeline": (

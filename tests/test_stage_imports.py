@@ -84,6 +84,17 @@ CROSS_STAGE_CALLS = {
     ("runtime", "hetgen.partition.explain", "energy_lines"): "the page prints the energy lines the text output does",
     ("runtime", "hetgen.spec.timeline", "call_shares"): "a controller's calls at their part of its group's estimate",
     ("runtime", "hetgen.spec.timeline", "run_timeline"): "bench replays the program with the placement's interpreter",
+    # Frames pipelined (hetgen/spec/frames.py): one cut of the program into stages and one pipelined
+    # interpreter for the price (partition), the generated _run_frames (codegen) and bench (runtime).
+    ("partition", "hetgen.spec.frames", "frames_for"): "how many frames reach a steady state",
+    ("partition", "hetgen.spec.frames", "frames_timeline"): "the pipelined program's period at the estimates",
+    ("partition", "hetgen.spec.frames", "resource_busy"): "each resource's work per frame: the period",
+    ("partition", "hetgen.spec.frames", "stages"): "the frames in flight of the program's stages",
+    ("codegen", "hetgen.spec.frames", "stage_bounds"): "_run_frames cuts the program where the interpreter does",
+    ("runtime", "hetgen.spec.frames", "frames_for"): "how many frames reach a steady state",
+    ("runtime", "hetgen.spec.frames", "frames_timeline"): "bench times the frames with the pipelined interpreter",
+    ("runtime", "hetgen.spec.frames", "resource_busy"): "each resource's simulated work per frame",
+    ("runtime", "hetgen.spec.frames", "stages"): "the frames in flight of a latency project's program",
 }
 
 

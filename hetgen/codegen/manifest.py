@@ -207,11 +207,21 @@ class Manifest:
     # Under the energy objective only (hetgen/partition/energy.py EnergyReport.to_manifest): the
     # estimate and the figures `hetgen bench` prices the simulated counts with; None elsewhere.
     energy: Mapping[str, Any] | None = None
+    # Frames in flight of the root's `_run_frames` (objective throughput, hetgen/spec/frames.py);
+    # 0: the project runs one frame at a time (absent from hetgen.json then).
+    frame_depth: int = 0
+    # The placement's pipeline at the estimates (hetgen/partition/throughput.py: `Pipeline.to_json`),
+    # where the objective is throughput: what `hetgen bench` compares the simulated frames with.
+    pipeline: Mapping[str, Any] | None = field(default=None)
 
     def to_json(self) -> dict:
-        energy = {} if self.energy is None else {"energy": self.energy}
+        extra = {} if self.energy is None else {"energy": self.energy}
+        if self.frame_depth:
+            extra["frame_depth"] = self.frame_depth
+        if self.pipeline is not None:
+            extra["pipeline"] = self.pipeline
         return {
-            **energy,
+            **extra,
             "hetgen_manifest": MANIFEST_VERSION,
             "model_sha256": self.model_sha256,
             "platform": self.platform,
@@ -249,6 +259,8 @@ class Manifest:
             program=ProgramSteps.from_json(data["program"]) if data.get("program") is not None else None,
             model_sha256=data.get("model_sha256", ""),
             energy=data.get("energy"),
+            frame_depth=int(data.get("frame_depth", 0)),
+            pipeline=data.get("pipeline"),
         )
 
     def to_bytes(self) -> bytes:

@@ -34,6 +34,7 @@ from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
+from hetgen.platform.model import Runtime
 from hetgen.progress import Progress
 from hetgen.templates_dir import templates_dir
 
@@ -103,6 +104,7 @@ class TargetSources:
     # `board_sources`), so they are not linked into this target's programs.
     remote_children: tuple[str, ...] = ()
     bare_metal: BareMetalProgram | None = None  # a bare-metal root: the board program replaces `example`
+    frame_depth: int = 0  # a root that runs frames pipelined: its frames in flight (hetgen/spec/frames.py)
 
 
 @dataclass(frozen=True)
@@ -143,12 +145,14 @@ def _program_files(
     simulated: list[dict],
     weights: str = "blob",
     rendered=None,
+    frames: bool = False,
 ):
     folder = program.target.path_str
     kernels = program_kernels(program, rendered)  # identical kernels once, in a bounded number of files
     files = [GeneratedFile(path, text.encode()) for path, text in kernels.files(folder)]
     kernel_paths = [file.path for file in files]
-    view = program_view(program, model_name, prefix, RUNTIME_VERSION, children, simulated, kernels)
+    frames = frames and program.role is ProgramRole.ROOT and program.runtime is Runtime.VM
+    view = program_view(program, model_name, prefix, RUNTIME_VERSION, children, simulated, kernels, frames)
     is_root = program.role is ProgramRole.ROOT
     if is_root:
         files.append(GeneratedFile(f"{folder}/{_file_name(prefix, '.h')}", render("model/model.h.j2", **view).encode()))
@@ -167,6 +171,7 @@ def _program_files(
         example = f"{folder}/main.c"
         files.append(GeneratedFile(example, render("model/main.c.j2", exe_name=f"{prefix}_main", **view).encode()))
     sources = TargetSources(
+        frame_depth=len(view["frame_stages"]),
         path=folder,
         prefix=prefix,
         kernels=tuple(kernel_paths),
@@ -202,6 +207,9 @@ def generate(
 
     files: list[GeneratedFile] = []
     targets = []
+    # objective throughput: the root also runs frames pipelined (hetgen/spec/frames.py)
+    frames = getattr(lowered.placement, "objective", "latency") == "throughput"
+    frame_depth = 0
     helpers: set[str] = set()
     manifest_targets = []
     # Which `<prefix>_device_stats(workspace, device, ...)` index reads each simulated device.
@@ -236,7 +244,10 @@ def generate(
             simulated if is_root else [],
             weights,
             rendered,
+            frames,
         )
+        if is_root:
+            frame_depth = sources.frame_depth
         files.extend(program_files)
         files.append(_threads_config(program))
         targets.append(sources)
@@ -302,6 +313,8 @@ def generate(
         remote_devices=tuple(
             RemoteDeviceEntry(device.name, device.program, device.server, device.env_name, hashed) for device in remote
         ),
+        frame_depth=frame_depth,
+        pipeline=lowered.placement.pipeline.to_json() if frames and lowered.placement.pipeline is not None else None,
     )
     return Sources(tuple(files), tuple(targets), tuple(runtime_c), manifest)
 

@@ -20,6 +20,7 @@ from hetgen.lower.work import Engine
 from hetgen.lower.workspace import STATE_HEADER_SIZE
 from hetgen.names import c_comment, c_string
 from hetgen.platform.model import Runtime
+from hetgen.spec.frames import stage_bounds
 
 # `enum hg_region`: Region's values are the C enum's (checked against the header like Opcode).
 REGION_C = {region: f"HG_REGION_{region.name}" for region in Region}
@@ -240,6 +241,14 @@ def _byte_list(tensors) -> str:
     return ", ".join(f"{spec.type.nbytes}u" for spec in tensors) or "0u"
 
 
+def _frame_stages(code, lines: list[str]) -> list[dict]:
+    """The VM program of entry 0 cut as hetgen/spec/frames.py cuts the timed steps (before each run
+    of waits), each stage ended by END."""
+    *body, end = lines
+    kinds = ["wait" if words[0] == Opcode.WAIT.value else "" for words, _ in code[:-1]]
+    return [{"index": k, "lines": [*body[a:b], end]} for k, (a, b) in enumerate(stage_bounds(kinds))]
+
+
 def program_view(
     program: Program,
     model_name: str,
@@ -248,8 +257,11 @@ def program_view(
     children: list[dict],
     simulated_devices: list[dict] = (),
     kernels: ProgramKernels | None = None,
+    frames: bool = False,
 ) -> dict:
-    """`children`: each device's prefix, path, block offset and size; `simulated_devices` (root only):
+    """`frames`: a root that also runs frames pipelined (objective throughput; a vm root without
+    spilled banks): its entry 0 cut into stages (hetgen/spec/frames.py).
+    `children`: each device's prefix, path, block offset and size; `simulated_devices` (root only):
     every simulated accelerator below, with its prefix and its block's offset in the workspace;
     `kernels`: the functions that compute the units (shared where identical), by default one each."""
     if kernels is None:
@@ -262,11 +274,13 @@ def program_view(
     first_counter = 0
     spills = spill_banks(program, prefix)
     workspace_arena = program.workspace_arena_size
+    frame_stages = []
     for index, steps in enumerate(program.entries):
         nodes, args = graph_tables(steps, names)
-        vm_lines = [
-            ", ".join(f"{w}u" for w in words) + f", /* {c_comment(c)} */" for words, c in vm_code(steps, kernel_index)
-        ]
+        code = vm_code(steps, kernel_index)
+        vm_lines = [", ".join(f"{w}u" for w in words) + f", /* {c_comment(c)} */" for words, c in code]
+        if frames and index == 0:
+            frame_stages = _frame_stages(code, vm_lines)
         aot = aot_steps(steps, names, spills)
         entries.append(
             {
@@ -303,6 +317,7 @@ def program_view(
         "outputs": [tensor_view(t) for t in program.outputs],
         "arena_size": workspace_arena,
         "spill_banks": spills,
+        "frame_stages": [] if spills or program.role is not ProgramRole.ROOT else frame_stages,
         "workspace_attributes": workspace_attributes(program),
         "workspace_size": program.workspace.size,
         "block": {

@@ -416,12 +416,39 @@ def render_json(e: Explanation) -> dict:
 
 
 def explain_text(placement: Placement, graph: Graph, colour: bool = False) -> str:
-    return render_text(explanation(placement, graph), colour)
+    text = render_text(explanation(placement, graph), colour)
+    if placement.pipeline is not None:
+        ending = text[len(text.rstrip("\n")) :]  # as render_text ends
+        text = text.rstrip("\n") + "\n" + pipeline_text(placement.pipeline) + ending
+    return text
 
 
 def explain_json(placement: Placement, graph: Graph) -> dict:
     """A JSON-ready dict: the same facts as the text, with every number and reason as its own field."""
-    return render_json(explanation(placement, graph))
+    document = render_json(explanation(placement, graph))
+    if placement.pipeline is not None:  # objective throughput (hetgen/partition/throughput.py)
+        document["pipeline"] = placement.pipeline.to_json()
+    return document
+
+
+def pipeline_text(pipeline) -> str:
+    """The pipeline of a throughput placement: each resource's groups and work per frame, the period."""
+    lines = [
+        f"pipeline (objective throughput): period {pipeline.period_us:.1f} us, set by {pipeline.bottleneck}; "
+        f"{pipeline.depth} frames in flight run at {pipeline.frames_period_us:.1f} us a frame "
+        f"({pipeline.fps:.0f} frames/s); one frame alone {pipeline.latency_us:.1f} us, "
+        f"in the pipeline {pipeline.frames_latency_us:.1f} us; the latency placement's period "
+        f"{pipeline.latency_period_us:.1f} us"
+    ]
+    if pipeline.bound_us:
+        lines.append(
+            f"  at the search's prices: period {pipeline.searched_us:.1f} us, none below {pipeline.bound_us:.1f} us"
+            f" (gap at most {pipeline.gap:.0%})"
+        )
+    for path, busy in pipeline.busy_us.items():
+        groups = pipeline.stages.get(path, ())
+        lines.append(f"  {path}: {busy:.1f} us a frame, {len(groups)} groups: {' '.join(groups)}")
+    return "\n".join(lines)
 
 
 def _quoted(text: str) -> str:

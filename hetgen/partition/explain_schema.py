@@ -193,6 +193,33 @@ ENERGY = _object(
     description="energy per inference from the kinds' and links' energy figures (hetgen/partition/energy.py)",
 )
 
+PIPELINE = _object(
+    {
+        "period_us": _d(US, "the busiest resource's work per frame: the objective"),
+        "frames_period_us": _d(US, "the period the generated _run_frames order reaches, at the estimates"),
+        "fps": _d(US, "frames per second at frames_period_us"),
+        "latency_us": _d(US, "one frame alone (the makespan)"),
+        "frames_latency_us": _d(US, "one frame from start to finish inside the pipeline"),
+        "depth": _d({"type": "integer", "minimum": 1}, "frames in flight: the root program's stages"),
+        "bottleneck": _d(TEXT, "the busiest resource"),
+        "bound_us": _d(
+            US, "at the search's prices no placement's period is below this; 0 where not computed (a beam-cut search)"
+        ),
+        "searched_us": _d(US, "the placement's period at the search's prices (what bound_us bounds)"),
+        "latency_period_us": _d(US, "the latency objective's placement's period, priced the same way"),
+        "resources": {
+            "type": "array",
+            "items": _object(
+                {
+                    "path": _d(TEXT, "the root, or one of its devices (its whole subtree)"),
+                    "busy_us": _d(US, "its work per frame: the root's kernels and copies; a device's invocations"),
+                    "groups": _d(NAMES, "the groups it runs"),
+                }
+            ),
+        },
+    }
+)
+
 EXPLAIN_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "hetgen explain --format json",
@@ -214,7 +241,7 @@ EXPLAIN_SCHEMA = {
             "transfers": {"type": "array", "items": TRANSFER, "description": "every copy; each is in one group's"},
             "cascades": {"type": "array", "items": CASCADE},
             "total_us": _d(US, "the program's estimated time, devices concurrent (what the page's timeline ends at)"),
-            "objective": _d({"enum": ["latency", "energy"]}, "what the placement search minimised"),
+            "objective": _d({"enum": ["latency", "energy", "throughput"]}, "what the placement search minimised"),
             "energy": _d(
                 {"anyOf": [ENERGY, {"type": "null"}]}, "energy per inference; null where the platform lacks figures"
             ),
@@ -237,7 +264,10 @@ EXPLAIN_SCHEMA = {
                 "description": "an npu that may keep its feature maps in its arena cache: where they live, "
                 "both estimates, its arena and the cache's bytes, the tensors in the cache (hetgen/lower/feature_maps.py)",
             },
+            "pipeline": _d(
+                PIPELINE, "objective throughput only: frames pipelined across devices (hetgen/partition/throughput.py)"
+            ),
         },
-        optional=("banks", "feature_maps"),
+        optional=("banks", "feature_maps", "pipeline"),
     ),
 }

@@ -170,7 +170,9 @@ class Placement:
     searched_us: float = 0.0
     optimal: bool = False
     bound_us: float = 0.0
-    objective: str = "latency"  # what cost mode minimised: "latency" (the makespan) or "energy" (per inference)
+    # what cost mode minimised: "latency" (the makespan), "energy" (per inference) or "throughput"
+    # (the period of frames pipelined across devices)
+    objective: str = "latency"
 
     @property
     def gap(self) -> float | None:
@@ -190,6 +192,8 @@ class Placement:
     # Its energy per inference (hetgen/partition/energy.py EnergyReport) where the platform
     # declares energy figures; None elsewhere.
     energy: object | None = field(default=None, repr=False, compare=False)
+    # For the throughput objective, the pipeline (hetgen/partition/throughput.py); None elsewhere.
+    pipeline: object | None = field(default=None, repr=False, compare=False)
     _group_by_node: Mapping[str, Group] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

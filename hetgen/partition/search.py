@@ -31,6 +31,7 @@ from hetgen.partition.overlap import improve_makespan
 from hetgen.partition.pins import resolve_pins, restrict
 from hetgen.partition.placement import MODES, Placement
 from hetgen.partition.space import Candidate, SearchSpace
+from hetgen.partition.throughput import for_throughput, period_bound, placement_pipeline
 from hetgen.platform.loader import objective_problem
 from hetgen.platform.model import Platform
 from hetgen.spec import KernelTable, build_kernel_specs
@@ -82,7 +83,8 @@ def place(
     ONNX node name or a pattern label to a target path. `calibration` scales group times per kind or
     target path. `kernels`: the graph's kernel table (hetgen/spec), built here when not given.
     `objective`: what cost mode minimises (an explicit one beats `options.objective`, which beats
-    "latency"); "energy": the energy per inference (hetgen/partition/energy.py).
+    "latency"); "energy": the energy per inference (hetgen/partition/energy.py); "throughput": the
+    period of frames pipelined across devices (hetgen/partition/throughput.py).
     """
     mode, pins = placement_request(platform, mode, pins)
     objective = objective_request(platform, objective)
@@ -118,6 +120,8 @@ def place(
         placement = replace(moved, search_note="; ".join(filter(None, (placement.search_note, note))))
         chosen = improved
     placement = _makespan_no_worse_than_greedy(space, candidates, pinned, chosen, placement, greedy)
+    if objective == "throughput":
+        return _for_throughput(space, candidates, pinned, placement, chosen, greedy, search, exact, calibration)
     placement = judged(space, candidates, pinned, placement)
     latency = placement
     if objective == "energy":
@@ -171,6 +175,32 @@ def _least_energy(space, candidates, pinned, prices: EnergyPrices, latency: Plac
         bound_us=placement.total_us if exhaustive else 0.0,
         objective="energy",
     )
+
+
+def _for_throughput(space, candidates, pinned, placement, chosen, greedy, search, exact, calibration) -> Placement:
+    """The placement of least steady-state period (hetgen/partition/throughput.py), climbing from
+    the latency search's choice and greedy's; its pipeline attached for explain, codegen and bench."""
+    graph, platform = space.graph, space.platform
+    starts = [chosen] + ([greedy] if greedy is not None and sorted(greedy) != sorted(chosen) else [])
+    best, period, latency_period = for_throughput(space, candidates, starts)
+    bound = period_bound(space, search.best_cost) if exact else 0.0
+    note = (
+        f"throughput: period {period:.1f} us (the latency placement's {latency_period:.1f} us), "
+        f"a climb from the latency and greedy placements" + (f"; no period is below {bound:.1f} us" if bound else "")
+    )
+    placed = assemble(space, candidates, best, mode=placement.mode, exact=False, pins=pinned)
+    placed = replace(placed, search_note="; ".join(filter(None, (placement.search_note, note))))
+    placed = with_cascades(with_choices(graph, platform, placed, calibration), graph, platform).verify(graph)
+    pipeline = placement_pipeline(placed, graph, platform, bound, period)
+    # The climb prices groups as the search does; kernel choices and cascades re-price both
+    # placements, so the latency placement, re-priced the same way, is kept where its period is less.
+    latency = with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
+    latency_pipeline = placement_pipeline(latency, graph, platform, bound, latency_period)
+    if (latency_pipeline.period_us, latency.total_us) < (pipeline.period_us - 1e-6, placed.total_us):
+        note = f"{placement.search_note}; throughput: the latency placement's period is the least found".lstrip("; ")
+        placed, pipeline = replace(latency, search_note=note), latency_pipeline
+    pipeline = replace(pipeline, latency_period_us=latency_pipeline.period_us)
+    return replace(placed, objective="throughput", pipeline=pipeline)
 
 
 def _greedy_or_none(space: SearchSpace, candidates: tuple[Candidate, ...]) -> list[int] | None:

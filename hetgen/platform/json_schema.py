@@ -175,7 +175,7 @@ def _options_schema() -> dict[str, Any]:
             "placement": {"enum": list(PLACEMENTS)},
             "objective": {
                 "enum": list(OBJECTIVES),
-                "description": "What the placement search minimises (default latency; --objective overrides it).",
+                "description": "What the placement minimises (--objective overrides it): one frame's latency (default), the energy per inference, or the period of frames pipelined across devices.",
             },
             "pins": {"type": "object", "additionalProperties": {"type": "string"}},
             "threads": {

@@ -442,6 +442,15 @@ def _makespan(
     cycles the simulator counted for it, each copy at what its device counted (its model over the
     step's bytes, scaled to the device's counted total: `copy_scale`), each controller's kernels at
     0 (not counted) or, `with_estimates`, at their group's estimate."""
+    counted = counted_timing(manifest, model, estimates, copy_scale, with_estimates)
+    return None if counted is None else run_timeline(manifest.program, counted, trace)
+
+
+def counted_timing(
+    manifest: Manifest, model, estimates: tuple[EstimateEntry, ...], copy_scale: dict[str, float], with_estimates: bool
+) -> Counted | None:
+    """The timing `_makespan` replays the program at (None without a program): what the devices
+    counted over the model's last run, the controllers' kernels at 0 or at their estimates."""
     program = manifest.program
     if program is None:
         return None
@@ -459,7 +468,19 @@ def _makespan(
         for counter, cycles in zip(counters, model.device_counters(target.simulator.counters_offset, len(counters))):
             key = (target.path, counter.program)
             invocations[key] = invocations.get(key, launch / clock) + cycles / clock
-    return run_timeline(program, Counted(shares, invocations, copy_scale), trace)
+    return Counted(shares, invocations, copy_scale)
+
+
+def copy_scales(manifest: Manifest, model) -> dict[str, float]:
+    """Per counting device, the copy cycles it counted over the model's last run over those its
+    model gives the program's copies (`Counted.copy_scale`), as `simulation_report` computes them."""
+    scales = {}
+    for target in _counting(manifest):
+        stats = model.device_stats(target.stats_device)
+        planned_cycles = _planned_copies(manifest.program, target.path)[2]
+        if planned_cycles:
+            scales[target.path] = (stats["dma_cycles"] + stats["link_cycles"]) / planned_cycles
+    return scales
 
 
 def report_lines(report: SimulationReport) -> list[str]:

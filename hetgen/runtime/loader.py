@@ -119,6 +119,37 @@ class Model:
         if status != 0:
             raise HetgenError(f"{self.prefix}_run failed with status {status}")
 
+    def run_frames(self, frames: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Run `frames` (one feed dict each) pipelined across devices through the root's
+        `_run_frames` (objective throughput: hetgen/spec/frames.py), each frame in flight in a
+        workspace of its own; afterwards `device_stats` and `device_counters` read the last frame's."""
+        depth = self.manifest.frame_depth
+        if not depth:
+            raise HetgenError(
+                f"{self.path}: not built to run frames pipelined; generate it with --objective throughput"
+            )
+        arrays = [checked_inputs(self.inputs, feeds) for feeds in frames]
+        results = [[np.empty(info.shape, dtype=info.dtype) for info in self.outputs] for _ in frames]
+        ffi = self._ffi
+        in_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for frame in arrays for a in frame] or [ffi.NULL])
+        out_ptrs = ffi.new("void *[]", [ffi.from_buffer(a) for frame in results for a in frame] or [ffi.NULL])
+        size, align = self.workspace_size, self.workspace_align
+        storage = np.empty(depth * size + align, dtype=np.uint8)
+        start = -storage.ctypes.data % align
+        blocks = storage[start : start + depth * size]
+        with self._library.in_use():
+            run = self.function(
+                f"int {self.prefix}_run_frames(const void *const *, void *const *, uint32_t, void *);",
+                f"{self.prefix}_run_frames",
+            )
+            status = run(in_ptrs, out_ptrs, len(frames), ffi.from_buffer(blocks))
+        if status != 0:
+            raise HetgenError(f"{self.prefix}_run_frames failed with status {status}")
+        if frames:  # the last frame's workspace becomes this thread's: its counters are read there
+            last = (len(frames) - 1) % depth
+            ffi.memmove(self._workspace(), ffi.from_buffer(blocks[last * size : (last + 1) * size]), size)
+        return [trimmed({info.name: array for info, array in zip(self.outputs, frame)}) for frame in results]
+
     def device_stats(self, device: int) -> dict[str, int]:
         """Simulated device `device`'s counters over this thread's last run (the manifest's `stats_device`)."""
         stats = self._ffi.new("hg_device_stats *")

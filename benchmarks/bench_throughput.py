@@ -1,0 +1,143 @@
+"""Frames pipelined across devices (issue 23, item 6): latency, period and frames per second of the
+latency-optimal and the throughput-optimal placement, per shipped platform and example model.
+
+    python benchmarks/bench_throughput.py                       # estimates: every shipped platform x example
+    python benchmarks/bench_throughput.py --simulate /tmp/thr    # also built and simulated (soc, dual, rk3588)
+    python benchmarks/bench_throughput.py --platforms soc rk3588 --models resnet8 --simulate /tmp/thr
+
+Estimates (`place(..., objective=...)`, hetgen/partition/throughput.py): `latency` is one frame's
+makespan, `period` the busiest resource's work per frame (the root's kernels and copies, or one of
+its devices' invocations), which the generated `_run_frames` order reaches (hetgen/spec/frames.py;
+printed `pipe` where it differs by over 1 %), `fps` = 1e6 / period. `lat/thr` is the latency
+placement's period over the throughput placement's (above 1: the throughput objective pays).
+`1-by-1` is frames one at a time (1e6 / latency) for comparison with pipelined fps. The search is a
+climb, not exact: its period at the search's prices (before kernel choices and cascades re-price
+the groups) is printed beside a lower bound at those prices (the least serial time of any placement
+over the number of targets) and the gap between them.
+
+`--simulate DIR` builds both placements (native, -O2, in DIR) and times frames frame by frame at what
+the simulated devices counted (hetgen/runtime/frames.py): the throughput project runs its frames
+through `_run_frames` and they are checked against onnxruntime frame by frame; the latency project
+(which has no `_run_frames`) runs one frame for the counts and its program is timed as the same
+pipeline would run it. The controllers' own kernels run natively and enter at their estimates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from hetgen.frontend import import_model  # noqa: E402
+from hetgen.partition import place  # noqa: E402
+from hetgen.partition.throughput import placement_pipeline  # noqa: E402
+from hetgen.platform.loader import load_platform  # noqa: E402
+
+PLATFORMS = ("soc", "dual", "slowlink", "host", "corstone-300", "ethos-u65", "mcu-npu", "rk3588")
+MODELS = ("resnet_tiny", "transformer_tiny", "resnet8", "mobilenet_v1_vww", "ds_cnn")
+SIMULATED = ("soc", "dual", "rk3588")
+
+
+def estimates(platform: str, model: str) -> tuple[dict, dict]:
+    plat = load_platform(platform if "/" in platform else _path(platform))
+    graph = import_model(str(ROOT / "examples" / f"{model}.onnx"))
+    latency = place(graph, plat)
+    throughput = place(graph, plat, objective="throughput")
+    rows = {}
+    for name, placement in (("latency", latency), ("throughput", throughput)):
+        pipe = placement.pipeline or placement_pipeline(placement, graph, plat)
+        rows[name] = pipe
+    return rows, {"bound": throughput.pipeline.bound_us, "searched": throughput.pipeline.searched_us}
+
+
+def _path(tag: str) -> Path:
+    shipped = ROOT / "platforms" / f"{tag}.yaml"
+    return shipped if shipped.is_file() else ROOT / "platforms" / "boards" / f"{tag}.yaml"
+
+
+def simulate(platform: str, model: str, out: Path) -> dict:
+    import hetgen
+    from hetgen.runtime.frames import frames_report, max_frame_error
+    from hetgen.runtime.reference import ort_session
+    from hetgen.runtime.verify import MODEL_COPY
+
+    result = {}
+    for objective in ("latency", "throughput"):
+        folder = out / f"{platform}-{model}-{objective}"
+        hetgen.compile(
+            _path(platform),
+            ROOT / "examples" / f"{model}.onnx",
+            out=folder,
+            objective=objective,
+            native_only=True,
+            opt=("-O2",),
+        )
+        report = frames_report(folder, timed_only=objective == "latency")
+        error = None
+        if report.outputs:
+            session = ort_session(str(folder / MODEL_COPY))
+            names = [o.name for o in session.get_outputs()]
+            error = max_frame_error(report, lambda feeds: dict(zip(names, session.run(None, feeds))))
+        result[objective] = (report, error)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--platforms", nargs="*", default=list(PLATFORMS))
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--simulate", metavar="DIR", help="also build and simulate (native) in DIR")
+    args = parser.parse_args()
+    print(
+        f"{'platform':<13} {'model':<17} {'placement':<10} {'latency':>9} {'period':>9} {'fps':>8} "
+        f"{'1-by-1':>8} {'depth':>5}  {'lat/thr':>7}  bottleneck"
+    )
+    for platform in args.platforms:
+        for model in args.models:
+            start = time.perf_counter()
+            try:
+                rows, extra = estimates(platform, model)
+            except Exception as error:  # a model a platform cannot take (an MCU's memory): say so, go on
+                print(f"{platform:<13} {model:<17} -- {str(error).splitlines()[0][:100]}")
+                continue
+            gain = rows["latency"].period_us / rows["throughput"].period_us
+            for name, pipe in rows.items():
+                note = ""
+                if abs(pipe.frames_period_us - pipe.period_us) > 0.01 * pipe.period_us:
+                    note = f" (pipe {pipe.frames_period_us:.1f})"
+                print(
+                    f"{platform:<13} {model:<17} {name:<10} {pipe.latency_us:8.1f}u {pipe.period_us:8.1f}u "
+                    f"{1e6 / pipe.period_us:8.0f} {1e6 / pipe.latency_us:8.0f} {pipe.depth:5d}  "
+                    f"{gain if name == 'throughput' else 1.0:6.2f}x  {pipe.bottleneck}{note}"
+                )
+            bound, searched = extra["bound"], extra["searched"]
+            print(
+                f"{'':<13} {'':<17} {'':<10} at the search's prices: period {searched:.1f} us, "
+                f"none below {bound:.1f} us (gap at most {searched / bound - 1:.0%})"
+                if bound
+                else f"{'':<13} {'':<17} {'':<10} (beam-cut search: no bound)",
+                f"({time.perf_counter() - start:.1f} s to place both)",
+            )
+            if args.simulate and platform in SIMULATED:
+                sims = simulate(platform, model, Path(args.simulate))
+                for name, (report, error) in sims.items():
+                    estimate = rows[name].frames_period_us
+                    checked = "" if error is None else f", frames vs onnxruntime max |diff| {error:.1e}"
+                    print(
+                        f"{'':<13} {'':<17} {name[:3] + ' sim':<10} {report.latency_us:8.1f}u {report.period_us:8.1f}u "
+                        f"{report.fps:8.0f} {1e6 / report.latency_us:8.0f} {report.depth:5d}  "
+                        f"sim/est period {report.period_us / estimate:.2f}x ({report.frames} frames{checked})"
+                    )
+                    if error is not None and not np.isfinite(error):
+                        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
