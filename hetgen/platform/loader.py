@@ -40,9 +40,6 @@ OPTION_KEYS = ("placement", "pins", "threads", "tuning", "memory", "layout", "ca
 # frames pipelined across devices (hetgen/partition/throughput.py).
 OBJECTIVES = ("latency", "throughput", "energy")
 PLACEMENTS = ("cost", "greedy")  # cost: least estimated latency; greedy: first claiming pattern wins
-# latency: one frame as fast as it can go; throughput: frames pipelined across devices, the least
-# steady-state period (hetgen/partition/throughput.py)
-OBJECTIVES = ("latency", "throughput")
 DEFAULT_OPTIONS = FrozenMap({"placement": "cost", "pins": FrozenMap(), "threads": 1})
 MAX_FILE_BYTES = 256 << 10  # shipped platforms are under 2 KiB; PyYAML parses ~200 KiB/s
 
