@@ -21,6 +21,7 @@ from hetgen.partition.space import SearchSpace
 from hetgen.platform import load_platform_text
 from hetgen.spec import build_kernel_specs
 from partition_fixtures import conv_relu_net, random_dag, random_platform, residual_net, soc, transformer
+from tests.test_baremetal import COMPOSITE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -134,19 +135,7 @@ def test_a_chain_is_bounded_by_its_least_sum_of_groups_and_copies():
 
 
 # tests/test_baremetal.py's Cortex-M7 root whose accelerator has a Cortex-M4 co-processor
-CORTEX_M_COPROCESSOR = """
-name: mm
-target:
-  kind: cortex-m7
-  runtime: aot
-  devices:
-    vdevice0:
-      kind: accelerator-with-coprocessor
-      link: {bandwidth_gbps: 1, latency_us: 5}
-      host: {kind: cortex-m4, runtime: graph}
-      devices:
-        npu0: {kind: npu, sram_kib: 128, macs_per_cycle: 64, clock_mhz: 400}
-"""
+CORTEX_M_COPROCESSOR = COMPOSITE
 
 
 def test_a_slow_controller_gives_a_finite_bound_without_warnings():
