@@ -10,7 +10,8 @@ graph; graphs of over 1,000 groups get none.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from hetgen.partition.assemble import chosen_makespan
 from hetgen.partition.space import Candidate, SearchSpace
@@ -28,7 +29,31 @@ def improve_makespan(
     evaluations = EVALUATION_BUDGET // max(len(chosen), 1)
     if evaluations < MIN_EVALUATIONS:  # too big a graph for the climb to try its heavy groups
         return chosen, 0.0, 0.0
-    start = best = chosen_makespan(space, candidates, chosen)
+    start = chosen_makespan(space, candidates, chosen)
+    chosen, best = climb(
+        candidates,
+        chosen,
+        start,
+        lambda trial: chosen_makespan(space, candidates, trial),
+        lambda a, b: a < b - EPSILON_US,
+        evaluations,
+    )
+    return chosen, best, start
+
+
+def climb(
+    candidates: tuple[Candidate, ...],
+    chosen: Sequence[int],
+    score: Any,
+    score_of: Callable[[list[int]], Any],
+    better: Callable[[Any, Any], bool],
+    evaluations: int,
+) -> tuple[list[int], Any]:
+    """A first-improvement climb over single moves (one group to another target), at most
+    `evaluations` scores: (the choice it ends at, its score). `score` is `chosen`'s; `better(a, b)`
+    says a beats b. The heaviest groups are tried first (moving them changes the most), each
+    group's alternatives cheapest first."""
+    chosen = list(chosen)
     by_nodes: dict[tuple[int, ...], list[Candidate]] = {}
     for c in candidates:
         by_nodes.setdefault(c.nodes, []).append(c)
@@ -36,7 +61,6 @@ def improve_makespan(
     improved = True
     while improved and evaluations > 0:
         improved = False
-        # the heaviest groups first: moving them changes the most
         for cid in sorted(chosen, key=lambda i: (-by_id[i].compute_us, i)):
             if cid not in chosen:
                 continue
@@ -46,8 +70,8 @@ def improve_makespan(
                     continue
                 evaluations -= 1
                 trial = [other.id if i == cid else i for i in chosen]
-                us = chosen_makespan(space, candidates, trial)
-                if us < best - EPSILON_US:
-                    chosen, best, improved = trial, us, True
+                trial_score = score_of(trial)
+                if better(trial_score, score):
+                    chosen, score, improved = trial, trial_score, True
                     break
-    return chosen, best, start
+    return chosen, score

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from hetgen.partition.assemble import _copy_us, in_program_order
 from hetgen.partition.cost import Topology
 from hetgen.partition.fused import legal_fusions
+from hetgen.partition.overlap import climb
 from hetgen.partition.placement import Group
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.partition.timeline import estimated_timing, placement_program
@@ -151,33 +152,19 @@ def for_throughput(
 ) -> tuple[list[int], float, float]:
     """The choice of least (period, makespan) the climb finds from each of `starts`, with its period
     and the period of the first start (the latency search's choice)."""
-    by_nodes: dict[tuple[int, ...], list[Candidate]] = {}
-    for c in candidates:
-        by_nodes.setdefault(c.nodes, []).append(c)
-    by_id = {c.id: c for c in candidates}
     best_choice, best, first = None, None, None
     for start in starts:
-        chosen = list(start)
-        score = chosen_period(space, candidates, chosen)
+        score = chosen_period(space, candidates, list(start))
         if first is None:
             first = score[0]
-        evaluations = EVALUATION_BUDGET // max(len(chosen), 1)
-        improved = True
-        while improved and evaluations > 0:
-            improved = False
-            for cid in sorted(chosen, key=lambda i: (-by_id[i].compute_us, i)):
-                if cid not in chosen:
-                    continue
-                here = by_id[cid]
-                for other in sorted(by_nodes[here.nodes], key=lambda c: (c.compute_us, c.id)):
-                    if other.id == cid or other.loc == here.loc or evaluations <= 0:
-                        continue
-                    evaluations -= 1
-                    trial = [other.id if i == cid else i for i in chosen]
-                    trial_score = chosen_period(space, candidates, trial)
-                    if _better(trial_score, score):
-                        chosen, score, improved = trial, trial_score, True
-                        break
+        chosen, score = climb(
+            candidates,
+            start,
+            score,
+            lambda trial: chosen_period(space, candidates, trial),
+            _better,
+            EVALUATION_BUDGET // max(len(start), 1),
+        )
         if best is None or _better(score, best):
             best_choice, best = chosen, score
     return best_choice, best[0], first
