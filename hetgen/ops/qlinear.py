@@ -341,13 +341,28 @@ def _tap_table(win, k_dim: int) -> dict:
     }
 
 
+def _shared_gap_plane(win, padded) -> tuple[tuple[int, int, int], int]:
+    """The depthwise kernels' padded plane, (depth, height, width), and its bytes: one gap of padding
+    between consecutive rows, the right padding of a row being the left padding of the next (a tap
+    reads at most `begin` columns left of its row and `right` right of it, so a gap of the larger
+    holds both), where the plane of padded_plane has both; the bytes run on past the last row by the
+    right padding its taps read. A plane of stride 1 computes the gap's columns and drops them
+    (hg_qg_dw_plane_q): ds_cnn's 5-wide rows take 6 of them a row instead of 7."""
+    in_w, out_w, begin = win.in_shape[2], win.out_shape[2], win.pads_begin[2]
+    spanned = (out_w - 1) * win.strides[2] + (win.kernel[2] - 1) * win.dilations[2] + 1
+    right = max(0, spanned - begin - in_w)
+    shape = (padded[0], padded[1], in_w + max(begin, right))
+    return shape, math.prod(shape) + max(0, spanned - shape[2])
+
+
 def _depthwise_rows_offer(
     w: int, x_type: TensorType, win, padded, out_channels: int, requant, symmetric: bool
 ) -> Prepacked:
     """Depthwise on an application core: each input plane once into a zero-point-padded byte
     plane, then output rows through hg_qgemm.h's vector row kernels (qconv_direct.c.j2); the
     weights as they are (the offer changes the kernel, not the layout)."""
-    plane_bytes = align(math.prod(padded) + DW_SLACK)  # the row kernel reads up to DW_SLACK past a row
+    padded, plane_size = _shared_gap_plane(win, padded)
+    plane_bytes = align(plane_size + DW_SLACK)  # the row kernel reads up to DW_SLACK past a row
     sums_bytes = align(4 * win.out_shape[2])  # one output row's int32 sums
     scale_bytes = align(4 * out_channels) if requant else 0
     # stride 1 along rows and columns, requantised: a whole output plane per call of
@@ -368,7 +383,7 @@ def _depthwise_rows_offer(
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
         "pad_plane_w": padded[2],
-        "pad_plane_size": math.prod(padded),
+        "pad_plane_size": plane_size,
         "masked": masked,
         "tap_rows": rows_h,
         "tap_cols": cols_w,
