@@ -443,7 +443,14 @@ def test_conv_strategies_and_cost():
     assert pointwise.params["variant"] == "pointwise"
     assert pointwise.flops == 2 * 16 * 100 * 8
     im2col = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 3, 3)], [(1, 16, 8, 8)])
-    assert im2col.params["variant"] == "implicit" and im2col.scratch_bytes > 0
+    # the input as phase planes first in the workspace, the GEMM's packing after them
+    assert im2col.params["variant"] == "implicit_planes"
+    assert im2col.scratch_bytes == im2col.params["planes"]["bytes"] + im2col.params["pack_bytes"] > 4 * 8 * 10 * 10
+    # from the input as it lies: a 3-D window, and planes past their share of the GEMM's B buffer
+    volume = lowered("Conv", {}, [(1, 2, 4, 6, 6), (4, 2, 3, 3, 3)], [(1, 4, 2, 4, 4)])
+    large = lowered("Conv", {}, [(1, 1, 512, 512), (4, 1, 3, 3)], [(1, 4, 510, 510)])
+    for kernel in (volume, large):
+        assert kernel.params["variant"] == "implicit" and kernel.params["planes"] is None
 
 
 def test_unsupported_dtype_is_reported():

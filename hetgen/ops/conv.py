@@ -11,7 +11,9 @@ out loops:
 - `winograd` for 3x3 stride-1 layers with enough channels and constant weights (`_winograd.py`);
 - `implicit` otherwise (implicit GEMM): no im2col buffer; the GEMM asks a packing function for
   each block of B it needs, and that function gathers the taps straight into the micro-kernel's
-  panels (zeros for padding).
+  panels (zeros for padding); `implicit_planes` where the input, copied once into zero-padded
+  phase planes, fits the GEMM's own B buffer: the taps are then gathered from the planes, as
+  unclipped runs (`_conv_planes.py`).
 The weights are the GEMM's A operand; when they are constant they are packed into the
 micro-kernel's panels at generate time (`Prepacked`), so no run packs them. Bias and fused
 activations run in the GEMM epilogue, on each finished tile of the output while it is in L1; so
@@ -25,7 +27,7 @@ from enum import Enum
 
 import numpy as np
 
-from hetgen.ops import _gemm_plan, _in_place, _parallel, _winograd
+from hetgen.ops import _conv_planes, _gemm_plan, _in_place, _parallel, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
@@ -41,6 +43,7 @@ class ConvVariant(str, Enum):
     DIRECT = "direct"
     POINTWISE = "pointwise"
     IMPLICIT = "implicit"
+    IMPLICIT_PLANES = "implicit_planes"
     WINOGRAD = "winograd"
     DEPTHWISE = "depthwise"
 
@@ -186,6 +189,10 @@ def lower(op: OpInstance) -> Kernel:
     variant = strategy(groups, cin_group, win)
     k_dim = cin_group * win.kernel_size
     pack = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks) if variant != "direct" else 0
+    planes = _conv_planes.planes(win, cin_group, op.gemm_blocks) if variant == "implicit" else None
+    if planes is not None:
+        variant = ConvVariant.IMPLICIT_PLANES
+    planes_bytes = planes["bytes"] if planes else 0  # the planes come first in the workspace
     has_bias = op.has_input(2)
     # a residual Add fused into this Conv (hetgen/spec/patterns.py): input 3, the output's shape
     residual = op.has_input(3)
@@ -206,6 +213,7 @@ def lower(op: OpInstance) -> Kernel:
         "cout_group": cout_group,
         "k_dim": k_dim,
         "pack_bytes": pack,
+        "planes": planes,
         # the cache blocks `pack` was sized for, passed to the GEMM (a layer may have its own: prepack.py)
         "gemm_kc": op.gemm_blocks.kc,
         "gemm_nc": op.gemm_blocks.nc,
@@ -251,7 +259,7 @@ def lower(op: OpInstance) -> Kernel:
         group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
         packed = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks, a_packed=True)
         panel_params = {"w_packed": True, "w_group_floats": group_floats, "pack_bytes": packed}
-        panels = Prepacked(1, lambda w: weight_panels(w, groups), panel_params, packed)
+        panels = Prepacked(1, lambda w: weight_panels(w, groups), panel_params, planes_bytes + packed)
         prepacked = (panels,)
         if _winograd.eligible(win, groups, channels, out_channels):
             # Alternatives for the same weights, the faster first: Winograd's 16/9 larger weights
@@ -266,7 +274,7 @@ def lower(op: OpInstance) -> Kernel:
     return Kernel(
         template=variant.template,
         params=params,
-        scratch_bytes=pack,
+        scratch_bytes=planes_bytes + pack,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
         helpers=helpers,
