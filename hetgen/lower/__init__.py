@@ -36,7 +36,7 @@ from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.partition.cascades import cascade_units
 from hetgen.partition.choices import Choices, banked, placement_makespan_of, stale
-from hetgen.partition.placement import Placement
+from hetgen.partition.placement import Placement, crossing_tensors
 from hetgen.platform.banks import bank_of
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Runtime, Target
@@ -319,7 +319,7 @@ def _lower(
     programs = []
     for target in executing:
         if target in isolated:
-            run = (tiled, cascades, cascade_functions)
+            run = (tiled, cascades, cascade_functions, _crossing_on(placement, source_graph, target))
             entries = [
                 tuple(_tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_sizes[target]))
                 for entry in schedule.entries.get(target, [[]])
@@ -379,11 +379,31 @@ def _lower(
     )
 
 
+def _crossing_on(placement: Placement, graph: Graph, target: Target) -> frozenset[str]:
+    """The tensors `target`'s groups share with other targets where its device keeps them in DRAM in
+    the controller's layout (the device model's linear_burst_bytes; none elsewhere): their DMAs are
+    marked `Work.linear`, as the cost model priced them (`cost.crossing_us`)."""
+    if not target.figures.linear_burst_bytes:
+        return frozenset()
+    target_of = {node: group.target for group in placement.groups for node in group.nodes}
+    crossing: set[str] = set()
+    for group in placement.groups:
+        if group.target == target.path_str:
+            crossing |= crossing_tensors(graph, target_of, group.nodes)
+    return frozenset(crossing)
+
+
 def _tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_size) -> list:
     """A tiled accelerator's sub-program: each kernel call becomes its unit's tile commands; a
-    cascade's first unit's call becomes the cascade's command list, its other units' calls nothing."""
-    tiled, cascades, cascade_functions = run
+    cascade's first unit's call becomes the cascade's command list, its other units' calls nothing.
+    DMAs of the tensors in `crossing` (run's last) are marked as the controller's linear tensors."""
+    tiled, cascades, cascade_functions, crossing = run
     steps = []
+
+    def linear_of(unit: int) -> dict[str, int]:
+        positions = tensor_names(units[unit].nodes, units[unit].inputs)
+        types = resolver.graph.types
+        return {position: types[name].dtype.itemsize for position, name in positions.items() if name in crossing}
 
     def tensor_ref_of(unit: int):
         renamed = dict(zip(units[unit].inputs, unit_inputs[unit]))
@@ -403,9 +423,10 @@ def _tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_size) ->
         elif step.unit in cascades:
             members, program = cascades[step.unit]
             refs = [tensor_ref_of(unit) for unit in members]
-            steps += cascade_steps(program, cascade_functions[step.unit], refs, sram_size, sram_size)
+            linear = [linear_of(unit) for unit in members]
+            steps += cascade_steps(program, cascade_functions[step.unit], refs, sram_size, sram_size, linear)
         elif step.unit in tiled:
-            steps += tiled_steps(tiled[step.unit], tensor_ref_of(step.unit), sram_size, sram_size)
+            steps += tiled_steps(tiled[step.unit], tensor_ref_of(step.unit), sram_size, sram_size, linear_of(step.unit))
     return steps
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from hetgen.partition.cost import format_bytes, weight_load_us
+from hetgen.partition.cost import crossing_us, format_bytes, weight_load_us
 from hetgen.partition.fused import legal_fusions
 from hetgen.partition.pins import Pin
 from hetgen.partition.placement import (
@@ -19,6 +19,7 @@ from hetgen.partition.placement import (
     Refusal,
     Tiling,
     Transfer,
+    crossing_tensors,
     refusal_text,
 )
 from hetgen.partition.price import price
@@ -54,6 +55,7 @@ def assemble(
     refused = _refusals_by_node(space)
     for refusal in unclaimed_refusals:  # "no pattern matches" too
         refused.setdefault(space.node_index[refusal.node], []).append(refusal)
+    target_of = {node.name: space.paths[loc_of_node[i]] for i, node in enumerate(space.graph.nodes)}
     groups = []
     routes: dict[tuple[int, int], tuple] = {}
     loads: dict[tuple, tuple[int, float]] = {}  # the plans kept alive by the kernel table: ids stay unique
@@ -68,7 +70,7 @@ def assemble(
                 space.paths[c.loc],
                 names,
                 c.label,
-                c.compute_us,
+                c.compute_us + _crossing_us(space, c, target_of),
                 alternatives,
                 reason,
                 refusals,
@@ -154,6 +156,22 @@ def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
     return tuple(
         LinkUse(below, link.bandwidth_gbps, link.latency_us)
         for below, link in space.topology.hops(space.paths[src], space.paths[dst])
+    )
+
+
+def _crossing_us(space: SearchSpace, c: Candidate, target_of: Mapping[str, str]) -> float:
+    """What `c` takes more for the tensors it shares with other places where its device keeps them
+    in DRAM in the controller's layout (`cost.crossing_us`; 0 elsewhere)."""
+    target = space.targets[c.loc]
+    if not target.figures.linear_burst_bytes:
+        return 0.0
+    nodes = [space.graph.nodes[n] for n in c.nodes]
+    scale = space.calibration.scale_for(target)
+    crossing = crossing_tensors(space.graph, target_of, tuple(node.name for node in nodes))
+    # the candidate's price has the graph's own inputs and outputs already (SearchSpace._candidates)
+    priced = space.graph_io(nodes)
+    return crossing_us(target, c.efficiency, scale, space.graph, nodes, space.kernels, crossing) - crossing_us(
+        target, c.efficiency, scale, space.graph, nodes, space.kernels, priced
     )
 
 

@@ -26,7 +26,7 @@ from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.ops.base import Unsupported
 from hetgen.partition.cost import Topology
-from hetgen.partition.placement import Cascade, Group, Placement
+from hetgen.partition.placement import Cascade, Group, Placement, crossing_tensors
 from hetgen.partition.price import price
 from hetgen.partition.timeline import placement_makespan
 from hetgen.platform.model import Platform, Target
@@ -49,6 +49,9 @@ class _Link:
     names: Mapping[str, str]  # its position names (in0, out0, ...) -> the graph's tensors
     reads: str  # the unit's activation
     writes: str  # its output
+    # the positions of its tensors the controller writes or reads, on a device that keeps those in
+    # DRAM in its linear layout (placement.crossing_tensors; empty elsewhere), with their element bytes
+    linear: frozenset[tuple[str, int]] = frozenset()
 
 
 def cascading(platform: Platform) -> bool:
@@ -184,7 +187,15 @@ def _link(group: Group, graph: Graph, by_name, targets: Mapping[str, Target], pl
         return None
     layer = replace(layer, name=chain[0].name)
     outputs = [name for name in chain[-1].outputs if name]
-    return _Link(group, layer, plan, op, tensor_names(chain, inputs), inputs[0], outputs[0])
+    names = tensor_names(chain, inputs)
+    linear: frozenset[tuple[str, int]] = frozenset()
+    if target.figures.linear_burst_bytes:
+        target_of = {node: g.target for g in placement.groups for node in g.nodes}
+        crossing = crossing_tensors(graph, target_of, group.nodes)
+        linear = frozenset(
+            (position, graph.types[name].dtype.itemsize) for position, name in names.items() if name in crossing
+        )
+    return _Link(group, layer, plan, op, names, inputs[0], outputs[0], linear)
 
 
 def cascade_units(
@@ -284,7 +295,7 @@ def _priced(links: Sequence[_Link], capacity: int, target: Target) -> tuple[Casc
         program = cascade_program([link.op for link in links], layers, plan.stripe)
     except Unsupported:
         return None
-    return plan, first.launch_us + scale * program_us(program, layers)
+    return plan, first.launch_us + scale * program_us(program, layers, [link.linear for link in links])
 
 
 def _cascade(links: Sequence[_Link], plan: CascadePlan, cost_us: float) -> Cascade:

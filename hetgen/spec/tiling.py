@@ -42,7 +42,7 @@ from hetgen.spec.tile_shapes import (
     tensor_names,
     unit_op,
 )
-from hetgen.spec.work import Engine, brick_bytes, depth_factor, instance_work
+from hetgen.spec.work import Engine, Linear, brick_bytes, depth_factor, instance_work, linear_bytes
 
 __all__ = ["Action", "Block", "Rates", "TilePlan", "Unfit", "plan_us", "tensor_names", "unit_plan"]
 
@@ -432,6 +432,11 @@ class Rates:
     # The DMA fetches a feature map's pixels in bricks of this many channels (the device model's
     # dma_brick_channels, `work.brick_bytes`; 0: not modelled), as hg_sim.c counts.
     dma_brick_channels: int = 0
+    # The tensors the controller writes and reads, in DRAM in its linear layout: a DMA of one takes
+    # a burst of this many bytes per access of a pixel's channels, a write access at most
+    # linear_write_bytes (the device model's; `work.linear_bytes`; 0: not modelled), as hg_sim.c counts.
+    linear_burst_bytes: int = 0
+    linear_write_bytes: int = 0
 
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
@@ -458,24 +463,29 @@ def _tile_bytes(tile: Tile) -> int:
 # one plan object and placement asks for its time once per device instead of once per candidate
 # group (a 5,000-node graph asks thousands of times). Keyed by id(plan) because plans hold kernels
 # (numpy constants) that do not hash; the value keeps the plan alive, so its id stays unique.
-_PLAN_US: dict[tuple[int, Rates], tuple[TilePlan, float]] = {}
+_PLAN_US: dict[tuple[int, Rates, frozenset[tuple[str, int]]], tuple[TilePlan, float]] = {}
 _PLAN_US_LIMIT = 8192
 
 
-def plan_us(plan: TilePlan, rates: Rates) -> float:
-    """The plan's time on two engines that run in order and wait as its commands say."""
-    key = (id(plan), rates)
+def plan_us(plan: TilePlan, rates: Rates, linear: frozenset[tuple[str, int]] = frozenset()) -> float:
+    """The plan's time on two engines that run in order and wait as its commands say; `linear`: the
+    positions (`in0`, `out0`, ...) of its tensors the controller writes or reads, with their element
+    bytes, which stay in DRAM in its linear layout (`Rates.linear_burst_bytes`: DMA'd a pixel at a
+    time at the DRAM's rate)."""
+    linear = linear if rates.linear_burst_bytes else frozenset()
+    key = (id(plan), rates, linear)
     cached = _PLAN_US.get(key)
     if cached is not None and cached[0] is plan:
         return cached[1]
     if len(_PLAN_US) >= _PLAN_US_LIMIT:
         _PLAN_US.clear()
-    us = _timeline_us(plan, rates)
+    us = _timeline_us(plan, rates, linear)
     _PLAN_US[key] = (plan, us)
     return us
 
 
-def _timeline_us(plan: TilePlan, rates: Rates) -> float:
+def _timeline_us(plan: TilePlan, rates: Rates, linear: frozenset[tuple[str, int]] = frozenset()) -> float:
+    element_bytes = dict(linear)
     utilisation = [mac_utilisation(products, rates) for products in plan.mac_products]
     if rates.mac_depth_block:  # channels rounded up to the array's depth blocks: fewer useful MACs a step
         utilisation = [
@@ -486,7 +496,22 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
     def step(command) -> tuple:
         if command.is_dma:
             weights = command.action is Action.LOAD and _is_constant(plan, command.operand)
-            nbytes = plan.block_of(command).nbytes
+            block = plan.block_of(command)
+            nbytes = block.nbytes
+            if block.tensor in element_bytes:  # the controller's tensor: from (to) DRAM, a pixel an access
+                direction = Linear.READ if command.action is Action.LOAD else Linear.WRITE
+                nbytes = linear_bytes(
+                    nbytes,
+                    block_channels(plan, command),
+                    element_bytes[block.tensor],
+                    direction,
+                    rates.linear_burst_bytes,
+                    rates.mac_depth_block,
+                    rates.linear_write_bytes,
+                )
+                # at the DRAM's rate and latency: the weights' memory's (their DMA's figures)
+                dma, overhead, hidden = rates.dma_step(nbytes, weights=True)
+                return True, command.after, dma, overhead, hidden
             if rates.dma_brick_channels and not weights:  # a feature map's pixels in whole bricks
                 nbytes = brick_bytes(nbytes, block_channels(plan, command), rates.dma_brick_channels)
             dma, overhead, hidden = rates.dma_step(nbytes, weights)
