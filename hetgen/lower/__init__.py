@@ -36,7 +36,7 @@ from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.partition.cascades import cascade_units
 from hetgen.partition.choices import Choices, banked, placement_makespan_of, stale
-from hetgen.partition.placement import Placement, crossing_tensors
+from hetgen.partition.placement import Placement
 from hetgen.platform.banks import bank_of
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Runtime, Target
@@ -319,7 +319,7 @@ def _lower(
     programs = []
     for target in executing:
         if target in isolated:
-            run = (tiled, cascades, cascade_functions, _crossing_on(placement, source_graph, target))
+            run = (tiled, cascades, cascade_functions, _crossing_on(placement, target))
             entries = [
                 tuple(_tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_sizes[target]))
                 for entry in schedule.entries.get(target, [[]])
@@ -379,18 +379,11 @@ def _lower(
     )
 
 
-def _crossing_on(placement: Placement, graph: Graph, target: Target) -> frozenset[str]:
+def _crossing_on(placement: Placement, target: Target) -> frozenset[str]:
     """The tensors `target`'s groups share with other targets where its device keeps them in DRAM in
-    the controller's layout (the device model's linear_burst_bytes; none elsewhere): their DMAs are
-    marked `Work.linear`, as the cost model priced them (`cost.crossing_us`)."""
-    if not target.figures.linear_burst_bytes:
-        return frozenset()
-    target_of = {node: group.target for group in placement.groups for node in group.nodes}
-    crossing: set[str] = set()
-    for group in placement.groups:
-        if group.target == target.path_str:
-            crossing |= crossing_tensors(graph, target_of, group.nodes)
-    return frozenset(crossing)
+    the controller's layout (`Group.crossing`, as the placement priced them; none elsewhere): their
+    DMAs are marked `Work.linear`."""
+    return frozenset(name for group in placement.groups if group.target == target.path_str for name in group.crossing)
 
 
 def _tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_size) -> list:

@@ -61,6 +61,7 @@ def assemble(
     loads: dict[tuple, tuple[int, float]] = {}  # the plans kept alive by the kernel table: ids stay unique
     for k, c in enumerate(picked):
         alternatives = _alternatives(space, c, starts, loc_of_node, routes)
+        crossing = _crossing(space, c, target_of)
         names = tuple(space.graph.nodes[n].name for n in c.nodes)
         reason = _reason(space, c, mode, alternatives, pins, [unclaimed_reason.get(name) for name in names])
         refusals = tuple(dict.fromkeys(r for n in c.nodes for r in refused.get(n, ())))
@@ -70,7 +71,7 @@ def assemble(
                 space.paths[c.loc],
                 names,
                 c.label,
-                c.compute_us + _crossing_us(space, c, target_of),
+                c.compute_us + _crossing_us(space, c, crossing),
                 alternatives,
                 reason,
                 refusals,
@@ -78,6 +79,7 @@ def assemble(
                 *_weights(space, c, loads),
                 _tile_plans(space, c),
                 c.efficiency,
+                crossing=crossing,
             )
         )
     crossed: dict[tuple[int, int], tuple] = {}  # (from, to) -> the links and DMA engines a copy uses
@@ -159,15 +161,22 @@ def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
     )
 
 
-def _crossing_us(space: SearchSpace, c: Candidate, target_of: Mapping[str, str]) -> float:
-    """What `c` takes more for the tensors it shares with other places where its device keeps them
-    in DRAM in the controller's layout (`cost.crossing_us`; 0 elsewhere)."""
+def _crossing(space: SearchSpace, c: Candidate, target_of: Mapping[str, str]) -> frozenset[str]:
+    """The tensors `c` shares with other places, where its device keeps them in DRAM in the
+    controller's layout (the device model's linear_burst_bytes); none elsewhere."""
+    if not space.targets[c.loc].figures.linear_burst_bytes:
+        return frozenset()
+    return crossing_tensors(space.graph, target_of, tuple(space.graph.nodes[n].name for n in c.nodes))
+
+
+def _crossing_us(space: SearchSpace, c: Candidate, crossing: frozenset[str]) -> float:
+    """What `c` takes more for the tensors it shares with other places (`crossing`) where its device
+    keeps them in DRAM in the controller's layout (`cost.crossing_us`; 0 elsewhere)."""
     target = space.targets[c.loc]
-    if not target.figures.linear_burst_bytes:
+    if not crossing:
         return 0.0
     nodes = [space.graph.nodes[n] for n in c.nodes]
     scale = space.calibration.scale_for(target)
-    crossing = crossing_tensors(space.graph, target_of, tuple(node.name for node in nodes))
     # the candidate's price has the graph's own inputs and outputs already (SearchSpace._candidates)
     priced = space.graph_io(nodes)
     return crossing_us(target, c.efficiency, scale, space.graph, nodes, space.kernels, crossing) - crossing_us(

@@ -72,6 +72,10 @@ class Group:
     # On a root with memory banks (hetgen/partition/choices.py `banked`): its traffic's time in
     # each bank it touches, (bank, us), the memory term inside cost_us; () elsewhere.
     bank_us: tuple[tuple[str, float], ...] = ()
+    # On a device that keeps the tensors it shares with other targets in DRAM, linear (the device
+    # model's linear_burst_bytes): those tensors (`crossing_tensors`), priced so inside cost_us;
+    # lowering marks their DMAs (Work.linear) for the simulator. () elsewhere.
+    crossing: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from hetgen.platform.model import Platform, Role, Target
 from hetgen.spec import KernelTable
 from hetgen.spec.alias import alias_source
 from hetgen.spec.invocation import one_unit_per_invocation, tile_rates
-from hetgen.spec.work import Linear, brick_bytes, linear_bytes
+from hetgen.spec.work import Linear
 
 
 @dataclass(frozen=True)
@@ -135,24 +135,13 @@ class SearchSpace:
             if not target.figures.linear_burst_bytes or not one_unit_per_invocation(target):
                 continue
             rates = tile_rates(target)
-            dram = rates.us_per_weight_byte or rates.us_per_byte
             ways = []
             for direction in (Linear.READ, Linear.WRITE):
                 extra = []
                 for name, nbytes in zip(self.tensor_names, self.tensor_bytes):
                     kind = self.graph.types[name]
                     channels = kind.shape[1] if len(kind.shape) == 4 else 0
-                    linear = linear_bytes(
-                        nbytes,
-                        channels,
-                        kind.dtype.itemsize,
-                        direction,
-                        rates.linear_burst_bytes,
-                        rates.mac_depth_block,
-                        rates.linear_write_bytes,
-                    )
-                    own = brick_bytes(nbytes, channels, rates.dma_brick_channels) * rates.us_per_byte
-                    extra.append(max(0.0, linear * dram + rates.weight_setup_us - own) if channels else 0.0)
+                    extra.append(rates.linear_extra_us(nbytes, channels, kind.dtype.itemsize, direction))
                 ways.append(tuple(extra))
             self.linear_in[loc], self.linear_out[loc] = ways
 

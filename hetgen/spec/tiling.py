@@ -438,6 +438,26 @@ class Rates:
     linear_burst_bytes: int = 0
     linear_write_bytes: int = 0
 
+    def linear_extra_us(self, nbytes: int, channels: int, element_bytes: int, direction: int) -> float:
+        """What a DMA of `nbytes` of a tensor of `channels` channels takes more from (to) DRAM in the
+        controller's linear layout than as one of the device's own feature maps (its bricks at the
+        DMA's rate): the search's per-tensor price of a tensor crossing to or from the controller
+        (hetgen/partition/space.py); 0 where not modelled or not a feature map."""
+        if not self.linear_burst_bytes or not channels:
+            return 0.0
+        linear = linear_bytes(
+            nbytes,
+            channels,
+            element_bytes,
+            direction,
+            self.linear_burst_bytes,
+            self.mac_depth_block,
+            self.linear_write_bytes,
+        )
+        own = brick_bytes(nbytes, channels, self.dma_brick_channels) * self.us_per_byte
+        dram = self.us_per_weight_byte or self.us_per_byte
+        return max(0.0, linear * dram + self.weight_setup_us - own)
+
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
 
