@@ -377,6 +377,9 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     assert kernels.count("hg_qg_dw_row_q(") == len(strided)
     # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs, _triples, _rows_of_5 and _13)
     assert kernels.count("hg_qg_dw_masked_q(") == 6
+    # plain NEON's int16 grouping of depthwise_triples' channels, decided at generate time: rows, columns,
+    # pairs (its rows add up to 256), each product alone (a -128)
+    assert "_groups[4] = { 3, 4, 2, 0 };" in kernels
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")

@@ -256,7 +256,8 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         offers = (*offers, packed)
     elif variant == "direct" and op.constant(w) is not None:
         symmetric = op.input_types[w].dtype is DType.INT8 and _weight_correction(op, w_zero_point, w_zp) is None
-        offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant, symmetric))
+        groups = dw_tap_groups(op.constant(w), win.kernel) if symmetric and x_type.dtype is DType.INT8 else None
+        offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant, symmetric, groups))
     if op.constant(w) is not None:
         # the depthwise band goes after the multipliers, or after the scales computed per call
         band_offset = col_bytes + acc_bytes + (0 if multipliers else scale_bytes)
@@ -341,6 +342,30 @@ def _tap_table(win, k_dim: int) -> dict:
     }
 
 
+def dw_tap_groups(weights: np.ndarray, kernel: tuple[int, ...]) -> list[int]:
+    """How plain NEON's whole-plane depthwise kernel (hg_qg_dw_plane_q's `grouping`) sums each output
+    channel's taps, decided from the constant weights (zero point 0) of a layer with int8 inputs
+    (|x| <= 128): 3, three taps in int16 before widening (kernel rows, in tap order), where every three
+    consecutive taps' |w| add up to 255 at most (128 * 255 < 2^15); 4, three by columns of a 3 x 3
+    window where its rows do not; 2, two taps (any two fit while no weight is -128); 0, each product
+    widened alone."""
+    taps = math.prod(kernel)
+    flat = np.abs(np.asarray(weights, np.int32).reshape(len(weights), taps))
+    columns = flat.reshape(-1, 3, 3).transpose(0, 2, 1).reshape(-1, taps) if tuple(kernel[-2:]) == (3, 3) else None
+
+    def triples(w: np.ndarray) -> bool:
+        return taps % 3 == 0 and bool(np.all(w.reshape(-1, 3).sum(axis=1) <= 255))
+
+    def group(m: int) -> int:
+        if taps > 16 or flat[m].max() > 127:
+            return 0
+        if triples(flat[m]):
+            return 3
+        return 4 if columns is not None and triples(columns[m]) else 2
+
+    return [group(m) for m in range(len(flat))]
+
+
 def _shared_gap_plane(win, padded) -> tuple[tuple[int, int, int], int]:
     """The depthwise kernels' padded plane, (depth, height, width), and its bytes: one gap of padding
     between consecutive rows, the right padding of a row being the left padding of the next (a tap
@@ -356,7 +381,7 @@ def _shared_gap_plane(win, padded) -> tuple[tuple[int, int, int], int]:
 
 
 def _depthwise_rows_offer(
-    w: int, x_type: TensorType, win, padded, out_channels: int, requant, symmetric: bool
+    w: int, x_type: TensorType, win, padded, out_channels: int, requant, symmetric: bool, groups: list[int] | None
 ) -> Prepacked:
     """Depthwise on an application core: each input plane once into a zero-point-padded byte
     plane, then output rows through hg_qgemm.h's vector row kernels (qconv_direct.c.j2); the
@@ -402,6 +427,7 @@ def _depthwise_rows_offer(
             for kw in range(win.kernel[2])
         ],
         "slab_stride": win.strides[0] * padded[1] * padded[2],  # one output depth's plane
+        "tap_groups": groups,
     }
     return Prepacked(
         w,

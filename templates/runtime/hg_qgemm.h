@@ -702,41 +702,6 @@ static inline void hg_qg_dw_rows_out(uint8_t *y, const uint8_t *v, size_t out_h,
         memcpy(y + oh * out_w, v + oh * pw, out_w);
 }
 #endif
-#if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
-/* How many of a depthwise channel's taps plain NEON may sum in int16 before widening (int8 bytes, so
-   |x| <= 128): 3 where ntaps is a multiple of 3 and each run of 3 taps in `order` has sum(|w|) <= 255
-   (128 * 255 < 2^15), trying the taps in order (a 3-wide window's rows), then for a 3 x 3 window by
-   columns; else 2 where every weight is in [-127, 127] (taps in order); else 0 (each product widened
-   alone). order: the taps' order, ntaps of them. */
-static inline size_t hg_qg_dw_triples(const int32_t *w, size_t ntaps, size_t *order)
-{
-    int fits = 1;
-    for (size_t t = 0; t < ntaps; ++t) {
-        fits &= w[t] >= -127 && w[t] <= 127;
-        order[t] = t;
-    }
-    if (!fits)
-        return 0;
-    for (int pass = 0; pass < 2 && ntaps % 3 == 0; ++pass) {
-        const int columns = pass == 1;
-        if (columns && ntaps != 9)
-            break;
-        int ok = 1;
-        for (size_t t = 0; t < ntaps; ++t)
-            order[t] = columns ? (t % 3) * 3 + t / 3 : t;
-        for (size_t t = 0; t < ntaps; t += 3) {
-            const int32_t a = w[order[t]], b = w[order[t + 1]], c = w[order[t + 2]];
-            ok &= (a < 0 ? -a : a) + (b < 0 ? -b : b) + (c < 0 ? -c : c) <= 255;
-        }
-        if (ok)
-            return 3;
-    }
-    for (size_t t = 0; t < ntaps; ++t)
-        order[t] = t;
-    return 2;
-}
-#endif
-
 /* Depthwise with stride 1 along the rows, a whole (2-D) output plane of out_h x out_w at once: the
    padded plane's rows are pw bytes apart, so output (oh, ow) at "virtual" index v = oh * pw + ow reads
    tap t at plane + off[t] + v, one contiguous run per tap for the whole plane (the pw - out_w
@@ -751,8 +716,10 @@ static inline size_t hg_qg_dw_triples(const int32_t *w, size_t ntaps, size_t *or
 
 static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, const uint8_t **taps, const int32_t *w,
                                     size_t ntaps, size_t pw, size_t out_h, size_t out_w, int x_signed, int32_t *sums,
-                                    uint8_t *vbytes, int32_t c, float s, int32_t zp, float lo, float hi, uint8_t *y)
+                                    uint8_t *vbytes, int32_t c, float s, int32_t zp, float lo, float hi, uint8_t *y,
+                                    int grouping)
 {
+    (void)grouping; /* plain NEON's (and SDOT's) alone */
 #if defined(HG_QG_PATH_AVX512VNNI)
     int fits = 1;
     int32_t wsum = 0;
@@ -805,23 +772,32 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
        int32x4 requantised into vbytes; reads up to 15 bytes past a tap's last (within HG_QG_DW_SLACK)
        for outputs that are dropped. int8 bytes (|x| <= 128) with weights in [-127, 127]: several taps'
        products summed in int16 (smull, then smlal) before they are widened onto the int32 sums (saddw,
-       4 instructions for 16 outputs), which is exact while 128 * sum(|w|) of the taps summed <= 32767:
-       three taps where the channel's weights allow it (hg_qg_dw_triples: each kernel row's, or for a
-       3 x 3 window each column's, |w| adding up to 255 at most: 3 widenings for 9 taps), else two
-       (|sum| <= 2 * 128 * 127 < 2^15: 5 widenings). Otherwise each tap's 16 bytes widened to int16,
-       smlal by its weight (a byte less a zero point: it fits int16). */
+       4 instructions for 16 outputs), exact while 128 * sum(|w|) of the taps summed <= 32767. grouping
+       (hetgen/ops/qlinear.py dw_tap_groups decides it per channel from the constant weights; -1: here,
+       2 or 0): 3, three taps in their order (a 3-wide window's rows), 4, three by the columns of a 3 x 3
+       window (3 widenings for 9 taps); 2, two taps (|sum| <= 2 * 128 * 127 < 2^15: 5 widenings); 0,
+       each tap's 16 bytes widened to int16, smlal by its weight (a byte less a zero point: it fits). */
     (void)taps;
     (void)sums;
     const size_t nv = (out_h - 1) * pw + out_w;
     const hg_qg_bounds b = hg_qg_bounds_of(zp, lo, hi);
-    size_t order[16];
-    const size_t group = x_signed && ntaps <= 16 ? hg_qg_dw_triples(w, ntaps, order) : 0;
+    if (grouping < 0) {
+        grouping = x_signed && ntaps <= 16 ? 2 : 0;
+        for (size_t t = 0; t < ntaps; ++t)
+            grouping = w[t] >= -127 && w[t] <= 127 ? grouping : 0;
+    }
+    size_t group = 0; /* the arrays below hold 16 taps, 15 in threes */
+    if ((grouping == 3 || grouping == 4) && ntaps <= 15 && ntaps % 3 == 0)
+        group = 3;
+    else if (grouping == 2 && ntaps <= 16)
+        group = 2;
     if (group == 3) {
         const uint8_t *p[15];
         int8x16_t wq[15];
         for (size_t t = 0; t < ntaps; ++t) {
-            p[t] = plane + off[order[t]];
-            wq[t] = vdupq_n_s8((int8_t)w[order[t]]);
+            const size_t tap = grouping == 4 ? (t % 3) * 3 + t / 3 : t;
+            p[t] = plane + off[tap];
+            wq[t] = vdupq_n_s8((int8_t)w[tap]);
         }
         for (size_t i = 0; i < nv; i += 16) {
             int32x4_t a0 = vdupq_n_s32(c), a1 = a0, a2 = a0, a3 = a0;
