@@ -78,6 +78,7 @@ def test_u65_figures_are_vela_ini_values():
     assert d["sram_bytes_per_cycle"] == 16 * float(section["Sram_clock_scale"])
     assert d["sram_kib"] * 1024 == int(ini["Memory_Mode.Dedicated_Sram_384KB"]["arena_cache_size"])
     assert d["memory_mode"] == "Dedicated_Sram"
+    assert d["linear_burst_bytes"] == int(section["Dram_burst_length"])  # the controller's tensors in DRAM
 
 
 def test_dma_reads_in_flight_are_vela_ini_values():
