@@ -1,6 +1,6 @@
 """Conv: 1-D, 2-D and 3-D convolution (NCHW), grouped and depthwise, with optional bias.
 
-Four strategies (`ConvVariant`, each a template of its own), chosen here so the templates only lay
+Five strategies (`ConvVariant`, each a template of its own), chosen here so the templates only lay
 out loops:
 - `direct` when each group has one input channel (depthwise): a direct loop, vectorised along the
   output row, bias and activation applied while the row is in cache, split between the worker
@@ -11,7 +11,11 @@ out loops:
 - `winograd` for 3x3 stride-1 layers with enough channels and constant weights (`_winograd.py`);
 - `implicit` otherwise (implicit GEMM): no im2col buffer; the GEMM asks a packing function for
   each block of B it needs, and that function gathers the taps straight into the micro-kernel's
-  panels (zeros for padding).
+  panels (zeros for padding);
+- `small`, on application cores, for an ungrouped layer of small planes and little work (LeNet's,
+  a keyword spotter's first convolution) that Winograd does not take, where packing would cost as
+  much as the arithmetic: a direct loop over phase planes with several output channels per load
+  (`_conv_small.py`), offered before the GEMM's panels.
 The weights are the GEMM's A operand; when they are constant they are packed into the
 micro-kernel's panels at generate time (`Prepacked`), so no run packs them. Bias and fused
 activations run in the GEMM epilogue, on each finished tile of the output while it is in L1; so
@@ -25,7 +29,7 @@ from enum import Enum
 
 import numpy as np
 
-from hetgen.ops import _gemm_plan, _in_place, _parallel, _winograd
+from hetgen.ops import _conv_small, _gemm_plan, _in_place, _parallel, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
@@ -43,6 +47,7 @@ class ConvVariant(str, Enum):
     IMPLICIT = "implicit"
     WINOGRAD = "winograd"
     DEPTHWISE = "depthwise"
+    SMALL = "small"  # small planes, direct (hetgen/ops/_conv_small.py)
 
     @property
     def template(self) -> str:
@@ -262,6 +267,14 @@ def lower(op: OpInstance) -> Kernel:
                 1, _winograd.weight_panels, wino_params, wino_scratch, template=ConvVariant.WINOGRAD.template
             )
             prepacked = (winograd, panels)
+        # not where Winograd applies: its 3x3 layers have their own transform of the weights
+        small = None if len(prepacked) > 1 else _conv_small.plan(win, channels, out_channels, groups, has_bias)
+        if small is not None:
+            # first: on an application core the direct kernel takes the weights as they are
+            small["variant"] = ConvVariant.SMALL
+            template = ConvVariant.SMALL.template
+            direct = Prepacked(1, _as_float32, small, small["sp_workspace_bytes"], template=template, hosted_only=True)
+            prepacked = (direct, *prepacked)
         prepacked = (_in_place.conv_offer(k_dim), *prepacked)  # bare metal: the weights read in flash
     return Kernel(
         template=variant.template,
