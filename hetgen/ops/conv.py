@@ -153,6 +153,13 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
                 "src_off": b - pad_w,
                 "zero_right": hi < wq,
                 "row_off": a - pad_h,
+                # a whole plane's phase rows whose input row s_h * r + a - pad_h lies in [0, in_h),
+                # where the copy starts in the input, and whether its columns are contiguous there
+                "rows_lo": min(hq, max(0, -(-(pad_h - a) // s_h))),
+                "rows_hi": min(hq, max(0, -(-(win.in_shape[1] + pad_h - a) // s_h))),
+                "src_first": (a - pad_h) * in_w + lo * s_w + b - pad_w,
+                "cols": hi - lo,
+                "unit_stride": s_w == 1,
             }
         )
     base = {ab: phase["base"] for ab, phase in zip(used, phases)}
@@ -165,6 +172,10 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
         "wq": wq,
         "halo": halo,
         "group_rows": group_rows,
+        # each unit one group of the whole plane (DS-CNN's 25x5, MobileNet's 7x7): every unit's phase
+        # planes have the same padding, zeroed once per call, and only the input is copied per plane
+        "whole_plane": group_rows >= win.out_shape[1]
+        and all(p["rows_lo"] < p["rows_hi"] and p["cols"] > 0 for p in phases),
         "phases": phases,
         # two partial sums (even and odd taps), so the loop body is two dependency chains, not one
         "taps": taps,
