@@ -34,6 +34,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_backend",
             "test_conformance",
             "test_conformance_pins",
+            "test_conv_small",
             "test_depthwise_plane",
             "test_dynamic_count",
             "test_einsum_topk",

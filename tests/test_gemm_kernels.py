@@ -174,7 +174,9 @@ def kernel_sources(out: Path) -> dict[str, str]:
 def test_constant_weights_reach_the_library_packed(tmp_path):
     out = hetgen.compile("host", conv_gemm_matmul_model(), out=tmp_path / "out", native_only=True, werror=True)
     sources = kernel_sources(out)
-    conv = [sources[name] for name in ("n0_conv", "n2_conv", "n3_conv")]
+    # the small strided 3x3 one reads the model's layout in its direct loop (hetgen/ops/_conv_small.py)
+    assert "Direct convolution of small planes" in sources["n0_conv"]
+    conv = [sources[name] for name in ("n2_conv", "n3_conv")]
     assert all(".a_panels = w" in text for text in conv)
     assert all(".b_panels = b" in sources[name] for name in ("n5_matmul", "n6_gemm"))
     # no operand of the model's layout is packed at run time: no strided A or B for the constants
@@ -199,7 +201,8 @@ def test_weights_given_at_run_time_are_packed_by_the_kernel(tmp_path):
 
 @pytest.mark.cc
 def test_packed_kernels_are_clean_under_asan_and_ubsan(tmp_path):
-    """Generate-time panels, implicit im2col and the epilogues, in a sanitized native build."""
+    """Generate-time panels, the small-plane direct convolution and the epilogues, in a sanitized
+    native build (implicit im2col: the run-time weights' test)."""
     model = tmp_path / "packed.onnx"
     onnx.save(conv_gemm_matmul_model(), model)
     out = tmp_path / "out"

@@ -1,6 +1,6 @@
 """Conv: 1-D, 2-D and 3-D convolution (NCHW), grouped and depthwise, with optional bias.
 
-Four strategies (`ConvVariant`, each a template of its own), chosen here so the templates only lay
+Five strategies (`ConvVariant`, each a template of its own), chosen here so the templates only lay
 out loops:
 - `direct` when each group has one input channel (depthwise): a direct loop, vectorised along the
   output row, bias and activation applied while the row is in cache, split between the worker
@@ -13,7 +13,11 @@ out loops:
   each block of B it needs, and that function gathers the taps straight into the micro-kernel's
   panels (zeros for padding); `implicit_planes` where the input, copied once into zero-padded
   phase planes, fits the GEMM's own B buffer: the taps are then gathered from the planes, as
-  unclipped runs (`_conv_planes.py`).
+  unclipped runs (`_conv_planes.py`);
+- `small`, on application cores, for an ungrouped layer of small planes and little work (LeNet's,
+  a keyword spotter's first convolution) that Winograd does not take, where packing would cost as
+  much as the arithmetic: a direct loop over phase planes with several output channels per load
+  (`_conv_small.py`), offered before the GEMM's panels.
 The weights are the GEMM's A operand; when they are constant they are packed into the
 micro-kernel's panels at generate time (`Prepacked`), so no run packs them. Bias and fused
 activations run in the GEMM epilogue, on each finished tile of the output while it is in L1; so
@@ -27,7 +31,7 @@ from enum import Enum
 
 import numpy as np
 
-from hetgen.ops import _conv_planes, _gemm_plan, _in_place, _parallel, _winograd
+from hetgen.ops import _conv_planes, _conv_small, _gemm_plan, _in_place, _parallel, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
@@ -46,6 +50,7 @@ class ConvVariant(str, Enum):
     IMPLICIT_PLANES = "implicit_planes"
     WINOGRAD = "winograd"
     DEPTHWISE = "depthwise"
+    SMALL = "small"  # small planes, direct (hetgen/ops/_conv_small.py)
 
     @property
     def template(self) -> str:
@@ -151,6 +156,13 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
                 "src_off": b - pad_w,
                 "zero_right": hi < wq,
                 "row_off": a - pad_h,
+                # a whole plane's phase rows whose input row s_h * r + a - pad_h lies in [0, in_h),
+                # where the copy starts in the input, and whether its columns are contiguous there
+                "rows_lo": min(hq, max(0, -(-(pad_h - a) // s_h))),
+                "rows_hi": min(hq, max(0, -(-(win.in_shape[1] + pad_h - a) // s_h))),
+                "src_first": (a - pad_h) * in_w + lo * s_w + b - pad_w,
+                "cols": hi - lo,
+                "unit_stride": s_w == 1,
             }
         )
     base = {ab: phase["base"] for ab, phase in zip(used, phases)}
@@ -163,6 +175,10 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
         "wq": wq,
         "halo": halo,
         "group_rows": group_rows,
+        # each unit one group of the whole plane (DS-CNN's 25x5, MobileNet's 7x7): every unit's phase
+        # planes have the same padding, zeroed once per call, and only the input is copied per plane
+        "whole_plane": group_rows >= win.out_shape[1]
+        and all(p["rows_lo"] < p["rows_hi"] and p["cols"] > 0 for p in phases),
         "phases": phases,
         # two partial sums (even and odd taps), so the loop body is two dependency chains, not one
         "taps": taps,
@@ -270,6 +286,14 @@ def lower(op: OpInstance) -> Kernel:
                 1, _winograd.weight_panels, wino_params, wino_scratch, template=ConvVariant.WINOGRAD.template
             )
             prepacked = (winograd, panels)
+        # not where Winograd applies: its 3x3 layers have their own transform of the weights
+        small = None if len(prepacked) > 1 else _conv_small.plan(win, channels, out_channels, groups, has_bias)
+        if small is not None:
+            # first: on an application core the direct kernel takes the weights as they are
+            small["variant"] = ConvVariant.SMALL
+            template = ConvVariant.SMALL.template
+            direct = Prepacked(1, _as_float32, small, small["sp_workspace_bytes"], template=template, hosted_only=True)
+            prepacked = (direct, *prepacked)
         prepacked = (_in_place.conv_offer(k_dim), *prepacked)  # bare metal: the weights read in flash
     return Kernel(
         template=variant.template,
