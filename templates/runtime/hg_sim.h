@@ -19,8 +19,8 @@ typedef struct {
     uint64_t taps; /* a dense convolution's kernel taps: k is its input channels x taps (0: not one) */
     /* a DMA of a tensor the controller writes or reads, kept in DRAM in its linear (NHWC) layout:
      * HG_SIM_LINEAR_READ or _WRITE; 0: another DMA */
-    uint64_t linear;
-    uint64_t element_bytes; /* a linear DMA's tensor's element size: an access is its channels (k) x it */
+    uint32_t linear;
+    uint32_t element_bytes; /* a linear DMA's tensor's element size: an access is its channels (k) x it */
 } hg_sim_work;
 
 #define HG_SIM_LINEAR_READ 1u
