@@ -451,10 +451,16 @@ def test_conv_strategies_and_cost():
     # the input as phase planes first in the workspace, the GEMM's packing after them
     assert im2col.params["variant"] == "implicit_planes"
     assert im2col.scratch_bytes == im2col.params["planes"]["bytes"] + im2col.params["pack_bytes"] > 4 * 8 * 10 * 10
-    # from the input as it lies: a 3-D window, and planes past their share of the GEMM's B buffer
+    # a large image: the planes of one band of output rows at a time, one GEMM block of columns
+    stem = lowered(
+        "Conv", {"strides": [2, 2], "pads": [1, 1, 1, 1]}, [(1, 3, 224, 224), (32, 3, 3, 3)], [(1, 32, 112, 112)]
+    )
+    assert stem.params["variant"] == "implicit_planes" and stem.params["planes"]["band_rows"] == 1024 // 112
+    # from the input as it lies: a 3-D window, and a fused residual's whole-image planes past their
+    # share of the GEMM's B buffer
     volume = lowered("Conv", {}, [(1, 2, 4, 6, 6), (4, 2, 3, 3, 3)], [(1, 4, 2, 4, 4)])
-    large = lowered("Conv", {}, [(1, 1, 512, 512), (4, 1, 3, 3)], [(1, 4, 510, 510)])
-    for kernel in (volume, large):
+    residual = lowered("Conv", {}, [(1, 1, 512, 512), (4, 1, 3, 3), (4,), (1, 4, 510, 510)], [(1, 4, 510, 510)])
+    for kernel in (volume, residual):
         assert kernel.params["variant"] == "implicit" and kernel.params["planes"] is None
 
 

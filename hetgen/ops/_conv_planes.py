@@ -13,12 +13,13 @@ output row are one contiguous run of one plane row: the packing copies runs, wit
 no division per tap (measured on Zen 4, 128 channels: 10 x 10 from ~1.1 to ~0.33 ns a packed
 float, 20 x 20 ~0.6 to ~0.19, 55 x 55 with 16 channels ~0.35 to ~0.17).
 
-The planes cost a copy of the input (padded) in the workspace, so they are used only where they
-take at most PLANES_PER_B_BUFFER times the GEMM's own B buffer (a stem's 3 channels at 224 x 224,
-stride 2: ~5 times its 27-row B block): larger inputs keep the packing from the input. A layer
-that `options.memory: lean` gives smaller GEMM blocks (hetgen/partition/prepack.py: where its
-workspace would lift the activation peak) is held to its smaller B buffer, so it leaves the planes
-before it leaves its blocks.
+The planes cost a copy of the input (padded) in the workspace, so they hold one band of output
+rows at a time, as many as one GEMM block of columns (`nc`) holds, each band a GEMM of its own:
+a stem at 224 x 224 copies a few rows' worth, and a layer that `options.memory: lean` gives a
+smaller `nc` (hetgen/partition/prepack.py: where its workspace would lift the activation peak)
+gets smaller bands with it. A fused residual is read by the whole image's columns, so a Conv with
+one takes planes of the whole image, and only where they take at most PLANES_PER_B_BUFFER times
+the GEMM's own B buffer.
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ from hetgen.ops._spatial import Window
 PLANES_PER_B_BUFFER = 8
 
 
-def planes(win: Window, cin_group: int, blocks: GemmBlocks) -> dict | None:
+def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True) -> dict | None:
     """The phase planes' template variables, or None where the kernel packs from the input: a 3-D
-    window, or planes past PLANES_PER_B_BUFFER times the GEMM's B packing buffer."""
+    window, or planes past PLANES_PER_B_BUFFER times the GEMM's B packing buffer. `banded`: the
+    planes of one band of output rows at a time, as many as one GEMM block of columns holds (each
+    band is a GEMM of its own); else of the whole image (a fused residual is read by column)."""
     if win.kernel[0] != 1 or win.in_shape[0] != 1 or win.out_shape[0] != 1:
         return None
     (kh_n, kw_n), (s_h, s_w), (d_h, d_w) = win.kernel[1:], win.strides[1:], win.dilations[1:]
     in_w, (out_h, out_w), (pad_h, pad_w) = win.in_shape[2], win.out_shape[1:], win.pads_begin[1:]
-    hq = out_h + d_h * (kh_n - 1) // s_h
+    band_rows = max(1, min(out_h, blocks.nc // max(out_w, 1))) if banded else out_h
+    hq = band_rows + d_h * (kh_n - 1) // s_h
     wq = out_w + d_w * (kw_n - 1) // s_w
     used = sorted({(d_h * kh % s_h, d_w * kw % s_w) for kh in range(kh_n) for kw in range(kw_n)})
     plane_floats = hq * wq
@@ -69,6 +73,7 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks) -> dict | None:
         for kw in range(kw_n)
     ]
     return {
+        "band_rows": band_rows,
         "hq": hq,
         "wq": wq,
         "phases": phases,

@@ -205,13 +205,13 @@ def lower(op: OpInstance) -> Kernel:
     variant = strategy(groups, cin_group, win)
     k_dim = cin_group * win.kernel_size
     pack = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks) if variant != "direct" else 0
-    planes = _conv_planes.planes(win, cin_group, op.gemm_blocks) if variant == "implicit" else None
-    if planes is not None:
-        variant = ConvVariant.IMPLICIT_PLANES
-    planes_bytes = planes["bytes"] if planes else 0  # the planes come first in the workspace
     has_bias = op.has_input(2)
     # a residual Add fused into this Conv (hetgen/spec/patterns.py): input 3, the output's shape
     residual = op.has_input(3)
+    planes = _conv_planes.planes(win, cin_group, op.gemm_blocks, not residual) if variant == "implicit" else None
+    if planes is not None:
+        variant = ConvVariant.IMPLICIT_PLANES
+    planes_bytes = planes["bytes"] if planes else 0  # the planes come first in the workspace
     if residual and tuple(op.input_types[3].shape) != tuple(y_type.shape):
         raise Unsupported(f"Conv residual of shape {tuple(op.input_types[3].shape)}; accepted: {tuple(y_type.shape)}")
     if has_bias and tuple(op.input_types[2].shape) != (out_channels,):
