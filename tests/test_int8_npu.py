@@ -75,8 +75,8 @@ def conv_pair() -> onnx.ModelProto:
 def test_int8_conv_runs_on_the_npu_bit_exactly_at_the_int8_rate(tmp_path):
     model = conv_pair()
     platform = load_platform_text(PLATFORM)
-    out = hetgen.compile(platform, model, out=tmp_path / "npu", native_only=True)
-    host = hetgen.compile("host", model, out=tmp_path / "host", native_only=True)
+    out = hetgen.compile(platform, model, out=tmp_path / "npu", native_only=True, opt=("-O1",))
+    host = hetgen.compile("host", model, out=tmp_path / "host", native_only=True, opt=("-O1",))
 
     manifest = json.loads((out / "hetgen.json").read_text())
     (npu,) = [t for t in manifest["targets"] if t["path"] == NPU]
