@@ -75,6 +75,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_fused_price",
             "test_mac_utilisation",
             "test_cascade",
+            "test_monotone_hardware",
             "test_one_truth",
             "test_one_fusion",
             "test_threads_price",

@@ -7,8 +7,9 @@ predecessor's output and that output's only reader, may run as one cascade: one 
 by stripe through SRAM (hetgen/spec/cascade.py). Each run is cut into cascades and single groups
 at the least price: a single group at its cost as placed (its tile plan and its launch), a cascade
 at one launch and its command list's time (hetgen/spec/cascade_program.py: `program_us`); of the
-cuts whose placement is within SRAM_TOLERANCE of the cheapest's, the one of least SRAM peak is kept
-(`least_sram`: an Ethos-U65's arena cache, which the price does not weigh, is spent where it pays).
+cuts whose placement is as fast as the cheapest's (SRAM_TOLERANCE: float rounding), the one of least
+SRAM peak is kept (`least_sram`: an Ethos-U65's arena cache, which the price does not weigh, is left
+free where that costs no time; never traded for time, so more SRAM never makes the placement slower).
 `options: {cascade: false}` in the platform file turns it off. This is the one place the choice is made: `with_cascades` puts it in `Placement.cascades`,
 which explain shows, and claims it: `place` calls it last, lowering runs each cascade as one
 invocation of its command list (hetgen/spec/cascade_program.py; hetgen/lower/__init__.py), so the
