@@ -19,6 +19,7 @@ from hetgen.ops.registry import op_def
 from hetgen.partition.search import place
 from hetgen.pipeline import import_graph
 from hetgen.platform.loader import load_platform_text
+from tests.conv_reference import direct
 from tests.test_priced_choices import HOST, check
 
 MCU = (Path(__file__).resolve().parents[1] / "platforms" / "mcu.yaml").read_text()
@@ -75,21 +76,6 @@ def replay(p: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         )
         for oh in range(p["out_h"]):
             out[m, oh] = acc[oh * wq : oh * wq + p["out_w"]]
-    return out
-
-
-def direct(x, w, p) -> np.ndarray:
-    """The convolution by definition, in float64: each tap's window of the zero-padded input."""
-    xp = np.pad(x.astype(np.float64), ((0, 0), (p["pad_h"], p["in_h"]), (p["pad_w"], p["in_w"])))
-    out = np.zeros((p["out_channels"], p["out_h"], p["out_w"]))
-    rows = np.arange(p["out_h"]) * p["stride_h"]
-    cols = np.arange(p["out_w"]) * p["stride_w"]
-    for m in range(p["out_channels"]):
-        for c in range(p["in_channels"]):
-            for kh in range(p["k_h"]):
-                for kw in range(p["k_w"]):
-                    window = xp[c][np.ix_(rows + kh * p["dil_h"], cols + kw * p["dil_w"])]
-                    out[m] += w[m, c, kh, kw] * window
     return out
 
 
