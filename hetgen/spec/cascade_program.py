@@ -43,7 +43,7 @@ from hetgen.spec.tiling import (
     two_engine_us,
     with_waits,
 )
-from hetgen.spec.work import Engine, Linear, brick_bytes, depth_factor, instance_work, linear_bytes
+from hetgen.spec.work import Engine, Linear, depth_factor, instance_work
 
 __all__ = ["CascadeCommand", "CascadeProgram", "Kind", "cascade_program", "program_us"]
 
@@ -311,25 +311,12 @@ def program_us(
     def step(command) -> tuple:
         rates = layers[command.layer].rates or Rates(0.0, 0.0)
         if command.is_dma:
-            nbytes = command.nbytes
-            if rates.linear_burst_bytes and command.tensor in element_bytes[command.layer]:
-                # the controller's tensor, in DRAM in its linear layout (tiling.plan_us, hg_sim.c)
-                direction = Linear.READ if command.kind is Kind.LOAD else Linear.WRITE
-                channels = feature_channels(program, command)
-                nbytes = linear_bytes(
-                    nbytes,
-                    channels,
-                    element_bytes[command.layer][command.tensor],
-                    direction,
-                    rates.linear_burst_bytes,
-                    rates.mac_depth_block,
-                    rates.linear_write_bytes,
-                )
-                took, overhead, hidden = rates.dma_step(nbytes, weights=True)
-                return True, command.after, took, overhead, hidden
-            if rates.dma_brick_channels and not command.weights:  # a feature map's pixels in whole bricks
-                nbytes = brick_bytes(nbytes, feature_channels(program, command), rates.dma_brick_channels)
-            took, overhead, hidden = rates.dma_step(nbytes, command.weights)
+            # the controller's tensor, in DRAM in its linear layout (tiling.plan_us, hg_sim.c)
+            linear = element_bytes[command.layer].get(command.tensor) if rates.linear_burst_bytes else None
+            direction = Linear.READ if command.kind is Kind.LOAD else Linear.WRITE
+            took, overhead, hidden = rates.feature_dma_step(
+                command.nbytes, feature_channels(program, command), command.weights, linear, direction
+            )
             return True, command.after, took, overhead, hidden
         if command.kind is Kind.MOVE:
             took = command.nbytes * rates.us_per_local_byte

@@ -439,6 +439,29 @@ class Rates:
     linear_burst_bytes: int = 0
     linear_write_bytes: int = 0
 
+    def feature_dma_step(
+        self, nbytes: int, channels: int, weights: bool, linear_element_bytes: int | None, direction: int
+    ) -> tuple[float, float, float]:
+        """`dma_step` of a LOAD or STORE of `nbytes` of a tensor of `channels` channels (0: not a
+        feature map), with the bytes it really moves, as hg_sim.c counts them: a controller's tensor
+        in DRAM's linear layout (`linear_element_bytes` its element size; None: the device's own)
+        a burst per pixel access, at the DRAM's (the weights' memory's) rate and latency; a feature
+        map of the device's own in whole bricks. One rule for tile plans and cascades."""
+        if linear_element_bytes is not None:
+            nbytes = linear_bytes(
+                nbytes,
+                channels,
+                linear_element_bytes,
+                direction,
+                self.linear_burst_bytes,
+                self.mac_depth_block,
+                self.linear_write_bytes,
+            )
+            return self.dma_step(nbytes, weights=True)
+        if self.dma_brick_channels and not weights:
+            nbytes = brick_bytes(nbytes, channels, self.dma_brick_channels)
+        return self.dma_step(nbytes, weights)
+
     def linear_extra_us(self, nbytes: int, channels: int, element_bytes: int, direction: int) -> float:
         """What a DMA of `nbytes` of a tensor of `channels` channels takes more from (to) DRAM in the
         controller's linear layout than as one of the device's own feature maps (its bricks at the
@@ -518,24 +541,10 @@ def _timeline_us(plan: TilePlan, rates: Rates, linear: frozenset[tuple[str, int]
         if command.is_dma:
             weights = command.action is Action.LOAD and _is_constant(plan, command.operand)
             block = plan.block_of(command)
-            nbytes = block.nbytes
-            if block.tensor in element_bytes:  # the controller's tensor: from (to) DRAM, a pixel an access
-                direction = Linear.READ if command.action is Action.LOAD else Linear.WRITE
-                nbytes = linear_bytes(
-                    nbytes,
-                    block_channels(plan, command),
-                    element_bytes[block.tensor],
-                    direction,
-                    rates.linear_burst_bytes,
-                    rates.mac_depth_block,
-                    rates.linear_write_bytes,
-                )
-                # at the DRAM's rate and latency: the weights' memory's (their DMA's figures)
-                dma, overhead, hidden = rates.dma_step(nbytes, weights=True)
-                return True, command.after, dma, overhead, hidden
-            if rates.dma_brick_channels and not weights:  # a feature map's pixels in whole bricks
-                nbytes = brick_bytes(nbytes, block_channels(plan, command), rates.dma_brick_channels)
-            dma, overhead, hidden = rates.dma_step(nbytes, weights)
+            direction = Linear.READ if command.action is Action.LOAD else Linear.WRITE
+            dma, overhead, hidden = rates.feature_dma_step(
+                block.nbytes, block_channels(plan, command), weights, element_bytes.get(block.tensor), direction
+            )
             return True, command.after, dma, overhead, hidden
         return False, command.after, took(command), rates.command_us
 
