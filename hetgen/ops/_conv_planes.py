@@ -30,6 +30,19 @@ from hetgen.ops._spatial import Window
 PLANES_PER_B_BUFFER = 8
 
 
+def tap_offsets(win: Window, base: dict[tuple[int, int], int], wq: int) -> list[int]:
+    """Each kernel tap's offset in one channel's phase planes, taps in order (kh, then kw): the tap
+    reads phase plane (d_h kh mod s_h, d_w kw mod s_w), whose first float is at `base` of that
+    phase, shifted by d_h kh div s_h rows of `wq` floats and d_w kw div s_w columns. The planes of
+    the implicit GEMM (`planes`) and of the depthwise kernel (conv.depthwise_plane) both."""
+    (kh_n, kw_n), (s_h, s_w), (d_h, d_w) = win.kernel[1:], win.strides[1:], win.dilations[1:]
+    return [
+        base[(d_h * kh % s_h, d_w * kw % s_w)] + (d_h * kh // s_h) * wq + d_w * kw // s_w
+        for kh in range(kh_n)
+        for kw in range(kw_n)
+    ]
+
+
 def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True) -> dict | None:
     """The phase planes' template variables, or None where the kernel packs from the input: a 3-D
     window, or planes past PLANES_PER_B_BUFFER times the GEMM's B packing buffer. `banded`: the
@@ -65,13 +78,8 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
                 "zero_right": hi < wq,
             }
         )
-    base = {ab: phase["base"] for ab, phase in zip(used, phases)}
     # each tap's offset in a channel's planes, in the order of the GEMM's k (kh, then kw)
-    taps = [
-        base[(d_h * kh % s_h, d_w * kw % s_w)] + (d_h * kh // s_h) * wq + d_w * kw // s_w
-        for kh in range(kh_n)
-        for kw in range(kw_n)
-    ]
+    taps = tap_offsets(win, {ab: phase["base"] for ab, phase in zip(used, phases)}, wq)
     return {
         "band_rows": band_rows,
         "hq": hq,

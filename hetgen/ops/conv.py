@@ -165,12 +165,8 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
                 "unit_stride": s_w == 1,
             }
         )
-    base = {ab: phase["base"] for ab, phase in zip(used, phases)}
-    taps = [
-        (kh * kw_n + kw, base[(d_h * kh % s_h, d_w * kw % s_w)] + (d_h * kh // s_h) * wq + d_w * kw // s_w)
-        for kh in range(kh_n)
-        for kw in range(kw_n)
-    ]
+    # (the tap's index in the weights, its offset in the planes)
+    taps = list(enumerate(_conv_planes.tap_offsets(win, {ab: phase["base"] for ab, phase in zip(used, phases)}, wq)))
     return {
         "wq": wq,
         "halo": halo,
