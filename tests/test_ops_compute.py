@@ -453,9 +453,11 @@ def test_conv_strategies_and_cost():
     im2col = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 3, 3)], [(1, 16, 8, 8)], constant=(1,))
     # the input as phase planes first in the workspace, the GEMM's packing after them
     assert im2col.params["variant"] == "implicit_planes"
-    # weights known only at run time (an accelerator's tile kernels read them from its SRAM): no planes
+    # weights known only at run time (an accelerator's tile kernels read them from its SRAM): the
+    # same planes, the GEMM packing the weights too
     at_run_time = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 3, 3)], [(1, 16, 8, 8)])
-    assert at_run_time.params["variant"] == "implicit" and at_run_time.params["planes"] is None
+    assert at_run_time.params["variant"] == "implicit_planes" and not at_run_time.prepacked
+    assert at_run_time.params["planes"] == im2col.params["planes"]
     assert im2col.scratch_bytes == im2col.params["planes"]["bytes"] + im2col.params["pack_bytes"] > 4 * 8 * 10 * 10
     # a large image: the planes of one band of output rows at a time, one GEMM block of columns
     stem = lowered(

@@ -160,6 +160,31 @@ def test_the_npu_computes_from_its_sram_only():
         assert sum(e.region is Region.ARENA and e.position < program.sram_size for e in ends) == 1
 
 
+@pytest.mark.cc
+def test_a_convolution_in_channel_tiles_at_o3_matches_onnxruntime(tmp_path):
+    """The npu's tile kernels take their weights from its SRAM, at run time, so the implicit GEMM
+    packs them too: 32 -> 64 channels, 3x3, on 14 x 14 pixels, in 4 tiles of 16 output channels,
+    from phase planes of 16 x 16, built as a model is (-O3, -march=native). The planes kernel was
+    wrong code there with GCC 12.2 (AVX2, AVX-512) while it tested each plane row for padding
+    (templates/kernels/conv_implicit_planes.c.j2)."""
+    rng = np.random.default_rng(9)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    weights = [_weight(rng, "w", (64, 32, 3, 3)), _weight(rng, "b", (64,))]
+    graph = helper.make_graph([conv], "conv", [_value("x", (1, 32, 14, 14))], [_value("y", (1, 64, 14, 14))], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    platform = load_platform_text(PLATFORM.format(sram_kib=96))
+    graph_ir = import_model(model)
+    (plan,) = group_plans(list(graph_ir.nodes), graph_ir, _npu(platform), build_kernel_specs(graph_ir, platform))
+    assert (plan.split, plan.count) == ("channels", 4), plan.describe()
+    out = hetgen.compile(
+        platform, model, out=tmp_path / "g", pins={"conv": NPU}, native_only=True, opt=("-O3",), werror=True
+    )
+    assert "implicit, from phase planes" in next(out.rglob("npu0/kernels/*.c")).read_text()
+    x = rng.standard_normal((1, 32, 14, 14)).astype(np.float32)
+    (want,) = ort_session(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_allclose(hetgen.load(out).run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_convolution_tile_reads_its_halo():
     """A 3x3 convolution with padding 1 tiled by rows: each tile of r output rows reads r + 2 input
     rows (fewer at the borders), so the input moved exceeds the input's size by the halos."""

@@ -204,16 +204,8 @@ def lower(op: OpInstance) -> Kernel:
     has_bias = op.has_input(2)
     # a residual Add fused into this Conv (hetgen/spec/patterns.py): input 3, the output's shape
     residual = op.has_input(3)
-    # Phase planes only where the weights are constants (the host's layers). An accelerator's emulating
-    # tile kernels, whose weights are DMA'd into its SRAM, computed wrong results with the planes under
-    # the channel tiles the least-priced tile chooser picks (test_concurrency's npu branch); the cause
-    # is not found yet, so those keep the implicit GEMM's own packing, which is checked there.
-    constant_weights = op.constant(1) is not None
-    planes = (
-        _conv_planes.planes(win, cin_group, op.gemm_blocks, not residual)
-        if variant == "implicit" and constant_weights
-        else None
-    )
+    # the planes whatever the weights: the host's constants and an accelerator's tile weights in its SRAM
+    planes = _conv_planes.planes(win, cin_group, op.gemm_blocks, not residual) if variant == "implicit" else None
     if planes is not None:
         variant = ConvVariant.IMPLICIT_PLANES
     planes_bytes = planes["bytes"] if planes else 0  # the planes come first in the workspace
