@@ -278,6 +278,17 @@ POOL_CASES = [
     ),
     ("AveragePool", (1, 2, 9, 9), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
     ("AveragePool", (1, 2, 4, 5, 6), {"kernel_shape": [2, 2, 3], "auto_pad": "SAME_LOWER"}),
+    # the two-pass kernel (pool_rows.c.j2): SqueezeNet's 3x3/2 in ceil_mode on a row that is no
+    # multiple of the vector, dilated taps, padding with ceil_mode counted by the average; and a row
+    # too long for its band, which keeps the one-pass loop
+    ("MaxPool", (1, 3, 23, 37), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", (1, 2, 13, 21), {"kernel_shape": [3, 2], "strides": [1, 2], "dilations": [2, 3], "pads": [2, 1, 1, 0]}),
+    (
+        "AveragePool",
+        (1, 2, 11, 19),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 0, 1], "ceil_mode": 1, "count_include_pad": 1},
+    ),
+    ("MaxPool", (1, 1, 4200), {"kernel_shape": [3], "strides": [1]}),
     ("GlobalAveragePool", (2, 5, 7, 9), {}),
     ("GlobalMaxPool", (2, 5, 7, 9), {}),
 ]
