@@ -31,7 +31,8 @@ Z = [4, 64, 128]  # Softmax rows of 128 along the last axis; 128 inner columns a
 ODD = [201, 203]  # an elementwise loop that does not end on a whole chunk
 LARGE = ("attention", "LayerNormalization", "Softmax", "LogSoftmax", "Add", "Sigmoid", "Mul", "MaxPool", "AveragePool")
 LARGE += ("GlobalAveragePool", "Conv")
-IMAGE = [1, 64, 32, 32]  # pooled plane by plane; a depthwise Conv splits its channels
+IMAGE = [1, 64, 32, 32]  # pooled plane by plane; a depthwise Conv splits its channels; a 3x3 Conv
+# takes Winograd, whose transforms split by channels and whose 16 products run a whole GEMM per task
 FEW = [1, 2, 96, 96]  # a depthwise Conv of two channels splits blocks of each channel's rows
 
 
@@ -82,6 +83,8 @@ def threaded_model() -> onnx.ModelProto:
         helper.make_node(
             "Conv", ["few", "w_few"], ["y_few"], group=2, kernel_shape=[5, 5], strides=[2, 2], pads=[2] * 4
         ),
+        helper.make_node("Conv", ["image", "w_winograd", "b_winograd"], ["winograd"], pads=[1] * 4),
+        helper.make_node("Relu", ["winograd"], ["y_winograd"]),
     ]
     inits = [
         numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
@@ -93,6 +96,8 @@ def threaded_model() -> onnx.ModelProto:
         const("w_depthwise", [64, 1, 3, 3], 0.3),
         const("b_depthwise", [64]),
         const("w_few", [2, 1, 5, 5], 0.2),
+        const("w_winograd", [32, 64, 3, 3], 0.05),
+        const("b_winograd", [32]),
     ]
     shapes = {
         "y_attention": head,
@@ -105,6 +110,7 @@ def threaded_model() -> onnx.ModelProto:
         "y_global": [1, 64, 1, 1],
         "y_depthwise": IMAGE,
         "y_few": [1, 2, 48, 48],
+        "y_winograd": [1, 32, 32, 32],
     }
     outputs = [value(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
     outputs.append(value("y_indices", TensorProto.INT64, [1, 64, 16, 16]))
@@ -113,8 +119,11 @@ def threaded_model() -> onnx.ModelProto:
 
 
 def host_platform(folder: Path, threads: int) -> Path:
+    """The host with `threads`; memory: fast, so the 3x3 Conv takes Winograd (lean declines its workspace here)."""
     path = folder / f"host{threads}.yaml"
-    path.write_text(f"name: host\ntarget: {{kind: native, runtime: aot}}\noptions: {{threads: {threads}}}\n")
+    path.write_text(
+        f"name: host\ntarget: {{kind: native, runtime: aot}}\noptions: {{threads: {threads}, memory: fast}}\n"
+    )
     return path
 
 
@@ -164,6 +173,10 @@ def test_large_kernels_split_and_small_ones_stay_serial(builds):
     assert split_kernels(outs[2]) == set(LARGE)
     # the cut does not depend on the platform's thread count: the threads: 1 build has the same tasks
     assert kernel_sources(outs[1]) == kernel_sources(outs[2])
+    winograd = kernel_sources(outs[2])["Conv (n21_conv) + Relu (n22_relu)"]
+    assert "Winograd F(2x2, 3x3)" in winograd
+    for step in ("input", "products", "output"):
+        assert f"_{step}_task, (void *)&chunk)" in winograd, step
     tiny = kernel_sources(outs[2])["LayerNormalization 'tiny'"]
     assert "hg_parallel_for" not in tiny and "hg_threads.h" not in tiny
 
@@ -198,7 +211,7 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     shutil.copytree(outs[2] / "runtime", headers)
     (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
     functions = [text for _, text in kernel_functions(outs[2]).values() if "hg_parallel_for" in text]
-    assert len(functions) == len(LARGE) + 2  # two MaxPools, two depthwise Convs
+    assert len(functions) == len(LARGE) + 3  # two MaxPools, two depthwise Convs, the Winograd Conv
     kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
     split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
     for index, source in enumerate(split):

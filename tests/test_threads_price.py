@@ -174,6 +174,10 @@ def test_fixed_tasks_balance():
     assert _parallel.Parallel(tasks=3).speedup(4) == 3.0
     assert _parallel.SERIAL.speedup(8) == 1.0 and _parallel.SERIAL.pool_calls(8) == 0
     assert _parallel.tasks_of(None) == _parallel.SERIAL and _parallel.tasks_of(1) == _parallel.SERIAL
+    # steps (Winograd's): weighed by their work, one pool call per call of a split step
+    phased = _parallel.phased(_parallel.Phase(1, 1, 3), _parallel.Phase(2, 16, 3), _parallel.Phase(1, 5, 3))
+    assert phased.speedup(4) == 4 / (1 + 2 / 4 + 1 / 2.5) and phased.pool_calls(4) == 6
+    assert _parallel.phased(_parallel.Phase(5, 1, 2)) == _parallel.SERIAL
 
 
 def test_a_kernel_of_several_gemms_is_weighed_by_their_work():

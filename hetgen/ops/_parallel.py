@@ -76,28 +76,50 @@ class GemmCall:
         return gemm_parallelism(self.m, self.n, self.k, threads, self.a_packed, self.b_packed)
 
 
+def task_speedup(tasks: int, threads: int) -> float:
+    """`tasks` equal tasks on `threads`: min(threads, tasks) run at once and the busiest takes
+    ceil(tasks / threads) of them."""
+    if threads <= 1 or tasks < 2:
+        return 1.0
+    return tasks / -(-tasks // min(threads, tasks))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of a kernel that runs in steps (Winograd's input transform, its 16 products, its
+    output transform): `work` units of it in all, run as `calls` hg_parallel_for calls of `tasks`
+    tasks each (1: serially on the caller)."""
+
+    work: int
+    tasks: int
+    calls: int = 1
+
+
 @dataclass(frozen=True)
 class Parallel:
     """How a kernel's work is shared between the pool's threads: `tasks` fixed tasks in one
-    hg_parallel_for call (1: serial), or its GEMM calls (`gemms`), each split at run time by
-    hg_gemm.c's rule (`gemm_parallelism`)."""
+    hg_parallel_for call (1: serial), its GEMM calls (`gemms`), each split at run time by
+    hg_gemm.c's rule (`gemm_parallelism`), or steps of fixed tasks (`phases`)."""
 
     tasks: int = 1
     gemms: tuple[GemmCall, ...] = ()
+    phases: tuple[Phase, ...] = ()
 
     def speedup(self, threads: int) -> float:
         """How many threads' worth of speed the kernel's compute gets from `threads`: with fixed
-        tasks, min(threads, tasks) run at once and the busiest takes ceil(tasks / threads) of them;
-        through the GEMM, each call's own speed-up, weighted by its multiply-adds."""
+        tasks, `task_speedup`; through the GEMM, each call's own speed-up, and in phases each
+        phase's, weighted by its work."""
         if threads <= 1:
             return 1.0
         if self.gemms:
             macs = sum(g.macs for g in self.gemms)
             serial = sum(g.macs / g.speedup(threads) for g in self.gemms)
             return macs / serial if serial else 1.0
-        if self.tasks < 2:
-            return 1.0
-        return self.tasks / -(-self.tasks // min(threads, self.tasks))
+        if self.phases:
+            work = sum(p.work for p in self.phases)
+            serial = sum(p.work / task_speedup(p.tasks, threads) for p in self.phases)
+            return work / serial if serial else 1.0
+        return task_speedup(self.tasks, threads)
 
     def pool_calls(self, threads: int) -> int:
         """The hg_parallel_for calls one run makes that hand work to other threads."""
@@ -105,6 +127,8 @@ class Parallel:
             return 0
         if self.gemms:
             return sum(g.calls for g in self.gemms if g.speedup(threads) != 1.0)
+        if self.phases:
+            return sum(p.calls for p in self.phases if p.tasks > 1)
         return 1 if self.tasks > 1 else 0
 
 
@@ -120,3 +144,8 @@ def tasks_of(split: Split | int | None) -> Parallel:
 def gemm(*calls: GemmCall) -> Parallel:
     """A kernel whose work is its GEMM calls."""
     return Parallel(gemms=tuple(call for call in calls if call.calls > 0))
+
+
+def phased(*phases: Phase) -> Parallel:
+    """A kernel that runs in steps, each of fixed tasks (or serial)."""
+    return Parallel(phases=phases) if any(p.tasks > 1 for p in phases) else SERIAL

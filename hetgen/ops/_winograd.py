@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetgen.ops import _gemm_plan
+from hetgen.ops import _gemm_plan, _parallel
 
 # Winograd pays from this many input and output channels: measured on Zen 4 (one thread) against
 # the implicit GEMM, 16 -> 16 channels at 32x32 took 0.55x the time, 64 -> 64 at 32x32 0.5x,
@@ -25,6 +25,11 @@ MIN_TILES = 16
 # V and M of the rows of tiles transformed and multiplied at a time: a couple of L2s, so they are
 # re-read from cache rather than memory, and the workspace stays small on large images.
 CHUNK_BYTES = 2 * 1024 * 1024
+# Additions per 4x4 tile and channel of each transform: V = B^T d B (two passes of 16) on every input
+# channel, Y = A^T M A (16 for A^T M, 16 with the bias for the 2x2 outputs) on every output channel.
+TRANSFORM_FLOPS = 32
+# The products of one chunk: one per position of the 4x4 tile.
+PRODUCTS = 16
 TRANSFORM_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 
 
@@ -54,6 +59,7 @@ def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DE
     m_bytes = _gemm_plan.align(4 * 16 * cout * tiles)
     pack = _gemm_plan.pack_bytes(cout, tiles, cin, blocks, a_packed=True)
     params = {
+        **splits(cin, cout, tiles),
         "w_packed": True,
         "tiles_h": tiles_h,
         "tiles_w": tiles_w,
@@ -72,6 +78,20 @@ def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DE
         "out_image_floats": cout * win.out_size,
     }
     return params, v_bytes + m_bytes + pack
+
+
+def splits(cin: int, cout: int, tiles: int) -> dict:
+    """How each step of a chunk is cut into the worker pool's tasks (None: serial): the input
+    transform by input channels, the 16 products one or more to a task (each a whole GEMM on the
+    thread that runs it, in that thread's scratch), the output transform by output channels. The
+    chunk's GEMMs are too small for hg_gemm.c to split on their own (squeezenet's 16 -> 32 channels:
+    32 x 252 x 16 each), and its transforms are a quarter of the layer; every element is computed
+    by the same code whichever task holds it, so any thread count gives the same bits."""
+    return {
+        "input_split": _parallel.split(cin, TRANSFORM_FLOPS * tiles),
+        "product_split": _parallel.split(PRODUCTS, 2 * cout * cin * tiles),
+        "output_split": _parallel.split(cout, TRANSFORM_FLOPS * tiles),
+    }
 
 
 def weight_panels(w: np.ndarray) -> np.ndarray:

@@ -6,8 +6,9 @@ panels, Winograd's transformed weights). Taking an offer gives another kernel: i
 parameters and workspace, and, where the offer changes the arithmetic, its work. GEMM panels only
 pad the weights: the work is the GEMM's. Winograd F(2x2, 3x3) (hetgen/ops/_winograd.py) is another
 computation: per 2x2 block of output and (input, output) channel pair 16 multiply-adds instead of
-36, plus the input and output transforms, its GEMMs the 16 products per chunk of tile rows that
-the template calls (conv_winograd.c.j2), and the transformed weights (16/9 of the model's) read.
+36, plus the input and output transforms, and the transformed weights (16/9 of the model's) read;
+each chunk of tile rows runs three steps, each shared by the pool as `_winograd.splits` cuts it
+(conv_winograd.c.j2), and the cost model prices the three.
 The direct kernel of small planes (hetgen/ops/_conv_small.py) does the GEMM's multiply-adds on one thread.
 The blocked layout's kernels (hetgen/ops/conv_nchwc.py) count their own work.
 """
@@ -18,12 +19,9 @@ import dataclasses
 from collections.abc import Iterable
 
 from hetgen.ops import _gemm_plan, _parallel
+from hetgen.ops._winograd import PRODUCTS, TRANSFORM_FLOPS
 from hetgen.ops.base import Kernel, Prepacked
 from hetgen.ops.conv import ConvVariant
-
-# Additions per 4x4 tile and channel of each transform: V = B^T d B (two passes of 16) on every input
-# channel, Y = A^T M A (16 for A^T M, 16 with the bias for the 2x2 outputs) on every output channel.
-TRANSFORM_FLOPS = 32
 
 
 def winograd(offer: Prepacked) -> bool:
@@ -61,13 +59,23 @@ def winograd_kernel(kernel: Kernel) -> Kernel:
     flops = batch * tiles * (2 * 16 * cin * cout + TRANSFORM_FLOPS * (cin + cout))
     model_weights = 4 * cout * cin * 9
     transformed = 4 * 16 * cout * cin
-    chunks = -(-tiles_h // chunk_rows)
-    call = _parallel.GemmCall(cout, int(p["tiles"]), cin, 16 * batch * chunks, a_packed=True)
+    calls = batch * -(-tiles_h // chunk_rows)  # each step once per chunk
+
+    def phase(work: int, split: _parallel.Split | None) -> _parallel.Phase:
+        return _parallel.Phase(batch * tiles * work, split.tasks if split else 1, calls)
+
+    parallel = _parallel.phased(
+        phase(TRANSFORM_FLOPS * cin, p["input_split"]),
+        phase(2 * PRODUCTS * cin * cout, p["product_split"]),
+        phase(TRANSFORM_FLOPS * cout, p["output_split"]),
+    )
+    helpers = kernel.helpers + ((_parallel.HELPER,) if parallel.phases else ())
     return dataclasses.replace(
         kernel,
         flops=flops,
         bytes_accessed=kernel.bytes_accessed + transformed - model_weights,
-        parallel=_parallel.gemm(call),
+        parallel=parallel,
+        helpers=helpers,
     )
 
 
