@@ -49,10 +49,17 @@ static void pack_a(size_t mc, size_t kc, const float *a, ptrdiff_t rs, ptrdiff_t
     for (size_t i0 = 0; i0 < mc; i0 += PM) {
         const size_t rows = min_size(PM, mc - i0);
         if (cs == 1) {
+            size_t p0 = 0;
+#ifdef HG_SGEMM_PACK_A8
+            /* whole panels 8 columns at a time, transposed in registers */
+            if (rows == PM)
+                for (; p0 + 8 <= kc; p0 += 8)
+                    hg_sgemm_pack_a8(a + (ptrdiff_t)i0 * rs + (ptrdiff_t)p0, rs, pa + p0 * PM);
+#endif
             /* row after row, so each source row streams once */
-            for (size_t i = 0; i < rows; ++i) {
+            for (size_t i = 0; i < rows && p0 < kc; ++i) {
                 const float *restrict row = a + (ptrdiff_t)(i0 + i) * rs;
-                for (size_t p = 0; p < kc; ++p)
+                for (size_t p = p0; p < kc; ++p)
                     pa[p * PM + i] = row[p];
             }
             for (size_t i = rows; i < PM; ++i)

@@ -60,8 +60,28 @@ _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kerne
    Narrower tiles (the last columns of a layer whose width is no multiple of 32: 49 pixels at 7 x 7,
    196 at 14 x 14) run as narrow as their columns allow: 24 (16 + 8 lanes), 16 or 8 lanes, the last
    vector's store masked. Every element is the same chain of FMAs over k whatever the width, so the
-   width changes no bit. (Prefetching the C tile's rows before the k loop measured 3-4 % slower on
-   ResNet-50's 1x1 and 7 x 7 layers, so it is not done.) */
+   width changes no bit. */
+/* The tile's rows of C where they are read after the k loop (`add`: every k block after the first)
+   and of the residual (`res`), prefetched a row a k step during the first 8 steps, so the reads at
+   the end find them in L1: a C that does not fit the L2 (a 1024 x 1024 product's 4 MiB) otherwise
+   stalls every tile on 16 misses at its end. Measured on Zen 4, the best of 18 runs of
+   hg_sgemm_ex: 1024 x 1024 x 1024 from ~89 to ~97 GFLOP/s with A packed at run time, ~96 to ~105
+   with A's panels; 256 x 784 x 2304 (a 3 x 3 convolution's) ~94 to ~101; the products whose k is
+   one block (no C read) unchanged. Prefetching C where it is only written (the first k block)
+   measured 3-4 % slower on ResNet-50's 1x1 and 7 x 7 layers, so it is not done. */
+#define HG_PREFETCH_TILE(p, wide)                                                                  \
+    if ((p) < 8) {                                                                                 \
+        if (add) {                                                                                 \
+            _mm_prefetch((const char *)(c + (p) * ldc), _MM_HINT_T0);                              \
+            if (wide)                                                                              \
+                _mm_prefetch((const char *)(c + (p) * ldc + 16), _MM_HINT_T0);                     \
+        }                                                                                          \
+        if (res) {                                                                                 \
+            _mm_prefetch((const char *)(res + (p) * ldc), _MM_HINT_T0);                            \
+            if (wide)                                                                              \
+                _mm_prefetch((const char *)(res + (p) * ldc + 16), _MM_HINT_T0);                   \
+        }                                                                                          \
+    }
 #define HG_T_ZERO(i) __m512 c##i##a = _mm512_setzero_ps(), c##i##b = _mm512_setzero_ps();
 #define HG_T_STEP(i)                                                                               \
     {                                                                                              \
@@ -151,6 +171,7 @@ static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const 
         for (size_t p = 0; p < kc; ++p) {
             const __m256 b0 = _mm256_loadu_ps(pb);
             _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+            HG_PREFETCH_TILE(p, 0)
             HG_T_ROWS(HG_E_STEP)
             pa += 8;
             pb += ldb;
@@ -164,6 +185,7 @@ static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const 
             const __m512 b0 = _mm512_loadu_ps(pb);
             const __m256 b1 = _mm256_loadu_ps(pb + 16);
             _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+            HG_PREFETCH_TILE(p, 1)
             HG_T_ROWS(HG_W_STEP)
             pa += 8;
             pb += ldb;
@@ -177,6 +199,7 @@ static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const 
         for (size_t p = 0; p < kc; ++p) {
             const __m512 b0 = _mm512_loadu_ps(pb);
             _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+            HG_PREFETCH_TILE(p, 0)
             HG_T_ROWS(HG_H_STEP)
             pa += 8;
             pb += ldb;
@@ -188,6 +211,7 @@ static inline void hg_sgemm_tile_fin(size_t kc, const float *restrict pa, const 
     for (size_t p = 0; p < kc; ++p) {
         const __m512 b0 = _mm512_loadu_ps(pb), b1 = _mm512_loadu_ps(pb + 16);
         _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+        HG_PREFETCH_TILE(p, 1)
         HG_T_ROWS(HG_T_STEP)
         pa += 8;
         pb += ldb;
@@ -507,6 +531,37 @@ static inline void hg_sgemm_tile(size_t kc, const float *restrict pa, const floa
     for (size_t i = 0; i < rows; i += 4)
         for (size_t j = 0; j < cols; j += 8)
             hg_sgemm_tile_4x8(kc, pa + i, pb + j, c + i * ldc + j, ldc, add);
+}
+#endif
+
+#if defined(__AVX__)
+/* 8 rows x 8 columns of a row-major A (rows `rs` floats apart) as 8 steps of an A panel (column
+   after column, 8 floats each): an 8 x 8 transpose in registers. hg_gemm.c's element loop wrote
+   the panel 32 bytes apart a float at a time: packing a 1024 x 1024 A took ~7 % of its product
+   with a packed B (Zen 4). A copy: the bits are the same. */
+#include <immintrin.h>
+#define HG_SGEMM_PACK_A8 1
+static inline void hg_sgemm_pack_a8(const float *restrict a, ptrdiff_t rs, float *restrict pa)
+{
+    const __m256 r0 = _mm256_loadu_ps(a), r1 = _mm256_loadu_ps(a + rs), r2 = _mm256_loadu_ps(a + 2 * rs),
+                 r3 = _mm256_loadu_ps(a + 3 * rs), r4 = _mm256_loadu_ps(a + 4 * rs), r5 = _mm256_loadu_ps(a + 5 * rs),
+                 r6 = _mm256_loadu_ps(a + 6 * rs), r7 = _mm256_loadu_ps(a + 7 * rs);
+    /* pairs of rows interleaved, then quads, then the 128-bit halves exchanged */
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+                 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+                 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+                 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+                 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(pa, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(pa + 8, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(pa + 16, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(pa + 24, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(pa + 32, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(pa + 40, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(pa + 48, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(pa + 56, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 #endif
 
