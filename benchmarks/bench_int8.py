@@ -11,8 +11,10 @@ Each float model is quantized as users do it (onnxruntime's quant_pre_process + 
 QDQ format, int8 activations, per-channel int8 weights; hetgen/models/quantized.py). onnxruntime
 runs both at its defaults (graph optimisations on: they fold and fuse the float model, and turn QDQ
 into its integer kernels; off, QDQ runs as float with fake quantisation), one thread.
-hetgen lowers QDQ to integer kernels itself. Machines here are shared and noisy: all runs are
-interleaved and medians are quoted.
+hetgen lowers QDQ to integer kernels itself. Both run on the calling thread (hetgen's host build
+has one thread, onnxruntime intra_op_num_threads=1), so each run is timed by that thread's CPU time
+(`time.thread_time`: it leaves out the time the thread waits to be scheduled, which on a shared,
+loaded machine moves wall-clock medians by 2-4x); runs are interleaved and medians are quoted.
 
 `--npu PLATFORM` adds, for a platform with a simulated npu, the simulated time of one run of the
 float32 and of the int8 model, each placed by cost (`hetgen bench`'s simulated_us: the program
@@ -79,9 +81,9 @@ def median_ms(runners: dict, runs: int, warmup: int = 3) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(runs):  # interleaved: every runner sees the same machine noise
         for name, run in runners.items():
-            start = time.perf_counter()
+            start = time.thread_time()
             run()
-            samples[name].append((time.perf_counter() - start) * 1e3)
+            samples[name].append((time.thread_time() - start) * 1e3)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -156,7 +158,8 @@ def main() -> int:
         f"{'i8/f32':>6} {'i8/ort':>6}  {'weights f32/i8 kB':>18} {'arena f32/i8 kB':>16} {'i8 vs ort':>9}"
     )
     print(
-        header + "\n" + "(ms, median of runs; 'i8 vs ort': largest difference from onnxruntime int8, in output steps)"
+        f"{header}\n(ms of the calling thread's CPU time, median of runs; "
+        "'i8 vs ort': largest difference from onnxruntime int8, in output steps)"
     )
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-int8-") as tmp:
         for name in args.models.split(","):

@@ -43,7 +43,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 import hetgen
 from hetgen.build.baremetal import image_sizes
@@ -51,7 +50,7 @@ from hetgen.errors import HetgenError
 from hetgen.models.mlperf_tiny import PUBLISHED_M4_MS
 from hetgen.models.suite import MLPERF_TINY_MODELS
 from hetgen.runtime.emulate import EmulatedModel
-from hetgen.runtime.verify import verify
+from hetgen.runtime.verify import dequantized_outputs, verify
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,16 +58,6 @@ from bench_mcu import instructions_per_run  # noqa: E402  (one instruction count
 
 BOARDS = {"mcu": "cortex-m4", "mcu-m7": "cortex-m7", "mcu-m55": "cortex-m55"}
 PUBLISHED_MHZ = 120  # the clock of the published Cortex-M4 results
-
-
-def output_scale(model: onnx.ModelProto) -> float | None:
-    """The quantization step of the model's output (the scale of the DequantizeLinear producing it)."""
-    output = model.graph.output[0].name
-    initializers = {t.name: t for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "DequantizeLinear" and node.output[0] == output and node.input[1] in initializers:
-            return float(onnx.numpy_helper.to_array(initializers[node.input[1]]).reshape(-1)[0])
-    return None
 
 
 def measure(name: str, board: str, opt: str, folder: Path) -> dict:
@@ -86,9 +75,9 @@ def measure(name: str, board: str, opt: str, folder: Path) -> dict:
     rng = np.random.default_rng(0)
     feeds = {info.name: rng.standard_normal(info.shape).astype(info.dtype) for info in model.inputs}
     instructions, report = instructions_per_run(out, feeds)
-    scale = output_scale(proto)
-    tolerance = {"rtol": 0.0, "atol": 0.0} if scale else {}  # int8: bit for bit; float32: verify's defaults
-    (error,) = verify(out, seed=0, emulate=True, **tolerance)
+    # int8: the dequantized output in steps, bit for bit; float32: verify's rtol/atol
+    (error,) = verify(out, seed=0, emulate=True, steps=0)
+    quantum = dequantized_outputs(proto).get(proto.graph.output[0].name)
     return {
         **row,
         "text": sizes.text,
@@ -101,8 +90,8 @@ def measure(name: str, board: str, opt: str, folder: Path) -> dict:
         "stack_used": report["stack"],
         "instructions": round(instructions),
         "cost_model_ms": round(sum(target["estimated_us"] for target in manifest["targets"]) / 1e3, 2),
-        "max_abs_error": error.max_abs,
-        "error_steps": round(error.max_abs / scale, 3) if scale else None,
+        "max_abs_error": error.max_abs * quantum.scale if quantum else error.max_abs,
+        "error_steps": round(error.max_abs, 3) if quantum else None,
         "matches": error.ok,
     }
 

@@ -1,4 +1,5 @@
-"""`hetgen verify` speaks quantized: int8/uint8 outputs are compared in quantization steps (`--steps`,
+"""`hetgen verify` speaks quantized: int8/uint8 outputs, and the float outputs a DequantizeLinear makes
+of them (how quantize_static ends a QDQ model), are compared in quantization steps (`--steps`,
 default one step per element), the others in rtol/atol, and the messages say which tolerance each
 output had, how far off a mismatch is and which option changes it (issue 20, item 6)."""
 
@@ -14,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from hetgen.cli import main
 from hetgen.errors import HetgenError
 from hetgen.pipeline import MODEL_COPY
-from hetgen.runtime.verify import compare, tolerances, verify
+from hetgen.runtime.verify import Quantum, compare, dequantized_outputs, tolerances, verify
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,6 +56,29 @@ def test_float_outputs_keep_rtol_and_atol_and_name_them():
     )
 
 
+def test_dequantized_outputs_are_compared_in_steps_of_their_scale():
+    """A QDQ model's float output is (q - zp) * scale on both sides: one step apart is one scale apart,
+    and a difference off that grid (not a dequantized int8) is not excused by rounding it."""
+    quantum = Quantum(scale=1 / 256, dtype="int8")
+    expected = (np.arange(-3, 5, dtype=np.float32) * np.float32(quantum.scale)).astype(np.float32)
+    got = expected.copy()
+    got[2] += np.float32(quantum.scale)
+    error = compare("p", got, expected, rtol=1e-4, atol=1e-5, quantum=quantum)
+    assert error.ok and error.in_steps and error.max_abs == pytest.approx(1) and error.off == 0
+    assert error.describe() == "p: float32 dequantized from int8, max difference 1 step  ok"
+    strict = compare("p", got, expected, rtol=1e-4, atol=1e-5, steps=0, quantum=quantum)
+    assert not strict.ok and strict.off == 1
+    assert tolerances([strict]) == "float32 dequantized from int8: \u00b10 steps"
+    half = expected + np.float32(0.4 * quantum.scale)
+    assert not compare("p", half, expected, 1e-4, 1e-5, steps=0, quantum=quantum).ok
+    assert compare("p", half, expected, 1e-4, 1e-5, steps=1, quantum=quantum).ok
+
+
+def test_only_outputs_dequantized_from_int8_with_one_constant_scale_have_a_quantum():
+    model = quantize_model()
+    assert dequantized_outputs(model) == {"w": Quantum(scale=np.float32(0.05).item(), dtype="int8")}
+
+
 def test_other_integers_are_not_compared_in_steps():
     """int32/int64 outputs are accumulators or indices: rtol/atol as before, never --steps."""
     error = compare("i", np.array([5], np.int64), np.array([4], np.int64), 1e-4, 1e-5, steps=1)
@@ -80,9 +104,11 @@ def test_steps_must_be_a_count(capsys):
 
 
 def quantize_model() -> onnx.ModelProto:
-    """x[1, 64] -> QuantizeLinear -> y (int8), and x -> Relu -> z (float32)."""
+    """x[1, 64] -> QuantizeLinear -> y (int8) -> DequantizeLinear (its own zero point) -> w (float32),
+    and x -> Relu -> z (float32)."""
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["y"], name="quantize"),
+        helper.make_node("DequantizeLinear", ["y", "scale", "wzero"], ["w"], name="dequantize"),
         helper.make_node("Relu", ["x"], ["z"], name="relu"),
     ]
     graph = helper.make_graph(
@@ -91,11 +117,13 @@ def quantize_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
         [
             helper.make_tensor_value_info("y", TensorProto.INT8, [1, 64]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [1, 64]),
             helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64]),
         ],
         initializer=[
             numpy_helper.from_array(np.array(0.05, np.float32), "scale"),
             numpy_helper.from_array(np.array(0, np.int8), "zero"),
+            numpy_helper.from_array(np.array(0, np.int8), "wzero"),
         ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -103,8 +131,8 @@ def quantize_model() -> onnx.ModelProto:
 
 @pytest.mark.cc
 def test_verify_allows_one_step_by_default_and_says_how_to_change_it(tmp_path, capfd, monkeypatch):
-    """The reference's zero point moved by one: onnxruntime's int8 output is one step above what was
-    built wherever it does not saturate, the float output unchanged."""
+    """The reference's zero point moved by one: onnxruntime's int8 output, and its dequantized float
+    copy, are one step above what was built wherever it does not saturate, the float output unchanged."""
     monkeypatch.chdir(REPO)
     model = tmp_path / "quantize.onnx"
     onnx.save(quantize_model(), model)
@@ -119,14 +147,23 @@ def test_verify_allows_one_step_by_default_and_says_how_to_change_it(tmp_path, c
     assert main(["verify", str(out)]) == 0
     printed = capfd.readouterr().out
     assert "y: int8, max difference 1 step  ok" in printed, printed
+    assert "w: float32 dequantized from int8, max difference 1 step  ok" in printed, printed
     assert "z: max abs error 0, max rel error 0  ok" in printed, printed
-    assert "2 of 2 outputs match onnxruntime (float32: rtol 0.0001, atol 1e-05; int8: \u00b11 step)" in printed
+    assert (
+        "3 of 3 outputs match onnxruntime"
+        " (float32: rtol 0.0001, atol 1e-05; int8, float32 dequantized from int8: \u00b11 step)"
+    ) in printed, printed
 
     assert main(["verify", str(out), "--steps", "0"]) == 1
     printed = capfd.readouterr().out
     assert "y: int8, max difference 1 step, " in printed and " of 64 elements beyond \u00b10 steps  MISMATCH" in printed
     assert "(--steps N allows N quantization steps per int8/uint8 element)" in printed, printed
-    assert "1 of 2 outputs match onnxruntime (float32: rtol 0.0001, atol 1e-05; int8: \u00b10 steps)" in printed
+    assert "w: float32 dequantized from int8, max difference 1 step, " in printed, printed
+    assert (
+        "1 of 3 outputs match onnxruntime"
+        " (float32: rtol 0.0001, atol 1e-05; int8, float32 dequantized from int8: \u00b10 steps)"
+    ) in printed, printed
 
     errors = verify(out, steps=0)
-    assert [(e.name, e.ok) for e in errors] == [("y", False), ("z", True)] and errors[0].max_abs == 1
+    assert [(e.name, e.ok) for e in errors] == [("y", False), ("w", False), ("z", True)]
+    assert errors[0].max_abs == 1 and errors[1].max_abs == 1

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 from hetgen.bounded import is_shape_output
 from hetgen.errors import HetgenError
@@ -25,6 +27,38 @@ MODEL_COPY = "model.onnx"
 STEP_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 STEPS_OPTION = "--steps N allows N quantization steps per int8/uint8 element"
 FLOAT_OPTION = "--rtol/--atol set the tolerance of the other outputs"
+# A dequantized output is (q - zero point) * scale in float32 on both sides, so two of them lie a whole
+# number of steps apart up to float32's rounding of each product (|q - zp| <= 255: under 1e-4 step);
+# anything further off the grid is a real difference and counts against `steps`.
+GRID_SLACK = 1e-3
+
+
+@dataclass(frozen=True)
+class Quantum:
+    """A float output that a DequantizeLinear makes of an int8/uint8 tensor with one constant scale
+    (what onnxruntime's quantize_static ends a QDQ model with): compared in steps of `scale`."""
+
+    scale: float
+    dtype: str
+
+
+def dequantized_outputs(model: onnx.ModelProto) -> dict[str, Quantum]:
+    """The graph outputs made by DequantizeLinear of an int8/uint8 tensor with a constant one-value
+    scale and a constant zero point (the zero point's type is the quantized tensor's)."""
+    constants = {init.name: init for init in model.graph.initializer}
+    producers = {name: node for node in model.graph.node for name in node.output}
+    found = {}
+    for output in model.graph.output:
+        node = producers.get(output.name)
+        if node is None or node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+            continue
+        if len(node.input) < 3 or node.input[1] not in constants or node.input[2] not in constants:
+            continue
+        scale = numpy_helper.to_array(constants[node.input[1]])
+        zero_point = numpy_helper.to_array(constants[node.input[2]])
+        if scale.size == 1 and zero_point.dtype in STEP_TYPES and np.isfinite(scale).all() and float(scale) > 0:
+            found[output.name] = Quantum(float(scale.reshape(-1)[0]), str(zero_point.dtype))
+    return found
 
 
 def steps_text(steps: int) -> str:
@@ -54,8 +88,8 @@ class OutputError:
             return f"{self.name}: shape {self.shapes[0]}, onnxruntime's {self.shapes[1]}  {status}"
         off = f", {self.off} of {self.size} elements beyond {self.tolerance}" if not self.ok else ""
         if self.in_steps:
-            largest = int(self.max_abs)
-            text = f"{self.name}: {self.dtype}, max difference {largest} step{'' if largest == 1 else 's'}{off}"
+            largest = self.max_abs
+            text = f"{self.name}: {self.dtype}, max difference {largest:.4g} step{'' if largest == 1 else 's'}{off}"
             return f"{text}  {status}" + ("" if self.ok else f" ({STEPS_OPTION})")
         if self.tolerance == "exact":
             return f"{self.name}: {self.dtype}, {self.off} of {self.size} elements differ  {status}"
@@ -73,9 +107,18 @@ def tolerances(errors: list[OutputError]) -> str:
     return "; ".join(f"{', '.join(dtypes)}: {tolerance}" for tolerance, dtypes in ordered)
 
 
-def compare(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol: float, steps: int = 1) -> OutputError:
-    """`got` against onnxruntime's `expected`: int8/uint8 within `steps` quantization steps per
-    element, other numbers within `atol + rtol * |expected|`, anything else exactly."""
+def compare(
+    name: str,
+    got: np.ndarray,
+    expected: np.ndarray,
+    rtol: float,
+    atol: float,
+    steps: int = 1,
+    quantum: Quantum | None = None,
+) -> OutputError:
+    """`got` against onnxruntime's `expected`: int8/uint8, and float outputs dequantized from them
+    (`quantum`), within `steps` quantization steps per element, other numbers within
+    `atol + rtol * |expected|`, anything else exactly."""
     dtype = str(got.dtype)
     if got.shape != expected.shape:
         return OutputError(name, float("inf"), float("inf"), False, dtype, shapes=(got.shape, expected.shape))
@@ -91,6 +134,17 @@ def compare(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol:
             name, largest, float(rel.max(initial=0.0)), off == 0, dtype, steps_text(steps), True, off, got.size
         )
     a, b = got.astype(np.float64), expected.astype(np.float64)
+    if quantum is not None and np.issubdtype(got.dtype, np.floating):
+        diff = np.abs(a - b) / quantum.scale  # a NaN (never dequantized) compares as off
+        rel = np.abs(a - b) / np.maximum(np.abs(b), 1e-30)
+        off = int(np.sum(~(diff <= steps + GRID_SLACK)))
+        largest = float(np.nan_to_num(diff, nan=np.inf).max(initial=0.0))
+        if abs(largest - round(largest)) <= GRID_SLACK:  # on the grid: a whole number of steps
+            largest = float(round(largest))
+        label = f"{dtype} dequantized from {quantum.dtype}"
+        return OutputError(
+            name, largest, float(rel.max(initial=0.0)), off == 0, label, steps_text(steps), True, off, got.size
+        )
     both_nan = np.isnan(a) & np.isnan(b)
     same_inf = np.isinf(a) & (a == b)
     diff = np.where(both_nan | same_inf, 0.0, np.abs(a - b))
@@ -121,14 +175,15 @@ def verify(
     """Compare the built model with onnxruntime on `inputs` (arrays by name, or an .npz file) once,
     or on `runs` seeded random inputs. `emulate`: run the board build's programs under their kinds'
     emulators instead of the native library, its co-processors' servers reached over `transport`
-    ("pipe" or "tcp"). int8/uint8 outputs may differ by `steps` quantization steps per element, the
-    others by `atol + rtol * |expected|`."""
+    ("pipe" or "tcp"). int8/uint8 outputs, and float outputs a DequantizeLinear makes of them, may
+    differ by `steps` quantization steps per element, the others by `atol + rtol * |expected|`."""
     if steps < 0:
         raise HetgenError(f"steps must be 0 or more, not {steps}")
     model = EmulatedModel(Path(out_dir), transport=transport) if emulate else load(out_dir)
     if isinstance(inputs, (str, Path)):
         inputs = model_inputs.read_inputs(Path(inputs), model.inputs)
     session = ort_session(str(Path(out_dir) / MODEL_COPY))  # a path: onnxruntime finds any data file beside it
+    quanta = dequantized_outputs(onnx.load(str(Path(out_dir) / MODEL_COPY), load_external_data=False))
     errors: dict[str, OutputError] = {}
     feeds_list = [inputs] if inputs is not None else feeds_for(model, out_dir, seed, runs)
     for feeds in feeds_list:
@@ -138,7 +193,8 @@ def verify(
         for info in model.outputs:
             if is_shape_output(info.name):  # a bounded output's run-time shape: `got` has it applied
                 continue
-            error = compare(info.name, got[info.name], np.asarray(expected[info.name]), rtol, atol, steps)
+            reference = np.asarray(expected[info.name])
+            error = compare(info.name, got[info.name], reference, rtol, atol, steps, quanta.get(info.name))
             worst = errors.get(info.name)
             if worst is None or error.max_abs > worst.max_abs or not error.ok:
                 errors[info.name] = error if (worst is None or worst.ok) else worst
