@@ -86,6 +86,7 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
         "wq": wq,
         "phases": phases,
         "taps": taps,
+        "plane_floats": plane_floats,
         "channel_floats": channel_floats,
         "bytes": nbytes,
     }
