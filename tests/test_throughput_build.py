@@ -1,11 +1,16 @@
 """Frames pipelined through a built project (issue 23, item 6): resnet_tiny on soc placed for
 throughput, built once (native, -O1): `_run_frames` runs frames with a workspace per frame in
-flight, each frame's outputs match onnxruntime's, and the period simulated frame by frame from the
-devices' counters is within 10 % of the estimate's."""
+flight, each device's batches on a worker thread of its own, each frame's outputs match
+onnxruntime's and, bit for bit, the frame run alone, and the period simulated frame by frame from
+the devices' counters is within 10 % of the estimate's. The device workers themselves
+(templates/runtime/hg_frames.c) are checked on fake devices that prove the overlap by a rendezvous,
+under ThreadSanitizer (tests/c/frames_unit.c)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -55,12 +60,37 @@ def test_frames_match_onnxruntime_frame_by_frame(built):
         first = next(iter(outputs.values()))
         assert previous is None or not np.array_equal(first, previous)  # frames are not mixed up
         previous = first
-    # and one frame alone through `_run` gives the same as that frame in the pipeline
+    # every frame alone through `_run` gives, bit for bit, what it gave in the pipeline, where the
+    # co-processor ran each frame's batch on its worker thread (soc: one device, one batch a frame)
     model = hetgen.load(built)
-    feeds, outputs = report.outputs[FRAMES - 1]
-    alone = model.run(feeds)
-    for name in names:
-        np.testing.assert_array_equal(alone[name], outputs[name])
+    feeds = [frame_feeds for frame_feeds, _ in report.outputs]
+    pipelined, stats = model.run_frames_stats(feeds)
+    assert stats["workers"] == 1 and stats["jobs"] == FRAMES, stats
+    assert 0 <= stats["overlapped_jobs"] <= stats["jobs"]  # how many overlapped is the OS's to decide
+    for frame_feeds, outputs, (_, reported) in zip(feeds, pipelined, report.outputs):
+        alone = model.run(frame_feeds)
+        for name in names:
+            np.testing.assert_array_equal(alone[name], outputs[name])
+            np.testing.assert_array_equal(reported[name], outputs[name])
+
+
+@pytest.mark.parametrize("threads", [1, 0])
+def test_device_workers_overlap_the_root_on_fake_devices(tmp_path, threads):
+    """hg_frames.c with threads (under ThreadSanitizer): each batch runs on its device's worker and
+    ends only after the root went on with its own work (a rendezvous: without real overlap the
+    program fails its wait), results per frame as if run alone, a failed batch reported by its
+    frame's wait; without threads (ASan, UBSan) the same frames on the root alone."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed")
+    runtime = ROOT / "templates" / "runtime"
+    sanitize = "-fsanitize=thread" if threads else "-fsanitize=address,undefined"
+    exe = tmp_path / "frames_unit"
+    command = ["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", sanitize, f"-DHG_THREADS_POOL={threads}"]
+    command += ["-I", str(runtime), "-o", str(exe), str(ROOT / "tests/c/frames_unit.c"), str(runtime / "hg_frames.c")]
+    subprocess.run([*command, "-lpthread"], check=True)
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout == "ok\n", result.stderr[-4000:]
+    assert "Sanitizer" not in result.stderr, result.stderr[-4000:]
 
 
 def test_simulated_period_within_ten_percent_of_the_estimate(built):
@@ -76,8 +106,6 @@ def test_a_latency_project_refuses_frames(tmp_path, built):
     manifest = json.loads((built / "hetgen.json").read_text())
     manifest.pop("frame_depth")
     copy = tmp_path / "copy"
-    import shutil
-
     shutil.copytree(built, copy, symlinks=True)
     (copy / "hetgen.json").write_text(json.dumps(manifest))
     with pytest.raises(HetgenError, match="--objective throughput"):

@@ -46,6 +46,8 @@ ROLE_FILES = {
     ProgramRole.ACCELERATOR: {"hg_sim.c", "hg_sim.h"},
     ProgramRole.COPROCESSOR: {"hg_coproc.c", "hg_coproc.h"},
 }
+# The device workers of a root that runs frames pipelined (hetgen/spec/frames.py).
+FRAMES_FILES = {"hg_frames.c"}
 # Headers that travel only with their role's programs (every other shared header always travels).
 ROLE_FILES_ONLY = {"hg_coproc.h"}
 RUNTIME_VERSION = 2
@@ -280,6 +282,8 @@ def generate(
     needed |= {extra for name, extras in RUNTIME_NEEDS.items() if name in needed for extra in extras}
     for program in lowered.programs:
         needed |= ROLE_FILES.get(program.role, set())
+    if frame_depth:  # the root's `_run_frames` drives each device from a worker thread
+        needed |= FRAMES_FILES
     board_only = set(RUNTIME_SOURCES) if remote else set()
     runtime_c = []
     for name in sorted(needed | board_only):

@@ -20,7 +20,7 @@ from hetgen.lower.work import Engine
 from hetgen.lower.workspace import STATE_HEADER_SIZE
 from hetgen.names import c_comment, c_string
 from hetgen.platform.model import Runtime
-from hetgen.spec.frames import stage_bounds
+from hetgen.spec.frames import stage_bounds, stage_submissions
 
 # `enum hg_region`: Region's values are the C enum's (checked against the header like Opcode).
 REGION_C = {region: f"HG_REGION_{region.name}" for region in Region}
@@ -248,12 +248,28 @@ def _byte_list(tensors) -> str:
     return ", ".join(f"{spec.type.nbytes}u" for spec in tensors) or "0u"
 
 
+DEVICE_STEP_KINDS = {
+    Opcode.INVOKE.value: "invoke",
+    Opcode.WAIT.value: "wait",
+    Opcode.COPY_IN.value: "copy",
+    Opcode.COPY_OUT.value: "copy",
+}
+
+
 def _frame_stages(code, lines: list[str]) -> list[dict]:
     """The VM program of entry 0 cut as hetgen/spec/frames.py cuts the timed steps (before each run
-    of waits), each stage ended by END."""
+    of waits), each stage ended by END, with the devices whose invocations its end hands to their
+    workers (a bit each)."""
     *body, end = lines
-    kinds = ["wait" if words[0] == Opcode.WAIT.value else "" for words, _ in code[:-1]]
-    return [{"index": k, "lines": [*body[a:b], end]} for k, (a, b) in enumerate(stage_bounds(kinds))]
+    steps = [
+        (DEVICE_STEP_KINDS[words[0]], words[1]) if words[0] in DEVICE_STEP_KINDS else ("", None)
+        for words, _ in code[:-1]
+    ]
+    kinds = ["wait" if kind == "wait" else "" for kind, _ in steps]
+    return [
+        {"index": k, "lines": [*body[a:b], end], "submit_mask": sum(1 << d for d in submitted)}
+        for k, ((a, b), submitted) in enumerate(zip(stage_bounds(kinds), stage_submissions(steps)))
+    ]
 
 
 def program_view(
