@@ -23,6 +23,7 @@ from hetgen.runtime.frames import frames_lines, frames_report
 from hetgen.runtime.reference import ort_session
 from hetgen.runtime.verify import MODEL_COPY
 from hetgen.spec.frames import stages
+from tests.test_reentrant import PINS, small_model
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.cc
@@ -72,6 +73,28 @@ def test_frames_match_onnxruntime_frame_by_frame(built):
         for name in names:
             np.testing.assert_array_equal(alone[name], outputs[name])
             np.testing.assert_array_equal(reported[name], outputs[name])
+
+
+@pytest.mark.parametrize("runtime", ["aot", "graph"])
+def test_aot_and_graph_roots_run_frames_too(tmp_path, runtime):
+    """A root of each other runtime runs its entry's stages as functions (an aot entry's parts cut
+    at the stages too, a graph root's node ranges): every frame bit for bit what it gives alone,
+    each frame's co-processor batch on its worker."""
+    platform = tmp_path / "soc.yaml"
+    text = (ROOT / "platforms" / "soc.yaml").read_text()
+    platform.write_text(text.replace("  runtime: vm\n", f"  runtime: {runtime}\n", 1))
+    out = hetgen.compile(
+        platform, small_model(), out=tmp_path / "out", pins=PINS, objective="throughput", native_only=True, opt=("-O1",)
+    )
+    model = hetgen.load(out)
+    assert model.manifest.frame_depth == 2
+    rng = np.random.default_rng(1)
+    feeds = [{info.name: rng.standard_normal(info.shape).astype(info.dtype) for info in model.inputs} for _ in range(5)]
+    pipelined, stats = model.run_frames_stats(feeds)
+    assert stats["workers"] == 1 and stats["jobs"] == len(feeds), stats
+    for frame_feeds, outputs in zip(feeds, pipelined):
+        for name, value in model.run(frame_feeds).items():
+            np.testing.assert_array_equal(value, outputs[name])
 
 
 @pytest.mark.parametrize("threads", [1, 0])

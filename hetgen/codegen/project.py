@@ -34,7 +34,6 @@ from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
-from hetgen.platform.model import Runtime
 from hetgen.progress import Progress
 from hetgen.templates_dir import templates_dir
 
@@ -153,7 +152,7 @@ def _program_files(
     kernels = program_kernels(program, rendered)  # identical kernels once, in a bounded number of files
     files = [GeneratedFile(path, text.encode()) for path, text in kernels.files(folder)]
     kernel_paths = [file.path for file in files]
-    frames = frames and program.role is ProgramRole.ROOT and program.runtime is Runtime.VM
+    frames = frames and program.role is ProgramRole.ROOT
     view = program_view(program, model_name, prefix, RUNTIME_VERSION, children, simulated, kernels, frames)
     is_root = program.role is ProgramRole.ROOT
     if is_root:
