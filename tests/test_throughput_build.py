@@ -123,6 +123,7 @@ def test_simulated_period_within_ten_percent_of_the_estimate(built):
     assert report.period_us == pytest.approx(max(report.busy_us.values()), rel=1e-6)
     text = "\n".join(frames_lines(report))
     assert "frames/s" in text and "simulated/estimated period" in text
+    assert "1 device worker thread(s)" in text and f"of {report.frames} batches" in text
 
 
 def test_a_latency_project_refuses_frames(tmp_path, built):
