@@ -15,6 +15,12 @@ climb, not exact: its period at the search's prices (before kernel choices and c
 the groups) is printed beside a lower bound at those prices (the least serial time of any placement
 over the number of targets) and the gap between them.
 
+`--wall DIR` builds both placements (native, -O2, in DIR) and times them on this machine's wall clock:
+N frames through the throughput build's `_run_frames` (each device on a worker thread of its own,
+so the root works on one frame while a device works on another) against N calls of `_run` of the
+latency build and of the throughput build, interleaved in one process, medians; with the CPU time
+per frame, the machine's load and how many device batches overlapped the root's work.
+
 `--simulate DIR` builds both placements (native, -O2, in DIR) and times frames frame by frame at what
 the simulated devices counted (hetgen/runtime/frames.py): the throughput project runs its frames
 through `_run_frames` and they are checked against onnxruntime frame by frame; the latency project
@@ -25,6 +31,7 @@ pipeline would run it. The controllers' own kernels run natively and enter at th
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -61,23 +68,30 @@ def _path(tag: str) -> Path:
     return shipped if shipped.is_file() else ROOT / "platforms" / "boards" / f"{tag}.yaml"
 
 
-def simulate(platform: str, model: str, out: Path) -> dict:
+def build(platform: str, model: str, out: Path, objective: str) -> Path:
+    """The placement for `objective`, built native (-O2) in out/<platform>-<model>-<objective>."""
     import hetgen
+
+    folder = out / f"{platform}-{model}-{objective}"
+    hetgen.compile(
+        _path(platform),
+        ROOT / "examples" / f"{model}.onnx",
+        out=folder,
+        objective=objective,
+        native_only=True,
+        opt=("-O2",),
+    )
+    return folder
+
+
+def simulate(platform: str, model: str, out: Path) -> dict:
     from hetgen.runtime.frames import frames_report, max_frame_error
     from hetgen.runtime.reference import ort_session
     from hetgen.runtime.verify import MODEL_COPY
 
     result = {}
     for objective in ("latency", "throughput"):
-        folder = out / f"{platform}-{model}-{objective}"
-        hetgen.compile(
-            _path(platform),
-            ROOT / "examples" / f"{model}.onnx",
-            out=folder,
-            objective=objective,
-            native_only=True,
-            opt=("-O2",),
-        )
+        folder = build(platform, model, out, objective)
         report = frames_report(folder, timed_only=objective == "latency")
         error = None
         if report.outputs:
@@ -88,11 +102,84 @@ def simulate(platform: str, model: str, out: Path) -> dict:
     return result
 
 
+def wall_clock(platform: str, model: str, out: Path, frames: int, runs: int) -> dict:
+    """Frames per second on this machine's wall clock (and CPU time per frame): `frames` frames
+    through the throughput build's `_run_frames` (each device on a worker thread of its own:
+    templates/runtime/hg_frames.c) against `frames` calls of `_run`, of the latency build and of the
+    throughput build, the three interleaved in one process (their order rotated each run), medians
+    of `runs`. The simulated devices' arithmetic runs on host cores, so the overlap gains what the
+    host's cores allow: nothing on a machine whose cores are all busy."""
+    import hetgen
+    from hetgen.runtime.frames import feeds_for
+
+    folders = {objective: build(platform, model, out, objective) for objective in ("latency", "throughput")}
+    models = {objective: hetgen.load(folder) for objective, folder in folders.items()}
+    feeds = feeds_for(models["throughput"], folders["throughput"], 0, frames)
+    overlapped = []
+
+    def pipelined() -> None:
+        outputs, stats = models["throughput"].run_frames_stats(feeds)
+        overlapped.append((stats["overlapped_jobs"], stats["jobs"], stats["workers"]))
+
+    calls = {
+        "run_frames": pipelined,
+        "run, latency build": lambda: [models["latency"].run(f) for f in feeds],
+        "run, throughput build": lambda: [models["throughput"].run(f) for f in feeds],
+    }
+    wall = {name: [] for name in calls}
+    cpu = {name: [] for name in calls}
+    names = list(calls)
+    for name in names:  # warm: the libraries' pages, the worker pool
+        calls[name]()
+    for run in range(runs):
+        for name in names[run % len(names) :] + names[: run % len(names)]:
+            start, start_cpu = time.perf_counter(), time.process_time()
+            calls[name]()
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    for model_ in models.values():
+        model_.close()
+    return {
+        "fps": {name: frames / float(np.median(wall[name])) for name in names},
+        "cpu_us": {name: 1e6 * float(np.median(cpu[name])) / frames for name in names},
+        "overlapped": overlapped[len(names) :],  # the timed runs'
+        "load": os.getloadavg(),
+    }
+
+
+def wall_lines(result: dict, frames: int, runs: int) -> list[str]:
+    fps, cpu = result["fps"], result["cpu_us"]
+    overlapped = sum(o for o, _, _ in result["overlapped"])
+    jobs = sum(j for _, j, _ in result["overlapped"])
+    workers = result["overlapped"][0][2] if result["overlapped"] else 0
+    lines = [
+        f"{'':<13} {'':<17} {'wall':<10} {frames} frames x {runs} runs, medians, load average "
+        + "/".join(f"{x:.1f}" for x in result["load"])
+        + f" on {os.cpu_count()} cores"
+    ]
+    for name in fps:
+        note = ""
+        if name == "run_frames":
+            note = f"; {workers} device worker(s), {overlapped}/{jobs} batches overlapped the root's work"
+        lines.append(
+            f"{'':<13} {'':<17} {'':<10} {name:<22} {fps[name]:8.0f} fps  "
+            f"{fps[name] / fps['run, latency build']:5.2f}x  cpu {cpu[name]:8.1f} us/frame{note}"
+        )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--platforms", nargs="*", default=list(PLATFORMS))
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--simulate", metavar="DIR", help="also build and simulate (native) in DIR")
+    parser.add_argument(
+        "--wall",
+        metavar="DIR",
+        help="also build (native, in DIR) and time frames on this machine's wall clock: _run_frames against _run",
+    )
+    parser.add_argument("--frames", type=int, default=32, help="frames per timed call (--wall)")
+    parser.add_argument("--runs", type=int, default=7, help="timed calls of each kind, interleaved (--wall)")
     args = parser.parse_args()
     print(
         f"{'platform':<13} {'model':<17} {'placement':<10} {'latency':>9} {'period':>9} {'fps':>8} "
@@ -136,6 +223,9 @@ def main() -> int:
                     )
                     if error is not None and not np.isfinite(error):
                         return 1
+            if args.wall and platform in SIMULATED:
+                result = wall_clock(platform, model, Path(args.wall), args.frames, args.runs)
+                print("\n".join(wall_lines(result, args.frames, args.runs)))
     return 0
 
 

@@ -93,3 +93,13 @@ STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("dma_bytes", "bytes the DMA engine moved for the device's own commands (tile and cascade loads and stores)"),
 )
 STATS_NAMES: tuple[str, ...] = tuple(name for name, _ in STATS_FIELDS)
+
+# hg_frames_stats: what a root's `_run_frames` did with its device workers (hg_frames.c), uint64_t
+# each, in this order.
+FRAMES_STATS_FIELDS: tuple[tuple[str, str], ...] = (
+    ("workers", "device worker threads started (0: no threads here; the root ran every device itself)"),
+    ("jobs", "batches of invocations the workers ran, each behind a fence of its frame"),
+    ("overlapped_jobs", "of them, those during which the root went on with its own work (not blocked on a fence)"),
+    ("root_waits", "waits of the root that blocked on a device's fence"),
+)
+FRAMES_STATS_NAMES: tuple[str, ...] = tuple(name for name, _ in FRAMES_STATS_FIELDS)

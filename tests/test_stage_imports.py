@@ -91,6 +91,7 @@ CROSS_STAGE_CALLS = {
     ("partition", "hetgen.spec.frames", "resource_busy"): "each resource's work per frame: the period",
     ("partition", "hetgen.spec.frames", "stages"): "the frames in flight of the program's stages",
     ("codegen", "hetgen.spec.frames", "stage_bounds"): "_run_frames cuts the program where the interpreter does",
+    ("codegen", "hetgen.spec.frames", "stage_submissions"): "which devices each stage's end hands to their workers",
     ("runtime", "hetgen.spec.frames", "frames_for"): "how many frames reach a steady state",
     ("runtime", "hetgen.spec.frames", "frames_timeline"): "bench times the frames with the pipelined interpreter",
     ("runtime", "hetgen.spec.frames", "resource_busy"): "each resource's simulated work per frame",

@@ -34,7 +34,6 @@ from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Lowered, Program, ProgramRole
 from hetgen.names import c_comment, c_string, is_path_component, target_prefix
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
-from hetgen.platform.model import Runtime
 from hetgen.progress import Progress
 from hetgen.templates_dir import templates_dir
 
@@ -46,6 +45,8 @@ ROLE_FILES = {
     ProgramRole.ACCELERATOR: {"hg_sim.c", "hg_sim.h"},
     ProgramRole.COPROCESSOR: {"hg_coproc.c", "hg_coproc.h"},
 }
+# The device workers of a root that runs frames pipelined (hetgen/spec/frames.py).
+FRAMES_FILES = {"hg_frames.c"}
 # Headers that travel only with their role's programs (every other shared header always travels).
 ROLE_FILES_ONLY = {"hg_coproc.h"}
 RUNTIME_VERSION = 2
@@ -151,7 +152,7 @@ def _program_files(
     kernels = program_kernels(program, rendered)  # identical kernels once, in a bounded number of files
     files = [GeneratedFile(path, text.encode()) for path, text in kernels.files(folder)]
     kernel_paths = [file.path for file in files]
-    frames = frames and program.role is ProgramRole.ROOT and program.runtime is Runtime.VM
+    frames = frames and program.role is ProgramRole.ROOT
     view = program_view(program, model_name, prefix, RUNTIME_VERSION, children, simulated, kernels, frames)
     is_root = program.role is ProgramRole.ROOT
     if is_root:
@@ -280,6 +281,8 @@ def generate(
     needed |= {extra for name, extras in RUNTIME_NEEDS.items() if name in needed for extra in extras}
     for program in lowered.programs:
         needed |= ROLE_FILES.get(program.role, set())
+    if frame_depth:  # the root's `_run_frames` drives each device from a worker thread
+        needed |= FRAMES_FILES
     board_only = set(RUNTIME_SOURCES) if remote else set()
     runtime_c = []
     for name in sorted(needed | board_only):

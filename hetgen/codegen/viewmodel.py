@@ -20,7 +20,7 @@ from hetgen.lower.work import Engine
 from hetgen.lower.workspace import STATE_HEADER_SIZE
 from hetgen.names import c_comment, c_string
 from hetgen.platform.model import Runtime
-from hetgen.spec.frames import stage_bounds
+from hetgen.spec.frames import stage_bounds, stage_submissions
 
 # `enum hg_region`: Region's values are the C enum's (checked against the header like Opcode).
 REGION_C = {region: f"HG_REGION_{region.name}" for region in Region}
@@ -248,12 +248,42 @@ def _byte_list(tensors) -> str:
     return ", ".join(f"{spec.type.nbytes}u" for spec in tensors) or "0u"
 
 
-def _frame_stages(code, lines: list[str]) -> list[dict]:
-    """The VM program of entry 0 cut as hetgen/spec/frames.py cuts the timed steps (before each run
-    of waits), each stage ended by END."""
-    *body, end = lines
-    kinds = ["wait" if words[0] == Opcode.WAIT.value else "" for words, _ in code[:-1]]
-    return [{"index": k, "lines": [*body[a:b], end]} for k, (a, b) in enumerate(stage_bounds(kinds))]
+DEVICE_STEP_KINDS = {Opcode.INVOKE: "invoke", Opcode.WAIT: "wait", Opcode.COPY_IN: "copy", Opcode.COPY_OUT: "copy"}
+
+
+def _frame_stages(steps, vm_lines: list[str]) -> list[dict]:
+    """Entry 0 cut as hetgen/spec/frames.py cuts the timed steps (before each run of waits), for
+    each runtime (one instruction a VM line, a graph node, an aot step): each stage's VM lines
+    ended by END, its range of nodes and steps, and the devices whose invocations its end hands to
+    their workers (a bit each)."""
+    *body, end = vm_lines
+    kinds = [
+        (DEVICE_STEP_KINDS[ins.opcode], ins.device) if ins.opcode in DEVICE_STEP_KINDS else ("", None)
+        for ins in encode_steps(steps)
+    ]
+    bounds = stage_bounds(["wait" if kind == "wait" else "" for kind, _ in kinds])
+    return [
+        {
+            "index": k,
+            "lines": [*body[a:b], end],
+            "first": a,
+            "count": b - a,
+            "submit_mask": sum(1 << d for d in submitted),
+        }
+        for k, ((a, b), submitted) in enumerate(zip(bounds, stage_submissions(kinds)))
+    ]
+
+
+def _aot_parts(aot: list[dict], stages: list[dict]) -> tuple[list[list[dict]], list[list[int]]]:
+    """An aot entry cut into functions of at most AOT_PART_STEPS steps, and also where each stage
+    begins (entry 0 of a root that runs frames), with each stage's parts."""
+    cuts = sorted({*range(0, len(aot), AOT_PART_STEPS), *(stage["first"] for stage in stages)} - {len(aot)})
+    if not cuts:
+        return [[]], [[0] for _ in stages]
+    parts = [aot[a:b] for a, b in zip(cuts, [*cuts[1:], len(aot)])]
+    return parts, [
+        [p for p, cut in enumerate(cuts) if stage["first"] <= cut < stage["first"] + stage["count"]] for stage in stages
+    ]
 
 
 def program_view(
@@ -266,7 +296,7 @@ def program_view(
     kernels: ProgramKernels | None = None,
     frames: bool = False,
 ) -> dict:
-    """`frames`: a root that also runs frames pipelined (objective throughput; a vm root without
+    """`frames`: a root that also runs frames pipelined (objective throughput; a root without
     spilled banks): its entry 0 cut into stages (hetgen/spec/frames.py).
     `children`: each device's prefix, path, block offset and size; `simulated_devices` (root only):
     every simulated accelerator below, with its prefix and its block's offset in the workspace;
@@ -286,14 +316,18 @@ def program_view(
         nodes, args = graph_tables(steps, names)
         code = vm_code(steps, kernel_index)
         vm_lines = [", ".join(f"{w}u" for w in words) + f", /* {c_comment(c)} */" for words, c in code]
-        if frames and index == 0:
-            frame_stages = _frame_stages(code, vm_lines)
         aot = aot_steps(steps, names, spills)
+        parts = [aot[i : i + AOT_PART_STEPS] for i in range(0, len(aot), AOT_PART_STEPS)] or [[]]
+        if frames and index == 0:
+            frame_stages = _frame_stages(steps, vm_lines)
+            parts, stage_parts = _aot_parts(aot, frame_stages)
+            for stage, its_parts in zip(frame_stages, stage_parts):
+                stage["parts"] = its_parts
         entries.append(
             {
                 "index": index,
                 "steps": aot,
-                "parts": [aot[i : i + AOT_PART_STEPS] for i in range(0, len(aot), AOT_PART_STEPS)] or [[]],
+                "parts": parts,
                 "graph_nodes": nodes,
                 "graph_args": args,
                 "vm_code_lines": vm_lines,

@@ -31,6 +31,7 @@ class FramesReport:
     estimate_period_us: float  # the estimate's pipelined period (the manifest's)
     estimate_latency_us: float  # the estimate's single-frame latency
     outputs: tuple = ()  # each frame's outputs, for checking
+    workers: dict | None = None  # what `_run_frames`'s device workers did (hg_frames_stats); None: not run
 
     @property
     def fps(self) -> float:
@@ -55,9 +56,9 @@ def frames_report(out_dir: Path, frames: int | None = None, seed: int = 0, timed
     count = frames or frames_for(depth)
     if manifest.frame_depth:
         feeds = feeds_for(model, Path(out_dir), seed, count)
-        outputs = model.run_frames(feeds)
+        outputs, workers = model.run_frames_stats(feeds)
     else:
-        feeds, outputs = [], []
+        feeds, outputs, workers = [], [], None
         model.run(feeds_for(model, Path(out_dir), seed)[0])
     pipeline = manifest.pipeline or {"frames_period_us": 0.0, "latency_us": 0.0}
     estimates = manifest.estimates
@@ -73,6 +74,7 @@ def frames_report(out_dir: Path, frames: int | None = None, seed: int = 0, timed
         float(pipeline["frames_period_us"]),
         float(pipeline["latency_us"]),
         tuple(zip(feeds, outputs)),
+        workers,
     )
 
 
@@ -86,6 +88,15 @@ def frames_lines(report: FramesReport) -> list[str]:
         f"  estimate: latency {report.estimate_latency_us:.1f} us, period {report.estimate_period_us:.1f} us "
         f"({report.estimate_fps:.0f} frames/s); simulated/estimated period {ratio:.2f}x",
         f"  work per frame (simulated): {busy}",
+        *(
+            [
+                f"  run here: {report.workers['workers']} device worker thread(s), "
+                f"{report.workers['overlapped_jobs']} of {report.workers['jobs']} batches ran while the root "
+                "went on with its own work (templates/runtime/hg_frames.c)"
+            ]
+            if report.workers
+            else []
+        ),
     ]
 
 

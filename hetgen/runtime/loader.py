@@ -13,6 +13,7 @@ from pathlib import Path
 import cffi
 import numpy as np
 
+from hetgen.abi import FRAMES_STATS_NAMES
 from hetgen.bounded import is_shape_output, trimmed
 from hetgen.build.ninja_file import library_path
 from hetgen.codegen.manifest import Manifest, TensorEntry, read_manifest
@@ -57,6 +58,7 @@ class Model:
         self._ffi = cffi.FFI()
         self._ffi.cdef(
             f"typedef struct {{ uint64_t {', '.join(STATS_FIELDS)}; }} hg_device_stats;"
+            f"typedef struct {{ uint64_t {', '.join(FRAMES_STATS_NAMES)}; }} hg_frames_stats;"
             f"int {self.prefix}_init(void);"
             f"int {self.prefix}_run(const void *const *inputs, void *const *outputs, void *workspace);"
             f"int {self.prefix}_device_stats(const void *workspace, uint32_t device, hg_device_stats *stats);"
@@ -128,6 +130,14 @@ class Model:
         """Run `frames` (one feed dict each) pipelined across devices through the root's
         `_run_frames` (objective throughput: hetgen/spec/frames.py), each frame in flight in a
         workspace of its own; afterwards `device_stats` and `device_counters` read the last frame's."""
+        return self.run_frames_stats(frames)[0]
+
+    def run_frames_stats(
+        self, frames: list[dict[str, np.ndarray]]
+    ) -> tuple[list[dict[str, np.ndarray]], dict[str, int]]:
+        """`run_frames`, and what its device workers did (hg_frames_stats, hetgen/abi.py): the worker
+        threads started, the batches they ran, and how many of those ran while the root went on
+        with its own work (templates/runtime/hg_frames.c)."""
         depth = self.manifest.frame_depth
         if not depth:
             raise HetgenError(
@@ -144,16 +154,18 @@ class Model:
         blocks = storage[start : start + depth * size]
         with self._library.in_use():
             run = self.function(
-                f"int {self.prefix}_run_frames(const void *const *, void *const *, uint32_t, void *);",
+                f"int {self.prefix}_run_frames(const void *const *, void *const *, uint32_t, void *, hg_frames_stats *);",
                 f"{self.prefix}_run_frames",
             )
-            status = run(in_ptrs, out_ptrs, len(frames), ffi.from_buffer(blocks))
+            stats = ffi.new("hg_frames_stats *")
+            status = run(in_ptrs, out_ptrs, len(frames), ffi.from_buffer(blocks), stats)
         if status != 0:
             raise HetgenError(f"{self.prefix}_run_frames failed with status {status}")
         if frames:  # the last frame's workspace becomes this thread's: its counters are read there
             last = (len(frames) - 1) % depth
             ffi.memmove(self._workspace(), ffi.from_buffer(blocks[last * size : (last + 1) * size]), size)
-        return [trimmed({info.name: array for info, array in zip(self.outputs, frame)}) for frame in results]
+        outputs = [trimmed({info.name: array for info, array in zip(self.outputs, frame)}) for frame in results]
+        return outputs, {name: int(getattr(stats, name)) for name in FRAMES_STATS_NAMES}
 
     def device_stats(self, device: int) -> dict[str, int]:
         """Simulated device `device`'s counters over this thread's last run (the manifest's `stats_device`)."""

@@ -43,6 +43,28 @@ def stage_bounds(kinds: list[str]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a] or [(0, 0)]
 
 
+def stage_submissions(steps: list[tuple[str, int | None]]) -> list[tuple[int, ...]]:
+    """For each stage of `steps` ((kind, device) pairs: kind "wait", "invoke", another device
+    operation such as "copy", or "" for the root's own work), the devices whose queued invocations
+    the end of the stage hands to their worker threads (templates/runtime/hg_frames.c): those invoked
+    since the device's last wait whose next operation in the frame is a wait. A copy or another
+    invocation before that wait would touch the device's memory or queue while it runs, so such a
+    device's invocations run where the frame waits, as in a run of one frame."""
+    kinds = ["wait" if kind == "wait" else "" for kind, _ in steps]
+    submissions = []
+    for _, end in stage_bounds(kinds):
+        last = {}  # each device's last invocation or wait before the cut
+        for kind, device in steps[:end]:
+            if kind in ("invoke", "wait"):
+                last[device] = kind
+        following = {}  # each device's first operation after the cut
+        for kind, device in steps[end:]:
+            if device is not None:
+                following.setdefault(device, kind)
+        submissions.append(tuple(sorted(d for d, k in last.items() if k == "invoke" and following.get(d) == "wait")))
+    return submissions
+
+
 def resource_busy(program: ProgramSteps, timing: Timing) -> dict[str, float]:
     """Each resource's work per frame: the root (its kernel calls and the copies it makes) and each
     of its devices (the time of every sub-program submitted to it)."""

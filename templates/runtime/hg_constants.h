@@ -65,4 +65,12 @@ typedef struct {
     uint64_t dma_bytes; /* bytes the DMA engine moved for the device's own commands (tile and cascade loads and stores) */
 } hg_device_stats;
 
+/* What a root's _run_frames did with its device workers (hg_frames.h). */
+typedef struct {
+    uint64_t workers; /* device worker threads started (0: no threads here; the root ran every device itself) */
+    uint64_t jobs; /* batches of invocations the workers ran, each behind a fence of its frame */
+    uint64_t overlapped_jobs; /* of them, those during which the root went on with its own work (not blocked on a fence) */
+    uint64_t root_waits; /* waits of the root that blocked on a device's fence */
+} hg_frames_stats;
+
 #endif /* HG_CONSTANTS_H */
