@@ -13,7 +13,9 @@ latencies, their ratio, hetgen's GFLOP/s (2 per multiply-add; a Winograd convolu
 the direct one) and that as a share of T times one core's peak (the FMA loop of `hetgen tune`), the
 same share for hetgen's fastest run ("best %": on a shared machine the median mostly measures the
 other tenants, the fastest run the code), and hetgen's largest difference from the reference
-relative to its largest value.
+relative to its largest value. At one thread the same again by the calling thread's CPU time
+(`cpu` columns: both run every task on the calling thread there), which the other tenants of a
+shared machine disturb far less than the wall clock.
 
 A layer alone is not the layer in a model: with `memory: lean` (the default) a one-layer model's
 workspace cap is a share of a bound that is that layer alone, so a large convolution may get
@@ -99,7 +101,7 @@ def main() -> int:
     print(f"ort: {SPEED_SESSION}, the same thread count; rel err: hetgen against {REFERENCE_SESSION}")
     print(
         f"{'case':18} {'threads':>7} {'hetgen ms':>10} {'ort ms':>9} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7}"
-        f" {'best %':>7} {'rel err':>9}"
+        f" {'best %':>7} {'rel err':>9} {'cpu ms':>8} {'ort cpu':>8} {'ratio':>6} {'% peak':>7} {'best %':>7}"
     )
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-kernels-") as tmp:
         for name in names:
@@ -113,9 +115,17 @@ def main() -> int:
                     print(figures.skipped)
                 ours, theirs, error, best = figures.ours, figures.theirs or float("nan"), figures.error, figures.fastest
                 gflops, best_gflops = flops / ours / 1e6, flops / best / 1e6
+                cpu = ""
+                if count == 1:
+                    theirs_cpu = figures.theirs_cpu or float("nan")
+                    cpu = (
+                        f" {figures.cpu:8.3f} {theirs_cpu:8.3f} {figures.cpu / theirs_cpu:6.2f}"
+                        f" {100 * flops / figures.cpu / 1e6 / peak:6.0f}% {100 * flops / figures.cpu_fastest / 1e6 / peak:6.0f}%"
+                    )
                 print(
                     f"{name:18} {count:7d} {ours:10.3f} {theirs:9.3f} {ours / theirs:6.2f} {gflops:8.1f}"
-                    f" {100 * gflops / (peak * count):6.0f}% {100 * best_gflops / (peak * count):6.0f}% {error:9.1e}",
+                    f" {100 * gflops / (peak * count):6.0f}% {100 * best_gflops / (peak * count):6.0f}% {error:9.1e}"
+                    + cpu,
                     flush=True,
                 )
     return 0
