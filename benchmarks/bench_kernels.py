@@ -3,14 +3,23 @@
     python benchmarks/bench_kernels.py [--runs 15] [--threads 1,2] [--cases gemm1024,conv3x3@28,...]
 
 Each case is a one-operator ONNX model (constant weights, as a real layer has them), built for the
-host and measured beside onnxruntime (graph optimisations off) with the same interleaving as
-`bench_models.py --threads`: per thread count T, hetgen with HG_THREADS=T and onnxruntime with
-intra_op_num_threads=T, every count of both in one loop, medians. Printed per case and count:
-both latencies, their ratio, hetgen's GFLOP/s (2 per multiply-add; a Winograd convolution is
-counted as the direct one) and that as a share of T times one core's peak (the FMA loop of
-`hetgen tune`), the same share for hetgen's fastest run ("best %": on a shared machine the median
-mostly measures the other tenants, the fastest run the code), and the largest difference from
-onnxruntime relative to the largest reference value.
+host and measured beside onnxruntime at its defaults (graph optimisations on, the same thread
+count: `speed_session`, the speed yardstick) with the same interleaving as `bench_models.py
+--threads`: per thread count T, hetgen with HG_THREADS=T and onnxruntime with
+intra_op_num_threads=T, every count of both in one loop, medians. onnxruntime with its optimiser
+off (`ort_session`) is the numerical reference only; where the optimised session's result differs
+from it, the case says so and its onnxruntime time is skipped. Printed per case and count: both
+latencies, their ratio, hetgen's GFLOP/s (2 per multiply-add; a Winograd convolution is counted as
+the direct one) and that as a share of T times one core's peak (the FMA loop of `hetgen tune`), the
+same share for hetgen's fastest run ("best %": on a shared machine the median mostly measures the
+other tenants, the fastest run the code), and hetgen's largest difference from the reference
+relative to its largest value. At one thread the same again by the calling thread's CPU time
+(`cpu` columns: both run every task on the calling thread there), which the other tenants of a
+shared machine disturb far less than the wall clock.
+
+A layer alone is not the layer in a model: with `memory: lean` (the default) a one-layer model's
+workspace cap is a share of a bound that is that layer alone, so a large convolution may get
+smaller GEMM blocks than in a network. The layers as the models run them: bench_layers.py.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_models import matrix_flops, measure_threads, peak_gflops  # noqa: E402
 
 import hetgen  # noqa: E402
+from hetgen.runtime.reference import REFERENCE_SESSION, SPEED_SESSION  # noqa: E402
 
 
 def matmul(m: int, n: int, k: int) -> onnx.ModelProto:
@@ -88,9 +98,10 @@ def main() -> int:
         parser.error(f"--threads {args.threads}: expected thread counts from 1 to 64, e.g. 1,2")
     peak = peak_gflops()
     print(f"core peak (FMA loop): {peak:.1f} GFLOP/s per thread")
+    print(f"ort: {SPEED_SESSION}, the same thread count; rel err: hetgen against {REFERENCE_SESSION}")
     print(
         f"{'case':18} {'threads':>7} {'hetgen ms':>10} {'ort ms':>9} {'ratio':>6} {'GFLOP/s':>8} {'% peak':>7}"
-        f" {'best %':>7} {'rel err':>9}"
+        f" {'best %':>7} {'rel err':>9} {'cpu ms':>8} {'ort cpu':>8} {'ratio':>6} {'% peak':>7} {'best %':>7}"
     )
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-kernels-") as tmp:
         for name in names:
@@ -99,12 +110,22 @@ def main() -> int:
             onnx.save(model, path)
             out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem, native_only=True)
             flops = matrix_flops(model)
-            for count, figures in measure_threads(out, args.runs, counts).items():
+            for count, figures in measure_threads(out, args.runs, counts, name).items():
+                if figures.skipped:
+                    print(figures.skipped)
                 ours, theirs, error, best = figures.ours, figures.theirs or float("nan"), figures.error, figures.fastest
                 gflops, best_gflops = flops / ours / 1e6, flops / best / 1e6
+                cpu = ""
+                if count == 1:
+                    theirs_cpu = figures.theirs_cpu or float("nan")
+                    cpu = (
+                        f" {figures.cpu:8.3f} {theirs_cpu:8.3f} {figures.cpu / theirs_cpu:6.2f}"
+                        f" {100 * flops / figures.cpu / 1e6 / peak:6.0f}% {100 * flops / figures.cpu_fastest / 1e6 / peak:6.0f}%"
+                    )
                 print(
                     f"{name:18} {count:7d} {ours:10.3f} {theirs:9.3f} {ours / theirs:6.2f} {gflops:8.1f}"
-                    f" {100 * gflops / (peak * count):6.0f}% {100 * best_gflops / (peak * count):6.0f}% {error:9.1e}",
+                    f" {100 * gflops / (peak * count):6.0f}% {100 * best_gflops / (peak * count):6.0f}% {error:9.1e}"
+                    + cpu,
                     flush=True,
                 )
     return 0

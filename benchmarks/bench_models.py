@@ -161,6 +161,11 @@ class Figures:
     skipped: str | None = None
     fastest: float = 0.0  # hetgen's fastest run
     peer: float | None = None  # XNNPACK through ExecuTorch (benchmarks/peer_xnnpack.py), where it ran
+    # the calling thread's CPU time (ms), median and fastest, and onnxruntime's median: the whole
+    # run's at one thread (both run every task on the calling thread there), a part of it above
+    cpu: float = 0.0
+    cpu_fastest: float = 0.0
+    theirs_cpu: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -212,6 +217,8 @@ def measure_threads(
         skipped[count] = wrong_result_message(name or out.name, optimiser[count])
     ours: dict[int, list[float]] = {count: [] for count in counts}
     theirs: dict[int, list[float]] = {count: [] for count in counts}
+    ours_cpu: dict[int, list[float]] = {count: [] for count in counts}
+    theirs_cpu: dict[int, list[float]] = {count: [] for count in counts}
     peers: dict[int, list[float]] = {count: [] for count in counts}
     # Rounds of a few runs of each in turn, not one run each: onnxruntime's pool spins on the other
     # cores for a while after each run (its default), and would take the second core from the
@@ -219,9 +226,10 @@ def measure_threads(
     for _ in range(runs):
         for count in counts:
             for _ in range(per_round):
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.thread_time()
                 models[count].run_into(inputs, outputs[count])
                 ours[count].append((time.perf_counter() - start) * 1e3)
+                ours_cpu[count].append((time.thread_time() - cpu) * 1e3)
             if count in peer:
                 for _ in range(per_round):
                     start = time.perf_counter()
@@ -230,9 +238,10 @@ def measure_threads(
             if skipped[count]:
                 continue
             for _ in range(per_round):
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.thread_time()
                 sessions[count].run(None, feeds)
                 theirs[count].append((time.perf_counter() - start) * 1e3)
+                theirs_cpu[count].append((time.thread_time() - cpu) * 1e3)
     return {
         count: Figures(
             statistics.median(ours[count]),
@@ -242,6 +251,9 @@ def measure_threads(
             skipped[count],
             min(ours[count]),
             statistics.median(peers[count]) if peers[count] else None,
+            statistics.median(ours_cpu[count]),
+            min(ours_cpu[count]),
+            None if skipped[count] else statistics.median(theirs_cpu[count]),
         )
         for count in counts
     }

@@ -1,0 +1,220 @@
+"""Per layer, inside the model: each big convolution and matrix product against the core's FMA peak.
+
+    python benchmarks/bench_layers.py [--models resnet18,vgg@64,densenet121@160] [--runs 20] [--min-mflop 50]
+
+"Big convolutions and GEMMs at >= 85 % of peak" (issue #22) is about the layers as the model runs
+them: with the blocks, strategies and workspaces hetgen chose for them in that model (a layer
+extracted alone gets other ones: `memory: lean` caps its workspace by a bound that is then the layer
+alone). So the model's own board program (`bin/<prefix>_main IN OUT RUNS`, one thread) is linked
+again with `-Wl,--wrap` around every kernel function: each call is timed by the calling thread's
+CPU time (`CLOCK_THREAD_CPUTIME_ID`: at one thread the worker pool runs every task inline, and CPU
+time is what other tenants of a shared machine disturb least) and its wall-clock time. Per call
+of at least `--min-mflop` MFLOP of convolution or matrix product (2 per multiply-add; Winograd
+counted as the direct convolution, so its % can pass 100): its nodes, the kernel's strategy (the
+generated kernel's own comment), median and fastest CPU time over the runs, GFLOP/s and % of the
+peak (`hetgen tune`'s FMA loop, as bench_models.py prints it) for both ("best %": on a shared
+machine the median measures the other tenants too, the fastest run the code). Last, those layers'
+share of the model's CPU time and their aggregate % of peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_models import MATRIX_OPS, peak_gflops  # noqa: E402
+
+import hetgen  # noqa: E402
+from hetgen.models.suite import BENCH_MODELS  # noqa: E402
+from hetgen.ops.base import OpInstance  # noqa: E402
+from hetgen.ops.registry import op_def  # noqa: E402
+from hetgen.pipeline import import_graph  # noqa: E402
+
+# The wrapper around each kernel: one line per call, "index cpu_ns wall_ns", to $HG_LAYER_LOG.
+WRAPPER = """#define _POSIX_C_SOURCE 199309L
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static FILE *hg_layer_log;
+static long long hg_layer_ns(clockid_t clock)
+{
+    struct timespec t;
+    clock_gettime(clock, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+static void hg_layer_record(int index, long long cpu, long long wall)
+{
+    if (hg_layer_log == NULL)
+        hg_layer_log = fopen(getenv("HG_LAYER_LOG"), "w");
+    fprintf(hg_layer_log, "%d %lld %lld\\n", index, cpu, wall);
+}
+"""
+WRAP_ONE = """void __real_{name}(void *const *args);
+void __wrap_{name}(void *const *args)
+{{
+    const long long cpu = hg_layer_ns(CLOCK_THREAD_CPUTIME_ID), wall = hg_layer_ns(CLOCK_MONOTONIC);
+    __real_{name}(args);
+    hg_layer_record({index}, hg_layer_ns(CLOCK_THREAD_CPUTIME_ID) - cpu, hg_layer_ns(CLOCK_MONOTONIC) - wall);
+}}
+"""
+
+
+def kernel_calls(out: Path, prefix: str) -> list[str]:
+    """The kernel functions the host program calls, in the order of one run (its model.c)."""
+    source = (out / "host" / "model.c").read_text()
+    return re.findall(rf"^\s+({prefix}_k_\w+)\(args\);", source, flags=re.MULTILINE)
+
+
+def strategy(out: Path, kernel: str) -> str:
+    """How the kernel computes, from the generated kernel's comment ('implicit, from phase planes', ...)."""
+    for path in sorted((out / "host" / "kernels").glob("*.c")):
+        text = path.read_text()
+        start = text.find(f"/* {kernel} computes")
+        if start < 0:
+            continue
+        body = text[start : text.find(f"void {kernel}(", start)]
+        found = re.search(r"/\* (?:Convolution as GEMM \(([^)]*)\)|(Winograd) F\(2x2)", body)
+        return (found.group(1) or found.group(2)) if found else "-"
+    return "-"
+
+
+def call_flops(model: onnx.ModelProto, out: Path) -> list[tuple[str, int]]:
+    """Per call of one run: its nodes (the model's names) and their convolution and matrix-product
+    arithmetic."""
+    graph = import_graph(model, {})
+    source = {node.name: node.source_name or node.op for node in graph.nodes}
+    flops = {
+        node.name: op_def(node.op, node.opset).lower(OpInstance.of(node, graph)).flops
+        for node in graph.nodes
+        if node.op in MATRIX_OPS
+    }
+    manifest = json.loads((out / "hetgen.json").read_text())
+    (controller,) = manifest["program"]["controllers"].values()
+    calls = [tuple(step["call"]) for entry in controller["entries"] for step in entry if "call" in step]
+    return [("+".join(source[node] for node in nodes), sum(flops.get(node, 0) for node in nodes)) for nodes in calls]
+
+
+def profiled_main(out: Path, prefix: str, kernels: list[str], work: Path) -> Path:
+    """The model's board program linked again with a timing wrapper around each kernel function."""
+    names = sorted(set(kernels))
+    wrapper = work / "hg_layer_wrap.c"
+    wrapper.write_text(WRAPPER + "".join(WRAP_ONE.format(name=n, index=i) for i, n in enumerate(names)))
+    main = f"bin/{prefix}_main"
+    command = subprocess.run(
+        ["ninja", "-C", str(out), "-t", "commands", main], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    link = shlex.split(command.splitlines()[-1])
+    cc = link[0]
+    subprocess.run([cc, "-O2", "-c", str(wrapper), "-o", str(work / "hg_layer_wrap.o")], check=True)
+    target = work / "profiled_main"
+    link[link.index("-o") + 1] = str(target)
+    link[1:1] = [str(work / "hg_layer_wrap.o"), "-Wl," + ",".join(f"--wrap={n}" for n in names)]
+    subprocess.run(link, cwd=out, check=True)
+    return target
+
+
+def layer_times(out: Path, model: onnx.ModelProto, runs: int, work: Path):
+    """Per call of one run: (its nodes, flops, kernel, CPU ns per run, wall ns per run)."""
+    manifest = json.loads((out / "hetgen.json").read_text())
+    prefix = manifest["prefix"] if isinstance(manifest.get("prefix"), str) else "hg_host"
+    kernels = kernel_calls(out, prefix)
+    calls = call_flops(model, out)
+    if len(kernels) != len(calls):
+        raise SystemExit(f"{out}: {len(kernels)} kernel calls in model.c, {len(calls)} in the program")
+    program = profiled_main(out, prefix, kernels, work)
+    rng = np.random.default_rng(0)
+    inputs = work / "inputs.bin"
+    with inputs.open("wb") as stream:
+        for tensor in manifest["inputs"]:
+            rng.standard_normal(tensor["shape"]).astype(tensor["dtype"]).tofile(stream)
+    log = work / "layers.log"
+    environment = {**os.environ, "HG_THREADS": "1", "HG_LAYER_LOG": str(log)}
+    subprocess.run([str(program), str(inputs), str(work / "outputs.bin"), str(runs + 1)], env=environment, check=True)
+    rows = [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()]
+    per_run = len(kernels)
+    if len(rows) != per_run * (runs + 1):
+        raise SystemExit(f"{out}: {len(rows)} timed calls, expected {per_run * (runs + 1)}")
+    rows = rows[per_run:]  # the first run warms the caches and the pages
+    return [
+        (nodes, flops, kernels[i], [r[1] for r in rows[i::per_run]], [r[2] for r in rows[i::per_run]])
+        for i, (nodes, flops) in enumerate(calls)
+    ]
+
+
+def by_strategy(out: Path, layers) -> dict[str, tuple[int, float, int]]:
+    """Per strategy of the calls with convolution or matrix-product arithmetic, whatever their size:
+    (calls, median CPU ns, flops), summed."""
+    totals: dict[str, tuple[int, float, int]] = {}
+    for _, flops, kernel, cpu, _ in layers:
+        if flops:
+            count, time, work = totals.get(strategy(out, kernel), (0, 0.0, 0))
+            totals[strategy(out, kernel)] = (count + 1, time + statistics.median(cpu), work + flops)
+    return totals
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet18,vgg@64,densenet121@160")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--min-mflop", type=float, default=50.0)
+    parser.add_argument("--platform", default="host")
+    args = parser.parse_args()
+    names = [name for name in args.models.split(",") if name]
+    unknown = [name for name in names if name not in BENCH_MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; accepted: {', '.join(BENCH_MODELS)}")
+    peak = peak_gflops()
+    print(f"core peak (FMA loop): {peak:.1f} GFLOP/s, 1 thread; CPU time of the calling thread, {args.runs} runs")
+    print(
+        f"{'model':16} {'layer':34} {'strategy':22} {'MFLOP':>7} {'ms':>7} {'best ms':>7} {'% peak':>6} {'best %':>6}"
+    )
+    with tempfile.TemporaryDirectory(prefix="hetgen-bench-layers-") as tmp:
+        for name in names:
+            model = BENCH_MODELS[name]()
+            path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
+            onnx.save(model, path)
+            out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem, native_only=True)
+            work = Path(tmp) / f"{path.stem}-layers"
+            work.mkdir()
+            layers = layer_times(out, model, args.runs, work)
+            total = sum(statistics.median(cpu) for *_, cpu, _ in layers)
+            big_time = big_flops = 0.0
+            for nodes, flops, kernel, cpu, _ in layers:
+                if flops < args.min_mflop * 1e6:
+                    continue
+                median, best = statistics.median(cpu), min(cpu)
+                big_time, big_flops = big_time + median, big_flops + flops
+                print(
+                    f"{name:16} {nodes[:34]:34} {strategy(out, kernel)[:22]:22} {flops / 1e6:7.0f} {median / 1e6:7.3f}"
+                    f" {best / 1e6:7.3f} {100 * flops / median / peak:5.0f}% {100 * flops / best / peak:5.0f}%",
+                    flush=True,
+                )
+            if big_time:
+                print(
+                    f"{name:16} layers of >= {args.min_mflop:g} MFLOP: {100 * big_time / total:.0f} % of the model's"
+                    f" {total / 1e6:.2f} ms, {100 * big_flops / big_time / peak:.0f} % of peak together"
+                )
+            for kind, (count, time, flops) in sorted(by_strategy(out, layers).items(), key=lambda kv: -kv[1][1]):
+                print(
+                    f"{name:16} every {kind} layer ({count}): {time / 1e6:.2f} ms, {100 * time / total:.0f} % of the"
+                    f" model, {100 * flops / time / peak:.0f} % of peak together"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
