@@ -174,10 +174,12 @@ def test_convinteger_per_channel_zero_points():
     np.testing.assert_array_equal(got, expected)
 
 
-def test_convinteger_fully_connected_with_weight_zero_points_across_chunks():
-    """The weight zero point taken out of the sums as zp * sum(x), the sum over every chunk."""
-    inputs = {"x": q_random((1, 530, 1, 1), np.uint8)}
-    constants = {"w": q_random((5, 530, 1, 1), np.uint8), "xz": np.array(77, np.uint8), "wz": q_random((5,), np.uint8)}
+@pytest.mark.parametrize("k", [530, 130], ids=["chunks", "one_chunk"])
+def test_convinteger_fully_connected_with_weight_zero_points_across_chunks(k):
+    """The weight zero point taken out of the sums as zp * sum(x), the sum over every chunk; an
+    input of one chunk has its odd last row's sum stored alone."""
+    inputs = {"x": q_random((1, k, 1, 1), np.uint8)}
+    constants = {"w": q_random((5, k, 1, 1), np.uint8), "xz": np.array(77, np.uint8), "wz": q_random((5,), np.uint8)}
     node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"])
     (got,), (expected,) = run_both(node, inputs, constants, exact_ints=True)
     np.testing.assert_array_equal(got, expected)

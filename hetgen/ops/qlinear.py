@@ -182,7 +182,10 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     # the weights are read where they are; the activations widened to int16: two output columns of
     # unfolded input, or a fully connected layer's input `chunk` values at a time (int32 sums per row)
     col_bytes = {"gemm": align(2 * 2 * k_dim, 8), "vector": align(2 * chunk, 8)}.get(variant, 0)
-    acc_bytes = align(4 * cout_group, 8) if variant == "vector" else 0
+    # int32 sums per row only where the input takes more than one chunk; one chunk's pairs of sums
+    # are requantised as they are made (fc_autoencoder's 128 -> 640 layer: 2,560 bytes of workspace)
+    single_chunk = k_dim <= VECTOR_CHUNK
+    acc_bytes = align(4 * cout_group, 8) if variant == "vector" and not single_chunk else 0
     scale_bytes = align(4 * out_channels, 8) if requant else 0
     bias = None
     if requant and op.has_input(8):
@@ -198,6 +201,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "is_direct": variant == "direct",
         "is_vector": variant == "vector",
         "chunk": chunk,
+        "single_chunk": single_chunk,
         "w_group_stride": cout_group * k_dim,  # one group's weights
         "scratch_index": input_arg_count(op) + 1,
         "batch": batch,
