@@ -184,6 +184,54 @@ def test_a_native_build_matches_onnxruntime(tmp_path):
         np.testing.assert_allclose(got[info.name], value, rtol=1e-5, atol=1e-5, err_msg=info.name)
 
 
+def test_small_planes_of_many_channels_take_16_channels_a_vector():
+    """conv.depthwise_channel_vector: offered first where it applies, with the plane kernel's
+    parameters beside it (its fallback on other ISAs) and a workspace for either; priced as its lanes
+    and transposes."""
+    from hetgen.spec.variants import with_offers
+
+    def offers(channels, size, kernel=(3, 3)):
+        p, w = depthwise_kernel(channels, size, kernel, pads=(1, 1, 1, 1))
+        node = Node(
+            "dw", "Conv", ("x", "w"), ("y",), (("group", channels), ("kernel_shape", kernel), ("pads", (1,) * 4))
+        )
+        types = (TensorType(DType.FLOAT32, (1, channels, *size)), TensorType(DType.FLOAT32, w.shape))
+        out = TensorType(DType.FLOAT32, (1, channels, size[0] + 3 - kernel[0], size[1] + 3 - kernel[1]))
+        return op_def("Conv").lower(OpInstance(node, types, (out,), (None, w)))
+
+    kernel = offers(64, (25, 5))  # DS-CNN's
+    cv, plane = kernel.prepacked
+    assert cv.params["variant"] == "depthwise_cv" and cv.template == "kernels/conv_depthwise_cv.c.j2"
+    assert cv.params["wq"] == plane.params["wq"] and cv.hosted_only
+    assert cv.scratch_bytes == max(plane.params["buffer_bytes"], cv.params["cv_buffer_bytes"])
+    assert (cv.params["cv_hp"], cv.params["cv_wp"], cv.params["cv_units"]) == (27, 7, 4)
+    assert len(cv.params["cv_at"]) == 125 and cv.params["cv_at"][:2] == (8, 9)  # row 1, columns 1 and 2
+    taken = with_offers(kernel, (cv,))
+    assert taken.flops == 2 * 64 * 125 * 9 + 4 * 64 * 250 > kernel.flops
+    assert [o.params["variant"] for o in offers(8, (25, 5)).prepacked] == ["depthwise"]  # half a vector
+    assert [o.params["variant"] for o in offers(64, (14, 14)).prepacked] == ["depthwise"]  # rows of a vector
+    assert [o.params["variant"] for o in offers(64, (12, 12)).prepacked] == ["depthwise_cv", "depthwise"]
+    assert [o.params["variant"] for o in offers(64, (100, 5)).prepacked] == ["depthwise"]  # buffer past L1
+    assert [o.params["variant"] for o in offers(64, (7, 7), (7, 7)).prepacked] == ["depthwise"]  # 49 taps
+
+
+@pytest.mark.cc
+def test_16_channels_a_vector_matches_onnxruntime(tmp_path):
+    """The channel-vector kernel at -O3 (on AVX-512; the plane kernel elsewhere): a full and a partial
+    block of channels, strides, asymmetric pads, 5x5 taps, fused activations."""
+    import hetgen
+    from hetgen.runtime.reference import ort_session
+
+    proto = depthwise_model(CHAIN, channels=20, size=15)
+    out = hetgen.compile(load_platform_text(HOST), proto, out=tmp_path / "out", native_only=True, opt=("-O3",))
+    kernels = "".join(path.read_text() for path in (out / "host" / "kernels").glob("*.c"))
+    assert kernels.count("Depthwise convolution, 16 channels a vector") == len(CHAIN)
+    x = np.random.default_rng(3).standard_normal((1, 20, 15, 15)).astype(np.float32)
+    got = hetgen.load(out).run({"x": x})
+    (wanted,) = ort_session(proto.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_allclose(got[proto.graph.output[0].name], wanted, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("op", "attrs", "whole"),
     [

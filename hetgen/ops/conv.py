@@ -50,6 +50,7 @@ class ConvVariant(str, Enum):
     IMPLICIT_PLANES = "implicit_planes"
     WINOGRAD = "winograd"
     DEPTHWISE = "depthwise"
+    DEPTHWISE_CV = "depthwise_cv"  # 16 channels a vector, on small planes (`depthwise_channel_vector`)
     SMALL = "small"  # small planes, direct (hetgen/ops/_conv_small.py)
 
     @property
@@ -186,6 +187,62 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
     }
 
 
+# The channel-vector kernel's channels per vector (AVX-512's 16 floats).
+CV_LANES = 16
+# The channel-vector kernel's buffer (a block's padded plane and its sums, 16 floats a pixel): in L1.
+CV_BUFFER_FLOATS = 8192
+# ... its weights stay in registers (one vector a tap, of AVX-512's 32), beside the two sums.
+CV_MAX_TAPS = 25
+# A 16x16 transpose is 64 full-width shuffles for 256 floats: lane operations per float moved.
+CV_TRANSPOSE_LANE_OPS = 4
+
+
+def depthwise_channel_vector(win, batch: int, channels: int, plane: dict) -> dict | None:
+    """The depthwise kernel with 16 channels a vector (`templates/kernels/conv_depthwise_cv.c.j2`)
+    where AVX-512 compiles it, the plane kernel's parameters `plane` beside it for other ISAs; None
+    where it does not pay or apply: fewer than 16 channels, the plane kernel's rows (`wq` floats,
+    output columns and halo) a whole vector wide or more, more than CV_MAX_TAPS taps, or a plane
+    whose padded copy and sums exceed CV_BUFFER_FLOATS.
+
+    On narrow planes (DS-CNN's 25x5, MobileNet's 7x7) the plane kernel's vectors along a flattened row
+    carry the halo columns and each plane's copy in and out costs as much as its taps; here each
+    pixel's 16 channels are one vector, every tap one multiply-add by a vector of 16 weights, and the
+    planes are transposed into and out of that layout 16 pixels at a time. Per layer, against the
+    plane kernel (benchmarks/bench_depthwise.py): 64 x 25x5 4.9 -> 3.0 us, 960 x 7x7 48 -> 30 us,
+    32 x 12x12 2.4 -> 1.9 us, but 384 x 14x14 (rows of 16 floats) 35 -> 38 us, so those keep it."""
+    if channels < CV_LANES or plane["wq"] >= CV_LANES or win.kernel_size > CV_MAX_TAPS:
+        return None
+    (in_h, in_w), (out_h, out_w) = win.in_shape[1:], win.out_shape[1:]
+    (pad_t, pad_l), (s_h, s_w), (d_h, d_w) = win.pads_begin[1:], win.strides[1:], win.dilations[1:]
+    (k_h, k_w) = win.kernel[1:]
+    hp = max(pad_t + in_h, (out_h - 1) * s_h + (k_h - 1) * d_h + 1)
+    wp = max(pad_l + in_w, (out_w - 1) * s_w + (k_w - 1) * d_w + 1)
+    padded, sums = hp * wp * CV_LANES, out_h * out_w * CV_LANES
+    if padded + sums > CV_BUFFER_FLOATS:
+        return None
+    blocks = -(-channels // CV_LANES)
+    taps = [(kh * k_w + kw, (kh * d_h * wp + kw * d_w) * CV_LANES) for kh in range(k_h) for kw in range(k_w)]
+    lanes = batch * blocks * CV_LANES
+    return {
+        **plane,
+        "variant": ConvVariant.DEPTHWISE_CV,
+        "cv_at": tuple((ih + pad_t) * wp + iw + pad_l for ih in range(in_h) for iw in range(in_w)),
+        "cv_hp": hp,
+        "cv_wp": wp,
+        "cv_row_step": s_h * wp,
+        "cv_taps_even": taps[0::2],
+        "cv_taps_odd": taps[1::2],
+        "cv_blocks": blocks,
+        "cv_units": batch * blocks,
+        "cv_padded_floats": padded,
+        "cv_buffer_floats": padded + sums,
+        "cv_buffer_bytes": 4 * (padded + sums),
+        # every lane's taps (padded channels too), the transposes in and out
+        "cv_flops": 2 * lanes * win.out_size * win.kernel_size
+        + CV_TRANSPOSE_LANE_OPS * lanes * (win.in_size + win.out_size),
+    }
+
+
 def _as_float32(w: np.ndarray) -> np.ndarray:
     """The plane kernel reads the weights as the model has them, [channels][kh][kw]."""
     return np.ascontiguousarray(w, dtype=np.float32)
@@ -268,6 +325,15 @@ def lower(op: OpInstance) -> Kernel:
             template = ConvVariant.DEPTHWISE.template
             offer = Prepacked(1, _as_float32, plane, plane["buffer_bytes"], template=template, hosted_only=True)
             prepacked = (offer,)
+            vector = depthwise_channel_vector(win, batch, out_channels, plane) if cin_group == cout_group == 1 else None
+            if vector is not None:
+                # first: where AVX-512 compiles it; the plane kernel's loop otherwise (the same bits)
+                vector["cv_bias_value"] = "bias[c0 + c]" if has_bias else "0.0f"
+                vector["cv_finish"] = bool(op.epilogue or residual)
+                scratch = max(plane["buffer_bytes"], vector["cv_buffer_bytes"])
+                template = ConvVariant.DEPTHWISE_CV.template
+                cv = Prepacked(1, _as_float32, vector, scratch, template=template, hosted_only=True)
+                prepacked = (cv, offer)
     if variant != "direct" and op.constant(1) is not None:
         group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
         packed = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks, a_packed=True)
