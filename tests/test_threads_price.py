@@ -166,6 +166,9 @@ def test_the_gemm_rule_is_hg_gemm_c():
     assert rule(8, 96, 4096, 4) == 1.0  # 3 column panels, 1 row panel: fewer than 4 threads
     assert rule(8, 160, 4096, 4) == 5 / 2  # 5 column panels: the busiest thread takes 2
     assert rule(1024, 1024, 1024, 1) == 1.0
+    # packed weights (a convolution's A): 8 parts of its 9 column panels, taken in turn by 2 threads
+    assert "repeat_packed ? HG_SGEMM_PARTS_PER_THREAD * threads : threads" in source
+    assert rule(64, 9 * 32, 512, 2, a_packed=True) == 9 / 5
 
 
 def test_fixed_tasks_balance():

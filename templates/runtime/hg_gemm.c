@@ -321,11 +321,18 @@ void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, flo
         sgemm_range(m, 0, m, 0, n, k, ops, c, ldc, accumulate, epilogue, ctx, work);
         return;
     }
+    /* More parts than threads where the operand every part reads again came packed (no part packs
+       it): the threads claim parts one at a time, so one the OS runs late (a busy machine) leaves its
+       share to the others instead of the caller waiting for its one half. Where that operand would
+       be packed by every part, one part per thread. */
+    const int repeat_packed = split_rows ? ops->b_panels != NULL : ops->a_panels != NULL;
+    const size_t most = repeat_packed ? HG_SGEMM_PARTS_PER_THREAD * threads : threads;
+    const size_t parts = panels < most ? panels : most;
     sgemm_job job = {
-        .m = m, .n = n, .k = k, .panels = panels, .parts = threads, .split_rows = split_rows, .ops = ops,
+        .m = m, .n = n, .k = k, .panels = panels, .parts = parts, .split_rows = split_rows, .ops = ops,
         .c = c, .ldc = ldc, .accumulate = accumulate, .epilogue = epilogue, .ctx = ctx, .work = work,
     };
-    hg_parallel_for(threads, sgemm_part, &job);
+    hg_parallel_for(parts, sgemm_part, &job);
 }
 
 void hg_sgemm(size_t m, size_t n, size_t k, const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *b,
