@@ -119,7 +119,7 @@ def wall_clock(platform: str, model: str, out: Path, frames: int, runs: int) -> 
 
     def pipelined() -> None:
         outputs, stats = models["throughput"].run_frames_stats(feeds)
-        overlapped.append((stats["overlapped_jobs"], stats["jobs"], stats["workers"]))
+        overlapped.append(stats)
 
     calls = {
         "run_frames": pipelined,
@@ -142,16 +142,21 @@ def wall_clock(platform: str, model: str, out: Path, frames: int, runs: int) -> 
     return {
         "fps": {name: frames / float(np.median(wall[name])) for name in names},
         "cpu_us": {name: 1e6 * float(np.median(cpu[name])) / frames for name in names},
-        "overlapped": overlapped[len(names) :],  # the timed runs'
+        "workers": overlapped[1:],  # the timed runs' hg_frames_stats
         "load": os.getloadavg(),
     }
 
 
 def wall_lines(result: dict, frames: int, runs: int) -> list[str]:
+    """The wall clock's frames per second, and the CPU time's: where each thread's time went. On a
+    host with a core free for each thread, `_run_frames` takes the busiest thread's CPU time a frame
+    (the root's or a worker's), one frame at a time through `_run` the sum of them."""
     fps, cpu = result["fps"], result["cpu_us"]
-    overlapped = sum(o for o, _, _ in result["overlapped"])
-    jobs = sum(j for _, j, _ in result["overlapped"])
-    workers = result["overlapped"][0][2] if result["overlapped"] else 0
+    workers = result["workers"]
+    overlapped = sum(w["overlapped_jobs"] for w in workers)
+    jobs = sum(w["jobs"] for w in workers)
+    root_us = float(np.median([w["root_cpu_ns"] for w in workers])) / 1e3 / frames
+    worker_us = float(np.median([w["busiest_worker_cpu_ns"] for w in workers])) / 1e3 / frames
     lines = [
         f"{'':<13} {'':<17} {'wall':<10} {frames} frames x {runs} runs, medians, load average "
         + "/".join(f"{x:.1f}" for x in result["load"])
@@ -160,10 +165,17 @@ def wall_lines(result: dict, frames: int, runs: int) -> list[str]:
     for name in fps:
         note = ""
         if name == "run_frames":
-            note = f"; {workers} device worker(s), {overlapped}/{jobs} batches overlapped the root's work"
+            note = f"; {workers[0]['workers']} device worker(s), {overlapped}/{jobs} batches overlapped the root's work"
         lines.append(
             f"{'':<13} {'':<17} {'':<10} {name:<22} {fps[name]:8.0f} fps  "
             f"{fps[name] / fps['run, latency build']:5.2f}x  cpu {cpu[name]:8.1f} us/frame{note}"
+        )
+    busiest = max(root_us, worker_us)
+    if busiest > 0:
+        lines.append(
+            f"{'':<13} {'':<17} {'cpu':<10} run_frames' threads a frame: root {root_us:.1f} us, busiest worker "
+            f"{worker_us:.1f} us: on free cores {1e6 / busiest:.0f} fps, "
+            f"{cpu['run, latency build'] / busiest:.2f}x the latency build's _run ({cpu['run, latency build']:.1f} us)"
         )
     return lines
 

@@ -105,5 +105,7 @@ FRAMES_STATS_FIELDS: tuple[tuple[str, str], ...] = (
     ("jobs", "batches of invocations the workers ran, each behind a fence of its frame"),
     ("overlapped_jobs", "of them, those during which the root went on with its own work (not blocked on a fence)"),
     ("root_waits", "waits of the root that blocked on a device's fence"),
+    ("root_cpu_ns", "CPU time of the root's thread over the call (0: no threads here)"),
+    ("busiest_worker_cpu_ns", "CPU time of the busiest device worker over the call"),
 )
 FRAMES_STATS_NAMES: tuple[str, ...] = tuple(name for name, _ in FRAMES_STATS_FIELDS)

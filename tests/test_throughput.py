@@ -17,7 +17,7 @@ from hetgen.partition.explain import explain_json, explain_text
 from hetgen.partition.search import objective_request
 from hetgen.partition.throughput import placement_pipeline
 from hetgen.platform.loader import load_platform, load_platform_text
-from hetgen.spec.frames import frames_timeline, resource_busy, stages
+from hetgen.spec.frames import frames_timeline, resource_busy, stage_submissions, stages
 from hetgen.spec.timeline import (
     ControllerSteps,
     DeviceCopy,
@@ -123,6 +123,19 @@ def test_a_wait_waits_for_its_own_frame_only():
 
 
 # --- the search ----------------------------------------------------------------------------------
+
+
+def test_a_stage_hands_a_device_to_its_worker_only_where_a_wait_comes_next():
+    """Device 0 is waited for next: its invocation goes to its worker at the end of stage 0. Device 1
+    gets a copy first (its memory must not be touched while it runs), so its invocations run where
+    the frame waits for it, and go to the worker only once a wait is next (the end of stage 1)."""
+    steps = [
+        ("copy", 0), ("invoke", 0), ("invoke", 1), ("", None),  # stage 0
+        ("wait", 0), ("copy", 1), ("invoke", 1), ("copy", 0),  # stage 1
+        ("wait", 1), ("", None),  # stage 2
+    ]  # fmt: skip
+    assert stage_submissions(steps) == [(0,), (1,), ()]
+    assert stage_submissions([("", None)]) == [()]
 
 
 @pytest.mark.parametrize("platform", ["soc", "dual", "slowlink"])

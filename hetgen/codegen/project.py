@@ -46,9 +46,10 @@ ROLE_FILES = {
     ProgramRole.COPROCESSOR: {"hg_coproc.c", "hg_coproc.h"},
 }
 # The device workers of a root that runs frames pipelined (hetgen/spec/frames.py).
-FRAMES_FILES = {"hg_frames.c"}
-# Headers that travel only with their role's programs (every other shared header always travels).
-ROLE_FILES_ONLY = {"hg_coproc.h"}
+FRAMES_FILES = {"hg_frames.c", "hg_frames.h"}
+# Headers that travel only with their role's programs, or with frames (every other shared header
+# always travels).
+HEADERS_WHERE_USED = {"hg_coproc.h", "hg_frames.h"}
 RUNTIME_VERSION = 2
 # Runtime sources that another runtime source calls: the GEMM splits its work over the worker pool.
 RUNTIME_NEEDS = {"hg_gemm.c": ("hg_threads.c",)}
@@ -277,7 +278,7 @@ def generate(
     remote = remote_devices(lowered, prefixes)
     runtime_dir = templates_dir() / "runtime"
     # Every shared header travels (kernels may include any); C sources only when something needs them.
-    needed = set(RUNTIME_FILES) | helpers | {path.name for path in runtime_dir.glob("*.h")} - ROLE_FILES_ONLY
+    needed = set(RUNTIME_FILES) | helpers | {path.name for path in runtime_dir.glob("*.h")} - HEADERS_WHERE_USED
     needed |= {extra for name, extras in RUNTIME_NEEDS.items() if name in needed for extra in extras}
     for program in lowered.programs:
         needed |= ROLE_FILES.get(program.role, set())

@@ -73,6 +73,8 @@ typedef struct {
     uint64_t jobs; /* batches of invocations the workers ran, each behind a fence of its frame */
     uint64_t overlapped_jobs; /* of them, those during which the root went on with its own work (not blocked on a fence) */
     uint64_t root_waits; /* waits of the root that blocked on a device's fence */
+    uint64_t root_cpu_ns; /* CPU time of the root's thread over the call (0: no threads here) */
+    uint64_t busiest_worker_cpu_ns; /* CPU time of the busiest device worker over the call */
 } hg_frames_stats;
 
 #endif /* HG_CONSTANTS_H */

@@ -48,6 +48,7 @@ typedef struct hg_frames_queue {
     uint32_t *ring; /* `depth` slot indices: the batches in flight, in submission order */
     uint64_t submitted, completed;
     int stop;
+    uint64_t cpu_ns; /* the worker's CPU time, as it returned */
 #endif
 } hg_frames_queue;
 
@@ -58,6 +59,7 @@ typedef struct hg_frames {
 #if HG_THREADS_POOL
     atomic_uint_fast64_t blocks; /* the root's blocking waits, entered and left: odd while it is blocked */
     atomic_uint_fast64_t jobs, overlapped_jobs;
+    uint64_t root_cpu_ns; /* the root thread's CPU time when the workers started */
 #endif
     uint64_t workers, root_waits;
 } hg_frames;

@@ -177,6 +177,7 @@ int main(void)
     CHECK(stats.jobs == (HG_THREADS_POOL ? FRAMES * DEVICES : 0u));
     /* each batch finished only after the root went on, so the root was not blocked throughout */
     CHECK(stats.overlapped_jobs == stats.jobs);
+    CHECK((stats.root_cpu_ns > 0 && stats.busiest_worker_cpu_ns > 0) == HG_THREADS_POOL);
     /* a batch left unwaited is waited for by stop, and its failure reported there */
     hg_frames_start(&pipeline, queues, DEVICES, slots, rings, DEPTH);
     fake_state last = { 0 };
