@@ -78,10 +78,13 @@ BOARD_COMMAND_LINE = 512
 GEMM_PANEL_M = 8
 GEMM_PANEL_N = 32
 GEMM_SPLIT_MACS = 1 << 18
-# ... into up to this many parts per thread where the operand every part reads again came packed (A
-# when it splits columns, B rows): the caller and the workers claim parts one at a time, so a worker
-# the OS runs late leaves its parts to the others instead of making the caller wait for one half.
+# ... into up to GEMM_PARTS_PER_THREAD parts per thread, each of at least GEMM_PART_MIN rows (or
+# columns) per read of the operand every part reads again (A when it splits columns, B rows; a pack
+# counts as three reads): the caller and the workers claim parts one at a time, so a worker the OS
+# runs late leaves its parts to the others instead of making the caller wait for its one half, and
+# each part's repeated read stays within one float per GEMM_PART_MIN multiply-adds.
 GEMM_PARTS_PER_THREAD = 4
+GEMM_PART_MIN = 64
 
 # hg_device_stats: a simulated device's counters over the last run (cycles at its clock), uint64_t
 # each, in this order; a co-processor behind a link counts only the link fields.

@@ -45,6 +45,7 @@ def test_the_header_is_written_from_python():
     assert f"#define HG_SIM_RING {abi.WAIT_RING}\n" in header
     assert f"#define HG_SGEMM_SPLIT_MACS {abi.GEMM_SPLIT_MACS}u\n" in header
     assert f"#define HG_SGEMM_PARTS_PER_THREAD {abi.GEMM_PARTS_PER_THREAD}u\n" in header
+    assert f"#define HG_SGEMM_PART_MIN {abi.GEMM_PART_MIN}u\n" in header
     fields = re.search(r"typedef struct \{\n(.*?)\} hg_device_stats;", header, re.S).group(1)
     assert [line.split()[1].rstrip(";") for line in fields.splitlines()] == list(abi.STATS_NAMES)
 
@@ -69,6 +70,7 @@ def test_no_runtime_source_spells_a_shared_number():
             "HG_SIM_RING",
             "HG_SGEMM_SPLIT_MACS",
             "HG_SGEMM_PARTS_PER_THREAD",
+            "HG_SGEMM_PART_MIN",
         )
     ]
     shared += [f"#define {name} " for name in ("HG_SGEMM_PANEL_M", "HG_SGEMM_PANEL_N")]

@@ -166,9 +166,11 @@ def test_the_gemm_rule_is_hg_gemm_c():
     assert rule(8, 96, 4096, 4) == 1.0  # 3 column panels, 1 row panel: fewer than 4 threads
     assert rule(8, 160, 4096, 4) == 5 / 2  # 5 column panels: the busiest thread takes 2
     assert rule(1024, 1024, 1024, 1) == 1.0
-    # packed weights (a convolution's A): 8 parts of its 9 column panels, taken in turn by 2 threads
-    assert "repeat_packed ? HG_SGEMM_PARTS_PER_THREAD * threads : threads" in source
+    # packed weights (a convolution's A): 288 columns make 2 parts per thread of at least 64 columns,
+    # [2, 2, 2, 3] panels taken in turn by 2 threads; 100 columns one part per thread
+    assert "(split_rows ? m : n) / (HG_SGEMM_PART_MIN * reads * threads)" in source
     assert rule(64, 9 * 32, 512, 2, a_packed=True) == 9 / 5
+    assert rule(64, 100, 512, 2, a_packed=True) == 2.0
 
 
 def test_fixed_tasks_balance():

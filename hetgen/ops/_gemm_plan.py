@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetgen.abi import GEMM_PANEL_M, GEMM_PANEL_N, GEMM_PARTS_PER_THREAD, GEMM_SPLIT_MACS
+from hetgen.abi import GEMM_PANEL_M, GEMM_PANEL_N, GEMM_PART_MIN, GEMM_PARTS_PER_THREAD, GEMM_SPLIT_MACS
 from hetgen.ir import DType
 from hetgen.ops._common import literal
 
@@ -119,6 +119,7 @@ def a_panel_floats(m: int, k: int) -> int:
 # between the pool's threads (HG_SGEMM_SPLIT_MACS of the generated hg_constants.h).
 SPLIT_MACS = GEMM_SPLIT_MACS
 PARTS_PER_THREAD = GEMM_PARTS_PER_THREAD
+PART_MIN = GEMM_PART_MIN
 
 
 def gemm_parallelism(m: int, n: int, k: int, threads: int, a_packed: bool = False, b_packed: bool = False) -> float:
@@ -126,10 +127,10 @@ def gemm_parallelism(m: int, n: int, k: int, threads: int, a_packed: bool = Fals
     `threads`: hg_gemm.c's own rule. Below SPLIT_MACS, or with fewer panels on the split side than
     threads, it runs on the caller (1). Else it cuts the side whose repeated work is smaller (the
     unsplit operand is read, and packed unless it came packed, by every part: packing counts as
-    three reads) into parts of whole panels (PANEL_M rows or PANEL_N columns): one per thread, or
-    up to PARTS_PER_THREAD per thread where the repeated operand came packed. The threads take the
-    parts in turn; the busiest one's panels set the time. The small-m path (m <= PANEL_M, A never
-    packed) cuts its columns the same way."""
+    three reads) into parts of whole panels (PANEL_M rows or PANEL_N columns): a whole number per
+    thread, up to PARTS_PER_THREAD, each of at least PART_MIN rows or columns per read of the
+    repeated operand. The threads take the parts in turn; the busiest one's panels set the time.
+    The small-m path (m <= PANEL_M) cuts its columns the same way."""
     if threads <= 1 or m * n * k < SPLIT_MACS:
         return 1.0
     row_panels, col_panels = -(-m // PANEL_M), -(-n // PANEL_N)
@@ -139,7 +140,9 @@ def gemm_parallelism(m: int, n: int, k: int, threads: int, a_packed: bool = Fals
     panels = row_panels if split_rows else col_panels
     if panels < threads:
         return 1.0
-    parts = min(panels, threads * (PARTS_PER_THREAD if (b_packed if split_rows else a_packed) else 1))
+    reads = 1 if (b_packed if split_rows else a_packed) else 3
+    per_thread = min(PARTS_PER_THREAD, max(1, (m if split_rows else n) // (PART_MIN * reads * threads)))
+    parts = min(panels, per_thread * threads)
     # part p holds panels [p * panels // parts, (p + 1) * panels // parts), as sgemm_part cuts them
     sizes = [(p + 1) * panels // parts - p * panels // parts for p in range(parts)]
     return panels / max(sum(sizes[t::threads]) for t in range(threads))

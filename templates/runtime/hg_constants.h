@@ -48,11 +48,13 @@ enum hg_sim_engine {
 
 /* The GEMM's panels (the packing contract, every ISA) and its thread split: a product of fewer
    than HG_SGEMM_SPLIT_MACS multiply-adds runs on the caller's thread; a larger one is cut into up
-   to HG_SGEMM_PARTS_PER_THREAD parts per thread where the operand each part reads came packed. */
+   to HG_SGEMM_PARTS_PER_THREAD parts per thread, each of at least HG_SGEMM_PART_MIN rows or columns
+   per read of the operand every part reads again. */
 #define HG_SGEMM_PANEL_M 8
 #define HG_SGEMM_PANEL_N 32
 #define HG_SGEMM_SPLIT_MACS 262144u
 #define HG_SGEMM_PARTS_PER_THREAD 4u
+#define HG_SGEMM_PART_MIN 64u
 
 /* A simulated device's counters over the last run on one workspace (cycles at its clock). */
 typedef struct {

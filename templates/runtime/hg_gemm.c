@@ -321,13 +321,15 @@ void hg_sgemm_ex(size_t m, size_t n, size_t k, const hg_sgemm_operands *ops, flo
         sgemm_range(m, 0, m, 0, n, k, ops, c, ldc, accumulate, epilogue, ctx, work);
         return;
     }
-    /* More parts than threads where the operand every part reads again came packed (no part packs
-       it): the threads claim parts one at a time, so one the OS runs late (a busy machine) leaves its
-       share to the others instead of the caller waiting for its one half. Where that operand would
-       be packed by every part, one part per thread. */
-    const int repeat_packed = split_rows ? ops->b_panels != NULL : ops->a_panels != NULL;
-    const size_t most = repeat_packed ? HG_SGEMM_PARTS_PER_THREAD * threads : threads;
-    const size_t parts = panels < most ? panels : most;
+    /* More parts than threads where each stays large beside the operand it reads again (at least
+       HG_SGEMM_PART_MIN rows or columns per read, a pack three): the threads claim parts one at a
+       time, so one the OS runs late (a busy machine) leaves its share to the others instead of the
+       caller waiting for its one half. A whole number of parts per thread, so that on an idle
+       machine each thread still takes an equal share. */
+    const size_t reads = split_rows ? (ops->b_panels ? 1u : 3u) : (ops->a_panels ? 1u : 3u);
+    size_t per_thread = (split_rows ? m : n) / (HG_SGEMM_PART_MIN * reads * threads);
+    per_thread = per_thread < 1 ? 1 : per_thread > HG_SGEMM_PARTS_PER_THREAD ? HG_SGEMM_PARTS_PER_THREAD : per_thread;
+    const size_t parts = panels < per_thread * threads ? panels : per_thread * threads;
     sgemm_job job = {
         .m = m, .n = n, .k = k, .panels = panels, .parts = parts, .split_rows = split_rows, .ops = ops,
         .c = c, .ldc = ldc, .accumulate = accumulate, .epilogue = epilogue, .ctx = ctx, .work = work,

@@ -1,0 +1,168 @@
+"""Where a model's time goes at 1 and 2 threads, kernel by kernel: which kernels share their work with
+the worker pool (templates/runtime/hg_threads.c), and how much of the run stays on one thread.
+
+    python benchmarks/bench_kernel_threads.py --models squeezenet@224,ds_cnn [--runs 10] [--threads 2]
+
+Per model it builds the host program, then a copy whose model.c times every kernel call
+(clock_gettime around it) and whose hg_threads.c counts the hg_parallel_for calls that hand work to
+the pool, and runs that copy in a child process per thread count (HG_THREADS=1, then T). Per kernel:
+the fastest of the runs at each count (the minimum: on a shared machine the one least disturbed),
+and the pool calls one run makes at T threads. Then the Amdahl figure that does not depend on the
+machine's load: the share of the 1-thread time spent in kernels that call the pool at T threads,
+and the best T-thread time it allows (those kernels at 1/T, the rest as at one thread).
+
+On a busy machine (load average above the core count) the T-thread column shows little speed-up:
+a worker that spins and yields between kernels is seldom running when the next kernel starts, and
+the caller then claims every task itself. The share column is the structural evidence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hetgen  # noqa: E402
+from hetgen.build.ninja_file import run_ninja  # noqa: E402
+from hetgen.models.suite import BENCH_MODELS  # noqa: E402
+
+# A kernel call in the host's straight-line model.c: its comment (the units it computes), its
+# arguments, the call.
+CALL = re.compile(
+    r"\{ /\*(?P<label>.*?)\*/(?P<args>\n\s*void \*const args\[\] = .*?;\n\s*)(?P<call>hg_host_k_\w+\(args\);)"
+)
+TIMERS = """#define _POSIX_C_SOURCE 200809L
+#include <time.h>
+double hg_bench_ns[%(count)d], hg_bench_pool_calls[%(count)d];
+extern unsigned long hg_bench_pool_total;
+static double hg_bench_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+"""
+POOL_CALL = "    pool.fn = fn;\n    pool.ctx = ctx;"
+
+
+def instrument(out: Path) -> list[str]:
+    """Times every kernel call of `out`'s model.c and counts the pool's calls; returns the labels."""
+    model_c = out / "host" / "model.c"
+    labels: list[str] = []
+
+    def timed(match: re.Match) -> str:
+        index = len(labels)
+        labels.append(match["label"].strip())
+        return (
+            f"{{ /*{match['label']}*/{match['args']}{{ const double t0 = hg_bench_now(); "
+            f"const unsigned long c0 = hg_bench_pool_total; {match['call']} "
+            f"hg_bench_ns[{index}] += hg_bench_now() - t0; hg_bench_pool_calls[{index}] += hg_bench_pool_total - c0; }}"
+        )
+
+    text = CALL.sub(timed, model_c.read_text())
+    model_c.write_text(TIMERS % {"count": max(len(labels), 1)} + text)
+    threads_c = out / "runtime" / "hg_threads.c"
+    pool = threads_c.read_text()
+    if POOL_CALL not in pool:
+        raise SystemExit(f"{threads_c}: the pool's call site moved; update bench_kernel_threads.POOL_CALL")
+    pool = pool.replace(POOL_CALL, "    hg_bench_pool_total += 1;\n" + POOL_CALL, 1)
+    pool = pool.replace("void hg_parallel_for(", "unsigned long hg_bench_pool_total;\nvoid hg_parallel_for(", 1)
+    threads_c.write_text(pool)
+    run_ninja(out, ("native",))
+    return labels
+
+
+CHILD = "child"
+
+
+def child(out: Path, kernels: int, runs: int) -> None:
+    """Runs the instrumented library: one line of per-kernel ns per run, then the last run's pool calls."""
+    manifest = json.loads((out / "hetgen.json").read_text())
+    library = ctypes.CDLL(str(out / "lib" / "libhg_host.so"))
+    if library.hg_host_init() != 0:
+        raise SystemExit("hg_host_init failed")
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(t["shape"]).astype(t["dtype"]) for t in manifest["inputs"]]
+    outputs = [np.empty(t["shape"], t["dtype"]) for t in manifest["outputs"]]
+    pointers_in = (ctypes.c_void_p * len(inputs))(*[a.ctypes.data for a in inputs])
+    pointers_out = (ctypes.c_void_p * len(outputs))(*[a.ctypes.data for a in outputs])
+    times = (ctypes.c_double * kernels).in_dll(library, "hg_bench_ns")
+    calls = (ctypes.c_double * kernels).in_dll(library, "hg_bench_pool_calls")
+    for _ in range(3):  # the pool starts, caches warm
+        library.hg_host_run(pointers_in, pointers_out, None)
+    for _ in range(runs):
+        before, calls_before = np.array(times[:]), np.array(calls[:])
+        library.hg_host_run(pointers_in, pointers_out, None)
+        print(" ".join(f"{v:.0f}" for v in np.array(times[:]) - before))
+    print(" ".join(f"{v:.0f}" for v in np.array(calls[:]) - calls_before))
+
+
+def measure(out: Path, kernels: int, runs: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """(per-run per-kernel us, the pool calls of one run) at `threads`, in a child process (the pool
+    reads HG_THREADS once, when it starts)."""
+    environment = {**os.environ, "HG_THREADS": str(threads)}
+    environment["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    command = [sys.executable, __file__, CHILD, str(out), str(kernels), str(runs)]
+    lines = subprocess.run(command, env=environment, capture_output=True, text=True, check=True).stdout.splitlines()
+    return np.array([[float(v) for v in line.split()] for line in lines[:-1]]) / 1e3, np.array(
+        [float(v) for v in lines[-1].split()]
+    )
+
+
+def report(name: str, labels: list[str], one: np.ndarray, many: np.ndarray, calls: np.ndarray, threads: int) -> None:
+    fastest_one, fastest_many = one.min(axis=0), many.min(axis=0)
+    shared = calls > 0
+    total, parallel = fastest_one.sum(), fastest_one[shared].sum()
+    bound = total - parallel + parallel / threads
+    print(
+        f"{name}: {total:.1f} us at 1 thread (sum of each kernel's fastest run), {fastest_many.sum():.1f} us at "
+        f"{threads}; {100 * parallel / total:.0f} % of the 1-thread time in kernels that call the pool at "
+        f"{threads} threads, best {threads}-thread time {bound:.1f} us ({total / bound:.2f}x)"
+    )
+    print(f"{'1t us':>9} {f'{threads}t us':>9} {'pool':>5}  kernel (the 12 slowest, then the slowest serial ones)")
+    order = list(np.argsort(-fastest_one))
+    serial = [i for i in order if not shared[i]]
+    for i in order[:12] + [i for i in serial[:6] if i not in order[:12]]:
+        print(f"{fastest_one[i]:9.1f} {fastest_many[i]:9.1f} {calls[i]:5.0f}  {labels[i][:90]}")
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == CHILD:
+        child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="squeezenet@224,ds_cnn", help=f"from {', '.join(BENCH_MODELS)}")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    names = [name for name in args.models.split(",") if name]
+    unknown = [name for name in names if name not in BENCH_MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; accepted: {', '.join(BENCH_MODELS)}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="hetgen-kernel-threads-") as tmp:
+        for name in names:
+            path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
+            onnx.save(BENCH_MODELS[name](), path)
+            out = hetgen.compile("host", path, out=Path(tmp) / path.stem, native_only=True)
+            labels = instrument(out)
+            one, _ = measure(out, len(labels), args.runs, 1)
+            many, calls = measure(out, len(labels), args.runs, args.threads)
+            report(name, labels, one, many, calls, args.threads)
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
