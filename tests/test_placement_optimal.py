@@ -20,6 +20,7 @@ from hetgen.partition.optimal import EXHAUSTIVE_PLACEMENTS
 from hetgen.partition.reported import Reported
 from hetgen.partition.space import SearchSpace
 from hetgen.platform import load_platform
+from hetgen.platform.model import Link
 from hetgen.spec import build_kernel_specs
 from partition_fixtures import GraphBuilder, conv_relu_net, random_dag, random_platform, soc
 
@@ -94,9 +95,7 @@ def _cases(block: int):
 SEEDS = 40  # a block: each placement's reported total is a finished placement (its choices and cascades)
 
 
-def random_link(rng: random.Random):
-    from hetgen.platform.model import Link
-
+def random_link(rng: random.Random) -> Link:
     return Link(bandwidth_gbps=rng.choice((0.5, 4.0, 40.0)), latency_us=rng.choice((0.5, 5.0, 50.0)))
 
 

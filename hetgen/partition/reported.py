@@ -37,6 +37,8 @@ from dataclasses import replace
 
 from hetgen.ir import Graph
 from hetgen.ops import _gemm_plan
+from hetgen.ops.base import Tiling
+from hetgen.ops.registry import op_def
 from hetgen.partition.assemble import assemble, chosen_makespan
 from hetgen.partition.blocked_layout import DEFAULT_LAYOUT, block_width
 from hetgen.partition.cascades import cascading, with_cascades
@@ -111,9 +113,6 @@ def cascaded_candidates(space: SearchSpace, candidates: Sequence[Candidate], rep
 
 
 def _windowed(node) -> bool:
-    from hetgen.ops.base import Tiling
-    from hetgen.ops.registry import op_def
-
     definition = op_def(node.op)
     return definition is not None and definition.tiling is Tiling.WINDOW
 
