@@ -20,7 +20,9 @@ from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep
 
 import hetgen
-from hetgen.build import BuildOptions
+from hetgen.build import BuildOptions, library_path
+from hetgen.build.ninja_file import run_ninja
+from hetgen.codegen.manifest import read_manifest
 from hetgen.ops.registry import const_inputs
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.loader import load
@@ -73,10 +75,19 @@ class HetgenRep(BackendRep):
         if compiled is None:
             out = self.workdir / key
             platform = load_platform_text(NATIVE_PLATFORM)
-            # The simulation only: a board build would compile every case twice for nothing.
+            # The simulation's shared library only, which is what `load` opens: a board build would
+            # compile every case twice, and the static library and example program (a third of the
+            # native build's commands) would be linked for nothing.
             hetgen.compile(
-                platform, freeze(self.model, frozen), out=out, opt=FAST_BUILD.opt, native_tuning=False, native_only=True
+                platform,
+                freeze(self.model, frozen),
+                out=out,
+                opt=FAST_BUILD.opt,
+                native_tuning=False,
+                native_only=True,
+                build=False,
             )
+            run_ninja(out, targets=(library_path(read_manifest(out).prefix),))
             compiled = self._compiled[key] = load(out)
         results = compiled.run(feeds)
         return tuple(results[o.name] for o in compiled.outputs if o.name in results)  # not run-time shapes

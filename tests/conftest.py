@@ -7,7 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fast_tier  # noqa: E402  (tests/ is on sys.path from the line above)
+import compiler_cache  # noqa: E402  (tests/ is on sys.path from the line above)
+import fast_tier  # noqa: E402
 import stages  # noqa: E402
 
 CONFORMANCE = "tests/test_conformance.py::"
@@ -18,12 +19,15 @@ def pytest_configure(config):
     for stage, (covers, _) in stages.STAGES.items():
         config.addinivalue_line("markers", f"{stage}: the {stage} stage's tests ({covers}; tests/stages.py)")
     which = fast_tier.tier(fast_tier.tier_of_markexpr(config.option.markexpr))
+    if which in (None, fast_tier.INTEGRATION):  # a run that may build: before the wrappers, which stay first on PATH
+        compiler_cache.install()
     if which:
         fast_tier.install(which)
 
 
 def pytest_unconfigure(config):
     fast_tier.remove()
+    compiler_cache.remove()
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects

@@ -77,30 +77,6 @@ def check_pin(name: str, status: str, detail: str = "") -> None:
         pytest.fail(mismatch, pytrace=False)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compiler_cache(tmp_path_factory):
-    """Every case's project compiles the same runtime files (hg_gemm.c, hg_threads.c, hg_vm.c, ...)
-    with the same flags, most of each case's compile time: the cases build through ccache (the
-    integration tier's launcher, docs/testing.md), with a cache folder of this run's own, shared by
-    its xdist workers, so a run neither reads nor fills the machine's cache. Only the launcher
-    changes: what HetgenBackend generates, its flags and what it runs are the same."""
-    import functools
-    import shutil
-
-    import hetgen
-
-    if shutil.which("ccache") is None:
-        yield
-        return
-    with pytest.MonkeyPatch.context() as patch:
-        run_folder = tmp_path_factory.getbasetemp()
-        if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's basetemp is in the run's folder
-            run_folder = run_folder.parent
-        patch.setenv("CCACHE_DIR", str(run_folder / "backend-ccache"))
-        patch.setattr(hetgen, "compile", functools.partial(hetgen.compile, launcher=("ccache",)))
-        yield
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_backend_case(case):
     rep = HetgenBackend.prepare(case.model)

@@ -348,6 +348,7 @@ def test_hosted_banked_root_spills_and_matches_onnxruntime_under_sanitizers(tmp_
         native_only=True,
         werror=True,
         sanitize=("address", "undefined"),
+        opt=("-O1",),
     )
     model = (out / "hb/model.c").read_text()
     assert "static unsigned char hg_hb_bank_dram[" in model and "hg_hb_bank_dram + " in model

@@ -78,6 +78,7 @@ def test_u65_figures_are_vela_ini_values():
     assert d["sram_bytes_per_cycle"] == 16 * float(section["Sram_clock_scale"])
     assert d["sram_kib"] * 1024 == int(ini["Memory_Mode.Dedicated_Sram_384KB"]["arena_cache_size"])
     assert d["memory_mode"] == "Dedicated_Sram"
+    assert d["linear_burst_bytes"] == int(section["Dram_burst_length"])  # the controller's tensors in DRAM
 
 
 def test_dma_reads_in_flight_are_vela_ini_values():
@@ -160,15 +161,18 @@ def test_memory_mode_figures_yield_to_the_platform_files():
         assert not device_model(plain).weights_apart and plain.figures.weight_gbps is None
 
 
-def _fc_and_pool():
+def _fc_and_pool(convs: int = 0):
     """A int8 fully-connected layer of 64 KiB of weights (more than the U55's 24 KiB SHRAM: tiled,
-    its weights DMA'd slice by slice) and a max pool, which has none."""
+    its weights DMA'd slice by slice) after a max pool, which has none; after `convs` 1x1
+    convolutions of 64 channels (feature maps the npu keeps to itself: in its cache, where it has one)."""
     from hetgen.models._builder import Builder
     from hetgen.models.quantized import quantized
 
     b = Builder("fc_pool", 17, 0)
-    x = b.input("input", (1, 16, 16, 16))
-    h = b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    h = b.input("input", (1, 16, 16, 16))
+    for index in range(convs):
+        h = b.op("Relu", [b.conv(h, 16 if index == 0 else 64, 64 if index < convs - 1 else 16, 1)])
+    h = b.op("MaxPool", [h], kernel_shape=[2, 2], strides=[2, 2])
     h = b.op("Flatten", [h])
     b.output(b.gemm(h, 1024, 64), (1, 64))
     return quantized(b.model(), "QDQ", per_channel=True)
@@ -279,13 +283,14 @@ def _u65(sram_kib: int):
 
 def test_feature_maps_live_in_the_cache_where_they_fit_and_pay():
     """hetgen/lower/feature_maps.py: the small network's arena fits the 384 KiB cache and its
-    estimate is less there (its feature maps at the SRAM's 16 GB/s instead of the DRAM's 3.75), so
-    the platform lowering reads is the cache's configuration and the choice names its tensors; in
-    a 2 KiB cache its arena does not fit, so its feature maps stay in DRAM whatever it would save."""
+    estimate is less there (the feature maps between its convolutions at the SRAM's 16 GB/s instead
+    of the DRAM's 3.75; what it shares with the controller stays in DRAM either way), so the platform
+    lowering reads is the cache's configuration and the choice names its tensors; in a 2 KiB cache
+    its arena does not fit, so its feature maps stay in DRAM whatever it would save."""
     from hetgen.frontend import import_model
     from hetgen.pipeline import place_and_choose
 
-    graph = import_model(_fc_and_pool())
+    graph = import_model(_fc_and_pool(convs=3))
     platform, placement, (choice,) = place_and_choose(graph, _u65(384), None, {})
     assert choice.in_cache and choice.cache_us < choice.dram_us and choice.arena_bytes <= choice.cache_bytes
     assert placement.total_us == pytest.approx(choice.cache_us) and npu(platform).cache_bytes == 384 * 1024
@@ -293,6 +298,64 @@ def test_feature_maps_live_in_the_cache_where_they_fit_and_pay():
     platform, placement, (choice,) = place_and_choose(graph, _u65(2), None, {})
     assert not choice.in_cache and choice.arena_bytes > choice.cache_bytes == 2048
     assert npu(platform).cache_bytes is None and placement.total_us == pytest.approx(choice.dram_us)
+
+
+def test_linear_bursts_are_velas():
+    """The controller's tensors in DRAM, linear: npu_performance.py _estimate_memory_transfer_efficiency
+    charges each access (a read: the channels rounded up to the micro-block's 8, of the element's
+    bytes; a write: at most 16 bytes on the one-core U65) a whole 128-byte Dram_burst_length: a
+    3-channel int8 read 128 / 8 = 16 times its bytes, a 64-channel int8 read 2, its write 8, a
+    1-channel float read 128 / 32 = 4; other DMAs as they are."""
+    from hetgen.spec.work import Linear, linear_bytes
+
+    figures = npu(_u65(384)).figures
+    burst, write = int(figures.linear_burst_bytes), int(figures.linear_write_bytes)
+    assert (burst, write) == (128, 16)
+    assert linear_bytes(300, 3, 1, Linear.READ, burst, 8, write) == 300 * 16
+    assert linear_bytes(640, 64, 1, Linear.READ, burst, 8, write) == 640 * 2
+    assert linear_bytes(640, 64, 1, Linear.WRITE, burst, 8, write) == 640 * 8
+    assert linear_bytes(40, 1, 4, Linear.READ, burst, 8, write) == 40 * 4
+    assert linear_bytes(640, 64, 1, Linear.NONE, burst, 8, write) == 640
+    shared = load_platform_text(PLATFORM.format(kind="ethos-u65", mode="Shared_Sram"))
+    assert not npu(shared).figures.linear_burst_bytes  # its arena (and the controller's tensors) in SRAM
+
+
+def test_the_tensors_the_controller_shares_are_dmad_from_dram():
+    """A 3-channel input on the U65 (Dedicated_Sram) stays in DRAM, linear, where Vela keeps a
+    network's input: the npu group that reads it pays its DMAs at the DRAM's rate, a whole burst a
+    pixel (the placement adds `crossing_us` to what the search priced it alone), and lowering marks
+    exactly those DMAs (Work.linear, with the tensor's element bytes) for the simulator, which counts
+    them itself (hg_sim.c hg_sim_linear_bytes)."""
+    from hetgen.frontend import import_model
+    from hetgen.lower import lower
+    from hetgen.lower.program import Copy, ProgramRole
+    from hetgen.models._builder import Builder
+    from hetgen.models.quantized import quantized
+    from hetgen.partition import place
+    from hetgen.partition.cost import crossing_us
+    from hetgen.partition.placement import crossing_tensors
+    from hetgen.spec.work import Linear
+
+    b = Builder("stem", 17, 0)
+    b.output(b.op("Relu", [b.conv(b.input("input", (1, 3, 16, 16)), 3, 16, 3, stride=2)]), (1, 16, 8, 8))
+    platform = _u65(384)
+    graph = import_model(quantized(b.model(), "QDQ", per_channel=True))
+    placement = place(graph, platform)
+    target_of = {node: g.target for g in placement.groups for node in g.nodes}
+    target = npu(platform)
+    reading = []
+    for group in placement.groups:
+        crossing = crossing_tensors(graph, target_of, group.nodes)
+        if group.target == target.path_str and any(graph.types[t].shape == (1, 3, 16, 16) for t in crossing):
+            nodes = [n for n in graph.nodes if n.name in group.nodes]
+            reading.append(crossing_us(target, group.efficiency, 1.0, graph, nodes, placement.kernels, crossing))
+    assert reading and all(us > 0 for us in reading), placement.groups  # the npu reads the input, at a price
+    (device,) = [p for p in lower(graph, platform, placement).programs if p.role is ProgramRole.ACCELERATOR]
+    works = [s.work for entry in device.entries for s in entry if isinstance(s, Copy) and s.work is not None]
+    reads = [w for w in works if w.linear == Linear.READ]
+    assert reads and all(w.k == 3 and w.element_bytes in (1, 4) for w in reads)  # the input, nothing else
+    assert [w for w in works if w.linear == Linear.WRITE]  # the output, written back for the controller
+    assert len(reads) + len([w for w in works if w.linear == Linear.WRITE]) < len(works)  # others as before
 
 
 def test_a_one_channel_stem_takes_the_arrays_depth_block():
@@ -550,7 +613,7 @@ def test_groups_with_feature_maps_in_the_cache_agree_with_the_simulator(tmp_path
     from hetgen.pipeline import place_and_choose
     from hetgen.runtime.devices import SIMULATOR, simulation_report
 
-    model, platform = _fc_and_pool(), _u65(384)
+    model, platform = _fc_and_pool(convs=3), _u65(384)
     (choice,) = place_and_choose(import_model(model), platform, None, {})[2]
     assert choice.in_cache  # the build below runs the cache's configuration
     project = hetgen.compile(platform, model, out=tmp_path / "out", native_only=True, opt=("-O1",))

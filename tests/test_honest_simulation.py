@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
 from hetgen.frontend import import_model
+from hetgen.partition.cost import linear_positions
 from hetgen.partition.search import place
 from hetgen.platform.device_model import device_model
 from hetgen.platform.loader import load_platform
@@ -24,7 +25,7 @@ from hetgen.platform.model import Role
 from hetgen.runtime.devices import ESTIMATE, SIMULATOR, SOURCES, simulation_report
 from hetgen.runtime.replay import Counted
 from hetgen.spec.invocation import tile_rates
-from hetgen.spec.tiling import plan_us, two_engine_us
+from hetgen.spec.tiling import Action, block_channels, plan_us, two_engine_us
 from hetgen.spec.timeline import (
     ControllerSteps,
     CopyTiming,
@@ -213,15 +214,23 @@ def vector_kinds_model(side: int = 16, channels: int = 16) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)])
 
 
-def counted_us(plan, model) -> float:
+def counted_us(plan, model, linear=None) -> float:
     """What hg_sim.c counts for a tile plan's commands (hg_sim_command_cycles): a DMA its setup and
     its bytes at the DMA's rate; a vector-unit command its overhead and ceil(taps / vector_lanes),
     no faster than it streams its bytes from SRAM; run on the two engines as the simulator queues
     them (a DMA queued behind another hides dma_hidden_cycles of its setup)."""
+    linear = linear or {}
     steps = []
     for command in plan.commands:
         if command.is_dma:
-            nbytes = plan.block_of(command).nbytes
+            block = plan.block_of(command)
+            nbytes = block.nbytes
+            if block.tensor in linear:  # a pixel's channels an access, a whole DRAM burst each
+                write = command.action is not Action.LOAD
+                access = -(-block_channels(plan, command) // model.mac_depth_block) * model.mac_depth_block
+                access *= linear[block.tensor]
+                access = min(access, model.linear_write_bytes) if write else access
+                nbytes = -(-nbytes * model.linear_burst_bytes // min(access, model.linear_burst_bytes))
             took, overhead = math.ceil(nbytes / model.dma_bytes_per_cycle), model.dma_setup_cycles
         else:
             work = instance_work(plan.kernels[plan.tiles[command.tile].kernel].instance)
@@ -255,7 +264,10 @@ def test_vector_unit_groups_agree_with_what_the_simulator_counts(platform_name):
         assert plan_us(plan, tile_rates(npu, group.efficiency / 7, chain)) == pytest.approx(estimate)
         # the group as priced (its launch and its plan) against the simulator's count of its one
         # invocation (invoke_cycles) and its commands
-        counted = device.invoke_cycles / device.clock_mhz + counted_us(plan, device)
+        # the tensors it shares with the controller, where the device keeps them in DRAM, linear
+        # (the U65 in Dedicated_Sram: Group.crossing), as hg_sim.c counts them (hg_sim_linear_bytes)
+        linear = dict(linear_positions(chain, placement.kernels, group.crossing, graph)) if group.crossing else {}
+        counted = device.invoke_cycles / device.clock_mhz + counted_us(plan, device, linear)
         assert abs(counted / group.cost_us - 1) <= 0.10, (group.label, group.cost_us, counted)
         seen.add(group.label)
     assert seen == VECTOR_KINDS

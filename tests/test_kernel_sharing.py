@@ -21,7 +21,9 @@ def conv_relu_chain(layers: int, seed: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     nodes, inits, x = [], [], "x"
     for i in range(layers):
-        w = (rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32)
+        # 0.2, not more: at 0.3 each layer amplifies rounding (onnxruntime's own float32 result is 0.14
+        # off float64's after 100 layers), so agreement would only say "the same summation order"
+        w = (rng.standard_normal((4, 4, 3, 3)) * 0.2).astype(np.float32)
         b = (rng.standard_normal(4) * 0.1).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
         nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], f"conv{i}", pads=[1, 1, 1, 1]))

@@ -93,7 +93,7 @@ def test_the_bound_is_the_weights_plus_the_most_bytes_live_at_one_step():
 
 def built_within_the_bound(tmp_path: Path, name: str, model: onnx.ModelProto) -> float:
     """Build for real (lean: the default), check the build against onnxruntime, return program / bound."""
-    out = hetgen.compile("host", model, out=tmp_path / name, native_only=True)
+    out = hetgen.compile("host", model, out=tmp_path / name, native_only=True, opt=("-O1",))  # memory, not speed
     errors = verify(out, seed=0)
     assert errors and all(e.ok for e in errors), errors
     root = json.loads((out / "hetgen.json").read_text())["targets"][0]
@@ -188,7 +188,9 @@ def test_a_densenet_planned_at_its_bound_is_clean_under_asan_and_ubsan(tmp_path)
     """DenseNet's concatenations keep many maps live at once: every offset the search moved, in a
     sanitized build checked against onnxruntime."""
     model = cnn.densenet(size=32)
-    out = hetgen.compile("host", model, out=tmp_path / "densenet", native_only=True, sanitize=("address", "undefined"))
+    out = hetgen.compile(
+        "host", model, out=tmp_path / "densenet", native_only=True, sanitize=("address", "undefined"), opt=("-O1",)
+    )
     result = subprocess.run(
         [sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300
     )

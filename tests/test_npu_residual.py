@@ -54,6 +54,10 @@ target:
       link: {{bandwidth_gbps: 8, latency_us: 5}}
 """
 NPU = "rest/npu0"
+# The same npu with a DMA of 2048 bytes a cycle: so quick that a second tile would hide under the
+# first's compute less DMA than its own kernel command costs (64 cycles), so one whole tile is the
+# least-priced plan of the unit (the chooser keeps the least priced of every tiling that fits).
+QUICK_DMA = PLATFORM.replace("dma_gbps: 4\n", "dma_gbps: 2048\n")
 BLOCK = ("conv", "add", "relu")
 
 
@@ -177,7 +181,7 @@ def test_an_add_that_is_not_a_residual_of_its_conv_is_no_unit():
 @pytest.fixture(scope="module")
 def block_build(tmp_path_factory):
     model = residual_block()
-    platform = load_platform_text(PLATFORM.format(sram_kib=512))
+    platform = load_platform_text(QUICK_DMA.format(sram_kib=512))
     out = hetgen.compile(
         platform, model, out=tmp_path_factory.mktemp("block") / "g", pins={n: NPU for n in BLOCK},
         native_only=True, opt=("-O1",),
@@ -188,22 +192,28 @@ def block_build(tmp_path_factory):
 
 @pytest.mark.cc
 def test_simulator_counts_the_fused_tile_by_hand(block_build):
-    """16 -> 16 channels, 3x3, on 16 x 16 pixels: the unit fits the SRAM whole, one tile.
+    """16 -> 16 channels, 3x3, on 16 x 16 pixels: the unit fits the SRAM whole and, the DMA being
+    quick (QUICK_DMA), runs as one tile, its least-priced plan (asserted: one command each).
     Its kernel command: the MAC array's 256 output pixels (M) x 16 channels (N) over 16 * 9 taps
     (K) is ceil(256/16) * ceil(16/16) * 144 = 2304 steps, then the vector unit adds the residual to
     its 4096 outputs at 16 lanes: 256 cycles; SRAM traffic x 16384 + w 9216 + residual 16384 + y
     16384 = 58368 bytes / 64 = 912 cycles, hidden; 64 cycles to start: 64 + 2304 + 256 = 2624.
-    The residual's tile load: 32 cycles of setup + 16384 bytes / 4 a cycle = 4128."""
+    The residual's tile load: 32 cycles of setup + 16384 bytes / 2048 a cycle = 40 (w's 9216 bytes:
+    4.5 cycles, a part cycle counting whole)."""
     _, out, loaded = block_build
+    (device,) = [t for t in json.loads((out / "hetgen.json").read_text())["targets"] if t["path"] == NPU]
+    commands = [(c["what"], c.get("tensor")) for c in device["counters"]]
+    assert sorted(commands, key=str) == sorted(
+        [("tile load", "x"), ("tile load", "w"), ("tile load", "r"), ("kernel", None), ("tile store", "y")], key=str
+    )  # one tile: each tensor moved once, one kernel command
     counts = _npu_counts(out, loaded)
     assert counts[("kernel", "conv")] == 64 + 2304 + 256
-    assert counts[("tile load", "r")] == 32 + 16384 // 4
-    assert counts[("tile load", "x")] == 32 + 16384 // 4
-    assert counts[("tile load", "w")] == 32 + 9216 // 4
-    assert counts[("tile store", "y")] == 32 + 16384 // 4
+    assert counts[("tile load", "r")] == 32 + 16384 // 2048
+    assert counts[("tile load", "x")] == 32 + 16384 // 2048
+    assert counts[("tile load", "w")] == 32 + 5
+    assert counts[("tile store", "y")] == 32 + 16384 // 2048
     kernels = [key for key in counts if key[0] == "kernel"]
     assert kernels == [("kernel", "conv")]  # one kernel command: no separate Add
-    (device,) = [t for t in json.loads((out / "hetgen.json").read_text())["targets"] if t["path"] == NPU]
     stats = loaded.device_stats(device["stats_device"])
     assert stats["invocations"] == 1 and stats["compute_cycles"] == sum(counts.values())
 

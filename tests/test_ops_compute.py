@@ -321,6 +321,8 @@ FUSED_CASES = [
     ("Conv", {"x": (1, 8, 6, 6), "w": (12, 8, 1, 1)}, {}),
     ("Gemm", {"a": (13, 20), "b": (20, 17), "c": (17,)}, {"alpha": 0.5}),
     ("MatMul", {"a": (2, 9, 20), "b": (20, 11)}, {}),
+    # pre-activation (DenseNet's BN-ReLU before each Conv): a BatchNormalization no Conv folds
+    ("BatchNormalization", {"x": (1, 8, 6, 6), "scale": (8,), "bias": (8,), "mean": (8,), "var": (8,)}, {}),
 ]
 
 ACTIVATIONS = [
@@ -346,7 +348,8 @@ def activation_nodes(activation: str, attrs: dict) -> list:
 
 @pytest.mark.cc
 def test_fused_epilogues_match_onnxruntime():
-    """An activation fused into Conv/Gemm/MatMul gives what onnxruntime computes with two nodes."""
+    """An activation fused into Conv/Gemm/MatMul/BatchNormalization gives what onnxruntime computes
+    with two nodes."""
     runs = []
     rng = np.random.default_rng(1)
     for op, inputs, attrs in FUSED_CASES:
@@ -354,6 +357,8 @@ def test_fused_epilogues_match_onnxruntime():
             main = helper.make_node(op, list(inputs), ["t"], name="main", **attrs)
             model = make_model([main, *activation_nodes(activation, act_attrs)], inputs)
             feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in inputs.items()}
+            if "var" in feeds:  # a variance, positive
+                feeds["var"] = np.abs(feeds["var"]) + 0.5
             runs.append((model, feeds, epilogue, ort_run(model, feeds)["y"]))
     results = run_fused([(model, feeds, epilogue) for model, feeds, epilogue, _ in runs])
     failures = []
@@ -404,7 +409,9 @@ def run_fused(runs: list) -> list[np.ndarray]:
 # --- lowering decisions, no compiler ----------------------------------------------------------
 
 
-def lowered(op: str, attrs: dict, shapes: list, out_shapes: list, opset: int | None = None):
+def lowered(op: str, attrs: dict, shapes: list, out_shapes: list, opset: int | None = None, constant=()):
+    """`op` lowered for inputs of `shapes`; the inputs at the indices in `constant` are known at
+    compile time (zeros of their shape), as a model's weights are."""
     from hetgen.ir import DType, Node, TensorType
 
     names = tuple(f"i{k}" for k in range(len(shapes)))
@@ -412,7 +419,8 @@ def lowered(op: str, attrs: dict, shapes: list, out_shapes: list, opset: int | N
     node = Node("n0", op, names, outputs, tuple(sorted(attrs.items())), opset=opset)
     types = tuple(TensorType(DType.FLOAT32, tuple(s)) for s in shapes)
     outs = tuple(TensorType(DType.FLOAT32, tuple(s)) for s in out_shapes)
-    return op_def(op, opset).lower(OpInstance(node, types, outs, (None,) * len(shapes)))
+    constants = tuple(np.zeros(s, np.float32) if k in constant else None for k, s in enumerate(shapes))
+    return op_def(op, opset).lower(OpInstance(node, types, outs, constants))
 
 
 def test_softmax_before_opset_13_coerces_to_2d():
@@ -442,8 +450,30 @@ def test_conv_strategies_and_cost():
     pointwise = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 1, 1)], [(1, 16, 10, 10)])
     assert pointwise.params["variant"] == "pointwise"
     assert pointwise.flops == 2 * 16 * 100 * 8
-    im2col = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 3, 3)], [(1, 16, 8, 8)])
-    assert im2col.params["variant"] == "implicit" and im2col.scratch_bytes > 0
+    im2col = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 3, 3)], [(1, 16, 8, 8)], constant=(1,))
+    # the input as phase planes first in the workspace, the GEMM's packing after them
+    assert im2col.params["variant"] == "implicit_planes"
+    # weights known only at run time (an accelerator's tile kernels read them from its SRAM): no planes
+    at_run_time = lowered("Conv", {}, [(1, 8, 10, 10), (16, 8, 3, 3)], [(1, 16, 8, 8)])
+    assert at_run_time.params["variant"] == "implicit" and at_run_time.params["planes"] is None
+    assert im2col.scratch_bytes == im2col.params["planes"]["bytes"] + im2col.params["pack_bytes"] > 4 * 8 * 10 * 10
+    # a large image: the planes of one band of output rows at a time, one GEMM block of columns
+    stem = lowered(
+        "Conv",
+        {"strides": [2, 2], "pads": [1, 1, 1, 1]},
+        [(1, 3, 224, 224), (32, 3, 3, 3)],
+        [(1, 32, 112, 112)],
+        constant=(1,),
+    )
+    assert stem.params["variant"] == "implicit_planes" and stem.params["planes"]["band_rows"] == 1024 // 112
+    # from the input as it lies: a 3-D window, and a fused residual's whole-image planes past their
+    # share of the GEMM's B buffer
+    volume = lowered("Conv", {}, [(1, 2, 4, 6, 6), (4, 2, 3, 3, 3)], [(1, 4, 2, 4, 4)], constant=(1,))
+    residual = lowered(
+        "Conv", {}, [(1, 1, 512, 512), (4, 1, 3, 3), (4,), (1, 4, 510, 510)], [(1, 4, 510, 510)], constant=(1, 2)
+    )
+    for kernel in (volume, residual):
+        assert kernel.params["variant"] == "implicit" and kernel.params["planes"] is None
 
 
 def test_unsupported_dtype_is_reported():

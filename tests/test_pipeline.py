@@ -154,7 +154,7 @@ def test_sanitized_example_runs_clean(tmp_path, big_model_file):
     out = tmp_path / "asan"
     result = subprocess.run(
         [sys.executable, "-m", "hetgen", "soc", str(big_model_file), "-o", str(out), "--sanitize", "address,undefined"]
-        + ["--native-only"],  # sanitizers are the native build's
+        + ["--native-only", "-O1"],  # sanitizers are the native build's
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -167,7 +167,7 @@ def test_sanitized_example_runs_clean(tmp_path, big_model_file):
 
 @pytest.mark.cc
 def test_example_main_reads_inputs_and_writes_outputs(tmp_path, model_file):
-    out = hetgen.compile(load_platform_text(host_platform("aot")), model_file, out=tmp_path / "c")
+    out = hetgen.compile(load_platform_text(host_platform("aot")), model_file, out=tmp_path / "c", native_only=True)
     x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
     x.tofile(tmp_path / "in.bin")
     subprocess.run([str(out / "bin/hg_host_aot_main"), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], check=True)
@@ -226,7 +226,9 @@ def test_verify_cli_reports_errors_per_output(tmp_path, model_file):
 
 @pytest.mark.cc
 def test_c_array_weights_build_and_match(tmp_path, model_file):
-    out = hetgen.compile(load_platform_text(host_platform("aot")), model_file, out=tmp_path / "arr", weights="c_array")
+    out = hetgen.compile(
+        load_platform_text(host_platform("aot")), model_file, out=tmp_path / "arr", weights="c_array", native_only=True
+    )
     assert (out / "host_aot/weights.c").is_file() and not (out / "host_aot/weights.S").exists()
     x = np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)
     got = hetgen.load(out).run({"x": x})["y"]

@@ -69,7 +69,7 @@ def test_the_lowering_passes_the_groups_bias_and_the_residuals_block():
         "residual": "residual + (yg - y)",
     }
     stride2 = pointwise(13, 37, 9, stride=2, epilogue=(Epilogue("Relu"),))
-    assert stride2["variant"] == "implicit" and stride2["finish"]["residual"] == "NULL"
+    assert stride2["variant"] == "implicit_planes" and stride2["finish"]["residual"] == "NULL"
     assert pointwise(13, 37, 9, epilogue=(Epilogue("HardSwish"),))["finish"] is None
     assert pointwise(13, 37, 9, bias=False)["finish"] is None  # nothing to apply: no epilogue either
 

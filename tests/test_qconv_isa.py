@@ -126,6 +126,10 @@ CASES = {
         True,
         True,
     ),
+    # three taps summed in int16 on plain NEON (hg_qg_dw_triples) at their bound, 128 * 255: a channel
+    # whose kernel rows' |w| add up to 255, one whose columns' do (its rows do not), one whose rows add up
+    # to 256 (pairs) and one holding -128 (each product widened alone), against activations of -128 and 127
+    "depthwise_triples": (np.int8, (1, 4, 6, 21), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), True, True),
     # plain NEON's pointwise tiles (hg_qg_mlal_tile: 4 channels x 8 pixels, ld1 of two registers, the
     # weights broadcast by ld2r) at the pair bound: +-127 against -128 and 127, 13 channels (a panel
     # and a short one, a tile of one channel), k = 35 (9 groups of 4: an odd last one, zero padded),
@@ -165,9 +169,14 @@ EXTREME_CASES = (
     "extreme_pairs",
     "depthwise_pairs",
     "depthwise_pairs_strided",
+    "depthwise_triples",
     "pointwise_extreme",
     "pointwise_extreme_w128",
 )
+# depthwise_triples' channels (above): rows at the bound, columns at the bound, rows one past it (three
+# -128 bytes make 32768: pairs), a -128
+TRIPLES = np.array([127, 127, 1, -127, -127, -1, 127, -1, -127], np.int8).reshape(3, 3)
+PAST_TRIPLES = np.array([[-127, -127, -2]] * 3, np.int8)
 
 # int8/uint8 MaxPool (hg_qg_max_row): name: (x dtype, x shape, attributes)
 POOL_CASES = {
@@ -209,6 +218,10 @@ def q_random(shape, dtype):
 def case_weights(name, shape):
     """int8 weights in [-127, 127]; -128 in every channel's first taps for the W128 cases; +-127 only for
     EXTREME_CASES (the depthwise ones' first channel with a -128)."""
+    if name == "depthwise_triples":
+        w = RNG.choice([-127, 127], shape).astype(np.int8)
+        w[0, 0], w[1, 0], w[2, 0], w[3, 0, 1, 1] = TRIPLES, TRIPLES.T, PAST_TRIPLES, -128
+        return w
     if name in EXTREME_CASES:
         w = RNG.choice([-127, 127], shape).astype(np.int8)
         if name.startswith("depthwise"):
@@ -362,8 +375,11 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     strided = ("depthwise_strided_u8", "depthwise_pairs_strided")
     assert kernels.count("hg_qg_dw_plane_q(") == depthwise - len(strided)
     assert kernels.count("hg_qg_dw_row_q(") == len(strided)
-    # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs, depthwise_rows_of_5 and _13)
-    assert kernels.count("hg_qg_dw_masked_q(") == 5
+    # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs, _triples, _rows_of_5 and _13)
+    assert kernels.count("hg_qg_dw_masked_q(") == 6
+    # plain NEON's int16 grouping of depthwise_triples' channels, decided at generate time: rows, columns,
+    # pairs (its rows add up to 256), each product alone (a -128)
+    assert "_groups[4] = { 3, 4, 2, 0 };" in kernels
     got = hetgen.load(project).run(feeds)
     for name, want in expected.items():
         np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on the {built} path")

@@ -256,6 +256,7 @@ def test_prepacked_recurrent_kernels_match_onnxruntime_under_sanitizers(tmp_path
         native_only=True,
         werror=True,
         sanitize=("address", "undefined"),
+        opt=("-O1",),
     )
     kernels = "\n".join(path.read_text() for path in out.rglob("*.c"))
     assert kernels.count("/* packed at generate time */") >= 6  # W and R of each node

@@ -126,6 +126,36 @@ def test_wrong_inputs_are_refused_with_both_shapes(built, value, message):
         hetgen.load(out).run({"x": value})
 
 
+@pytest.mark.cc
+def test_run_into_follows_the_arrays_it_is_given(built):
+    """run_into keeps the last arrays' addresses (hetgen/runtime/loader.py): a run reads the array
+    given now, as it is now, and writes the output array given now, never one of an earlier run."""
+    out, model = built
+    loaded = hetgen.load(out)
+    session = ort_session(model.SerializeToString())
+    rng = np.random.default_rng(2)
+    x, other = (rng.standard_normal(SHAPE).astype(np.float32) for _ in range(2))
+    y, y_other = np.empty(SHAPE, np.float32), np.empty(SHAPE, np.float32)
+
+    def expected(value):
+        return session.run(None, {"x": value})[0]
+
+    loaded.run_into([x], [y])
+    np.testing.assert_allclose(y, expected(x), rtol=1e-4, atol=1e-5)
+    x *= -2.0  # the same array, new values
+    loaded.run_into([x], [y])
+    np.testing.assert_allclose(y, expected(x), rtol=1e-4, atol=1e-5)
+    before = y.copy()
+    loaded.run_into([other], [y_other])  # other arrays: read and written, the earlier output untouched
+    np.testing.assert_allclose(y_other, expected(other), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(y, before)
+    with pytest.raises(hetgen.HetgenError, match="needs contiguous arrays"):
+        loaded.run_into([np.asfortranarray(x)], [y])
+    with pytest.raises(hetgen.HetgenError, match="needs contiguous arrays"):
+        loaded.run_into([x.reshape(1, 8, 64)], [y])
+    np.testing.assert_allclose(loaded.run({"x": np.asfortranarray(x)})["y"], expected(x), rtol=1e-4, atol=1e-5)
+
+
 DRIVER = r"""
 #include <pthread.h>
 #include <stdio.h>

@@ -75,7 +75,8 @@ def fused(labels: list[str]) -> list[str]:
         {"channels": 64, "out_channels": 64, "size": 14, "add_first": True},  # Winograd, wider
         {"kernel": 1, "bias": False, "relu": False},  # pointwise, no bias, no activation
         {"group": 16, "add_first": True},  # depthwise: over flattened rows (conv_depthwise.c.j2)
-        {"out_channels": 8, "stride": 2, "size": 13, "other": "before"},  # implicit GEMM; other from a node
+        # implicit GEMM (enough work that the small-plane kernel leaves it to the GEMM); other from a node
+        {"channels": 64, "out_channels": 64, "stride": 2, "size": 13, "other": "before"},
     ],
 )
 def test_conv_add_relu_is_one_kernel(tmp_path, params):

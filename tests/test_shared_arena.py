@@ -203,7 +203,7 @@ def test_a_shared_arena_program_matches_onnxruntime_under_asan_and_ubsan(tmp_pat
     onnx.save(quantized(ds_cnn(softmax=False), "QDQ", per_channel=True), model)
     out = tmp_path / "out"
     project = hetgen.compile(
-        str(CORSTONE), model, out=out, native_only=True, werror=True, sanitize=("address", "undefined")
+        str(CORSTONE), model, out=out, native_only=True, werror=True, sanitize=("address", "undefined"), opt=("-O1",)
     )
     assert project is not None
     # the root's arena is inside the npu's block, not at the workspace's start

@@ -69,7 +69,9 @@ def builds(tmp_path_factory):
     model = conv_gemm_model()
     folder = tmp_path_factory.mktemp("threads")
     outs = {
-        threads: hetgen.compile(host_platform(folder, threads), model, out=folder / f"out{threads}", opt=("-O2",))
+        threads: hetgen.compile(
+            host_platform(folder, threads), model, out=folder / f"out{threads}", opt=("-O2",), native_only=True
+        )
         for threads in (1, 2)
     }
     return model, outs

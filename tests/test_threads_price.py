@@ -199,7 +199,11 @@ def test_the_priced_split_is_the_generated_split(model):
     graph = import_model(model())
     platform = load_platform_text(host(4))
     kernels = build_kernel_specs(graph, platform)
-    lowered = lower.lower(graph, platform, place(graph, platform, kernels=kernels))
+    placement = place(graph, platform, kernels=kernels)
+    lowered = lower.lower(graph, platform, placement)
+    # the kernel each unit runs as the choice stage priced it (a variant may split otherwise than
+    # the table's kernel: the small-plane convolution, hetgen/ops/_conv_small.py, runs on one thread)
+    chosen = {choice.unit.names: choice.kernel for choice in placement.choices.units}
     seen = {"tasks": 0, "gemm": 0}
     for program in lowered.programs:
         for unit in program.units:
@@ -214,12 +218,14 @@ def test_the_priced_split_is_the_generated_split(model):
                 assert calls == [], unit.label
             assert bool(parallel.gemms) == (gemm and parallel.tasks == 1), unit.label
             seen["gemm"] += bool(parallel.gemms)
-            # the table's spec, which placement priced, splits the same way
+            # the kernel placement priced (the table's spec, as the choice stage took it) splits the same way
             names = tuple(unit.nodes)
             pattern = kernels.fused(names) if len(names) > 1 else None
             spec = kernels.units[pattern.names if pattern is not None else names]
-            assert spec.parallel.tasks == parallel.tasks, unit.label
-            assert len(spec.parallel.gemms) == len(parallel.gemms), unit.label
+            priced = chosen[pattern.names if pattern is not None else names].parallel
+            assert len(priced.gemms) == len(spec.parallel.gemms) or unit.kernel.params.get("variant") == "small"
+            assert priced.tasks == parallel.tasks, unit.label
+            assert len(priced.gemms) == len(parallel.gemms), unit.label
     assert seen["tasks"] and seen["gemm"], seen
 
 

@@ -59,7 +59,8 @@ def disassembly(objdump: str, program: Path, *options: str) -> str:
 
 
 def small_resnet():
-    """Convolutions through every GEMM path (3x3 implicit, Winograd, 1x1 strided, the Gemm head)."""
+    """Convolutions through every GEMM path (Winograd, 1x1 strided, the Gemm head; on bare metal, 3x3
+    implicit too: application cores run the small strided 3x3 layers direct, hetgen/ops/_conv_small.py)."""
     return resnet(widths=(16, 32), size=16, seed=1)
 
 

@@ -186,7 +186,7 @@ def work_table(steps) -> list[dict]:
         if work is None:
             table.append(
                 {"engine": "HG_SIM_NONE", "batch": 0, "m": 0, "n": 0, "k": 0, "bytes": 0, "after": 0}
-                | {"src_stride": 0, "dst_stride": 0, "taps": 0, "comment": "-"}
+                | {"src_stride": 0, "dst_stride": 0, "taps": 0, "linear": 0, "element_bytes": 0, "comment": "-"}
             )
             continue
         what = step.unit.label if isinstance(step, Call) else f"load {step.dst.tensor}"
@@ -195,7 +195,14 @@ def work_table(steps) -> list[dict]:
         if work.engine is Engine.MOVE:
             what = f"SRAM move {step.src.tensor} -> {step.dst.tensor}"
         shape = dict(batch=work.batch, m=work.m, n=work.n, k=work.k, bytes=work.bytes)
-        strides = dict(after=work.after, src_stride=work.src_stride, dst_stride=work.dst_stride, taps=work.taps)
+        strides = dict(
+            after=work.after,
+            src_stride=work.src_stride,
+            dst_stride=work.dst_stride,
+            taps=work.taps,
+            linear=work.linear,
+            element_bytes=work.element_bytes,
+        )
         table.append({"engine": ENGINE_C[work.engine], **shape, **strides, "comment": c_comment(what)})
     return table
 
@@ -375,6 +382,8 @@ def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> 
         "dma_hidden_cycles": model.dma_hidden_cycles,
         "mac_depth_block": model.mac_depth_block,
         "dma_brick_channels": model.dma_brick_channels,
+        "linear_burst_bytes": model.linear_burst_bytes,
+        "linear_write_bytes": model.linear_write_bytes,
         "sram_bytes_per_cycle": repr(float(model.sram_bytes_per_cycle)),
         "output_cycles_per_element": repr(float(model.output_cycles_per_element)),
         "dma_bytes_per_cycle": repr(float(model.dma_bytes_per_cycle)),

@@ -319,7 +319,7 @@ def _lower(
     programs = []
     for target in executing:
         if target in isolated:
-            run = (tiled, cascades, cascade_functions)
+            run = (tiled, cascades, cascade_functions, _crossing_on(placement, target))
             entries = [
                 tuple(_tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_sizes[target]))
                 for entry in schedule.entries.get(target, [[]])
@@ -379,11 +379,24 @@ def _lower(
     )
 
 
+def _crossing_on(placement: Placement, target: Target) -> frozenset[str]:
+    """The tensors `target`'s groups share with other targets where its device keeps them in DRAM in
+    the controller's layout (`Group.crossing`, as the placement priced them; none elsewhere): their
+    DMAs are marked `Work.linear`."""
+    return frozenset(name for group in placement.groups if group.target == target.path_str for name in group.crossing)
+
+
 def _tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_size) -> list:
     """A tiled accelerator's sub-program: each kernel call becomes its unit's tile commands; a
-    cascade's first unit's call becomes the cascade's command list, its other units' calls nothing."""
-    tiled, cascades, cascade_functions = run
+    cascade's first unit's call becomes the cascade's command list, its other units' calls nothing.
+    DMAs of the tensors in `crossing` (run's last) are marked as the controller's linear tensors."""
+    tiled, cascades, cascade_functions, crossing = run
     steps = []
+
+    def linear_of(unit: int) -> dict[str, int]:
+        positions = tensor_names(units[unit].nodes, units[unit].inputs)
+        types = resolver.graph.types
+        return {position: types[name].dtype.itemsize for position, name in positions.items() if name in crossing}
 
     def tensor_ref_of(unit: int):
         renamed = dict(zip(units[unit].inputs, unit_inputs[unit]))
@@ -403,9 +416,10 @@ def _tiled_entry(resolver, target, entry, run, unit_inputs, units, sram_size) ->
         elif step.unit in cascades:
             members, program = cascades[step.unit]
             refs = [tensor_ref_of(unit) for unit in members]
-            steps += cascade_steps(program, cascade_functions[step.unit], refs, sram_size, sram_size)
+            linear = [linear_of(unit) for unit in members]
+            steps += cascade_steps(program, cascade_functions[step.unit], refs, sram_size, sram_size, linear)
         elif step.unit in tiled:
-            steps += tiled_steps(tiled[step.unit], tensor_ref_of(step.unit), sram_size, sram_size)
+            steps += tiled_steps(tiled[step.unit], tensor_ref_of(step.unit), sram_size, sram_size, linear_of(step.unit))
     return steps
 
 

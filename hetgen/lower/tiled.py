@@ -12,6 +12,7 @@ back the command it waits for is, so the simulator overlaps DMA and compute as t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hetgen.errors import InternalError
@@ -19,6 +20,7 @@ from hetgen.lower.program import BufferRef, Call, Copy, KernelUnit, Region
 from hetgen.lower.work import Engine, Work, instance_work
 from hetgen.spec.cascade_program import CascadeProgram, Kind, feature_channels
 from hetgen.spec.tiling import Action, TilePlan, block_channels
+from hetgen.spec.work import Linear
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,14 @@ def tile_functions(plan: TilePlan, fn: str, nodes: tuple[str, ...], label: str) 
     )
 
 
-def tiled_steps(unit: TiledUnit, tensor_ref, sram_size: int, scratch_base: int) -> list:
+def tiled_steps(
+    unit: TiledUnit, tensor_ref, sram_size: int, scratch_base: int, linear: Mapping[str, int] | None = None
+) -> list:
     """The steps of one invocation running `unit`; `tensor_ref(name)` is where a tensor lives in
-    device memory (an ARENA offset past the SRAM) or the weight store (WEIGHTS)."""
+    device memory (an ARENA offset past the SRAM) or the weight store (WEIGHTS); `linear`: the
+    positions of the tensors the controller writes or reads (with their element bytes), whose DMAs
+    are marked `Work.linear`."""
+    linear = linear or {}
     plan = unit.plan
     steps: list = []
     for command in plan.commands:
@@ -67,6 +74,8 @@ def tiled_steps(unit: TiledUnit, tensor_ref, sram_size: int, scratch_base: int) 
             after=command.after,
             src_stride=src_stride,
             dst_stride=dst_stride,
+            linear=_linear(block.tensor in linear, loading),
+            element_bytes=linear.get(block.tensor, 0),
         )
         steps.append(Copy(src, dst, block.nbytes, work, block.count, src_stride, dst_stride))
         del tile
@@ -97,8 +106,20 @@ def _call(unit: TiledUnit, command, sram_size: int, scratch_base: int) -> Call:
     return Call(unit.functions[tile.kernel], tuple(args), work)
 
 
+def _linear(crossing: bool, loading: bool) -> int:
+    """A DMA's `Work.linear`: which way it moves a tensor the controller writes or reads (0: another)."""
+    if not crossing:
+        return Linear.NONE
+    return Linear.READ if loading else Linear.WRITE
+
+
 def cascade_steps(
-    program: CascadeProgram, functions: tuple[KernelUnit, ...], tensor_refs, sram_size: int, scratch_base: int
+    program: CascadeProgram,
+    functions: tuple[KernelUnit, ...],
+    tensor_refs,
+    sram_size: int,
+    scratch_base: int,
+    linear: list[Mapping[str, int]] | None = None,
 ) -> list:
     """The steps of one invocation running a cascade's command list (hetgen/spec/cascade_program.py):
     LOAD and STORE as a tile plan's strided DMA copies, MOVE as a strided copy within the SRAM (the
@@ -123,6 +144,7 @@ def cascade_steps(
             continue
         span_src = (command.count - 1) * command.src_stride + command.seg_bytes
         span_dst = (command.count - 1) * command.dst_stride + command.seg_bytes
+        crossing, element_bytes = False, 0
         if command.kind is Kind.MOVE:
             src, dst = sram(command.src, span_src, "sram:move"), sram(command.dst, span_dst, "sram:move")
             engine = Engine.MOVE
@@ -136,6 +158,8 @@ def cascade_steps(
             )
             src, dst = (far, near) if loading else (near, far)
             engine = Engine.DMA
+            crossing = linear is not None and command.tensor in linear[command.layer]
+            element_bytes = linear[command.layer].get(command.tensor, 0) if linear is not None else 0
         work = Work(
             engine,
             m=command.count,
@@ -145,6 +169,8 @@ def cascade_steps(
             after=command.after,
             src_stride=command.src_stride,
             dst_stride=command.dst_stride,
+            linear=_linear(engine is Engine.DMA and crossing, command.kind is Kind.LOAD),
+            element_bytes=element_bytes,
         )
         steps.append(Copy(src, dst, command.nbytes, work, command.count, command.src_stride, command.dst_stride))
     return steps

@@ -1,11 +1,15 @@
 """BatchNormalization in inference mode: y = (x - mean) / sqrt(var + epsilon) * scale + B.
 
-Per channel the lowering's template folds the four parameter vectors into one multiply-add.
+Per channel the lowering's template folds the four parameter vectors into one multiply-add. A
+following activation runs in the same pass (`fusable_epilogue`): a pre-activation network
+(DenseNet's BN-ReLU-Conv after every concatenation) otherwise writes and reads its largest
+tensors once more per layer.
 """
 
 from __future__ import annotations
 
 from hetgen.ops._common import channel_planes, require_float32, total_bytes
+from hetgen.ops._elementwise import check_epilogue
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -18,7 +22,8 @@ def lower(op: OpInstance) -> Kernel:
         raise Unsupported("BatchNormalization with spatial=0; accepted: spatial=1")
     if x_type.rank < 2:
         raise Unsupported(f"BatchNormalization on {x_type}; accepted: N x C x ...")
-    params = channel_planes(op)
+    check_epilogue(op.epilogue, op.output_types[0].dtype, op.node.op)
+    params = {**channel_planes(op), "epilogue": op.epilogue}
     return Kernel(
         template="kernels/batchnorm.c.j2",
         params=params,
@@ -27,4 +32,4 @@ def lower(op: OpInstance) -> Kernel:
     )
 
 
-DEFS = (OpDef("BatchNormalization", lower, optional_outputs_from=1),)
+DEFS = (OpDef("BatchNormalization", lower, optional_outputs_from=1, fusable_epilogue=True),)

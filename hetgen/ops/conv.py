@@ -1,6 +1,6 @@
 """Conv: 1-D, 2-D and 3-D convolution (NCHW), grouped and depthwise, with optional bias.
 
-Four strategies (`ConvVariant`, each a template of its own), chosen here so the templates only lay
+Five strategies (`ConvVariant`, each a template of its own), chosen here so the templates only lay
 out loops:
 - `direct` when each group has one input channel (depthwise): a direct loop, vectorised along the
   output row, bias and activation applied while the row is in cache, split between the worker
@@ -11,7 +11,13 @@ out loops:
 - `winograd` for 3x3 stride-1 layers with enough channels and constant weights (`_winograd.py`);
 - `implicit` otherwise (implicit GEMM): no im2col buffer; the GEMM asks a packing function for
   each block of B it needs, and that function gathers the taps straight into the micro-kernel's
-  panels (zeros for padding).
+  panels (zeros for padding); `implicit_planes` where the input, copied once into zero-padded
+  phase planes, fits the GEMM's own B buffer: the taps are then gathered from the planes, as
+  unclipped runs (`_conv_planes.py`);
+- `small`, on application cores, for an ungrouped layer of small planes and little work (LeNet's,
+  a keyword spotter's first convolution) that Winograd does not take, where packing would cost as
+  much as the arithmetic: a direct loop over phase planes with several output channels per load
+  (`_conv_small.py`), offered before the GEMM's panels.
 The weights are the GEMM's A operand; when they are constant they are packed into the
 micro-kernel's panels at generate time (`Prepacked`), so no run packs them. Bias and fused
 activations run in the GEMM epilogue, on each finished tile of the output while it is in L1; so
@@ -25,7 +31,7 @@ from enum import Enum
 
 import numpy as np
 
-from hetgen.ops import _gemm_plan, _in_place, _parallel, _winograd
+from hetgen.ops import _conv_planes, _conv_small, _gemm_plan, _in_place, _parallel, _winograd
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
@@ -41,8 +47,10 @@ class ConvVariant(str, Enum):
     DIRECT = "direct"
     POINTWISE = "pointwise"
     IMPLICIT = "implicit"
+    IMPLICIT_PLANES = "implicit_planes"
     WINOGRAD = "winograd"
     DEPTHWISE = "depthwise"
+    SMALL = "small"  # small planes, direct (hetgen/ops/_conv_small.py)
 
     @property
     def template(self) -> str:
@@ -148,18 +156,25 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
                 "src_off": b - pad_w,
                 "zero_right": hi < wq,
                 "row_off": a - pad_h,
+                # a whole plane's phase rows whose input row s_h * r + a - pad_h lies in [0, in_h),
+                # where the copy starts in the input, and whether its columns are contiguous there
+                "rows_lo": min(hq, max(0, -(-(pad_h - a) // s_h))),
+                "rows_hi": min(hq, max(0, -(-(win.in_shape[1] + pad_h - a) // s_h))),
+                "src_first": (a - pad_h) * in_w + lo * s_w + b - pad_w,
+                "cols": hi - lo,
+                "unit_stride": s_w == 1,
             }
         )
-    base = {ab: phase["base"] for ab, phase in zip(used, phases)}
-    taps = [
-        (kh * kw_n + kw, base[(d_h * kh % s_h, d_w * kw % s_w)] + (d_h * kh // s_h) * wq + d_w * kw // s_w)
-        for kh in range(kh_n)
-        for kw in range(kw_n)
-    ]
+    # (the tap's index in the weights, its offset in the planes)
+    taps = list(enumerate(_conv_planes.tap_offsets(win, {ab: phase["base"] for ab, phase in zip(used, phases)}, wq)))
     return {
         "wq": wq,
         "halo": halo,
         "group_rows": group_rows,
+        # each unit one group of the whole plane (DS-CNN's 25x5, MobileNet's 7x7): every unit's phase
+        # planes have the same padding, zeroed once per call, and only the input is copied per plane
+        "whole_plane": group_rows >= win.out_shape[1]
+        and all(p["rows_lo"] < p["rows_hi"] and p["cols"] > 0 for p in phases),
         "phases": phases,
         # two partial sums (even and odd taps), so the loop body is two dependency chains, not one
         "taps": taps,
@@ -189,6 +204,19 @@ def lower(op: OpInstance) -> Kernel:
     has_bias = op.has_input(2)
     # a residual Add fused into this Conv (hetgen/spec/patterns.py): input 3, the output's shape
     residual = op.has_input(3)
+    # Phase planes only where the weights are constants (the host's layers). An accelerator's emulating
+    # tile kernels, whose weights are DMA'd into its SRAM, computed wrong results with the planes under
+    # the channel tiles the least-priced tile chooser picks (test_concurrency's npu branch); the cause
+    # is not found yet, so those keep the implicit GEMM's own packing, which is checked there.
+    constant_weights = op.constant(1) is not None
+    planes = (
+        _conv_planes.planes(win, cin_group, op.gemm_blocks, not residual)
+        if variant == "implicit" and constant_weights
+        else None
+    )
+    if planes is not None:
+        variant = ConvVariant.IMPLICIT_PLANES
+    planes_bytes = planes["bytes"] if planes else 0  # the planes come first in the workspace
     if residual and tuple(op.input_types[3].shape) != tuple(y_type.shape):
         raise Unsupported(f"Conv residual of shape {tuple(op.input_types[3].shape)}; accepted: {tuple(y_type.shape)}")
     if has_bias and tuple(op.input_types[2].shape) != (out_channels,):
@@ -206,6 +234,7 @@ def lower(op: OpInstance) -> Kernel:
         "cout_group": cout_group,
         "k_dim": k_dim,
         "pack_bytes": pack,
+        "planes": planes,
         # the cache blocks `pack` was sized for, passed to the GEMM (a layer may have its own: prepack.py)
         "gemm_kc": op.gemm_blocks.kc,
         "gemm_nc": op.gemm_blocks.nc,
@@ -251,7 +280,7 @@ def lower(op: OpInstance) -> Kernel:
         group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
         packed = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks, a_packed=True)
         panel_params = {"w_packed": True, "w_group_floats": group_floats, "pack_bytes": packed}
-        panels = Prepacked(1, lambda w: weight_panels(w, groups), panel_params, packed)
+        panels = Prepacked(1, lambda w: weight_panels(w, groups), panel_params, planes_bytes + packed)
         prepacked = (panels,)
         if _winograd.eligible(win, groups, channels, out_channels):
             # Alternatives for the same weights, the faster first: Winograd's 16/9 larger weights
@@ -262,11 +291,19 @@ def lower(op: OpInstance) -> Kernel:
                 1, _winograd.weight_panels, wino_params, wino_scratch, template=ConvVariant.WINOGRAD.template
             )
             prepacked = (winograd, panels)
+        # not where Winograd applies: its 3x3 layers have their own transform of the weights
+        small = None if len(prepacked) > 1 else _conv_small.plan(win, channels, out_channels, groups, has_bias)
+        if small is not None:
+            # first: on an application core the direct kernel takes the weights as they are
+            small["variant"] = ConvVariant.SMALL
+            template = ConvVariant.SMALL.template
+            direct = Prepacked(1, _as_float32, small, small["sp_workspace_bytes"], template=template, hosted_only=True)
+            prepacked = (direct, *prepacked)
         prepacked = (_in_place.conv_offer(k_dim), *prepacked)  # bare metal: the weights read in flash
     return Kernel(
         template=variant.template,
         params=params,
-        scratch_bytes=pack,
+        scratch_bytes=planes_bytes + pack,
         flops=2 * batch * out_channels * win.out_size * k_dim,
         bytes_accessed=total_bytes(*op.input_types, y_type),
         helpers=helpers,

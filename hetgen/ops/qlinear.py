@@ -256,7 +256,8 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         offers = (*offers, packed)
     elif variant == "direct" and op.constant(w) is not None:
         symmetric = op.input_types[w].dtype is DType.INT8 and _weight_correction(op, w_zero_point, w_zp) is None
-        offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant, symmetric))
+        groups = dw_tap_groups(op.constant(w), win.kernel) if symmetric and x_type.dtype is DType.INT8 else None
+        offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant, symmetric, groups))
     if op.constant(w) is not None:
         # the depthwise band goes after the multipliers, or after the scales computed per call
         band_offset = col_bytes + acc_bytes + (0 if multipliers else scale_bytes)
@@ -341,13 +342,52 @@ def _tap_table(win, k_dim: int) -> dict:
     }
 
 
+def dw_tap_groups(weights: np.ndarray, kernel: tuple[int, ...]) -> list[int]:
+    """How plain NEON's whole-plane depthwise kernel (hg_qg_dw_plane_q's `grouping`) sums each output
+    channel's taps, decided from the constant weights (zero point 0) of a layer with int8 inputs
+    (|x| <= 128): 3, three taps in int16 before widening (kernel rows, in tap order), where every three
+    consecutive taps' |w| add up to 255 at most (128 * 255 < 2^15); 4, three by columns of a 3 x 3
+    window where its rows do not; 2, two taps (any two fit while no weight is -128); 0, each product
+    widened alone."""
+    taps = math.prod(kernel)
+    flat = np.abs(np.asarray(weights, np.int32).reshape(len(weights), taps))
+    columns = flat.reshape(-1, 3, 3).transpose(0, 2, 1).reshape(-1, taps) if tuple(kernel[-2:]) == (3, 3) else None
+
+    def triples(w: np.ndarray) -> bool:
+        return taps % 3 == 0 and bool(np.all(w.reshape(-1, 3).sum(axis=1) <= 255))
+
+    def group(m: int) -> int:
+        if taps > 16 or flat[m].max() > 127:
+            return 0
+        if triples(flat[m]):
+            return 3
+        return 4 if columns is not None and triples(columns[m]) else 2
+
+    return [group(m) for m in range(len(flat))]
+
+
+def _shared_gap_plane(win, padded) -> tuple[tuple[int, int, int], int]:
+    """The depthwise kernels' padded plane, (depth, height, width), and its bytes: one gap of padding
+    between consecutive rows, the right padding of a row being the left padding of the next (a tap
+    reads at most `begin` columns left of its row and `right` right of it, so a gap of the larger
+    holds both), where the plane of padded_plane has both; the bytes run on past the last row by the
+    right padding its taps read. A plane of stride 1 computes the gap's columns and drops them
+    (hg_qg_dw_plane_q): ds_cnn's 5-wide rows take 6 of them a row instead of 7."""
+    in_w, out_w, begin = win.in_shape[2], win.out_shape[2], win.pads_begin[2]
+    spanned = (out_w - 1) * win.strides[2] + (win.kernel[2] - 1) * win.dilations[2] + 1
+    right = max(0, spanned - begin - in_w)
+    shape = (padded[0], padded[1], in_w + max(begin, right))
+    return shape, math.prod(shape) + max(0, spanned - shape[2])
+
+
 def _depthwise_rows_offer(
-    w: int, x_type: TensorType, win, padded, out_channels: int, requant, symmetric: bool
+    w: int, x_type: TensorType, win, padded, out_channels: int, requant, symmetric: bool, groups: list[int] | None
 ) -> Prepacked:
     """Depthwise on an application core: each input plane once into a zero-point-padded byte
     plane, then output rows through hg_qgemm.h's vector row kernels (qconv_direct.c.j2); the
     weights as they are (the offer changes the kernel, not the layout)."""
-    plane_bytes = align(math.prod(padded) + DW_SLACK)  # the row kernel reads up to DW_SLACK past a row
+    padded, plane_size = _shared_gap_plane(win, padded)
+    plane_bytes = align(plane_size + DW_SLACK)  # the row kernel reads up to DW_SLACK past a row
     sums_bytes = align(4 * win.out_shape[2])  # one output row's int32 sums
     scale_bytes = align(4 * out_channels) if requant else 0
     # stride 1 along rows and columns, requantised: a whole output plane per call of
@@ -368,7 +408,7 @@ def _depthwise_rows_offer(
         "pad_plane_d": padded[0],
         "pad_plane_h": padded[1],
         "pad_plane_w": padded[2],
-        "pad_plane_size": math.prod(padded),
+        "pad_plane_size": plane_size,
         "masked": masked,
         "tap_rows": rows_h,
         "tap_cols": cols_w,
@@ -387,6 +427,7 @@ def _depthwise_rows_offer(
             for kw in range(win.kernel[2])
         ],
         "slab_stride": win.strides[0] * padded[1] * padded[2],  # one output depth's plane
+        "tap_groups": groups,
     }
     return Prepacked(
         w,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from hetgen.partition.cost import format_bytes, weight_load_us
+from hetgen.partition.cost import crossing_us, format_bytes, weight_load_us
 from hetgen.partition.fused import legal_fusions
 from hetgen.partition.pins import Pin
 from hetgen.partition.placement import (
@@ -19,6 +19,7 @@ from hetgen.partition.placement import (
     Refusal,
     Tiling,
     Transfer,
+    crossing_tensors,
     refusal_text,
 )
 from hetgen.partition.price import price
@@ -54,11 +55,13 @@ def assemble(
     refused = _refusals_by_node(space)
     for refusal in unclaimed_refusals:  # "no pattern matches" too
         refused.setdefault(space.node_index[refusal.node], []).append(refusal)
+    target_of = {node.name: space.paths[loc_of_node[i]] for i, node in enumerate(space.graph.nodes)}
     groups = []
     routes: dict[tuple[int, int], tuple] = {}
     loads: dict[tuple, tuple[int, float]] = {}  # the plans kept alive by the kernel table: ids stay unique
     for k, c in enumerate(picked):
         alternatives = _alternatives(space, c, starts, loc_of_node, routes)
+        crossing = _crossing(space, c, target_of)
         names = tuple(space.graph.nodes[n].name for n in c.nodes)
         reason = _reason(space, c, mode, alternatives, pins, [unclaimed_reason.get(name) for name in names])
         refusals = tuple(dict.fromkeys(r for n in c.nodes for r in refused.get(n, ())))
@@ -68,7 +71,7 @@ def assemble(
                 space.paths[c.loc],
                 names,
                 c.label,
-                c.compute_us,
+                c.compute_us + _crossing_us(space, c, crossing),
                 alternatives,
                 reason,
                 refusals,
@@ -76,6 +79,7 @@ def assemble(
                 *_weights(space, c, loads),
                 _tile_plans(space, c),
                 c.efficiency,
+                crossing=crossing,
             )
         )
     crossed: dict[tuple[int, int], tuple] = {}  # (from, to) -> the links and DMA engines a copy uses
@@ -154,6 +158,29 @@ def _links(space: SearchSpace, src: int, dst: int) -> tuple[LinkUse, ...]:
     return tuple(
         LinkUse(below, link.bandwidth_gbps, link.latency_us)
         for below, link in space.topology.hops(space.paths[src], space.paths[dst])
+    )
+
+
+def _crossing(space: SearchSpace, c: Candidate, target_of: Mapping[str, str]) -> frozenset[str]:
+    """The tensors `c` shares with other places, where its device keeps them in DRAM in the
+    controller's layout (the device model's linear_burst_bytes); none elsewhere."""
+    if not space.targets[c.loc].figures.linear_burst_bytes:
+        return frozenset()
+    return crossing_tensors(space.graph, target_of, tuple(space.graph.nodes[n].name for n in c.nodes))
+
+
+def _crossing_us(space: SearchSpace, c: Candidate, crossing: frozenset[str]) -> float:
+    """What `c` takes more for the tensors it shares with other places (`crossing`) where its device
+    keeps them in DRAM in the controller's layout (`cost.crossing_us`; 0 elsewhere)."""
+    target = space.targets[c.loc]
+    if not crossing:
+        return 0.0
+    nodes = [space.graph.nodes[n] for n in c.nodes]
+    scale = space.calibration.scale_for(target)
+    # the candidate's price has the graph's own inputs and outputs already (SearchSpace._candidates)
+    priced = space.graph_io(nodes)
+    return crossing_us(target, c.efficiency, scale, space.graph, nodes, space.kernels, crossing) - crossing_us(
+        target, c.efficiency, scale, space.graph, nodes, space.kernels, priced
     )
 
 

@@ -7,8 +7,9 @@ predecessor's output and that output's only reader, may run as one cascade: one 
 by stripe through SRAM (hetgen/spec/cascade.py). Each run is cut into cascades and single groups
 at the least price: a single group at its cost as placed (its tile plan and its launch), a cascade
 at one launch and its command list's time (hetgen/spec/cascade_program.py: `program_us`); of the
-cuts whose placement is within SRAM_TOLERANCE of the cheapest's, the one of least SRAM peak is kept
-(`least_sram`: an Ethos-U65's arena cache, which the price does not weigh, is spent where it pays).
+cuts whose placement is as fast as the cheapest's (SRAM_TOLERANCE: float rounding), the one of least
+SRAM peak is kept (`least_sram`: an Ethos-U65's arena cache, which the price does not weigh, is left
+free where that costs no time; never traded for time, so more SRAM never makes the placement slower).
 `options: {cascade: false}` in the platform file turns it off. This is the one place the choice is made: `with_cascades` puts it in `Placement.cascades`,
 which explain shows, and claims it: `place` calls it last, lowering runs each cascade as one
 invocation of its command list (hetgen/spec/cascade_program.py; hetgen/lower/__init__.py), so the
@@ -26,7 +27,7 @@ from hetgen.errors import InternalError
 from hetgen.ir import Graph
 from hetgen.ops.base import Unsupported
 from hetgen.partition.cost import Topology
-from hetgen.partition.placement import Cascade, Group, Placement
+from hetgen.partition.placement import Cascade, Group, Placement, crossing_tensors
 from hetgen.partition.price import price
 from hetgen.partition.timeline import placement_makespan
 from hetgen.platform.model import Platform, Target
@@ -49,6 +50,9 @@ class _Link:
     names: Mapping[str, str]  # its position names (in0, out0, ...) -> the graph's tensors
     reads: str  # the unit's activation
     writes: str  # its output
+    # the positions of its tensors the controller writes or reads, on a device that keeps those in
+    # DRAM in its linear layout (placement.crossing_tensors; empty elsewhere), with their element bytes
+    linear: frozenset[tuple[str, int]] = frozenset()
 
 
 def cascading(platform: Platform) -> bool:
@@ -192,7 +196,15 @@ def _link(group: Group, graph: Graph, by_name, targets: Mapping[str, Target], pl
         return None
     layer = replace(layer, name=chain[0].name)
     outputs = [name for name in chain[-1].outputs if name]
-    return _Link(group, layer, plan, op, tensor_names(chain, inputs), inputs[0], outputs[0])
+    names = tensor_names(chain, inputs)
+    linear: frozenset[tuple[str, int]] = frozenset()
+    if target.figures.linear_burst_bytes:
+        target_of = {node: g.target for g in placement.groups for node in g.nodes}
+        crossing = crossing_tensors(graph, target_of, group.nodes)
+        linear = frozenset(
+            (position, graph.types[name].dtype.itemsize) for position, name in names.items() if name in crossing
+        )
+    return _Link(group, layer, plan, op, names, inputs[0], outputs[0], linear)
 
 
 def cascade_units(
@@ -271,6 +283,7 @@ def _signature(link: _Link) -> tuple | None:
         op.epilogue,
         op.scalars,
         link.group.launch_us,
+        link.linear,  # its tensors kept linear in DRAM move in bursts of their own (program_us)
     )
     try:
         hash(signature)
@@ -300,7 +313,7 @@ def _priced(
         scale = first.launch_us / launch if launch and first.launch_us else 1.0  # a calibrated target's scale
         try:
             program = cascade_program([link.op for link in links], layers, plan.stripe)
-            seen[key] = first.launch_us + scale * program_us(program, layers)
+            seen[key] = first.launch_us + scale * program_us(program, layers, [link.linear for link in links])
         except Unsupported:
             seen[key] = None
     return None if seen[key] is None else (plan, seen[key])

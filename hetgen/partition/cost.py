@@ -47,7 +47,7 @@ the search and `SearchSpace.tensor_transfers` charge each one once.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hetgen.errors import PlacementError
@@ -61,9 +61,11 @@ from hetgen.spec.invocation import (
     one_unit_per_invocation,
     peak_gops,
     tile_rates,
+    unit_inputs,
     weight_load_bytes,
 )
 from hetgen.spec.table import KernelTable
+from hetgen.spec.tile_shapes import tensor_names
 from hetgen.spec.tiling import Unfit, plan_us
 
 
@@ -145,8 +147,11 @@ def group_us(
     nodes: Iterable[Node],
     kernels: KernelTable,
     threads: int = 1,
+    crossing: frozenset[str] = frozenset(),
 ) -> float:
-    """A placement group's time on `target`.
+    """A placement group's time on `target`; `crossing`: the tensors it reads from or writes for
+    another target (the controller's), which a tiled device with `linear_burst_bytes` DMAs from
+    and to DRAM in the controller's linear layout (hetgen/spec/work.py linear_bytes).
 
     Where lowering runs each group as its own invocation on a device with local SRAM
     (hetgen/spec/invocation.py), the group runs its units' tile plans (hetgen/spec/tiling.py): the
@@ -165,8 +170,47 @@ def group_us(
     for (chain, _), plan in zip(units, group_plans(nodes, graph, target, kernels)):
         if isinstance(plan, Unfit):
             raise PlacementError(f"{target.path_str}: {plan.reason}")
-        total += plan_us(plan, tile_rates(target, efficiency, chain))
+        linear = linear_positions(chain, kernels, crossing, graph) if crossing else frozenset()
+        total += plan_us(plan, tile_rates(target, efficiency, chain), linear)
     return scale * (figures.launch_us + total)
+
+
+def crossing_us(
+    target: Target,
+    efficiency: float,
+    scale: float,
+    graph: Graph,
+    nodes: Iterable[Node],
+    kernels: KernelTable,
+    crossing: frozenset[str],
+) -> float:
+    """What a group on a tiled device whose controller's tensors stay in DRAM (`linear_burst_bytes`)
+    takes more because it reads or writes the tensors `crossing` there, in the controller's linear
+    layout, rather than as the device's own feature maps: group_us with them less group_us without
+    (0 elsewhere). The search prices a group alone; the placement, once it knows which tensors
+    cross, adds this (hetgen/partition/assemble.py), as lowering marks those DMAs for the simulator."""
+    nodes = tuple(nodes)
+    if not crossing or not target.figures.linear_burst_bytes or not one_unit_per_invocation(target):
+        return 0.0
+    extra = 0.0
+    units = kernel_units_of(nodes, graph, kernels)
+    for (chain, _), plan in zip(units, group_plans(nodes, graph, target, kernels)):
+        linear = linear_positions(chain, kernels, crossing, graph)
+        if linear and not isinstance(plan, Unfit):
+            rates = tile_rates(target, efficiency, chain)
+            extra += plan_us(plan, rates, linear) - plan_us(plan, rates)
+    return scale * extra
+
+
+def linear_positions(
+    chain: Sequence[Node], kernels: KernelTable, crossing: frozenset[str], graph: Graph
+) -> frozenset[tuple[str, int]]:
+    """The positions (`in0`, `out0`, ...: what a unit's plan names its blocks by) of the unit's
+    tensors among `crossing`, each with its element bytes."""
+    names = tensor_names(chain, unit_inputs(chain, kernels))
+    return frozenset(
+        (position, graph.types[name].dtype.itemsize) for position, name in names.items() if name in crossing
+    )
 
 
 def weight_load_us(

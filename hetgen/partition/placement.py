@@ -72,6 +72,10 @@ class Group:
     # On a root with memory banks (hetgen/partition/choices.py `banked`): its traffic's time in
     # each bank it touches, (bank, us), the memory term inside cost_us; () elsewhere.
     bank_us: tuple[tuple[str, float], ...] = ()
+    # On a device that keeps the tensors it shares with other targets in DRAM, linear (the device
+    # model's linear_burst_bytes): those tensors (`crossing_tensors`), priced so inside cost_us;
+    # lowering marks their DMAs (Work.linear) for the simulator. () elsewhere.
+    crossing: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -302,3 +306,34 @@ def _find_cycle(groups, graph, group_of, producer) -> list[int]:
                 stack.append((step, iter(sorted(edges[step]))))
                 path.append(step)
     return []
+
+
+def crossing_tensors(graph: Graph, target_of: Mapping[str, str], nodes: tuple[str, ...]) -> frozenset[str]:
+    """The tensors a group of `nodes` reads from, or writes for, another target (`target_of`: each
+    placed node's target): graph inputs and outputs, and tensors of groups placed elsewhere; not
+    constants. On a device that keeps its controller's tensors in DRAM (the device model's
+    linear_burst_bytes) these are the ones its DMAs fetch from there, in the controller's layout:
+    the cost model prices them so (`cost.crossing_us`) and lowering marks their DMAs (`Work.linear`)."""
+    inside = set(nodes)
+    where = target_of[nodes[0]]
+    producer = {out: node.name for node in graph.nodes for out in node.outputs if out}
+    readers: dict[str, list[str]] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name:
+                readers.setdefault(name, []).append(node.name)
+    outputs = set(graph.outputs)
+    crossing = set()
+    for node in graph.nodes:
+        if node.name not in inside:
+            continue
+        for name in node.inputs:
+            if not name or name in graph.constants:
+                continue
+            source = producer.get(name)
+            if source is None or (source not in inside and target_of.get(source) != where):
+                crossing.add(name)
+        for name in node.outputs:
+            if name and (name in outputs or any(target_of.get(r, where) != where for r in readers.get(name, ()))):
+                crossing.add(name)
+    return frozenset(crossing)

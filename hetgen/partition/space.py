@@ -7,12 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
-from hetgen.partition.cost import Calibration, Topology, Work, group_us, pool_threads
+from hetgen.partition.cost import Calibration, Topology, Work, crossing_us, group_us, pool_threads
 from hetgen.partition.fused import group_work
 from hetgen.partition.patterns import Matches, match_patterns, runnable_targets
 from hetgen.platform.model import Platform, Role, Target
 from hetgen.spec import KernelTable
 from hetgen.spec.alias import alias_source
+from hetgen.spec.invocation import one_unit_per_invocation, tile_rates
+from hetgen.spec.work import Linear
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class SearchSpace:
         self.node_index = {node.name: i for i, node in enumerate(graph.nodes)}
         self._index_tensors()
         self._index_links()
+        self._index_linear()
         self.matches: Matches = match_patterns(graph, platform, self.kernels)
         self.candidates = self._candidates(calibration)
 
@@ -114,10 +117,50 @@ class SearchSpace:
             [sum(1 << h[1] for h in self.hops[a][b] if h[1] >= 0) for b in range(count)] for a in range(count)
         ]
 
+    def graph_io(self, members) -> frozenset[str]:
+        """The graph inputs a group reads and the graph outputs it writes: tensors that cross to
+        the root controller wherever the other groups are placed."""
+        io = set(self.graph.inputs) | set(self.graph.outputs)
+        return frozenset(n for node in members for n in (*node.inputs, *node.outputs) if n and n in io)
+
+    def _index_linear(self) -> None:
+        """Per place and tensor, what a device that keeps its controller's tensors in DRAM in the
+        controller's linear layout (`linear_burst_bytes`) takes more to read the tensor from there
+        (`linear_in`) or write it there (`linear_out`) than as its own feature map: the search
+        charges it on the tensor's copy (the placement prices it exactly, `cost.crossing_us`)."""
+        count = len(self.paths)
+        self.linear_in = [None] * count
+        self.linear_out = [None] * count
+        for loc, target in enumerate(self.targets):
+            if not target.figures.linear_burst_bytes or not one_unit_per_invocation(target):
+                continue
+            rates = tile_rates(target)
+            ways = []
+            for direction in (Linear.READ, Linear.WRITE):
+                extra = []
+                for name, nbytes in zip(self.tensor_names, self.tensor_bytes):
+                    kind = self.graph.types[name]
+                    channels = kind.shape[1] if len(kind.shape) == 4 else 0
+                    extra.append(rates.linear_extra_us(nbytes, channels, kind.dtype.itemsize, direction))
+                ways.append(tuple(extra))
+            self.linear_in[loc], self.linear_out[loc] = ways
+
+    def linear_us(self, src: int, dst: int, tid: int) -> float:
+        """The extra of tensor `tid` moving from place `src` to `dst` where either keeps the
+        controller's tensors in DRAM, linear (`_index_linear`); 0 elsewhere."""
+        extra = 0.0
+        if self.linear_out[src] is not None:
+            extra += self.linear_out[src][tid]
+        if self.linear_in[dst] is not None:
+            extra += self.linear_in[dst][tid]
+        return extra
+
     def transfer_us(self, src: int, dst: int, tid: int) -> float:
         if src == dst:
             return 0.0
-        return self.latency[src][dst] + self.tensor_bytes[tid] * self.us_per_byte[src][dst]
+        return (
+            self.latency[src][dst] + self.tensor_bytes[tid] * self.us_per_byte[src][dst] + self.linear_us(src, dst, tid)
+        )
 
     def copy_us(self, src: int, dst: int, held: int, tid: int) -> tuple[float, int]:
         """What getting tensor `tid` (produced at `src`) to `dst` still costs when the places in
@@ -130,6 +173,8 @@ class SearchSpace:
             cost += latency + nbytes * per_byte
             if reached >= 0:
                 held |= 1 << reached
+        if cost:
+            cost += self.linear_us(src, dst, tid)
         return cost, held
 
     def _candidates(self, calibration: Calibration) -> tuple[Candidate, ...]:
@@ -152,6 +197,10 @@ class SearchSpace:
             members = [nodes[i] for i in match.nodes]
             threads = pool_threads(self.platform, target)
             compute = group_us(target, work, match.efficiency, scale, self.graph, members, self.kernels, threads)
+            # the graph's own inputs and outputs cross to the controller wherever the rest is placed
+            compute += crossing_us(
+                target, match.efficiency, scale, self.graph, members, self.kernels, self.graph_io(members)
+            )
             if self.aliases.issuperset(match.nodes):  # dropped by lowering: nothing runs, nothing moves
                 compute, inputs, outputs = 0.0, (), ()
             candidates.append(

@@ -85,6 +85,19 @@ PARAMETERS: Mapping[str, Parameter] = {
         "channels of a pixel the DMA fetches as one brick: a feature-map DMA of C channels moves "
         "ceil(C / it) x it / C of its bytes (0: not modelled, its bytes as they are)",
     ),
+    # Tensors the controller writes or reads stay in DRAM in its linear (NHWC) layout (Vela: network
+    # inputs and CPU-shared tensors linear and out of the fast storage); the device's DMA of one
+    # takes a whole burst for each pixel's channels (hetgen/spec/work.py linear_bytes).
+    "linear_burst_bytes": Parameter(
+        True,
+        0,
+        0,
+        "bytes of one burst of the memory that holds the tensors the controller writes and reads: a DMA of "
+        "one moves a pixel's channels an access, each access a whole burst (0: not modelled, as other tensors)",
+    ),
+    "linear_write_bytes": Parameter(
+        True, 0, 0, "the most bytes one write access of such a tensor carries (0: a pixel's channels)"
+    ),
     "output_cycles_per_element": Parameter(
         False, 0, 0.0, "cycles the MAC array's output stage takes per output element (0: not modelled)", zero=True
     ),
@@ -120,6 +133,10 @@ class DeviceModel:
     # The DMA fetches a feature map's pixels in bricks of this many channels (a 3-channel input
     # moves 16 a pixel); 0: not modelled.
     dma_brick_channels: int = 0
+    # The controller's tensors in DRAM, linear: a burst per access of a pixel's channels (reads), at
+    # most linear_write_bytes an access (writes); 0: not modelled.
+    linear_burst_bytes: int = 0
+    linear_write_bytes: int = 0
 
     @property
     def weights_apart(self) -> bool:
@@ -150,6 +167,8 @@ class DeviceModel:
             "output_us": self.output_cycles_per_element / self.clock_mhz,
             "mac_depth_block": float(self.mac_depth_block),
             "dma_brick_channels": float(self.dma_brick_channels),
+            "linear_burst_bytes": float(self.linear_burst_bytes),
+            "linear_write_bytes": float(self.linear_write_bytes),
             # weights at their own rate, and each weight DMA's extra latency (only where apart)
             **(
                 {
@@ -234,6 +253,8 @@ def build_model(values: Mapping[str, Any], capacity: int | None, link: Link | No
         weight_dma_setup_cycles=int(values["weight_dma_setup_cycles"]),
         mac_depth_block=int(values["mac_depth_block"]),
         dma_brick_channels=int(values["dma_brick_channels"]),
+        linear_burst_bytes=int(values["linear_burst_bytes"]),
+        linear_write_bytes=int(values["linear_write_bytes"]),
         dma_hidden_cycles=hidden_setup_cycles(setup, int(values["dma_outstanding_bytes"]), dma_bytes_per_cycle),
         weight_dma_hidden_cycles=hidden_setup_cycles(
             int(values["weight_dma_setup_cycles"]),

@@ -43,6 +43,9 @@ MODES: Mapping[tuple[str, str], Mapping[str, Any]] = {
         # shram_banks=48 of 1 KiB), which the engines read at the npu's rate, as the U55's
         "sram_kib": 48,
         "sram_bytes_per_cycle": 64.0,
+        # the controller's tensors in the arena, in the SRAM: priced as the other feature maps
+        # (their linear layout's SRAM bursts are not modelled)
+        "linear_burst_bytes": 0,
     },
 }
 

@@ -139,6 +139,11 @@ class CostFigures:
     # channels of a pixel the DMA fetches as one brick (the device model's dma_brick_channels): a
     # feature-map DMA of C channels moves ceil(C / it) x it / C of its bytes; 0: not modelled
     dma_brick_channels: float = 0.0
+    # the tensors the controller writes and reads, in DRAM in its linear layout: the DRAM's burst
+    # and a write access's most bytes (the device model's linear_burst_bytes, linear_write_bytes;
+    # hetgen/spec/work.py linear_bytes); 0: not modelled
+    linear_burst_bytes: float = 0.0
+    linear_write_bytes: float = 0.0
 
 
 @dataclass(frozen=True)

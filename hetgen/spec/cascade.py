@@ -326,9 +326,10 @@ def _estimate_us(layers: Sequence[Layer], program, dma: tuple[int, int], moved: 
 
 
 # A stripe height whose estimate is within this share of the fastest one's is as good: of those the
-# one with the least SRAM is taken (SRAM is spent only where it pays, as tiling.py splits no finer
-# than pays), so a cascade leaves its device's SRAM to others (an Ethos-U's arena cache) for <= 1 %.
-SRAM_TOLERANCE = 0.01
+# one with the least SRAM is taken, so a cascade leaves its device's SRAM to others (an Ethos-U's
+# arena cache) where that costs no time. Float rounding only: a share of a percent traded for SRAM
+# would let more SRAM choose a slower cut (the placement must be monotone in the hardware, issue 23).
+SRAM_TOLERANCE = 1e-9
 
 
 def cascade_plan(layers: Sequence[Layer], capacity: int) -> CascadePlan | None:

@@ -43,7 +43,7 @@ from hetgen.spec.tiling import (
     two_engine_us,
     with_waits,
 )
-from hetgen.spec.work import Engine, brick_bytes, depth_factor, instance_work
+from hetgen.spec.work import Engine, Linear, depth_factor, instance_work
 
 __all__ = ["CascadeCommand", "CascadeProgram", "Kind", "cascade_program", "program_us"]
 
@@ -279,7 +279,9 @@ def feature_channels(program: CascadeProgram, command: CascadeCommand) -> int:
     return found.shape[1] if found is not None and found.rank == 4 else 0
 
 
-def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
+def program_us(
+    program: CascadeProgram, layers: Sequence[Layer], linear: Sequence[frozenset[tuple[str, int]]] | None = None
+) -> float:
     """The command list's time on two engines that run in order and wait as its commands say, as a
     tile plan's (`tiling.plan_us`): a LOAD or STORE at the DMA rate, a MOVE at the engines' SRAM
     rate, a COMPUTE as a tile's kernel (its MAC-array work at the share of the array its product
@@ -304,13 +306,17 @@ def program_us(program: CascadeProgram, layers: Sequence[Layer]) -> float:
         stage = outputs * rates.us_per_output_element if mac else 0.0
         kernel_us.append(max(compute, work.bytes * rates.us_per_local_byte, stage))
 
+    element_bytes = [dict(pairs) for pairs in linear] if linear is not None else [{} for _ in layers]
+
     def step(command) -> tuple:
         rates = layers[command.layer].rates or Rates(0.0, 0.0)
         if command.is_dma:
-            nbytes = command.nbytes
-            if rates.dma_brick_channels and not command.weights:  # a feature map's pixels in whole bricks
-                nbytes = brick_bytes(nbytes, feature_channels(program, command), rates.dma_brick_channels)
-            took, overhead, hidden = rates.dma_step(nbytes, command.weights)
+            # the controller's tensor, in DRAM in its linear layout (tiling.plan_us, hg_sim.c)
+            linear = element_bytes[command.layer].get(command.tensor) if rates.linear_burst_bytes else None
+            direction = Linear.READ if command.kind is Kind.LOAD else Linear.WRITE
+            took, overhead, hidden = rates.feature_dma_step(
+                command.nbytes, feature_channels(program, command), command.weights, linear, direction
+            )
             return True, command.after, took, overhead, hidden
         if command.kind is Kind.MOVE:
             took = command.nbytes * rates.us_per_local_byte

@@ -70,6 +70,8 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
         float(figures.weight_hidden_us or 0.0),
         int(figures.mac_depth_block or 0),
         int(figures.dma_brick_channels or 0),
+        int(figures.linear_burst_bytes or 0),
+        int(figures.linear_write_bytes or 0),
     )
 
 

@@ -506,6 +506,36 @@ def _per_input(op: UnitOp, sized: dict[int, tuple[int, int]], one_value: list[in
     return tuple(blocks), tuple(loads)
 
 
+@dataclass(frozen=True)
+class _RowPass:
+    """The input rows one pass over a window op's row tiles loads (one input channel): a tile whose
+    rows are the previous tile's loads nothing (a halo as tall as the output reads the same rows)."""
+
+    loads: int  # the row tiles that load
+    rows: int  # the rows they load
+    every: int  # the rows every row tile reads, whether or not the previous read them
+    first: int  # the rows of the first row tile
+    wraps: bool  # whether the last row tile's rows differ from the first's (a second pass loads again)
+
+    def again(self, passes: int) -> tuple[int, int]:
+        """(loads, rows) of `passes` passes one after another (channels outer, ungrouped)."""
+        repeat = (self.loads - 1 + self.wraps, self.rows - (0 if self.wraps else self.first))
+        return self.loads + (passes - 1) * repeat[0], self.rows + (passes - 1) * repeat[1]
+
+
+def _row_pass(ranges: list[tuple[int, int]], sh: int, pt: int, kh: int, dh: int, height: int) -> _RowPass:
+    spans = [(max(r0 * sh - pt, 0), min((r1 - 1) * sh - pt + (kh - 1) * dh, height - 1)) for r0, r1 in ranges]
+    fresh = [i == 0 or span != spans[i - 1] for i, span in enumerate(spans)]
+    size = [hi - lo + 1 for lo, hi in spans]
+    return _RowPass(
+        sum(fresh),
+        sum(n for n, f in zip(size, fresh) if f),
+        sum(size),
+        size[0],
+        spans[-1] != spans[0],
+    )
+
+
 def _window_candidates(op: UnitOp) -> list[Candidate]:
     roles = operands(op)
     x_type, y_type = op.input_types[roles.x], op.output_types[0]
@@ -533,10 +563,7 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
     for rows in _halvings(out_h):
         row_tiles = -(-out_h // rows)
         slab = min((rows - 1) * sh + (kh - 1) * dh + 1, height)
-        rows_read = sum(  # input rows each row tile reads, its halo included
-            min((r1 - 1) * sh - pt + (kh - 1) * dh, height - 1) - max(r0 * sh - pt, 0) + 1
-            for r0, r1 in _ranges(out_h, rows)
-        )
+        passed = _row_pass(_ranges(out_h, rows), sh, pt, kh, dh, height)
         for chans in _halvings(c_out, cout_g if groups > 1 else 1):
             if rows == out_h and chans == c_out and n_batch == 1:
                 continue
@@ -545,24 +572,28 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
             split = "rows x channels" if rows < out_h and chans < c_out else ("rows" if chans == c_out else "channels")
             weights = c_out * per_channel + c_out * sum(channel_vectors.values())
             out_bytes = c_out * out_h * out_w * yb
-            one_pass = rows_read * width * xb  # one input channel, every row tile
             for outer in (True, False) if rows < out_h and chans < c_out else (True,):
-                if outer:  # channels outer: a channel tile's weights stay; its inputs are read per row tile
-                    in_total = one_pass * (c_in * chan_tiles if groups == 1 else c_in)
-                    w_total, in_loads, w_loads = weights, row_tiles * chan_tiles, chan_tiles
-                else:  # rows outer: a row tile's input stays (ungrouped); weights are re-loaded per tile
-                    in_total = one_pass * c_in
-                    in_loads = row_tiles if groups == 1 else row_tiles * chan_tiles
-                    w_loads = row_tiles * chan_tiles if chan_tiles > 1 else 1
-                    w_total = weights * (row_tiles if chan_tiles > 1 else 1)
+                # A block is loaded where it differs from the one the previous tile loaded (build_plan),
+                # batch item by batch item (each item's blocks are its own).
+                if outer and groups == 1:  # channels outer: the row tiles' input blocks, once per channel tile
+                    in_loads, in_rows = passed.again(chan_tiles)
+                elif outer:  # each channel tile reads its own channels' rows
+                    in_loads, in_rows = passed.loads * chan_tiles, passed.rows
+                elif groups == 1:  # rows outer: a row tile's input block stays for its channel tiles
+                    in_loads, in_rows = passed.loads, passed.rows
+                else:  # rows outer, grouped: every tile its own block
+                    in_loads, in_rows = row_tiles * chan_tiles, passed.every
+                in_total = in_rows * width * xb * c_in
+                # the weights follow the channel tiles: loaded at each change of channel tile
+                w_loads = 1 if chan_tiles == 1 else n_batch * chan_tiles * (1 if outer else row_tiles)
+                w_total = weights * w_loads // chan_tiles if chan_tiles > 1 else weights
                 tiles = n_batch * row_tiles * chan_tiles
                 sized = {roles.x: (in_ch * slab * width * xb, n_batch * in_loads)}
                 residual = 0
                 if is_conv:
-                    weight_loads = n_batch * w_loads if n_batch == 1 else tiles
-                    sized[roles.w] = (chans * per_channel, weight_loads)
+                    sized[roles.w] = (chans * per_channel, w_loads)
                     for i, size in channel_vectors.items():
-                        sized[i] = (chans * size, weight_loads)
+                        sized[i] = (chans * size, w_loads)
                     if has_residual(op):  # one block per tile, the output block's rows and channels
                         sized[3] = (chans * rows * out_w * yb, tiles)
                         residual = n_batch * out_bytes
@@ -580,10 +611,7 @@ def _window_candidates(op: UnitOp) -> list[Candidate]:
                         (1, chans, rows, out_w),
                         functools.partial(_window_tiles, op, rows, chans, outer),
                         tiles,
-                        n_batch * (in_total + (w_total if n_batch == 1 else weights * tiles // max(1, n_batch)))
-                        + n_batch * out_bytes
-                        + residual
-                        + one_bytes,
+                        n_batch * in_total + (w_total if is_conv else 0) + n_batch * out_bytes + residual + one_bytes,
                         blocks,
                         loads,
                         (chans * rows * out_w * yb,),

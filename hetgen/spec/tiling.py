@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -42,7 +43,7 @@ from hetgen.spec.tile_shapes import (
     tensor_names,
     unit_op,
 )
-from hetgen.spec.work import Engine, brick_bytes, depth_factor, instance_work
+from hetgen.spec.work import Engine, Linear, brick_bytes, depth_factor, instance_work, linear_bytes
 
 __all__ = ["Action", "Block", "Rates", "TilePlan", "Unfit", "plan_us", "tensor_names", "unit_plan"]
 
@@ -432,6 +433,54 @@ class Rates:
     # The DMA fetches a feature map's pixels in bricks of this many channels (the device model's
     # dma_brick_channels, `work.brick_bytes`; 0: not modelled), as hg_sim.c counts.
     dma_brick_channels: int = 0
+    # The tensors the controller writes and reads, in DRAM in its linear layout: a DMA of one takes
+    # a burst of this many bytes per access of a pixel's channels, a write access at most
+    # linear_write_bytes (the device model's; `work.linear_bytes`; 0: not modelled), as hg_sim.c counts.
+    linear_burst_bytes: int = 0
+    linear_write_bytes: int = 0
+
+    def feature_dma_step(
+        self, nbytes: int, channels: int, weights: bool, linear_element_bytes: int | None, direction: int
+    ) -> tuple[float, float, float]:
+        """`dma_step` of a LOAD or STORE of `nbytes` of a tensor of `channels` channels (0: not a
+        feature map), with the bytes it really moves, as hg_sim.c counts them: a controller's tensor
+        in DRAM's linear layout (`linear_element_bytes` its element size; None: the device's own)
+        a burst per pixel access, at the DRAM's (the weights' memory's) rate and latency; a feature
+        map of the device's own in whole bricks. One rule for tile plans and cascades."""
+        if linear_element_bytes is not None:
+            nbytes = linear_bytes(
+                nbytes,
+                channels,
+                linear_element_bytes,
+                direction,
+                self.linear_burst_bytes,
+                self.mac_depth_block,
+                self.linear_write_bytes,
+            )
+            return self.dma_step(nbytes, weights=True)
+        if self.dma_brick_channels and not weights:
+            nbytes = brick_bytes(nbytes, channels, self.dma_brick_channels)
+        return self.dma_step(nbytes, weights)
+
+    def linear_extra_us(self, nbytes: int, channels: int, element_bytes: int, direction: int) -> float:
+        """What a DMA of `nbytes` of a tensor of `channels` channels takes more from (to) DRAM in the
+        controller's linear layout than as one of the device's own feature maps (its bricks at the
+        DMA's rate): the search's per-tensor price of a tensor crossing to or from the controller
+        (hetgen/partition/space.py); 0 where not modelled or not a feature map."""
+        if not self.linear_burst_bytes or not channels:
+            return 0.0
+        linear = linear_bytes(
+            nbytes,
+            channels,
+            element_bytes,
+            direction,
+            self.linear_burst_bytes,
+            self.mac_depth_block,
+            self.linear_write_bytes,
+        )
+        own = brick_bytes(nbytes, channels, self.dma_brick_channels) * self.us_per_byte
+        dram = self.us_per_weight_byte or self.us_per_byte
+        return max(0.0, linear * dram + self.weight_setup_us - own)
 
 
 Product = tuple[int, int, int, int]  # (tiles, batch, m, n): tiles of one shape, each `batch` m x n products
@@ -458,24 +507,29 @@ def _tile_bytes(tile: Tile) -> int:
 # one plan object and placement asks for its time once per device instead of once per candidate
 # group (a 5,000-node graph asks thousands of times). Keyed by id(plan) because plans hold kernels
 # (numpy constants) that do not hash; the value keeps the plan alive, so its id stays unique.
-_PLAN_US: dict[tuple[int, Rates], tuple[TilePlan, float]] = {}
+_PLAN_US: dict[tuple[int, Rates, frozenset[tuple[str, int]]], tuple[TilePlan, float]] = {}
 _PLAN_US_LIMIT = 8192
 
 
-def plan_us(plan: TilePlan, rates: Rates) -> float:
-    """The plan's time on two engines that run in order and wait as its commands say."""
-    key = (id(plan), rates)
+def plan_us(plan: TilePlan, rates: Rates, linear: frozenset[tuple[str, int]] = frozenset()) -> float:
+    """The plan's time on two engines that run in order and wait as its commands say; `linear`: the
+    positions (`in0`, `out0`, ...) of its tensors the controller writes or reads, with their element
+    bytes, which stay in DRAM in its linear layout (`Rates.linear_burst_bytes`: DMA'd a pixel at a
+    time at the DRAM's rate)."""
+    linear = linear if rates.linear_burst_bytes else frozenset()
+    key = (id(plan), rates, linear)
     cached = _PLAN_US.get(key)
     if cached is not None and cached[0] is plan:
         return cached[1]
     if len(_PLAN_US) >= _PLAN_US_LIMIT:
         _PLAN_US.clear()
-    us = _timeline_us(plan, rates)
+    us = _timeline_us(plan, rates, linear)
     _PLAN_US[key] = (plan, us)
     return us
 
 
-def _timeline_us(plan: TilePlan, rates: Rates) -> float:
+def _timeline_us(plan: TilePlan, rates: Rates, linear: frozenset[tuple[str, int]] = frozenset()) -> float:
+    element_bytes = dict(linear)
     utilisation = [mac_utilisation(products, rates) for products in plan.mac_products]
     if rates.mac_depth_block:  # channels rounded up to the array's depth blocks: fewer useful MACs a step
         utilisation = [
@@ -486,10 +540,11 @@ def _timeline_us(plan: TilePlan, rates: Rates) -> float:
     def step(command) -> tuple:
         if command.is_dma:
             weights = command.action is Action.LOAD and _is_constant(plan, command.operand)
-            nbytes = plan.block_of(command).nbytes
-            if rates.dma_brick_channels and not weights:  # a feature map's pixels in whole bricks
-                nbytes = brick_bytes(nbytes, block_channels(plan, command), rates.dma_brick_channels)
-            dma, overhead, hidden = rates.dma_step(nbytes, weights)
+            block = plan.block_of(command)
+            direction = Linear.READ if command.action is Action.LOAD else Linear.WRITE
+            dma, overhead, hidden = rates.feature_dma_step(
+                block.nbytes, block_channels(plan, command), weights, element_bytes.get(block.tensor), direction
+            )
             return True, command.after, dma, overhead, hidden
         return False, command.after, took(command), rates.command_us
 
@@ -558,24 +613,23 @@ def _output_us(plan: TilePlan, tile: Tile, rates: Rates) -> float:
 MAX_TILES = 4096
 
 
-def estimate_us(
-    candidate: Candidate, flops: int, rates: Rates, double: bool, vector: int = 0, constant: tuple[bool, ...] = ()
-) -> float:
-    """What choosing among tilings assumes a candidate takes: DMA and compute, overlapped but for
-    one tile's worth when double-buffered, and each command's overhead. Where weights have a DMA
-    rate of their own, the `constant` inputs' loads (their largest block each time) go at it."""
-    dma = candidate.dma_bytes * rates.us_per_byte
-    if rates.us_per_weight_byte:
-        loaded = [(size, loads) for size, loads, c in zip(candidate.input_blocks, candidate.input_loads, constant) if c]
-        weights = min(sum(size * loads for size, loads in loaded), candidate.dma_bytes)
-        dma += weights * (rates.us_per_weight_byte - rates.us_per_byte)
-        dma += sum(loads for _, loads in loaded) * rates.weight_setup_us
-    compute = flops * rates.us_per_flop / mac_utilisation(candidate.products, rates)
-    compute += vector * rates.us_per_vector_element
-    commands = candidate.tiles * 2 + sum(candidate.input_loads)
-    if double and candidate.tiles > 1:
-        return max(dma, compute) + (dma + compute) / candidate.tiles + commands * rates.command_us
-    return dma + compute + commands * rates.command_us
+def least_us(candidate: Candidate, double: bool, flops: int, rates: Rates, vector: int = 0, outputs: int = 1) -> float:
+    """A floor under what `plan_us` prices the candidate's plan at, known before building it: each
+    of the two engines runs its commands one after another, so a double-buffered plan takes at
+    least the busier engine's commands end to end, and a single-buffered one (or one tile) both
+    engines' (each tile's compute waits for its loads, its store for its compute, and the next
+    tile's compute for that store: its one output buffer). The DMA engine: the candidate's
+    bytes at the cheaper of the DMA's rates (bricks only add bytes) and each command's overhead
+    less the most a queued one hides; the compute engine: the MAC array's work at the candidate's
+    utilisation (depth blocks only lower it; the vector unit's work, none), the fused residual's
+    adds, and each command's overhead."""
+    per_byte = min(rates.us_per_byte, rates.us_per_weight_byte or rates.us_per_byte)
+    setup = rates.command_us + min(0.0, rates.weight_setup_us)
+    dma_commands = sum(candidate.input_loads) + candidate.tiles * outputs
+    dma = candidate.dma_bytes * per_byte + dma_commands * max(0.0, setup - rates.dma_hidden_us - rates.weight_hidden_us)
+    mac = flops * rates.us_per_flop / mac_utilisation(candidate.products, rates) if candidate.products else 0.0
+    compute = mac + vector * rates.us_per_vector_element + candidate.tiles * rates.command_us
+    return max(dma, compute) if double and candidate.tiles > 1 else dma + compute
 
 
 def footprint(candidate: Candidate, double: bool) -> int:
@@ -589,8 +643,52 @@ def footprint(candidate: Candidate, double: bool) -> int:
     return sum(slots) + sum(outs)
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """A tiling the chooser may build: a candidate, double- or single-buffered."""
+
+    candidate: Candidate
+    double: bool
+    order: int  # its place among `candidates(op)` x (double, single): names it, and breaks ties last
+
+
+@dataclass(frozen=True)
+class Priced:
+    """A plan the chooser built, its price (`plan_us` at the rates it chose at) and its tiling's
+    place among the candidates (the last tie-break)."""
+
+    plan: TilePlan
+    us: float
+    order: int
+
+    @property
+    def rank(self) -> tuple[float, int, int]:
+        """Least price first; of equal prices, the fewest tiles (split no finer than pays)."""
+        return (self.us, self.plan.count, self.order)
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """What the chooser built for a unit, and the floor (`least_us`) under every plan it did not
+    build: none of those can be priced below `kept`."""
+
+    built: tuple[Priced, ...]
+    unbuilt_floor: float  # the least floor of the fitting tilings left unbuilt (inf: none left)
+
+    @property
+    def kept(self) -> Priced:
+        return min(self.built, key=lambda priced: priced.rank)
+
+
 @functools.lru_cache(maxsize=2048)
-def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
+def chosen_plans(op: UnitOp, capacity: int, rates: Rates) -> Chosen | Unfit:
+    """The least-priced plan of every tiling of `op` whose buffers fit `capacity` bytes of SRAM,
+    found by building and pricing (`plan_us`, as the cost model prices it) the tilings in the order
+    of their floor (`least_us`) until the next floor is above the least price found: the rest
+    cannot be cheaper. So the plan kept is the least priced of all that fit, which makes it
+    monotone in the hardware by construction: more SRAM only adds tilings to choose from (a plan
+    that fits a capacity fits every larger one), and more MACs, bandwidth or clock price every
+    tiling no higher (`plan_us` is monotone in the rates). An Unfit where no tiling fits."""
     try:
         flops = _lowered(op.instance(op.input_types, op.output_types)).flops
     except Unsupported as exc:
@@ -600,42 +698,65 @@ def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
             memory=False,
         )
     vector = op.output_types[0].size if has_residual(op) else 0
-    ranked = []
+    fitting: list[tuple[float, _Entry]] = []
     smallest: tuple[int, str] | None = None
-    for candidate in candidates(op):
+    for index, candidate in enumerate(candidates(op)):
         if candidate.tiles > MAX_TILES:
             continue
         for double in (True, False):
             size = footprint(candidate, double)
             if size <= capacity:
-                ranked.append(
-                    (
-                        estimate_us(candidate, flops, rates, double, vector, op.constant),
-                        candidate.tiles,
-                        len(ranked),
-                        candidate,
-                        double,
-                    )
-                )
+                floor = least_us(candidate, double, flops, rates, vector, len(op.outputs))
+                fitting.append((floor, _Entry(candidate, double, 2 * index + (not double))))
             elif smallest is None or size < smallest[0]:
                 smallest = (size, f"{candidate.split} {'x'.join(map(str, candidate.tile_shape))}")
-    # Split no finer than pays: the fewest tiles within 1 % of the fastest estimate go first.
-    fastest = min((item[0] for item in ranked), default=0.0)
-    order = sorted(ranked, key=lambda item: (item[0] > fastest * 1.01, item[1], item[0], item[2]))
+    fitting.sort(key=lambda item: (item[0], item[1].order))
+    built: list[Priced] = []
+    best = math.inf
     refused: Unsupported | None = None  # the first tiling that fitted but whose tile kernel did not lower
-    for *_, candidate, double in order:
+    for floor, entry in fitting:
+        if floor > best:
+            return Chosen(tuple(built), floor)
         try:
-            plan = build_plan(op, candidate.split, candidate.tile_shape, candidate.specs(), capacity, double)
+            plan = _built(op, entry)
         except Unsupported as exc:
             refused = refused or exc
             continue
-        if plan is not None:
-            return plan
+        if plan.sram_bytes <= capacity:
+            built.append(Priced(plan, plan_us(plan, rates), entry.order))
+            best = min(best, built[-1].us)
+    if built:
+        return Chosen(tuple(built), math.inf)
     if refused is not None:
         return Unfit(f"{op.node.op} cannot be lowered on its tiles: {refused}", memory=False)
     detail = f" (the smallest tiling needs {smallest[0]} bytes: {smallest[1]})" if smallest else ""
     what = f"{op.node.op} with its residual Add" if has_residual(op) else op.node.op
     return Unfit(f"no tiling of {what} fits {capacity} bytes of local memory{detail}")
+
+
+def _built(op: UnitOp, entry: _Entry) -> TilePlan:
+    """The tiling's plan whatever the capacity (the chooser compares its buffers with the
+    capacity), built once for every capacity and rate that ask for it: `candidates(op)` lists the
+    same tilings in the same order each time, so (op, order) names one."""
+    key = (op, entry.order)
+    plan = _BUILT.get(key)
+    if plan is None:
+        if len(_BUILT) >= _BUILT_LIMIT:
+            _BUILT.clear()
+        candidate = entry.candidate
+        plan = build_plan(op, candidate.split, candidate.tile_shape, candidate.specs(), UNBOUNDED, entry.double)
+        _BUILT[key] = plan
+    return plan
+
+
+UNBOUNDED = 2**62  # build_plan's capacity where the caller compares the plan's buffers itself
+_BUILT: dict[tuple[UnitOp, int], TilePlan] = {}
+_BUILT_LIMIT = 8192
+
+
+def _best_plan(op: UnitOp, capacity: int, rates: Rates) -> TilePlan | Unfit:
+    chosen = chosen_plans(op, capacity, rates)
+    return chosen if isinstance(chosen, Unfit) else chosen.kept.plan
 
 
 def unit_plan(

@@ -8,6 +8,7 @@ pad the weights: the work is the GEMM's. Winograd F(2x2, 3x3) (hetgen/ops/_winog
 computation: per 2x2 block of output and (input, output) channel pair 16 multiply-adds instead of
 36, plus the input and output transforms, its GEMMs the 16 products per chunk of tile rows that
 the template calls (conv_winograd.c.j2), and the transformed weights (16/9 of the model's) read.
+The direct kernel of small planes (hetgen/ops/_conv_small.py) does the GEMM's multiply-adds on one thread.
 The blocked layout's kernels (hetgen/ops/conv_nchwc.py) count their own work.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from hetgen.ops import _parallel
+from hetgen.ops import _gemm_plan, _parallel
 from hetgen.ops.base import Kernel, Prepacked
 from hetgen.ops.conv import ConvVariant
 
@@ -44,6 +45,10 @@ def with_offers(kernel: Kernel, offers: Iterable[Prepacked]) -> Kernel:
     taken = dataclasses.replace(kernel, template=template, params=params, scratch_bytes=scratch, prepacked=())
     if any(winograd(offer) for offer in offers):
         return winograd_kernel(taken)
+    if any(offer.params.get("variant") == ConvVariant.SMALL for offer in offers):
+        # one loop on the calling thread, no GEMM (hetgen/ops/_conv_small.py)
+        helpers = tuple(helper for helper in taken.helpers if helper != _gemm_plan.HELPER)
+        return dataclasses.replace(taken, parallel=_parallel.SERIAL, helpers=helpers)
     return taken
 
 

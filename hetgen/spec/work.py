@@ -35,6 +35,11 @@ class Work:
     # A dense convolution's kernel taps (k = its input channels x taps), which a MAC array that takes
     # input channels in blocks (the device model's mac_depth_block) rounds per tap; 0: not one.
     taps: int = 0
+    # A DMA of a tensor the controller writes or reads (`Linear`): kept in DRAM in the controller's
+    # layout, which the device reads (1) or writes (2) a pixel's channels at a time; 0: another DMA.
+    # element_bytes: the size of that tensor's elements (an access is channels x it).
+    linear: int = 0
+    element_bytes: int = 0
 
 
 def dma_work(nbytes: int) -> Work:
@@ -59,6 +64,35 @@ def brick_bytes(nbytes: int, channels: int, brick: int) -> int:
     if not brick or not channels:
         return nbytes
     return -(-nbytes * (-(-channels // brick) * brick) // channels)
+
+
+class Linear:
+    """Which way a DMA moves a tensor held in the controller's linear (NHWC) layout in DRAM (Work.linear)."""
+
+    NONE = 0
+    READ = 1
+    WRITE = 2
+
+
+def linear_bytes(
+    nbytes: int, channels: int, element_bytes: int, direction: int, burst: int, block: int, write_piece: int
+) -> int:
+    """The bytes a DMA of a tensor in a linear layout (NHWC: what the controller writes and reads;
+    Vela keeps the tensors a CPU shares linear, extract_npu_subgraphs.py `force_linear_format`) takes
+    where each access is a pixel's channels and each access costs a whole `burst` of the memory
+    (the device model's linear_burst_bytes: vela.ini's Dram_burst_length). As Vela prices it
+    (npu_performance.py `_estimate_memory_transfer_efficiency`): a read's access is the block of
+    channels, C rounded up to the depth block (`block`, 8: the micro-block), of `element_bytes`
+    each; a write's is that, at
+    most `write_piece` (16 x element bits x cores bits: 16 bytes on a one-core U65); its bytes x
+    burst / min(burst, access). As hg_sim.c counts them (hg_sim_linear_bytes); 0 `burst`: as is."""
+    if not burst or not channels or direction == Linear.NONE:
+        return nbytes
+    access = (-(-channels // block) * block if block else channels) * max(1, element_bytes)
+    if direction == Linear.WRITE and write_piece:
+        access = min(access, write_piece)
+    access = min(burst, access)
+    return -(-nbytes * burst // access)
 
 
 def depth_factor(work: Work, block: int) -> float:

@@ -594,21 +594,39 @@ static inline void hg_qg_dw_masked_q(const uint8_t *x, const int32_t *off, const
 #endif
 
 #if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
-/* 16 int32 sums (a0-a3, in order) requantised as hg_qg_requant_row does into 16 bytes at y. */
-static inline void hg_qg_requant16(int32x4_t a0, int32x4_t a1, int32x4_t a2, int32x4_t a3, float s, int32_t zp,
-                                   float lo, float hi, uint8_t *y)
+/* The output's zero point and bounds as hg_qg_requant16 takes them, set up once per call as
+   hg_qg_requant_rows sets up its own. The bytes are computed as int8: a uint8 output as its value less
+   128 (the zero point and bounds too), the top bit flipped back after the clamp (x ^ 0x80 = x + 128). */
+typedef struct {
+    int16x8_t zp;
+    int8x16_t lo, hi;
+    uint8x16_t flip;
+} hg_qg_bounds;
+
+static inline hg_qg_bounds hg_qg_bounds_of(int32_t zp, float lo, float hi)
 {
-    const int32x4_t vzp = vdupq_n_s32(zp);
-    const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
-    const float32x4_t f0 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a0), s), vlo), vhi);
-    const float32x4_t f1 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a1), s), vlo), vhi);
-    const float32x4_t f2 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a2), s), vlo), vhi);
-    const float32x4_t f3 = vminq_f32(vmaxq_f32(vmulq_n_f32(vcvtq_f32_s32(a3), s), vlo), vhi);
-    const int16x8_t q0 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f0), vzp)),
-                                      vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f1), vzp)));
-    const int16x8_t q1 = vcombine_s16(vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f2), vzp)),
-                                      vmovn_s32(vaddq_s32(vcvtnq_s32_f32(f3), vzp)));
-    vst1q_u8(y, vreinterpretq_u8_s8(vcombine_s8(vmovn_s16(q0), vmovn_s16(q1))));
+    const int32_t qhi = (int32_t)hi + zp, qlo = (int32_t)lo + zp < qhi ? (int32_t)lo + zp : qhi; /* lo > hi: hi */
+    const int32_t shift = qhi > 127 ? 128 : 0;
+    const hg_qg_bounds b = { vdupq_n_s16((int16_t)(zp - shift)), vdupq_n_s8((int8_t)(qlo - shift)),
+                             vdupq_n_s8((int8_t)(qhi - shift)), vdupq_n_u8((uint8_t)shift) };
+    return b;
+}
+
+/* 16 int32 sums (a0-a3, in order, the constant already in) requantised as hg_qg_requant_row does into
+   16 bytes at y: rounded half to even (fcvtns), saturated to int16, the zero point added saturating, a
+   saturating narrow to bytes, then the bounds (integers, so clamping after rounding is the same as
+   before; no saturation cuts a value inside them). */
+static HG_QG_ALWAYS_INLINE void hg_qg_requant16(int32x4_t a0, int32x4_t a1, int32x4_t a2, int32x4_t a3, float s,
+                                                hg_qg_bounds b, uint8_t *y)
+{
+    const int32x4_t q0 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(a0), s));
+    const int32x4_t q1 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(a1), s));
+    const int32x4_t q2 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(a2), s));
+    const int32x4_t q3 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(a3), s));
+    const int16x8_t h0 = vqaddq_s16(vqmovn_high_s32(vqmovn_s32(q0), q1), b.zp);
+    const int16x8_t h1 = vqaddq_s16(vqmovn_high_s32(vqmovn_s32(q2), q3), b.zp);
+    const int8x16_t v = vminq_s8(vmaxq_s8(vqmovn_high_s16(vqmovn_s16(h0), h1), b.lo), b.hi);
+    vst1q_u8(y, veorq_u8(vreinterpretq_u8_s8(v), b.flip));
 }
 #endif
 
@@ -698,8 +716,10 @@ static inline void hg_qg_dw_rows_out(uint8_t *y, const uint8_t *v, size_t out_h,
 
 static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, const uint8_t **taps, const int32_t *w,
                                     size_t ntaps, size_t pw, size_t out_h, size_t out_w, int x_signed, int32_t *sums,
-                                    uint8_t *vbytes, int32_t c, float s, int32_t zp, float lo, float hi, uint8_t *y)
+                                    uint8_t *vbytes, int32_t c, float s, int32_t zp, float lo, float hi, uint8_t *y,
+                                    int grouping)
 {
+    (void)grouping; /* plain NEON's (and SDOT's) alone */
 #if defined(HG_QG_PATH_AVX512VNNI)
     int fits = 1;
     int32_t wsum = 0;
@@ -750,17 +770,55 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
 #elif defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
     /* 16 outputs of the virtual plane at a time (a row as short as 5 is no longer scalar), into four
        int32x4 requantised into vbytes; reads up to 15 bytes past a tap's last (within HG_QG_DW_SLACK)
-       for outputs that are dropped. int8 bytes with weights in [-127, 127]: two taps' products summed
-       in int16 (smull + smlal, |sum| <= 2 * 128 * 127 < 2^15: exact), then widened onto the int32
-       sums (saddw); otherwise each tap's 16 bytes widened to int16, smlal by its weight (a byte less
-       a zero point: it fits int16). */
+       for outputs that are dropped. int8 bytes (|x| <= 128) with weights in [-127, 127]: several taps'
+       products summed in int16 (smull, then smlal) before they are widened onto the int32 sums (saddw,
+       4 instructions for 16 outputs), exact while 128 * sum(|w|) of the taps summed <= 32767. grouping
+       (hetgen/ops/qlinear.py dw_tap_groups decides it per channel from the constant weights; -1: here,
+       2 or 0): 3, three taps in their order (a 3-wide window's rows), 4, three by the columns of a 3 x 3
+       window (3 widenings for 9 taps); 2, two taps (|sum| <= 2 * 128 * 127 < 2^15: 5 widenings); 0,
+       each tap's 16 bytes widened to int16, smlal by its weight (a byte less a zero point: it fits). */
     (void)taps;
     (void)sums;
     const size_t nv = (out_h - 1) * pw + out_w;
-    int pairs = x_signed && ntaps <= 16;
-    for (size_t t = 0; t < ntaps; ++t)
-        pairs &= w[t] >= -127 && w[t] <= 127;
-    if (pairs) {
+    const hg_qg_bounds b = hg_qg_bounds_of(zp, lo, hi);
+    if (grouping < 0) {
+        grouping = x_signed && ntaps <= 16 ? 2 : 0;
+        for (size_t t = 0; t < ntaps; ++t)
+            grouping = w[t] >= -127 && w[t] <= 127 ? grouping : 0;
+    }
+    size_t group = 0; /* the arrays below hold 16 taps, 15 in threes */
+    if ((grouping == 3 || grouping == 4) && ntaps <= 15 && ntaps % 3 == 0)
+        group = 3;
+    else if (grouping == 2 && ntaps <= 16)
+        group = 2;
+    if (group == 3) {
+        const uint8_t *p[15];
+        int8x16_t wq[15];
+        for (size_t t = 0; t < ntaps; ++t) {
+            const size_t tap = grouping == 4 ? (t % 3) * 3 + t / 3 : t;
+            p[t] = plane + off[tap];
+            wq[t] = vdupq_n_s8((int8_t)w[tap]);
+        }
+        for (size_t i = 0; i < nv; i += 16) {
+            int32x4_t a0 = vdupq_n_s32(c), a1 = a0, a2 = a0, a3 = a0;
+            for (size_t t = 0; t < ntaps; t += 3) {
+                const int8x16_t b0 = vld1q_s8((const int8_t *)(p[t] + i));
+                const int8x16_t b1 = vld1q_s8((const int8_t *)(p[t + 1] + i));
+                const int8x16_t b2 = vld1q_s8((const int8_t *)(p[t + 2] + i));
+                int16x8_t l = vmull_s8(vget_low_s8(b0), vget_low_s8(wq[t]));
+                int16x8_t h = vmull_high_s8(b0, wq[t]);
+                l = vmlal_s8(l, vget_low_s8(b1), vget_low_s8(wq[t + 1]));
+                h = vmlal_high_s8(h, b1, wq[t + 1]);
+                l = vmlal_s8(l, vget_low_s8(b2), vget_low_s8(wq[t + 2]));
+                h = vmlal_high_s8(h, b2, wq[t + 2]);
+                a0 = vaddw_s16(a0, vget_low_s16(l));
+                a1 = vaddw_high_s16(a1, l);
+                a2 = vaddw_s16(a2, vget_low_s16(h));
+                a3 = vaddw_high_s16(a3, h);
+            }
+            hg_qg_requant16(a0, a1, a2, a3, s, b, vbytes + i);
+        }
+    } else if (group == 2) {
         int8x16_t wq[16];
         for (size_t t = 0; t < ntaps; ++t)
             wq[t] = vdupq_n_s8((int8_t)w[t]);
@@ -780,24 +838,24 @@ static inline void hg_qg_dw_plane_q(const uint8_t *plane, const uint32_t *off, c
                 a2 = vaddw_s16(a2, vget_low_s16(h));
                 a3 = vaddw_high_s16(a3, h);
             }
-            hg_qg_requant16(a0, a1, a2, a3, s, zp, lo, hi, vbytes + i);
+            hg_qg_requant16(a0, a1, a2, a3, s, b, vbytes + i);
         }
     }
-    for (size_t i = 0; i < nv && !pairs; i += 16) {
+    for (size_t i = 0; i < nv && !group; i += 16) {
         int32x4_t a0 = vdupq_n_s32(c), a1 = a0, a2 = a0, a3 = a0;
         for (size_t t = 0; t < ntaps; ++t) {
-            const uint8x16_t b = vld1q_u8(plane + off[t] + i);
-            const int16x8_t l = x_signed ? vmovl_s8(vget_low_s8(vreinterpretq_s8_u8(b)))
-                                         : vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(b)));
-            const int16x8_t h = x_signed ? vmovl_high_s8(vreinterpretq_s8_u8(b))
-                                         : vreinterpretq_s16_u16(vmovl_high_u8(b));
+            const uint8x16_t bt = vld1q_u8(plane + off[t] + i);
+            const int16x8_t l = x_signed ? vmovl_s8(vget_low_s8(vreinterpretq_s8_u8(bt)))
+                                         : vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(bt)));
+            const int16x8_t h = x_signed ? vmovl_high_s8(vreinterpretq_s8_u8(bt))
+                                         : vreinterpretq_s16_u16(vmovl_high_u8(bt));
             const int16_t wt = (int16_t)w[t];
             a0 = vmlal_n_s16(a0, vget_low_s16(l), wt);
             a1 = vmlal_high_n_s16(a1, l, wt);
             a2 = vmlal_n_s16(a2, vget_low_s16(h), wt);
             a3 = vmlal_high_n_s16(a3, h, wt);
         }
-        hg_qg_requant16(a0, a1, a2, a3, s, zp, lo, hi, vbytes + i);
+        hg_qg_requant16(a0, a1, a2, a3, s, b, vbytes + i);
     }
     hg_qg_dw_rows_out(y, vbytes, out_h, out_w, pw);
 #endif

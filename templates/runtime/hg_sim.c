@@ -102,6 +102,27 @@ static uint64_t hg_sim_brick_bytes(const hg_sim_params *params, const hg_sim_wor
     return (scaled + work->k - 1) / work->k;
 }
 
+/* A DMA of a tensor the controller writes or reads, in DRAM in its linear layout: the bytes it
+ * takes, each access (a pixel's channels rounded up to the depth block, element_bytes each; a write's at most
+ * linear_write_bytes) a whole burst of linear_burst_bytes: its own x burst / min(burst, access). */
+static uint64_t hg_sim_linear_bytes(const hg_sim_params *params, const hg_sim_work *work)
+{
+    const uint64_t burst = params->linear_burst_bytes;
+    if (burst == 0 || work->k == 0 || work->linear == 0) {
+        return work->bytes;
+    }
+    const uint64_t block = params->mac_depth_block;
+    const uint64_t element = work->element_bytes ? work->element_bytes : 1u;
+    uint64_t access = (block ? (work->k + block - 1) / block * block : work->k) * element;
+    if (work->linear == HG_SIM_LINEAR_WRITE && params->linear_write_bytes != 0 && access > params->linear_write_bytes) {
+        access = params->linear_write_bytes;
+    }
+    if (access > burst) {
+        access = burst;
+    }
+    return (work->bytes * burst + access - 1) / access;
+}
+
 uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *work)
 {
     uint64_t compute;
@@ -216,11 +237,14 @@ static int hg_sim_run_program(const hg_sim_config *config, hg_sim_state *sim, co
         if (work == NULL || work->engine == HG_SIM_NONE) {
             continue;
         }
-        /* a DMA of weights from a memory of their own goes at its rate and latency */
+        /* a DMA of weights from a memory of their own goes at its rate and latency; so does one of
+         * a tensor the controller shares, kept in that memory (DRAM) in its linear layout */
+        const int linear = work->engine == HG_SIM_DMA && work->linear != 0 && config->params.linear_burst_bytes != 0;
         const int weights = work->engine == HG_SIM_DMA && config->params.weight_dma_bytes_per_cycle > 0.0
-                            && hg_sim_reads_weights(node, program->args, program->num_args);
-        uint64_t cycles = weights ? hg_sim_weight_dma_cycles(&config->params, work->bytes)
-                                  : hg_sim_command_cycles(&config->params, work);
+                            && (linear || hg_sim_reads_weights(node, program->args, program->num_args));
+        uint64_t cycles = linear    ? hg_sim_weight_dma_cycles(&config->params, hg_sim_linear_bytes(&config->params, work))
+                          : weights ? hg_sim_weight_dma_cycles(&config->params, work->bytes)
+                                    : hg_sim_command_cycles(&config->params, work);
         const uint64_t ready = work->after != 0 && work->after <= n && work->after < HG_SIM_RING
                                    ? finish[(n - work->after) % HG_SIM_RING]
                                    : 0;

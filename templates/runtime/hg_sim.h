@@ -17,7 +17,14 @@ typedef struct {
     /* (k of a DMA: the channels of the feature-map block it moves, 0: not a feature map) */
     uint64_t src_stride, dst_stride; /* a strided DMA: m segments of n bytes, these bytes apart */
     uint64_t taps; /* a dense convolution's kernel taps: k is its input channels x taps (0: not one) */
+    /* a DMA of a tensor the controller writes or reads, kept in DRAM in its linear (NHWC) layout:
+     * HG_SIM_LINEAR_READ or _WRITE; 0: another DMA */
+    uint32_t linear;
+    uint32_t element_bytes; /* a linear DMA's tensor's element size: an access is its channels (k) x it */
 } hg_sim_work;
+
+#define HG_SIM_LINEAR_READ 1u
+#define HG_SIM_LINEAR_WRITE 2u
 
 typedef struct {
     const hg_graph_node *nodes;
@@ -49,6 +56,11 @@ typedef struct {
     hg_link link;                 /* from the controller, when the device sits behind one */
     uint32_t mac_depth_block;     /* input channels the MAC array takes a step per kernel tap (0: not modelled) */
     uint32_t dma_brick_channels;  /* a feature-map DMA fetches a pixel's channels in bricks of these (0: not modelled) */
+    /* The controller's tensors in DRAM, linear: each access of a pixel's channels (rounded up to
+     * mac_depth_block; a write's at most linear_write_bytes) takes a whole burst of these bytes, at
+     * the weights' memory's (the DRAM's) rate and latency (0: not modelled). */
+    uint32_t linear_burst_bytes;
+    uint32_t linear_write_bytes;
 } hg_sim_params;
 
 /* What the device is: constant, shared by every run (hg_device.config). */
