@@ -67,13 +67,23 @@ def with_cascades(placement: Placement, graph: Graph, platform: Platform, priced
     holds cascades is returned as it is. `priced`: a dict that keeps each cascade's plan and price
     across calls for placements of one graph on one platform (hetgen/partition/reported.py prices
     many placements that share most of their runs); None: kept for this call only."""
+    priced = {} if priced is None else priced
+    fastest = fastest_cascades(placement, graph, platform, priced)
+    if fastest is placement:  # no cascade pays (or none may be chosen)
+        return fastest
+    return least_sram(fastest, placement, graph, platform, priced)
+
+
+def fastest_cascades(placement: Placement, graph: Graph, platform: Platform, priced: dict | None = None) -> Placement:
+    """The placement with the cascades of least price, claimed, before `least_sram` spares SRAM:
+    its total is `with_cascades`'s within SRAM_TOLERANCE, for a fraction of the work (least_sram
+    re-cuts every run at each lower cap), so a search that compares placements by their reported
+    totals prices them with this (hetgen/partition/reported.py). Where the platform turns cascades
+    off, the placement has no kernels or already holds cascades, or none pays: `placement` itself."""
     if not cascading(platform) or placement.kernels is None or placement.cascades:
         return placement
-    priced = {} if priced is None else priced
     found = choose_cascades(placement, graph, platform, priced=priced)
-    if not found:
-        return placement
-    return least_sram(claimed(placement, found, graph, platform), placement, graph, platform, priced)
+    return claimed(placement, found, graph, platform) if found else placement
 
 
 def least_sram(
@@ -241,31 +251,41 @@ def _cut(run: Sequence[_Link], targets: Mapping[str, Target], cap: int | None, s
     if cap is not None:
         capacity = min(capacity, cap)
     signatures = [_signature(link) for link in run]
-    # best[i]: (price of the first i groups, the cascades among them)
-    best: list[tuple[float, tuple[Cascade, ...]]] = [(0.0, ())]
-    for end in range(1, len(run) + 1):
-        single = run[end - 1]
-        choice = (best[end - 1][0] + single.group.cost_us, best[end - 1][1])
-        for start in range(max(0, end - MAX_LAYERS), end - 1):
-            links = run[start:end]
-            layers = (target.path_str, *signatures[start:end])
-            comparable = None not in layers
-            key = (capacity, layers)
-            if comparable and key in seen:
-                priced = seen[key]
-            else:
-                priced = _priced(links, capacity, target, seen if comparable else {}, layers)
-                if comparable:
-                    seen[key] = priced
-            if priced is None:
-                continue
-            plan, cost_us = priced
-            cascade = _cascade(links, replace(plan, layers=tuple(link.layer.name for link in links)), cost_us)
-            total = best[start][0] + cascade.cost_us
-            if total < choice[0] - 1e-9 and cascade.cost_us < cascade.layer_us:
-                choice = (total, (*best[start][1], cascade))
-        best.append(choice)
-    return list(best[-1][1])
+    comparable = None not in signatures
+    costs = [link.group.cost_us for link in run]
+    # the whole cut, by what it reads of the run: a placement that differs from another elsewhere
+    # keeps this run's cut (hetgen/partition/reported.py prices many such)
+    whole = ("cut", target.path_str, capacity, tuple(signatures), tuple(costs))
+    cut = seen.get(whole) if comparable else None
+    if cut is None:
+        # best[i]: (price of the first i groups, the cascades among them as (start, end, plan, price))
+        best: list[tuple[float, tuple[tuple[int, int, CascadePlan, float], ...]]] = [(0.0, ())]
+        for end in range(1, len(run) + 1):
+            choice = (best[end - 1][0] + costs[end - 1], best[end - 1][1])
+            for start in range(max(0, end - MAX_LAYERS), end - 1):
+                layers = (target.path_str, *signatures[start:end])
+                key = (capacity, layers)
+                if comparable and key in seen:
+                    priced = seen[key]
+                else:
+                    priced = _priced(run[start:end], capacity, target, seen if comparable else {}, layers)
+                    if comparable:
+                        seen[key] = priced
+                if priced is None:
+                    continue
+                plan, cost_us = priced
+                total = best[start][0] + cost_us
+                # a cascade is kept only where it is cheaper than its layers one by one
+                if total < choice[0] - 1e-9 and cost_us < sum(costs[start:end]):
+                    choice = (total, (*best[start][1], (start, end, plan, cost_us)))
+            best.append(choice)
+        cut = best[-1][1]
+        if comparable:
+            seen[whole] = cut
+    return [
+        _cascade(run[start:end], replace(plan, layers=tuple(link.layer.name for link in run[start:end])), cost_us)
+        for start, end, plan, cost_us in cut
+    ]
 
 
 def _signature(link: _Link) -> tuple | None:

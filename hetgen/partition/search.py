@@ -30,7 +30,7 @@ from hetgen.partition.optimal import judged
 from hetgen.partition.overlap import improve_makespan
 from hetgen.partition.pins import resolve_pins, restrict
 from hetgen.partition.placement import MODES, Placement
-from hetgen.partition.reported import Reported, cascaded_candidates, finished
+from hetgen.partition.reported import Reported, finished
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.partition.throughput import for_throughput, period_bound, placement_pipeline
 from hetgen.platform.loader import objective_problem
@@ -128,7 +128,7 @@ def place(
     reported = Reported(space, candidates, pinned, calibration)
     starts = [("search's", choice_of(space, candidates, placement)), ("greedy", greedy)]
     if reported.repriceable:  # a search that sees what a cascade saves, optimistically
-        cascaded = ExactSearch(space, cascaded_candidates(space, candidates, reported.repriceable))
+        cascaded = ExactSearch(space, reported.optimistic)
         starts.append(("cascade-priced search's", cascaded.run(max_states)[0]))
     finished_latency = reported.least(placement, starts)
     if objective == "latency":
