@@ -31,7 +31,7 @@ from hetgen.partition.placement import Cascade, Group, Placement, crossing_tenso
 from hetgen.partition.price import price
 from hetgen.partition.timeline import placement_makespan
 from hetgen.platform.model import Platform, Target
-from hetgen.spec.cascade import SRAM_TOLERANCE, CascadePlan, Layer, cascade_layer, cascade_plan
+from hetgen.spec.cascade import SRAM_TOLERANCE, CascadePlan, Layer, cascade_layer, fitting_plan, stripe_plans
 from hetgen.spec.cascade_program import cascade_program, program_us
 from hetgen.spec.invocation import group_plans, kernel_units_of, one_unit_per_invocation, tile_rates, unit_inputs
 from hetgen.spec.tile_shapes import UnitOp, tensor_names, unit_op
@@ -61,17 +61,34 @@ def cascading(platform: Platform) -> bool:
     return bool(options.get("cascade", True))
 
 
-def with_cascades(placement: Placement, graph: Graph, platform: Platform) -> Placement:
+def with_cascades(placement: Placement, graph: Graph, platform: Platform, priced: dict | None = None) -> Placement:
     """The placement with the cascades its price chooses (none where the platform turns them off),
     claimed: priced as the program lowering emits for them (`claimed`). A placement that already
-    holds cascades is returned as it is."""
+    holds cascades is returned as it is. `priced`: a dict that keeps each cascade's plan and price
+    across calls for placements of one graph on one platform (hetgen/partition/reported.py prices
+    many placements that share most of their runs); None: kept for this call only."""
+    priced = {} if priced is None else priced
+    fastest = fastest_cascades(placement, graph, platform, priced)
+    if fastest is placement:  # no cascade pays (or none may be chosen)
+        return fastest
+    return least_sram(fastest, placement, graph, platform, priced)
+
+
+def fastest_cascades(placement: Placement, graph: Graph, platform: Platform, priced: dict | None = None) -> Placement:
+    """The placement with the cascades of least price, claimed, before `least_sram` spares SRAM:
+    its total is `with_cascades`'s within SRAM_TOLERANCE, for a fraction of the work (least_sram
+    re-cuts every run at each lower cap), so a search that compares placements by their reported
+    totals prices them with this (hetgen/partition/reported.py). Where the platform turns cascades
+    off, the placement has no kernels or already holds cascades, or none pays: `placement` itself."""
     if not cascading(platform) or placement.kernels is None or placement.cascades:
         return placement
-    found = choose_cascades(placement, graph, platform)
-    return least_sram(claimed(placement, found, graph, platform), placement, graph, platform) if found else placement
+    found = choose_cascades(placement, graph, platform, priced=priced)
+    return claimed(placement, found, graph, platform) if found else placement
 
 
-def least_sram(fastest: Placement, placement: Placement, graph: Graph, platform: Platform) -> Placement:
+def least_sram(
+    fastest: Placement, placement: Placement, graph: Graph, platform: Platform, priced: dict | None = None
+) -> Placement:
     """Of the placements with cascades whose total is within SRAM_TOLERANCE of `fastest`'s, the one
     whose tiled accelerators' SRAM peak (`sram_peak`) is least: SRAM is spent only where it pays,
     as a cascade's stripe height is (hetgen/spec/cascade.py), here between cascades and running
@@ -83,7 +100,7 @@ def least_sram(fastest: Placement, placement: Placement, graph: Graph, platform:
     limit = fastest.total_us * (1 + SRAM_TOLERANCE)
     chosen, peak = fastest, sram_peak(fastest, graph, platform)
     while peak > 0:
-        found = choose_cascades(placement, graph, platform, cap=peak - 1)
+        found = choose_cascades(placement, graph, platform, cap=peak - 1, priced=priced)
         trial = claimed(placement, found, graph, platform) if found else placement
         trial_peak = sram_peak(trial, graph, platform)
         if trial.total_us > limit or trial_peak >= peak:
@@ -135,10 +152,11 @@ def claimed(placement: Placement, cascades: tuple[Cascade, ...], graph: Graph, p
 
 
 def choose_cascades(
-    placement: Placement, graph: Graph, platform: Platform, cap: int | None = None
+    placement: Placement, graph: Graph, platform: Platform, cap: int | None = None, priced: dict | None = None
 ) -> tuple[Cascade, ...]:
     """The cascades of least price; with `cap`, only cascades whose buffers take at most `cap`
-    bytes of SRAM (`least_sram`)."""
+    bytes of SRAM (`least_sram`). `priced`: as `with_cascades` keeps it."""
+    priced = {} if priced is None else priced
     targets = {t.path_str: t for t in platform.targets()}
     readers: dict[str, int] = {}
     for node in graph.nodes:
@@ -160,7 +178,7 @@ def choose_cascades(
             and run[-1].writes not in outputs
         )
         if not chained:
-            found += _cut(run, targets, cap)
+            found += _cut(run, targets, cap, priced)
             run = []
         if link is not None:
             run.append(link)
@@ -217,13 +235,15 @@ def cascade_units(
     )
 
 
-def _cut(run: Sequence[_Link], targets: Mapping[str, Target], cap: int | None = None) -> list[Cascade]:
+def _cut(run: Sequence[_Link], targets: Mapping[str, Target], cap: int | None, seen: dict) -> list[Cascade]:
     """The run cut into cascades and single groups at the least price (dynamic programming over
     where each cascade ends).
 
     A network repeats its blocks, and a cascade's plan and price depend on its layers' shapes and
     operators, never on their names: each is worked out once per sequence of layer signatures
-    (without this, a chain of 1,000 int8 convolutions spent 16 CPU s here)."""
+    (without this, a chain of 1,000 int8 convolutions spent 16 CPU s here); `seen` keeps them by
+    target, SRAM capacity and signatures, for this run, the other runs and the caller's other
+    placements."""
     if len(run) < 2:
         return []
     target = targets[run[0].group.target]
@@ -231,31 +251,41 @@ def _cut(run: Sequence[_Link], targets: Mapping[str, Target], cap: int | None = 
     if cap is not None:
         capacity = min(capacity, cap)
     signatures = [_signature(link) for link in run]
-    seen: dict[tuple, tuple[CascadePlan, float] | None] = {}
-    # best[i]: (price of the first i groups, the cascades among them)
-    best: list[tuple[float, tuple[Cascade, ...]]] = [(0.0, ())]
-    for end in range(1, len(run) + 1):
-        single = run[end - 1]
-        choice = (best[end - 1][0] + single.group.cost_us, best[end - 1][1])
-        for start in range(max(0, end - MAX_LAYERS), end - 1):
-            links = run[start:end]
-            key = tuple(signatures[start:end])
-            comparable = None not in key
-            if comparable and key in seen:
-                priced = seen[key]
-            else:
-                priced = _priced(links, capacity, target)
-                if comparable:
-                    seen[key] = priced
-            if priced is None:
-                continue
-            plan, cost_us = priced
-            cascade = _cascade(links, replace(plan, layers=tuple(link.layer.name for link in links)), cost_us)
-            total = best[start][0] + cascade.cost_us
-            if total < choice[0] - 1e-9 and cascade.cost_us < cascade.layer_us:
-                choice = (total, (*best[start][1], cascade))
-        best.append(choice)
-    return list(best[-1][1])
+    comparable = None not in signatures
+    costs = [link.group.cost_us for link in run]
+    # the whole cut, by what it reads of the run: a placement that differs from another elsewhere
+    # keeps this run's cut (hetgen/partition/reported.py prices many such)
+    whole = ("cut", target.path_str, capacity, tuple(signatures), tuple(costs))
+    cut = seen.get(whole) if comparable else None
+    if cut is None:
+        # best[i]: (price of the first i groups, the cascades among them as (start, end, plan, price))
+        best: list[tuple[float, tuple[tuple[int, int, CascadePlan, float], ...]]] = [(0.0, ())]
+        for end in range(1, len(run) + 1):
+            choice = (best[end - 1][0] + costs[end - 1], best[end - 1][1])
+            for start in range(max(0, end - MAX_LAYERS), end - 1):
+                layers = (target.path_str, *signatures[start:end])
+                key = (capacity, layers)
+                if comparable and key in seen:
+                    priced = seen[key]
+                else:
+                    priced = _priced(run[start:end], capacity, target, seen if comparable else {}, layers)
+                    if comparable:
+                        seen[key] = priced
+                if priced is None:
+                    continue
+                plan, cost_us = priced
+                total = best[start][0] + cost_us
+                # a cascade is kept only where it is cheaper than its layers one by one
+                if total < choice[0] - 1e-9 and cost_us < sum(costs[start:end]):
+                    choice = (total, (*best[start][1], (start, end, plan, cost_us)))
+            best.append(choice)
+        cut = best[-1][1]
+        if comparable:
+            seen[whole] = cut
+    return [
+        _cascade(run[start:end], replace(plan, layers=tuple(link.layer.name for link in run[start:end])), cost_us)
+        for start, end, plan, cost_us in cut
+    ]
 
 
 def _signature(link: _Link) -> tuple | None:
@@ -273,6 +303,7 @@ def _signature(link: _Link) -> tuple | None:
         op.epilogue,
         op.scalars,
         link.group.launch_us,
+        link.linear,  # its tensors kept linear in DRAM move in bursts of their own (program_us)
     )
     try:
         hash(signature)
@@ -281,22 +312,31 @@ def _signature(link: _Link) -> tuple | None:
     return signature
 
 
-def _priced(links: Sequence[_Link], capacity: int, target: Target) -> tuple[CascadePlan, float] | None:
+def _priced(
+    links: Sequence[_Link], capacity: int, target: Target, seen: dict, signatures: tuple
+) -> tuple[CascadePlan, float] | None:
     """The cascade's plan and price: the first group's launch and its command list as lowering
     emits it, timed as a tile plan's (`program_us`); None where no stripe height fits or a layer's
-    row tile has no kernel."""
+    row tile has no kernel. `seen` keeps the plans of every stripe height by `signatures`, and the
+    price by (`signatures`, stripe): a capacity chooses among them (`least_sram` asks for many)."""
     layers = [link.layer for link in links]
-    plan = cascade_plan(layers, capacity)
+    plans = seen.get(("plans", signatures))
+    if plans is None:
+        plans = seen["plans", signatures] = stripe_plans(layers)
+    plan = fitting_plan(plans, capacity)
     if plan is None:
         return None
-    first = links[0].group
-    launch = target.figures.launch_us or 0.0
-    scale = first.launch_us / launch if launch and first.launch_us else 1.0  # a calibrated target's scale
-    try:
-        program = cascade_program([link.op for link in links], layers, plan.stripe)
-    except Unsupported:
-        return None
-    return plan, first.launch_us + scale * program_us(program, layers, [link.linear for link in links])
+    key = ("stripe", plan.stripe, signatures)
+    if key not in seen:
+        first = links[0].group
+        launch = target.figures.launch_us or 0.0
+        scale = first.launch_us / launch if launch and first.launch_us else 1.0  # a calibrated target's scale
+        try:
+            program = cascade_program([link.op for link in links], layers, plan.stripe)
+            seen[key] = first.launch_us + scale * program_us(program, layers, [link.linear for link in links])
+        except Unsupported:
+            seen[key] = None
+    return None if seen[key] is None else (plan, seen[key])
 
 
 def _cascade(links: Sequence[_Link], plan: CascadePlan, cost_us: float) -> Cascade:

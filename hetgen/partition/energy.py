@@ -34,7 +34,7 @@ from hetgen.errors import PlacementError
 from hetgen.ir import Graph
 from hetgen.partition.assemble import chosen_makespan
 from hetgen.partition.fused import group_work, legal_fusions
-from hetgen.partition.optimal import EXHAUSTIVE_NODES, EXHAUSTIVE_PLACEMENTS, _covers
+from hetgen.partition.optimal import EXHAUSTIVE_NODES, EXHAUSTIVE_PLACEMENTS, every_cover
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.platform.model import Platform, Role, Target
 from hetgen.spec import KernelTable
@@ -371,7 +371,9 @@ def energy_search(
     best, best_nj = _climb(prices, best, best_nj)
     space = prices.space
     covers = (
-        _covers(space, prices.candidates, EXHAUSTIVE_PLACEMENTS) if len(space.graph.nodes) <= EXHAUSTIVE_NODES else None
+        every_cover(space, prices.candidates, EXHAUSTIVE_PLACEMENTS)
+        if len(space.graph.nodes) <= EXHAUSTIVE_NODES
+        else None
     )
     exhaustive = covers is not None
     if covers is not None:

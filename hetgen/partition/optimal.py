@@ -37,7 +37,9 @@ def judged(space: SearchSpace, candidates: tuple[Candidate, ...], pins: Mapping,
     placement can be priced."""
     if placement.exact and len({c.loc for c in candidates}) == 1:  # one device: nothing runs at once
         return replace(placement, searched_us=placement.total_us, optimal=True, bound_us=placement.total_us)
-    covers = _covers(space, candidates, EXHAUSTIVE_PLACEMENTS) if len(space.graph.nodes) <= EXHAUSTIVE_NODES else None
+    covers = (
+        every_cover(space, candidates, EXHAUSTIVE_PLACEMENTS) if len(space.graph.nodes) <= EXHAUSTIVE_NODES else None
+    )
     if covers is not None:
         best_us, best = _least(space, candidates, covers, placement.total_us)
         note = f"every one of {len(covers)} placements priced at its makespan"
@@ -69,7 +71,7 @@ def _least(space, candidates, covers: list[list[int]], known_us: float) -> tuple
     return best_us, best
 
 
-def _covers(space: SearchSpace, candidates: tuple[Candidate, ...], limit: int) -> list[list[int]] | None:
+def every_cover(space: SearchSpace, candidates: tuple[Candidate, ...], limit: int) -> list[list[int]] | None:
     """Every way the candidates cover the graph's nodes, each node in one group, as candidate ids;
     None where there are more than `limit`."""
     starts: dict[int, list[Candidate]] = {}

@@ -167,10 +167,10 @@ class Placement:
     # Each accelerator's refusal of each unclaimed node: the structure behind `unclaimed`'s text.
     unclaimed_refusals: tuple[Refusal, ...] = ()
     search_note: str = ""  # when not exact in cost mode: why, and what bounded the search (explain prints it)
-    # How good the search's result is under the makespan it reports (hetgen/partition/optimal.py):
-    # its makespan at the search's prices (before cascades and kernel choices re-price it), whether
-    # that is proven the least of any placement, and the lower bound it is measured against
-    # (searched_us itself where optimal). 0.0: not judged (greedy mode, or built by hand).
+    # How good the search's result is (hetgen/partition/optimal.py, reported.py): its makespan at
+    # the search's prices (before cascades and kernel choices re-price it), whether `total_us`, the
+    # total it reports, is proven the least of any placement, and the lower bound at the search's
+    # prices it is measured against (total_us where optimal). 0.0: not judged (greedy mode, or by hand).
     searched_us: float = 0.0
     optimal: bool = False
     bound_us: float = 0.0

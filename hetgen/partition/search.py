@@ -30,6 +30,7 @@ from hetgen.partition.optimal import judged
 from hetgen.partition.overlap import improve_makespan
 from hetgen.partition.pins import resolve_pins, restrict
 from hetgen.partition.placement import MODES, Placement
+from hetgen.partition.reported import Reported, finished
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.partition.throughput import for_throughput, period_bound, placement_pipeline
 from hetgen.platform.loader import objective_problem
@@ -123,25 +124,34 @@ def place(
     if objective == "throughput":
         return _for_throughput(space, candidates, pinned, placement, chosen, greedy, search, exact, calibration)
     placement = judged(space, candidates, pinned, placement)
-    latency = placement
-    if objective == "energy":
-        placement = _least_energy(space, candidates, pinned, prices, placement, greedy, max_states)
-    placement = _finished(graph, platform, placement, calibration)
-    if objective == "energy":  # cascades and kernel choices re-price both: the latency placement may end lower
-        finished = _finished(graph, platform, latency, calibration)
-        if finished.energy.total_nj < placement.energy.total_nj * (1 - 1e-12):
-            note = "the latency placement uses less energy once cascades and kernel choices priced it, and is used"
-            placement = replace(
-                finished, objective="energy", search_note="; ".join(filter(None, (placement.search_note, note)))
-            )
-            placement = replace(placement, energy=replace(placement.energy, objective="energy"), optimal=False)
+    # judged by the total it reports: cascades and kernel choices included
+    reported = Reported(space, candidates, pinned, calibration)
+    starts = [("search's", choice_of(space, candidates, placement)), ("greedy", greedy)]
+    if reported.repriceable:  # a search that sees what a cascade saves, optimistically
+        cascaded = ExactSearch(space, reported.optimistic)
+        starts.append(("cascade-priced search's", cascaded.run(max_states)[0]))
+    finished_latency = reported.least(placement, starts)
+    if objective == "latency":
+        return finished_latency
+    placement = _least_energy(space, candidates, pinned, prices, placement, greedy, max_states)
+    placement = finished(graph, platform, placement, calibration)
+    # cascades and kernel choices re-price both: the latency placement may end lower
+    if finished_latency.energy.total_nj < placement.energy.total_nj * (1 - 1e-12):
+        note = "the latency placement uses less energy once cascades and kernel choices priced it, and is used"
+        placement = replace(
+            finished_latency, objective="energy", search_note="; ".join(filter(None, (placement.search_note, note)))
+        )
+        placement = replace(placement, energy=replace(placement.energy, objective="energy"), optimal=False)
     return placement
 
 
-def _finished(graph, platform, placement: Placement, calibration) -> Placement:
-    """The placement with its cascades and kernel choices, and its energy where the platform has figures."""
-    placement = with_cascades(with_choices(graph, platform, placement, calibration), graph, platform).verify(graph)
-    return replace(placement, energy=placement_energy(placement, graph, platform, placement.objective))
+def choice_of(space: SearchSpace, candidates: tuple[Candidate, ...], placement: Placement) -> list[int]:
+    """The candidate ids that make up `placement`'s groups."""
+    by_nodes = {(g.target, g.label, tuple(g.nodes)) for g in placement.groups}
+    names = space.graph.nodes
+    return [
+        c.id for c in candidates if (space.paths[c.loc], c.label, tuple(names[n].name for n in c.nodes)) in by_nodes
+    ]
 
 
 def objective_request(platform: Platform, objective: str | None) -> str:
@@ -160,11 +170,7 @@ def _least_energy(space, candidates, pinned, prices: EnergyPrices, latency: Plac
     choice and greedy's. `exact` is the DP's; `optimal`: every cover was priced."""
     search = ExactSearch(prices.search_space, prices.search_candidates)
     chosen, exact = search.run(max_states)
-    by_nodes = {(g.target, tuple(g.nodes)) for g in latency.groups}
-    latency_choice = [
-        c.id for c in candidates if (space.paths[c.loc], tuple(space.graph.nodes[n].name for n in c.nodes)) in by_nodes
-    ]
-    best, _, exhaustive, note = energy_search(prices, chosen, (latency_choice, greedy))
+    best, _, exhaustive, note = energy_search(prices, chosen, (choice_of(space, candidates, latency), greedy))
     placement = assemble(space, candidates, best, mode="cost", exact=exact, pins=pinned)
     notes = [] if exact else [f"energy search beam-bounded (widest frontier {search.widest})"]
     return replace(

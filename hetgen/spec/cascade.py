@@ -337,23 +337,27 @@ def cascade_plan(layers: Sequence[Layer], capacity: int) -> CascadePlan | None:
     `capacity` bytes of SRAM and whose estimated time is within SRAM_TOLERANCE of the least (ties:
     the fewest stripes); None where no stripe height fits or the layers do not chain (each layer's
     input is its predecessor's output)."""
+    return fitting_plan(stripe_plans(layers), capacity)
+
+
+def stripe_plans(layers: Sequence[Layer]) -> tuple[CascadePlan, ...]:
+    """The chain as a cascade at every stripe height, whatever SRAM it takes (none where the layers
+    do not chain): what `cascade_plan` chooses from, worked out once where several capacities ask."""
     if len(layers) < 2 or any(a.out_shape != b.in_shape for a, b in zip(layers, layers[1:])):
-        return None
+        return ()
     last, first = layers[-1], layers[0]
     output_bytes = last.out_shape[1] * last.out_row_bytes
     residual_bytes = sum(layer.out_shape[1] * layer.out_row_bytes for layer in layers if layer.residual)
     weight_bytes = sum(layer.weight_bytes for layer in layers)
-    fitting: list[CascadePlan] = []
+    plans: list[CascadePlan] = []
     for stripe in range(1, last.out_shape[1] + 1):
         program = stripe_steps(layers, stripe)
         sram, produced, windows = _sram(layers, program)
-        if sram > capacity:
-            continue
         moved = move_bytes(layers, program)
         # the first layer's rows, each loaded once (rows no window reaches are not)
         input_bytes = sum(step.new_rows for steps in program for step in steps if not step.layer) * first.in_row_bytes
         us = _estimate_us(layers, program, (weight_bytes, input_bytes + output_bytes + residual_bytes), moved)
-        fitting.append(
+        plans.append(
             CascadePlan(
                 tuple(layer.name for layer in layers),
                 stripe,
@@ -369,6 +373,12 @@ def cascade_plan(layers: Sequence[Layer], capacity: int) -> CascadePlan | None:
                 us,
             )
         )
+    return tuple(plans)
+
+
+def fitting_plan(plans: Sequence[CascadePlan], capacity: int) -> CascadePlan | None:
+    """Of `stripe_plans`, `cascade_plan`'s choice for `capacity` bytes of SRAM."""
+    fitting = [plan for plan in plans if plan.sram_bytes <= capacity]
     if not fitting:
         return None
     fastest = min(plan.estimate_us for plan in fitting)
