@@ -18,7 +18,7 @@ reported total drops (`Reported._climb`). A placement is scored by its kernel ch
 fastest cascades (cascades.py `fastest_cascades`: the total `with_cascades` reports, before
 `least_sram` spares SRAM at no cost in time); only the one returned is finished. Each score
 prices a whole placement, so the climb works out at most `EVALUATION_BUDGET` of them, tries first
-the moves whose makespan at the optimistic prices is least, and skips a start or a move whose
+the moves that save the most at the optimistic prices, and skips a start or a move whose
 optimistic makespan is no less than the total to beat (a screen, not a proof: the optimistic
 prices are not proven a lower bound). The cascades' plans, prices and whole cuts are kept across
 placements (cascades.py `_cut`): most runs recur from one placement to the next.
@@ -60,7 +60,7 @@ from hetgen.spec.invocation import kernel_units_of, one_unit_per_invocation, til
 # Reported totals the climb may work out: each prices a placement's kernel choices and cascades
 # (10-60 ms on the example models: its runs' new cascade windows), so far fewer than overlap.py's
 # makespans. Ordered as `Reported._climb` orders its moves, the shipped examples reach their least
-# total within 10 (ethos-u65 mobilenet_v1_vww_int8: 7, board-aarch64 mobilenet_v1_vww_int8: 10).
+# total within 11 (ethos-u65 mobilenet_v1_vww_int8: 8, board-aarch64 mobilenet_v1_vww_int8: 11).
 EVALUATION_BUDGET = 12
 CLIMB_GROUPS = 200  # no climb over more groups: each round orders every move by a makespan
 EPSILON_US = 1e-6
@@ -71,8 +71,12 @@ def finished(
 ) -> Placement:
     """The placement with its kernel choices and cascades, priced as the program that runs them, and
     its energy where the platform has figures. `priced`: cascade prices kept across calls."""
-    placement = with_choices(graph, platform, placement, calibration)
-    placement = with_cascades(placement, graph, platform, priced).verify(graph)
+    return _with_cascades_and_energy(graph, platform, with_choices(graph, platform, placement, calibration), priced)
+
+
+def _with_cascades_and_energy(graph: Graph, platform: Platform, chose: Placement, priced: dict | None) -> Placement:
+    """`finished` of a placement whose kernel choices are made."""
+    placement = with_cascades(chose, graph, platform, priced).verify(graph)
     return replace(placement, energy=placement_energy(placement, graph, platform, placement.objective))
 
 
@@ -138,14 +142,16 @@ class Reported:
         self._cascades: dict = {}
         self._finished: dict[tuple[int, ...], Placement] = {}
         self._totals: dict[tuple[int, ...], float] = {}
+        self._with_choices: dict[tuple[int, ...], Placement] = {}
+        self._assembled: dict[tuple[int, ...], Placement] = {}  # the search's own, assembled already
 
-    def placement(self, chosen: Sequence[int], exact: bool = False) -> Placement:
+    def placement(self, chosen: Sequence[int]) -> Placement:
         """`chosen` assembled and finished."""
         key = tuple(sorted(chosen))
         found = self._finished.get(key)
         if found is None:
-            assembled = assemble(self.space, self.candidates, chosen, mode="cost", exact=exact, pins=self.pins)
-            found = finished(self.space.graph, self.space.platform, assembled, self.calibration, self._cascades)
+            space = self.space
+            found = _with_cascades_and_energy(space.graph, space.platform, self._chose(key), self._cascades)
             self._finished[key] = found
         return found
 
@@ -159,17 +165,28 @@ class Reported:
             found = self._finished.get(key)
             if found is None:  # its fastest cascades: least_sram keeps their total (cascades.py)
                 space = self.space
-                assembled = assemble(space, self.candidates, chosen, mode="cost", exact=False, pins=self.pins)
-                chose = with_choices(space.graph, space.platform, assembled, self.calibration)
-                found = fastest_cascades(chose, space.graph, space.platform, self._cascades)
+                found = fastest_cascades(self._chose(key), space.graph, space.platform, self._cascades)
             total = self._totals[key] = found.total_us
         return total
+
+    def _chose(self, key: tuple[int, ...]) -> Placement:
+        """The placement of these candidate ids assembled, its kernel choices made: kept, since the
+        one returned is finished from it once scored."""
+        found = self._with_choices.get(key)
+        if found is None:
+            space = self.space
+            assembled = self._assembled.get(key)
+            if assembled is None:
+                assembled = assemble(space, self.candidates, key, mode="cost", exact=False, pins=self.pins)
+            found = self._with_choices[key] = with_choices(space.graph, space.platform, assembled, self.calibration)
+        return found
 
     def least(self, searched: Placement, starts: Sequence[tuple[str, Sequence[int] | None]]) -> Placement:
         """The least reported total from the search's placement (`searched`, judged at the search's
         prices: hetgen/partition/optimal.py) and `starts` ((name, choice): its own choice first),
         with `optimal` true only where proven for the reported total (module doc)."""
         mine = list(starts[0][1])
+        self._assembled[tuple(sorted(mine))] = searched
         if not self.repriceable:  # every placement's reported total is its makespan: the search's proof stands
             return self._judged(mine, searched, searched.optimal, "")
         every = self._every_cover()
@@ -198,21 +215,23 @@ class Reported:
 
     def optimistic_us(self, chosen: Sequence[int]) -> float:
         """The makespan of `chosen` with its re-priceable groups at their cascade-aware prices
-        (`cascaded_candidates`): what the climb and the starts are screened and ordered by."""
+        (`cascaded_candidates`): what the climb's moves and the starts are screened by."""
         return chosen_makespan(self.space, self.optimistic, chosen)
 
     def _climb(self, chosen: list[int], chosen_us: float) -> tuple[list[int], float]:
         """A first-improvement climb over single moves (one group to another target running exactly
         its operators) onto or off a re-priceable group (the makespan climb, overlap.py, tried the
-        others), at most `EVALUATION_BUDGET` reported totals. Each round tries the moves in order of
-        their makespan at cascade-aware prices (`optimistic`), and none whose optimistic makespan is
-        no less than the total to beat: the moves that let a cascade form come first."""
+        others), at most `EVALUATION_BUDGET` reported totals. Each round tries first the moves that
+        save the most at cascade-aware prices (`optimistic`: a convolution onto the npu, where a
+        cascade may take it), a move that lost in an earlier round after the others, and skips a
+        move whose makespan at those prices is no less than the total to beat."""
         touched = {c.nodes for c in self.candidates if c.id in self.repriceable}
         by_nodes: dict[tuple[int, ...], list[Candidate]] = {}
         for c in self.candidates:
             if c.nodes in touched:
                 by_nodes.setdefault(c.nodes, []).append(c)
         by_id = {c.id: c for c in self.candidates}
+        optimistic = {c.id: c for c in self.optimistic}
         evaluations = EVALUATION_BUDGET if len(chosen) <= CLIMB_GROUPS else 0
         lost: set[int] = set()
         improved = True
@@ -224,12 +243,13 @@ class Reported:
                 for other in by_nodes.get(here.nodes, ()):
                     if other.loc != here.loc:
                         trial = [other.id if i == cid else i for i in chosen]
-                        trials.append((other.id in lost, self.optimistic_us(trial), other.id, trial))
+                        change_us = optimistic[other.id].compute_us - optimistic[cid].compute_us
+                        trials.append((other.id in lost, change_us, other.id, trial))
             # a move that lost in an earlier round comes after the others: it mostly loses again
-            for _, bound, move, trial in sorted(trials, key=lambda t: t[:3]):
+            for _, _, move, trial in sorted(trials, key=lambda t: t[:3]):
                 if evaluations <= 0:
                     break
-                if bound >= chosen_us - EPSILON_US:
+                if self.optimistic_us(trial) >= chosen_us - EPSILON_US:
                     continue
                 evaluations -= 1
                 trial_us = self.total_us(trial)
@@ -249,7 +269,7 @@ class Reported:
     def _judged(self, chosen: list[int], searched: Placement, optimal: bool, note: str) -> Placement:
         """`chosen` finished, with the search's judgment (`searched`'s makespan and bound at the
         search's prices, and its notes) and `optimal` for the reported total."""
-        placement = self.placement(chosen, searched.exact)
+        placement = self.placement(chosen)
         return replace(
             placement,
             mode=searched.mode,
