@@ -210,7 +210,7 @@ def depthwise_channel_vector(win, batch: int, channels: int, plane: dict) -> dic
     32 x 12x12 2.4 -> 1.9 us, but 384 x 14x14 (rows of 16 floats) 35 -> 38 us, so those keep it.
     Priced as the plane kernel is, by the layer's multiply-adds: the offer is taken where it measured
     faster, and the cost model's figure for the layer stays the kernel table's (tests/test_fused_price.py)."""
-    if channels < CV_LANES or plane["wq"] >= CV_LANES or win.kernel_size > CV_MAX_TAPS:
+    if channels < CV_LANES or plane["wq"] >= CV_LANES or win.kernel_size > CV_MAX_TAPS or not win.in_size:
         return None
     (in_h, in_w), (out_h, out_w) = win.in_shape[1:], win.out_shape[1:]
     (pad_t, pad_l), (s_h, s_w), (d_h, d_w) = win.pads_begin[1:], win.strides[1:], win.dilations[1:]
