@@ -32,6 +32,7 @@ from enum import Enum
 import numpy as np
 
 from hetgen.ops import _conv_planes, _conv_small, _gemm_plan, _in_place, _parallel, _winograd
+from hetgen.ops._activation import Epilogue
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
@@ -333,7 +334,10 @@ def lower(op: OpInstance) -> Kernel:
             if vector is not None:
                 # first: where AVX-512 compiles it; the plane kernel's loop otherwise (the same bits)
                 vector["cv_bias_value"] = "bias[c0 + c]" if has_bias else "0.0f"
-                vector["cv_finish"] = bool(op.epilogue or residual)
+                # a lone Relu as a vector maximum before the transpose back (MAXPS gives its second
+                # operand for NaN and for -0, as the C expression does); others in a pass over the planes
+                vector["cv_relu_in_register"] = op.epilogue == (Epilogue("Relu"),) and not residual
+                vector["cv_finish"] = bool(op.epilogue or residual) and not vector["cv_relu_in_register"]
                 scratch = max(plane["buffer_bytes"], vector["cv_buffer_bytes"])
                 template = ConvVariant.DEPTHWISE_CV.template
                 cv = Prepacked(1, _as_float32, vector, scratch, template=template, hosted_only=True)
