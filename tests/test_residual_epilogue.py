@@ -74,7 +74,7 @@ def fused(labels: list[str]) -> list[str]:
         {},  # 3x3, 16 channels: Winograd
         {"channels": 64, "out_channels": 64, "size": 14, "add_first": True},  # Winograd, wider
         {"kernel": 1, "bias": False, "relu": False},  # pointwise, no bias, no activation
-        {"group": 16, "add_first": True},  # depthwise: over flattened rows (conv_depthwise.c.j2)
+        {"group": 16, "add_first": True},  # depthwise, 16 channels a vector (conv_depthwise_cv.c.j2)
         # implicit GEMM (enough work that the small-plane kernel leaves it to the GEMM); other from a node
         {"channels": 64, "out_channels": 64, "stride": 2, "size": 13, "other": "before"},
     ],

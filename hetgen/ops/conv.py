@@ -32,6 +32,7 @@ from enum import Enum
 import numpy as np
 
 from hetgen.ops import _conv_planes, _conv_small, _gemm_plan, _in_place, _parallel, _winograd
+from hetgen.ops._activation import Epilogue
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
@@ -193,8 +194,6 @@ CV_LANES = 16
 CV_BUFFER_FLOATS = 8192
 # ... its weights stay in registers (one vector a tap, of AVX-512's 32), beside the two sums.
 CV_MAX_TAPS = 25
-# A 16x16 transpose is 64 full-width shuffles for 256 floats: lane operations per float moved.
-CV_TRANSPOSE_LANE_OPS = 4
 
 
 def depthwise_channel_vector(win, batch: int, channels: int, plane: dict) -> dict | None:
@@ -209,8 +208,10 @@ def depthwise_channel_vector(win, batch: int, channels: int, plane: dict) -> dic
     pixel's 16 channels are one vector, every tap one multiply-add by a vector of 16 weights, and the
     planes are transposed into and out of that layout 16 pixels at a time. Per layer, against the
     plane kernel (benchmarks/bench_depthwise.py): 64 x 25x5 4.9 -> 3.0 us, 960 x 7x7 48 -> 30 us,
-    32 x 12x12 2.4 -> 1.9 us, but 384 x 14x14 (rows of 16 floats) 35 -> 38 us, so those keep it."""
-    if channels < CV_LANES or plane["wq"] >= CV_LANES or win.kernel_size > CV_MAX_TAPS:
+    32 x 12x12 2.4 -> 1.9 us, but 384 x 14x14 (rows of 16 floats) 35 -> 38 us, so those keep it.
+    Priced as the plane kernel is, by the layer's multiply-adds: the offer is taken where it measured
+    faster, and the cost model's figure for the layer stays the kernel table's (tests/test_fused_price.py)."""
+    if channels < CV_LANES or plane["wq"] >= CV_LANES or win.kernel_size > CV_MAX_TAPS or not win.in_size:
         return None
     (in_h, in_w), (out_h, out_w) = win.in_shape[1:], win.out_shape[1:]
     (pad_t, pad_l), (s_h, s_w), (d_h, d_w) = win.pads_begin[1:], win.strides[1:], win.dilations[1:]
@@ -222,7 +223,6 @@ def depthwise_channel_vector(win, batch: int, channels: int, plane: dict) -> dic
         return None
     blocks = -(-channels // CV_LANES)
     taps = [(kh * k_w + kw, (kh * d_h * wp + kw * d_w) * CV_LANES) for kh in range(k_h) for kw in range(k_w)]
-    lanes = batch * blocks * CV_LANES
     return {
         **plane,
         "variant": ConvVariant.DEPTHWISE_CV,
@@ -237,9 +237,6 @@ def depthwise_channel_vector(win, batch: int, channels: int, plane: dict) -> dic
         "cv_padded_floats": padded,
         "cv_buffer_floats": padded + sums,
         "cv_buffer_bytes": 4 * (padded + sums),
-        # every lane's taps (padded channels too), the transposes in and out
-        "cv_flops": 2 * lanes * win.out_size * win.kernel_size
-        + CV_TRANSPOSE_LANE_OPS * lanes * (win.in_size + win.out_size),
     }
 
 
@@ -329,7 +326,10 @@ def lower(op: OpInstance) -> Kernel:
             if vector is not None:
                 # first: where AVX-512 compiles it; the plane kernel's loop otherwise (the same bits)
                 vector["cv_bias_value"] = "bias[c0 + c]" if has_bias else "0.0f"
-                vector["cv_finish"] = bool(op.epilogue or residual)
+                # a lone Relu as a vector maximum before the transpose back (MAXPS gives its second
+                # operand for NaN and for -0, as the C expression does); others in a pass over the planes
+                vector["cv_relu_in_register"] = op.epilogue == (Epilogue("Relu"),) and not residual
+                vector["cv_finish"] = bool(op.epilogue or residual) and not vector["cv_relu_in_register"]
                 scratch = max(plane["buffer_bytes"], vector["cv_buffer_bytes"])
                 template = ConvVariant.DEPTHWISE_CV.template
                 cv = Prepacked(1, _as_float32, vector, scratch, template=template, hosted_only=True)

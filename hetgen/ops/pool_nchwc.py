@@ -4,8 +4,9 @@ hetgen/lower/blocked_layout.py runs a pooling layer blocked when its input is al
 run of blocked Convs continues through it instead of ending there):
 
 - a window pool reads and writes NCHW[V]c: per output position, its V channels are one vector
-  taken over the same taps, in the same order, as the NCHW kernel (templates/kernels/pool.c.j2)
-  takes them, with the same window tables (hetgen/ops/pool.py), so the results are the same;
+  taken over the window's taps row by row, with the NCHW kernels' window tables
+  (hetgen/ops/pool.py); a maximum is the NCHW kernel's, an average may differ from it in the last
+  bit (templates/kernels/pool_rows.c.j2 sums each column of the window's rows first);
 - a global pool reads NCHW[V]c and writes the NCHW [N, C, 1, 1] its readers expect (a classifier
   head), dropping the padded channels: no reorder at the end of the run.
 

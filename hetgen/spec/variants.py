@@ -43,9 +43,6 @@ def with_offers(kernel: Kernel, offers: Iterable[Prepacked]) -> Kernel:
     taken = dataclasses.replace(kernel, template=template, params=params, scratch_bytes=scratch, prepacked=())
     if any(winograd(offer) for offer in offers):
         return winograd_kernel(taken)
-    if any(offer.params.get("variant") == ConvVariant.DEPTHWISE_CV for offer in offers):
-        # 16 channels a vector: the padded channels' lanes and the transposes (hetgen/ops/conv.py)
-        return dataclasses.replace(taken, flops=int(params["cv_flops"]))
     if any(offer.params.get("variant") == ConvVariant.SMALL for offer in offers):
         # one loop on the calling thread, no GEMM (hetgen/ops/_conv_small.py)
         helpers = tuple(helper for helper in taken.helpers if helper != _gemm_plan.HELPER)
