@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hetgen.ir import DType, Node, TensorType
+from hetgen.ops import _parallel
 from hetgen.ops.base import OpInstance
 from hetgen.ops.registry import op_def
 from hetgen.partition.search import place
@@ -154,9 +155,14 @@ def test_application_cores_take_it_and_price_it_bare_metal_does_not():
     priced = check(graph, load_platform_text(HOST), "small")  # the program's kernels are what is priced
     assert len(priced) == 3
     host = place(graph, load_platform_text(HOST))
-    assert all(
-        c.kernel.parallel.tasks == 1 and not c.kernel.parallel.gemms for c in host.choices.units if c.variant == "small"
-    )
+    # priced as it runs: blocks of output channels as the pool's tasks where the layer is large enough
+    small = [c.kernel for c in host.choices.units if c.variant == "small"]
+    assert [k.parallel for k in small] == [_parallel.tasks_of(k.params["sp_split"]) for k in small]
+    assert [k.parallel.tasks for k in small] == [
+        1,
+        2,
+        1,
+    ]  # 6 and 13 channels: one whole block (13: and a tail); 16: two of 8
     mcu = place(graph, load_platform_text(MCU))
     assert "small" not in {c.variant for c in mcu.choices.units}
 

@@ -55,6 +55,7 @@ def threaded_model() -> onnx.ModelProto:
         value("tall", TensorProto.FLOAT, [512, 64]),
         value("image", TensorProto.FLOAT, IMAGE),
         value("few", TensorProto.FLOAT, FEW),
+        value("sensor", TensorProto.FLOAT, [1, 1, 49, 10]),
     ]
     nodes = [
         # attention: softmax(Q Kᵀ / 4 + mask) V, one kernel (hetgen/lower/fuse_attention.py)
@@ -85,6 +86,8 @@ def threaded_model() -> onnx.ModelProto:
         ),
         helper.make_node("Conv", ["image", "w_winograd", "b_winograd"], ["winograd"], pads=[1] * 4),
         helper.make_node("Relu", ["winograd"], ["y_winograd"]),
+        # a keyword spotter's stem: the direct kernel of small planes, its blocks of output channels split
+        helper.make_node("Conv", ["sensor", "w_stem"], ["y_stem"], strides=[2, 2], pads=[4, 1, 5, 2]),
     ]
     inits = [
         numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
@@ -98,6 +101,7 @@ def threaded_model() -> onnx.ModelProto:
         const("w_few", [2, 1, 5, 5], 0.2),
         const("w_winograd", [32, 64, 3, 3], 0.05),
         const("b_winograd", [32]),
+        const("w_stem", [64, 1, 10, 4], 0.2),
     ]
     shapes = {
         "y_attention": head,
@@ -111,6 +115,7 @@ def threaded_model() -> onnx.ModelProto:
         "y_depthwise": IMAGE,
         "y_few": [1, 2, 48, 48],
         "y_winograd": [1, 32, 32, 32],
+        "y_stem": [1, 64, 25, 5],
     }
     outputs = [value(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
     outputs.append(value("y_indices", TensorProto.INT64, [1, 64, 16, 16]))
@@ -177,6 +182,8 @@ def test_large_kernels_split_and_small_ones_stay_serial(builds):
     assert "Winograd F(2x2, 3x3)" in winograd
     for step in ("input", "products", "output"):
         assert f"_{step}_task, (void *)&chunk)" in winograd, step
+    stem = kernel_sources(outs[2])["Conv (n23_conv)"]
+    assert "Direct convolution of small planes" in stem and "_task, (void *)&job)" in stem
     tiny = kernel_sources(outs[2])["LayerNormalization 'tiny'"]
     assert "hg_parallel_for" not in tiny and "hg_threads.h" not in tiny
 
@@ -211,7 +218,7 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     shutil.copytree(outs[2] / "runtime", headers)
     (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
     functions = [text for _, text in kernel_functions(outs[2]).values() if "hg_parallel_for" in text]
-    assert len(functions) == len(LARGE) + 3  # two MaxPools, two depthwise Convs, the Winograd Conv
+    assert len(functions) == len(LARGE) + 4  # two MaxPools, two depthwise Convs, the Winograd and small Convs
     kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
     split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
     for index, source in enumerate(split):

@@ -12,12 +12,18 @@ loaded once for `rows` multiply-adds with a broadcast weight read from the model
 packing, at run time or at generate time). The wq - out_w columns of each row past the output are
 computed and dropped; `MIN_LANE_USE` keeps that waste small.
 
+Where the layer is large enough to share (`sp_split`), the blocks of `rows` output channels are
+the worker pool's tasks, all reading the phase planes the caller built; each block is computed by
+the same code whichever thread holds it, so any thread count gives the same bits.
+
 Taken on application cores (hetgen/ops/conv.py offers the weights as they are, `hosted_only`), for an
 ungrouped 2-D convolution that is not pointwise, within `MAX_WORK` multiply-adds and
 `MAX_BUFFER_FLOATS` of phase planes: beyond those the GEMM's packing pays for itself.
 """
 
 from __future__ import annotations
+
+from hetgen.ops import _parallel
 
 # Floats in one step of the flat index: an AVX-512 vector (two AVX2 or four NEON registers).
 LANES = 16
@@ -88,7 +94,13 @@ def plan(win, channels: int, out_channels: int, groups: int, has_bias: bool) -> 
             }
         )
     staging = rows * computed
+    # whole blocks of `rows` output channels are the pool's units (the tail block, when there is one,
+    # runs on the caller after them), each its own staging: a worker's scratch, else the workspace's
+    full_blocks = out_channels // rows
+    split = _parallel.split(full_blocks, rows * computed * len(taps))  # multiply-adds, a lane each
     return {
+        "sp_split": split,
+        "sp_staging_bytes": 4 * staging,
         "sp_bias_value": "bias[m0 + r]" if has_bias else "0.0f",
         "sp_wq": wq,
         "sp_hq": hq,

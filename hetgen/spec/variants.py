@@ -9,7 +9,8 @@ computation: per 2x2 block of output and (input, output) channel pair 16 multipl
 36, plus the input and output transforms, and the transformed weights (16/9 of the model's) read;
 each chunk of tile rows runs three steps, each shared by the pool as `_winograd.splits` cuts it
 (conv_winograd.c.j2), and the cost model prices the three.
-The direct kernel of small planes (hetgen/ops/_conv_small.py) does the GEMM's multiply-adds on one thread.
+The direct kernel of small planes (hetgen/ops/_conv_small.py) does the GEMM's multiply-adds in
+blocks of output channels, the pool's tasks where the layer is large enough.
 The blocked layout's kernels (hetgen/ops/conv_nchwc.py) count their own work.
 """
 
@@ -44,9 +45,11 @@ def with_offers(kernel: Kernel, offers: Iterable[Prepacked]) -> Kernel:
     if any(winograd(offer) for offer in offers):
         return winograd_kernel(taken)
     if any(offer.params.get("variant") == ConvVariant.SMALL for offer in offers):
-        # one loop on the calling thread, no GEMM (hetgen/ops/_conv_small.py)
+        # no GEMM: blocks of output channels, shared by the pool where large enough (hetgen/ops/_conv_small.py)
+        split = taken.params["sp_split"]
         helpers = tuple(helper for helper in taken.helpers if helper != _gemm_plan.HELPER)
-        return dataclasses.replace(taken, parallel=_parallel.SERIAL, helpers=helpers)
+        helpers += (_parallel.HELPER,) if split else ()
+        return dataclasses.replace(taken, parallel=_parallel.tasks_of(split), helpers=helpers)
     return taken
 
 
