@@ -506,8 +506,8 @@ def parser() -> argparse.ArgumentParser:
         type=_steps,
         default=1,
         metavar="N",
-        help="int8/uint8 outputs may differ from onnxruntime by N quantization steps per element (default 1); "
-        "--rtol/--atol apply to the other outputs",
+        help="int8/uint8 outputs, and float outputs a DequantizeLinear makes of them, may differ from onnxruntime "
+        "by N quantization steps per element (default 1); --rtol/--atol apply to the other outputs",
     )
     verify.add_argument(
         "--inputs", metavar="FILE.npz", help="your inputs (numpy .npz, one array per input name) instead of random ones"
