@@ -84,6 +84,7 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
         "band_rows": band_rows,
         "hq": hq,
         "wq": wq,
+        "plane_floats": plane_floats,
         "phases": phases,
         "taps": taps,
         "plane_floats": plane_floats,
