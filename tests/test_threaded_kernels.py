@@ -25,6 +25,7 @@ from hetgen.errors import HetgenError
 from hetgen.ops.conv import DepthwiseSplit, depthwise_split
 from hetgen.runtime.reference import ort_session, random_inputs
 from kernel_text import kernel_functions, unit_kernels
+from pool_threads import exited, started_since, thread_ids
 
 HEADS, SEQ, HEAD_DIM = 2, 128, 32
 Z = [4, 64, 128]  # Softmax rows of 128 along the last axis; 128 inner columns along axis 1
@@ -168,10 +169,6 @@ def run(out: Path, feeds: dict, monkeypatch, threads: int | None = None) -> dict
         return model.run(feeds)
 
 
-def thread_count() -> int:
-    return len(os.listdir("/proc/self/task"))
-
-
 @pytest.mark.cc
 def test_large_kernels_split_and_small_ones_stay_serial(builds):
     _, outs = builds
@@ -193,12 +190,13 @@ def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkey
     model, outs = builds
     feeds = random_inputs(hetgen.load(outs[1]).inputs, seed=5)
     expected = dict(zip((o.name for o in model.graph.output), ort_session(model.SerializeToString()).run(None, feeds)))
-    before = thread_count()
+    before = thread_ids()
     monkeypatch.delenv("HG_THREADS", raising=False)
     with hetgen.load(outs[2]) as model:
         two = model.run(feeds)
-        assert thread_count() == before + 1, "the threads: 2 build started no worker"
-    assert thread_count() == before, "closing the model left its worker running"
+        worker = started_since(before)
+        assert len(worker) == 1, "the threads: 2 build started no worker"
+    assert exited(worker), "closing the model left its worker running"
     one = run(outs[1], feeds, monkeypatch)
     three = run(outs[1], feeds, monkeypatch, threads=3)
     for name, wanted in expected.items():
@@ -241,19 +239,21 @@ def test_a_model_unloads_with_its_pool_stopped_again_and_again(builds, monkeypat
     feeds = random_inputs(hetgen.load(outs[2]).inputs, seed=7)
     gc.collect()
     expected = ort_session(model.SerializeToString()).run(None, feeds)
-    before = thread_count()
+    before = thread_ids()
     first = None
     for round_ in range(30):
         loaded = hetgen.load(outs[2])
         got = loaded.run(feeds)
-        assert thread_count() == before + 1, f"round {round_}: no worker started"
+        worker = started_since(before)
+        assert len(worker) == 1, f"round {round_}: {len(worker)} workers started, not one"
         if round_ == 0:
             stop = loaded.function("void hg_threads_shutdown(void);", "hg_threads_shutdown")
             stop()
             stop()  # idempotent
-            assert thread_count() == before, "hg_threads_shutdown left the worker running"
+            assert exited(worker), "hg_threads_shutdown left the worker running"
             again = loaded.run(feeds)
-            assert thread_count() == before + 1, "the pool did not start again after a shutdown"
+            worker = started_since(before)
+            assert len(worker) == 1, "the pool did not start again after a shutdown"
             assert all(np.array_equal(got[k].view(np.uint8), again[k].view(np.uint8)) for k in got)
         if round_ % 2:
             loaded.close()
@@ -262,7 +262,7 @@ def test_a_model_unloads_with_its_pool_stopped_again_and_again(builds, monkeypat
                 loaded.run(feeds)
         del loaded
         gc.collect()
-        assert thread_count() == before, f"round {round_}: unloading left the worker running"
+        assert exited(worker), f"round {round_}: unloading left the worker running"
         first = first or got
         for name in got:
             assert np.array_equal(first[name].view(np.uint8), got[name].view(np.uint8)), (round_, name)

@@ -4,7 +4,6 @@ of any output (each element is summed by one thread, in the one-thread order).""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +17,7 @@ import hetgen
 from hetgen.errors import HetgenError
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session
+from pool_threads import exited, started_since, thread_ids
 
 SHAPE = [1, 16, 16, 16]
 
@@ -60,10 +60,6 @@ def host_platform(folder: Path, threads: int) -> Path:
     return path
 
 
-def thread_count() -> int:
-    return len(os.listdir("/proc/self/task"))
-
-
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
     model = conv_gemm_model()
@@ -84,12 +80,13 @@ def test_two_threads_match_onnxruntime_and_one_thread_bit_for_bit(builds, monkey
     x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
     expected = ort_session(model.SerializeToString()).run(None, {"x": x})[0]
     one = hetgen.load(outs[1]).run({"x": x})["y"]
-    before = thread_count()
+    before = thread_ids()
     loaded = hetgen.load(outs[2])  # held: unloading a model stops its pool's workers
     two = loaded.run({"x": x})["y"]
-    assert thread_count() == before + 1, "the threads: 2 build started no worker"
+    worker = started_since(before)
+    assert len(worker) == 1, "the threads: 2 build started no worker"
     loaded.close()
-    assert thread_count() == before, "closing the model left its worker running"
+    assert exited(worker), "closing the model left its worker running"
     np.testing.assert_allclose(two, expected, rtol=1e-4, atol=1e-4)
     assert np.array_equal(one.view(np.uint32), two.view(np.uint32)), "splitting the GEMM changed bits"
     assert (outs[2] / "host" / "hg_threads_config.h").read_text().count("HG_THREADS_DEFAULT 2") == 1
@@ -100,17 +97,19 @@ def test_hg_threads_overrides_the_platform_at_run_time(builds, monkeypatch):
     model, outs = builds
     x = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
     monkeypatch.setenv("HG_THREADS", "1")
-    before = thread_count()
+    before = thread_ids()
     # each load is a private copy with its own pool; held, since unloading one stops its workers
     first = hetgen.load(outs[2])
     one = first.run({"x": x})["y"]
-    assert thread_count() == before, "HG_THREADS=1 still started a worker"
+    assert not started_since(before), "HG_THREADS=1 still started a worker"
     monkeypatch.setenv("HG_THREADS", "3")
     second = hetgen.load(outs[1])
     three = second.run({"x": x})["y"]
-    assert thread_count() == before + 2, "HG_THREADS=3 did not start two workers in a threads: 1 build"
+    workers = started_since(before)
+    assert len(workers) == 2, "HG_THREADS=3 did not start two workers in a threads: 1 build"
     first.close()
     second.close()
+    assert exited(workers), "closing the model left its workers running"
     assert np.array_equal(one.view(np.uint32), three.view(np.uint32))
 
 
