@@ -87,7 +87,6 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
         "plane_floats": plane_floats,
         "phases": phases,
         "taps": taps,
-        "plane_floats": plane_floats,
         "channel_floats": channel_floats,
         "bytes": nbytes,
     }
