@@ -340,7 +340,10 @@ def test_pools_and_an_unfused_add_keep_the_run_blocked(tmp_path):
     proto = pools_and_add_model()
     outputs = {}
     for threads in (1, 2):
-        found = compile_and_compare(tmp_path / f"t{threads}", proto, "nchw8c", threads=threads)
+        # greedy's grouping (Add + Relu one unit), the one this run is drawn for: the cost mode now
+        # finds a grouping that runs unblocked and is 1.8 % faster in its reported total
+        # (hetgen/partition/reported.py), which would leave no blocked run to check
+        found = compile_and_compare(tmp_path / f"t{threads}", proto, "nchw8c", threads=threads, placement="greedy")
         model = hetgen.load(tmp_path / f"t{threads}" / "out")
         outputs[threads] = model.run(random_inputs(model.inputs, seed=3))
     assert len(blocked_convs(found)) == 4, list(found)

@@ -133,14 +133,16 @@ def placed_targets(out: Path) -> dict[str, str]:
 
 @pytest.mark.cc
 def test_greedy_and_cost_modes_place_differently_and_both_match_onnxruntime(tmp_path):
-    """On soc, a 4-channel first layer does not pay its trip to the npu but the 64-channel layers do:
+    """On soc, a 1-channel first layer does not pay its trip to the npu but the 64-channel layers do:
     the cost mode keeps the first Conv + Relu on the root and sends the rest to the npu (a copy
     between them), the greedy mode sends everything to the npu. Each built program computes what
-    onnxruntime (graph optimisations off) computes, on random inputs."""
+    onnxruntime (graph optimisations off) computes, on random inputs. (With 4 input channels the
+    npu's cascade of the whole chain now wins in the reported total, 80.9 against 81.3 us, and the
+    cost mode rightly takes greedy's placement.)"""
     from hetgen.runtime.reference import ort_session
 
-    model = conv_chain((4, 4, 64, 64), 8)
-    feeds = {"x": np.random.default_rng(7).standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    model = conv_chain((1, 1, 64, 64), 8)
+    feeds = {"x": np.random.default_rng(7).standard_normal((1, 1, 8, 8)).astype(np.float32)}
     (expected,) = ort_session(model.SerializeToString()).run(None, feeds)
     assert np.ptp(feeds["x"]) > 1 and np.ptp(expected) > 0  # not a constant input, nor a constant output
     placed = {}
