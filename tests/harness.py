@@ -21,8 +21,9 @@ from hetgen.bounded import trimmed
 from hetgen.codegen.kernels import kernel_source
 from hetgen.frontend.onnx_import import import_onnx
 from hetgen.ir import Graph
-from hetgen.ops.base import OpInstance
+from hetgen.ops.base import Kernel, OpInstance, Prepacked
 from hetgen.ops.registry import op_def
+from hetgen.spec.variants import with_offers
 from hetgen.templates_dir import templates_dir
 
 CFLAGS = ["-O1", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
@@ -80,13 +81,36 @@ def helper_objects(helpers) -> list[Path]:
     return objects
 
 
-def build_library(graph: Graph, workdir: Path):
+def preferred_offers(kernel: Kernel, side: str | None) -> tuple[Prepacked, ...]:
+    """The offers a CPU controller of `side` ("hosted" or "bare_metal") prefers: the first one
+    allowed there for each input (offers for one input are alternatives, the preferred first);
+    None: the kernel as lowered, reading the model's layouts."""
+    if side is None:
+        return ()
+    assert side in ("hosted", "bare_metal"), side
+    taken: dict[int, Prepacked] = {}
+    for offer in kernel.prepacked:
+        refused = offer.bare_metal_only if side == "hosted" else offer.hosted_only
+        if not refused:
+            taken.setdefault(offer.index, offer)
+    return tuple(taken.values())
+
+
+def build_library(graph: Graph, workdir: Path, side: str | None = None, opt: tuple[str, ...] = ("-O1",)):
+    """Every node's kernel in one shared library, built at `opt`, each with the offers `side`
+    prefers (preferred_offers); the constants those offers lay out are returned in their layouts."""
     sources, kernels = [], []
     helpers: set[str] = set()
+    constants = dict(graph.constants)
     for node, instance in op_instances(graph):
         definition = op_def(node.op, node.opset)
         assert definition is not None, f"{node.op} is not registered"
         kernel = definition.lower(instance)
+        offers = preferred_offers(kernel, side)
+        for offer in offers:
+            name = node.inputs[offer.index]
+            constants[name] = offer.layout(constants[name])
+        kernel = with_offers(kernel, offers)
         fn = f"hg_{node.name}"
         sources.append(kernel_source(kernel, fn, node.label))
         helpers.update(kernel.helpers)
@@ -101,17 +125,22 @@ def build_library(graph: Graph, workdir: Path):
     runtime = templates_dir() / "runtime"
     objects = [str(obj) for obj in helper_objects(sorted(helpers))]
     lib = workdir / f"lib{digest}.so"
-    cmd = ["cc", *CFLAGS, "-I", str(runtime), "-o", str(lib), *c_files, *objects, "-lm"]
+    flags = [*opt, *(flag for flag in CFLAGS if not flag.startswith("-O"))]
+    cmd = ["cc", *flags, "-I", str(runtime), "-o", str(lib), *c_files, *objects, "-lm"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise AssertionError("compile failed:\n" + result.stderr[-6000:])
-    return ctypes.CDLL(str(lib)), kernels
+    return ctypes.CDLL(str(lib)), kernels, constants
 
 
-def execute(lib: ctypes.CDLL, kernels, graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Call each node's kernel in order on numpy buffers (one per tensor, no planner)."""
+def execute(
+    lib: ctypes.CDLL, kernels, graph: Graph, feeds: dict[str, np.ndarray], constants=None
+) -> dict[str, np.ndarray]:
+    """Call each node's kernel in order on numpy buffers (one per tensor, no planner); `constants`:
+    the graph's, some in the layouts of the offers taken (build_library)."""
     # np.array(..., order="C") rather than ascontiguousarray, which turns 0-d arrays into 1-d ones
-    values = {name: np.array(array, order="C") for name, array in graph.constants.items()}
+    constants = graph.constants if constants is None else constants
+    values = {name: np.array(array, order="C") for name, array in constants.items()}
     for name in graph.inputs:
         values[name] = np.array(feeds[name], dtype=graph.types[name].dtype.numpy, order="C")
     for node, fn, kernel in kernels:
@@ -128,14 +157,23 @@ def execute(lib: ctypes.CDLL, kernels, graph: Graph, feeds: dict[str, np.ndarray
     return trimmed({name: values[name].copy() for name in graph.outputs})  # run-time lengths: hetgen/bounded.py
 
 
-def run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_graph(
+    graph: Graph, feeds: dict[str, np.ndarray], side: str | None = None, opt: tuple[str, ...] = ("-O1",)
+) -> dict[str, np.ndarray]:
     with tempfile.TemporaryDirectory(prefix="hg_harness_") as tmp:
-        lib, kernels = build_library(graph, Path(tmp))
-        return execute(lib, kernels, graph, feeds)
+        lib, kernels, constants = build_library(graph, Path(tmp), side, opt)
+        return execute(lib, kernels, graph, feeds, constants)
 
 
-def run_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], frozen=()) -> dict[str, np.ndarray]:
-    """Run an ONNX model through the harness, freezing `frozen` inputs into constants."""
+def run_model(
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    frozen=(),
+    side: str | None = None,
+    opt: tuple[str, ...] = ("-O1",),
+) -> dict[str, np.ndarray]:
+    """Run an ONNX model through the harness, freezing `frozen` inputs into constants; each kernel
+    with the offers a `side` controller prefers (preferred_offers), built at `opt`."""
     model = freeze_inputs(model, feeds, frozen)
     graph = import_onnx(model).verify()
-    return run_graph(graph, {k: v for k, v in feeds.items() if k not in frozen})
+    return run_graph(graph, {k: v for k, v in feeds.items() if k not in frozen}, side, opt)

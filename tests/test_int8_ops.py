@@ -324,3 +324,42 @@ def test_qdq_activation_becomes_a_table(op):
     expected = ort_session(model.SerializeToString()).run(None, {"x": x})[0].astype(int)
     assert np.abs(got - expected).max() <= 1 and (got == expected).mean() >= 0.98
     assert len(np.unique(got)) > 32
+
+
+# Each int8 convolution kernel that finds its padding row by row, as a model builds it (-O3,
+# -march=native): GCC 12.2's vectoriser once turned such a row test into wrong masks across rows
+# (templates/kernels/conv_implicit_planes.c.j2, docs/kernels.md). 16 channels of 14 x 14 with a 3x3
+# window and padding 1 were the failing shape. One model, a full and a depthwise convolution of the
+# same input, per side: none, the generic kernel (qconv.c.j2); bare metal, its Cortex-M unfolding
+# (rows of taps, the depthwise band of widened rows); hosted, hg_qgemm.h's packed panels and
+# depthwise plane kernels (on AVX-512 VNNI, its padding masks).
+@pytest.mark.parametrize("side", [None, "bare_metal", "hosted"], ids=["generic", "bare_metal", "hosted"])
+def test_padding_row_kernels_at_o3_match_onnxruntime(side):
+    constants = {"xs": np.float32(0.05), "xz": np.array(3, np.int8), "wz": np.array(0, np.int8)}
+    nodes = []
+    for name, group, y_scale in (("full", 1, 0.37), ("depthwise", 16, 0.1)):
+        constants.update(
+            {
+                f"{name}_w": q_random((16, 16 // group, 3, 3), np.int8),
+                f"{name}_ws": np.float32(0.004),
+                f"{name}_ys": np.float32(y_scale),
+                f"{name}_yz": np.array(-7, np.int8),
+                f"{name}_b": RNG.integers(-3000, 3000, 16).astype(np.int32),
+            }
+        )
+        operands = ["x", "xs", "xz", f"{name}_w", f"{name}_ws", "wz", f"{name}_ys", f"{name}_yz", f"{name}_b"]
+        nodes.append(helper.make_node("QLinearConv", operands, [name], name=name, group=group, pads=[1, 1, 1, 1]))
+    inputs = {"x": q_random((1, 16, 14, 14), np.int8)}
+    graph = helper.make_graph(
+        nodes,
+        "padding_rows",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, (1, 16, 14, 14))],
+        [helper.make_tensor_value_info(n.name, TensorProto.INT8, (1, 16, 14, 14)) for n in nodes],
+        initializer=[numpy_helper.from_array(v, n) for n, v in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    expected = ort_session(model.SerializeToString()).run(None, inputs)
+    got = harness.run_model(model, inputs, side=side, opt=("-O3", "-march=native"))
+    for node, want in zip(nodes, expected):
+        np.testing.assert_array_equal(got[node.name], want, err_msg=node.name)
+        assert len(np.unique(want)) > 8  # not saturated: the comparison means something

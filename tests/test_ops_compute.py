@@ -496,3 +496,38 @@ def test_unsupported_dtype_is_reported():
     int_type = TensorType(DType.INT32, (2, 2))
     with pytest.raises(Unsupported, match="float32"):
         op_def("Gemm").lower(OpInstance(node, (int_type, int_type), (int_type,), (None, None)))
+
+
+@pytest.mark.cc
+@pytest.mark.parametrize("side", ["bare_metal", "hosted"])
+def test_padding_row_kernels_at_o3_match_onnxruntime(side):
+    """Each float convolution kernel that finds its padding row by row, as a model builds it (-O3,
+    -march=native): GCC 12.2's vectoriser once turned such a row test into wrong masks across rows
+    (templates/kernels/conv_implicit_planes.c.j2, docs/kernels.md), on 14 x 14 inputs of 16 channels
+    and more with a 3x3 window and padding 1. Bare metal: the depthwise direct kernel and the one
+    reading its weights in place; hosted: Winograd's input rows (the other forms are covered
+    where they are tested: test_tiling, test_depthwise_plane)."""
+    rng = np.random.default_rng(5)
+    weights = {
+        "full_w": rng.standard_normal((16, 16, 3, 3)),
+        "full_b": rng.standard_normal(16),
+        "dw_w": rng.standard_normal((16, 1, 3, 3)),
+        "dw_b": rng.standard_normal(16),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", f"{name}_w", f"{name}_b"], [name], name=name, group=group, pads=[1, 1, 1, 1])
+        for name, group in (("full", 1), ("dw", 16))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "padding_rows",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 16, 14, 14))],
+        [helper.make_tensor_value_info(n.name, TensorProto.FLOAT, (1, 16, 14, 14)) for n in nodes],
+        initializer=[numpy_helper.from_array(v.astype(np.float32), n) for n, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, 16, 14, 14)).astype(np.float32)}
+    expected = ort_run(model, feeds)
+    got = harness.run_model(model, feeds, side=side, opt=("-O3", "-march=native"))
+    for name, want in expected.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4, err_msg=name)
