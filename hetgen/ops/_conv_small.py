@@ -82,6 +82,8 @@ def plan(win, channels: int, out_channels: int, groups: int, has_bias: bool, reg
     """The template's view of the kernel blocked for `registers`, or None where it does not apply (module doc)."""
     if groups != 1 or win.kernel[0] != 1 or win.in_shape[0] != 1 or win.out_shape[0] != 1:
         return None
+    if not channels or not out_channels or not win.out_size:
+        return None  # an empty layer: no taps or no rows to block
     if win.kernel_size == 1 and set(win.strides) == {1} and not any(win.pads_begin + win.pads_end):
         return None  # pointwise: the NCHW input already is the GEMM's B, nothing to pack
     if out_channels * win.out_size * channels * win.kernel_size > MAX_WORK:
