@@ -2,8 +2,9 @@
 
 From the target's toolchain, as the build sees it: an x86-64 triple (or the machine running hetgen,
 for a kind built by this machine's compiler, on an x86-64 host) gets AVX-512's file, an AArch64
-one NEON's, every other core (riscv64, with or without its vector unit: the blocked kernels are
-not vectorized for RVV) the scalar float registers.
+one NEON's, every other core the scalar float registers: riscv64 with `vector: rvv` too, since the
+toolchain's GCC 12 does not auto-vectorize plain C loops for RVV 1.0 (only the hand-written
+micro-kernels use it).
 """
 
 from __future__ import annotations
