@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 
 import hetgen
-from hetgen.models import cnn, tiny
+from hetgen.models import cnn, lenet, tiny
 from hetgen.models.quantized import quantized
 from hetgen.runtime.emulate import EmulatedModel
 from hetgen.runtime.reference import ort_session
@@ -40,6 +40,7 @@ MODELS = {
     "resnet_tiny": lambda size: onnx.load(str(EXAMPLES / "resnet_tiny.onnx")),
     "ds_cnn": lambda size: onnx.load(str(EXAMPLES / "ds_cnn.onnx")),
     "resnet8": lambda size: onnx.load(str(EXAMPLES / "resnet8.onnx")),
+    "lenet5": lambda size: lenet.lenet5(),
     "tiny_cnn": lambda size: tiny.tiny_cnn(size=size // 2),
     "resnet": lambda size: cnn.resnet(size=size),
     "mobilenet_v2": lambda size: cnn.mobilenet_v2(size=size),

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from hetgen.ir import DType, Node, TensorType
 from hetgen.ops import _parallel
 from hetgen.ops.base import OpInstance
+from hetgen.ops.registers import AVX512, FILES, NEON, SCALAR
 from hetgen.ops.registry import op_def
 from hetgen.partition.search import place
 from hetgen.pipeline import import_graph
@@ -26,9 +27,11 @@ from tests.test_priced_choices import HOST, check
 MCU = (Path(__file__).resolve().parents[1] / "platforms" / "mcu.yaml").read_text()
 
 
-def conv_kernel(channels, out_channels, size, kernel, stride=(1, 1), pads=(0, 0, 0, 0), dilation=(1, 1), group=1):
-    """The Conv's kernel (weights constant), the small-plane offer's parameters (None where it is not
-    offered) and the weights."""
+def conv_kernel(
+    channels, out_channels, size, kernel, stride=(1, 1), pads=(0, 0, 0, 0), dilation=(1, 1), group=1, registers=AVX512
+):
+    """The Conv's kernel (weights constant), the parameters of the small-plane offer blocked for
+    `registers` (None where it is not offered) and the weights."""
     rng = np.random.default_rng(channels + size[0] + kernel[0])
     out = tuple(
         (size[i] + pads[i] + pads[i + 2] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(2)
@@ -40,12 +43,21 @@ def conv_kernel(channels, out_channels, size, kernel, stride=(1, 1), pads=(0, 0,
     instance = OpInstance(node, types, (TensorType(DType.FLOAT32, (1, out_channels, *out)),), (None, w))
     lowered = op_def("Conv").lower(instance)
     offers = [o for o in lowered.prepacked if o.params.get("variant") == "small"]
-    if not offers:
+    # one per register file, after the bare-metal in-place offer, before the panels
+    assert [lowered.prepacked.index(o) for o in offers] == list(range(1, 1 + len(offers)))
+    assert len({o.registers for o in offers}) == len(offers)
+    offer = next((o for o in offers if o.registers == registers), None)
+    if offer is None:
         return None, w
-    (offer,) = offers
     assert offer.hosted_only and offer.scratch_bytes == offer.params["sp_workspace_bytes"]
-    assert lowered.prepacked.index(offer) == 1  # after the bare-metal in-place offer, before the panels
     return {**lowered.params, **offer.params}, w
+
+
+def fits(p: dict, registers) -> bool:
+    """Whether the block's accumulators, its loaded inputs and a weight fit `registers`, one to spare,
+    each accumulator a whole register (AVX-512's blocking on NEON kept 96 q registers of them)."""
+    accumulators = p["sp_rows"] * p["sp_blocks"]
+    return p["sp_lanes"] == registers.lanes and accumulators + p["sp_blocks"] + 1 < registers.count
 
 
 def replay(p: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -69,7 +81,7 @@ def replay(p: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     taps = p["sp_taps"]
     assert len(taps) == p["in_channels"] * p["k_h"] * p["k_w"]
     assert max(taps) + computed <= p["sp_buffer_floats"]  # the last block reads inside the buffer
-    assert computed % p["sp_block_floats"] == 0 and p["sp_rows"] * p["sp_blocks"] <= 24
+    assert computed % p["sp_block_floats"] == 0
     out = np.empty((p["out_channels"], p["out_h"], p["out_w"]))
     for m in range(p["out_channels"]):
         acc = sum(
@@ -99,9 +111,11 @@ def replay(p: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         {"channels": 2, "out_channels": 3, "size": (12, 30), "kernel": (5, 5), "stride": (2, 2), "pads": (2, 2, 2, 2)},
     ],
 )
-def test_the_layout_rule_computes_the_convolution(case):
-    p, w = conv_kernel(**case)
+@pytest.mark.parametrize("registers", FILES, ids=lambda r: r.name)
+def test_the_layout_rule_computes_the_convolution(case, registers):
+    p, w = conv_kernel(**case, registers=registers)
     assert p is not None, case
+    assert fits(p, registers), (p["sp_rows"], p["sp_blocks"])
     x = np.random.default_rng(1).standard_normal((case["channels"], *case["size"])).astype(np.float32)
     np.testing.assert_allclose(replay(p, x, w), direct(x, w, p), rtol=1e-9, atol=1e-9)
 
@@ -165,6 +179,11 @@ def test_application_cores_take_it_and_price_it_bare_metal_does_not():
     ]  # 6 and 13 channels: one whole block (13: and a tail); 16: two of 8
     mcu = place(graph, load_platform_text(MCU))
     assert "small" not in {c.variant for c in mcu.choices.units}
+    # on a NEON core its blocking is NEON's: the accumulators fit the 32 q registers (AVX-512's kept 96)
+    for kind, registers in (("aarch64", NEON), ("riscv64", SCALAR)):
+        board = place(graph, load_platform_text(f"name: {kind}\ntarget: {kind}\n"))
+        small = [c.kernel.params for c in board.choices.units if c.variant == "small"]
+        assert len(small) == 3 and all(fits(p, registers) for p in small), kind
 
 
 @pytest.mark.cc

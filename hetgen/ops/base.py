@@ -24,6 +24,7 @@ from hetgen.ops._activation import FUSABLE_ACTIVATIONS, Epilogue
 from hetgen.ops._gemm_plan import DEFAULT_BLOCKS, GemmBlocks
 from hetgen.ops._parallel import SERIAL, Parallel
 from hetgen.ops._unsupported import Unsupported
+from hetgen.ops.registers import VectorRegisters
 
 __all__ = ["FUSABLE_ACTIVATIONS", "Epilogue", "Unsupported"]  # defined beside what they need, named here as before
 
@@ -86,6 +87,9 @@ class Prepacked:
     # Taken on application cores only (never on bare metal): the packed int8 kernels, whose SIMD
     # paths (hg_qgemm.h) a Cortex-M lacks; its own in-place kernels are faster there
     hosted_only: bool = False
+    # Taken only on CPUs with this register file (hetgen/platform/registers.py), where the kernel's
+    # register blocking depends on it (hetgen/ops/_conv_small.py); None: on every CPU
+    registers: VectorRegisters | None = None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from hetgen.ops._activation import Epilogue
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
+from hetgen.ops.registers import FILES
 
 # The direct loop sums all taps of a row in one expression up to this kernel width.
 MAX_UNROLLED_TAPS = 8
@@ -350,13 +351,27 @@ def lower(op: OpInstance) -> Kernel:
             )
             prepacked = (winograd, panels)
         # not where Winograd applies: its 3x3 layers have their own transform of the weights
-        small = None if len(prepacked) > 1 else _conv_small.plan(win, channels, out_channels, groups, has_bias)
-        if small is not None:
-            # first: on an application core the direct kernel takes the weights as they are
-            small["variant"] = ConvVariant.SMALL
-            template = ConvVariant.SMALL.template
-            direct = Prepacked(1, _as_float32, small, small["sp_workspace_bytes"], template=template, hosted_only=True)
-            prepacked = (direct, *prepacked)
+        plans = (
+            {}
+            if len(prepacked) > 1
+            else {r: _conv_small.plan(win, channels, out_channels, groups, has_bias, r) for r in FILES}
+        )
+        # first: on an application core the direct kernel takes the weights as they are, blocked
+        # for its register file (one offer per file; a CPU sees only its own)
+        direct = tuple(
+            Prepacked(
+                1,
+                _as_float32,
+                {**small, "variant": ConvVariant.SMALL},
+                small["sp_workspace_bytes"],
+                template=ConvVariant.SMALL.template,
+                hosted_only=True,
+                registers=registers,
+            )
+            for registers, small in plans.items()
+            if small is not None
+        )
+        prepacked = (*direct, *prepacked)
         prepacked = (_in_place.conv_offer(k_dim), *prepacked)  # bare metal: the weights read in flash
     return Kernel(
         template=variant.template,

@@ -13,7 +13,8 @@ are alternatives, the faster first; one is taken per input:
   always taken; an offer marked `bare_metal_only` (a kernel reading the weights in the model's
   layout where they are linked, with no run-time packing: hetgen/ops/_in_place.py) is seen on
   bare-metal targets only, where it comes first; one marked `hosted_only` (the packed int8
-  kernels, hetgen/ops/qpack.py) on application cores only;
+  kernels, hetgen/ops/qpack.py) on application cores only; one for a register file (the direct
+  convolution of small planes, blocked per file: hetgen/ops/_conv_small.py) on CPUs with that file only;
 - a larger one (Winograd's transformed 4x4 taps are 16/9 of the 3x3 ones) is declined on a
   bare-metal target, whose weights sit in a small flash; on other CPUs it is taken where it is the
   only offer (declining panels that pad a few rows would only move the packing to run time, with
@@ -48,6 +49,7 @@ from hetgen.ops.base import Kernel, Prepacked
 from hetgen.partition.units import Unit, op_instance, unit_lowering
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role
+from hetgen.platform.registers import vector_registers
 from hetgen.platform.tuning import gemm_blocks, memory_mode
 from hetgen.spec.variants import with_offers
 
@@ -233,11 +235,14 @@ def chosen_offers(
             continue
         by_input: dict[int, list[Prepacked]] = {}
         bare_metal = is_bare_metal(target)
+        registers = vector_registers(target)
         for offer in kernel.prepacked:
             # in-place kernels for flash-resident weights on bare metal only; the packed int8
             # kernels (hg_qgemm.h) only on application cores, where their SIMD paths exist
             if (offer.bare_metal_only and not bare_metal) or (offer.hosted_only and bare_metal):
                 continue
+            if offer.registers is not None and offer.registers != registers:
+                continue  # blocked for another CPU's register file
             by_input.setdefault(offer.index, []).append(offer)
         for offers in by_input.values():
             small = next((o for o in offers if layouts.growth(index, o) <= BARE_METAL_GROWTH), None)
