@@ -29,7 +29,7 @@ placements (cascades.py `_cut`): most runs recur from one placement to the next.
   reported total is then its makespan at the search's prices, so the search's own proof stands
   (hetgen/partition/optimal.py);
 - where every placement can be priced (at most `EXHAUSTIVE_PLACEMENTS`, graphs of at most
-  `EXHAUSTIVE_NODES` nodes): each is finished and priced (those with no re-priceable group at their
+  `FINISHED_NODES` nodes): each is finished and priced (those with no re-priceable group at their
   makespan), and the least is used.
 
 Otherwise the search's bound and gap are kept as the search measured them, at its prices, and
@@ -51,7 +51,7 @@ from hetgen.partition.cascades import cascading, fastest_cascades, with_cascades
 from hetgen.partition.choices import with_choices
 from hetgen.partition.cost import Calibration
 from hetgen.partition.energy import placement_energy
-from hetgen.partition.optimal import EXHAUSTIVE_NODES, EXHAUSTIVE_PLACEMENTS, every_cover
+from hetgen.partition.optimal import EXHAUSTIVE_PLACEMENTS, every_cover
 from hetgen.partition.placement import Placement
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.platform.model import Platform, Role
@@ -62,6 +62,10 @@ from hetgen.spec.invocation import kernel_units_of, one_unit_per_invocation, til
 # makespans. Ordered as `Reported._climb` orders its moves, the shipped examples reach their least
 # total within 11 (ethos-u65 mobilenet_v1_vww_int8: 8, board-aarch64 mobilenet_v1_vww_int8: 11).
 EVALUATION_BUDGET = 12
+# Finishing a placement prices each of its kernel choices and cascades, 5-80 ms a placement, so
+# every placement is finished only for graphs this small: vgg@64 on one CPU (19 nodes, 128
+# placements) took 9.9 CPU s that way against 0.06 s before; the climb's budget bounds the rest.
+FINISHED_NODES = 12
 CLIMB_GROUPS = 200  # no climb over more groups: each round orders every move by a makespan
 EPSILON_US = 1e-6
 
@@ -262,7 +266,7 @@ class Reported:
     def _every_cover(self) -> list[list[int]] | None:
         """Every placement, where there are few enough to finish each (module doc); else None."""
         space = self.space
-        if len(space.graph.nodes) > EXHAUSTIVE_NODES:
+        if len(space.graph.nodes) > FINISHED_NODES:
             return None
         return every_cover(space, self.candidates, EXHAUSTIVE_PLACEMENTS)
 
