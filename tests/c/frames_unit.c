@@ -12,13 +12,7 @@
 
 #include "hg_frames.h"
 
-#define CHECK(condition)                                                                  \
-    do {                                                                                  \
-        if (!(condition)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition); \
-            return 1;                                                                     \
-        }                                                                                 \
-    } while (0)
+#include "unit_check.h"
 
 #define FRAMES 9u
 #define DEPTH 2u

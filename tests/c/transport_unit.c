@@ -18,13 +18,7 @@
 #include "hg_server.h"
 #include "hg_transport.h"
 
-#define CHECK(condition)                                                          \
-    do {                                                                          \
-        if (!(condition)) {                                                       \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition); \
-            return 1;                                                             \
-        }                                                                         \
-    } while (0)
+#include "unit_check.h"
 
 static double now_ms(void)
 {
