@@ -35,7 +35,7 @@ from hetgen.ops.base import Kernel, Prepacked
 from hetgen.partition.blocked_layout import BlockedUnit, Reorder, blocked_units
 from hetgen.partition.cost import Calibration, Topology, Work, kernel_us, pool_threads, unit_parallel
 from hetgen.partition.placement import Group, Placement
-from hetgen.partition.prepack import taken_offers
+from hetgen.partition.prepack import UnitLowerings, taken_offers
 from hetgen.partition.price import price
 from hetgen.partition.timeline import placement_makespan
 from hetgen.partition.units import Unit, drop_aliases, ordered_nodes, placed_units
@@ -92,8 +92,11 @@ class Choices:
         return tuple(self.units[index] for index in found)
 
 
-def choose(graph: Graph, platform: Platform, placement: Placement, kernels: KernelTable) -> Choices:
-    """Each kernel unit of `placement`'s program with its variant (module doc)."""
+def choose(
+    graph: Graph, platform: Platform, placement: Placement, kernels: KernelTable, lowerings: UnitLowerings | None = None
+) -> Choices:
+    """Each kernel unit of `placement`'s program with its variant (module doc). `lowerings`: what
+    other placements of `graph` lowered and packed (hetgen/partition/prepack.py `UnitLowerings`)."""
     controllers = {t.path_str for t in platform.targets() if t.role is Role.CONTROLLER}
     all_units = placed_units(graph, placement, kernels, controllers)
     refused = tuple(
@@ -108,7 +111,7 @@ def choose(graph: Graph, platform: Platform, placement: Placement, kernels: Kern
     assignment = assignment or {node.name: root for node in graph.nodes}
     units, unit_inputs = drop_aliases(all_units, graph)
     table = tuple(kernels.unit(unit.names).kernel for unit in units)
-    taken, offers, layouts = taken_offers(graph, units, table, unit_inputs, assignment, platform)
+    taken, offers, layouts = taken_offers(graph, units, table, unit_inputs, assignment, platform, lowerings)
     blocked = blocked_units(graph, units, taken, unit_inputs, assignment, platform)
     packed = {
         (index, offer.index): layouts.packed(index, offer) for index, chosen in offers.items() for offer in chosen
@@ -127,13 +130,18 @@ def choose(graph: Graph, platform: Platform, placement: Placement, kernels: Kern
 
 
 def with_choices(
-    graph: Graph, platform: Platform, placement: Placement, calibration: Calibration | None = None
+    graph: Graph,
+    platform: Platform,
+    placement: Placement,
+    calibration: Calibration | None = None,
+    lowerings: UnitLowerings | None = None,
 ) -> Placement:
     """`placement` (from `place()`, or one edited by hand) with its kernel choices made for its groups
-    and priced as the program that runs them; `calibration`: the one it was priced with."""
+    and priced as the program that runs them; `calibration`: the one it was priced with;
+    `lowerings`: kept across the placements of `graph` priced so (`choose`)."""
     kernels = placement.kernels
     calibration = calibration or Calibration()
-    choices = choose(graph, platform, placement, kernels)
+    choices = choose(graph, platform, placement, kernels, lowerings)
     makespan = placement_makespan_of(graph, platform, placement.cascades)
     return priced(placement, choices, platform, kernels, calibration.scale_for, makespan)
 

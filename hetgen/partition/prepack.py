@@ -64,23 +64,64 @@ PLANNER_RESERVE = 0.02
 WORKSPACE_SHARE = 0.03
 
 
+class UnitLowerings:
+    """What fitting a unit's kernel to the platform makes, kept across the placements of one graph
+    (hetgen/partition/reported.py finishes up to 256 of them, and the same unit recurs in most):
+    the unit lowered again with other GEMM blocks, and an offer's layout of a constant.
+
+    Each is a function of the unit alone (its nodes, hence its fused epilogue or pattern, and the
+    graph's types and constants) and of the blocks or the offer, never of where the unit or the
+    others run, so the one kept is the one that would be made again. What does depend on the
+    placement (a unit's workspace cap, the target's memory budget, its register file, the blocked
+    runs) is decided afresh for each placement from these."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self._lowered: dict[tuple, Kernel] = {}
+        self._offered: dict[tuple, tuple[Kernel, Kernel]] = {}
+        self._layouts: dict[tuple[str, int], tuple[Prepacked, np.ndarray]] = {}
+
+    def lowered(self, unit: Unit, blocks) -> Kernel:
+        """`unit` lowered with these GEMM cache blocks."""
+        key = (unit.names, unit.is_pattern, blocks)
+        found = self._lowered.get(key)
+        if found is None:
+            instance = dataclasses.replace(op_instance(unit, self.graph), gemm_blocks=blocks)
+            found = self._lowered[key] = unit_lowering(unit)(instance)
+        return found
+
+    def offered(self, kernel: Kernel, positions: tuple[int, ...]) -> Kernel:
+        """`kernel` with its offers at `positions` taken (hetgen/spec/variants.py `with_offers`).
+        Keyed by the kernel itself (kept alongside: an id is only its own while it lives)."""
+        key = (id(kernel), positions)
+        found = self._offered.get(key)
+        if found is None or found[0] is not kernel:
+            found = self._offered[key] = (kernel, with_offers(kernel, [kernel.prepacked[p] for p in positions]))
+        return found[1]
+
+    def layout(self, constant: str, offer: Prepacked) -> np.ndarray:
+        """`constant` in `offer`'s layout, flat (Winograd's transform is not free). Keyed by the
+        offer itself: one kept here, or in the kernel table, is never freed, so its id stays its own."""
+        found = self._layouts.get((constant, id(offer)))
+        if found is None:
+            value = offer.layout(self.graph.constants[constant])
+            # int8 layouts (the quantized convolution's panels, hetgen/ops/qpack.py) keep their type
+            dtype = np.asarray(value).dtype if np.asarray(value).dtype.kind in "iu" else np.float32
+            found = self._layouts[(constant, id(offer))] = (offer, np.ascontiguousarray(value, dtype=dtype).reshape(-1))
+        return found[1]
+
+
 class Layouts:
     """Each offer's layout of its constant, made once (Winograd's transform is not free)."""
 
-    def __init__(self, graph: Graph, unit_inputs: list[tuple[str, ...]]):
-        self.graph, self.unit_inputs, self.made = graph, unit_inputs, {}
+    def __init__(self, graph: Graph, unit_inputs: list[tuple[str, ...]], lowerings: UnitLowerings):
+        self.graph, self.unit_inputs, self.lowerings = graph, unit_inputs, lowerings
 
     def model(self, index: int, offer: Prepacked) -> np.ndarray:
         return self.graph.constants[self.unit_inputs[index][offer.index]]
 
     def packed(self, index: int, offer: Prepacked) -> np.ndarray:
-        key = (index, id(offer))
-        if key not in self.made:
-            value = offer.layout(self.model(index, offer))
-            # int8 layouts (the quantized convolution's panels, hetgen/ops/qpack.py) keep their type
-            dtype = np.asarray(value).dtype if np.asarray(value).dtype.kind in "iu" else np.float32
-            self.made[key] = np.ascontiguousarray(value, dtype=dtype).reshape(-1)
-        return self.made[key]
+        return self.lowerings.layout(self.unit_inputs[index][offer.index], offer)
 
     def growth(self, index: int, offer: Prepacked) -> float:
         return self.packed(index, offer).size / max(self.model(index, offer).size, 1)
@@ -96,20 +137,23 @@ def taken_offers(
     unit_inputs: list[tuple[str, ...]],
     assignment: dict[str, str],
     platform: Platform,
+    lowerings: UnitLowerings | None = None,
 ) -> tuple[tuple[Kernel, ...], dict[int, tuple[Prepacked, ...]], Layouts]:
     """Each unit's kernel with the offers taken (its variant's work: hetgen/spec/variants.py), the
-    offers taken per unit index, and their layouts (made once; lowering packs the constants with them)."""
-    kernels = with_blocks(graph, units, kernels, assignment, platform)
+    offers taken per unit index, and their layouts (made once; lowering packs the constants with them).
+    `lowerings`: kept from other placements of `graph` (`UnitLowerings`)."""
+    lowerings = lowerings or UnitLowerings(graph)
+    kernels = with_blocks(units, kernels, assignment, platform, lowerings)
     controllers = {t.path_str: t for t in platform.targets() if t.role is Role.CONTROLLER}
-    layouts = Layouts(graph, unit_inputs)
+    layouts = Layouts(graph, unit_inputs, lowerings)
     caps = workspace_caps(units, kernels, unit_inputs, graph, assignment, platform, controllers)
-    fitting = Fitting(graph, units, kernels, caps, gemm_blocks(platform))
+    fitting = Fitting(units, kernels, caps, gemm_blocks(platform), lowerings)
     chosen = chosen_offers(layouts, units, kernels, assignment, platform, controllers, fitting)
     taken = tuple(fitting.kernel(index, chosen.get(index, ())) for index in range(len(units)))
     return taken, chosen, layouts
 
 
-def with_blocks(graph, units, kernels, assignment, platform) -> tuple[Kernel, ...]:
+def with_blocks(units, kernels, assignment, platform, lowerings: UnitLowerings) -> tuple[Kernel, ...]:
     """The kernels, those that call the GEMM lowered again for the platform's cache blocks.
 
     The generated runtime (and its hg_gemm_config.h) is shared by every target of the platform, so
@@ -137,13 +181,10 @@ def with_blocks(graph, units, kernels, assignment, platform) -> tuple[Kernel, ..
                 f"({vars(default)}), but {', '.join(tiled)} runs tiled kernels sized for the defaults; "
                 "remove options.tuning or keep each of mc, kc, nc at most its default"
             )
-    relowered = []
-    for unit, kernel in zip(units, kernels):
-        if _gemm_plan.HELPER in kernel.helpers:
-            instance = dataclasses.replace(op_instance(unit, graph), gemm_blocks=blocks)
-            kernel = unit_lowering(unit)(instance)
-        relowered.append(kernel)
-    return tuple(relowered)
+    return tuple(
+        lowerings.lowered(unit, blocks) if _gemm_plan.HELPER in kernel.helpers else kernel
+        for unit, kernel in zip(units, kernels)
+    )
 
 
 class Fitting:
@@ -155,28 +196,21 @@ class Fitting:
     them (OpInstance.gemm_blocks), so its workspace, its template's _Static_assert and the GEMM's
     loops all follow the same GemmBlocks, chosen from `_gemm_plan.smaller_blocks` (`kernel`)."""
 
-    def __init__(self, graph, units, kernels, caps: dict[int, int], blocks):
-        self.graph, self.units, self.kernels, self.caps, self.blocks = graph, units, kernels, caps, blocks
-        self.relowered: dict[tuple[int, object], Kernel] = {}
+    def __init__(self, units, kernels, caps: dict[int, int], blocks, lowerings: UnitLowerings):
+        self.units, self.kernels, self.caps, self.blocks, self.lowerings = units, kernels, caps, blocks, lowerings
 
     def _lowered(self, index: int, blocks) -> Kernel:
-        key = (index, blocks)
-        if key not in self.relowered:
-            unit = self.units[index]
-            instance = dataclasses.replace(op_instance(unit, self.graph), gemm_blocks=blocks)
-            self.relowered[key] = unit_lowering(unit)(instance)
-        return self.relowered[key]
+        return self.lowerings.lowered(self.units[index], blocks)
 
     def _candidates(self, index: int, offers):
         """The unit's kernel with `offers`, with its own blocks, then with each smaller set of blocks."""
         kernel = self.kernels[index]
-        yield with_offers(kernel, offers)
+        positions = tuple(kernel.prepacked.index(offer) for offer in offers)
+        yield self.lowerings.offered(kernel, positions)
         if "gemm_nc" not in kernel.params:
             return
-        positions = [kernel.prepacked.index(offer) for offer in offers]
         for blocks in _gemm_plan.smaller_blocks(self.blocks):
-            smaller = self._lowered(index, blocks)
-            yield with_offers(smaller, [smaller.prepacked[p] for p in positions])
+            yield self.lowerings.offered(self._lowered(index, blocks), positions)
 
     def kernel(self, index: int, offers=()) -> Kernel:
         """The kernel with `offers`: with the unit's own blocks where its workspace fits the cap,

@@ -53,6 +53,7 @@ from hetgen.partition.cost import Calibration
 from hetgen.partition.energy import placement_energy
 from hetgen.partition.optimal import EXHAUSTIVE_PLACEMENTS, every_cover
 from hetgen.partition.placement import Placement
+from hetgen.partition.prepack import UnitLowerings
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.platform.model import Platform, Role
 from hetgen.spec.invocation import kernel_units_of, one_unit_per_invocation, tile_rates
@@ -141,13 +142,14 @@ class Reported:
     def __init__(self, space: SearchSpace, candidates: tuple[Candidate, ...], pins: Mapping, calibration: Calibration):
         self.space, self.candidates, self.pins, self.calibration = space, candidates, pins, calibration
         self.repriceable = repriceable(space, candidates)
-        # each re-priceable group at its cascade-aware price: the climb's order, a third start (search.py)
-        self.optimistic = cascaded_candidates(space, candidates, self.repriceable) if self.repriceable else candidates
         self._cascades: dict = {}
         self._finished: dict[tuple[int, ...], Placement] = {}
         self._totals: dict[tuple[int, ...], float] = {}
         self._with_choices: dict[tuple[int, ...], Placement] = {}
         self._assembled: dict[tuple[int, ...], Placement] = {}  # the search's own, assembled already
+        self._lowerings = UnitLowerings(space.graph)  # each unit's relowerings and packed constants
+        # each re-priceable group at its cascade-aware price: the climb's order, a third start (search.py)
+        self.optimistic = cascaded_candidates(space, candidates, self.repriceable) if self.repriceable else candidates
 
     def placement(self, chosen: Sequence[int]) -> Placement:
         """`chosen` assembled and finished."""
@@ -182,7 +184,9 @@ class Reported:
             assembled = self._assembled.get(key)
             if assembled is None:
                 assembled = assemble(space, self.candidates, key, mode="cost", exact=False, pins=self.pins)
-            found = self._with_choices[key] = with_choices(space.graph, space.platform, assembled, self.calibration)
+            found = self._with_choices[key] = with_choices(
+                space.graph, space.platform, assembled, self.calibration, self._lowerings
+            )
         return found
 
     def least(self, searched: Placement, starts: Sequence[tuple[str, Sequence[int] | None]]) -> Placement:
