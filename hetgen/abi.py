@@ -55,6 +55,9 @@ class Engine(enum.Enum):
     # cascade's kept and new rows: hetgen/spec/cascade_program.py), on the compute side at the
     # engines' SRAM bandwidth
     MOVE = 6
+    # as MAC_ARRAY_INT8, then the vector unit adds a residual to each output (a QLinearConv with its
+    # QLinearAdd fused: requantized, added and requantized again, one element a lane)
+    MAC_ARRAY_INT8_RESIDUAL = 7
 
 
 # A device behind hg_device.h, a simulated one (hg_sim.c) or a co-processor (hg_coproc.c), queues at

@@ -355,7 +355,7 @@ def test_refinement_inherits_and_overrides():
         "dequantize",
     ]
     plain = ["conv2d", "depthwise_conv2d", "matmul", "add", "pool"]
-    assert labels == [*plain, *int8, "conv_residual", "softmax"]  # same label replaces
+    assert labels == [*plain, *int8, "conv_residual", "qconv_residual", "softmax"]  # same label replaces
     assert next(p for p in kind.patterns if p.label == "add").chain[0].ops == ("Add", "Sub")
     assert platform.target("p/n").figures.peak_gflops == pytest.approx(2 * 256 * 800 * 4 / 1000)
     assert kind.templates == builtin_kinds()["npu"].templates

@@ -30,11 +30,15 @@ def _render(template: str, kernel: Kernel, fn: str, extra_dirs, device, origin: 
     inner = params.pop("inner_kernel", None)
     if inner is not None:  # a kernel around another one (float16 storage around a float32 kernel)
         params["inner_source"] = kernel_definition(inner, f"{fn}_f32", extra_dirs, device, origin)
+    # a template that renders the kernel's own (whichever variant it took) inside a function of its
+    # own: a QLinearConv doing its residual QLinearAdd (hetgen/ops/qlinear.py with_quantized_residual)
+    wrapper = params.pop("wrapper_template", None)
     return render(
         template,
         extra_dirs,
         origin=origin,
         kernel_template=kernel.template,
+        entry_template=wrapper or kernel.template,
         fn=fn,
         scratch_bytes=kernel.scratch_bytes,
         device=dict(device or {}),

@@ -175,6 +175,7 @@ def graph_tables(steps, names: Mapping[str, str] | None = None) -> tuple[list[di
 ENGINE_C = {Engine.MAC_ARRAY: "HG_SIM_MAC_ARRAY", Engine.VECTOR: "HG_SIM_VECTOR", Engine.DMA: "HG_SIM_DMA"}
 ENGINE_C[Engine.MAC_ARRAY_INT8] = "HG_SIM_MAC_ARRAY_INT8"
 ENGINE_C[Engine.MAC_ARRAY_RESIDUAL] = "HG_SIM_MAC_ARRAY_RESIDUAL"
+ENGINE_C[Engine.MAC_ARRAY_INT8_RESIDUAL] = "HG_SIM_MAC_ARRAY_INT8_RESIDUAL"
 ENGINE_C[Engine.MOVE] = "HG_SIM_MOVE"
 
 

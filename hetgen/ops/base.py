@@ -151,6 +151,28 @@ class IntegerMac:
 
 
 @dataclass(frozen=True)
+class ResidualAdd:
+    """A residual Add the operator's kernel can do in its epilogue (hetgen/spec/patterns.py forms the
+    unit): the operator of that Add, and the input the kernel reads the Add's other operand from.
+    A quantized Add's other operand comes with its scale and zero point, then the sum's scale and
+    zero point (`QUANTIZED_OPERANDS` inputs in all, from `input` on)."""
+
+    add: str  # "Add" (after a Conv) or "QLinearAdd" (after a QLinearConv)
+    input: int  # after the operator's own inputs (omitted optional ones read as "")
+
+    QUANTIZED_OPERANDS = 5  # the residual, its scale and zero point, the sum's scale and zero point
+
+    @property
+    def quantized(self) -> bool:
+        return self.add != "Add"
+
+    @property
+    def operands(self) -> int:
+        """How many inputs the fused kernel reads from `input` on."""
+        return self.QUANTIZED_OPERANDS if self.quantized else 1
+
+
+@dataclass(frozen=True)
 class InputRoles:
     """What an integer model input may hold when it reaches this operator (hetgen/runtime/inputs.py
     keeps seeded random inputs valid)."""
@@ -197,6 +219,7 @@ class OpDef:
     # and the cost model prices it as nothing (hetgen/spec/alias.py).
     alias: bool = False
     integer_mac: IntegerMac | None = None  # an int8 product on the MAC array (hetgen/spec/work.py, invocation.py)
+    residual: ResidualAdd | None = None  # a residual Add its kernel may fuse (hetgen/spec/patterns.py)
     work: WorkRule = WorkRule.VECTOR  # the device model's shape of one call
     tiling: Tiling = Tiling.WHOLE  # how the device model may tile it
     input_roles: InputRoles = NO_ROLES

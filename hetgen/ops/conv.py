@@ -35,7 +35,7 @@ from hetgen.ops import _conv_planes, _conv_small, _gemm_plan, _in_place, _parall
 from hetgen.ops._activation import Epilogue
 from hetgen.ops._common import input_arg_count, require_float32, total_bytes
 from hetgen.ops._spatial import conv_geometry
-from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
+from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, ResidualAdd, Tiling, Unsupported, WorkRule
 from hetgen.ops.registers import FILES
 
 # The direct loop sums all taps of a row in one expression up to this kernel width.
@@ -398,4 +398,14 @@ def weight_panels(w: np.ndarray, groups: int) -> np.ndarray:
     return np.concatenate([_gemm_plan.a_panels(matrix) for matrix in per_group])
 
 
-DEFS = (OpDef("Conv", lower, fusable_epilogue=True, weight_input=1, work=WorkRule.CONV, tiling=Tiling.WINDOW),)
+DEFS = (
+    OpDef(
+        "Conv",
+        lower,
+        fusable_epilogue=True,
+        weight_input=1,
+        work=WorkRule.CONV,
+        tiling=Tiling.WINDOW,
+        residual=ResidualAdd("Add", 3),  # x, w, bias or "", then the residual
+    ),
+)

@@ -20,25 +20,13 @@ import numpy as np
 from hetgen.ops._activation import DEFAULTS, activation_c
 from hetgen.ops._common import c_float, input_arg_count, total_bytes
 from hetgen.ops._elementwise import Operand, elementwise_kernel
+from hetgen.ops._qadd import constant_scalar as _constant_scalar
+from hetgen.ops._qadd import dequantized, quantized_result
 from hetgen.ops._spatial import window
 from hetgen.ops.base import Epilogue, Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported, WorkRule
 from hetgen.ops.pool import axis_tables
 from hetgen.ops.qlinear import output_clamp
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
-
-
-def _constant_scalar(op: OpInstance, index: int, what: str, dtype=None):
-    value = op.constant(index) if op.has_input(index) else (np.zeros((), dtype) if dtype is not None else None)
-    if value is None or value.size != 1:
-        raise Unsupported(f"{op.node.op} {what} must be a compile-time constant scalar")
-    return value.reshape(-1)[0]
-
-
-def _dequantized(op: OpInstance, q: int, var: str) -> str:
-    """The C expression of operand `q` dequantized, as DequantizeLinear computes it."""
-    scale = np.float32(_constant_scalar(op, q + 1, "scale"))
-    zero_point = int(_constant_scalar(op, q + 2, "zero point", op.input_types[q].dtype.numpy))
-    return f"(float)((int32_t){var} - {zero_point}) * {c_float(scale)}"
 
 
 def lower_binary(op: OpInstance) -> Kernel:
@@ -47,11 +35,8 @@ def lower_binary(op: OpInstance) -> Kernel:
         if tensor_type.dtype not in QUANTIZED:
             raise Unsupported(f"{op.node.op} on {tensor_type.dtype.label}; accepted: int8, uint8")
     symbol = "+" if op.node.op == "QLinearAdd" else "*"
-    y_scale = np.float32(_constant_scalar(op, 6, "output scale"))
-    y_zero_point = int(_constant_scalar(op, 7, "output zero point", y_type.dtype.numpy))
-    qmin, qmax = output_clamp(op, y_type.dtype)
-    value = f"({_dequantized(op, 0, 'a')} {symbol} {_dequantized(op, 3, 'b')}) / {c_float(y_scale)}"
-    expression = f"({y_type.dtype.c_type})hg_quantize_scaled({value}, {y_zero_point}, {qmin}, {qmax})"
+    a, b = dequantized(op, "a", a_type, 1, 2, "A"), dequantized(op, "b", b_type, 4, 5, "B")
+    expression = quantized_result(op, f"{a} {symbol} {b}", y_type, 6, 7, output_clamp(op, y_type.dtype))
     return elementwise_kernel(
         [Operand("a", 0, a_type), Operand("b", 3, b_type)],
         y_type,

@@ -25,14 +25,16 @@ row where A has fewer; qmatmul_packed.c.j2).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from hetgen.ir import DType, TensorType
 from hetgen.ops import qpack
 from hetgen.ops._common import input_arg_count, total_bytes
+from hetgen.ops._qadd import dequantized, quantized_result
 from hetgen.ops._spatial import conv_geometry
-from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Prepacked, Tiling, Unsupported
+from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Prepacked, ResidualAdd, Tiling, Unsupported
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
@@ -472,8 +474,39 @@ def _packable(op: OpInstance, x_type: TensorType, w: int, w_zp: int | None, requ
 
 def lower_qlinear_conv(op: OpInstance) -> Kernel:
     out_channels = op.input_types[3].shape[0]
-    requant = _requant(op, op.output_types[0], 1, 4, 6, 7, out_channels)
-    return lower_conv(op, 0, 3, 2, 5, requant)
+    residual = op.has_input(QLINEAR_CONV_RESIDUAL.input)
+    # with a residual QLinearAdd fused, the Add's activations clamp the sum, not the Conv's output
+    conv = replace(op, epilogue=()) if residual else op
+    requant = _requant(conv, op.output_types[0], 1, 4, 6, 7, out_channels)
+    kernel = lower_conv(conv, 0, 3, 2, 5, requant)
+    return with_quantized_residual(kernel, op) if residual else kernel
+
+
+def with_quantized_residual(kernel: Kernel, op: OpInstance) -> Kernel:
+    """The QLinearConv `kernel` doing its residual QLinearAdd too (hetgen/spec/patterns.py): after the
+    convolution has stored its requantized outputs, each is added to the residual's element as the
+    QLinearAdd kernel adds them (hetgen/ops/_qadd.py, the same expression) and stored in place, so
+    the fused unit computes the two kernels' bits. Inputs from `QLINEAR_CONV_RESIDUAL.input`: the
+    residual, its scale and zero point, the sum's scale and zero point."""
+    r = QLINEAR_CONV_RESIDUAL.input
+    y_type, r_type = op.output_types[0], op.input_types[r]
+    if r_type.dtype is not y_type.dtype or tuple(r_type.shape) != tuple(y_type.shape):
+        raise Unsupported(f"QLinearConv residual of {r_type}; accepted: {y_type}")
+    a = dequantized(op, "a", y_type, 6, 7, "output")
+    b = dequantized(op, "b", r_type, r + 1, r + 2, "residual")
+    view = {
+        "arg": r,
+        "ctype": r_type.dtype.c_type,
+        "count": y_type.size,
+        "out_index": input_arg_count(op),
+        "sum": quantized_result(op, f"{a} + {b}", y_type, r + 3, r + 4, output_clamp(op, y_type.dtype)),
+    }
+    return replace(
+        kernel,
+        params={**kernel.params, "quantized_residual": view, "wrapper_template": "kernels/qconv_residual.c.j2"},
+        flops=kernel.flops + 6 * y_type.size,  # as QLinearAdd counts its elements
+        bytes_accessed=kernel.bytes_accessed + r_type.nbytes,
+    )
 
 
 def lower_conv_integer(op: OpInstance) -> Kernel:
@@ -598,6 +631,7 @@ QLINEAR_CONV_MAC = IntegerMac("Conv", 0, 3, per_channel=(4, 5, 8))  # w_scale, w
 CONV_INTEGER_MAC = IntegerMac("Conv", 0, 1, per_channel=(3,))  # w_zero_point
 QLINEAR_MATMUL_MAC = IntegerMac("MatMul", 0, 3, per_channel=(4, 5), per_row=(2,))  # b_scale, b_zp; a_zp
 MATMUL_INTEGER_MAC = IntegerMac("MatMul", 0, 1, per_channel=(3,), per_row=(2,))  # b_zp; a_zp
+QLINEAR_CONV_RESIDUAL = ResidualAdd("QLinearAdd", 9)  # its 9 inputs, then the residual's 5
 
 DEFS = (
     OpDef(
@@ -608,6 +642,7 @@ DEFS = (
         integer_mac=QLINEAR_CONV_MAC,
         tiling=Tiling.WINDOW,
         float16_boundary=False,
+        residual=QLINEAR_CONV_RESIDUAL,
     ),
     OpDef(
         "ConvInteger",

@@ -45,7 +45,7 @@ class TableUnit:
     nodes: tuple[int, ...]  # graph order
     ops: tuple[str, ...]  # its operators, head first (what a chain's steps match)
     kind: str | None  # None: one operator; else the table's unit kind (EPILOGUE, attention, conv_residual)
-    lowered: bool  # its C kernel lowered: a controller can run it
+    lowered: bool  # a controller can run it: its C kernel lowered (and a pattern unit's `controllers`)
 
 
 @dataclass(frozen=True)

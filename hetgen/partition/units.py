@@ -72,7 +72,11 @@ def placed_patterns(
     found = (
         (group.target in controllers, kernels.fused(group.nodes)) for group in placement.groups if len(group.nodes) > 1
     )
-    return tuple(p for on_controller, p in found if p is not None and (on_controller or p.residual is not None))
+    return tuple(
+        p
+        for on_controller, p in found
+        if p is not None and (p.controllers if on_controller else p.residual is not None)
+    )
 
 
 def placement_groups(placement: Placement) -> dict[str, int]:

@@ -24,8 +24,11 @@ ANY_OP = "*"
 # The kernel table's multi-operator unit kinds a pattern names with `unit:` (what each fuses).
 NAMED_UNITS = {
     "attention": "MatMul, scale, mask, Softmax and MatMul with the Transposes around them, as one kernel",
-    "conv_residual": "a Conv whose epilogue adds a residual tensor (its Add) and the Add's activations",
+    "conv_residual": "a Conv (or QLinearConv) whose epilogue adds a residual tensor (its Add, or QLinearAdd) and the "
+    "Add's activations",
 }
+# a conv_residual unit's int8 form (hetgen/spec/patterns.py), as a pattern's chain starts
+RESIDUAL_QUANTIZED_HEADS = [(("QLinearConv",), False), (("QLinearAdd",), False)]
 CONTROLLER_UNITS = ("attention",)  # no tiling (hetgen/spec/tiling.py): only a controller runs them
 EPILOGUE_HEADS = tuple(sorted(op for op, definition in OPS.items() if definition.fusable_epilogue))
 ACTIVATIONS = tuple(sorted(FUSABLE_ACTIVATIONS))
@@ -48,11 +51,9 @@ def chain_problem(chain: Sequence[PatternStep], unit: str | None = None) -> str 
     if unit == "conv_residual":
         if not chain:
             return None
-        if len(chain) < 2 or [(step.ops, step.optional) for step in chain[:2]] != [
-            (("Conv",), False),
-            (("Add",), False),
-        ]:
-            return "a conv_residual unit is Conv, Add, then the Add's activations"
+        heads = [(step.ops, step.optional) for step in chain[:2]]
+        if len(chain) < 2 or heads not in ([(("Conv",), False), (("Add",), False)], RESIDUAL_QUANTIZED_HEADS):
+            return "a conv_residual unit is Conv, Add (or QLinearConv, QLinearAdd), then the Add's activations"
         return _activations_problem(chain[2:])
     if len(chain) <= 1:
         return None

@@ -47,7 +47,12 @@ from hetgen.spec.work import Engine, Linear, depth_factor, instance_work
 
 __all__ = ["CascadeCommand", "CascadeProgram", "Kind", "cascade_program", "program_us"]
 
-_MAC_ENGINES = (Engine.MAC_ARRAY, Engine.MAC_ARRAY_INT8, Engine.MAC_ARRAY_RESIDUAL)
+_MAC_ENGINES = (
+    Engine.MAC_ARRAY,
+    Engine.MAC_ARRAY_INT8,
+    Engine.MAC_ARRAY_RESIDUAL,
+    Engine.MAC_ARRAY_INT8_RESIDUAL,
+)
 
 
 class Kind(enum.Enum):
@@ -301,7 +306,7 @@ def program_us(
             compute *= depth_factor(work, rates.mac_depth_block)  # channels in the array's depth blocks
         elif work.engine is Engine.VECTOR and rates.us_per_vector_tap:  # the vector unit at its own rate
             compute = work.batch * work.m * work.k * rates.us_per_vector_tap
-        if work.engine is Engine.MAC_ARRAY_RESIDUAL:
+        if work.engine in (Engine.MAC_ARRAY_RESIDUAL, Engine.MAC_ARRAY_INT8_RESIDUAL):
             compute += outputs * rates.us_per_vector_element
         stage = outputs * rates.us_per_output_element if mac else 0.0
         kernel_us.append(max(compute, work.bytes * rates.us_per_local_byte, stage))

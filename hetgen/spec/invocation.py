@@ -126,9 +126,9 @@ def weight_load_bytes(nodes: Sequence[Node], graph: Graph, target: Target, kerne
 
 
 def residual_load_bytes(plan: TilePlan, chain: Sequence[Node], kernels: KernelTable) -> int:
-    """Bytes a residual unit's tiles DMA of its residual (its kernel's last input; 0 for other units)."""
+    """Bytes a residual unit's tiles DMA of its residual (0 for other units)."""
     pattern = residual_unit(chain, kernels)
     if pattern is None:
         return 0
-    operand = len(pattern.inputs) - 1  # x, w, bias or "", the residual (it may also be x: by position)
+    operand = pattern.residual_operand
     return sum(plan.block_of(c).nbytes for c in plan.commands if c.action is Action.LOAD and c.operand == operand)

@@ -8,6 +8,11 @@ kernel when placement puts all of their nodes there together, as one group.
   constant. The Conv's kernel reads `other` as an extra input (its fourth, after an omitted bias if
   need be) and adds it in its epilogue, before the activations, so the sum is written once. An Add
   whose two inputs are both such Convs is claimed once, by the first in graph order.
+  Its int8 form is QLinearConv → QLinearAdd(other): `other` and the Conv's output of one int8 or
+  uint8 type, and every scale and zero point of the Add (and the Conv's output ones) constant
+  scalars; the kernel reads `other`, its scale and zero point and the sum's after its 9 inputs and
+  does what the QLinearAdd does to the Conv's requantized output (the operator's `residual` trait
+  says which Add and where: hetgen/ops/base.py `ResidualAdd`).
 
 Each pattern gets its `KernelSpec` like any unit (`pattern_specs`), so the cost model prices a group
 that is exactly a pattern's nodes as that one kernel (one launch, its own work and scratch), and
@@ -47,6 +52,11 @@ class FusedPattern:
     inputs: tuple[str, ...]  # the kernel's inputs
     attention: attention.AttentionSpec | None = None
     residual: str | None = None  # the tensor a residual unit adds (its Add's other input)
+    # A controller may run it as its one kernel. Not a quantized residual unit: its kernel adds in a
+    # second pass over the stored outputs (hetgen/ops/qlinear.py), which on a CPU saves nothing the
+    # separate, vectorised QLinearAdd kernel does not; on a tiled accelerator it saves the Add's
+    # launch and a round trip of the Conv's output, and keeps the block's layers in one cascade.
+    controllers: bool = True
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -55,6 +65,13 @@ class FusedPattern:
     @property
     def head(self) -> Node:
         return self.nodes[0]
+
+    @property
+    def residual_operand(self) -> int | None:
+        """The kernel input a residual unit reads its residual from (by position: it may also be x)."""
+        if self.residual is None:
+            return None
+        return op_def(self.head.op, self.head.opset).residual.input
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -103,28 +120,47 @@ def attention_patterns(graph: Graph) -> list[FusedPattern]:
 
 
 def residual_patterns(graph: Graph, chains: Mapping[str, tuple[tuple[str, Epilogue], ...]]) -> list[FusedPattern]:
-    """Conv → Add(other) → the Add's activations (its fusion chain), each Add claimed once."""
+    """Conv → Add(other) → the Add's activations (its fusion chain), each Add claimed once; and
+    their int8 form, QLinearConv → QLinearAdd."""
     consumers = graph.consumers()
     outputs = set(graph.outputs)
     by_name = {node.name: node for node in graph.nodes}
     patterns, claimed = [], set()
     for conv in graph.nodes:
-        if conv.op != "Conv" or len(conv.outputs) != 1 or conv.outputs[0] in outputs:
+        definition = op_def(conv.op, conv.opset)
+        fused = definition.residual if definition is not None else None
+        if fused is None or len(conv.outputs) != 1 or conv.outputs[0] in outputs:
             continue
         readers = consumers.get(conv.outputs[0], [])
         if len(readers) != 1 or readers[0].name in claimed:
             continue
         add = readers[0]
-        other = residual_input(conv, add, graph)
-        if other is None:
+        operands = residual_operands(conv, add, graph)
+        if operands is None:
             continue
         claimed.add(add.name)
         chain = chains.get(add.name, ())
         nodes = (conv, add, *(by_name[name] for name, _ in chain))
-        bias = conv.inputs[2] if len(conv.inputs) > 2 else ""
-        inputs = (*conv.inputs[:2], bias, other)
-        patterns.append(FusedPattern(RESIDUAL, nodes, tuple(e for _, e in chain), inputs, residual=other))
+        own = (*conv.inputs[: fused.input], *("",) * (fused.input - len(conv.inputs)))  # omitted ones as ""
+        inputs = (*own, *operands)
+        epilogue = tuple(e for _, e in chain)
+        controllers = not fused.quantized
+        patterns.append(FusedPattern(RESIDUAL, nodes, epilogue, inputs, residual=operands[0], controllers=controllers))
     return patterns
+
+
+def residual_operands(conv: Node, add: Node, graph: Graph) -> tuple[str, ...] | None:
+    """The inputs a Conv's kernel reads (after its own) to do its reader `add` itself, the residual
+    first: the Add's other operand; for a QLinearAdd also that operand's scale and zero point and
+    the sum's. None when the kernel cannot do that Add."""
+    definition = op_def(conv.op, conv.opset)
+    fused = definition.residual if definition is not None else None
+    if fused is None or add.op != fused.add:
+        return None
+    if not fused.quantized:
+        other = residual_input(conv, add, graph)
+        return None if other is None else (other,)
+    return _quantized_residual(conv, add, graph)
 
 
 def residual_input(conv: Node, add: Node, graph: Graph) -> str | None:
@@ -140,6 +176,36 @@ def residual_input(conv: Node, add: Node, graph: Graph) -> str | None:
     if len(shapes) != 1 or dtypes != {DType.FLOAT32}:
         return None
     return other
+
+
+QLINEAR_ADD_OPERANDS = ((0, 1, 2), (3, 4, 5))  # QLinearAdd's (value, scale, zero point) of A and B
+QLINEAR_ADD_SUM = (6, 7)  # and the sum's scale and zero point
+QLINEAR_CONV_OUTPUT = (6, 7)  # QLinearConv's output scale and zero point
+
+
+def _quantized_residual(conv: Node, add: Node, graph: Graph) -> tuple[str, ...] | None:
+    """QLinearAdd's other operand with its scale and zero point, and the sum's scale and zero point,
+    where the QLinearConv's kernel can requantize and add in place: one int8 or uint8 type and one
+    shape for the operand, the Conv's output and the sum, and every scale and zero point involved
+    a constant scalar (the kernel's sum is baked with them, as the QLinearAdd kernel's is)."""
+    if len(add.inputs) != 8 or len(conv.inputs) < 8:
+        return None
+    sides = [side for side in QLINEAR_ADD_OPERANDS if add.inputs[side[0]] == conv.outputs[0]]
+    if len(sides) != 1:  # the Conv's output on both sides: an x + x, no residual to read
+        return None
+    (other,) = [side for side in QLINEAR_ADD_OPERANDS if side != sides[0]]
+    operands = (*(add.inputs[i] for i in other), *(add.inputs[i] for i in QLINEAR_ADD_SUM))
+    names = (operands[0], conv.outputs[0], add.outputs[0])
+    if any(name not in graph.types for name in names) or operands[0] in graph.constants:
+        return None
+    if len({graph.types[name].shape for name in names}) != 1:
+        return None
+    if {graph.types[name].dtype for name in names} not in ({DType.INT8}, {DType.UINT8}):
+        return None
+    scalars = (*operands[1:], *(conv.inputs[i] for i in QLINEAR_CONV_OUTPUT))
+    if not all(name in graph.constants and graph.constants[name].size == 1 for name in scalars):
+        return None
+    return operands
 
 
 def residual_waits(pattern: FusedPattern, place: str, place_of_tensor: Mapping[str, str]) -> bool:

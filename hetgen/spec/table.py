@@ -57,9 +57,10 @@ class KernelTable:
         return self.pattern_of.get(frozenset(names)) if self.pattern_of else None
 
     def multi_units(self) -> tuple[tuple[tuple[str, ...], str, bool], ...]:
-        """Every multi-operator unit the table forms, as (node names, unit kind, whether its C kernel
-        lowered): each head's epilogue units (every prefix of its fusion chain, a prefix counted as
-        lowered only when the shorter ones are too), in graph order, then the pattern units
+        """Every multi-operator unit the table forms, as (node names, unit kind, whether a controller
+        may run it: its C kernel lowered, and a pattern unit's `controllers`): each head's epilogue
+        units (every prefix of its fusion chain, a prefix counted as lowered only when the shorter
+        ones are too), in graph order, then the pattern units
         (attention, conv_residual) in the order of their heads. The only multi-operator groups a
         placement may form (hetgen/partition/patterns.py filters them by each target's patterns)."""
         found = []
@@ -72,7 +73,7 @@ class KernelTable:
                     break
                 lowered = lowered and spec.kernel is not None
                 found.append((tuple(names), EPILOGUE, lowered))
-        found.extend((names, pattern.kind, True) for names, pattern in self.patterns.items())
+        found.extend((names, pattern.kind, pattern.controllers) for names, pattern in self.patterns.items())
         return tuple(found)
 
     def tile_plan(self, target_path: str, names: tuple[str, ...]) -> TilePlan | Unfit:

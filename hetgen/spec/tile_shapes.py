@@ -216,7 +216,14 @@ def _one_value_inputs(op: UnitOp, roles: Operands) -> list[int] | None:
 
 
 def op_residual(op: UnitOp) -> int | None:
-    return 3 if has_residual(op) else None
+    """The input a Conv with its residual Add reads the residual from (its operator's `residual`
+    trait: Conv's fourth, QLinearConv's tenth), None for any other unit. The residual's scales and
+    zero points (a quantized one's) are one-value inputs like the others."""
+    definition = op_def(op.node.op)
+    fused = definition.residual if definition is not None else None
+    if fused is None or fused.input >= len(op.inputs) or not op.inputs[fused.input]:
+        return None
+    return fused.input
 
 
 def _scalar_block(op: UnitOp, i: int) -> tuple[Block, TensorType]:
@@ -245,8 +252,8 @@ def window_geometry(op: UnitOp) -> tuple:
 
 
 def has_residual(op: UnitOp) -> bool:
-    """A Conv that adds a residual tensor (its fourth input, the output's shape) to its outputs."""
-    return op.work is WorkRule.CONV and len(op.inputs) > 3 and bool(op.inputs[3])
+    """A Conv (or QLinearConv) that adds a residual tensor (of the output's shape) to its outputs."""
+    return op_residual(op) is not None
 
 
 def _trimmed(blocks: list, types: list) -> tuple[tuple, tuple]:
@@ -316,9 +323,10 @@ def _window_tile(op: UnitOp, n: int, chans: tuple[int, int], rows: tuple[int, in
                 size = op.input_types[i].dtype.itemsize
                 blocks[i] = _block(op.inputs[i], c0 * size, 1, (c1 - c0) * size, 0)
                 types[i] = _t(op.input_types[i].dtype, c1 - c0)
-        if has_residual(op):  # the residual's block is the output's: no halo
-            blocks[3] = replace(y_block, tensor=op.inputs[3])
-            types[3] = y_type
+        residual = op_residual(op)
+        if residual is not None:  # the residual's block is the output's: no halo
+            blocks[residual] = replace(y_block, tensor=op.inputs[residual])
+            types[residual] = replace(y_type, dtype=op.input_types[residual].dtype)
         attrs["group"] = 1 if groups == 1 else (c1 - c0) // cout_g
     for i in one_value:
         blocks[i], types[i] = _scalar_block(op, i)

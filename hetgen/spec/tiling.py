@@ -146,7 +146,12 @@ class TilePlan:
     def mac_products(self) -> tuple[tuple[Product, ...], ...]:
         """Per kernel: the MAC-array product one call computes, as the simulator's work descriptor
         says (hetgen/spec/work.py); () for a kernel of the vector unit."""
-        mac_engines = (Engine.MAC_ARRAY, Engine.MAC_ARRAY_INT8, Engine.MAC_ARRAY_RESIDUAL)
+        mac_engines = (
+            Engine.MAC_ARRAY,
+            Engine.MAC_ARRAY_INT8,
+            Engine.MAC_ARRAY_RESIDUAL,
+            Engine.MAC_ARRAY_INT8_RESIDUAL,
+        )
         found = []
         for kernel in self.kernels:
             work = instance_work(kernel.instance)

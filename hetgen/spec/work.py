@@ -123,15 +123,15 @@ def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) 
         op, x, w = integer.like, integer.x, integer.w
         float_head = Node(head.name, op, (head.inputs[x], head.inputs[w]), head.outputs, head.attrs)
         shaped = shape_work(float_head, [inputs[x], inputs[w]], outputs)
-        return Work(Engine.MAC_ARRAY_INT8, shaped.batch, shaped.m, shaped.n, shaped.k, touched, taps=shaped.taps)
+        engine = Engine.MAC_ARRAY_INT8_RESIDUAL if _adds_residual(definition, head) else Engine.MAC_ARRAY_INT8
+        return Work(engine, shaped.batch, shaped.m, shaped.n, shaped.k, touched, taps=shaped.taps)
     rule = definition.work if definition is not None else WorkRule.VECTOR
     if rule is WorkRule.CONV:
         x, w = inputs[0].shape, inputs[1].shape
         groups = int(head.attr("group", 1))
         out_pixels = math.prod(output.shape[2:])
         depth = (x[1] // groups) * math.prod(w[2:])
-        # a fourth input is a residual the Conv adds to its outputs (hetgen/ops/conv.py)
-        engine = Engine.MAC_ARRAY_RESIDUAL if len(head.inputs) > 3 and head.inputs[3] else Engine.MAC_ARRAY
+        engine = Engine.MAC_ARRAY_RESIDUAL if _adds_residual(definition, head) else Engine.MAC_ARRAY
         taps = math.prod(w[2:]) if groups == 1 else 0  # a depthwise or grouped one: no depth rounding
         return Work(engine, x[0] * groups, out_pixels, w[0] // groups, depth, touched, taps=taps)
     if rule is WorkRule.GEMM:
@@ -149,3 +149,10 @@ def shape_work(head: Node, inputs: list[TensorType], outputs: list[TensorType]) 
     elif rule is WorkRule.GLOBAL:
         taps = math.prod(inputs[0].shape[2:])
     return Work(Engine.VECTOR, 1, output.size, 1, taps, touched)
+
+
+def _adds_residual(definition, head: Node) -> bool:
+    """Whether `head` reads a residual it adds to its outputs (its operator's `residual` trait:
+    a Conv's fourth input, a QLinearConv's tenth; hetgen/spec/patterns.py)."""
+    fused = definition.residual if definition is not None else None
+    return fused is not None and fused.input < len(head.inputs) and bool(head.inputs[fused.input])

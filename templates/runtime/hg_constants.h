@@ -34,6 +34,7 @@ enum hg_sim_engine {
     HG_SIM_MAC_ARRAY_INT8 = 4,
     HG_SIM_MAC_ARRAY_RESIDUAL = 5,
     HG_SIM_MOVE = 6,
+    HG_SIM_MAC_ARRAY_INT8_RESIDUAL = 7,
 };
 
 /* A simulated device, and a co-processor, queue at most this many invocations between two waits. */

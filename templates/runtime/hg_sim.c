@@ -141,6 +141,12 @@ uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *w
                   * hg_sim_steps(work->n, params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols)
                   * hg_sim_mac_depth(params, work);
         break;
+    case HG_SIM_MAC_ARRAY_INT8_RESIDUAL: /* int8 products, then the vector unit adds the residual to every output */
+        compute = work->batch * hg_sim_steps(work->m, params->mac_rows)
+                      * hg_sim_steps(work->n, params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols)
+                      * hg_sim_mac_depth(params, work)
+                  + hg_sim_steps(work->batch * work->m * work->n, params->vector_lanes);
+        break;
     case HG_SIM_VECTOR: /* vector_lanes element-taps per cycle */
         compute = hg_sim_steps(work->batch * work->m * work->k, params->vector_lanes);
         break;
