@@ -11,9 +11,17 @@
    variable: a model's parallel kernels come one after another, microseconds apart, and waking a
    sleeping thread costs tens of microseconds (more on a loaded machine, where the worker then
    arrives after the caller has done all the work). A spinning worker claims its first task at once.
-   The caller likewise spins a while for the last tasks before it sleeps. Past a short first part,
-   the spinning yields the core between checks, so a busy machine that puts the spinning thread on
-   the caller's core loses little. No allocation after the pool starts.
+   While a model run is in flight (hg_threads_run_begin) the workers do not sleep at all, and the
+   run's start wakes a sleeping one. The caller likewise spins a while for the last tasks before it
+   sleeps. Past a short first part, the spinning yields the core between checks. No allocation after
+   the pool starts.
+
+   A worker must not wait on the caller's CPU: there it runs only when the caller is descheduled.
+   The OS puts it there when the caller wakes it (wake-affine) and, with the other CPUs busy, leaves
+   it there; so a call that finds a worker on its own CPU moves it to the process's other CPUs
+   (place_workers). -DHG_THREADS_TRACE compiles in a record of every call (the tasks each thread
+   ran, how soon a worker claimed one, where and in what state the workers were): printed per
+   kernel by benchmarks/bench_kernel_threads.py.
 
    The pool starts on the first call that needs it and runs until hg_threads_shutdown, which stops
    and joins the workers (a library must not be unloaded while they run its code); the next call
@@ -147,6 +155,7 @@ static struct {
     pthread_mutex_t lock; /* guards sleepers and the sleeps on the condition variables */
     pthread_cond_t start, done;
     size_t sleepers;
+    atomic_size_t runs; /* model runs in flight (hg_threads_run_begin): the workers do not sleep */
 #if HG_THREADS_PLACE
     cpu_set_t allowed; /* the CPUs the process may run on when the pool started */
 #endif
@@ -239,39 +248,41 @@ static int stopping(void)
     return atomic_load_explicit(&pool.stop, memory_order_acquire);
 }
 
+static int runs_in_flight(void)
+{
+    return atomic_load_explicit(&pool.runs, memory_order_acquire) != 0;
+}
+
 /* The next call's generation, once there is one (or `seen` once the pool stops): spins first,
-   then sleeps. */
+   then sleeps, but not while a model run is in flight (hg_threads_run_begin). */
 static uint32_t next_generation(size_t thread, uint32_t seen)
 {
     (void)thread;
     TRACE(atomic_int *const state = &seat[thread].state);
-    TRACE(atomic_store_explicit(state, WORKER_SPINNING, memory_order_relaxed));
-    spin_wait wait = {now_us(), 0, 0};
-    do {
-        const uint32_t generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire));
-        if (generation != seen || stopping()) {
-            TRACE(atomic_store_explicit(state, WORKER_RUNNING, memory_order_relaxed));
-            return generation;
-        }
-        TRACE(if (wait.yielding) atomic_store_explicit(state, WORKER_YIELDING, memory_order_relaxed));
+    for (;;) {
+        TRACE(atomic_store_explicit(state, WORKER_SPINNING, memory_order_relaxed));
+        spin_wait wait = {now_us(), 0, 0};
+        do {
+            const uint32_t generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire));
+            if (generation != seen || stopping()) {
+                TRACE(atomic_store_explicit(state, WORKER_RUNNING, memory_order_relaxed));
+                return generation;
+            }
+            TRACE(if (wait.yielding) atomic_store_explicit(state, WORKER_YIELDING, memory_order_relaxed));
 #if HG_THREADS_PLACE
-        atomic_store_explicit(&seat[thread].cpu, sched_getcpu(), memory_order_relaxed);
+            atomic_store_explicit(&seat[thread].cpu, sched_getcpu(), memory_order_relaxed);
 #endif
-    } while (spin_step(&wait));
-    pthread_mutex_lock(&pool.lock);
-    TRACE(atomic_store_explicit(state, WORKER_ASLEEP, memory_order_relaxed));
-    ++pool.sleepers;
-    uint32_t generation;
-    while ((generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire))) == seen &&
-           !stopping())
-        pthread_cond_wait(&pool.start, &pool.lock);
-    --pool.sleepers;
-    pthread_mutex_unlock(&pool.lock);
-    TRACE(atomic_store_explicit(state, WORKER_RUNNING, memory_order_relaxed));
-#if HG_THREADS_PLACE
-    atomic_store_explicit(&seat[thread].cpu, sched_getcpu(), memory_order_relaxed);
-#endif
-    return generation;
+        } while (spin_step(&wait) || runs_in_flight());
+        pthread_mutex_lock(&pool.lock);
+        TRACE(atomic_store_explicit(state, WORKER_ASLEEP, memory_order_relaxed));
+        ++pool.sleepers;
+        /* until a call, the pool's stop, or a run's start (then back to spinning, for its first call) */
+        while (TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire)) == seen && !stopping() &&
+               !runs_in_flight())
+            pthread_cond_wait(&pool.start, &pool.lock);
+        --pool.sleepers;
+        pthread_mutex_unlock(&pool.lock);
+    }
 }
 
 static void *worker_main(void *arg)
@@ -386,6 +397,24 @@ __attribute__((destructor)) static void shutdown_on_unload(void)
     pthread_mutex_unlock(&pool.busy);
 }
 #endif
+
+void hg_threads_run_begin(void)
+{
+    atomic_fetch_add_explicit(&pool.runs, 1, memory_order_seq_cst);
+    if (!atomic_load_explicit(&pool.running, memory_order_acquire) ||
+        atomic_load_explicit(&pool.threads, memory_order_relaxed) == 1)
+        return; /* no worker to wake (the run's first parallel call starts the pool) */
+    /* a worker that checked `runs` under the lock before the increment is asleep by now */
+    pthread_mutex_lock(&pool.lock);
+    if (pool.sleepers)
+        pthread_cond_broadcast(&pool.start);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+void hg_threads_run_end(void)
+{
+    atomic_fetch_sub_explicit(&pool.runs, 1, memory_order_release);
+}
 
 static void run_serially(size_t n, hg_task_fn fn, void *ctx)
 {
