@@ -78,16 +78,54 @@ def instrument(out: Path) -> list[str]:
         raise SystemExit(f"{threads_c}: the pool's call site moved; update bench_kernel_threads.POOL_CALL")
     pool = pool.replace(POOL_CALL, "    hg_bench_pool_total += 1;\n" + POOL_CALL, 1)
     pool = pool.replace("void hg_parallel_for(", "unsigned long hg_bench_pool_total;\nvoid hg_parallel_for(", 1)
-    threads_c.write_text(pool)
+    threads_c.write_text("#define HG_THREADS_TRACE 1\n" + pool)
     run_ninja(out, ("native",))
     return labels
 
 
 CHILD = "child"
+TRACE_THREADS = 8  # hg_threads.c's TRACE_THREADS
 
 
-def child(out: Path, kernels: int, runs: int) -> None:
-    """Runs the instrumented library: one line of per-kernel ns per run, then the last run's pool calls."""
+class TraceRecord(ctypes.Structure):
+    """hg_threads.c's hg_threads_trace_record: one hg_parallel_for call that reached the workers."""
+
+    _fields_ = [
+        ("tasks", ctypes.c_uint32),
+        ("worker_state", ctypes.c_uint32 * TRACE_THREADS),
+        ("ran", ctypes.c_uint32 * TRACE_THREADS),
+        ("cpu", ctypes.c_int32 * TRACE_THREADS),
+        ("moved", ctypes.c_uint32),
+        ("first_claim_ns", ctypes.c_uint64),
+        ("caller_done_ns", ctypes.c_uint64),
+        ("all_done_ns", ctypes.c_uint64),
+    ]
+
+
+def trace_of(library: ctypes.CDLL, threads: int) -> list[dict]:
+    """The pool trace since the last reset, one dict per call, in call order."""
+    records, size = ctypes.POINTER(TraceRecord)(), ctypes.c_size_t()
+    library.hg_threads_trace.restype = ctypes.c_size_t
+    count = library.hg_threads_trace(ctypes.byref(records), ctypes.byref(size))
+    if size.value != ctypes.sizeof(TraceRecord):
+        raise SystemExit("hg_threads.c's trace record changed; update bench_kernel_threads.TraceRecord")
+    return [
+        {
+            "tasks": r.tasks,
+            "states": [r.worker_state[t] for t in range(1, min(threads, TRACE_THREADS))],
+            "ran": [r.ran[t] for t in range(min(threads, TRACE_THREADS))],
+            "same_cpu": sum(r.cpu[t] == r.cpu[0] for t in range(1, min(threads, TRACE_THREADS))),
+            "first_claim_us": r.first_claim_ns / 1e3,
+            "caller_done_us": r.caller_done_ns / 1e3,
+            "all_done_us": r.all_done_ns / 1e3,
+        }
+        for r in records[:count]
+    ]
+
+
+def child(out: Path, kernels: int, runs: int, threads: int) -> None:
+    """Runs the instrumented library: one line of per-kernel ns per run, then the last run's pool
+    calls, then the pool's trace of every measured run (JSON, one list of calls per kernel)."""
     manifest = json.loads((out / "hetgen.json").read_text())
     library = ctypes.CDLL(str(out / "lib" / "libhg_host.so"))
     if library.hg_host_init() != 0:
@@ -101,22 +139,30 @@ def child(out: Path, kernels: int, runs: int) -> None:
     calls = (ctypes.c_double * kernels).in_dll(library, "hg_bench_pool_calls")
     for _ in range(3):  # the pool starts, caches warm
         library.hg_host_run(pointers_in, pointers_out, None)
+    per_kernel: list[list[dict]] = [[] for _ in range(kernels)]
     for _ in range(runs):
         before, calls_before = np.array(times[:]), np.array(calls[:])
+        library.hg_threads_trace_reset()
         library.hg_host_run(pointers_in, pointers_out, None)
         print(" ".join(f"{v:.0f}" for v in np.array(times[:]) - before))
+        trace = iter(trace_of(library, threads))
+        for kernel, count in enumerate(np.array(calls[:]) - calls_before):
+            per_kernel[kernel] += [next(trace) for _ in range(int(count))]
     print(" ".join(f"{v:.0f}" for v in np.array(calls[:]) - calls_before))
+    print(json.dumps(per_kernel))
 
 
-def measure(out: Path, kernels: int, runs: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """(per-run per-kernel us, the pool calls of one run) at `threads`, in a child process (the pool
-    reads HG_THREADS once, when it starts)."""
+def measure(out: Path, kernels: int, runs: int, threads: int) -> tuple[np.ndarray, np.ndarray, list[list[dict]]]:
+    """(per-run per-kernel us, the pool calls of one run, each kernel's pool trace) at `threads`, in a
+    child process (the pool reads HG_THREADS once, when it starts)."""
     environment = {**os.environ, "HG_THREADS": str(threads)}
     environment["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    command = [sys.executable, __file__, CHILD, str(out), str(kernels), str(runs)]
+    command = [sys.executable, __file__, CHILD, str(out), str(kernels), str(runs), str(threads)]
     lines = subprocess.run(command, env=environment, capture_output=True, text=True, check=True).stdout.splitlines()
-    return np.array([[float(v) for v in line.split()] for line in lines[:-1]]) / 1e3, np.array(
-        [float(v) for v in lines[-1].split()]
+    return (
+        np.array([[float(v) for v in line.split()] for line in lines[:-2]]) / 1e3,
+        np.array([float(v) for v in lines[-2].split()]),
+        json.loads(lines[-1]),
     )
 
 
@@ -137,9 +183,45 @@ def report(name: str, labels: list[str], one: np.ndarray, many: np.ndarray, call
         print(f"{fastest_one[i]:9.1f} {fastest_many[i]:9.1f} {calls[i]:5.0f}  {labels[i][:90]}")
 
 
+def report_trace(labels: list[str], one: np.ndarray, trace: list[list[dict]]) -> None:
+    """Per kernel that calls the pool: how its calls went at T threads, over every measured run."""
+    print(
+        f"{'1t us':>9} {'calls':>6} {'tasks':>6} {'worker%':>8} {'none%':>6} {'claim us':>9} {'wait us':>8} {'same':>6}  "
+        f"worker state when called (spinning/yielding/asleep/running %)  kernel"
+    )
+    fastest_one = one.min(axis=0)
+    everything: list[dict] = []
+    for i in np.argsort(-fastest_one):
+        calls = trace[i]
+        if calls:
+            everything += calls
+            print(f"{fastest_one[i]:9.1f} {trace_line(calls, len(one))}  {labels[i][:60]}")
+    if everything:
+        print(f"{'':9} {trace_line(everything, len(one))}  all")
+
+
+def trace_line(calls: list[dict], runs: int) -> str:
+    """calls per run, tasks per call, the share of tasks the workers ran, the share of calls where no
+    worker claimed one, the median time to a worker's first claim, the median time the caller waited
+    for the workers' last tasks, and the workers' states when the calls came."""
+    tasks = sum(c["tasks"] for c in calls)
+    on_workers = sum(sum(c["ran"][1:]) for c in calls)
+    claimed = [c["first_claim_us"] for c in calls if c["first_claim_us"] > 0]
+    waits = [c["all_done_us"] - c["caller_done_us"] for c in calls]
+    states = [s for c in calls for s in c["states"]]
+    same_cpu = sum(c["same_cpu"] for c in calls)
+    shares = "/".join(f"{100 * states.count(k) / max(len(states), 1):.0f}" for k in (1, 2, 3, 0))
+    return (
+        f"{len(calls) / runs:6.0f} {tasks / len(calls):6.1f} {100 * on_workers / max(tasks, 1):7.0f}% "
+        f"{100 * (len(calls) - len(claimed)) / len(calls):5.0f}% "
+        f"{np.median(claimed) if claimed else float('nan'):9.1f} {np.median(waits):8.1f} "
+        f"{100 * same_cpu / max(len(states), 1):5.0f}%  {shares:>20}"
+    )
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == CHILD:
-        child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="squeezenet@224,ds_cnn", help=f"from {', '.join(BENCH_MODELS)}")
@@ -157,9 +239,10 @@ def main() -> int:
             onnx.save(BENCH_MODELS[name](), path)
             out = hetgen.compile("host", path, out=Path(tmp) / path.stem, native_only=True)
             labels = instrument(out)
-            one, _ = measure(out, len(labels), args.runs, 1)
-            many, calls = measure(out, len(labels), args.runs, args.threads)
+            one, _, _ = measure(out, len(labels), args.runs, 1)
+            many, calls, trace = measure(out, len(labels), args.runs, args.threads)
             report(name, labels, one, many, calls, args.threads)
+            report_trace(labels, one, trace)
     print(f"load average {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -206,3 +206,110 @@ def test_pool_is_clean_under_thread_sanitizer(tmp_path, monkeypatch):
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "ThreadSanitizer" not in result.stderr, result.stderr[-4000:]
     assert result.stdout.strip() == "ok"
+
+
+TRACE_DRIVER = r"""
+#define HG_THREADS_TRACE 1
+#include "hg_threads.c" /* its statics too: the trace records, the workers' seats */
+
+#define WAIT_S 10 /* bounded waits: only a worker that never runs fails them */
+
+static atomic_int runs_on[64], caller_busy;
+
+static int wait_for(int (*done)(void))
+{
+    const uint64_t until = now_us() + WAIT_S * 1000000u;
+    while (!done())
+        if (now_us() > until)
+            return 0;
+    return 1;
+}
+
+static int second_task_ran(void) { return atomic_load(&runs_on[1]) != 0; }
+
+/* Task 0 holds its thread until task 1 has run: the other thread must have claimed it. */
+static void pair_task(void *ctx, size_t task, void *scratch)
+{
+    (void)ctx, (void)scratch;
+    atomic_fetch_add(&runs_on[task], 1);
+    if (task == 0 && !wait_for(second_task_ran))
+        atomic_store(&caller_busy, 1);
+}
+
+static void count_task(void *ctx, size_t task, void *scratch)
+{
+    (void)scratch;
+    atomic_fetch_add(&((atomic_int *)ctx)[task], 1);
+}
+
+static int worker_awake(void) { return atomic_load(&seat[1].state) != WORKER_ASLEEP; }
+static int worker_asleep(void) { return atomic_load(&seat[1].state) == WORKER_ASLEEP; }
+
+int main(void)
+{
+    setenv("HG_THREADS", "2", 1);
+    hg_parallel_for(2, pair_task, NULL);
+    if (atomic_load(&caller_busy) || runs_on[0] != 1 || runs_on[1] != 1)
+        return 10; /* no second thread ran beside the first */
+    hg_threads_trace_reset();
+    for (int call = 0; call < 200; ++call) {
+        atomic_int counts[8] = {0};
+        hg_parallel_for(8, count_task, counts);
+        for (int t = 0; t < 8; ++t)
+            if (counts[t] != 1)
+                return 11; /* a task ran twice, or not at all */
+    }
+    const hg_threads_trace_record *records;
+    size_t bytes;
+    if (hg_threads_trace(&records, &bytes) != 200 || bytes != sizeof *records)
+        return 12;
+    const int cpus = CPU_COUNT(&pool.allowed);
+    for (size_t i = 0; i < 200; ++i) {
+        const hg_threads_trace_record *r = &records[i];
+        if (r->tasks != 8 || r->ran[0] + r->ran[1] != 8 || r->all_done_ns < r->caller_done_ns)
+            return 13;
+        if ((r->ran[1] != 0) != (r->first_claim_ns != 0))
+            return 14;
+        /* a worker seen on the caller's CPU is moved off it, where there is another CPU */
+        if (cpus > 1 && r->cpu[1] == r->cpu[0] && r->moved != 1)
+            return 15;
+    }
+    /* while a run is in flight the worker does not sleep, however long between calls */
+    if (!wait_for(worker_asleep))
+        return 16;
+    hg_threads_run_begin();
+    if (!wait_for(worker_awake))
+        return 17;
+    const struct timespec pause = {0, 20 * HG_THREADS_SPIN_US * 1000};
+    nanosleep(&pause, NULL);
+    if (!worker_awake())
+        return 18;
+    hg_threads_run_end();
+    if (!wait_for(worker_asleep))
+        return 19;
+    hg_threads_shutdown();
+    puts("ok");
+    return 0;
+}
+"""
+
+
+@pytest.mark.cc
+def test_pool_trace_records_every_call_and_workers_stay_up_for_a_run(tmp_path):
+    """The pool's trace (-DHG_THREADS_TRACE, read by benchmarks/bench_kernel_threads.py) compiles
+    warning-free and clean under ThreadSanitizer, and shows what the pool promises: a second thread
+    runs a task beside the caller's; each call's tasks run once each, between the two threads; a
+    worker found on the caller's CPU is moved off it; and a worker does not sleep while a run is in
+    flight (hg_threads_run_begin), and does after it."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed")
+    runtime = Path(hetgen.__file__).parent.parent / "templates" / "runtime"
+    (tmp_path / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 1\n")
+    (tmp_path / "driver.c").write_text(TRACE_DRIVER)
+    exe = tmp_path / "driver"
+    command = ["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fsanitize=thread"]
+    command += ["-I", str(tmp_path), "-I", str(runtime), str(tmp_path / "driver.c")]
+    subprocess.run(command + ["-pthread", "-o", str(exe)], check=True)
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "ThreadSanitizer" not in result.stderr, (result.returncode, result.stderr[-4000:])
+    assert result.stdout.strip() == "ok"

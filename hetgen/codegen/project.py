@@ -52,7 +52,8 @@ FRAMES_FILES = {"hg_frames.c", "hg_frames.h"}
 HEADERS_WHERE_USED = {"hg_coproc.h", "hg_frames.h"}
 RUNTIME_VERSION = 2
 # Runtime sources that another runtime source calls: the GEMM splits its work over the worker pool.
-RUNTIME_NEEDS = {"hg_gemm.c": ("hg_threads.c",)}
+POOL_SOURCE = "hg_threads.c"
+RUNTIME_NEEDS = {"hg_gemm.c": (POOL_SOURCE,)}
 
 
 # hg_device_stats (hg_constants.h, generated from hetgen/abi.py), field by field in order.
@@ -282,6 +283,8 @@ def generate(
     needed |= {extra for name, extras in RUNTIME_NEEDS.items() if name in needed for extra in extras}
     for program in lowered.programs:
         needed |= ROLE_FILES.get(program.role, set())
+    if lowered.root.pool:  # the root's `_run` keeps the workers up for the run (hg_threads.h)
+        needed.add(POOL_SOURCE)
     if frame_depth:  # the root's `_run_frames` drives each device from a worker thread
         needed |= FRAMES_FILES
     board_only = set(RUNTIME_SOURCES) if remote else set()

@@ -11,14 +11,28 @@
    variable: a model's parallel kernels come one after another, microseconds apart, and waking a
    sleeping thread costs tens of microseconds (more on a loaded machine, where the worker then
    arrives after the caller has done all the work). A spinning worker claims its first task at once.
-   The caller likewise spins a while for the last tasks before it sleeps. Past a short first part,
-   the spinning yields the core between checks, so a busy machine that puts the spinning thread on
-   the caller's core loses little. No allocation after the pool starts.
+   While a model run is in flight (hg_threads_run_begin) the workers do not sleep at all, and the
+   run's start wakes a sleeping one. The caller likewise spins a while for the last tasks before it
+   sleeps. Past a short first part, the spinning yields the core between checks. No allocation after
+   the pool starts.
+
+   A worker must not wait on the caller's CPU: there it runs only when the caller is descheduled.
+   The OS puts it there when the caller wakes it (wake-affine) and, with the other CPUs busy, leaves
+   it there; so a call that finds a worker on its own CPU moves it to the process's other CPUs
+   (place_workers). -DHG_THREADS_TRACE compiles in a record of every call (the tasks each thread
+   ran, how soon a worker claimed one, where and in what state the workers were): printed per
+   kernel by benchmarks/bench_kernel_threads.py.
 
    The pool starts on the first call that needs it and runs until hg_threads_shutdown, which stops
    and joins the workers (a library must not be unloaded while they run its code); the next call
    starts it again. A destructor does the same when the library is unloaded (dlclose) or the
    process exits, unless a call holds the pool then. */
+#if defined(__linux__)
+#define _GNU_SOURCE /* sched_getcpu, pthread_setaffinity_np */
+#define HG_THREADS_PLACE 1
+#else
+#define HG_THREADS_PLACE 0
+#endif
 #define _POSIX_C_SOURCE 200809L
 #include "hg_threads.h"
 
@@ -57,6 +71,75 @@
 #define TICKET_N(t) ((size_t)(((t) >> 16) & 0xffffu))
 #define TICKET_NEXT(t) ((size_t)((t) & 0xffffu))
 
+/* Worker states, published for the trace: what a worker was doing when a call came. */
+enum { WORKER_RUNNING, WORKER_SPINNING, WORKER_YIELDING, WORKER_ASLEEP };
+
+#ifdef HG_THREADS_TRACE
+/* Compiled in with -DHG_THREADS_TRACE (benchmarks/bench_kernel_threads.py does): one record per
+   hg_parallel_for call that reached the workers, read back through hg_threads_trace (declared
+   there, not in hg_threads.h: nothing else links against it). */
+#define TRACE_RECORDS 16384u
+#define TRACE_THREADS 8u
+typedef struct {
+    uint32_t tasks;                 /* the call's task count */
+    uint32_t worker_state[TRACE_THREADS]; /* each worker's state when the call was published */
+    uint32_t ran[TRACE_THREADS];    /* tasks each thread ran (0: the caller) */
+    int32_t cpu[TRACE_THREADS];     /* the CPU each thread last ran on when the call came */
+    uint32_t moved;                 /* workers moved off the caller's CPU (place_workers) */
+    uint64_t first_claim_ns;        /* publish -> a worker's first claim (0: no worker claimed one) */
+    uint64_t caller_done_ns;        /* publish -> the caller found no task left */
+    uint64_t all_done_ns;           /* publish -> the last task finished */
+} hg_threads_trace_record;
+static hg_threads_trace_record trace_records[TRACE_RECORDS];
+static atomic_size_t trace_count;
+static uint64_t trace_publish_ns;
+
+static uint64_t trace_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+size_t hg_threads_trace(const hg_threads_trace_record **records, size_t *record_bytes);
+size_t hg_threads_trace(const hg_threads_trace_record **records, size_t *record_bytes)
+{
+    *records = trace_records;
+    *record_bytes = sizeof(hg_threads_trace_record);
+    const size_t count = atomic_load_explicit(&trace_count, memory_order_acquire);
+    return count < TRACE_RECORDS ? count : TRACE_RECORDS;
+}
+
+void hg_threads_trace_reset(void);
+void hg_threads_trace_reset(void)
+{
+    atomic_store_explicit(&trace_count, 0, memory_order_release);
+}
+
+static hg_threads_trace_record *trace_current(void)
+{
+    const size_t index = atomic_load_explicit(&trace_count, memory_order_relaxed);
+    return index < TRACE_RECORDS ? &trace_records[index] : NULL;
+}
+
+/* A claim by `thread` of the current call's task. */
+static void trace_claim(size_t thread, int first)
+{
+    hg_threads_trace_record *record = trace_current();
+    if (record == NULL || thread >= TRACE_THREADS)
+        return;
+    __atomic_fetch_add(&record->ran[thread], 1u, __ATOMIC_RELAXED);
+    if (first && thread != 0) {
+        uint64_t none = 0;
+        __atomic_compare_exchange_n(&record->first_claim_ns, &none, trace_now_ns() - trace_publish_ns, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    }
+}
+#define TRACE(statement) statement
+#else
+#define TRACE(statement) ((void)0)
+#endif
+
 static struct {
     pthread_mutex_t state;  /* held while the pool starts or stops */
     atomic_int running;     /* started (set last, with release, once threads and scratch are ready) */
@@ -72,6 +155,10 @@ static struct {
     pthread_mutex_t lock; /* guards sleepers and the sleeps on the condition variables */
     pthread_cond_t start, done;
     size_t sleepers;
+    atomic_size_t runs; /* model runs in flight (hg_threads_run_begin): the workers do not sleep */
+#if HG_THREADS_PLACE
+    cpu_set_t allowed; /* the CPUs the process may run on when the pool started */
+#endif
 } pool = {
     .state = PTHREAD_MUTEX_INITIALIZER,
     .threads = 1,
@@ -80,6 +167,13 @@ static struct {
     .start = PTHREAD_COND_INITIALIZER,
     .done = PTHREAD_COND_INITIALIZER,
 };
+
+/* What each worker publishes about itself while it waits, a cache line each (a spinning worker
+   writes it; the caller reads it once a call). */
+static struct {
+    _Alignas(64) atomic_int cpu; /* the CPU it last waited on (-1: not known) */
+    atomic_int state;            /* WORKER_*, kept for the trace only */
+} seat[HG_THREADS_MAX];
 
 static size_t requested_threads(void)
 {
@@ -103,10 +197,12 @@ static uint64_t now_us(void)
     return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
 }
 
-/* Claims and runs tasks of call `generation` until none is left. */
-static void run_tasks(uint32_t generation, void *scratch)
+/* Claims and runs tasks of call `generation` on `thread` (0: the caller) until none is left. */
+static void run_tasks(uint32_t generation, size_t thread, void *scratch)
 {
     uint64_t ticket = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+    TRACE(int first = 1);
+    (void)thread;
     for (;;) {
         if (TICKET_GENERATION(ticket) != generation || TICKET_NEXT(ticket) >= TICKET_N(ticket))
             return;
@@ -114,6 +210,8 @@ static void run_tasks(uint32_t generation, void *scratch)
                                                    memory_order_acquire))
             continue; /* `ticket` now holds the current value */
         const size_t n = TICKET_N(ticket);
+        TRACE(trace_claim(thread, first));
+        TRACE(first = 0);
         pool.fn(pool.ctx, TICKET_NEXT(ticket), scratch);
         if (atomic_fetch_add_explicit(&pool.finished, 1, memory_order_acq_rel) + 1 == n) {
             pthread_mutex_lock(&pool.lock);
@@ -150,25 +248,41 @@ static int stopping(void)
     return atomic_load_explicit(&pool.stop, memory_order_acquire);
 }
 
-/* The next call's generation, once there is one (or `seen` once the pool stops): spins first,
-   then sleeps. */
-static uint32_t next_generation(uint32_t seen)
+static int runs_in_flight(void)
 {
-    spin_wait wait = {now_us(), 0, 0};
-    do {
-        const uint32_t generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire));
-        if (generation != seen || stopping())
-            return generation;
-    } while (spin_step(&wait));
-    pthread_mutex_lock(&pool.lock);
-    ++pool.sleepers;
-    uint32_t generation;
-    while ((generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire))) == seen &&
-           !stopping())
-        pthread_cond_wait(&pool.start, &pool.lock);
-    --pool.sleepers;
-    pthread_mutex_unlock(&pool.lock);
-    return generation;
+    return atomic_load_explicit(&pool.runs, memory_order_acquire) != 0;
+}
+
+/* The next call's generation, once there is one (or `seen` once the pool stops): spins first,
+   then sleeps, but not while a model run is in flight (hg_threads_run_begin). */
+static uint32_t next_generation(size_t thread, uint32_t seen)
+{
+    (void)thread;
+    TRACE(atomic_int *const state = &seat[thread].state);
+    for (;;) {
+        TRACE(atomic_store_explicit(state, WORKER_SPINNING, memory_order_relaxed));
+        spin_wait wait = {now_us(), 0, 0};
+        do {
+            const uint32_t generation = TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire));
+            if (generation != seen || stopping()) {
+                TRACE(atomic_store_explicit(state, WORKER_RUNNING, memory_order_relaxed));
+                return generation;
+            }
+            TRACE(if (wait.yielding) atomic_store_explicit(state, WORKER_YIELDING, memory_order_relaxed));
+#if HG_THREADS_PLACE
+            atomic_store_explicit(&seat[thread].cpu, sched_getcpu(), memory_order_relaxed);
+#endif
+        } while (spin_step(&wait) || runs_in_flight());
+        pthread_mutex_lock(&pool.lock);
+        TRACE(atomic_store_explicit(state, WORKER_ASLEEP, memory_order_relaxed));
+        ++pool.sleepers;
+        /* until a call, the pool's stop, or a run's start (then back to spinning, for its first call) */
+        while (TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_acquire)) == seen && !stopping() &&
+               !runs_in_flight())
+            pthread_cond_wait(&pool.start, &pool.lock);
+        --pool.sleepers;
+        pthread_mutex_unlock(&pool.lock);
+    }
 }
 
 static void *worker_main(void *arg)
@@ -176,10 +290,10 @@ static void *worker_main(void *arg)
     const size_t thread = (size_t)arg;
     uint32_t seen = 0;
     for (;;) {
-        seen = next_generation(seen);
+        seen = next_generation(thread, seen);
         if (stopping())
             return NULL;
-        run_tasks(seen, pool.scratch[thread]);
+        run_tasks(seen, thread, pool.scratch[thread]);
     }
 }
 
@@ -211,6 +325,12 @@ static int allocate_scratch(size_t count)
 static void start_pool(void)
 {
     const size_t wanted = requested_threads();
+#if HG_THREADS_PLACE
+    if (sched_getaffinity(0, sizeof pool.allowed, &pool.allowed) != 0)
+        CPU_ZERO(&pool.allowed);
+    for (size_t t = 0; t < HG_THREADS_MAX; ++t)
+        atomic_store_explicit(&seat[t].cpu, -1, memory_order_relaxed);
+#endif
     size_t started = 1;
     if (wanted > 1 && allocate_scratch(wanted))
         for (; started < wanted; ++started)
@@ -278,11 +398,55 @@ __attribute__((destructor)) static void shutdown_on_unload(void)
 }
 #endif
 
+void hg_threads_run_begin(void)
+{
+    atomic_fetch_add_explicit(&pool.runs, 1, memory_order_seq_cst);
+    if (!atomic_load_explicit(&pool.running, memory_order_acquire) ||
+        atomic_load_explicit(&pool.threads, memory_order_relaxed) == 1)
+        return; /* no worker to wake (the run's first parallel call starts the pool) */
+    /* a worker that checked `runs` under the lock before the increment is asleep by now */
+    pthread_mutex_lock(&pool.lock);
+    if (pool.sleepers)
+        pthread_cond_broadcast(&pool.start);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+void hg_threads_run_end(void)
+{
+    atomic_fetch_sub_explicit(&pool.runs, 1, memory_order_release);
+}
+
 static void run_serially(size_t n, hg_task_fn fn, void *ctx)
 {
     for (size_t task = 0; task < n; ++task)
         fn(ctx, task, NULL);
 }
+
+#if HG_THREADS_PLACE
+/* A worker waiting on the caller's own CPU cannot run a task until the caller is descheduled: the
+   OS put it there when the caller woke it (wake-affine) and, with both runnable on one CPU and the
+   others busy, does not move it (the trace showed the worker on the caller's CPU at 100 % of calls,
+   and claiming none of their tasks, on a loaded 2-core machine). Moves such a worker to the
+   process's other CPUs; where there are none it stays. Returns how many it moved. */
+static unsigned place_workers(size_t threads)
+{
+    const int cpu = sched_getcpu();
+    if (cpu < 0 || !CPU_ISSET(cpu, &pool.allowed) || CPU_COUNT(&pool.allowed) < 2)
+        return 0;
+    unsigned moved = 0;
+    for (size_t t = 1; t < threads; ++t) {
+        if (atomic_load_explicit(&seat[t].cpu, memory_order_relaxed) != cpu)
+            continue;
+        cpu_set_t others = pool.allowed;
+        CPU_CLR(cpu, &others);
+        if (pthread_setaffinity_np(pool.workers[t], sizeof others, &others) == 0) {
+            atomic_store_explicit(&seat[t].cpu, -1, memory_order_relaxed);
+            ++moved;
+        }
+    }
+    return moved;
+}
+#endif
 
 void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
 {
@@ -300,6 +464,23 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
     pool.fn = fn;
     pool.ctx = ctx;
     atomic_store_explicit(&pool.finished, 0, memory_order_relaxed);
+#ifdef HG_THREADS_TRACE
+    hg_threads_trace_record *record = trace_current();
+    if (record != NULL) {
+        *record = (hg_threads_trace_record){.tasks = (uint32_t)n};
+        record->cpu[0] = sched_getcpu();
+        for (size_t t = 1; t < TRACE_THREADS && t < atomic_load_explicit(&pool.threads, memory_order_relaxed); ++t) {
+            record->worker_state[t] = (uint32_t)atomic_load_explicit(&seat[t].state, memory_order_relaxed);
+            record->cpu[t] = atomic_load_explicit(&seat[t].cpu, memory_order_relaxed);
+        }
+    }
+#endif
+#if HG_THREADS_PLACE
+    const unsigned moved = place_workers(atomic_load_explicit(&pool.threads, memory_order_relaxed));
+    TRACE(if (record != NULL) record->moved = moved);
+    (void)moved;
+#endif
+    TRACE(trace_publish_ns = trace_now_ns());
     const uint32_t generation =
         TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_relaxed)) + 1u;
     atomic_store_explicit(&pool.ticket, TICKET(generation, n, 0), memory_order_seq_cst);
@@ -308,7 +489,8 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
     if (pool.sleepers)
         pthread_cond_broadcast(&pool.start);
     pthread_mutex_unlock(&pool.lock);
-    run_tasks(generation, pool.scratch[0]);
+    run_tasks(generation, 0, pool.scratch[0]);
+    TRACE(if (record != NULL) record->caller_done_ns = trace_now_ns() - trace_publish_ns);
     /* every task is claimed; wait for those that run on workers */
     spin_wait wait = {now_us(), 0, 0};
     while (atomic_load_explicit(&pool.finished, memory_order_acquire) != n) {
@@ -319,6 +501,12 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
             pthread_cond_wait(&pool.done, &pool.lock);
         pthread_mutex_unlock(&pool.lock);
     }
+#ifdef HG_THREADS_TRACE
+    if (record != NULL) {
+        record->all_done_ns = trace_now_ns() - trace_publish_ns;
+        atomic_fetch_add_explicit(&trace_count, 1, memory_order_release);
+    }
+#endif
     pthread_mutex_unlock(&pool.busy);
 }
 

@@ -56,6 +56,14 @@ size_t hg_threads_count(void);
    (the generated code stays re-entrant). */
 void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx);
 
+/* Around a model run (the generated `_run`): while a run is in flight the workers keep spinning
+   between its parallel calls instead of sleeping after HG_THREADS_SPIN_US (the serial kernels and
+   waits between two split ones can outlast it, and waking a sleeping worker costs tens of
+   microseconds), and the start wakes a sleeping worker, so that it is up by the run's first
+   parallel call. Pairs nest (runs on several threads). */
+void hg_threads_run_begin(void);
+void hg_threads_run_end(void);
+
 /* Stops the workers and waits until they have returned (they are joined, so none runs this
    library's code afterwards), and frees their scratch. Call it before the library that holds the
    pool is unloaded (dlclose): hetgen's loader does (hetgen/runtime/loader.py). Safe to call
@@ -74,6 +82,10 @@ static inline void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
 }
 
 static inline void hg_threads_shutdown(void) {}
+
+static inline void hg_threads_run_begin(void) {}
+
+static inline void hg_threads_run_end(void) {}
 
 #endif
 

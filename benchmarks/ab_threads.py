@@ -1,0 +1,119 @@
+"""Same-process A/B of the worker pool: one model built by this tree, and a copy of that build whose
+runtime/ files come from another git revision (the pool, templates/runtime/hg_threads.c, and the
+GEMM that calls it), each run at HG_THREADS=1 and 2 beside onnxruntime at its defaults with 1 and 2
+intra-op threads, all interleaved in one process (a random order each round), so every build sees
+the same load. Per build and count: the median and 10th-percentile wall clock, and the median CPU
+time of the calling thread (at 2 threads the caller's share of the work: it falls when the worker
+takes tasks).
+
+    python benchmarks/ab_threads.py --against main --models squeezenet@224,mobilenetv2 --runs 50
+
+The generated kernels are this tree's in both builds: the A/B is of the runtime files only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hetgen  # noqa: E402
+from hetgen.build.ninja_file import run_ninja  # noqa: E402
+from hetgen.models.suite import BENCH_MODELS  # noqa: E402
+from hetgen.runtime.loader import checked_input, load  # noqa: E402
+from hetgen.runtime.reference import speed_session  # noqa: E402
+from hetgen.runtime.verify import MODEL_COPY, feeds_for  # noqa: E402
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+RUNTIME_FILES = ("hg_threads.c", "hg_threads.h", "hg_gemm.c")
+
+
+def build_against(out: Path, revision: str, copy: Path) -> None:
+    """`out` copied to `copy`, its runtime files replaced by `revision`'s, rebuilt."""
+    shutil.copytree(out, copy, symlinks=True)
+    for name in RUNTIME_FILES:
+        text = subprocess.run(
+            ["git", "-C", str(REPOSITORY), "show", f"{revision}:templates/runtime/{name}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        (copy / "runtime" / name).write_text(text)
+    run_ninja(copy, ("native",))
+
+
+def compare(out: Path, against: Path, revision: str, runs: int, counts: list[int]) -> None:
+    runners, cpu, wall = {}, {}, {}
+    feeds = None
+    for label, folder in (("this", out), (revision, against)):
+        for count in counts:
+            os.environ["HG_THREADS"] = str(count)  # read when this copy's pool starts, at its first run
+            model = load(folder)
+            if feeds is None:
+                feeds = feeds_for(model, out, 0)[0]
+            inputs = [checked_input(t, feeds[t.name]) for t in model.inputs]
+            outputs = [np.empty(t.shape, dtype=t.dtype) for t in model.outputs]
+            model.run_into(inputs, outputs)
+            runners[f"{label} {count}t"] = lambda m=model, i=inputs, o=outputs: m.run_into(i, o)
+    os.environ.pop("HG_THREADS")
+    for count in counts:
+        session = speed_session(str(out / MODEL_COPY), threads=count)
+        runners[f"onnxruntime {count}t"] = lambda s=session: s.run(None, feeds)
+    for name in runners:
+        cpu[name], wall[name] = [], []
+    order = list(runners)
+    for _ in range(runs):
+        random.shuffle(order)
+        for name in order:
+            for _ in range(3):  # a few in a row: onnxruntime's pool spins a while after its runs
+                start, thread = time.perf_counter(), time.thread_time()
+                runners[name]()
+                wall[name].append((time.perf_counter() - start) * 1e3)
+                cpu[name].append((time.thread_time() - thread) * 1e3)
+    print(f"{'build':>16} {'median ms':>10} {'p10 ms':>8} {'caller cpu ms':>14}")
+    for name in sorted(runners):
+        print(
+            f"{name:>16} {statistics.median(wall[name]):10.3f} {np.percentile(wall[name], 10):8.3f} "
+            f"{statistics.median(cpu[name]):14.3f}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", default="main", help="the git revision whose runtime files the B build takes")
+    parser.add_argument("--models", default="squeezenet@224", help=f"from {', '.join(BENCH_MODELS)}")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--threads", default="1,2")
+    args = parser.parse_args()
+    names = [name for name in args.models.split(",") if name]
+    unknown = [name for name in names if name not in BENCH_MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; accepted: {', '.join(BENCH_MODELS)}")
+    counts = [int(c) for c in args.threads.split(",")]
+    with tempfile.TemporaryDirectory(prefix="hetgen-ab-threads-") as tmp:
+        for name in names:
+            path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
+            onnx.save(BENCH_MODELS[name](), path)
+            out = hetgen.compile("host", path, out=Path(tmp) / path.stem, native_only=True)
+            against = Path(tmp) / f"{path.stem}-{args.against}"
+            build_against(out, args.against, against)
+            print(f"{name}: load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            compare(out, against, args.against, args.runs, counts)
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
