@@ -36,8 +36,8 @@ IMAGE = [1, 64, 32, 32]  # pooled plane by plane; a depthwise Conv splits its ch
 # takes Winograd, whose transforms split by channels and whose 16 products run a whole GEMM per task
 FEW = [1, 2, 96, 96]  # a depthwise Conv of two channels splits blocks of each channel's rows
 # [steps, batch, inputs]: LSTM and GRU steps share their hidden units, runs of whole panels per thread:
-# 4 panels (LSTM) and 5 (GRU: an uneven share at 2 and 3 threads; its default reset takes two passes)
-FRAMES, LSTM_HIDDEN, GRU_HIDDEN = [4, 2, 8], 128, 160
+# 7 panels (LSTM: an uneven share at 2 and 3 threads) and 8 (GRU: its default reset takes two passes)
+FRAMES, LSTM_HIDDEN, GRU_HIDDEN = [4, 2, 8], 224, 256
 
 
 def threaded_model() -> onnx.ModelProto:

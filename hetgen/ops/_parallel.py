@@ -84,6 +84,14 @@ def task_speedup(tasks: int, threads: int) -> float:
     return tasks / -(-tasks // min(threads, tasks))
 
 
+def pays(serial_us: float, tasks: int, calls: int = 1, threads: int = 2) -> bool:
+    """Whether work that takes `serial_us` on the caller alone, cut into `tasks` and handed out in
+    `calls` hg_parallel_for calls, is faster through the pool of `threads` (2: the least that
+    shares) as the cost model prices it (hetgen/partition/cost.py `kernel_us`): the time the other
+    threads take off it must outweigh the calls."""
+    return serial_us - serial_us / task_speedup(tasks, threads) > calls * POOL_CALL_US
+
+
 @dataclass(frozen=True)
 class Phase:
     """One step of a kernel that runs in steps (Winograd's input transform, its 16 products, its

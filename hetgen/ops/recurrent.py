@@ -49,9 +49,10 @@ PANEL = 32
 CHUNK = _gemm_plan.PANEL_M  # steps per input projection: one A panel of the GEMM's micro-kernel
 VECTOR = 16  # floats of the GEMV's vector (templates/kernels/_nchwc_vector.j2's V)
 ALIGN = 16  # floats: each workspace region starts on a 64-byte boundary
-# A step is shared by the pool only where its recurrent multiply-adds outweigh a pool call: measured
-# (docs/kernels.md "Recurrent layers on two threads"), a step below this runs faster on one thread.
-STEP_SPLIT_MACS = 1 << 15
+# What a step's GEMVs cost the caller alone: multiply-adds per microsecond of `hg_rnn_gemv` on one
+# core with R streaming from the last-level cache (1024 x 256 floats, lstm_classifier's: 48 GFLOP/s
+# on the Zen 4 core measured in docs/kernels.md, at its load bandwidth; 56 from L2).
+GEMV_MACS_PER_US = 24_000
 
 
 class Cell(Enum):
@@ -210,14 +211,18 @@ def _directions(cell: Cell, sizes, reverse: tuple[bool, ...], activations, flags
     return tuple(directions)
 
 
-def step_split(cell: Cell, hidden: int) -> _parallel.Split | None:
+def step_split(cell: Cell, hidden: int, passes: int) -> _parallel.Split | None:
     """A step's hidden units as the pool shares them: whole GEMV panels (a task's rows of R start
-    a panel), run as one run of panels per thread; None where the step is too small to share or a
-    gate's rows do not end on a whole panel. Each unit's rows, gates and cell are computed by the
-    same code however the panels are grouped, so the results do not depend on the thread count."""
-    if hidden % PANEL or hidden < 2 * PANEL or cell.gates * hidden * hidden < STEP_SPLIT_MACS:
+    a panel), run as one run of panels per thread; None where a gate's rows do not end on a whole
+    panel, or where sharing the step's GEMVs in `passes` pool calls does not pay (`_parallel.pays`:
+    lstm_classifier's 256 hidden units do, 128 do not). Each unit's rows, gates and cell are
+    computed by the same code however the panels are grouped, so the results do not depend on the
+    thread count."""
+    if hidden % PANEL or hidden < 2 * PANEL:
         return None
-    return _parallel.Split(hidden, PANEL, hidden // PANEL)
+    split = _parallel.Split(hidden, PANEL, hidden // PANEL)
+    step_us = cell.gates * hidden * hidden / GEMV_MACS_PER_US
+    return split if _parallel.pays(step_us, split.tasks, passes) else None
 
 
 def _regions(sizes: dict[str, int]) -> tuple[dict[str, int], int]:
@@ -289,9 +294,10 @@ def lower(op: OpInstance) -> Kernel:
         }
     )
     r_floats = directions * gates * padded * hidden
-    split = step_split(cell, hidden)
+    activations = _activation_expressions(op, directions)
     # GRU's default h gate reads every unit's r h: a second pass, once every unit's r is known
     passes = 2 if cell is Cell.GRU and not linear_before_reset else 1
+    split = step_split(cell, hidden, passes)
     params = {
         "kind": kind,
         "steps": steps,
@@ -306,7 +312,7 @@ def lower(op: OpInstance) -> Kernel:
             cell,
             (hidden, inputs),
             reverse,
-            _activation_expressions(op, directions),
+            activations,
             (has[7], linear_before_reset),
             (state_strides, y_strides),
         ),
@@ -336,6 +342,10 @@ def lower(op: OpInstance) -> Kernel:
         "w_packed": False,
         "r_packed": False,
         "split": split,
+        # the activation helpers the cells call: only those are defined (an unused static one warns)
+        "helpers_used": tuple(
+            name for name in ("hg_rnn_sigmoid", "hg_rnn_tanh") if any(name in e for d in activations for e in d)
+        ),
         "passes": passes,
     }
     prepacked = []
