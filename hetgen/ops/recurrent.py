@@ -343,9 +343,8 @@ def lower(op: OpInstance) -> Kernel:
         "r_packed": False,
         "split": split,
         # the activation helpers the cells call: only those are defined (an unused static one warns)
-        "helpers_used": tuple(
-            name for name in ("hg_rnn_sigmoid", "hg_rnn_tanh") if any(name in e for d in activations for e in d)
-        ),
+        "calls_sigmoid": any("hg_rnn_sigmoid" in e for d in activations for e in d),
+        "calls_tanh": any("hg_rnn_tanh" in e for d in activations for e in d),
         "passes": passes,
     }
     prepacked = []
