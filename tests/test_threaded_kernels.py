@@ -1,6 +1,6 @@
 """Kernels beside the GEMM that split their work across the worker pool (hetgen/ops/_parallel.py):
 fused attention (one head per task), LayerNorm and Softmax (rows, or runs of columns), elementwise
-kernels (chunks of the outermost loop). Built with `threads: 2` they match onnxruntime and the
+kernels (chunks of the outermost loop), recurrent layers (each step's hidden units). Built with `threads: 2` they match onnxruntime and the
 `threads: 1` build bit for bit (the tasks are cut at generate time, whatever the thread count); small
 operators stay serial; without a pool (bare metal) the split compiles to a plain loop; and the pool
 is clean under ThreadSanitizer (and AddressSanitizer + UBSan) while heads run their GEMMs on worker
@@ -31,10 +31,13 @@ HEADS, SEQ, HEAD_DIM = 2, 128, 32
 Z = [4, 64, 128]  # Softmax rows of 128 along the last axis; 128 inner columns along axis 1
 ODD = [201, 203]  # an elementwise loop that does not end on a whole chunk
 LARGE = ("attention", "LayerNormalization", "Softmax", "LogSoftmax", "Add", "Sigmoid", "Mul", "MaxPool", "AveragePool")
-LARGE += ("GlobalAveragePool", "Conv")
+LARGE += ("GlobalAveragePool", "Conv", "LSTM", "GRU")
 IMAGE = [1, 64, 32, 32]  # pooled plane by plane; a depthwise Conv splits its channels; a 3x3 Conv
 # takes Winograd, whose transforms split by channels and whose 16 products run a whole GEMM per task
 FEW = [1, 2, 96, 96]  # a depthwise Conv of two channels splits blocks of each channel's rows
+# [steps, batch, inputs]: LSTM and GRU steps share their hidden units, runs of whole panels per thread:
+# 7 panels (LSTM: an uneven share at 2 and 3 threads) and 8 (GRU: its default reset takes two passes)
+FRAMES, LSTM_HIDDEN, GRU_HIDDEN = [4, 2, 8], 224, 256
 
 
 def threaded_model() -> onnx.ModelProto:
@@ -57,6 +60,7 @@ def threaded_model() -> onnx.ModelProto:
         value("image", TensorProto.FLOAT, IMAGE),
         value("few", TensorProto.FLOAT, FEW),
         value("sensor", TensorProto.FLOAT, [1, 1, 49, 10]),
+        value("frames", TensorProto.FLOAT, FRAMES),
     ]
     nodes = [
         # attention: softmax(Q Kᵀ / 4 + mask) V, one kernel (hetgen/lower/fuse_attention.py)
@@ -89,6 +93,22 @@ def threaded_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["winograd"], ["y_winograd"]),
         # a keyword spotter's stem: the direct kernel of small planes, its blocks of output channels split
         helper.make_node("Conv", ["sensor", "w_stem"], ["y_stem"], strides=[2, 2], pads=[4, 1, 5, 2]),
+        helper.make_node(
+            "LSTM",
+            ["frames", "w_lstm", "r_lstm", "b_lstm"],
+            ["y_lstm", "y_lstm_h"],
+            hidden_size=LSTM_HIDDEN,
+            direction="bidirectional",
+        ),
+        helper.make_node("GRU", ["frames", "w_gru", "r_gru", "b_gru"], ["", "y_gru_h"], hidden_size=GRU_HIDDEN),
+        helper.make_node(
+            "GRU",
+            ["frames", "w_gru", "r_gru", "b_gru"],
+            ["y_gru_lbr"],
+            hidden_size=GRU_HIDDEN,
+            linear_before_reset=1,
+            direction="reverse",
+        ),
     ]
     inits = [
         numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
@@ -103,6 +123,12 @@ def threaded_model() -> onnx.ModelProto:
         const("w_winograd", [32, 64, 3, 3], 0.05),
         const("b_winograd", [32]),
         const("w_stem", [64, 1, 10, 4], 0.2),
+        const("w_lstm", [2, 4 * LSTM_HIDDEN, FRAMES[2]], 0.2),
+        const("r_lstm", [2, 4 * LSTM_HIDDEN, LSTM_HIDDEN], 0.1),
+        const("b_lstm", [2, 8 * LSTM_HIDDEN], 0.1),
+        const("w_gru", [1, 3 * GRU_HIDDEN, FRAMES[2]], 0.2),
+        const("r_gru", [1, 3 * GRU_HIDDEN, GRU_HIDDEN], 0.1),
+        const("b_gru", [1, 6 * GRU_HIDDEN], 0.1),
     ]
     shapes = {
         "y_attention": head,
@@ -117,6 +143,10 @@ def threaded_model() -> onnx.ModelProto:
         "y_few": [1, 2, 48, 48],
         "y_winograd": [1, 32, 32, 32],
         "y_stem": [1, 64, 25, 5],
+        "y_lstm": [FRAMES[0], 2, FRAMES[1], LSTM_HIDDEN],
+        "y_lstm_h": [2, FRAMES[1], LSTM_HIDDEN],
+        "y_gru_h": [1, FRAMES[1], GRU_HIDDEN],
+        "y_gru_lbr": [FRAMES[0], 1, FRAMES[1], GRU_HIDDEN],
     }
     outputs = [value(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
     outputs.append(value("y_indices", TensorProto.INT64, [1, 64, 16, 16]))
@@ -216,7 +246,8 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     shutil.copytree(outs[2] / "runtime", headers)
     (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
     functions = [text for _, text in kernel_functions(outs[2]).values() if "hg_parallel_for" in text]
-    assert len(functions) == len(LARGE) + 4  # two MaxPools, two depthwise Convs, the Winograd and small Convs
+    # two MaxPools, two depthwise Convs, the Winograd and small Convs, two GRUs
+    assert len(functions) == len(LARGE) + 5
     kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
     split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
     for index, source in enumerate(split):

@@ -195,6 +195,28 @@ def test_a_kernel_of_several_gemms_is_weighed_by_their_work():
     assert kernel.pool_calls(4) == 1 and kernel.pool_calls(1) == 0
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_recurrent_layer_is_priced_as_its_steps_and_projections(cell):
+    """lstm_classifier's shape (50 steps, 64 inputs, 256 hidden): each step's hidden units are shared
+    by the pool (one call per step: PyTorch's GRU resets after its product, one pass), the input
+    projection of each 8-step chunk is a GEMM that splits; at 16 hidden units neither pays and
+    nothing is handed out."""
+    from hetgen.models import recurrent
+
+    builder = {"lstm": recurrent.lstm_classifier, "gru": recurrent.gru_classifier}[cell]
+    platform = load_platform_text(host(2))
+    priced = {}
+    for hidden in (256, 16):
+        graph = import_model(builder(seq=50, inputs=64, hidden=hidden))
+        kernels = build_kernel_specs(graph, platform)
+        (spec,) = [spec for names, spec in kernels.units.items() if cell.upper() in names[0].upper()]
+        priced[hidden] = spec.parallel
+    chunks = -(-50 // _gemm_plan.PANEL_M)
+    assert priced[256].pool_calls(2) == 50 + chunks and priced[256].pool_calls(1) == 0
+    assert priced[256].speedup(2) == pytest.approx(2.0)  # 8 panels of hidden units, 32 projection panels
+    assert priced[16].pool_calls(2) == 0 and priced[16].speedup(2) == 1.0
+
+
 def one_long_head():
     """One head of 256 queries: too few heads to share, so its block GEMMs split instead."""
     return transformer_encoder(heads=1, seq=256, dim=64, layers=1)

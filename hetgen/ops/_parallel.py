@@ -84,6 +84,14 @@ def task_speedup(tasks: int, threads: int) -> float:
     return tasks / -(-tasks // min(threads, tasks))
 
 
+def pays(serial_us: float, tasks: int, calls: int = 1, threads: int = 2) -> bool:
+    """Whether work that takes `serial_us` on the caller alone, cut into `tasks` and handed out in
+    `calls` hg_parallel_for calls, is faster through the pool of `threads` (2: the least that
+    shares) as the cost model prices it (hetgen/partition/cost.py `kernel_us`): the time the other
+    threads take off it must outweigh the calls."""
+    return serial_us - serial_us / task_speedup(tasks, threads) > calls * POOL_CALL_US
+
+
 @dataclass(frozen=True)
 class Phase:
     """One step of a kernel that runs in steps (Winograd's input transform, its 16 products, its
@@ -99,7 +107,8 @@ class Phase:
 class Parallel:
     """How a kernel's work is shared between the pool's threads: `tasks` fixed tasks in one
     hg_parallel_for call (1: serial), its GEMM calls (`gemms`), each split at run time by
-    hg_gemm.c's rule (`gemm_parallelism`), or steps of fixed tasks (`phases`)."""
+    hg_gemm.c's rule (`gemm_parallelism`), steps of fixed tasks (`phases`), or GEMM calls and
+    steps both (a recurrent layer's input projections and its time steps)."""
 
     tasks: int = 1
     gemms: tuple[GemmCall, ...] = ()
@@ -108,28 +117,25 @@ class Parallel:
     def speedup(self, threads: int) -> float:
         """How many threads' worth of speed the kernel's compute gets from `threads`: with fixed
         tasks, `task_speedup`; through the GEMM, each call's own speed-up, and in phases each
-        phase's, weighted by its work."""
+        phase's, all weighted by their work (a GEMM's multiply-add counts two units, as a phase
+        counts flops: a recurrent layer has both)."""
         if threads <= 1:
             return 1.0
-        if self.gemms:
-            macs = sum(g.macs for g in self.gemms)
-            serial = sum(g.macs / g.speedup(threads) for g in self.gemms)
-            return macs / serial if serial else 1.0
-        if self.phases:
-            work = sum(p.work for p in self.phases)
-            serial = sum(p.work / task_speedup(p.tasks, threads) for p in self.phases)
-            return work / serial if serial else 1.0
-        return task_speedup(self.tasks, threads)
+        if not self.gemms and not self.phases:
+            return task_speedup(self.tasks, threads)
+        work = sum(2 * g.macs for g in self.gemms) + sum(p.work for p in self.phases)
+        serial = sum(2 * g.macs / g.speedup(threads) for g in self.gemms)
+        serial += sum(p.work / task_speedup(p.tasks, threads) for p in self.phases)
+        return work / serial if serial else 1.0
 
     def pool_calls(self, threads: int) -> int:
         """The hg_parallel_for calls one run makes that hand work to other threads."""
         if threads <= 1:
             return 0
-        if self.gemms:
-            return sum(g.calls for g in self.gemms if g.speedup(threads) != 1.0)
-        if self.phases:
-            return sum(p.calls for p in self.phases if p.tasks > 1)
-        return 1 if self.tasks > 1 else 0
+        if not self.gemms and not self.phases:
+            return 1 if self.tasks > 1 else 0
+        calls = sum(g.calls for g in self.gemms if g.speedup(threads) != 1.0)
+        return calls + sum(p.calls for p in self.phases if p.tasks > 1)
 
 
 SERIAL = Parallel()

@@ -15,6 +15,14 @@ Organised as onnxruntime's deep_cpu_gru/lstm (MLAS) organises them, per directio
    the compiler vectorises (`hg_rnn_sigmoid`: 1 / (1 + exp(-x)) on hg_expf, ~2 ulp; `hg_rnn_tanh`:
    the 13/6 rational interpolant onnxruntime's MLAS and Eigen use, a few ulp on [-9, 9]).
 
+Steps 2 and 3 run over a range of hidden units (`<fn>_cells<d>`): each unit's rows of every gate's
+panels, its gates, its cell and its new state need no other unit's, so where a step is large enough
+(`step_split`) its units are cut into tasks of whole panels and each step is one hg_parallel_for
+call (two for GRU's default reset, whose h gate reads every unit's `r h`). The state the step
+reads (`h`) and the one it writes (`h_next`) are two buffers that swap after each step, so a task
+never overwrites a unit another task still reads. Step 1 is one GEMM call, which hg_gemm.c splits
+by columns itself where it is large enough.
+
 The cells are templates of their own (`recurrent_rnn`, `_gru`, `_lstm`.c.j2, chosen by `Cell`)
 extending `templates/kernels/_recurrent.j2`. Python decides every index, stride, each direction's
 offsets (`Direction`), the workspace layout and the C expression of each activation.
@@ -32,7 +40,7 @@ from enum import Enum
 import numpy as np
 
 from hetgen.ir import DType
-from hetgen.ops import _gemm_plan
+from hetgen.ops import _gemm_plan, _parallel
 from hetgen.ops.base import Kernel, OpDef, OpInstance, Prepacked, Unsupported
 
 # Columns of one recurrent-weight panel: two 16-float vectors (one AVX-512 register each, two
@@ -41,6 +49,10 @@ PANEL = 32
 CHUNK = _gemm_plan.PANEL_M  # steps per input projection: one A panel of the GEMM's micro-kernel
 VECTOR = 16  # floats of the GEMV's vector (templates/kernels/_nchwc_vector.j2's V)
 ALIGN = 16  # floats: each workspace region starts on a 64-byte boundary
+# What a step's GEMVs cost the caller alone: multiply-adds per microsecond of `hg_rnn_gemv` on one
+# core with R streaming from the last-level cache (1024 x 256 floats, lstm_classifier's: 48 GFLOP/s
+# on the Zen 4 core measured in docs/kernels.md, at its load bandwidth; 56 from L2).
+GEMV_MACS_PER_US = 24_000
 
 
 class Cell(Enum):
@@ -199,6 +211,20 @@ def _directions(cell: Cell, sizes, reverse: tuple[bool, ...], activations, flags
     return tuple(directions)
 
 
+def step_split(cell: Cell, hidden: int, passes: int) -> _parallel.Split | None:
+    """A step's hidden units as the pool shares them: whole GEMV panels (a task's rows of R start
+    a panel), run as one run of panels per thread; None where a gate's rows do not end on a whole
+    panel, or where sharing the step's GEMVs in `passes` pool calls does not pay (`_parallel.pays`:
+    lstm_classifier's 256 hidden units do, 128 do not). Each unit's rows, gates and cell are
+    computed by the same code however the panels are grouped, so the results do not depend on the
+    thread count."""
+    if hidden % PANEL or hidden < 2 * PANEL:
+        return None
+    split = _parallel.Split(hidden, PANEL, hidden // PANEL)
+    step_us = cell.gates * hidden * hidden / GEMV_MACS_PER_US
+    return split if _parallel.pays(step_us, split.tasks, passes) else None
+
+
 def _regions(sizes: dict[str, int]) -> tuple[dict[str, int], int]:
     """Each workspace region's offset in floats (64-byte aligned, in the order given), and the total."""
     offsets, at = {}, 0
@@ -261,12 +287,17 @@ def lower(op: OpInstance) -> Kernel:
             "proj": chunk * rows,
             "bias": rows,
             "h": hidden,
+            "h_next": hidden,
             "c": hidden,
             "q": padded,
             "rh": hidden,
         }
     )
     r_floats = directions * gates * padded * hidden
+    activations = _activation_expressions(op, directions)
+    # GRU's default h gate reads every unit's r h: a second pass, once every unit's r is known
+    passes = 2 if cell is Cell.GRU and not linear_before_reset else 1
+    split = step_split(cell, hidden, passes)
     params = {
         "kind": kind,
         "steps": steps,
@@ -281,7 +312,7 @@ def lower(op: OpInstance) -> Kernel:
             cell,
             (hidden, inputs),
             reverse,
-            _activation_expressions(op, directions),
+            activations,
             (has[7], linear_before_reset),
             (state_strides, y_strides),
         ),
@@ -310,6 +341,11 @@ def lower(op: OpInstance) -> Kernel:
         "vector_bytes": 4 * VECTOR,
         "w_packed": False,
         "r_packed": False,
+        "split": split,
+        # the activation helpers the cells call: only those are defined (an unused static one warns)
+        "calls_sigmoid": any("hg_rnn_sigmoid" in e for d in activations for e in d),
+        "calls_tanh": any("hg_rnn_tanh" in e for d in activations for e in d),
+        "passes": passes,
     }
     prepacked = []
     if op.constant(1) is not None:
@@ -317,14 +353,20 @@ def lower(op: OpInstance) -> Kernel:
         prepacked.append(Prepacked(1, w_panels, {"w_packed": True, "pack_bytes": packed_w_bytes}, scratch_saved=saved))
     if op.constant(2) is not None:
         prepacked.append(Prepacked(2, lambda r: r_panels(r, gates), {"r_packed": True}, scratch_saved=4 * r_floats))
+    runs = directions * batch  # each runs every step
+    projection = _parallel.GemmCall(
+        chunk, rows, inputs, calls=runs * -(-steps // chunk), b_packed=op.constant(1) is not None
+    )
+    step = _parallel.Phase(2 * runs * steps * rows * hidden, split.tasks if split else 1, runs * steps * passes)
     return Kernel(
         template=cell.template,
         params=params,
         scratch_bytes=4 * (fixed_floats + r_floats) + pack_bytes,
         flops=2 * directions * steps * batch * gates * hidden * (inputs + hidden),
         bytes_accessed=sum(t.nbytes for t in op.input_types if t) + sum(t.nbytes for t in op.output_types),
-        helpers=(_gemm_plan.HELPER,),
+        helpers=(_gemm_plan.HELPER,) + ((_parallel.HELPER,) if split else ()),
         prepacked=tuple(prepacked),
+        parallel=_parallel.Parallel(gemms=(projection,), phases=(step,)),
     )
 
 
