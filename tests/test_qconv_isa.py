@@ -189,6 +189,11 @@ POOL_CASES = {
     # the left edge in the first 8 lanes (tbx), the fewest columns that allow it, a right edge after
     "maxpool_s2_edges_u8": (np.uint8, (1, 2, 5, 22), dict(kernel_shape=[1, 5], strides=[1, 2], pads=[0, 2, 0, 2])),
     "maxpool_s1_wide_pad": (np.int8, (1, 2, 3, 20), dict(kernel_shape=[2, 7], strides=[1, 1], pads=[0, 3, 1, 3])),
+    # aarch64's 2 x 2 stride 2 rows (hg_qg_max2x2): rows of 5 outputs (an odd column and row left over),
+    # 14 (uint8: two overlapping halves of 8), 37 (two vectors of 16, the last 16 overlapping)
+    "maxpool_2x2_rows_of_5": (np.int8, (1, 3, 7, 11), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    "maxpool_2x2_rows_of_14_u8": (np.uint8, (1, 2, 4, 28), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    "maxpool_2x2_rows_of_37": (np.int8, (1, 2, 4, 75), dict(kernel_shape=[2, 2], strides=[2, 2])),
 }
 
 # QLinearMatMul with a constant int8 B (the packed GEMV per row of A): name: (A dtype, A shape, B shape, per-column scale)

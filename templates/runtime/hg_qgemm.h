@@ -988,6 +988,54 @@ static HG_QG_MAX_INLINE void hg_qg_max_taps(uint8_t *y, const uint8_t *const *ro
         hg_qg_max_cols(y, rows, nrows, kw_n, dil, pad, lo, hi, i, n, stride, x_signed, init);
 }
 
+#if defined(__aarch64__) && defined(__ARM_NEON)
+/* The pairwise maximum (smaxp/umaxp) of [a, b]: lanes 0-7 a's adjacent pairs, 8-15 b's. */
+static inline uint8x16_t hg_qg_maxp16(uint8x16_t a, uint8x16_t b, int x_signed)
+{
+    return x_signed ? vreinterpretq_u8_s8(vpmaxq_s8(vreinterpretq_s8_u8(a), vreinterpretq_s8_u8(b)))
+                    : vpmaxq_u8(a, b);
+}
+
+/* A 2 x 2 window of stride 2 over two rows, every tap inside them (no padding, n outputs from the rows'
+   first 2n bytes, n >= 4): the rows' maximum, then adjacent pairs' (smaxp), 16 outputs from 32 bytes a
+   row. A row shorter than 16 outputs takes its first and last 16 (or 8) outputs' bytes and stores the
+   two halves overlapping; nothing is read outside the 2n bytes. LeNet-5's rows of 5 and 14 outputs
+   were 116 and 73 instructions each through the general path. */
+static inline void hg_qg_max2x2(uint8_t *y, const uint8_t *r0, const uint8_t *r1, size_t n, int x_signed)
+{
+    size_t o = 0;
+    for (; o + 16 <= n; o += 16) {
+        const uint8x16_t a = hg_qg_max16(vld1q_u8(r0 + 2 * o), vld1q_u8(r1 + 2 * o), x_signed);
+        const uint8x16_t b = hg_qg_max16(vld1q_u8(r0 + 2 * o + 16), vld1q_u8(r1 + 2 * o + 16), x_signed);
+        vst1q_u8(y + o, hg_qg_maxp16(a, b, x_signed));
+    }
+    if (o == n)
+        return;
+    if (n >= 16) {
+        o = n - 16;
+        const uint8x16_t a = hg_qg_max16(vld1q_u8(r0 + 2 * o), vld1q_u8(r1 + 2 * o), x_signed);
+        const uint8x16_t b = hg_qg_max16(vld1q_u8(r0 + 2 * o + 16), vld1q_u8(r1 + 2 * o + 16), x_signed);
+        vst1q_u8(y + o, hg_qg_maxp16(a, b, x_signed));
+    } else if (n >= 8) {
+        const size_t last = 2 * n - 16;
+        const uint8x16_t a = hg_qg_max16(vld1q_u8(r0), vld1q_u8(r1), x_signed);
+        const uint8x16_t b = hg_qg_max16(vld1q_u8(r0 + last), vld1q_u8(r1 + last), x_signed);
+        const uint8x16_t v = hg_qg_maxp16(a, b, x_signed);
+        vst1_u8(y, vget_low_u8(v));
+        vst1_u8(y + n - 8, vget_high_u8(v));
+    } else {
+        const size_t last = 2 * n - 8;
+        const uint8x8_t a = hg_qg_max8(vld1_u8(r0), vld1_u8(r1), x_signed);
+        const uint8x8_t b = hg_qg_max8(vld1_u8(r0 + last), vld1_u8(r1 + last), x_signed);
+        const uint32x2_t v = vreinterpret_u32_u8(
+            x_signed ? vreinterpret_u8_s8(vpmax_s8(vreinterpret_s8_u8(a), vreinterpret_s8_u8(b))) : vpmax_u8(a, b));
+        const uint32_t first4 = vget_lane_u32(v, 0), last4 = vget_lane_u32(v, 1);
+        memcpy(y + n - 4, &last4, 4);
+        memcpy(y, &first4, 4);
+    }
+}
+#endif
+
 /* On aarch64 NEON, a window of several rows first takes the rows' maximum column by column, 16 at a
    time (the last 16 overlapping), over the columns the taps read, [cmin, cmax], into a row of its own
    whose taps are then taken as one row's: each column's rows are compared once, not once per tap
@@ -1000,6 +1048,11 @@ static HG_QG_MAX_INLINE void hg_qg_max_row(uint8_t *y, const uint8_t *const *row
                                            size_t stride, int x_signed, uint8_t init)
 {
 #if defined(__aarch64__) && defined(__ARM_NEON)
+    if (nrows == 2 && kw_n == 2 && stride == 2 && dil == 1 && pad == 0 && n >= 4 && lo[0] == 0 && lo[1] == 0 &&
+        hi[0] == n && hi[1] == n) {
+        hg_qg_max2x2(y, rows[0], rows[1], n, x_signed);
+        return;
+    }
     ptrdiff_t cmin = PTRDIFF_MAX, cmax = -1;
     for (size_t kw = 0; kw < kw_n; ++kw)
         if (lo[kw] < hi[kw]) {
@@ -1012,7 +1065,16 @@ static HG_QG_MAX_INLINE void hg_qg_max_row(uint8_t *y, const uint8_t *const *row
         const size_t span = (size_t)(cmax - cmin + 1);
         uint8_t m[HG_QG_MAX_SPAN];
         const uint8_t *const one[1] = {m};
+        /* GCC threads a path with nrows > 2 past the 2 x 2 test above and then flags rows[2] of a two-row
+           window's table (-Warray-bounds); the index is 2 only where nrows > 2 */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#endif
         const uint8_t *r0 = rows[0] + cmin, *r1 = rows[1] + cmin, *r2 = rows[nrows > 2 ? 2 : 1] + cmin;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
         for (size_t c = 0; c < span; c += 16) {
             const size_t at = c + 16 <= span ? c : span - 16;
             /* three rows (or two: the second again) in registers, any more from the table */
@@ -1264,6 +1326,40 @@ static void hg_qg_mlal_tile(const int8_t *restrict w, const uint8_t *restrict a,
                      : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v16", "v17", "v18", "v19", "v20",
                        "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc", "memory");
 }
+/* hg_qg_mlal_tile for a tile whose last 2 channels are past the panel's live ones (a layer of 6 or
+   2 channels mod 8): only its first 2 channels' sums (rows 0 and 1 of t), per two groups 30
+   instructions (24 multiply or accumulate, 2 activation loads, 2 ld2r) instead of 56. */
+#define HG_QG_A_PAIR2(op)                                                                                  \
+    "ld1  {v0.16b, v1.16b}, [%[a]], %[as]\n\t"                                                             \
+    "ld1  {v2.16b, v3.16b}, [%[a]], %[as]\n\t"                                                             \
+    "ld2r {v4.4s, v5.4s}, [%[wa]], %[step]\n\t"                                                            \
+    "ld2r {v6.4s, v7.4s}, [%[wb]], %[step]\n\t"                                                            \
+    HG_QG_A_ROW("v16", "v17", "v18", "v19", "v4", "v6", op)                                                \
+    HG_QG_A_ROW("v20", "v21", "v22", "v23", "v5", "v7", op)
+static void hg_qg_mlal_tile2(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as, int32_t *t)
+{
+    const int8_t *wa = w, *wb = w + 4 * HG_QG_MR;
+    size_t pairs = kg / 2;
+    const size_t step = 8 * HG_QG_MR, odd = kg % 2;
+    __asm__ volatile("cbz %[pairs], 10f\n\t" HG_QG_A_PAIR2("saddlp") "subs %[pairs], %[pairs], #1\n\t"
+                     "b.eq 20f\n"
+                     "1:\n\t" HG_QG_A_PAIR2("sadalp") "subs %[pairs], %[pairs], #1\n\t"
+                     "b.ne 1b\n\t"
+                     "b 20f\n"
+                     "10:\n\t" HG_QG_A_ZERO("v16", "v17", "v18", "v19") HG_QG_A_ZERO("v20", "v21", "v22", "v23")
+                     "20:\n\t"
+                     "cbz %[odd], 30f\n\t"
+                     "ld1  {v0.16b, v1.16b}, [%[a]]\n\t"
+                     "ld2r {v4.4s, v5.4s}, [%[wa]]\n\t" HG_QG_A_ONE("v16", "v17", "v18", "v19", "v4")
+                         HG_QG_A_ONE("v20", "v21", "v22", "v23", "v5")
+                     "30:\n\t" HG_QG_A_STORE("v16", "v17", "v18", "v19", "0")
+                         HG_QG_A_STORE("v20", "v21", "v22", "v23", "128")
+                     : [a] "+r"(a), [wa] "+r"(wa), [wb] "+r"(wb), [pairs] "+r"(pairs)
+                     : [as] "r"(as), [step] "r"(step), [odd] "r"(odd), [t] "r"(t)
+                     : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v16", "v17", "v18", "v19", "v20",
+                       "v21", "v22", "v23", "cc", "memory");
+}
+#undef HG_QG_A_PAIR2
 #undef HG_QG_A_ROW
 #undef HG_QG_A_PAIR
 #undef HG_QG_A_ONE
@@ -1273,9 +1369,10 @@ static void hg_qg_mlal_tile(const int8_t *restrict w, const uint8_t *restrict a,
 
 /* The sums of one block, computed by the path, then requantised by row: exact int32 in `t`. */
 static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
-                                    size_t npx, int full_range, int32_t t[HG_QG_MR][HG_QG_NB])
+                                    size_t rows, size_t npx, int full_range, int32_t t[HG_QG_MR][HG_QG_NB])
 {
     (void)full_range;
+    (void)rows; /* plain NEON sums only the first `rows` channels' tiles; the other paths all 8 */
 #if defined(HG_QG_PATH_AVXVNNI)
     for (size_t p0 = 0; p0 < npx; p0 += 8) {
         __m256i acc[HG_QG_MR];
@@ -1346,9 +1443,13 @@ static inline void hg_qg_block_sums(const int8_t *restrict w, const uint8_t *res
 #elif defined(HG_QG_PATH_NEON)
     if (!full_range) {
         /* weights in [-127, 127]: two products summed in int16 (smull + smlal, |sum| <= 2 * 128 * 127) */
-        for (size_t r0 = 0; r0 < HG_QG_MR; r0 += 4)
-            for (size_t p0 = 0; p0 < npx; p0 += 8)
-                hg_qg_mlal_tile(w + 4 * r0, a + 4 * p0, kg, as, &t[r0][p0]);
+        for (size_t r0 = 0; r0 < rows; r0 += 4)
+            for (size_t p0 = 0; p0 < npx; p0 += 8) {
+                if (rows - r0 > 2)
+                    hg_qg_mlal_tile(w + 4 * r0, a + 4 * p0, kg, as, &t[r0][p0]);
+                else
+                    hg_qg_mlal_tile2(w + 4 * r0, a + 4 * p0, kg, as, &t[r0][p0]);
+            }
         return;
     }
     /* a weight of -128: 4 pixels x 4 k of activations (s8) times one channel's 4 weights (repeated): smull to int16
@@ -1397,7 +1498,7 @@ static inline void hg_qg_block_any(const int8_t *restrict w, const uint8_t *rest
                                    float hi, uint8_t *y, size_t ldy, int full_range)
 {
     int32_t t[HG_QG_MR][HG_QG_NB];
-    hg_qg_block_sums(w, a, kg, as, npx, full_range, t);
+    hg_qg_block_sums(w, a, kg, as, rows, npx, full_range, t);
 #if defined(HG_QG_PATH_SDOT) || defined(HG_QG_PATH_NEON)
     if (npx >= 8) {
         hg_qg_requant_rows(t[0], HG_QG_NB, rows, npx, c, s, zp, lo, hi, y, ldy);
@@ -1528,23 +1629,38 @@ static inline void hg_qg_gemv_blocks(const int8_t *restrict w, const uint8_t *re
 
 #if defined(HG_QG_PATH_NEON)
 /* Plain NEON, weights in [-127, 127]: a panel's 8 channels are the vector, the input's 4 bytes of
-   group g broadcast (ld1r) against them, group g + 1's products added in int16 by smlal (exact, as
-   in hg_qg_mlal_tile), then sadalp into (channel r: two partial sums) pairs, added across at the end. */
+   groups g and g + 1 broadcast together (ld2r) against them, group g + 1's products added in int16 by
+   smlal (exact, as in hg_qg_mlal_tile), then sadalp into (channel r: two partial sums) pairs, added
+   across at the end: 16 instructions per two groups (the panel's 64 weight bytes one ld1); a last
+   panel of 4 live channels or fewer makes only their products. A whole panel's 8 channels are
+   requantised together as hg_qg_requant16 does (the bounds set up once). */
 static inline void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t rows,
                               const int32_t *c, const float *s, int32_t zp, float lo, float hi, uint8_t *y)
 {
+    const hg_qg_bounds b = hg_qg_bounds_of(zp, lo, hi);
     for (size_t m0 = 0; m0 < rows; m0 += HG_QG_MR, w += kg * 4 * HG_QG_MR) {
         int32x4_t s0 = vdupq_n_s32(0), s1 = s0, s2 = s0, s3 = s0;
         const int8_t *wg = w;
         size_t g = 0;
+        const size_t live = rows - m0 < HG_QG_MR ? rows - m0 : HG_QG_MR;
+        if (live <= 4) /* the panel's channels 4-7 are padding: their products are not made */
+            for (; g + 2 <= kg; g += 2, wg += 8 * HG_QG_MR) {
+                const int32x4x2_t uv = vld2q_dup_s32((const int32_t *)(const void *)(a + 4 * g));
+                const int8x16_t u = vreinterpretq_s8_s32(uv.val[0]), v = vreinterpretq_s8_s32(uv.val[1]);
+                const int8x16_t w0 = vld1q_s8(wg), z0 = vld1q_s8(wg + 32);
+                s0 = vpadalq_s16(s0, vmlal_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(u)), vget_low_s8(z0), vget_low_s8(v)));
+                s1 = vpadalq_s16(s1, vmlal_high_s8(vmull_high_s8(w0, u), z0, v));
+            }
         for (; g + 2 <= kg; g += 2, wg += 8 * HG_QG_MR) {
-            const int8x16_t u = vreinterpretq_s8_s32(vdupq_n_s32(hg_qg_load32(a + 4 * g)));
-            const int8x16_t v = vreinterpretq_s8_s32(vdupq_n_s32(hg_qg_load32(a + 4 * g + 4)));
-            const int8x16_t w0 = vld1q_s8(wg), w1 = vld1q_s8(wg + 16), z0 = vld1q_s8(wg + 32), z1 = vld1q_s8(wg + 48);
-            s0 = vpadalq_s16(s0, vmlal_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(u)), vget_low_s8(z0), vget_low_s8(v)));
-            s1 = vpadalq_s16(s1, vmlal_high_s8(vmull_high_s8(w0, u), z0, v));
-            s2 = vpadalq_s16(s2, vmlal_s8(vmull_s8(vget_low_s8(w1), vget_low_s8(u)), vget_low_s8(z1), vget_low_s8(v)));
-            s3 = vpadalq_s16(s3, vmlal_high_s8(vmull_high_s8(w1, u), z1, v));
+            const int32x4x2_t uv = vld2q_dup_s32((const int32_t *)(const void *)(a + 4 * g));
+            const int8x16_t u = vreinterpretq_s8_s32(uv.val[0]), v = vreinterpretq_s8_s32(uv.val[1]);
+            const int8x16x4_t wv = vld1q_s8_x4(wg);
+            s0 = vpadalq_s16(s0, vmlal_s8(vmull_s8(vget_low_s8(wv.val[0]), vget_low_s8(u)), vget_low_s8(wv.val[2]),
+                                          vget_low_s8(v)));
+            s1 = vpadalq_s16(s1, vmlal_high_s8(vmull_high_s8(wv.val[0], u), wv.val[2], v));
+            s2 = vpadalq_s16(s2, vmlal_s8(vmull_s8(vget_low_s8(wv.val[1]), vget_low_s8(u)), vget_low_s8(wv.val[3]),
+                                          vget_low_s8(v)));
+            s3 = vpadalq_s16(s3, vmlal_high_s8(vmull_high_s8(wv.val[1], u), wv.val[3], v));
         }
         if (g < kg) {
             const int8x16_t u = vreinterpretq_s8_s32(vdupq_n_s32(hg_qg_load32(a + 4 * g)));
@@ -1554,10 +1670,21 @@ static inline void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict 
             s2 = vpadalq_s16(s2, vmull_s8(vget_low_s8(w1), vget_low_s8(u)));
             s3 = vpadalq_s16(s3, vmull_high_s8(w1, u));
         }
+        const int32x4_t t0 = vpaddq_s32(s0, s1), t1 = vpaddq_s32(s2, s3);
+        if (live == HG_QG_MR) {
+            /* (float)(t + c) * s rounded half to even, then hg_qg_requant16's narrows and bounds */
+            const int32x4_t q0 =
+                vcvtnq_s32_f32(vmulq_f32(vcvtq_f32_s32(vaddq_s32(t0, vld1q_s32(c + m0))), vld1q_f32(s + m0)));
+            const int32x4_t q1 =
+                vcvtnq_s32_f32(vmulq_f32(vcvtq_f32_s32(vaddq_s32(t1, vld1q_s32(c + m0 + 4))), vld1q_f32(s + m0 + 4)));
+            const int16x8_t h = vqaddq_s16(vqmovn_high_s32(vqmovn_s32(q0), q1), b.zp);
+            const int8x8_t q = vmin_s8(vmax_s8(vqmovn_s16(h), vget_low_s8(b.lo)), vget_low_s8(b.hi));
+            vst1_u8(y + m0, veor_u8(vreinterpret_u8_s8(q), vget_low_u8(b.flip)));
+            continue;
+        }
         int32_t t[HG_QG_MR];
-        vst1q_s32(t, vpaddq_s32(s0, s1));
-        vst1q_s32(t + 4, vpaddq_s32(s2, s3));
-        const size_t live = rows - m0 < HG_QG_MR ? rows - m0 : HG_QG_MR;
+        vst1q_s32(t, t0);
+        vst1q_s32(t + 4, t1);
         for (size_t r = 0; r < live; ++r)
             y[m0 + r] = (uint8_t)(hg_round_even(hg_clamp_q((float)(t[r] + c[m0 + r]) * s[m0 + r], lo, hi)) + zp);
     }
