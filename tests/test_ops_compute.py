@@ -499,6 +499,43 @@ def test_unsupported_dtype_is_reported():
 
 
 @pytest.mark.cc
+def test_phase_plane_packing_at_o3_matches_onnxruntime():
+    """The implicit GEMM's B panels from phase planes (templates/kernels/conv_implicit_planes.c.j2),
+    built as a model is (-O3 -march=native: with AVX-512, a panel row as two permutes where its
+    columns span at most 48 plane floats, else run by run): panels across 2-3 output rows (13 and 7
+    columns), within a row and a narrower last one (37), stride 2, a 1x1 downsample, a 5x5 window
+    whose k (600) starts its second block mid-channel, and a dilated window whose panels span more
+    than 48 floats (the run-by-run copy). The weights are inputs: with constant ones these small
+    layers take the direct `small` kernel or Winograd."""
+    rng = np.random.default_rng(6)
+    layers = {  # name: (kernel, attributes)
+        "same": (3, {"pads": [1, 1, 1, 1]}),
+        "stride2": (3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+        "down": (1, {"strides": [2, 2]}),
+        "wide": (5, {"pads": [2, 2, 2, 2]}),
+        "dilated": (3, {"pads": [6, 6, 6, 6], "dilations": [6, 6]}),
+    }
+    layout_keys = (("pads", 0), ("strides", 1), ("dilations", 1))
+    nodes, weights, outputs = [], {}, []
+    for width in (13, 37):
+        for name, (k, attrs) in layers.items():
+            out = f"{name}{width}"
+            weights[f"{out}_w"] = rng.standard_normal((16, 24, k, k)).astype(np.float32)
+            nodes.append(helper.make_node("Conv", [f"x{width}", f"{out}_w"], [out], name=out, **attrs))
+            pad, stride, dilation = (attrs.get(key, [default])[0] for key, default in layout_keys)
+            size = [(n + 2 * pad - dilation * (k - 1) - 1) // stride + 1 for n in (11, width)]
+            outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, (1, 16, *size)))
+    feeds = {f"x{w}": rng.standard_normal((1, 24, 11, w)).astype(np.float32) for w in (13, 37)} | weights
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape) for n, v in feeds.items()]
+    graph = helper.make_graph(nodes, "plane_packing", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    expected = ort_run(model, feeds)
+    got = harness.run_model(model, feeds, side="hosted", opt=("-O3", "-march=native"))
+    for name, want in expected.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.cc
 @pytest.mark.parametrize("side", ["bare_metal", "hosted"])
 def test_padding_row_kernels_at_o3_match_onnxruntime(side):
     """Each float convolution kernel that finds its padding row by row, as a model builds it (-O3,
