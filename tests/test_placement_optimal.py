@@ -17,7 +17,7 @@ from hetgen.partition.assemble import chosen_makespan
 from hetgen.partition.cost import Calibration
 from hetgen.partition.explain import explain_text
 from hetgen.partition.optimal import EXHAUSTIVE_PLACEMENTS
-from hetgen.partition.reported import Reported
+from hetgen.partition.reported import FINISHED_NODES, Reported
 from hetgen.partition.space import SearchSpace
 from hetgen.platform import load_platform
 from hetgen.platform.model import Link
@@ -163,3 +163,18 @@ def test_a_conv_chain_is_not_exact_where_cascades_reprice_it():
     placement = place(graph, soc())
     assert not placement.optimal and placement.gap == 0.0
     assert "within 0.0% of the lower bound" in explain_text(placement, graph)
+
+
+def test_one_cpu_over_the_finished_size_is_exact_where_every_group_meets_its_least_price():
+    """Over FINISHED_NODES not every placement is finished; on one CPU the search at each group's
+    least price under any kernel choice (hetgen/partition/least_price.py) floors every placement's
+    reported total, and a total that meets it is claimed exact. Brute force agrees."""
+    host = load_platform(ROOT / "platforms" / "host.yaml")
+    for channels, size in ((3, 32), (16, 16)):  # the 16-channel layers' Winograd is priced, never taken
+        graph = conv_relu_net(7, channels, size)
+        assert len(graph.nodes) > FINISHED_NODES
+        totals = every_makespan(graph, host, reported=True)
+        placement = place(graph, host)
+        assert placement.total_us == pytest.approx(min(totals), rel=1e-9)
+        assert placement.optimal is (channels == 3)
+        assert ("(cost mode, exact" in explain_text(placement, graph)) is placement.optimal

@@ -48,7 +48,7 @@ from hetgen.ops import _gemm_plan
 from hetgen.ops.base import Kernel, Prepacked
 from hetgen.partition.units import Unit, op_instance, unit_lowering
 from hetgen.platform.baremetal import is_bare_metal
-from hetgen.platform.model import Platform, Role
+from hetgen.platform.model import Platform, Role, Target
 from hetgen.platform.registers import vector_registers
 from hetgen.platform.tuning import gemm_blocks, memory_mode
 from hetgen.spec.variants import with_offers
@@ -267,18 +267,7 @@ def chosen_offers(
         target = controllers.get(path)
         if target is None or not kernel.prepacked:
             continue
-        by_input: dict[int, list[Prepacked]] = {}
-        bare_metal = is_bare_metal(target)
-        registers = vector_registers(target)
-        for offer in kernel.prepacked:
-            # in-place kernels for flash-resident weights on bare metal only; the packed int8
-            # kernels (hg_qgemm.h) only on application cores, where their SIMD paths exist
-            if (offer.bare_metal_only and not bare_metal) or (offer.hosted_only and bare_metal):
-                continue
-            if offer.registers is not None and offer.registers != registers:
-                continue  # blocked for another CPU's register file
-            by_input.setdefault(offer.index, []).append(offer)
-        for offers in by_input.values():
+        for offers in offers_on(kernel, target).values():
             small = next((o for o in offers if layouts.growth(index, o) <= BARE_METAL_GROWTH), None)
             first = offers[0]
             if first is small or is_bare_metal(target) or not lean or len(offers) == 1:
@@ -297,6 +286,40 @@ def chosen_offers(
             if offer is not None:
                 chosen.setdefault(index, []).append(offer)
     return {index: tuple(offers) for index, offers in chosen.items()}
+
+
+def offers_on(kernel: Kernel, target: Target) -> dict[int, list[Prepacked]]:
+    """The offers of `kernel` that CPU controller `target` may take, per input, the preferred first."""
+    by_input: dict[int, list[Prepacked]] = {}
+    bare_metal = is_bare_metal(target)
+    registers = vector_registers(target)
+    for offer in kernel.prepacked:
+        # in-place kernels for flash-resident weights on bare metal only; the packed int8
+        # kernels (hg_qgemm.h) only on application cores, where their SIMD paths exist
+        if (offer.bare_metal_only and not bare_metal) or (offer.hosted_only and bare_metal):
+            continue
+        if offer.registers is not None and offer.registers != registers:
+            continue  # blocked for another CPU's register file
+        by_input.setdefault(offer.index, []).append(offer)
+    return by_input
+
+
+def every_choice(unit: Unit, kernel: Kernel, target: Target, platform: Platform, lowerings: UnitLowerings):
+    """Every kernel `taken_offers` may give `unit` (the kernel table's `kernel`) on CPU controller
+    `target`, in any placement: lowered for the platform's cache blocks (`with_blocks`), with at most
+    one offer per input taken (`chosen_offers`: which, depends on the target's memory budget), with
+    those blocks or any smaller set (`Fitting`: which, depends on the activations live at its step)."""
+    blocks = gemm_blocks(platform)
+    if blocks != _gemm_plan.DEFAULT_BLOCKS and _gemm_plan.HELPER in kernel.helpers:
+        kernel = lowerings.lowered(unit, blocks)
+    kernels = [kernel]
+    if "gemm_nc" in kernel.params:
+        kernels += [lowerings.lowered(unit, smaller) for smaller in _gemm_plan.smaller_blocks(blocks)]
+    per_input = [[None, *offers] for offers in offers_on(kernel, target).values()]
+    taken = [
+        tuple(kernel.prepacked.index(o) for o in offers if o is not None) for offers in itertools.product(*per_input)
+    ]
+    return [lowerings.offered(k, positions) for k in kernels for positions in taken]
 
 
 def within_budget(path, candidates, layouts: Layouts, units, kernels, assignment, chosen, platform) -> set:

@@ -30,7 +30,10 @@ placements (cascades.py `_cut`): most runs recur from one placement to the next.
   (hetgen/partition/optimal.py);
 - where every placement can be priced (at most `EXHAUSTIVE_PLACEMENTS`, graphs of at most
   `FINISHED_NODES` nodes): each is finished and priced (those with no re-priceable group at their
-  makespan), and the least is used.
+  makespan), and the least is used;
+- on one CPU (graphs of at most `FLOORED_NODES` nodes): where the reported total meets the floor,
+  the search's optimum with each group at the least price any kernel choice gives it
+  (hetgen/partition/least_price.py). Those prices are also the third start's and the screens'.
 
 Otherwise the search's bound and gap are kept as the search measured them, at its prices, and
 `explain` says that the least reported total is not proven.
@@ -51,6 +54,7 @@ from hetgen.partition.cascades import cascading, fastest_cascades, with_cascades
 from hetgen.partition.choices import with_choices
 from hetgen.partition.cost import Calibration
 from hetgen.partition.energy import placement_energy
+from hetgen.partition.least_price import least_priced
 from hetgen.partition.optimal import EXHAUSTIVE_PLACEMENTS, every_cover
 from hetgen.partition.placement import Placement
 from hetgen.partition.prepack import UnitLowerings
@@ -67,6 +71,9 @@ EVALUATION_BUDGET = 12
 # every placement is finished only for graphs this small: vgg@64 on one CPU (19 nodes, 128
 # placements) took 9.9 CPU s that way against 0.06 s before; the climb's budget bounds the rest.
 FINISHED_NODES = 12
+# Pricing every kernel choice of every group (least_price.py) takes about 1.4 ms a candidate group
+# (densenet121@160 on host: 489 in 0.69 CPU s), so one CPU's floor is made for graphs this small.
+FLOORED_NODES = 400
 CLIMB_GROUPS = 200  # no climb over more groups: each round orders every move by a makespan
 EPSILON_US = 1e-6
 
@@ -150,6 +157,25 @@ class Reported:
         self._lowerings = UnitLowerings(space.graph)  # each unit's relowerings and packed constants
         # each re-priceable group at its cascade-aware price: the climb's order, a third start (search.py)
         self.optimistic = cascaded_candidates(space, candidates, self.repriceable) if self.repriceable else candidates
+        self.floored: tuple[Candidate, ...] | None = None  # `floor_prices`
+        self.floor_us: float | None = None  # the least makespan at those prices, once searched (`floor`)
+
+    def floor_prices(self) -> tuple[Candidate, ...] | None:
+        """On one CPU, the candidates each at the least price any kernel choice gives it
+        (hetgen/partition/least_price.py), made the `optimistic` prices too; else None."""
+        space = self.space
+        one_cpu = len({c.loc for c in self.candidates}) == 1
+        if self.repriceable and one_cpu and len(space.graph.nodes) <= FLOORED_NODES:
+            self.floored = least_priced(space, self.candidates, self._lowerings)
+            self.optimistic = self.floored or self.optimistic
+        return self.floored
+
+    def floor(self, chosen: Sequence[int], proven_us: float | None) -> None:
+        """Record the search's choice at the `floor_prices` and the optimum it proved (None: not
+        proven): one CPU's makespan is the serial sum the search minimised, so no placement's
+        reported total is less (hetgen/partition/optimal.py)."""
+        if self.floored is not None and proven_us is not None:
+            self.floor_us = min(proven_us, chosen_makespan(self.space, self.floored, chosen))
 
     def placement(self, chosen: Sequence[int]) -> Placement:
         """`chosen` assembled and finished."""
@@ -218,6 +244,9 @@ class Reported:
                 f"then moved {moved} groups for cascades and kernel choices ({best_us:.1f} -> {climbed_us:.1f} us)"
             )
             best = climbed
+        if self.floor_us is not None and self.total_us(best) <= self.floor_us * (1 + 1e-9):
+            notes.append("no placement is less: each group at the least price any kernel choice gives it sums to this")
+            return self._judged(best, searched, True, "; ".join(notes))
         notes.append("cascades and kernel choices re-price placements after the search: the least total is not proven")
         return self._judged(best, searched, False, "; ".join(notes))
 
