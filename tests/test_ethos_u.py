@@ -340,7 +340,10 @@ def test_the_tensors_the_controller_shares_are_dmad_from_dram():
     b.output(b.op("Relu", [b.conv(b.input("input", (1, 3, 16, 16)), 3, 16, 3, stride=2)]), (1, 16, 8, 8))
     platform = _u65(384)
     graph = import_model(quantized(b.model(), "QDQ", per_channel=True))
-    placement = place(graph, platform)
+    # the input quantized on the controller (on the npu it would run in a cascade with the stem,
+    # reading the float input instead), so the convolution is the npu group that reads it
+    (quantize,) = [n.source_name for n in graph.nodes if n.op == "QuantizeLinear"]
+    placement = place(graph, platform, pins={quantize: platform.root.path_str})
     target_of = {node: g.target for g in placement.groups for node in g.nodes}
     target = npu(platform)
     reading = []

@@ -530,13 +530,15 @@ def _residual_block() -> onnx.ModelProto:
 
 
 @pytest.mark.cc
-def test_an_int8_conv_and_its_residual_add_run_as_one_tiled_qconv_residual_unit(tmp_path):
-    """The second QLinearConv and its QLinearAdd are one group (`qconv_residual`): its tiles load the
+def test_an_int8_residual_block_runs_its_add_in_the_conv_and_its_quantize_in_a_cascade(tmp_path):
+    """The last QLinearConv and its QLinearAdd are one group (`qconv_residual`): its tiles load the
     residual's block and the vector unit adds it before the store, so the Add is no launch of its
-    own; the output is onnxruntime's (ORT_DISABLE_ALL) within one step and the separate CPU
-    kernels' bit for bit; the simulator counts the fused engine; in too little SRAM the refusal
-    names the unit and the bytes."""
+    own; the input's QuantizeLinear on the npu runs stripe by stripe in a cascade with the first
+    Conv; the output is onnxruntime's (ORT_DISABLE_ALL) within one step and the separate CPU
+    kernels' bit for bit; the simulator counts the fused engine and agrees with the estimate; in
+    too little SRAM the refusal names the unit and the bytes."""
     pytest.importorskip("onnxruntime")
+    from bench_support import bench_json
     from hetgen.models.quantized import quantized
 
     logging.disable(logging.WARNING)
@@ -546,13 +548,17 @@ def test_an_int8_conv_and_its_residual_add_run_as_one_tiled_qconv_residual_unit(
         logging.disable(logging.NOTSET)
     graph = import_model(model)
     platform = load_platform_text(PLATFORM.format(sram_kib=8))
-    document = explain_json(place(graph, platform), graph)
+    # the input's QuantizeLinear on the npu (as on a slow controller) cascades into the first Conv
+    (quantize,) = [n for n in graph.nodes if n.op == "QuantizeLinear"]
+    pins = {quantize.source_name: NPU}
+    document = explain_json(place(graph, platform, pins=pins), graph)
     (fused,) = [g for g in document["groups"] if g["label"] == "qconv_residual"]
     assert fused["target"] == NPU and fused["op_types"] == ["QLinearConv", "QLinearAdd"], fused
     assert fused["tiling"][0]["count"] > 1, fused["tiling"]  # 9 KiB of output alone: rows x channels
     assert not [g for g in document["groups"] if "QLinearAdd" in g["op_types"] and g is not fused]
+    assert [c["units"][0] for c in document["cascades"]] == [quantize.name], document["cascades"]
 
-    out = hetgen.compile(platform, model, out=tmp_path / "npu", native_only=True, opt=("-O1",), werror=True)
+    out = hetgen.compile(platform, model, out=tmp_path / "npu", pins=pins, native_only=True, opt=("-O1",), werror=True)
     host = hetgen.compile("host", model, out=tmp_path / "host", native_only=True, opt=("-O1",))
     assert "HG_SIM_MAC_ARRAY_INT8_RESIDUAL" in "".join(p.read_text() for p in out.rglob("*.c"))
     loaded = hetgen.load(out)
@@ -563,6 +569,11 @@ def test_an_int8_conv_and_its_residual_add_run_as_one_tiled_qconv_residual_unit(
     want = ort_session(model.SerializeToString()).run(["y"], feeds)[0]
     step = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "y_scale")))
     assert np.abs(got - want).max() <= step * 1.001, np.abs(got - want).max() / step
+
+    # the simulator counted what it ran (its own cycles, not the estimate), within 15 % of it
+    for group in bench_json(out)["groups"]:
+        if group["label"] in ("qconv_residual", "cascade: quantize + qconv2d"):
+            assert group["simulated_us"] == pytest.approx(group["estimate_us"], rel=0.15), group
 
     small = load_platform_text(PLATFORM.format(sram_kib=1))
     found = match_patterns(graph, small, build_kernel_specs(graph, small))

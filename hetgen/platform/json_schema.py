@@ -218,6 +218,7 @@ def _kind_definition_schema() -> dict[str, Any]:
         unit={"enum": sorted(NAMED_UNITS)},
         where={"type": "object"},
         efficiency={"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        withdrawn={"const": True},
     )
     properties = {key: {} for key in KIND_KEYS}
     properties.update(

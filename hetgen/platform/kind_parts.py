@@ -64,7 +64,7 @@ MAX_ENERGY_FIGURE = 1e6  # pJ a MAC or a byte, mW: a million is far beyond any d
 MEMORY_KEYS = ("local_bytes", "address_bytes", "static_bytes")
 TOOLCHAIN_KEYS = ("cc", "cflags", "ldflags", "ar", "launcher", "sysroot", "triple", "emulator")
 TOOLCHAIN_LISTS = ("cflags", "ldflags", "launcher", "emulator")
-PATTERN_KEYS = ("label", "chain", "unit", "where", "efficiency")
+PATTERN_KEYS = ("label", "chain", "unit", "where", "efficiency", "withdrawn")
 # The keys a target node gives itself; attributes sit beside them, so no attribute may use one.
 NODE_KEYS = ("kind", "runtime", "threads", "devices", "host", "link", "toolchain", "figures", "memories")
 ROLES = tuple(role.value for role in Role)
@@ -293,6 +293,16 @@ def _parse_patterns(node: YNode, what: str, problems: Problems) -> list[Pattern]
     return patterns
 
 
+def _withdrawn_pattern(body, label_node: YNode | None, what: str, problems: Problems) -> Pattern | None:
+    """`{label: X, withdrawn: true}`: the refinement removes its parent's pattern X (kinds.py)."""
+    others = [key for key in body.keys() if key not in ("label", "withdrawn")]
+    if label_node is None or others or body.get("withdrawn").value is not True:
+        problems.add(body.pos, f"{what} that withdraws an inherited pattern is {{label: ..., withdrawn: true}} alone")
+        return None
+    label = read_str(label_node, f"the label of {what}", problems)
+    return None if label is None else Pattern(label, (), withdrawn=True)
+
+
 def _parse_pattern(node: YNode, what: str, problems: Problems) -> Pattern | None:
     entry_what = f"a pattern of {what}"
     body = expect_map(node, entry_what, problems, node.pos)
@@ -300,6 +310,8 @@ def _parse_pattern(node: YNode, what: str, problems: Problems) -> Pattern | None
         return None
     check_keys(body, PATTERN_KEYS, entry_what, problems)
     label_node, chain_node, unit_node = body.get("label"), body.get("chain"), body.get("unit")
+    if body.get("withdrawn") is not None:
+        return _withdrawn_pattern(body, label_node, entry_what, problems)
     if label_node is None or (chain_node is None and unit_node is None):
         missing = " and ".join(
             k for k, v in (("label", label_node), ("a chain or a unit", chain_node or unit_node)) if v is None

@@ -148,6 +148,15 @@ def _merge(draft: KindDraft, parent: Kind | None, problems: Problems) -> Kind | 
     device = {**(parent.device if parent else {}), **draft.device}  # parameter by parameter
     patterns = {p.label: p for p in (parent.patterns if parent else ())}
     patterns.update({p.label: p for p in draft.patterns})  # same label: the refinement replaces it
+    inherited = [p.label for p in parent.patterns] if parent else []
+    for pattern in draft.patterns:
+        if pattern.withdrawn and pattern.label not in inherited:
+            problems.add(
+                draft.key_pos["patterns"],
+                f"{what} withdraws pattern '{pattern.label}', which it does not inherit"
+                f"{close_match(pattern.label, inherited)}; inherited: {', '.join(inherited) or 'none'}",
+            )
+    patterns = {label: p for label, p in patterns.items() if not p.withdrawn}
     energy = _merge_energy(parent.energy if parent else {}, draft.energy)
     base_toolchain = parent.toolchain if parent else Toolchain()
     toolchain = dataclasses.replace(base_toolchain, **draft.toolchain)

@@ -103,6 +103,9 @@ class Pattern:
     where: Mapping[str, Any] = field(default_factory=dict)
     efficiency: float = 1.0  # fraction of peak throughput this pattern reaches on the device
     unit: str | None = None  # a multi-operator unit kind of the kernel table (then `chain` is empty)
+    # a refinement's entry that removes its parent's pattern of this label (a unit the real device
+    # does not run: the Ethos-U's QLinearAdd is an operation of its own, never a Conv's epilogue)
+    withdrawn: bool = False
 
 
 @dataclass(frozen=True)

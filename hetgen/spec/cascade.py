@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from hetgen.ops.base import Tiling, WorkRule
 from hetgen.ops.registry import op_def
-from hetgen.spec.tile_shapes import UnitOp, has_residual, operands, window_geometry
+from hetgen.spec.tile_shapes import UnitOp, has_residual, operands, rowwise, window_geometry
 from hetgen.spec.tiling import ALIGNMENT, Rates, mac_utilisation
 
 __all__ = [
@@ -86,10 +86,11 @@ class Layer:
 
 def cascade_layer(op: UnitOp, flops: int, rates: Rates | None = None) -> Layer | None:
     """The unit as a cascade layer, or None where it cannot be one: not a window operator (a
-    convolution, a depthwise convolution, a window pool), not rank 4 with one batch item, or
-    pooling with ceil_mode."""
+    convolution, a depthwise convolution, a window pool) or a `rowwise` one (a QuantizeLinear: a
+    1x1 window on the vector unit), not rank 4 with one batch item, or pooling with ceil_mode."""
     definition = op_def(op.node.op)
-    if definition is None or definition.tiling is not Tiling.WINDOW or len(op.output_types) != 1:
+    window = definition is not None and definition.tiling is Tiling.WINDOW
+    if not (window or rowwise(op)) or len(op.output_types) != 1:
         return None
     roles = operands(op)
     x = op.input_types[roles.x]

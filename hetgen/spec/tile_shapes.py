@@ -232,8 +232,25 @@ def _scalar_block(op: UnitOp, i: int) -> tuple[Block, TensorType]:
     return _block(op.inputs[i], 0, 1, t.nbytes, 0), _t(t.dtype, 1)
 
 
+def rowwise(op: UnitOp) -> bool:
+    """An elementwise operator of one rank-4 activation (its other inputs one value each: a
+    QuantizeLinear's scale and zero point) and an output of its shape: each output row is its input
+    row's, so a cascade runs it as a 1x1 window (hetgen/spec/cascade.py: the input's QuantizeLinear
+    stripe by stripe into the first convolution, instead of a pass of its own)."""
+    definition = op_def(op.node.op)
+    if definition is None or definition.tiling is not Tiling.CHUNKS or len(op.output_types) != 1:
+        return False
+    x, y = op.input_types[0] if op.input_types else None, op.output_types[0]
+    if x is None or x.rank != 4 or tuple(x.shape) != tuple(y.shape) or op.constant[0]:
+        return False
+    return _one_value_inputs(op, operands(op)) is not None
+
+
 def _window_geometry(op: UnitOp) -> tuple:
-    """(kernel, strides, dilations, pads_begin, pads_end) over H and W of a rank-4 window op."""
+    """(kernel, strides, dilations, pads_begin, pads_end) over H and W of a rank-4 window op (a
+    `rowwise` one: a 1x1 window)."""
+    if rowwise(op):
+        return (1, 1), (1, 1), (1, 1), (0, 0), (0, 0)
     x, y = op.input_types[0], op.output_types[0]
     roles = operands(op)
     if roles.like is WorkRule.CONV:
