@@ -186,7 +186,7 @@ def report(name: str, labels: list[str], one: np.ndarray, many: np.ndarray, call
 def report_trace(labels: list[str], one: np.ndarray, trace: list[list[dict]]) -> None:
     """Per kernel that calls the pool: how its calls went at T threads, over every measured run."""
     print(
-        f"{'1t us':>9} {'calls':>6} {'tasks':>6} {'worker%':>8} {'none%':>6} {'claim us':>9} {'wait us':>8} {'same':>6}  "
+        f"{'1t us':>9} {'calls':>6} {'tasks':>6} {'worker%':>8} {'spinning':>9} {'none%':>6} {'claim us':>9} {'wait us':>8} {'same':>6}  "
         f"worker state when called (spinning/yielding/asleep/running %)  kernel"
     )
     fastest_one = one.min(axis=0)
@@ -201,11 +201,16 @@ def report_trace(labels: list[str], one: np.ndarray, trace: list[list[dict]]) ->
 
 
 def trace_line(calls: list[dict], runs: int) -> str:
-    """calls per run, tasks per call, the share of tasks the workers ran, the share of calls where no
-    worker claimed one, the median time to a worker's first claim, the median time the caller waited
+    """calls per run, tasks per call, the share of tasks the workers ran (of all calls, and of the
+    calls that found every worker spinning: what the pool hands a worker that is there, whatever the
+    machine's load), the share of calls where no worker claimed one, the median time to a worker's first claim, the median time the caller waited
     for the workers' last tasks, and the workers' states when the calls came."""
     tasks = sum(c["tasks"] for c in calls)
     on_workers = sum(sum(c["ran"][1:]) for c in calls)
+    spinning = [c for c in calls if c["states"] and all(state == 1 for state in c["states"])]
+    spinning_share = (
+        100 * sum(sum(c["ran"][1:]) for c in spinning) / sum(c["tasks"] for c in spinning) if spinning else float("nan")
+    )
     claimed = [c["first_claim_us"] for c in calls if c["first_claim_us"] > 0]
     waits = [c["all_done_us"] - c["caller_done_us"] for c in calls]
     states = [s for c in calls for s in c["states"]]
@@ -213,6 +218,7 @@ def trace_line(calls: list[dict], runs: int) -> str:
     shares = "/".join(f"{100 * states.count(k) / max(len(states), 1):.0f}" for k in (1, 2, 3, 0))
     return (
         f"{len(calls) / runs:6.0f} {tasks / len(calls):6.1f} {100 * on_workers / max(tasks, 1):7.0f}% "
+        f"{spinning_share:8.0f}% "
         f"{100 * (len(calls) - len(claimed)) / len(calls):5.0f}% "
         f"{np.median(claimed) if claimed else float('nan'):9.1f} {np.median(waits):8.1f} "
         f"{100 * same_cpu / max(len(states), 1):5.0f}%  {shares:>20}"
