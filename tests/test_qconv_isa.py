@@ -157,6 +157,10 @@ CASES = {
     # last 8 from the odd bytes, and the pieces of rows that blocks of 32 pixels cut)
     "strided_rows_of_8": (np.int8, (1, 6, 9, 16), (10, 6, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True, True),
     "strided_rows_u8": (np.uint8, (1, 4, 7, 37), (9, 4, 3, 3), dict(strides=[1, 2], pads=[0, 1, 0, 1]), True, True),
+    # rows that blocks of 32 pixels cut into pieces of 2-7 pixels (aarch64 im2col: 4 or 2 pixels by
+    # zips, the first and the last overlapping): rows of 10 (pieces of 2, 4, 6), of 7 (4 and 3, uint8)
+    "im2col_rows_of_10": (np.int8, (1, 6, 12, 12), (9, 6, 3, 3), {}, True, True),
+    "im2col_rows_of_7_u8": (np.uint8, (1, 3, 9, 9), (6, 3, 3, 3), {}, True, True),
 }
 # a Clip fused on the quantized output: (min, max) as stored integers
 CLIPS = {"clipped_s8": (-20, 30), "clipped_u8": (100, 200)}
