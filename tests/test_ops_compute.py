@@ -499,14 +499,19 @@ def test_unsupported_dtype_is_reported():
 
 
 @pytest.mark.cc
-def test_phase_plane_packing_at_o3_matches_onnxruntime():
-    """The implicit GEMM's B panels from phase planes (templates/kernels/conv_implicit_planes.c.j2),
-    built as a model is (-O3 -march=native: with AVX-512, a panel row as two permutes where its
-    columns span at most 48 plane floats, else run by run): panels across 2-3 output rows (13 and 7
-    columns), within a row and a narrower last one (37), stride 2, a 1x1 downsample, a 5x5 window
-    whose k (600) starts its second block mid-channel, and a dilated window whose panels span more
-    than 48 floats (the run-by-run copy). The weights are inputs: with constant ones these small
-    layers take the direct `small` kernel or Winograd."""
+def test_phase_plane_packing_at_o3_matches_onnxruntime(tmp_path):
+    """The implicit GEMM's B operand from phase planes (templates/kernels/conv_implicit_planes.c.j2),
+    built as a model is (-O3, -march=native: the GEMM runtime too). With AVX-512 a packed panel row
+    is two permutes where its columns span at most 48 plane floats, else run by run; and products
+    of at most 64 rows read the panels that lie in one output row in place (`b_rows`), packing the
+    others alone. Panels across 2-3 output rows (13 and 7 columns), one in place then one packed
+    (37), stride 2, a 1x1 downsample, a 5x5 window whose k (600) starts its second block
+    mid-channel, and a dilated window whose panels span more than 48 floats (the run-by-run copy).
+    The weights are inputs: with constant ones these small layers take the `small` kernel or
+    Winograd."""
+    import hetgen
+    from hetgen.platform.loader import load_platform_text
+
     rng = np.random.default_rng(6)
     layers = {  # name: (kernel, attributes)
         "same": (3, {"pads": [1, 1, 1, 1]}),
@@ -530,7 +535,14 @@ def test_phase_plane_packing_at_o3_matches_onnxruntime():
     graph = helper.make_graph(nodes, "plane_packing", inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     expected = ort_run(model, feeds)
-    got = harness.run_model(model, feeds, side="hosted", opt=("-O3", "-march=native"))
+    # `memory: fast`: the GEMM's own blocks, so a band holds the whole image (lean's workspace cap
+    # gives these layers bands of 1-4 rows, whose panels never span rows)
+    platform = load_platform_text("name: host\ntarget: {kind: native, runtime: aot}\noptions: {memory: fast}\n")
+    out = hetgen.compile(platform, model, out=tmp_path / "out", native_only=True, opt=("-O3",), werror=True)
+    kernels = "".join(path.read_text() for path in (out / "host" / "kernels").glob("*.c"))
+    assert kernels.count("implicit, from phase planes") == len(nodes)
+    assert kernels.count(".b_rows = ") == 3  # the 37-column outputs of stride 1
+    got = hetgen.load(out).run(feeds)
     for name, want in expected.items():
         np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4, err_msg=name)
 

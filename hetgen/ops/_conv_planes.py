@@ -80,7 +80,11 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
         )
     # each tap's offset in a channel's planes, in the order of the GEMM's k (kh, then kw)
     taps = tap_offsets(win, {ab: phase["base"] for ab, phase in zip(used, phases)}, wq)
+    # every row of B, k after k, where whole panels can lie in one output row: the GEMM then reads
+    # them in place where it would not repay packing (hg_kernels.h's b_rows)
+    rows = [c * channel_floats + t for c in range(cin_group) for t in taps] if out_w >= PANEL_N else None
     return {
+        "rows": rows,
         "band_rows": band_rows,
         "hq": hq,
         "wq": wq,
