@@ -1,14 +1,11 @@
-"""Same-process A/B of the worker pool: one model built by this tree, and a copy of that build whose
-runtime/ files come from another git revision (the pool, templates/runtime/hg_threads.c, and the
-GEMM that calls it), each run at HG_THREADS=1 and 2 beside onnxruntime at its defaults with 1 and 2
-intra-op threads, all interleaved in one process (a random order each round), so every build sees
-the same load. Per build and count: the median and 10th-percentile wall clock, and the median CPU
+"""Same-process A/B of two revisions at 1 and 2 threads: one model generated and built by this tree
+and by another git revision (its files exported with `git archive`, generated in a child process),
+each run at HG_THREADS=1 and 2 beside onnxruntime at its defaults with 1 and 2 intra-op threads,
+all interleaved in one process (a random order each round), so every build sees the same load. Per build and count: the median and 10th-percentile wall clock, and the median CPU
 time of the calling thread (at 2 threads the caller's share of the work: it falls when the worker
 takes tasks).
 
     python benchmarks/ab_threads.py --against main --models squeezenet@224,mobilenetv2 --runs 50
-
-The generated kernels are this tree's in both builds: the A/B is of the runtime files only.
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -30,28 +26,24 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hetgen  # noqa: E402
-from hetgen.build.ninja_file import run_ninja  # noqa: E402
 from hetgen.models.suite import BENCH_MODELS  # noqa: E402
 from hetgen.runtime.loader import checked_input, load  # noqa: E402
 from hetgen.runtime.reference import speed_session  # noqa: E402
 from hetgen.runtime.verify import MODEL_COPY, feeds_for  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-RUNTIME_FILES = ("hg_threads.c", "hg_threads.h", "hg_gemm.c")
+BUILD = "import sys, hetgen; hetgen.compile('host', sys.argv[1], out=sys.argv[2], native_only=True)"
 
 
-def build_against(out: Path, revision: str, copy: Path) -> None:
-    """`out` copied to `copy`, its runtime files replaced by `revision`'s, rebuilt."""
-    shutil.copytree(out, copy, symlinks=True)
-    for name in RUNTIME_FILES:
-        text = subprocess.run(
-            ["git", "-C", str(REPOSITORY), "show", f"{revision}:templates/runtime/{name}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        (copy / "runtime" / name).write_text(text)
-    run_ninja(copy, ("native",))
+def build_against(model: Path, revision: str, out: Path) -> None:
+    """`model` generated and built into `out` by `revision`'s hetgen (exported beside `out`)."""
+    tree = out.parent / f"tree-{revision.replace('/', '_')}"
+    if not tree.exists():
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPOSITORY), "archive", revision], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    environment = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    subprocess.run([sys.executable, "-c", BUILD, str(model), str(out)], env=environment, check=True)
 
 
 def compare(out: Path, against: Path, revision: str, runs: int, counts: list[int]) -> None:
@@ -107,8 +99,8 @@ def main() -> int:
             path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
             onnx.save(BENCH_MODELS[name](), path)
             out = hetgen.compile("host", path, out=Path(tmp) / path.stem, native_only=True)
-            against = Path(tmp) / f"{path.stem}-{args.against}"
-            build_against(out, args.against, against)
+            against = Path(tmp) / f"{path.stem}-{args.against.replace('/', '_')}"
+            build_against(path, args.against, against)
             print(f"{name}: load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
             compare(out, against, args.against, args.runs, counts)
     print(f"load average {os.getloadavg()[0]:.1f}")

@@ -1,6 +1,7 @@
 """Kernels beside the GEMM that split their work across the worker pool (hetgen/ops/_parallel.py):
 fused attention (one head per task), LayerNorm and Softmax (rows, or runs of columns), elementwise
-kernels (chunks of the outermost loop), recurrent layers (each step's hidden units). Built with `threads: 2` they match onnxruntime and the
+kernels (chunks of the outermost loop), recurrent layers (each step's hidden units), a channel Concat
+(its copies in tasks of whole cache lines). Built with `threads: 2` they match onnxruntime and the
 `threads: 1` build bit for bit (the tasks are cut at generate time, whatever the thread count); small
 operators stay serial; without a pool (bare metal) the split compiles to a plain loop; and the pool
 is clean under ThreadSanitizer (and AddressSanitizer + UBSan) while heads run their GEMMs on worker
@@ -31,7 +32,7 @@ HEADS, SEQ, HEAD_DIM = 2, 128, 32
 Z = [4, 64, 128]  # Softmax rows of 128 along the last axis; 128 inner columns along axis 1
 ODD = [201, 203]  # an elementwise loop that does not end on a whole chunk
 LARGE = ("attention", "LayerNormalization", "Softmax", "LogSoftmax", "Add", "Sigmoid", "Mul", "MaxPool", "AveragePool")
-LARGE += ("GlobalAveragePool", "Conv", "LSTM", "GRU")
+LARGE += ("GlobalAveragePool", "Conv", "LSTM", "GRU", "Concat")
 IMAGE = [1, 64, 32, 32]  # pooled plane by plane; a depthwise Conv splits its channels; a 3x3 Conv
 # takes Winograd, whose transforms split by channels and whose 16 products run a whole GEMM per task
 FEW = [1, 2, 96, 96]  # a depthwise Conv of two channels splits blocks of each channel's rows
@@ -58,6 +59,7 @@ def threaded_model() -> onnx.ModelProto:
         value("tiny", TensorProto.FLOAT, [2, 8]),
         value("tall", TensorProto.FLOAT, [512, 64]),
         value("image", TensorProto.FLOAT, IMAGE),
+        value("other", TensorProto.FLOAT, IMAGE),
         value("few", TensorProto.FLOAT, FEW),
         value("sensor", TensorProto.FLOAT, [1, 1, 49, 10]),
         value("frames", TensorProto.FLOAT, FRAMES),
@@ -109,6 +111,8 @@ def threaded_model() -> onnx.ModelProto:
             linear_before_reset=1,
             direction="reverse",
         ),
+        # a channel Concat at batch 1: two memcpys, cut into tasks of whole cache lines
+        helper.make_node("Concat", ["image", "other"], ["y_concat"], axis=1),
     ]
     inits = [
         numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
@@ -139,6 +143,7 @@ def threaded_model() -> onnx.ModelProto:
         "y_matmul": [512, 64],
         **{name: [1, 64, 16, 16] for name in ("y_maxpool", "y_argmax", "y_avgpool")},
         "y_global": [1, 64, 1, 1],
+        "y_concat": [1, 128, 32, 32],
         "y_depthwise": IMAGE,
         "y_few": [1, 2, 48, 48],
         "y_winograd": [1, 32, 32, 32],

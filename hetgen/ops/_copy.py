@@ -17,10 +17,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetgen.ir import DType
+from hetgen.ops import _parallel
 from hetgen.ops._common import BITS_TYPE, collapse, contiguous_strides, index_expr, literal, loops_for, view_strides
 from hetgen.ops.base import Kernel
 
 TEMPLATE = "kernels/copy.c.j2"
+SPLIT_TEMPLATE = "kernels/copy_split.c.j2"
+# A split copy's tasks start on cache lines of the bytes it moves; a line is 16 floats' work each
+# side (`_parallel.split` weighs work in float elements).
+LINE_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,52 @@ def copy_into_view(src_arg: int, dst_arg: int, view: np.ndarray, root: np.ndarra
 
 def whole_copy(src_arg: int, dst_arg: int, size: int) -> Copy:
     return Copy(src_arg, dst_arg, (size,), (1,), (1,))
+
+
+@dataclass(frozen=True)
+class Run:
+    """`size` contiguous bytes from args[src_arg] + src_byte to args[dst_arg] + dst_byte."""
+
+    src_arg: int
+    src_byte: int
+    dst_arg: int
+    dst_byte: int
+    size: int
+
+
+def _contiguous_run(step: Copy | Fill | Data, itemsize: int) -> Run | None:
+    """`step` as one contiguous run of bytes, or None (a fill, data, or a copy with strides)."""
+    if not isinstance(step, Copy) or 0 in step.extents:
+        return None
+    extents, (src, dst) = collapse(step.extents, [step.src_strides, step.dst_strides])
+    if len(extents) != 1 or src[0] != 1 or dst[0] != 1:
+        return None
+    return Run(
+        step.src_arg, step.src_offset * itemsize, step.dst_arg, step.dst_offset * itemsize, extents[0] * itemsize
+    )
+
+
+def split_runs(runs: Sequence[Run]) -> tuple[tuple[Run, ...], ...] | None:
+    """`runs` (in order, as one stream of bytes) cut into tasks of equal whole cache lines, the last
+    one taking the rest; None when the whole is too small to share (`_parallel.split`). A channel
+    Concat or Split at batch 1 is such a stream: one memcpy per input, one on one thread before."""
+    total = sum(run.size for run in runs)
+    split = _parallel.split(total // LINE_BYTES, 2 * LINE_BYTES // 4)  # a line read and written
+    if split is None:
+        return None
+    tasks = []
+    for task in range(split.tasks):
+        first = task * split.chunk * LINE_BYTES
+        end = total if task == split.tasks - 1 else first + split.chunk * LINE_BYTES
+        pieces, start = [], 0
+        for run in runs:
+            low, high = max(first, start), min(end, start + run.size)
+            if low < high:
+                skip = low - start
+                pieces.append(Run(run.src_arg, run.src_byte + skip, run.dst_arg, run.dst_byte + skip, high - low))
+            start += run.size
+        tasks.append(tuple(pieces))
+    return tuple(tasks)
 
 
 def _copy_block(copy: Copy, itemsize: int) -> dict | None:
@@ -143,7 +194,21 @@ def _data_block(data: Data) -> dict | None:
 def copy_kernel(
     steps: Sequence[Copy | Fill | Data], itemsize: int, *, flops: int = 0, scratch_bytes: int = 0
 ) -> Kernel:
-    """A kernel that runs `steps` (copies and fills, in order) over elements of `itemsize` bytes."""
+    """A kernel that runs `steps` (copies and fills, in order) over elements of `itemsize` bytes: where
+    every step is a contiguous run and there are enough bytes, as tasks of the worker pool."""
+    runs = [_contiguous_run(step, itemsize) for step in steps]
+    tasks = split_runs(runs) if runs and all(runs) else None
+    if tasks is not None:
+        moved = 2 * sum(run.size for run in runs)
+        return Kernel(
+            template=SPLIT_TEMPLATE,
+            params={"tasks": tasks, "chunk": sum(piece.size for piece in tasks[0])},
+            flops=flops,
+            bytes_accessed=moved,
+            scratch_bytes=scratch_bytes,
+            helpers=(_parallel.HELPER,),
+            parallel=_parallel.tasks_of(len(tasks)),
+        )
     blocks = []
     moved = 0
     for step in steps:
