@@ -211,6 +211,9 @@ def test_a_recurrent_layer_is_priced_as_its_steps_and_projections(cell):
         kernels = build_kernel_specs(graph, platform)
         (spec,) = [spec for names, spec in kernels.units.items() if cell.upper() in names[0].upper()]
         priced[hidden] = spec.parallel
+        # the steps the price shares are the steps the generated kernel hands to the pool
+        source = kernel_source(spec.kernel, "k", cell)
+        assert ("hg_parallel_for" in source) == (hidden == 256), hidden
     chunks = -(-50 // _gemm_plan.PANEL_M)
     assert priced[256].pool_calls(2) == 50 + chunks and priced[256].pool_calls(1) == 0
     assert priced[256].speedup(2) == pytest.approx(2.0)  # 8 panels of hidden units, 32 projection panels
