@@ -33,6 +33,8 @@ def _render(template: str, kernel: Kernel, fn: str, extra_dirs, device, origin: 
     # a template that renders the kernel's own (whichever variant it took) inside a function of its
     # own: a QLinearConv doing its residual QLinearAdd (hetgen/ops/qlinear.py with_quantized_residual)
     wrapper = params.pop("wrapper_template", None)
+    if wrapper is not None:
+        params["inner_fn"] = f"{fn}_conv"  # the wrapped kernel's own function
     return render(
         template,
         extra_dirs,

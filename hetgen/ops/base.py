@@ -220,6 +220,10 @@ class OpDef:
     alias: bool = False
     integer_mac: IntegerMac | None = None  # an int8 product on the MAC array (hetgen/spec/work.py, invocation.py)
     residual: ResidualAdd | None = None  # a residual Add its kernel may fuse (hetgen/spec/patterns.py)
+    # Elementwise on one rank-4 activation (its other inputs one value each): a cascade may run it
+    # as a 1x1 window, stripe by stripe into the convolution after it (hetgen/spec/tile_shapes.py
+    # `rowwise`). Declared where a cascade of it is tested (QuantizeLinear: tests/test_npu_int8_tiling.py).
+    rowwise: bool = False
     work: WorkRule = WorkRule.VECTOR  # the device model's shape of one call
     tiling: Tiling = Tiling.WHOLE  # how the device model may tile it
     input_roles: InputRoles = NO_ROLES

@@ -121,7 +121,7 @@ def lower_dynamic(op: OpInstance) -> Kernel:
 
 DEFS = (
     # per-tensor: contiguous chunks on an accelerator's SRAM (per-axis scales: one tile)
-    OpDef("QuantizeLinear", lower_quantize, tiling=Tiling.CHUNKS, float16_boundary=False),
+    OpDef("QuantizeLinear", lower_quantize, tiling=Tiling.CHUNKS, float16_boundary=False, rowwise=True),
     OpDef("DequantizeLinear", lower_dequantize, tiling=Tiling.CHUNKS, float16_boundary=False),
     OpDef("DynamicQuantizeLinear", lower_dynamic, float16_boundary=False),
 )

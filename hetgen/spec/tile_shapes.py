@@ -233,12 +233,14 @@ def _scalar_block(op: UnitOp, i: int) -> tuple[Block, TensorType]:
 
 
 def rowwise(op: UnitOp) -> bool:
-    """An elementwise operator of one rank-4 activation (its other inputs one value each: a
-    QuantizeLinear's scale and zero point) and an output of its shape: each output row is its input
-    row's, so a cascade runs it as a 1x1 window (hetgen/spec/cascade.py: the input's QuantizeLinear
-    stripe by stripe into the first convolution, instead of a pass of its own)."""
+    """An elementwise operator declared `rowwise` (QuantizeLinear) of one rank-4 activation (its other
+    inputs one value each: a scale and zero point) and an output of its shape: each output row is
+    its input row's, so a cascade runs it as a 1x1 window (hetgen/spec/cascade.py: the input's
+    QuantizeLinear stripe by stripe into the first convolution, instead of a pass of its own)."""
     definition = op_def(op.node.op)
-    if definition is None or definition.tiling is not Tiling.CHUNKS or len(op.output_types) != 1:
+    if definition is None or not definition.rowwise or definition.tiling is not Tiling.CHUNKS:
+        return False
+    if len(op.output_types) != 1:
         return False
     x, y = op.input_types[0] if op.input_types else None, op.output_types[0]
     if x is None or x.rank != 4 or tuple(x.shape) != tuple(y.shape) or op.constant[0]:
