@@ -28,13 +28,14 @@ def target(platform, path):
 def test_the_npu_model_is_its_attributes():
     npu = target(load_platform(str(platforms_dir() / "dual.yaml")), "dual/npu0")
     model = device_model(npu)
-    assert (model.clock_mhz, model.mac_rows, model.mac_cols, model.int8_mac_cols) == (800.0, 16, 16, 64)
+    assert (model.clock_mhz, model.mac_rows, model.mac_cols, model.int8_mac_cols) == (800.0, 16, 16, 16)
+    assert model.int8_mac_depth == 4  # its 1024 int8 MACs: 4 products a multiplier along the depth
     assert (model.vector_lanes, model.command_cycles, model.dma_setup_cycles, model.invoke_cycles) == (16, 64, 32, 1600)
     assert model.dma_bytes_per_cycle == 8 * 1e3 / 800 and model.sram_bytes_per_cycle == 64.0
     # the cost model's rates are the model's: the same numbers npu.yaml's formulas gave
     figures = npu.figures
     assert (figures.local_gbps, figures.command_us, figures.vector_gops) == (51.2, 0.06, 12.8)
-    assert (figures.mac_rows, figures.mac_cols, figures.int8_mac_cols) == (16, 16, 64)
+    assert (figures.mac_rows, figures.mac_cols, figures.int8_mac_cols, figures.int8_mac_depth) == (16, 16, 16, 4)
 
 
 def test_the_vecunit_is_simulated_with_its_own_lanes():
@@ -123,7 +124,8 @@ def test_targets_and_schema_show_the_device_model():
 
     run = [sys.executable, "-m", "hetgen"]
     shown = subprocess.run([*run, "targets"], capture_output=True, text=True, check=True).stdout
-    assert "device: clock_mhz = clock_mhz, dma_gbps = dma_gbps" in shown  # the npu's, from its attributes
+    # the npu's: its block's int8 dots, then its attributes
+    assert "device: int8_mac_depth = int8_macs_per_cycle / macs_per_cycle, clock_mhz = clock_mhz, dma_gbps" in shown
     dual = load_platform(str(platforms_dir() / "dual.yaml"))
     table = kinds_table(dual.declared_kinds)
     assert (

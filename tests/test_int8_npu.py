@@ -5,6 +5,7 @@ rounding), and its MAC array counts int8 work at its own rate (int8_macs_per_cyc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,8 +14,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
+from hetgen.frontend import import_model
 from hetgen.platform.loader import load_platform_text
 from hetgen.runtime.reference import ort_session
+from hetgen.spec import build_kernel_specs
+from hetgen.spec.invocation import group_plans, tile_rates
+from hetgen.spec.tiling import plan_us
 
 pytestmark = pytest.mark.cc  # every test here builds C (docs/testing.md)
 
@@ -41,11 +46,15 @@ NPU = "q8/npu0"
 
 
 def conv_pair() -> onnx.ModelProto:
-    """The same 8 -> 64 channel 3x3 convolution on 16 x 16, once quantized (QDQ) and once float."""
+    """The same 8 -> 64 channel 3x3 convolution on 16 x 16, once quantized (QDQ) and once float,
+    each followed by the same 64-channel 3x3 depthwise convolution (QDQ after the int8 one)."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 8, 3, 3)).astype(np.float32) * 0.1
     w_scale = (np.abs(w).reshape(64, -1).max(axis=1) / 127).astype(np.float32)
     w_q = np.clip(np.rint(w / w_scale[:, None, None, None]), -127, 127).astype(np.int8)
+    dw = rng.standard_normal((64, 1, 3, 3)).astype(np.float32) * 0.3
+    dw_scale = (np.abs(dw).reshape(64, -1).max(axis=1) / 127).astype(np.float32)
+    dw_q = np.clip(np.rint(dw / dw_scale[:, None, None, None]), -127, 127).astype(np.int8)
     inits = [
         numpy_helper.from_array(np.float32(0.03), "xs"),
         numpy_helper.from_array(np.int8(0), "xz"),
@@ -55,6 +64,12 @@ def conv_pair() -> onnx.ModelProto:
         numpy_helper.from_array(np.float32(0.02), "ys"),
         numpy_helper.from_array(np.int8(-128), "yz"),
         numpy_helper.from_array(w, "wf"),
+        numpy_helper.from_array(dw_q, "dwq"),
+        numpy_helper.from_array(dw_scale, "dws"),
+        numpy_helper.from_array(np.zeros(64, np.int8), "dwz"),
+        numpy_helper.from_array(np.float32(0.01), "ds"),
+        numpy_helper.from_array(np.int8(0), "dz"),
+        numpy_helper.from_array(dw, "dwf"),
     ]
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="quantize"),
@@ -65,12 +80,17 @@ def conv_pair() -> onnx.ModelProto:
         helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["yq"], name="quantize_y"),
         helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"], name="dq_y"),
         helper.make_node("Conv", ["x", "wf"], ["f"], pads=[1, 1, 1, 1], name="fconv"),
+        helper.make_node("DequantizeLinear", ["dwq", "dws", "dwz"], ["dwd"], axis=0, name="dq_dw"),
+        helper.make_node("Conv", ["y", "dwd"], ["d"], pads=[1, 1, 1, 1], group=64, name="qdw"),
+        helper.make_node("QuantizeLinear", ["d", "ds", "dz"], ["dq"], name="quantize_d"),
+        helper.make_node("DequantizeLinear", ["dq", "ds", "dz"], ["yd"], name="dq_d"),
+        helper.make_node("Conv", ["f", "dwf"], ["fd"], pads=[1, 1, 1, 1], group=64, name="fdw"),
     ]
     graph = helper.make_graph(
         nodes,
         "conv_pair",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 64, 16, 16]) for n in ("y", "f")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 64, 16, 16]) for n in ("y", "f", "yd", "fd")],
         initializer=inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -81,7 +101,8 @@ def test_int8_conv_runs_on_the_npu_bit_exactly_at_the_int8_rate(tmp_path):
     # layer by layer: a cascade would run the input's QuantizeLinear into the convolution stripe by
     # stripe (tests/test_npu_int8_tiling.py), and this test counts the convolution's own command
     platform = load_platform_text(PLATFORM + "options: {cascade: false}\n")
-    out = hetgen.compile(platform, model, out=tmp_path / "npu", native_only=True, opt=("-O1",))
+    pins = {"qdw": NPU, "fdw": NPU}  # the depthwise pair on the npu, to count them (the rest by cost)
+    out = hetgen.compile(platform, model, out=tmp_path / "npu", pins=pins, native_only=True, opt=("-O1",))
     host = hetgen.compile("host", model, out=tmp_path / "host", native_only=True, opt=("-O1",))
 
     manifest = json.loads((out / "hetgen.json").read_text())
@@ -105,9 +126,29 @@ def test_int8_conv_runs_on_the_npu_bit_exactly_at_the_int8_rate(tmp_path):
 
     cycles = on_npu.device_counters(npu["counters_offset"], len(npu["counters"]))
     # M = 256 output pixels, N = 64 output channels, K = 8 * 3 * 3 = 72 taps on 16 rows:
-    # int8: 1024 MACs = 16 x 64, so 16 * 1 * 72 = 1152 steps (+64 to start the command)
+    # int8: 1024 MACs = 16 x 16 multipliers of 4 products along the depth, so 16 * 4 * 72 / 4 = 1152
+    # steps (+64 to start the command)
     assert cycles[kernels["qlinearconv_qconv"]] == 64 + 1152
     # float: 256 MACs = 16 x 16, so 16 * 4 * 72 = 4608 steps: the same convolution, 4x the time, also
     # one whole tile at this DMA rate (SRAM: x 8192 + w 18432 + y 65536 bytes / 64 = 1440, hidden)
     fconv = [i for i, c in enumerate(npu["counters"]) if c["what"] == "kernel" and c["nodes"][0].endswith("_fconv")]
     assert len(fconv) == 1 and cycles[fconv[0]] == 64 + 4608
+
+    # The depthwise pair: 64 groups of one output channel (one column busy), 256 pixels, 9 taps.
+    # int8: each multiplier sums 4 int8 products along the depth (int8_mac_depth 4: 1024 / 256), so
+    # a channel takes 16 * 1 * ceil(9 / 4) = 48 steps, 64 * 48 = 3072; float: 16 * 1 * 9 = 144 a
+    # channel, 9216. Before the dot products, int8 spread its 4x over 64 columns and took 9216 too.
+    np.testing.assert_array_equal(got["yd"], hetgen.load(host).run(feeds)["yd"])
+    depthwise = {"qdw": 64 * 16 * 3, "fdw": 64 * 16 * 9}
+    graph = import_model(model)
+    kernels_of = build_kernel_specs(graph, platform)
+    (target,) = [t for t in platform.targets() if t.path_str == NPU]
+    for name, steps in depthwise.items():
+        (index,) = [i for i, c in enumerate(npu["counters"]) if c["what"] == "kernel" and c["nodes"][0].endswith(name)]
+        assert cycles[index] == 64 + steps, name
+        # priced at the same steps: its plan with DMA, commands and SRAM streaming free
+        node = next(n for n in graph.nodes if n.name.endswith(name) and n.op in ("Conv", "QLinearConv"))
+        (plan,) = group_plans([node], graph, target, kernels_of)
+        rates = tile_rates(target, 1.0, [node])
+        compute = dataclasses.replace(rates, us_per_byte=0.0, command_us=0.0, us_per_local_byte=0.0)
+        assert plan_us(plan, compute) == pytest.approx(steps / 1000), name

@@ -92,7 +92,7 @@ def _plan(model, platform_text, path=NPU, sram_kib=512):
 def test_the_figures_carry_the_arrays_shape_from_its_attributes():
     platform = load_platform_text(PLATFORM.format(sram_kib=512))
     figures = _npu(platform).figures
-    assert (figures.mac_rows, figures.mac_cols, figures.int8_mac_cols) == (16, 16, 64)
+    assert (figures.mac_rows, figures.mac_cols, figures.int8_mac_cols, figures.int8_mac_depth) == (16, 16, 16, 4)
     rates = tile_rates(_npu(platform), 1.0)
     assert (rates.mac_rows, rates.mac_cols) == (16, 16)
 

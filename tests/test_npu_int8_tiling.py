@@ -167,7 +167,7 @@ def test_a_qlinearmatmul_too_big_for_sram_is_tiled_and_its_columns_take_their_sc
 
 def test_int8_tiles_are_priced_at_the_int8_rate_and_cost_less_than_the_same_float_layer():
     """A QLinearConv's plan next to the float Conv of the same shapes on the same SRAM: a quarter of
-    the bytes, the int8 MAC columns (4x the float ones here), so its estimate is well under."""
+    the bytes, the int8 MAC array (4 products a multiplier here), so its estimate is well under."""
     from hetgen.spec.invocation import tile_rates
     from hetgen.spec.tiling import plan_us
 
@@ -367,21 +367,22 @@ def test_an_int8_conv_and_matmul_too_big_for_sram_run_tiled_on_the_npu_bit_exact
         np.testing.assert_array_equal(got[name], want[name])  # and as onnxruntime (ORT_DISABLE_ALL)
 
     # The simulator ran the tiles it was given: one kernel command per tile, each counted from its
-    # own shape (int8: 1024 MACs = 16 rows x 64 columns), never from the estimate.
+    # own shape (int8: 1024 MACs = 16 rows x 16 columns x 4 products a multiplier along the depth),
+    # never from the estimate.
     counters = npu["counters"]
     cycles = loaded.device_counters(npu["counters_offset"], len(counters))
     conv_kernels = [i for i, c in enumerate(counters) if c["what"] == "kernel" and heads["QLinearConv"] in c["nodes"]]
     assert len(conv_kernels) == tilings[heads["QLinearConv"]][1]["count"]
     # Its counters add up to the invocation's elapsed cycles, which the MAC array's int8 steps of
-    # every tile (ceil(pixels / 16 rows) x ceil(channels / 64 columns) x depth) and each kernel
-    # command's 64 cycles to start bound from below.
+    # every tile (ceil(pixels / 16 rows) x ceil(channels / 16 columns) x ceil(depth / 4)) and each
+    # kernel command's 64 cycles to start bound from below.
     plan = _plan(graph, platform, "QLinearConv")
     steps = 0
     for tile in plan.tiles:
         instance = plan.kernels[tile.kernel].instance
         _, channels, rows, width = instance.output_types[0].shape
         depth = instance.input_types[0].shape[1] * 9
-        steps += 64 + -(-rows * width // 16) * -(-channels // 64) * depth
+        steps += 64 + -(-rows * width // 16) * -(-channels // 16) * -(-depth // 4)
     assert sum(cycles[i] for i, c in enumerate(counters) if heads["QLinearConv"] in c["nodes"]) >= steps
     stats = loaded.device_stats(npu["stats_device"])
     assert stats["load_cycles"] > 0 and stats["invocations"] >= 2
@@ -488,6 +489,8 @@ def test_quantize_static_elementwise_layers_run_tiled_on_the_npu_bit_exactly(tmp
     graph = import_model(model)
     pins = {n.source_name: NPU for n in graph.nodes if n.op.startswith("QLinear") and n.op != "QLinearConv"}
     assert len(pins) == 5
+    # the convolution on the controller: on the npu its Add would ride in it (qconv_residual)
+    pins |= {n.source_name: "q8t" for n in graph.nodes if n.op == "QLinearConv"}
     document = explain_json(place(graph, platform, pins=pins), graph)
     tiled = {t["unit"]: t["count"] for g in document["groups"] if g["target"] == NPU for t in g["tiling"]}
     ops = {n.name: n.op for n in graph.nodes}

@@ -411,6 +411,7 @@ def _simulator_view(model: DeviceModel, num_counters: int, program: Program) -> 
         "mac_rows": model.mac_rows,
         "mac_cols": model.mac_cols,
         "int8_mac_cols": model.int8_mac_cols,
+        "int8_mac_depth": model.int8_mac_depth,
         "vector_lanes": model.vector_lanes,
         "command_cycles": model.command_cycles,
         "dma_setup_cycles": model.dma_setup_cycles,

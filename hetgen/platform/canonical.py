@@ -116,6 +116,7 @@ def _target_document(target: Target) -> dict[str, Any]:
         computed.setdefault("weight_hidden_us", 0.0)
         computed.setdefault("dma_hidden_us", 0.0)  # a device model's DMA setup hidden: absent means 0
         computed.setdefault("mac_depth_block", 0.0)  # a device model's channel blocks: absent means 0
+        computed.setdefault("int8_mac_depth", 0.0)  # a device model's int8 dot products: absent means 0
         computed.setdefault("dma_brick_channels", 0.0)  # a device model's DMA bricks: absent means 0
         computed.setdefault("linear_burst_bytes", 0.0)  # the controller's tensors' bursts: absent means 0
         computed.setdefault("linear_write_bytes", 0.0)

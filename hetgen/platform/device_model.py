@@ -45,6 +45,17 @@ PARAMETERS: Mapping[str, Parameter] = {
     "macs_per_cycle": Parameter(True, 1, 256, "the MAC array's multipliers"),
     "int8_macs_per_cycle": Parameter(True, 1, None, "the MAC array's int8 multipliers", "macs_per_cycle"),
     "mac_rows": Parameter(True, 1, 16, "the MAC array's rows (columns: macs_per_cycle / mac_rows)"),
+    # How the array reaches its int8_macs_per_cycle: each multiplier a dot-product unit summing this
+    # many int8 products along the reduction (Arm's SDOT: 4), so an int8 product of depth k takes
+    # ceil(k / it) steps and the array keeps int8_macs_per_cycle / (mac_rows x it) columns; 1: one
+    # product a multiplier, the int8 MACs all spread across columns.
+    "int8_mac_depth": Parameter(
+        True,
+        1,
+        1,
+        "int8 products each multiplier of the MAC array sums along the reduction (a dot-product unit): an int8 "
+        "product of depth k takes ceil(k / it) steps on int8_macs_per_cycle / (mac_rows x it) columns",
+    ),
     "vector_lanes": Parameter(True, 1, 16, "elements the vector unit processes per cycle"),
     "dma_setup_cycles": Parameter(True, 0, 32, "cycles before a DMA's first byte moves"),
     # Weights in a memory apart from the arena's (Vela's Shared_Sram: the arena in SRAM, the weights
@@ -137,6 +148,9 @@ class DeviceModel:
     # most linear_write_bytes an access (writes); 0: not modelled.
     linear_burst_bytes: int = 0
     linear_write_bytes: int = 0
+    # int8 products each multiplier sums along the reduction (a dot-product unit): an int8 product's
+    # depth takes ceil(k / it) steps of int8_mac_cols columns; 1: one product a multiplier.
+    int8_mac_depth: int = 1
 
     @property
     def weights_apart(self) -> bool:
@@ -164,6 +178,7 @@ class DeviceModel:
             "mac_rows": float(self.mac_rows),
             "mac_cols": float(self.mac_cols),
             "int8_mac_cols": float(self.int8_mac_cols),
+            "int8_mac_depth": float(self.int8_mac_depth),
             "output_us": self.output_cycles_per_element / self.clock_mhz,
             "mac_depth_block": float(self.mac_depth_block),
             "dma_brick_channels": float(self.dma_brick_channels),
@@ -232,6 +247,7 @@ def build_model(values: Mapping[str, Any], capacity: int | None, link: Link | No
     clock = float(values["clock_mhz"])
     macs = int(values["macs_per_cycle"])
     rows = max(1, min(int(values["mac_rows"]), macs))
+    int8_depth = int(values["int8_mac_depth"])
     dma_bytes_per_cycle = float(values["dma_gbps"]) * 1e3 / clock
     setup = int(values["dma_setup_cycles"])
     return DeviceModel(
@@ -240,7 +256,8 @@ def build_model(values: Mapping[str, Any], capacity: int | None, link: Link | No
         capacity=capacity,
         mac_rows=rows,
         mac_cols=max(1, macs // rows),
-        int8_mac_cols=max(1, int(values["int8_macs_per_cycle"]) // rows),
+        int8_mac_cols=max(1, int(values["int8_macs_per_cycle"]) // (rows * int8_depth)),
+        int8_mac_depth=int8_depth,
         vector_lanes=int(values["vector_lanes"]),
         sram_bytes_per_cycle=float(values["sram_bytes_per_cycle"]),
         dma_setup_cycles=setup,

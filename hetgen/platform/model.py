@@ -122,6 +122,9 @@ class CostFigures:
     mac_rows: float | None = None
     mac_cols: float | None = None
     int8_mac_cols: float | None = None
+    # int8 products each multiplier sums along the reduction (the device model's int8_mac_depth: a
+    # dot-product unit): an int8 product of depth k takes ceil(k / it) steps; 0: not modelled (one)
+    int8_mac_depth: float = 0.0
     # us a MAC command's output stage takes per output element (the device model's
     # output_cycles_per_element at its clock), overlapped with the array; 0: not modelled
     output_us: float = 0.0

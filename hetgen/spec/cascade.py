@@ -30,6 +30,7 @@ from hetgen.ops.base import Tiling, WorkRule
 from hetgen.ops.registry import op_def
 from hetgen.spec.tile_shapes import UnitOp, has_residual, operands, rowwise, window_geometry
 from hetgen.spec.tiling import ALIGNMENT, Rates, mac_utilisation
+from hetgen.spec.work import Work, depth_factor, shape_work
 
 __all__ = [
     "CascadePlan",
@@ -70,6 +71,9 @@ class Layer:
     rates: Rates | None = None  # its tiles' rates (int8 columns for an integer product)
     weight_sram: int = 0  # its constants in SRAM, each aligned (0: weight_bytes aligned as one)
     taps: int = 0  # a vector-unit layer's (a pool's) element-taps, the whole layer's (0: a MAC layer)
+    # a MAC layer's work descriptor, the whole layer's (hetgen/spec/work.py): its depth, which the
+    # array runs in its depth blocks and dots (`work.depth_factor`); None: a vector-unit layer
+    product: Work | None = None
 
     @property
     def window(self) -> int:
@@ -120,6 +124,7 @@ def cascade_layer(op: UnitOp, flops: int, rates: Rates | None = None) -> Layer |
         rates,
         sum(_aligned(nbytes) for nbytes in constants),
         0 if is_conv else y.size * math.prod(op.node.attr("kernel_shape", (1,))),
+        shape_work(op.node, [t for t in op.input_types if t is not None], list(op.output_types)) if is_conv else None,
     )
 
 
@@ -298,8 +303,8 @@ def _estimate_us(layers: Sequence[Layer], program, dma: tuple[int, int], moved: 
         if layer.groups:
             products = [(stripes, layer.groups, rows * layer.out_shape[2], layer.out_shape[0] // layer.groups)]
             mac = layer.flops * lr.us_per_flop / mac_utilisation(products, lr)
-            if layer.groups == 1 and lr.mac_depth_block:  # a dense convolution's channels in depth blocks
-                mac *= -(-layer.in_shape[0] // lr.mac_depth_block) * lr.mac_depth_block / layer.in_shape[0]
+            if layer.product is not None:  # a dense convolution's channels in depth blocks, int8 depth in dots
+                mac *= depth_factor(layer.product, lr.mac_depth_block, lr.mac_dot)
         elif layer.taps and lr.us_per_vector_tap:  # a pool on the vector unit, at its own rate
             mac = layer.taps * lr.us_per_vector_tap
         else:

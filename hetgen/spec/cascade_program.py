@@ -303,7 +303,7 @@ def program_us(
         compute = tile.kernel.flops * rates.us_per_flop
         if mac:
             compute /= mac_utilisation(((1, work.batch, work.m, work.n),), rates)
-            compute *= depth_factor(work, rates.mac_depth_block)  # channels in the array's depth blocks
+            compute *= depth_factor(work, rates.mac_depth_block, rates.mac_dot)  # depth blocks and dots
         elif work.engine is Engine.VECTOR and rates.us_per_vector_tap:  # the vector unit at its own rate
             compute = work.batch * work.m * work.k * rates.us_per_vector_tap
         if work.engine in (Engine.MAC_ARRAY_RESIDUAL, Engine.MAC_ARRAY_INT8_RESIDUAL):

@@ -46,13 +46,14 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
     that figure, else as one flop an element at the compute rate; so does a vector-unit kernel's
     work (its taps: pools, elementwise, lookups), whatever the pattern's efficiency. Where the kind gives its MAC
     array's shape (`mac_rows`, `mac_cols`, `int8_mac_cols` figures), a tile's compute is priced at
-    the share of the array its product keeps busy (`tiling.mac_utilisation`), as the device runs it."""
+    the share of the array its product keeps busy (`tiling.mac_utilisation`), as the device runs it;
+    an integer product's depth in whole dots of `int8_mac_depth` products a multiplier."""
     figures = target.figures
     peak = peak_gops(figures, nodes)
     us_per_flop = 1.0 / (peak * 1e3 * efficiency)
-    cols = figures.mac_cols
+    cols, dot = figures.mac_cols, 0
     if figures.int8_mac_cols and figures.peak_int8_gops and peak == figures.peak_int8_gops:
-        cols = figures.int8_mac_cols
+        cols, dot = figures.int8_mac_cols, int(figures.int8_mac_depth)
     shaped = bool(figures.mac_rows and cols)
     return Rates(
         us_per_flop,
@@ -72,6 +73,7 @@ def tile_rates(target: Target, efficiency: float = 1.0, nodes: Sequence[Node] = 
         int(figures.dma_brick_channels or 0),
         int(figures.linear_burst_bytes or 0),
         int(figures.linear_write_bytes or 0),
+        dot,
     )
 
 

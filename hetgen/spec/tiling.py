@@ -443,6 +443,11 @@ class Rates:
     # linear_write_bytes (the device model's; `work.linear_bytes`; 0: not modelled), as hg_sim.c counts.
     linear_burst_bytes: int = 0
     linear_write_bytes: int = 0
+    # Products each multiplier sums along the depth (an int8 product on a dot-product array: the
+    # device model's int8_mac_depth, `work.mac_depth`; 0 or 1: one), as hg_sim.c counts: a product
+    # of depth k takes ceil(k / it) steps of the array, priced at its peak (mac_rows x mac_cols x it
+    # MACs a cycle) over the depth rounded up to whole dots.
+    mac_dot: int = 0
 
     def feature_dma_step(
         self, nbytes: int, channels: int, weights: bool, linear_element_bytes: int | None, direction: int
@@ -536,9 +541,9 @@ def plan_us(plan: TilePlan, rates: Rates, linear: frozenset[tuple[str, int]] = f
 def _timeline_us(plan: TilePlan, rates: Rates, linear: frozenset[tuple[str, int]] = frozenset()) -> float:
     element_bytes = dict(linear)
     utilisation = [mac_utilisation(products, rates) for products in plan.mac_products]
-    if rates.mac_depth_block:  # channels rounded up to the array's depth blocks: fewer useful MACs a step
+    if rates.mac_depth_block or rates.mac_dot > 1:  # depth in the array's blocks and dots: fewer useful MACs a step
         utilisation = [
-            use / depth_factor(instance_work(kernel.instance), rates.mac_depth_block)
+            use / depth_factor(instance_work(kernel.instance), rates.mac_depth_block, rates.mac_dot)
             for use, kernel in zip(utilisation, plan.kernels)
         ]
 
@@ -626,7 +631,7 @@ def least_us(candidate: Candidate, double: bool, flops: int, rates: Rates, vecto
     tile's compute for that store: its one output buffer). The DMA engine: the candidate's
     bytes at the cheaper of the DMA's rates (bricks only add bytes) and each command's overhead
     less the most a queued one hides; the compute engine: the MAC array's work at the candidate's
-    utilisation (depth blocks only lower it; the vector unit's work, none), the fused residual's
+    utilisation (depth blocks and dots only lower it; the vector unit's work, none), the fused residual's
     adds, and each command's overhead."""
     per_byte = min(rates.us_per_byte, rates.us_per_weight_byte or rates.us_per_byte)
     setup = rates.command_us + min(0.0, rates.weight_setup_us)

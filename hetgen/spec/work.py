@@ -46,14 +46,17 @@ def dma_work(nbytes: int) -> Work:
     return Work(Engine.DMA, bytes=nbytes)
 
 
-def mac_depth(work: Work, block: int) -> int:
+def mac_depth(work: Work, block: int, dot: int = 0) -> int:
     """The depth (k) a MAC array runs `work` at when it takes input channels `block` at a time (the
     device model's mac_depth_block; 0: as many as there are): a dense convolution's channels are
-    rounded up to whole blocks per kernel tap, as hg_sim.c counts them; any other product's k as is."""
-    if not block or not work.taps or work.k % work.taps:
-        return work.k
-    channels = work.k // work.taps
-    return work.taps * -(-channels // block) * block
+    rounded up to whole blocks per kernel tap; any other product's k as is. On multipliers that
+    each sum `dot` products along the depth (an int8 product on a dot-product array: the device
+    model's int8_mac_depth; 0 or 1: one), that depth rounded up to whole dots, as hg_sim.c counts
+    them (its ceil(depth / dot) steps of `dot` products)."""
+    depth = work.k
+    if block and work.taps and not work.k % work.taps:
+        depth = work.taps * -(-(work.k // work.taps) // block) * block
+    return -(-depth // dot) * dot if dot > 1 else depth
 
 
 def brick_bytes(nbytes: int, channels: int, brick: int) -> int:
@@ -95,9 +98,10 @@ def linear_bytes(
     return -(-nbytes * burst // access)
 
 
-def depth_factor(work: Work, block: int) -> float:
-    """mac_depth over the product's own depth: what rounding its channels to blocks costs (1: none)."""
-    return mac_depth(work, block) / work.k if work.k else 1.0
+def depth_factor(work: Work, block: int, dot: int = 0) -> float:
+    """mac_depth over the product's own depth: what rounding its channels to blocks, and its depth
+    to whole dot products, costs (1: none)."""
+    return mac_depth(work, block, dot) / work.k if work.k else 1.0
 
 
 def kernel_work(head: Node, last: Node, graph: Graph) -> Work:

@@ -89,6 +89,16 @@ static uint64_t hg_sim_mac_depth(const hg_sim_params *params, const hg_sim_work 
     return work->taps * ((work->k / work->taps + block - 1) / block) * block;
 }
 
+/* An int8 product on the MAC array: output tiles of mac_rows x int8_mac_cols, each multiplier a
+ * dot-product unit that sums int8_mac_depth products along the depth, so the depth takes
+ * ceil(depth / int8_mac_depth) steps (a 3 x 3 depthwise channel at 4: 3 steps, not 9). */
+static uint64_t hg_sim_int8_steps(const hg_sim_params *params, const hg_sim_work *work)
+{
+    const uint32_t cols = params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols;
+    return work->batch * hg_sim_steps(work->m, params->mac_rows) * hg_sim_steps(work->n, cols)
+           * hg_sim_steps(hg_sim_mac_depth(params, work), params->int8_mac_depth);
+}
+
 /* A feature-map DMA on a device that fetches a pixel's channels in whole bricks: the bytes it takes,
  * its own x ceil(channels / brick) x brick / channels (work->k: the block's channels; 0: not a
  * feature map, as is). */
@@ -136,16 +146,11 @@ uint64_t hg_sim_command_cycles(const hg_sim_params *params, const hg_sim_work *w
                       * hg_sim_mac_depth(params, work)
                   + hg_sim_steps(work->batch * work->m * work->n, params->vector_lanes);
         break;
-    case HG_SIM_MAC_ARRAY_INT8: /* the same tiling, int8_mac_cols wide */
-        compute = work->batch * hg_sim_steps(work->m, params->mac_rows)
-                  * hg_sim_steps(work->n, params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols)
-                  * hg_sim_mac_depth(params, work);
+    case HG_SIM_MAC_ARRAY_INT8: /* the same tiling, int8_mac_cols wide, int8_mac_depth products a step */
+        compute = hg_sim_int8_steps(params, work);
         break;
     case HG_SIM_MAC_ARRAY_INT8_RESIDUAL: /* int8 products, then the vector unit adds the residual to every output */
-        compute = work->batch * hg_sim_steps(work->m, params->mac_rows)
-                      * hg_sim_steps(work->n, params->int8_mac_cols ? params->int8_mac_cols : params->mac_cols)
-                      * hg_sim_mac_depth(params, work)
-                  + hg_sim_steps(work->batch * work->m * work->n, params->vector_lanes);
+        compute = hg_sim_int8_steps(params, work) + hg_sim_steps(work->batch * work->m * work->n, params->vector_lanes);
         break;
     case HG_SIM_VECTOR: /* vector_lanes element-taps per cycle */
         compute = hg_sim_steps(work->batch * work->m * work->k, params->vector_lanes);

@@ -61,6 +61,7 @@ typedef struct {
      * the weights' memory's (the DRAM's) rate and latency (0: not modelled). */
     uint32_t linear_burst_bytes;
     uint32_t linear_write_bytes;
+    uint32_t int8_mac_depth; /* int8 products a multiplier sums along the depth (a dot-product unit; 0 or 1: one) */
 } hg_sim_params;
 
 /* What the device is: constant, shared by every run (hg_device.config). */
