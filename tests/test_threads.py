@@ -295,9 +295,21 @@ int main(void)
     nanosleep(&pause, NULL);
     if (!worker_awake())
         return 18;
+    /* a wait inside the run (a remote device's reply) lets it sleep, and its end wakes it */
+    hg_threads_wait_begin();
+    if (!wait_for(worker_asleep))
+        return 22;
+    hg_threads_wait_end();
+    if (!wait_for(worker_awake))
+        return 23;
     hg_threads_run_end();
     if (!wait_for(worker_asleep))
         return 19;
+    /* outside a run a wait changes nothing */
+    hg_threads_wait_begin();
+    hg_threads_wait_end();
+    if (atomic_load(&pool.runs) != 0)
+        return 24;
     hg_threads_shutdown();
     puts("ok");
     return 0;
@@ -312,7 +324,8 @@ def test_pool_trace_records_every_call_and_workers_stay_up_for_a_run(tmp_path):
     runs a task beside the caller's; each call's tasks run once each, between the two threads, the
     caller's from the front and the worker's from the back, each thread's busy time recorded; a
     worker found on the caller's CPU is moved off it; and a worker does not sleep while a run is in
-    flight (hg_threads_run_begin), and does after it."""
+    flight (hg_threads_run_begin), but does during the run's wait for a remote device
+    (hg_threads_wait_begin, hg_remote.c) and after it."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed")
     runtime = Path(hetgen.__file__).parent.parent / "templates" / "runtime"
