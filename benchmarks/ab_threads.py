@@ -1,9 +1,11 @@
 """Same-process A/B of two revisions at 1 and 2 threads: one model generated and built by this tree
 and by another git revision (its files exported with `git archive`, generated in a child process),
 each run at HG_THREADS=1 and 2 beside onnxruntime at its defaults with 1 and 2 intra-op threads,
-all interleaved in one process (a random order each round), so every build sees the same load. Per build and count: the median and 10th-percentile wall clock, and the median CPU
-time of the calling thread (at 2 threads the caller's share of the work: it falls when the worker
-takes tasks).
+all interleaved in one process (a random order each round, each build's runs after a settle gap:
+benchmarks/settle.py), so every build sees the same load. Before and after each model it prints
+how far apart the two CPUs are (benchmarks/core_distance.py). Per build and count: the median and
+10th-percentile wall clock, and the median CPU time of the calling thread (at 2 threads the
+caller's share of the work: it falls when the worker takes tasks).
 
     python benchmarks/ab_threads.py --against main --models squeezenet@224,mobilenetv2 --runs 50
 """
@@ -24,6 +26,9 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core_distance import core_distance  # noqa: E402
+from settle import settle  # noqa: E402
 
 import hetgen  # noqa: E402
 from hetgen.models.suite import BENCH_MODELS  # noqa: E402
@@ -69,7 +74,8 @@ def compare(out: Path, against: Path, revision: str, runs: int, counts: list[int
     for _ in range(runs):
         random.shuffle(order)
         for name in order:
-            for _ in range(3):  # a few in a row: onnxruntime's pool spins a while after its runs
+            settle()  # the previous engine's spinning pool would take the second core
+            for _ in range(3):
                 start, thread = time.perf_counter(), time.thread_time()
                 runners[name]()
                 wall[name].append((time.perf_counter() - start) * 1e3)
@@ -101,8 +107,9 @@ def main() -> int:
             out = hetgen.compile("host", path, out=Path(tmp) / path.stem, native_only=True)
             against = Path(tmp) / f"{path.stem}-{args.against.replace('/', '_')}"
             build_against(path, args.against, against)
-            print(f"{name}: load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            print(f"{name}: load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {core_distance()}")
             compare(out, against, args.against, args.runs, counts)
+            print(f"{name}: after: {core_distance()}")
     print(f"load average {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -99,6 +99,7 @@ class TraceRecord(ctypes.Structure):
         ("first_claim_ns", ctypes.c_uint64),
         ("caller_done_ns", ctypes.c_uint64),
         ("all_done_ns", ctypes.c_uint64),
+        ("busy_ns", ctypes.c_uint64 * TRACE_THREADS),
     ]
 
 
@@ -118,6 +119,7 @@ def trace_of(library: ctypes.CDLL, threads: int) -> list[dict]:
             "first_claim_us": r.first_claim_ns / 1e3,
             "caller_done_us": r.caller_done_ns / 1e3,
             "all_done_us": r.all_done_ns / 1e3,
+            "busy_us": [r.busy_ns[t] / 1e3 for t in range(min(threads, TRACE_THREADS))],
         }
         for r in records[:count]
     ]
@@ -200,6 +202,36 @@ def report_trace(labels: list[str], one: np.ndarray, trace: list[list[dict]]) ->
         print(f"{'':9} {trace_line(everything, len(one))}  all")
 
 
+def report_split(
+    labels: list[str], one: np.ndarray, many: np.ndarray, calls: np.ndarray, trace: list[list[dict]]
+) -> None:
+    """Per kernel that calls the pool, where its T-thread time goes (medians over the runs, us): the
+    kernel; its serial stretches (the caller outside any pool call: planes, transforms or packing it
+    prepares alone); the time in its pool calls; the caller's and the workers' busy time in tasks;
+    the caller's wait for the workers' last tasks; and the tasks' total busy time over the kernel's
+    1-thread time (above 1: the split does more work, or the same work slower: repeated packing,
+    cache lines fetched from the other core, false sharing at task boundaries)."""
+    print(
+        f"{'1t us':>9} {'2t us':>8} {'serial':>7} {'in pool':>8} {'caller':>7} {'workers':>8} {'wait':>6} "
+        f"{'busy/1t':>7}  kernel"
+    )
+    fastest_one = one.min(axis=0)
+    for i in np.argsort(-fastest_one):
+        per_run = int(calls[i])
+        if per_run == 0 or len(trace[i]) < per_run * len(many):
+            continue
+        runs = [trace[i][r * per_run : (r + 1) * per_run] for r in range(len(many))]
+        in_pool = np.array([sum(c["all_done_us"] for c in run) for run in runs])
+        caller = np.array([sum(c["busy_us"][0] for c in run) for run in runs])
+        workers = np.array([sum(sum(c["busy_us"][1:]) for c in run) for run in runs])
+        wait = np.array([sum(c["all_done_us"] - c["caller_done_us"] for c in run) for run in runs])
+        print(
+            f"{fastest_one[i]:9.1f} {np.median(many[:, i]):8.1f} {np.median(many[:, i] - in_pool):7.1f} "
+            f"{np.median(in_pool):8.1f} {np.median(caller):7.1f} {np.median(workers):8.1f} {np.median(wait):6.1f} "
+            f"{np.median(caller + workers) / fastest_one[i]:7.2f}  {labels[i][:60]}"
+        )
+
+
 def trace_line(calls: list[dict], runs: int) -> str:
     """calls per run, tasks per call, the share of tasks the workers ran (of all calls, and of the
     calls that found every worker spinning: what the pool hands a worker that is there, whatever the
@@ -249,6 +281,7 @@ def main() -> int:
             many, calls, trace = measure(out, len(labels), args.runs, args.threads)
             report(name, labels, one, many, calls, args.threads)
             report_trace(labels, one, trace)
+            report_split(labels, one, many, calls, trace)
     print(f"load average {os.getloadavg()[0]:.1f}")
     return 0
 

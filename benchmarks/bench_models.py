@@ -25,6 +25,12 @@ its own copy of the initializers and its arena.)
 With `--threads 1,2` it instead compares, per model and thread count T, hetgen run with HG_THREADS=T
 (its worker pool, templates/runtime/hg_threads.c; one build, each count loaded as its own
 copy with its own pool) beside onnxruntime with intra_op_num_threads=T, all interleaved in one loop.
+Each engine's few runs start after a settle gap (benchmarks/settle.py: until the process's other
+threads are idle), so that neither runs beside the other's pool spinning after its runs
+(onnxruntime's worker spins ~44 ms of CPU after each run by default, and took the second core from
+the hetgen runs that followed). Before each model it prints how far apart the first two CPUs are
+(benchmarks/core_distance.py): on this project's VM the host at times puts them on different dies,
+where data passed between two threads costs 3x, and two-thread figures then say little.
 
 Single large layers (GEMMs, convolutions) against the core's peak: benchmarks/bench_kernels.py.
 """
@@ -49,7 +55,9 @@ from onnx import numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core_distance import core_distance  # noqa: E402
 from peer_xnnpack import PEER_MODELS, PeerUnavailable, xnnpack_runner  # noqa: E402
+from settle import settle  # noqa: E402
 
 import hetgen  # noqa: E402
 from hetgen import lower  # noqa: E402
@@ -220,23 +228,26 @@ def measure_threads(
     ours_cpu: dict[int, list[float]] = {count: [] for count in counts}
     theirs_cpu: dict[int, list[float]] = {count: [] for count in counts}
     peers: dict[int, list[float]] = {count: [] for count in counts}
-    # Rounds of a few runs of each in turn, not one run each: onnxruntime's pool spins on the other
-    # cores for a while after each run (its default), and would take the second core from the
-    # hetgen run that followed it; within a round only the first run can meet that.
+    # Rounds of a few runs of each in turn, each engine's after a settle gap: onnxruntime's pool
+    # spins on the other cores for a while after each run (its default), and would take the second
+    # core from the hetgen runs that followed it.
     for _ in range(runs):
         for count in counts:
+            settle()
             for _ in range(per_round):
                 start, cpu = time.perf_counter(), time.thread_time()
                 models[count].run_into(inputs, outputs[count])
                 ours[count].append((time.perf_counter() - start) * 1e3)
                 ours_cpu[count].append((time.thread_time() - cpu) * 1e3)
             if count in peer:
+                settle()
                 for _ in range(per_round):
                     start = time.perf_counter()
                     peer[count]()
                     peers[count].append((time.perf_counter() - start) * 1e3)
             if skipped[count]:
                 continue
+            settle()
             for _ in range(per_round):
                 start, cpu = time.perf_counter(), time.thread_time()
                 sessions[count].run(None, feeds)
@@ -329,6 +340,7 @@ def thread_table(names: list[str], platform: str, runs: int, counts: list[int]) 
             onnx.save(model, path)
             out = hetgen.compile(platform, path, out=Path(tmp) / path.stem, native_only=True)
             flops = matrix_flops(model)
+            print(f"{name}: {core_distance()}")
             figures = measure_threads(out, runs, counts, name, peer=xnnpack_peer(name, model, out, counts[0]))
             base = figures[counts[0]].ours
             for count, figure in figures.items():
@@ -337,6 +349,7 @@ def thread_table(names: list[str], platform: str, runs: int, counts: list[int]) 
                 else:
                     ratios[count].append(figure.ratio)
                 print(f"{row(name, count, figure, flops, peak)} {base / figure.ours:10.2f}", flush=True)
+            print(f"{name}: after: {core_distance()}")
     for count in counts:
         print(f"{count} thread{'s' if count > 1 else ''}: {summary(ratios[count])}")
     return 0

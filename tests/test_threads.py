@@ -236,10 +236,14 @@ static void pair_task(void *ctx, size_t task, void *scratch)
         atomic_store(&caller_busy, 1);
 }
 
+static pthread_t caller;
+static atomic_int on_caller[8];
+
 static void count_task(void *ctx, size_t task, void *scratch)
 {
     (void)scratch;
     atomic_fetch_add(&((atomic_int *)ctx)[task], 1);
+    atomic_store(&on_caller[task], pthread_equal(pthread_self(), caller));
 }
 
 static int worker_awake(void) { return atomic_load(&seat[1].state) != WORKER_ASLEEP; }
@@ -248,6 +252,7 @@ static int worker_asleep(void) { return atomic_load(&seat[1].state) == WORKER_AS
 int main(void)
 {
     setenv("HG_THREADS", "2", 1);
+    caller = pthread_self();
     hg_parallel_for(2, pair_task, NULL);
     if (atomic_load(&caller_busy) || runs_on[0] != 1 || runs_on[1] != 1)
         return 10; /* no second thread ran beside the first */
@@ -258,6 +263,9 @@ int main(void)
         for (int t = 0; t < 8; ++t)
             if (counts[t] != 1)
                 return 11; /* a task ran twice, or not at all */
+        for (int t = 1; t < 8; ++t)
+            if (on_caller[t] && !on_caller[t - 1])
+                return 20; /* the caller's tasks are not the front of the call's, the worker's the back */
     }
     const hg_threads_trace_record *records;
     size_t bytes;
@@ -270,6 +278,9 @@ int main(void)
             return 13;
         if ((r->ran[1] != 0) != (r->first_claim_ns != 0))
             return 14;
+        for (int t = 0; t < 2; ++t)
+            if ((r->ran[t] != 0) != (r->busy_ns[t] != 0) || r->busy_ns[t] > r->all_done_ns)
+                return 21; /* busy time where no task ran, or longer than the call */
         /* a worker seen on the caller's CPU is moved off it, where there is another CPU */
         if (cpus > 1 && r->cpu[1] == r->cpu[0] && r->moved != 1)
             return 15;
@@ -284,9 +295,21 @@ int main(void)
     nanosleep(&pause, NULL);
     if (!worker_awake())
         return 18;
+    /* a wait inside the run (a remote device's reply) lets it sleep, and its end wakes it */
+    hg_threads_wait_begin();
+    if (!wait_for(worker_asleep))
+        return 22;
+    hg_threads_wait_end();
+    if (!wait_for(worker_awake))
+        return 23;
     hg_threads_run_end();
     if (!wait_for(worker_asleep))
         return 19;
+    /* outside a run a wait changes nothing */
+    hg_threads_wait_begin();
+    hg_threads_wait_end();
+    if (atomic_load(&pool.runs) != 0)
+        return 24;
     hg_threads_shutdown();
     puts("ok");
     return 0;
@@ -298,9 +321,11 @@ int main(void)
 def test_pool_trace_records_every_call_and_workers_stay_up_for_a_run(tmp_path):
     """The pool's trace (-DHG_THREADS_TRACE, read by benchmarks/bench_kernel_threads.py) compiles
     warning-free and clean under ThreadSanitizer, and shows what the pool promises: a second thread
-    runs a task beside the caller's; each call's tasks run once each, between the two threads; a
+    runs a task beside the caller's; each call's tasks run once each, between the two threads, the
+    caller's from the front and the worker's from the back, each thread's busy time recorded; a
     worker found on the caller's CPU is moved off it; and a worker does not sleep while a run is in
-    flight (hg_threads_run_begin), and does after it."""
+    flight (hg_threads_run_begin), but does during the run's wait for a remote device
+    (hg_threads_wait_begin, hg_remote.c) and after it."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed")
     runtime = Path(hetgen.__file__).parent.parent / "templates" / "runtime"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "hg_runtime.h"
+#include "hg_threads.h"
 
 static const char *const call_names[] = { "?",    "hello", "alloc", "copy_in", "copy_out",
                                           "invoke", "wait", "reset", "auth" };
@@ -175,11 +176,17 @@ static int send_request(hg_remote *remote, uint16_t type, const void *args, uint
     return HG_OK;
 }
 
+/* A request and its reply. The run's worker pool sleeps meanwhile: the device works, or the link
+   carries bytes, for hundreds of microseconds at least (a UART's frame: 794 us), and cores spinning
+   for the next kernel would only burn power (hg_threads.h). */
 static int call(hg_remote *remote, uint16_t type, const void *args, uint32_t args_length, const void *data,
                 uint32_t data_length, void *reply, uint32_t reply_length)
 {
+    hg_threads_wait_begin();
     const int sent = send_request(remote, type, args, args_length, data, data_length);
-    return sent != HG_OK ? sent : read_reply(remote, type, reply, reply_length);
+    const int status = sent != HG_OK ? sent : read_reply(remote, type, reply, reply_length);
+    hg_threads_wait_end();
+    return status;
 }
 
 static int read_reply(hg_remote *remote, uint16_t type, void *reply, uint32_t reply_length)

@@ -1,7 +1,7 @@
 /* hetgen's worker pool (see hg_threads.h).
 
    A call publishes its job (function, context, task count) and then one 64-bit ticket: the call's
-   generation, its task count and the next unclaimed task. The caller and the workers claim tasks by
+   generation and the range of its tasks not yet claimed. The caller and the workers claim tasks by
    compare-and-swap on the ticket, so a claim can only succeed for the call it read: a worker that
    arrives after its call ended finds a ticket of another generation (or one with no task left) and
    claims nothing. The job's fields are read only after a claim succeeded, and a call cannot end
@@ -64,12 +64,21 @@
 #define HG_THREADS_YIELD_US 20
 #endif
 
-/* The ticket: generation (32 bits) | task count (16 bits) | next unclaimed task (16 bits). */
+/* The ticket: generation (32 bits) | front (16 bits) | back (16 bits). The tasks not yet claimed
+   are [front, back): the caller claims from the front, the workers from the back, so each thread
+   takes one end of every call's tasks. Consecutive kernels cut alike (the same channels or rows in
+   the same order) then leave each part of an activation in the cache of the core that wrote it,
+   and the next kernel's thread for that part reads it there: where the two CPUs are far apart (this
+   VM's two vCPUs on different dies of the host at times: a cache line written by one and read by
+   the other took 315-496 ns a round trip instead of 79-122, reading 256 KB the other CPU wrote 3x
+   the time of reading one's own), tasks claimed in one stream from the front mixed every
+   activation's parts between the two, and ShuffleNet ran 3x slower at two threads than at one. */
 #define TICKET_TASKS_MAX 0xffffu
-#define TICKET(generation, n, next) (((uint64_t)(generation) << 32) | ((uint64_t)(n) << 16) | (uint64_t)(next))
+#define TICKET(generation, front, back) (((uint64_t)(generation) << 32) | ((uint64_t)(front) << 16) | (uint64_t)(back))
 #define TICKET_GENERATION(t) ((uint32_t)((t) >> 32))
-#define TICKET_N(t) ((size_t)(((t) >> 16) & 0xffffu))
-#define TICKET_NEXT(t) ((size_t)((t) & 0xffffu))
+#define TICKET_FRONT(t) ((size_t)(((t) >> 16) & 0xffffu))
+#define TICKET_BACK(t) ((size_t)((t) & 0xffffu))
+#define TICKET_FRONT_STEP ((uint64_t)1 << 16)
 
 /* Worker states, published for the trace: what a worker was doing when a call came. */
 enum { WORKER_RUNNING, WORKER_SPINNING, WORKER_YIELDING, WORKER_ASLEEP };
@@ -89,6 +98,7 @@ typedef struct {
     uint64_t first_claim_ns;        /* publish -> a worker's first claim (0: no worker claimed one) */
     uint64_t caller_done_ns;        /* publish -> the caller found no task left */
     uint64_t all_done_ns;           /* publish -> the last task finished */
+    uint64_t busy_ns[TRACE_THREADS]; /* the time each thread spent in the call's tasks (0: the caller) */
 } hg_threads_trace_record;
 static hg_threads_trace_record trace_records[TRACE_RECORDS];
 static atomic_size_t trace_count;
@@ -122,18 +132,28 @@ static hg_threads_trace_record *trace_current(void)
     return index < TRACE_RECORDS ? &trace_records[index] : NULL;
 }
 
-/* A claim by `thread` of the current call's task. */
-static void trace_claim(size_t thread, int first)
+/* A claim by `thread` of the current call's task; returns when it was made (for trace_task_done). */
+static uint64_t trace_claim(size_t thread, int first)
 {
+    const uint64_t now = trace_now_ns();
     hg_threads_trace_record *record = trace_current();
     if (record == NULL || thread >= TRACE_THREADS)
-        return;
+        return now;
     __atomic_fetch_add(&record->ran[thread], 1u, __ATOMIC_RELAXED);
     if (first && thread != 0) {
         uint64_t none = 0;
-        __atomic_compare_exchange_n(&record->first_claim_ns, &none, trace_now_ns() - trace_publish_ns, 0,
-                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        __atomic_compare_exchange_n(&record->first_claim_ns, &none, now - trace_publish_ns, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
     }
+    return now;
+}
+
+/* The task `thread` claimed at `claimed` is done (before it is counted: the call is still current). */
+static void trace_task_done(size_t thread, uint64_t claimed)
+{
+    hg_threads_trace_record *record = trace_current();
+    if (record != NULL && thread < TRACE_THREADS)
+        __atomic_fetch_add(&record->busy_ns[thread], trace_now_ns() - claimed, __ATOMIC_RELAXED);
 }
 #define TRACE(statement) statement
 #else
@@ -152,6 +172,7 @@ static struct {
     atomic_size_t finished; /* tasks of the current call that are done */
     hg_task_fn fn;          /* the current call's job: written before its ticket, read after a claim */
     void *ctx;
+    size_t n; /* the current call's task count */
     pthread_mutex_t lock; /* guards sleepers and the sleeps on the condition variables */
     pthread_cond_t start, done;
     size_t sleepers;
@@ -198,22 +219,25 @@ static uint64_t now_us(void)
     return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
 }
 
-/* Claims and runs tasks of call `generation` on `thread` (0: the caller) until none is left. */
+/* Claims and runs tasks of call `generation` on `thread` (0: the caller, from the front; the
+   workers from the back) until none is left. */
 static void run_tasks(uint32_t generation, size_t thread, void *scratch)
 {
     uint64_t ticket = atomic_load_explicit(&pool.ticket, memory_order_acquire);
     TRACE(int first = 1);
-    (void)thread;
     for (;;) {
-        if (TICKET_GENERATION(ticket) != generation || TICKET_NEXT(ticket) >= TICKET_N(ticket))
+        if (TICKET_GENERATION(ticket) != generation || TICKET_FRONT(ticket) >= TICKET_BACK(ticket))
             return;
-        if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &ticket, ticket + 1, memory_order_acq_rel,
+        const uint64_t claimed = thread == 0 ? ticket + TICKET_FRONT_STEP : ticket - 1;
+        if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &ticket, claimed, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue; /* `ticket` now holds the current value */
-        const size_t n = TICKET_N(ticket);
-        TRACE(trace_claim(thread, first));
+        const size_t task = thread == 0 ? TICKET_FRONT(ticket) : TICKET_BACK(claimed);
+        const size_t n = pool.n; /* read before this task is counted done: the call may end then */
+        TRACE(const uint64_t claimed_ns = trace_claim(thread, first));
         TRACE(first = 0);
-        pool.fn(pool.ctx, TICKET_NEXT(ticket), scratch);
+        pool.fn(pool.ctx, task, scratch);
+        TRACE(trace_task_done(thread, claimed_ns));
         if (atomic_fetch_add_explicit(&pool.finished, 1, memory_order_acq_rel) + 1 == n) {
             pthread_mutex_lock(&pool.lock);
             pthread_cond_signal(&pool.done);
@@ -275,7 +299,10 @@ static uint32_t next_generation(size_t thread, uint32_t seen)
             }
             TRACE(if (wait.yielding) atomic_store_explicit(state, WORKER_YIELDING, memory_order_relaxed));
 #if HG_THREADS_PLACE
-            atomic_store_explicit(&seat[thread].cpu, sched_getcpu(), memory_order_relaxed);
+            /* where it waits, for place_workers: not every step (a call costs 9-11 ns here, a
+               pause-and-load step less); 64 steps are a few microseconds */
+            if (wait.steps % 64u == 0)
+                atomic_store_explicit(&seat[thread].cpu, sched_getcpu(), memory_order_relaxed);
 #endif
         } while (spin_step(&wait) || runs_in_flight());
         pthread_mutex_lock(&pool.lock);
@@ -408,7 +435,11 @@ __attribute__((destructor)) static void shutdown_on_unload(void)
 }
 #endif
 
-void hg_threads_run_begin(void)
+/* The runs in flight on this thread (hg_threads_wait_begin acts only inside one). */
+static _Thread_local unsigned thread_runs;
+
+/* One more run (or a run's wait ended): the workers spin, and a sleeping one wakes. */
+static void runs_add(void)
 {
     atomic_fetch_add_explicit(&pool.runs, 1, memory_order_seq_cst);
     if (!atomic_load_explicit(&pool.running, memory_order_acquire) ||
@@ -421,9 +452,33 @@ void hg_threads_run_begin(void)
     pthread_mutex_unlock(&pool.lock);
 }
 
-void hg_threads_run_end(void)
+static void runs_sub(void)
 {
     atomic_fetch_sub_explicit(&pool.runs, 1, memory_order_release);
+}
+
+void hg_threads_run_begin(void)
+{
+    ++thread_runs;
+    runs_add();
+}
+
+void hg_threads_run_end(void)
+{
+    --thread_runs;
+    runs_sub();
+}
+
+void hg_threads_wait_begin(void)
+{
+    if (thread_runs != 0)
+        runs_sub();
+}
+
+void hg_threads_wait_end(void)
+{
+    if (thread_runs != 0)
+        runs_add();
 }
 
 static void run_serially(size_t n, hg_task_fn fn, void *ctx)
@@ -473,6 +528,7 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
     }
     pool.fn = fn;
     pool.ctx = ctx;
+    pool.n = n;
     atomic_store_explicit(&pool.finished, 0, memory_order_relaxed);
 #ifdef HG_THREADS_TRACE
     hg_threads_trace_record *record = trace_current();
@@ -493,7 +549,7 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
     TRACE(trace_publish_ns = trace_now_ns());
     const uint32_t generation =
         TICKET_GENERATION(atomic_load_explicit(&pool.ticket, memory_order_relaxed)) + 1u;
-    atomic_store_explicit(&pool.ticket, TICKET(generation, n, 0), memory_order_seq_cst);
+    atomic_store_explicit(&pool.ticket, TICKET(generation, 0, n), memory_order_seq_cst);
     /* a worker that checked the ticket under the lock before the store is asleep by now */
     pthread_mutex_lock(&pool.lock);
     if (pool.sleepers)

@@ -63,6 +63,12 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx);
    parallel call. Pairs nest (runs on several threads). */
 void hg_threads_run_begin(void);
 void hg_threads_run_end(void);
+/* Around a wait inside a run for something other than this process's CPUs (a remote device's
+   reply over its transport: hg_remote.c): the workers may sleep meanwhile, as between runs, instead
+   of spinning on cores the wait does not use (a Linux root's A53s while its MCU works), and the
+   wait's end wakes them. Nothing outside a run on this thread (a device's setup, a frame thread). */
+void hg_threads_wait_begin(void);
+void hg_threads_wait_end(void);
 
 /* Stops the workers and waits until they have returned (they are joined, so none runs this
    library's code afterwards), and frees their scratch. Call it before the library that holds the
@@ -86,6 +92,10 @@ static inline void hg_threads_shutdown(void) {}
 static inline void hg_threads_run_begin(void) {}
 
 static inline void hg_threads_run_end(void) {}
+
+static inline void hg_threads_wait_begin(void) {}
+
+static inline void hg_threads_wait_end(void) {}
 
 #endif
 
