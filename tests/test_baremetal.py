@@ -21,6 +21,7 @@ import pytest
 import hetgen
 from hetgen.build.baremetal import image_sizes
 from hetgen.models import mlp, tiny_cnn
+from hetgen.platform.kinds import builtin_kinds
 from hetgen.platform.loader import load_platform, load_platform_text
 from hetgen.runtime.emulate import EmulatedModel, board_report, semihosting_command
 from hetgen.runtime.verify import verify
@@ -96,6 +97,11 @@ def test_cortex_m_kinds_carry_their_flags_figures_and_memory(tmp_path):
     assert figures["cortex-m55"] > figures["cortex-m7"] > figures["cortex-m4"]
     refines = load_platform_text("name: x\ntarget: {kind: cortex-m7, runtime: aot}\n").root.kind.parent
     assert refines == "cortex-m"
+    # float multiply-adds contract to VFMA on every Cortex-M kind, the board catalogue's cores too:
+    # under -std=c11 GCC leaves them apart otherwise (the cortex-m33 build had no VFMA at all)
+    cortex_m = [k.name for k in builtin_kinds().values() if "cortex-m" in (k.name, k.parent)]
+    assert {"cortex-m33", "cortex-m85"} <= set(cortex_m)
+    assert [k for k in cortex_m if "-ffp-contract=fast" not in builtin_kinds()[k].toolchain.cflags] == []
 
 
 def test_shipped_mcu_platform_is_the_mps2_an386():
