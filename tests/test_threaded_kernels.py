@@ -39,6 +39,7 @@ FEW = [1, 2, 96, 96]  # a depthwise Conv of two channels splits blocks of each c
 # [steps, batch, inputs]: LSTM and GRU steps share their hidden units, runs of whole panels per thread:
 # 7 panels (LSTM: an uneven share at 2 and 3 threads) and 8 (GRU: its default reset takes two passes)
 FRAMES, LSTM_HIDDEN, GRU_HIDDEN = [4, 2, 8], 224, 256
+PHOTO = [1, 3, 96, 96]  # a stem from phase planes: its 3 bands of 16 output rows are the tasks (uneven at 2 threads)
 
 
 def threaded_model() -> onnx.ModelProto:
@@ -63,6 +64,7 @@ def threaded_model() -> onnx.ModelProto:
         value("few", TensorProto.FLOAT, FEW),
         value("sensor", TensorProto.FLOAT, [1, 1, 49, 10]),
         value("frames", TensorProto.FLOAT, FRAMES),
+        value("photo", TensorProto.FLOAT, PHOTO),
     ]
     nodes = [
         # attention: softmax(Q Kᵀ / 4 + mask) V, one kernel (hetgen/lower/fuse_attention.py)
@@ -113,6 +115,8 @@ def threaded_model() -> onnx.ModelProto:
         ),
         # a channel Concat at batch 1: two memcpys, cut into tasks of whole cache lines
         helper.make_node("Concat", ["image", "other"], ["y_concat"], axis=1),
+        helper.make_node("Conv", ["photo", "w_photo", "b_photo"], ["photo_conv"], strides=[2, 2], pads=[1] * 4),
+        helper.make_node("Relu", ["photo_conv"], ["y_photo"]),
     ]
     inits = [
         numpy_helper.from_array(np.asarray(4.0, np.float32), "four"),
@@ -133,6 +137,8 @@ def threaded_model() -> onnx.ModelProto:
         const("w_gru", [1, 3 * GRU_HIDDEN, FRAMES[2]], 0.2),
         const("r_gru", [1, 3 * GRU_HIDDEN, GRU_HIDDEN], 0.1),
         const("b_gru", [1, 6 * GRU_HIDDEN], 0.1),
+        const("w_photo", [16, 3, 3, 3], 0.2),
+        const("b_photo", [16]),
     ]
     shapes = {
         "y_attention": head,
@@ -152,6 +158,7 @@ def threaded_model() -> onnx.ModelProto:
         "y_lstm_h": [2, FRAMES[1], LSTM_HIDDEN],
         "y_gru_h": [1, FRAMES[1], GRU_HIDDEN],
         "y_gru_lbr": [FRAMES[0], 1, FRAMES[1], GRU_HIDDEN],
+        "y_photo": [1, 16, 48, 48],
     }
     outputs = [value(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
     outputs.append(value("y_indices", TensorProto.INT64, [1, 64, 16, 16]))
@@ -216,6 +223,8 @@ def test_large_kernels_split_and_small_ones_stay_serial(builds):
         assert f"_{step}_task, (void *)&chunk)" in winograd, step
     stem = kernel_sources(outs[2])["Conv (n23_conv)"]
     assert "Direct convolution of small planes" in stem and "_task, (void *)&job)" in stem
+    banded = [text for text in kernel_sources(outs[2]).values() if "_band, (void *)&job)" in text]
+    assert len(banded) == 1 and "implicit, from phase planes" in banded[0] and "hg_parallel_for(3u" in banded[0]
     tiny = kernel_sources(outs[2])["LayerNormalization 'tiny'"]
     assert "hg_parallel_for" not in tiny and "hg_threads.h" not in tiny
 
@@ -251,8 +260,8 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     shutil.copytree(outs[2] / "runtime", headers)
     (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
     functions = [text for _, text in kernel_functions(outs[2]).values() if "hg_parallel_for" in text]
-    # two MaxPools, two depthwise Convs, the Winograd and small Convs, two GRUs
-    assert len(functions) == len(LARGE) + 5
+    # two MaxPools, two depthwise Convs, the Winograd, small and banded Convs, two GRUs
+    assert len(functions) == len(LARGE) + 6
     kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
     split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
     for index, source in enumerate(split):

@@ -257,7 +257,13 @@ def test_the_priced_split_is_the_generated_split(model):
             pattern = kernels.fused(names) if len(names) > 1 else None
             spec = kernels.units[pattern.names if pattern is not None else names]
             priced = chosen[pattern.names if pattern is not None else names].parallel
-            assert len(priced.gemms) == len(spec.parallel.gemms) or unit.kernel.params.get("variant") == "small"
+            # (but the small-plane convolution's, and a layer whose cache blocks the choice stage
+            # narrowed, hetgen/partition/prepack.py: its phase planes then come in bands, the tasks)
+            assert (
+                len(priced.gemms) == len(spec.parallel.gemms)
+                or unit.kernel.params.get("variant") == "small"
+                or unit.kernel.params.get("band_tasks")
+            )
             assert priced.tasks == parallel.tasks, unit.label
             assert len(priced.gemms) == len(parallel.gemms), unit.label
     assert seen["tasks"] and seen["gemm"], seen

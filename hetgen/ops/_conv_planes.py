@@ -17,8 +17,12 @@ The planes cost a copy of the input (padded) in the workspace, so they hold one 
 rows at a time, as many as one GEMM block of columns (`nc`) holds, each band a GEMM of its own:
 a stem at 224 x 224 copies a few rows' worth, and a layer that `options.memory: lean` gives a
 smaller `nc` (hetgen/partition/prepack.py: where its workspace would lift the activation peak)
-gets smaller bands with it. A fused residual is read by the whole image's columns, so a Conv with
-one takes planes of the whole image, and only where they take at most PLANES_PER_B_BUFFER times
+gets smaller bands with it. The bands, of equal rows, are the worker pool's tasks
+(conv.band_tasks): each builds its own planes in its thread's scratch and runs its GEMM there, so
+no thread builds planes while the other waits, and a band's output stays with the core that wrote
+it (SqueezeNet@224's stem, 13 bands: the caller's planes were 197 of its 579 us at two threads,
+docs/kernels.md). A fused residual is read by the whole image's columns, so a Conv with one takes
+planes of the whole image, and only where they take at most PLANES_PER_B_BUFFER times
 the GEMM's own B buffer.
 """
 
@@ -53,6 +57,8 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
     (kh_n, kw_n), (s_h, s_w), (d_h, d_w) = win.kernel[1:], win.strides[1:], win.dilations[1:]
     in_w, (out_h, out_w), (pad_h, pad_w) = win.in_shape[2], win.out_shape[1:], win.pads_begin[1:]
     band_rows = max(1, min(out_h, blocks.nc // max(out_w, 1))) if banded else out_h
+    bands = -(-out_h // band_rows)
+    band_rows = -(-out_h // bands)  # bands of equal rows (the last one at most one short): the pool's tasks
     hq = band_rows + d_h * (kh_n - 1) // s_h
     wq = out_w + d_w * (kw_n - 1) // s_w
     used = sorted({(d_h * kh % s_h, d_w * kw % s_w) for kh in range(kh_n) for kw in range(kw_n)})
@@ -86,6 +92,7 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
     return {
         "rows": rows,
         "band_rows": band_rows,
+        "bands": bands,
         "hq": hq,
         "wq": wq,
         "plane_floats": plane_floats,

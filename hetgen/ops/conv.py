@@ -308,6 +308,9 @@ def lower(op: OpInstance) -> Kernel:
             residual="residual + (yg - y)" if residual else "NULL",
         )
     helpers = (_gemm_plan.HELPER,)
+    params["band_tasks"] = band_tasks(planes, batch * groups, cout_group, win.out_size, k_dim)
+    if params["band_tasks"]:
+        helpers += (_parallel.HELPER,)
     if variant == "direct":
         rows = win.out_shape[0] * win.out_shape[1]
         split = depthwise_split(batch * out_channels, rows, win.out_shape[2] * win.kernel_size)
@@ -384,10 +387,22 @@ def lower(op: OpInstance) -> Kernel:
         # the weights' panels are always taken on a CPU with an OS (hetgen/lower/prepack.py)
         parallel=_parallel.tasks_of(params["split"])
         if variant == "direct"
+        else _parallel.tasks_of(params["band_tasks"])
+        if params["band_tasks"]
         else _parallel.gemm(
             _parallel.GemmCall(cout_group, win.out_size, k_dim, batch * groups, a_packed=bool(prepacked))
         ),
     )
+
+
+def band_tasks(planes: dict | None, images: int, m: int, n: int, k: int) -> int:
+    """The implicit GEMM's bands of output rows as the pool's tasks (conv_implicit_planes.c.j2's
+    `_band`), or 0: the bands then run one after another, each GEMM split by hg_gemm.c. Where there
+    are two bands or more, one image and group (one pool call), and the product is one hg_gemm.c would
+    split (SPLIT_MACS): the same threshold, so a layer shares the pool where it did before."""
+    if planes is None or planes["bands"] < 2 or images != 1 or m * n * k < _gemm_plan.SPLIT_MACS:
+        return 0
+    return int(planes["bands"])
 
 
 def weight_panels(w: np.ndarray, groups: int) -> np.ndarray:

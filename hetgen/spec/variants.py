@@ -47,7 +47,7 @@ def with_offers(kernel: Kernel, offers: Iterable[Prepacked]) -> Kernel:
     if any(offer.params.get("variant") == ConvVariant.SMALL for offer in offers):
         # no GEMM: blocks of output channels, shared by the pool where large enough (hetgen/ops/_conv_small.py)
         split = taken.params["sp_split"]
-        helpers = tuple(helper for helper in taken.helpers if helper != _gemm_plan.HELPER)
+        helpers = tuple(helper for helper in taken.helpers if helper not in (_gemm_plan.HELPER, _parallel.HELPER))
         helpers += (_parallel.HELPER,) if split else ()
         return dataclasses.replace(taken, parallel=_parallel.tasks_of(split), helpers=helpers)
     return taken
@@ -72,7 +72,8 @@ def winograd_kernel(kernel: Kernel) -> Kernel:
         phase(2 * PRODUCTS * cin * cout, p["product_split"]),
         phase(TRANSFORM_FLOPS * cout, p["output_split"]),
     )
-    helpers = kernel.helpers + ((_parallel.HELPER,) if parallel.phases else ())
+    helpers = tuple(helper for helper in kernel.helpers if helper != _parallel.HELPER)  # the table's bands: not here
+    helpers += (_parallel.HELPER,) if parallel.phases else ()
     return dataclasses.replace(
         kernel,
         flops=flops,
