@@ -39,7 +39,11 @@ def assemble(
     mode: str,
     exact: bool,
     pins: Mapping[int, Pin],
+    explained: bool = True,
 ) -> Placement:
+    """The placement of the `chosen` candidates, priced at its makespan. `explained=False` leaves out
+    what only explain reads (each group's alternatives, reason and refusals, the unclaimed operators):
+    a third of the work, for a placement that is only scored (hetgen/partition/reported.py)."""
     by_id = {c.id: c for c in candidates}
     picked = sorted((by_id[cid] for cid in legal_fusions(space, candidates, chosen)), key=lambda c: c.last)
     loc_of_node = [0] * len(space.graph.nodes)
@@ -49,10 +53,10 @@ def assemble(
     starts: dict[int, list[Candidate]] = {}
     for c in candidates:
         starts.setdefault(c.nodes[0], []).append(c)
-    unclaimed_refusals = unclaimed_nodes(space)
+    unclaimed_refusals = unclaimed_nodes(space) if explained else ()
     unclaimed = _unclaimed_text(unclaimed_refusals)
     unclaimed_reason = dict(unclaimed)
-    refused = _refusals_by_node(space)
+    refused = _refusals_by_node(space) if explained else {}
     for refusal in unclaimed_refusals:  # "no pattern matches" too
         refused.setdefault(space.node_index[refusal.node], []).append(refusal)
     target_of = {node.name: space.paths[loc_of_node[i]] for i, node in enumerate(space.graph.nodes)}
@@ -60,10 +64,14 @@ def assemble(
     routes: dict[tuple[int, int], tuple] = {}
     loads: dict[tuple, tuple[int, float]] = {}  # the plans kept alive by the kernel table: ids stay unique
     for k, c in enumerate(picked):
-        alternatives = _alternatives(space, c, starts, loc_of_node, routes)
+        alternatives = _alternatives(space, c, starts, loc_of_node, routes) if explained else ()
         crossing = _crossing(space, c, target_of)
         names = tuple(space.graph.nodes[n].name for n in c.nodes)
-        reason = _reason(space, c, mode, alternatives, pins, [unclaimed_reason.get(name) for name in names])
+        reason = (
+            _reason(space, c, mode, alternatives, pins, [unclaimed_reason.get(name) for name in names])
+            if explained
+            else ""
+        )
         refusals = tuple(dict.fromkeys(r for n in c.nodes for r in refused.get(n, ())))
         groups.append(
             Group(

@@ -152,7 +152,7 @@ class Reported:
         self._cascades: dict = {}
         self._finished: dict[tuple[int, ...], Placement] = {}
         self._totals: dict[tuple[int, ...], float] = {}
-        self._with_choices: dict[tuple[int, ...], Placement] = {}
+        self._with_choices: dict[tuple[int, ...], tuple[Placement, bool]] = {}  # (it, whether explained)
         self._assembled: dict[tuple[int, ...], Placement] = {}  # the search's own, assembled already
         self._lowerings = UnitLowerings(space.graph)  # each unit's relowerings and packed constants
         # each re-priceable group at its cascade-aware price: the climb's order, a third start (search.py)
@@ -183,7 +183,7 @@ class Reported:
         found = self._finished.get(key)
         if found is None:
             space = self.space
-            found = _with_cascades_and_energy(space.graph, space.platform, self._chose(key), self._cascades)
+            found = _with_cascades_and_energy(space.graph, space.platform, self._chose(key, True), self._cascades)
             self._finished[key] = found
         return found
 
@@ -201,19 +201,22 @@ class Reported:
             total = self._totals[key] = found.total_us
         return total
 
-    def _chose(self, key: tuple[int, ...]) -> Placement:
+    def _chose(self, key: tuple[int, ...], explained: bool = False) -> Placement:
         """The placement of these candidate ids assembled, its kernel choices made: kept, since the
-        one returned is finished from it once scored."""
+        one returned is finished from it once scored. A placement only scored is assembled without
+        what explain reads (`assemble(explained=False)`: no score reads it); the one returned is
+        assembled again with it (`explained`), its kernel choices the same, from `_lowerings`."""
         found = self._with_choices.get(key)
-        if found is None:
+        if found is None or (explained and not found[1]):
             space = self.space
             assembled = self._assembled.get(key)
             if assembled is None:
-                assembled = assemble(space, self.candidates, key, mode="cost", exact=False, pins=self.pins)
-            found = self._with_choices[key] = with_choices(
-                space.graph, space.platform, assembled, self.calibration, self._lowerings
-            )
-        return found
+                assembled = assemble(
+                    space, self.candidates, key, mode="cost", exact=False, pins=self.pins, explained=explained
+                )
+            chose = with_choices(space.graph, space.platform, assembled, self.calibration, self._lowerings)
+            found = self._with_choices[key] = (chose, explained or key in self._assembled)
+        return found[0]
 
     def least(self, searched: Placement, starts: Sequence[tuple[str, Sequence[int] | None]]) -> Placement:
         """The least reported total from the search's placement (`searched`, judged at the search's
