@@ -1,7 +1,7 @@
 """int8 on the npu against float, on the shipped platforms with an npu, at full and at half SRAM.
 
     python benchmarks/bench_npu_int8.py [--models resnet18,mobilenetv2] [--platforms soc,mcu-npu,...]
-                                        [--estimate-only] [--keep DIR]
+                                        [--dtypes f32,int8] [--estimate-only] [--keep DIR]
 
 For ResNet-18 (basic blocks, 64-128-256-512 channels) and MobileNetV2 (hetgen/models/cnn.py) at
 1x3x224x224, float32 and int8 (onnxruntime's quantize_static, QDQ, per-channel int8 weights, int8
@@ -18,7 +18,9 @@ SRAM as shipped and halved, the line says:
 
 Then per model and platform: int8 against float (est and sim, > 1: int8 faster), and what halving
 the SRAM costs each (half / full, est and sim). The int8 models are quantized once per model and
-kept beside the float ones for the run. `--estimate-only` places without building (no sim column).
+kept beside the float ones for the run. `--estimate-only` places without building (no sim column);
+`--dtypes int8` runs the int8 models only (a change to the int8 datapath leaves the float rows as
+they were: the ratios that need them print "-").
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--platforms", default=",".join(PLATFORMS))
+    parser.add_argument("--dtypes", default="f32,int8", help="f32, int8 or both (comma separated)")
     parser.add_argument("--estimate-only", action="store_true", help="place only: no build, no simulation")
     parser.add_argument("--keep", metavar="DIR", help="build the projects in DIR (default: a temporary folder)")
     args = parser.parse_args()
@@ -120,6 +123,8 @@ def main() -> int:
                 (full,) = npu_sram_kib(file)
                 results = {}
                 for dtype, model in (("f32", float_model), ("int8", int8_model)):
+                    if dtype not in args.dtypes.split(","):
+                        continue
                     for sram in (full, full // 2):
                         platform = platform_with_sram(file, sram)
                         out = None if args.estimate_only else root / f"{name}_{tag}_{dtype}_{sram}"
@@ -135,15 +140,19 @@ def main() -> int:
         f"\n{'model':12} {'platform':14} {'f32/int8 est':>12} {'f32/int8 sim':>12}   "
         f"{'half/full SRAM: f32 est':>23} {'int8 est':>8} {'f32 sim':>8} {'int8 sim':>8}"
     )
-    for name, tag, full, r in summary:
+    for name, tag, full, results in summary:
         half = full // 2
+
+        def r(dtype: str, sram: int, what: str) -> float | None:
+            return results.get((dtype, sram), {}).get(what)
+
         print(
-            f"{name:12} {tag:14} {ratio(r['f32', full]['est'], r['int8', full]['est']):>12} "
-            f"{ratio(r['f32', full]['sim'], r['int8', full]['sim']):>12}   "
-            f"{ratio(r['f32', half]['est'], r['f32', full]['est']):>23} "
-            f"{ratio(r['int8', half]['est'], r['int8', full]['est']):>8} "
-            f"{ratio(r['f32', half]['sim'], r['f32', full]['sim']):>8} "
-            f"{ratio(r['int8', half]['sim'], r['int8', full]['sim']):>8}"
+            f"{name:12} {tag:14} {ratio(r('f32', full, 'est'), r('int8', full, 'est')):>12} "
+            f"{ratio(r('f32', full, 'sim'), r('int8', full, 'sim')):>12}   "
+            f"{ratio(r('f32', half, 'est'), r('f32', full, 'est')):>23} "
+            f"{ratio(r('int8', half, 'est'), r('int8', full, 'est')):>8} "
+            f"{ratio(r('f32', half, 'sim'), r('f32', full, 'sim')):>8} "
+            f"{ratio(r('int8', half, 'sim'), r('int8', full, 'sim')):>8}"
         )
     return 0
 
