@@ -16,6 +16,14 @@ peak (`hetgen tune`'s FMA loop, as bench_models.py prints it) for both ("best %"
 machine the median measures the other tenants too, the fastest run the code). Last, those layers'
 share of the model's CPU time and their aggregate % of peak.
 
+    python benchmarks/bench_layers.py --models resnet18 --runs 10 --alone 30
+
+adds `alone %`: each call made 30 times in a row (one more run of the program), the fastest of the
+29 after the first, so its input, weights and workspace are where the layer itself left them:
+beside `best %`, what the layer loses to operands that the layers before it pushed out of the
+caches (a layer updating its input in place computes on its own results again: its time, not its
+values, is what counts).
+
     python benchmarks/bench_layers.py --models resnet18 --runs 10 --against main [--rounds 4]
 
 A/B: the model built by this tree and by another git revision (`ab_threads.build_against`), their
@@ -57,7 +65,8 @@ from hetgen.ops.base import OpInstance  # noqa: E402
 from hetgen.ops.registry import op_def  # noqa: E402
 from hetgen.pipeline import import_graph  # noqa: E402
 
-# The wrapper around each kernel: one line per call, "index cpu_ns wall_ns", to $HG_LAYER_LOG.
+# The wrapper around each kernel: one line per call, "index cpu_ns wall_ns", to $HG_LAYER_LOG; each
+# call made $HG_LAYER_REPEAT times in a row (1 unless set: `--alone`).
 WRAPPER = """#define _POSIX_C_SOURCE 199309L
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,13 +84,22 @@ static void hg_layer_record(int index, long long cpu, long long wall)
         hg_layer_log = fopen(getenv("HG_LAYER_LOG"), "w");
     fprintf(hg_layer_log, "%d %lld %lld\\n", index, cpu, wall);
 }
+static int hg_layer_repeat(void)
+{
+    static int repeat;
+    if (repeat == 0)
+        repeat = getenv("HG_LAYER_REPEAT") ? atoi(getenv("HG_LAYER_REPEAT")) : 1;
+    return repeat;
+}
 """
 WRAP_ONE = """void __real_{name}(void *const *args);
 void __wrap_{name}(void *const *args)
 {{
-    const long long cpu = hg_layer_ns(CLOCK_THREAD_CPUTIME_ID), wall = hg_layer_ns(CLOCK_MONOTONIC);
-    __real_{name}(args);
-    hg_layer_record({index}, hg_layer_ns(CLOCK_THREAD_CPUTIME_ID) - cpu, hg_layer_ns(CLOCK_MONOTONIC) - wall);
+    for (int r = 0; r < hg_layer_repeat(); ++r) {{
+        const long long cpu = hg_layer_ns(CLOCK_THREAD_CPUTIME_ID), wall = hg_layer_ns(CLOCK_MONOTONIC);
+        __real_{name}(args);
+        hg_layer_record({index}, hg_layer_ns(CLOCK_THREAD_CPUTIME_ID) - cpu, hg_layer_ns(CLOCK_MONOTONIC) - wall);
+    }}
 }}
 """
 
@@ -140,8 +158,10 @@ def profiled_main(out: Path, prefix: str, kernels: list[str], work: Path) -> Pat
     return target
 
 
-def layer_times(out: Path, model: onnx.ModelProto, runs: int, work: Path):
-    """Per call of one run: (its nodes, flops, kernel, CPU ns per run, wall ns per run)."""
+def layer_times(out: Path, model: onnx.ModelProto, runs: int, work: Path, repeat: int = 1):
+    """Per call of one run: (its nodes, flops, kernel, CPU ns per run, wall ns per run). With
+    `repeat` > 1 each call is made that many times in a row, and its times are those of the calls
+    after the first: the kernel alone, its operands and workspace in the caches it left them in."""
     manifest = json.loads((out / "hetgen.json").read_text())
     prefix = manifest["prefix"] if isinstance(manifest.get("prefix"), str) else "hg_host"
     kernels = kernel_calls(out, prefix)
@@ -155,15 +175,23 @@ def layer_times(out: Path, model: onnx.ModelProto, runs: int, work: Path):
         for tensor in manifest["inputs"]:
             rng.standard_normal(tensor["shape"]).astype(tensor["dtype"]).tofile(stream)
     log = work / "layers.log"
-    environment = {**os.environ, "HG_THREADS": "1", "HG_LAYER_LOG": str(log)}
+    environment = {**os.environ, "HG_THREADS": "1", "HG_LAYER_LOG": str(log), "HG_LAYER_REPEAT": str(repeat)}
     subprocess.run([str(program), str(inputs), str(work / "outputs.bin"), str(runs + 1)], env=environment, check=True)
     rows = [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()]
     per_run = len(kernels)
-    if len(rows) != per_run * (runs + 1):
-        raise SystemExit(f"{out}: {len(rows)} timed calls, expected {per_run * (runs + 1)}")
-    rows = rows[per_run:]  # the first run warms the caches and the pages
+    if len(rows) != per_run * (runs + 1) * repeat:
+        raise SystemExit(f"{out}: {len(rows)} timed calls, expected {per_run * (runs + 1) * repeat}")
+    rows = rows[per_run * repeat :]  # the first run warms the caches and the pages
+    if repeat > 1:  # each call's repeats after the first, one call after another
+        rows = [row for call in range(0, len(rows), repeat) for row in rows[call + 1 : call + repeat]]
+        per_run *= repeat - 1
+    step = max(1, repeat - 1)  # the rows of one call in one run
+    chosen = [
+        [row for run in range(0, len(rows), per_run) for row in rows[run + i * step : run + (i + 1) * step]]
+        for i in range(len(calls))
+    ]
     return [
-        (nodes, flops, kernels[i], [r[1] for r in rows[i::per_run]], [r[2] for r in rows[i::per_run]])
+        (nodes, flops, kernels[i], [r[1] for r in chosen[i]], [r[2] for r in chosen[i]])
         for i, (nodes, flops) in enumerate(calls)
     ]
 
@@ -236,6 +264,7 @@ def main() -> int:
     parser.add_argument("--platform", default="host")
     parser.add_argument("--against", help="a git revision to compare with, layer by layer (A/B)")
     parser.add_argument("--rounds", type=int, default=4, help="with --against: runs of each build, alternated")
+    parser.add_argument("--alone", type=int, default=0, help="also each call made this many times in a row")
     args = parser.parse_args()
     names = [name for name in args.models.split(",") if name]
     unknown = [name for name in names if name not in BENCH_MODELS]
@@ -246,6 +275,7 @@ def main() -> int:
     if not args.against:
         print(
             f"{'model':16} {'layer':34} {'strategy':22} {'MFLOP':>7} {'ms':>7} {'best ms':>7} {'% peak':>6} {'best %':>6}"
+            + (f" {'alone %':>7}" if args.alone else "")
         )
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-layers-") as tmp:
         for name in names:
@@ -259,16 +289,21 @@ def main() -> int:
             work = Path(tmp) / f"{path.stem}-layers"
             work.mkdir()
             layers = layer_times(out, model, args.runs, work)
+            alone = [None] * len(layers)
+            if args.alone > 1:
+                (work / "alone").mkdir()
+                alone = [min(cpu) for *_, cpu, _ in layer_times(out, model, 1, work / "alone", args.alone)]
             total = sum(statistics.median(cpu) for *_, cpu, _ in layers)
             big_time = big_flops = 0.0
-            for nodes, flops, kernel, cpu, _ in layers:
+            for (nodes, flops, kernel, cpu, _), alone_best in zip(layers, alone):
                 if flops < args.min_mflop * 1e6:
                     continue
                 median, best = statistics.median(cpu), min(cpu)
                 big_time, big_flops = big_time + median, big_flops + flops
                 print(
                     f"{name:16} {nodes[:34]:34} {strategy(out, kernel)[:22]:22} {flops / 1e6:7.0f} {median / 1e6:7.3f}"
-                    f" {best / 1e6:7.3f} {100 * flops / median / peak:5.0f}% {100 * flops / best / peak:5.0f}%",
+                    f" {best / 1e6:7.3f} {100 * flops / median / peak:5.0f}% {100 * flops / best / peak:5.0f}%"
+                    + (f" {100 * flops / alone_best / peak:6.0f}%" if alone_best else ""),
                     flush=True,
                 )
             if big_time:
