@@ -48,7 +48,9 @@ def build_against(model: Path, revision: str, out: Path) -> None:
         archive = subprocess.run(["git", "-C", str(REPOSITORY), "archive", revision], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
     environment = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    subprocess.run([sys.executable, "-c", BUILD, str(model), str(out)], env=environment, check=True)
+    # run in the exported tree: `python -c` puts the working folder first on sys.path, and from this
+    # repository's root that imported this tree's hetgen, not the revision's
+    subprocess.run([sys.executable, "-c", BUILD, str(model), str(out)], env=environment, check=True, cwd=tree)
 
 
 def compare(out: Path, against: Path, revision: str, runs: int, counts: list[int]) -> None:

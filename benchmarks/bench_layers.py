@@ -15,6 +15,26 @@ generated kernel's own comment), median and fastest CPU time over the runs, GFLO
 peak (`hetgen tune`'s FMA loop, as bench_models.py prints it) for both ("best %": on a shared
 machine the median measures the other tenants too, the fastest run the code). Last, those layers'
 share of the model's CPU time and their aggregate % of peak.
+
+    python benchmarks/bench_layers.py --models resnet18 --runs 10 --alone 30
+
+adds `alone %`: each call made 30 times in a row (one more run of the program), the fastest of the
+29 after the first, so its input, weights and workspace are where the layer itself left them:
+beside `best %`, what the layer loses to operands that the layers before it pushed out of the
+caches (a layer updating its input in place computes on its own results again: its time, not its
+values, is what counts).
+
+    python benchmarks/bench_layers.py --models resnet18 --runs 10 --against main [--rounds 4]
+
+A/B: the model built by this tree and by another git revision (`ab_threads.build_against`), their
+programs run in alternate order, `--rounds` times each, so both see the same load: per layer each
+build's median and fastest time and % of peak over all rounds, the ratio of the medians (this tree
+over the revision), that ratio over the median ratio of every layer with arithmetic (`vs all`), and
+whether the two programs' outputs are the same bits. Two builds of the same sources differ by up
+to 3 % on every layer on the shared 2-core machine, and the faster one stays the faster over rounds
+(ResNet-18, identical code, 4 rounds of 10 runs: the model's kernels 1.025 and 1.032 in two runs,
+`vs all` of its 20 big layers 0.98-1.05), so a change shows in `vs all`, the ratio beside that of
+the layers it leaves alone, and only beyond that spread.
 """
 
 from __future__ import annotations
@@ -36,6 +56,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ab_threads import build_against  # noqa: E402
 from bench_models import MATRIX_OPS, peak_gflops  # noqa: E402
 
 import hetgen  # noqa: E402
@@ -44,7 +65,8 @@ from hetgen.ops.base import OpInstance  # noqa: E402
 from hetgen.ops.registry import op_def  # noqa: E402
 from hetgen.pipeline import import_graph  # noqa: E402
 
-# The wrapper around each kernel: one line per call, "index cpu_ns wall_ns", to $HG_LAYER_LOG.
+# The wrapper around each kernel: one line per call, "index cpu_ns wall_ns", to $HG_LAYER_LOG; each
+# call made $HG_LAYER_REPEAT times in a row (1 unless set: `--alone`).
 WRAPPER = """#define _POSIX_C_SOURCE 199309L
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,13 +84,22 @@ static void hg_layer_record(int index, long long cpu, long long wall)
         hg_layer_log = fopen(getenv("HG_LAYER_LOG"), "w");
     fprintf(hg_layer_log, "%d %lld %lld\\n", index, cpu, wall);
 }
+static int hg_layer_repeat(void)
+{
+    static int repeat;
+    if (repeat == 0)
+        repeat = getenv("HG_LAYER_REPEAT") ? atoi(getenv("HG_LAYER_REPEAT")) : 1;
+    return repeat;
+}
 """
 WRAP_ONE = """void __real_{name}(void *const *args);
 void __wrap_{name}(void *const *args)
 {{
-    const long long cpu = hg_layer_ns(CLOCK_THREAD_CPUTIME_ID), wall = hg_layer_ns(CLOCK_MONOTONIC);
-    __real_{name}(args);
-    hg_layer_record({index}, hg_layer_ns(CLOCK_THREAD_CPUTIME_ID) - cpu, hg_layer_ns(CLOCK_MONOTONIC) - wall);
+    for (int r = 0; r < hg_layer_repeat(); ++r) {{
+        const long long cpu = hg_layer_ns(CLOCK_THREAD_CPUTIME_ID), wall = hg_layer_ns(CLOCK_MONOTONIC);
+        __real_{name}(args);
+        hg_layer_record({index}, hg_layer_ns(CLOCK_THREAD_CPUTIME_ID) - cpu, hg_layer_ns(CLOCK_MONOTONIC) - wall);
+    }}
 }}
 """
 
@@ -127,8 +158,10 @@ def profiled_main(out: Path, prefix: str, kernels: list[str], work: Path) -> Pat
     return target
 
 
-def layer_times(out: Path, model: onnx.ModelProto, runs: int, work: Path):
-    """Per call of one run: (its nodes, flops, kernel, CPU ns per run, wall ns per run)."""
+def layer_times(out: Path, model: onnx.ModelProto, runs: int, work: Path, repeat: int = 1):
+    """Per call of one run: (its nodes, flops, kernel, CPU ns per run, wall ns per run). With
+    `repeat` > 1 each call is made that many times in a row, and its times are those of the calls
+    after the first: the kernel alone, its operands and workspace in the caches it left them in."""
     manifest = json.loads((out / "hetgen.json").read_text())
     prefix = manifest["prefix"] if isinstance(manifest.get("prefix"), str) else "hg_host"
     kernels = kernel_calls(out, prefix)
@@ -142,15 +175,23 @@ def layer_times(out: Path, model: onnx.ModelProto, runs: int, work: Path):
         for tensor in manifest["inputs"]:
             rng.standard_normal(tensor["shape"]).astype(tensor["dtype"]).tofile(stream)
     log = work / "layers.log"
-    environment = {**os.environ, "HG_THREADS": "1", "HG_LAYER_LOG": str(log)}
+    environment = {**os.environ, "HG_THREADS": "1", "HG_LAYER_LOG": str(log), "HG_LAYER_REPEAT": str(repeat)}
     subprocess.run([str(program), str(inputs), str(work / "outputs.bin"), str(runs + 1)], env=environment, check=True)
     rows = [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()]
     per_run = len(kernels)
-    if len(rows) != per_run * (runs + 1):
-        raise SystemExit(f"{out}: {len(rows)} timed calls, expected {per_run * (runs + 1)}")
-    rows = rows[per_run:]  # the first run warms the caches and the pages
+    if len(rows) != per_run * (runs + 1) * repeat:
+        raise SystemExit(f"{out}: {len(rows)} timed calls, expected {per_run * (runs + 1) * repeat}")
+    rows = rows[per_run * repeat :]  # the first run warms the caches and the pages
+    if repeat > 1:  # each call's repeats after the first, one call after another
+        rows = [row for call in range(0, len(rows), repeat) for row in rows[call + 1 : call + repeat]]
+        per_run *= repeat - 1
+    step = max(1, repeat - 1)  # the rows of one call in one run
+    chosen = [
+        [row for run in range(0, len(rows), per_run) for row in rows[run + i * step : run + (i + 1) * step]]
+        for i in range(len(calls))
+    ]
     return [
-        (nodes, flops, kernels[i], [r[1] for r in rows[i::per_run]], [r[2] for r in rows[i::per_run]])
+        (nodes, flops, kernels[i], [r[1] for r in chosen[i]], [r[2] for r in chosen[i]])
         for i, (nodes, flops) in enumerate(calls)
     ]
 
@@ -166,12 +207,64 @@ def by_strategy(out: Path, layers) -> dict[str, tuple[int, float, int]]:
     return totals
 
 
+def compare(name: str, path: Path, model: onnx.ModelProto, args, peak: float) -> None:
+    """`model` by this tree and by `args.against`, layer by layer, rounds in alternate order."""
+    builds = {
+        "this": hetgen.compile(args.platform, path, out=path.parent / f"{path.stem}-this", native_only=True),
+        args.against: path.parent / f"{path.stem}-against",
+    }
+    build_against(path, args.against, builds[args.against])
+    times: dict[str, list[tuple[str, int, list[int]]]] = {}  # per build, per call: nodes, flops, CPU ns
+    for round_ in range(args.rounds):
+        for label in list(builds)[:: 1 if round_ % 2 == 0 else -1]:
+            work = path.parent / f"{path.stem}-{round_}-{label.replace('/', '_')}"
+            work.mkdir()
+            layers = layer_times(builds[label], model, args.runs, work)
+            calls = times.setdefault(label, [(nodes, flops, []) for nodes, flops, *_ in layers])
+            for (_, _, cpu), (*_, layer_cpu, _) in zip(calls, layers):
+                cpu.extend(layer_cpu)
+    if [nodes for nodes, *_ in times["this"]] != [nodes for nodes, *_ in times[args.against]]:
+        raise SystemExit(f"{name}: the two builds call different kernels; compare their tables without --against")
+    outputs = {
+        label: (path.parent / f"{path.stem}-0-{label.replace('/', '_')}" / "outputs.bin").read_bytes()
+        for label in builds
+    }
+    same = outputs["this"] == outputs[args.against]
+    pairs = [(nodes, flops, base, mine) for (nodes, flops, base), (*_, mine) in zip(times[args.against], times["this"])]
+    # the builds' own difference: the median ratio over every layer with arithmetic
+    bias = statistics.median(
+        statistics.median(mine) / statistics.median(base) for _, flops, base, mine in pairs if flops
+    )
+    print(
+        f"{'model':16} {'layer':34} {'MFLOP':>7} {args.against[:14]:>14} ms {'best %':>6} {'this ms':>8} {'best %':>6}"
+        f" {'ratio':>6} {'vs all':>6}"
+    )
+    for nodes, flops, base, mine in pairs:
+        if flops < args.min_mflop * 1e6:
+            continue
+        ratio = statistics.median(mine) / statistics.median(base)
+        print(
+            f"{name:16} {nodes[:34]:34} {flops / 1e6:7.0f} {statistics.median(base) / 1e6:17.3f}"
+            f" {100 * flops / min(base) / peak:5.0f}% {statistics.median(mine) / 1e6:8.3f}"
+            f" {100 * flops / min(mine) / peak:5.0f}% {ratio:6.3f} {ratio / bias:6.3f}"
+        )
+    totals = {label: sum(statistics.median(cpu) for *_, cpu in times[label]) for label in builds}
+    print(
+        f"{name:16} the model's kernels: {args.against} {totals[args.against] / 1e6:.2f} ms, this {totals['this'] / 1e6:.2f}"
+        f" ms ({totals['this'] / totals[args.against]:.3f}); median ratio of the layers {bias:.3f};"
+        f" outputs {'the same bits' if same else 'DIFFERENT'}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet18,vgg@64,densenet121@160")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--min-mflop", type=float, default=50.0)
     parser.add_argument("--platform", default="host")
+    parser.add_argument("--against", help="a git revision to compare with, layer by layer (A/B)")
+    parser.add_argument("--rounds", type=int, default=4, help="with --against: runs of each build, alternated")
+    parser.add_argument("--alone", type=int, default=0, help="also each call made this many times in a row")
     args = parser.parse_args()
     names = [name for name in args.models.split(",") if name]
     unknown = [name for name in names if name not in BENCH_MODELS]
@@ -179,28 +272,38 @@ def main() -> int:
         parser.error(f"unknown model(s) {', '.join(unknown)}; accepted: {', '.join(BENCH_MODELS)}")
     peak = peak_gflops()
     print(f"core peak (FMA loop): {peak:.1f} GFLOP/s, 1 thread; CPU time of the calling thread, {args.runs} runs")
-    print(
-        f"{'model':16} {'layer':34} {'strategy':22} {'MFLOP':>7} {'ms':>7} {'best ms':>7} {'% peak':>6} {'best %':>6}"
-    )
+    if not args.against:
+        print(
+            f"{'model':16} {'layer':34} {'strategy':22} {'MFLOP':>7} {'ms':>7} {'best ms':>7} {'% peak':>6} {'best %':>6}"
+            + (f" {'alone %':>7}" if args.alone else "")
+        )
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-layers-") as tmp:
         for name in names:
             model = BENCH_MODELS[name]()
             path = Path(tmp) / f"{name.replace('@', '_')}.onnx"
             onnx.save(model, path)
+            if args.against:
+                compare(name, path, model, args, peak)
+                continue
             out = hetgen.compile(args.platform, path, out=Path(tmp) / path.stem, native_only=True)
             work = Path(tmp) / f"{path.stem}-layers"
             work.mkdir()
             layers = layer_times(out, model, args.runs, work)
+            alone = [None] * len(layers)
+            if args.alone > 1:
+                (work / "alone").mkdir()
+                alone = [min(cpu) for *_, cpu, _ in layer_times(out, model, 1, work / "alone", args.alone)]
             total = sum(statistics.median(cpu) for *_, cpu, _ in layers)
             big_time = big_flops = 0.0
-            for nodes, flops, kernel, cpu, _ in layers:
+            for (nodes, flops, kernel, cpu, _), alone_best in zip(layers, alone):
                 if flops < args.min_mflop * 1e6:
                     continue
                 median, best = statistics.median(cpu), min(cpu)
                 big_time, big_flops = big_time + median, big_flops + flops
                 print(
                     f"{name:16} {nodes[:34]:34} {strategy(out, kernel)[:22]:22} {flops / 1e6:7.0f} {median / 1e6:7.3f}"
-                    f" {best / 1e6:7.3f} {100 * flops / median / peak:5.0f}% {100 * flops / best / peak:5.0f}%",
+                    f" {best / 1e6:7.3f} {100 * flops / median / peak:5.0f}% {100 * flops / best / peak:5.0f}%"
+                    + (f" {100 * flops / alone_best / peak:6.0f}%" if alone_best else ""),
                     flush=True,
                 )
             if big_time:

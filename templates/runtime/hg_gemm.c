@@ -25,12 +25,6 @@ _Static_assert(HG_SGEMM_NC % PN == 0, "NC must be a multiple of the B panel widt
    takes a B row stride (AVX-512); 0: B is always packed. Elsewhere, a B tile is the packed panel. */
 #ifdef HG_SGEMM_TILE_LDB
 #define HG_SGEMM_IN_PLACE_M 64u
-/* ... and B rows at offsets (`b_rows`) up to this many: a convolution's phase planes are packed
-   from a copy already in cache, so reading them in place repays with more A panels than a
-   row-major B does. ResNet-18's stride-2 3x3 from 64 channels at 112 x 112 (128 x 3136 x 576, half
-   its panels in one output row): 1-4 % faster (CPU time, A/B in one process and in the model,
-   docs/kernels.md); products of 256 and 512 rows (VGG @ 64) measured no faster, so they pack. */
-#define HG_SGEMM_ROWS_IN_PLACE_M 128u
 #else
 #define HG_SGEMM_IN_PLACE_M 0u
 static inline void hg_sgemm_tile_ldb(size_t kc, const float *restrict pa, const float *restrict pb, size_t ldb,
@@ -178,7 +172,7 @@ static void sgemm_range(size_t m, size_t i0, size_t i1, size_t j0, size_t j1, si
        ResNet-18's stem (64 x 50176 x 27, 3x3 on 224 x 224) from ~1.92 to ~1.83 ms, DenseNet-121's
        (64 x 6400 x 147, 7x7 stride 2 on 160 x 160) ~1.37 to ~1.19. */
 #ifdef HG_SGEMM_TILE_ROWS
-    const int by_table = ops->b_rows && ops->pack_b && m <= HG_SGEMM_ROWS_IN_PLACE_M && m % PM == 0;
+    const int by_table = ops->b_rows && ops->pack_b && m <= HG_SGEMM_IN_PLACE_M && m % PM == 0;
 #else
     const int by_table = 0;
 #endif

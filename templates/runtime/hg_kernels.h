@@ -111,7 +111,7 @@ typedef struct {
        b[b_rows[p] + (j / b_width) * b_ld + j % b_width] (a convolution's taps in its phase planes,
        runs its output rows); the other tiles read pack_b's panels. NULL: pack_b's panels only. Taken
        where the micro-kernel reads rows at offsets (HG_SGEMM_TILE_ROWS) by products whose few A panels
-       would not repay packing (m a multiple of the A panel, at most HG_SGEMM_ROWS_IN_PLACE_M: hg_gemm.c). */
+       would not repay packing (m a multiple of the A panel, at most HG_SGEMM_IN_PLACE_M: hg_gemm.c). */
     const uint32_t *b_rows;
     size_t b_width, b_ld;
     size_t kc, nc; /* this call's cache blocks, at most HG_SGEMM_KC and HG_SGEMM_NC; 0: those */
