@@ -55,12 +55,19 @@ needs_arm = pytest.mark.skipif(
     any(shutil.which(tool) is None for tool in ARM_TOOLS),
     reason="needs gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm (the README's set-up installs them)",
 )
-# What each core's int8 products must be made of: SXTB16 + SMLAD with the DSP extension (M4, M7),
-# Helium's widening byte loads and VMLADAVA on the M55.
+# What each core's int8 products must be made of: SXTB16 + SMLAD with the DSP extension (M4, M7,
+# M33), Helium's widening byte loads and VMLADAVA on the M55.
 DOT_INSTRUCTIONS = {
     "cortex-m4": ("smlad", "sxtb16"),
     "cortex-m7": ("smlad", "sxtb16"),
+    "cortex-m33": ("smlad", "sxtb16"),
     "cortex-m55": ("vmlava", "vldrb"),  # objdump names VMLADAVA (no exchange) VMLAVA
+}
+# The cortex-m33 kind has no emulator of its own: qemu's mps2-an505 runs it linked at that board's
+# Secure aliases (tests/test_boards.py); the other kinds run on their default boards.
+BOARD_MAPS = {
+    "cortex-m33": "  flash_origin: 0x10000000\n  flash_kib: 4096\n  ram_origin: 0x38000000\n  ram_kib: 2048\n"
+    "  toolchain:\n    emulator: [qemu-system-arm, -M, mps2-an505]\n"
 }
 
 
@@ -93,7 +100,7 @@ def test_int8_lenet_is_bit_exact_under_qemu_with_each_cores_dot_products(tmp_pat
     from hetgen.runtime.verify import verify
 
     platform = tmp_path / f"{kind}.yaml"
-    platform.write_text(f"name: mcu\ntarget: {{kind: {kind}, runtime: aot}}\n")
+    platform.write_text(f"name: mcu\ntarget:\n  kind: {kind}\n  runtime: aot\n{BOARD_MAPS.get(kind, '')}")
     out = hetgen.compile(platform, _lenet_int8(tmp_path), out=tmp_path / "out", opt=("-O2",), werror=True)
     listing = _listing(out)
     for instruction in DOT_INSTRUCTIONS[kind]:
