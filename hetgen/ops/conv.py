@@ -309,6 +309,7 @@ def lower(op: OpInstance) -> Kernel:
         )
     helpers = (_gemm_plan.HELPER,)
     params["band_tasks"] = band_tasks(planes, batch * groups, cout_group, win.out_size, k_dim)
+    params["band_scratch_bytes"] = planes_bytes + pack  # a band's planes and its GEMM's packing, in a thread's scratch
     if params["band_tasks"]:
         helpers += (_parallel.HELPER,)
     if variant == "direct":
@@ -341,7 +342,12 @@ def lower(op: OpInstance) -> Kernel:
     if variant != "direct" and op.constant(1) is not None:
         group_floats = _gemm_plan.a_panel_floats(cout_group, k_dim)
         packed = _gemm_plan.pack_bytes(cout_group, win.out_size, k_dim, op.gemm_blocks, a_packed=True)
-        panel_params = {"w_packed": True, "w_group_floats": group_floats, "pack_bytes": packed}
+        panel_params = {
+            "w_packed": True,
+            "w_group_floats": group_floats,
+            "pack_bytes": packed,
+            "band_scratch_bytes": planes_bytes + packed,
+        }
         panels = Prepacked(1, lambda w: weight_panels(w, groups), panel_params, planes_bytes + packed)
         prepacked = (panels,)
         if _winograd.eligible(win, groups, channels, out_channels):
