@@ -280,6 +280,7 @@ class Topology:
         self._link: dict[str, Link | None] = {}
         self._target: dict[str, Target] = {platform.root.path_str: platform.root}
         self._depth: dict[str, int] = {platform.root.path_str: 0}
+        self._copies: dict[tuple[str, str], tuple[Hop, ...]] = {}  # `copies`, each pair worked out once
         self._visit(platform.root)
 
     def _visit(self, target: Target) -> None:
@@ -299,6 +300,12 @@ class Topology:
     def copies(self, src: str, dst: str) -> tuple[Hop, ...]:
         """The copies a tensor makes from `src` to `dst`, in order: one per tree edge between two
         different places that moves it over a link or through an accelerator's DMA."""
+        found = self._copies.get((src, dst))
+        if found is None:
+            found = self._copies[src, dst] = self._walked_copies(src, dst)
+        return found
+
+    def _walked_copies(self, src: str, dst: str) -> tuple[Hop, ...]:
         up, down = [src], [dst]
         while up[-1] != down[-1]:
             if self._depth[up[-1]] >= self._depth[down[-1]]:
