@@ -103,7 +103,7 @@ CONV_CASES = {
     "conv1d": dict(x=(1, 5, 20), w=(7, 5, 4), strides=[3], pads=[2, 1]),
     "conv3d": dict(x=(1, 3, 5, 6, 6), w=(4, 3, 2, 3, 3), pads=[0, 1, 1, 1, 1, 0]),
     "pointwise_large": dict(x=(1, 64, 16, 16), w=(96, 64, 1, 1)),
-    # fully connected (one pixel): the input widened in chunks of 256 (hetgen/ops/qlinear.py VECTOR_CHUNK)
+    # fully connected (one pixel), an input longer than the 256-value chunks it was once widened in
     "fully_connected_chunks": dict(x=(2, 600, 1, 1), w=(7, 600, 1, 1)),
     "fully_connected_grouped": dict(x=(2, 12, 1, 1), w=(15, 4, 1, 1), group=3),
 }

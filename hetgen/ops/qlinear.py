@@ -38,9 +38,6 @@ from hetgen.ops.base import IntegerMac, Kernel, OpDef, OpInstance, Prepacked, Re
 from hetgen.ops.matmul import batch_strides, matmul_shapes
 from hetgen.ops.quantize import Q_RANGE, QUANTIZED
 
-# A fully connected layer's input is widened this many values at a time (a multiple of 4: SMLAD's
-# reordered groups stay aligned with the weights').
-VECTOR_CHUNK = 256
 # bytes hg_qg_dw_row may read past a depthwise plane's last tap (HG_QG_DW_SLACK)
 DW_SLACK = 32
 
@@ -180,14 +177,12 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
     variant = "direct" if cin_group == 1 and groups > 1 else "gemm"
     if variant == "gemm" and win.out_size == win.in_size == win.kernel_size == 1:
         variant = "vector"  # a fully connected layer: its column is the input vector itself
-    chunk = min(k_dim, VECTOR_CHUNK)
-    # the weights are read where they are; the activations widened to int16: two output columns of
-    # unfolded input, or a fully connected layer's input `chunk` values at a time (int32 sums per row)
-    col_bytes = {"gemm": align(2 * 2 * k_dim, 8), "vector": align(2 * chunk, 8)}.get(variant, 0)
-    # int32 sums per row only where the input takes more than one chunk; one chunk's pairs of sums
-    # are requantised as they are made (fc_autoencoder's 128 -> 640 layer: 2,560 bytes of workspace)
-    single_chunk = k_dim <= VECTOR_CHUNK
-    acc_bytes = align(4 * cout_group, 8) if variant == "vector" and not single_chunk else 0
+    # the weights are read where they are; a convolution widens two output columns of unfolded input
+    # to int16; a fully connected layer reads its input vector in place too (hg_qvec_*: widened in
+    # registers) and requantises each pair of sums as it is made, so it needs no workspace (it kept
+    # a widened chunk of 256 values and, for a longer input, an int32 sum per row: the autoencoder's
+    # 640 -> 128 layer 1,024 bytes, its RAM 1.17x its activations' liveness bound)
+    col_bytes = align(2 * 2 * k_dim, 8) if variant == "gemm" else 0
     scale_bytes = align(4 * out_channels, 8) if requant else 0
     bias = None
     if requant and op.has_input(8):
@@ -202,8 +197,6 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "is_gemm": variant == "gemm",
         "is_direct": variant == "direct",
         "is_vector": variant == "vector",
-        "chunk": chunk,
-        "single_chunk": single_chunk,
         "w_group_stride": cout_group * k_dim,  # one group's weights
         "scratch_index": input_arg_count(op) + 1,
         "batch": batch,
@@ -218,6 +211,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "x_ctype": x_type.dtype.c_type,
         "w_ctype": w_type.dtype.c_type,
         "w_dot": "s8" if w_type.dtype is DType.INT8 else "u8",
+        "x_dot": "s8" if x_type.dtype is DType.INT8 else "u8",
         "y_ctype": y_type.dtype.c_type,
         "x_zp": _zero_point(op, x_zp, (1,), "input"),
         "w_zp": w_zero_point,
@@ -229,8 +223,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "scale_at": "m" if requant and requant["per_channel"] else "0",
         "title": "Quantized" if requant else "Integer",
         "col_offset": 0,
-        "acc_offset": col_bytes,
-        "scale_offset": col_bytes + acc_bytes,
+        "scale_offset": col_bytes,
         "out_index": input_arg_count(op),
         # the generic forms; a bare-metal target takes _mcu_offer's instead
         "requantize": "hg_quantize_scaled",
@@ -240,7 +233,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         "dw_band": False,
         "tap_table": False,
     }
-    scratch = col_bytes + acc_bytes + scale_bytes
+    scratch = col_bytes + scale_bytes
     # The generic kernel's multipliers made at generate time (bare metal, where it runs); the hosted
     # offers compute theirs per call, and offers on different inputs must not mix their workspaces.
     multipliers = multiplier_offer(op, requant, scale_bytes, scratch, bare_metal_only=True) if requant else ()
@@ -266,8 +259,8 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
         offers = (*offers, _depthwise_rows_offer(w, x_type, win, padded, out_channels, requant, symmetric, groups))
     if op.constant(w) is not None:
         # the depthwise band goes after the multipliers, or after the scales computed per call
-        band_offset = col_bytes + acc_bytes + (0 if multipliers else scale_bytes)
-        offers = (*offers, _mcu_offer(w, x_type, win, variant, k_dim, padded, band_offset))
+        band_offset = col_bytes + (0 if multipliers else scale_bytes)
+        offers = (*offers, _mcu_offer(w, win, variant, k_dim, padded, band_offset))
     return Kernel(
         template="kernels/qconv.c.j2",
         params=params,
@@ -283,7 +276,7 @@ def lower_conv(op: OpInstance, x: int, w: int, x_zp: int | None, w_zp: int | Non
 _PACKED_TEMPLATES = {"gemm": "kernels/qconv_packed.c.j2", "vector": "kernels/qgemv_packed.c.j2"}
 
 
-def _mcu_offer(w: int, x_type: TensorType, win, variant: str, k_dim: int, padded, band_offset: int) -> Prepacked:
+def _mcu_offer(w: int, win, variant: str, k_dim: int, padded, band_offset: int) -> Prepacked:
     """The generic kernel as a Cortex-M runs it (the weights as they are; the offer changes the
     unfolding and the rounding): the rows of taps inside the input widened with no per-tap checks
     (four at a time by SXTB16 where a row is four contiguous taps or a multiple: then already in
@@ -303,7 +296,6 @@ def _mcu_offer(w: int, x_type: TensorType, win, variant: str, k_dim: int, padded
         # rows of four contiguous taps or a multiple: each starts a group of four of the column
         "rows_reordered": win.dilations[2] == 1 and win.kernel[2] % 4 == 0,
         "w_span": (win.kernel[2] - 1) * win.dilations[2] + 1,
-        "x_dot": "s8" if x_type.dtype is DType.INT8 else "u8",
     }
     if params["unfold_rows"] and not params["rows_reordered"] and win.kernel[0] == win.in_shape[0] == 1:
         params.update(_tap_table(win, k_dim))

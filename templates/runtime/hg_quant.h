@@ -387,6 +387,134 @@ HG_Q15_WIDEN(s8, int8_t)
 HG_Q15_WIDEN(u8, uint8_t)
 #endif
 
+/* -- a fully connected layer: both operands read where they are --------------------------------
+
+   hg_qvec_<w>_<x>_2x1 sums two weight rows (w0, w1) times an int8/uint8 vector x less its zero
+   point over k: exact int32 sums of w * (x - xzp), the weight's zero point not subtracted (as
+   hg_qdot_*). Nothing is widened into memory, so the kernel needs no workspace whatever k is (a
+   buffer of the widened vector took 2k bytes, and an input longer than 256 values an int32 sum
+   per row besides: the autoencoder's 640 -> 128 layer 1,024 bytes). With the DSP extension, as
+   CMSIS-NN's arm_nn_vec_mat_mult_t_s8: four values of x are one word, widened by SXTAB16 (UXTAB16)
+   with -xzp added to both halves into (x0 - zp, x2 - zp) and, rotated by 8, (x1 - zp, x3 - zp) --
+   the order SXTB16 widens each row's word of weights into -- and two SMLADs a row take the four
+   products. With Helium, int8 times int8 sums sixteen products per VMLADAV.S8 and takes the zero
+   point out once at the end as xzp * sum(w) (VADDVA.S8 sums the row alongside); other types widen
+   eight values of each into int16 lanes (VLDRB) and subtract the zero point from x's. */
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
+#define HG_QVEC_LANES(w, wtype, x, xtype, W, X)                                                            \
+    static inline void hg_qvec_##w##_##x##_2x1(const wtype *w0, const wtype *w1, const xtype *xv, size_t k, \
+                                               int32_t xzp, int32_t s[2])                                  \
+    {                                                                                                      \
+        int32_t s0 = 0, s1 = 0;                                                                            \
+        _Pragma("GCC unroll 1") for (size_t n = k / 8u; n > 0; --n)                                       \
+        {                                                                                                  \
+            const int16x8_t c = vsubq_n_s16(HG_LOAD_##X##_ALL(xv), (int16_t)xzp);                          \
+            s0 = vmladavaq_s16(s0, HG_LOAD_##W##_ALL(w0), c);                                              \
+            s1 = vmladavaq_s16(s1, HG_LOAD_##W##_ALL(w1), c);                                              \
+            w0 += 8;                                                                                       \
+            w1 += 8;                                                                                       \
+            xv += 8;                                                                                       \
+        }                                                                                                  \
+        if (k % 8u) {                                                                                      \
+            const mve_pred16_t live = vctp16q((uint32_t)(k % 8u));                                         \
+            const int16x8_t c = vsubq_n_s16(HG_LOAD_##X(xv, live), (int16_t)xzp);                          \
+            s0 = vmladavaq_p_s16(s0, HG_LOAD_##W(w0, live), c, live);                                      \
+            s1 = vmladavaq_p_s16(s1, HG_LOAD_##W(w1, live), c, live);                                      \
+        }                                                                                                  \
+        s[0] = s0;                                                                                         \
+        s[1] = s1;                                                                                         \
+    }
+HG_QVEC_LANES(u8, uint8_t, s8, int8_t, U8, S8)
+HG_QVEC_LANES(s8, int8_t, u8, uint8_t, S8, U8)
+HG_QVEC_LANES(u8, uint8_t, u8, uint8_t, U8, U8)
+static inline void hg_qvec_s8_s8_2x1(const int8_t *w0, const int8_t *w1, const int8_t *x, size_t k, int32_t xzp,
+                                     int32_t s[2])
+{
+    int32_t s0 = 0, s1 = 0, r0 = 0, r1 = 0; /* r: the rows' sums, for the zero point */
+    _Pragma("GCC unroll 1") for (size_t n = k / 16u; n > 0; --n)
+    {
+        const int8x16_t c = vld1q_s8(x), a = vld1q_s8(w0), b = vld1q_s8(w1);
+        s0 = vmladavaq_s8(s0, a, c);
+        s1 = vmladavaq_s8(s1, b, c);
+        r0 = vaddvaq_s8(r0, a);
+        r1 = vaddvaq_s8(r1, b);
+        w0 += 16;
+        w1 += 16;
+        x += 16;
+    }
+    if (k % 16u) {
+        const mve_pred16_t live = vctp8q((uint32_t)(k % 16u));
+        const int8x16_t c = vldrbq_z_s8(x, live), a = vldrbq_z_s8(w0, live), b = vldrbq_z_s8(w1, live);
+        s0 = vmladavaq_p_s8(s0, a, c, live);
+        s1 = vmladavaq_p_s8(s1, b, c, live);
+        r0 = vaddvaq_p_s8(r0, a, live);
+        r1 = vaddvaq_p_s8(r1, b, live);
+    }
+    s[0] = s0 - xzp * r0;
+    s[1] = s1 - xzp * r1;
+}
+#elif defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+/* (offset_lo + widened byte 0, offset_hi + widened byte 2), and of the word rotated right by 8 */
+#define HG_WIDEN_ADD(x, insn)                                                                              \
+    static inline uint32_t hg_widen_add_##x(uint32_t offset, uint32_t word)                               \
+    {                                                                                                      \
+        uint32_t r;                                                                                        \
+        __asm__(insn " %0, %1, %2" : "=r"(r) : "r"(offset), "r"(word));                                    \
+        return r;                                                                                          \
+    }                                                                                                      \
+    static inline uint32_t hg_widen_add_##x##_ror8(uint32_t offset, uint32_t word)                        \
+    {                                                                                                      \
+        uint32_t r;                                                                                        \
+        __asm__(insn " %0, %1, %2, ror #8" : "=r"(r) : "r"(offset), "r"(word));                            \
+        return r;                                                                                          \
+    }
+HG_WIDEN_ADD(s8, "sxtab16")
+HG_WIDEN_ADD(u8, "uxtab16")
+#define HG_QVEC_PAIRS(w, wtype, x, xtype)                                                                  \
+    static inline void hg_qvec_##w##_##x##_2x1(const wtype *w0, const wtype *w1, const xtype *xv, size_t k, \
+                                               int32_t xzp, int32_t s[2])                                  \
+    {                                                                                                      \
+        const uint32_t offset = (uint32_t)(uint16_t)(-xzp) * 0x10001u;                                    \
+        int32_t s0 = 0, s1 = 0;                                                                            \
+        const size_t k4 = k & ~(size_t)3;                                                                 \
+        for (size_t p = 0; p < k4; p += 4) {                                                               \
+            const uint32_t v = hg_word(xv + p), a = hg_word(w0 + p), b = hg_word(w1 + p);                  \
+            const uint32_t c02 = hg_widen_add_##x(offset, v), c13 = hg_widen_add_##x##_ror8(offset, v);    \
+            s0 = __smlad(hg_widen_##w(a), c02, __smlad(hg_widen_##w##_ror8(a), c13, s0));                  \
+            s1 = __smlad(hg_widen_##w(b), c02, __smlad(hg_widen_##w##_ror8(b), c13, s1));                  \
+        }                                                                                                  \
+        for (size_t p = k4; p < k; ++p) {                                                                  \
+            const int32_t c = (int32_t)xv[p] - xzp;                                                        \
+            s0 += (int32_t)w0[p] * c;                                                                      \
+            s1 += (int32_t)w1[p] * c;                                                                      \
+        }                                                                                                  \
+        s[0] = s0;                                                                                         \
+        s[1] = s1;                                                                                         \
+    }
+HG_QVEC_PAIRS(s8, int8_t, s8, int8_t)
+HG_QVEC_PAIRS(u8, uint8_t, s8, int8_t)
+HG_QVEC_PAIRS(s8, int8_t, u8, uint8_t)
+HG_QVEC_PAIRS(u8, uint8_t, u8, uint8_t)
+#else
+#define HG_QVEC_LOOPS(w, wtype, x, xtype)                                                                  \
+    static inline void hg_qvec_##w##_##x##_2x1(const wtype *w0, const wtype *w1, const xtype *xv, size_t k, \
+                                               int32_t xzp, int32_t s[2])                                  \
+    {                                                                                                      \
+        int32_t s0 = 0, s1 = 0;                                                                            \
+        for (size_t p = 0; p < k; ++p) {                                                                   \
+            const int32_t c = (int32_t)xv[p] - xzp;                                                        \
+            s0 += (int32_t)w0[p] * c;                                                                      \
+            s1 += (int32_t)w1[p] * c;                                                                      \
+        }                                                                                                  \
+        s[0] = s0;                                                                                         \
+        s[1] = s1;                                                                                         \
+    }
+HG_QVEC_LOOPS(s8, int8_t, s8, int8_t)
+HG_QVEC_LOOPS(u8, uint8_t, s8, int8_t)
+HG_QVEC_LOOPS(s8, int8_t, u8, uint8_t)
+HG_QVEC_LOOPS(u8, uint8_t, u8, uint8_t)
+#endif
+
 /* hg_quantize_scaled for a requantized sum, v = (float)(exact int32 sum) * multiplier, which is
    never NaN: the same integer. On a Cortex-M with a single-precision FPU VCVTR rounds half to even
    in the FPSCR's default mode (round to nearest, which the board's reset leaves) and the clamp is

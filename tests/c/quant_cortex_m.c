@@ -65,6 +65,38 @@ static int run(void)
     hg_qdot_u8_2x1(wu, wu + K, x0, K, one);
     if (one[0] != want[4] || one[1] != want[6] || hg_q15_sum(x0, K) != want_sum)
         return 7;
+    /* a fully connected layer's rows against an int8 / uint8 vector read in place, less its zero
+       point (hg_qvec_*), every pairing of types, K with a tail */
+    static int8_t xs[K];
+    static uint8_t xu[K];
+    for (int p = 0; p < K; ++p) {
+        xs[p] = (int8_t)((p * 71) % 256 - 128);
+        xu[p] = (uint8_t)((p * 97) % 256);
+    }
+    const int32_t zs = -128, zu = 131;
+    int32_t vec[8] = { 0 };
+    for (int p = 0; p < K; ++p) {
+        vec[0] += ws[p] * (xs[p] - zs);
+        vec[1] += ws[K + p] * (xs[p] - zs);
+        vec[2] += wu[p] * (xs[p] - zs);
+        vec[3] += wu[K + p] * (xs[p] - zs);
+        vec[4] += ws[p] * (xu[p] - zu);
+        vec[5] += ws[K + p] * (xu[p] - zu);
+        vec[6] += wu[p] * (xu[p] - zu);
+        vec[7] += wu[K + p] * (xu[p] - zu);
+    }
+    hg_qvec_s8_s8_2x1(ws, ws + K, xs, K, zs, one);
+    if (one[0] != vec[0] || one[1] != vec[1])
+        return 8;
+    hg_qvec_u8_s8_2x1(wu, wu + K, xs, K, zs, one);
+    if (one[0] != vec[2] || one[1] != vec[3])
+        return 9;
+    hg_qvec_s8_u8_2x1(ws, ws + K, xu, K, zu, one);
+    if (one[0] != vec[4] || one[1] != vec[5])
+        return 10;
+    hg_qvec_u8_u8_2x1(wu, wu + K, xu, K, zu, one);
+    if (one[0] != vec[6] || one[1] != vec[7])
+        return 11;
     if (hg_quantize_scaled(2.5f, 0, -128, 127) != 2 || hg_quantize_scaled(3.5f, 0, -128, 127) != 4)
         return 2; /* ties to even */
     if (hg_quantize_scaled(-2.5f, 10, 0, 255) != 8 || hg_quantize_scaled(1e9f, 0, -128, 127) != 127)
