@@ -128,7 +128,8 @@ def test_int8_lenet_on_the_m4_within_cmsis_nn_instructions_and_ram(tmp_path, opt
     instructions, report = instructions_per_run(out, feeds)
     ram = sizes.data + sizes.bss + report["stack"]
     assert instructions <= most_instructions, f"{instructions:.0f} instructions per run at {opt}"
-    assert ram <= 11 * 1024, f"{ram} bytes of RAM ({sizes.data} data, {sizes.bss} bss, {report['stack']} stack)"
+    # 11 KB read as 11,000 bytes, the stricter reading (10,936 at -Os, 10,964 at -O3)
+    assert ram <= 11_000, f"{ram} bytes of RAM ({sizes.data} data, {sizes.bss} bss, {report['stack']} stack)"
 
 
 def _few_channel_cnn():
