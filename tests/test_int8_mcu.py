@@ -128,7 +128,8 @@ def test_int8_lenet_on_the_m4_within_cmsis_nn_instructions_and_ram(tmp_path, opt
     instructions, report = instructions_per_run(out, feeds)
     ram = sizes.data + sizes.bss + report["stack"]
     assert instructions <= most_instructions, f"{instructions:.0f} instructions per run at {opt}"
-    assert ram <= 11 * 1024, f"{ram} bytes of RAM ({sizes.data} data, {sizes.bss} bss, {report['stack']} stack)"
+    # 11 KB read as 11,000 bytes, the stricter reading (10,936 at -Os, 10,964 at -O3)
+    assert ram <= 11_000, f"{ram} bytes of RAM ({sizes.data} data, {sizes.bss} bss, {report['stack']} stack)"
 
 
 def _few_channel_cnn():
@@ -136,7 +137,8 @@ def _few_channel_cnn():
     with padding (the tap table inside, the checked rows at the border; 27 taps, a tail of 3), rows
     of 8 taps at stride 2 with asymmetric padding (SXTB16 rows in the dot product's order), a
     pointwise layer of 6 input channels (pairs of columns, a tail of 2), a depthwise 3x3 at stride 2
-    (the band of widened rows) and a fully connected layer (its input read in place: hg_qvec_*)."""
+    (the band of widened rows), a fully connected layer (its input read in place: hg_qvec_*) and a
+    MatMul with a constant B (B transposed at generate time, then the same dot products)."""
     from hetgen.models._builder import Builder
 
     b = Builder("few_channels", 17, 5)
@@ -161,7 +163,8 @@ def _few_channel_cnn():
         group=8,
     )
     h = b.op("Flatten", [b.op("Relu", [h])])
-    b.output(b.gemm(h, 8 * 6 * 4, 10), (1, 10))
+    h = b.gemm(h, 8 * 6 * 4, 10)
+    b.output(b.op("MatMul", [h, b.weight((10, 6), "m_w")]), (1, 6))
     return b.model()
 
 
@@ -193,7 +196,8 @@ def test_int8_few_channel_paths_bit_exact_and_float_helium_tails(tmp_path, kind)
                 "_pair(xg, j, col",
                 "int16_t *band",
                 "hg_requantize(",
-                "hg_qvec_s8_s8_2x1(",
+                "hg_qvec_s8_s8_2x1(wg",
+                "hg_qvec_s8_s8_2x1(bt",
             ):
                 assert marker in kernels, f"no {marker!r}: that Cortex-M path was not taken"
         errors = verify(out, seed=11, emulate=True, steps=0)

@@ -546,12 +546,16 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         "matrix_size": m * n,
         "title": "Quantized" if requant else "Integer",
     }
-    offers = multiplier_offer(op, requant, scale_bytes, row_bytes + scale_bytes) if requant else ()
+    multipliers = multiplier_offer(op, requant, scale_bytes, row_bytes + scale_bytes) if requant else ()
+    offers = multipliers
     if _matmul_packable(op, a_type, b, b_zp, requant, k, b_batch, a_zp):
         offers = (
             *offers,
             _packed_matmul_offer(b, op.constant(b), a_type, m * batches, n, k, requant["per_channel"]),
         )
+    if op.constant(b) is not None and len(b_type.shape) == 2:
+        # after the multipliers' offer: no workspace but the scales computed per call, if those are
+        offers = (*offers, _mcu_matmul_offer(b, a_type, b_type, 0 if multipliers else scale_bytes))
     return Kernel(
         template="kernels/qmatmul.c.j2",
         params=params,
@@ -559,6 +563,25 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         scratch_bytes=row_bytes + scale_bytes,
         flops=2 * batches * m * n * k,
         bytes_accessed=total_bytes(*op.input_types, y_type),
+    )
+
+
+def _mcu_matmul_offer(b: int, a_type: TensorType, b_type: TensorType, scratch_bytes: int) -> Prepacked:
+    """A matrix product with a constant B (one matrix) on a microcontroller: B transposed at generate
+    time (the same bytes, in flash), so that a row of A times two columns is two dot products of
+    contiguous rows read in place (hg_qvec_*, as a fully connected layer's): no widened row of A in
+    the workspace, and SMLAD's two multiply-adds a step where the column-strided loop took one."""
+    params = {
+        "a_dot": "s8" if a_type.dtype is DType.INT8 else "u8",
+        "b_dot": "s8" if b_type.dtype is DType.INT8 else "u8",
+        "scale_offset": 0,
+    }
+
+    def transposed(value: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(value).T)
+
+    return Prepacked(
+        b, transposed, params, scratch_bytes, template="kernels/qmatmul_columns.c.j2", bare_metal_only=True
     )
 
 
