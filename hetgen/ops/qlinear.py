@@ -1,8 +1,10 @@
 """Integer convolution and matrix product: QLinearConv, ConvInteger, QLinearMatMul, MatMulInteger.
 
 Operands are int8 or uint8 (mixed is fine). The activations are widened to int16 with their zero
-point subtracted, two columns (or one row) at a time in a small buffer; the weights are read where
-they are stored (const, in flash on a microcontroller) and widened in registers (`hg_qdot_*` in
+point subtracted, two columns (or one row of A) at a time in a small buffer -- a fully connected
+layer's input vector, and on a microcontroller a row of A times a constant B (stored transposed),
+in registers instead (`hg_qvec_*`: no buffer); the weights are read where they are stored (const,
+in flash on a microcontroller) and widened in registers (`hg_qdot_*` in
 templates/runtime/hg_quant.h: SXTB16 + SMLAD with the DSP extension, VLDRB + VMLADAVA with Helium);
 a weight zero point that is not a constant zero is taken out of the exact int32 sum as
 zp * sum(x). The sums are stored as int32 (the *Integer ops) or requantized as onnxruntime does:
