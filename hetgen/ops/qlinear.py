@@ -557,7 +557,8 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         )
     if op.constant(b) is not None and len(b_type.shape) == 2:
         # after the multipliers' offer: no workspace but the scales computed per call, if those are
-        offers = (*offers, _mcu_matmul_offer(b, a_type, b_type, 0 if multipliers else scale_bytes))
+        per_column = bool(requant and requant["per_channel"])
+        offers = (*offers, _mcu_matmul_offer(b, a_type, b_type, per_column, 0 if multipliers else scale_bytes))
     return Kernel(
         template="kernels/qmatmul.c.j2",
         params=params,
@@ -568,7 +569,9 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
     )
 
 
-def _mcu_matmul_offer(b: int, a_type: TensorType, b_type: TensorType, scratch_bytes: int) -> Prepacked:
+def _mcu_matmul_offer(
+    b: int, a_type: TensorType, b_type: TensorType, per_column: bool, scratch_bytes: int
+) -> Prepacked:
     """A matrix product with a constant B (one matrix) on a microcontroller: B transposed at generate
     time (the same bytes, in flash), so that a row of A times two columns is two dot products of
     contiguous rows read in place (hg_qvec_*, as a fully connected layer's): no widened row of A in
@@ -577,6 +580,7 @@ def _mcu_matmul_offer(b: int, a_type: TensorType, b_type: TensorType, scratch_by
         "a_dot": "s8" if a_type.dtype is DType.INT8 else "u8",
         "b_dot": "s8" if b_type.dtype is DType.INT8 else "u8",
         "scale_offset": 0,
+        "scale_at": "col" if per_column else "0",  # the multiplier of output column `col`
     }
 
     def transposed(value: np.ndarray) -> np.ndarray:
