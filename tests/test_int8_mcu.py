@@ -1,7 +1,8 @@
 """The int8 arithmetic on Cortex-M, under qemu-system-arm: with the DSP extension (Cortex-M4) the
-integer GEMM uses SMLAD, two 16-bit multiply-accumulates per instruction; without it (Cortex-M3)
-the plain loop. Both must give the reference sums (the GEMM, and the in-place dot products over
-int8 and uint8 weights) and MLAS's rounding (tests/c/quant_cortex_m.c).
+integer GEMM uses SMLAD, two 16-bit multiply-accumulates per instruction; with Helium (Cortex-M55)
+VMLADAVA; without either (Cortex-M3) the plain loop. Each must give the reference sums (the GEMM,
+the in-place dot products over int8 and uint8 weights, a fully connected layer's over int8 and
+uint8 inputs) and MLAS's rounding (tests/c/quant_cortex_m.c).
 Whole int8 models (LeNet-5) on the M4, M7 and M55 boards: bit for bit with onnxruntime, made of
 each core's dot products (SXTB16 + SMLAD, Helium's VMLADAVA), and on the M4 within CMSIS-NN's
 instructions and RAM.
@@ -30,18 +31,22 @@ CC, QEMU = "arm-none-eabi-gcc", "qemu-system-arm"
 
 @pytest.mark.skipif(not (shutil.which(CC) and shutil.which(QEMU)), reason=f"needs {CC} and {QEMU}")
 @pytest.mark.parametrize(
-    ("cpu", "machine", "dsp"), [("cortex-m4", "mps2-an386", True), ("cortex-m3", "mps2-an385", False)]
+    ("cpu", "machine", "dot"),
+    [("cortex-m4", "mps2-an386", "smlad"), ("cortex-m3", "mps2-an385", None), ("cortex-m55", "mps3-an547", "vmlav")],
 )
-def test_int8_gemm_and_rounding_on_cortex_m(tmp_path, cpu, machine, dsp):
+def test_int8_gemm_and_rounding_on_cortex_m(tmp_path, cpu, machine, dot):
     elf = tmp_path / "quant.elf"
     flags = [f"-mcpu={cpu}", "-mthumb", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffreestanding", "-nostdlib"]
+    flags += ["-mfloat-abi=hard"] if cpu == "cortex-m55" else []  # Helium's registers are the FPU's
     subprocess.run(
         [CC, *flags, "-I", str(templates_dir() / "runtime"), "-T", str(HERE / "quant_cortex_m.ld")]
         + [str(HERE / "quant_cortex_m.c"), "-o", str(elf), "-lgcc"],
         check=True,
     )
-    listing = subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True, text=True).stdout
-    assert ("smlad" in listing) == dsp  # the DSP path is the one compiled where the core has it
+    objdump = ["arm-none-eabi-objdump", "-d", "-m", "armv8.1-m.main", str(elf)]  # decodes Helium too
+    listing = subprocess.run(objdump, capture_output=True, text=True).stdout
+    # the DSP path (Helium's on the M55) is the one compiled where the core has it, plain loops elsewhere
+    assert dot in listing if dot else "smlad" not in listing
     run = subprocess.run(
         [QEMU, "-M", machine, "-nographic", "-semihosting", "-kernel", str(elf)], capture_output=True, timeout=60
     )
@@ -110,7 +115,7 @@ def test_int8_lenet_is_bit_exact_under_qemu_with_each_cores_dot_products(tmp_pat
 
 
 @needs_arm
-# hetgen measures 1.20 M and 1.11 M (benchmarks/bench_mcu_int8.py), CMSIS-NN 2.80 M and 2.18 M
+# hetgen measures 1.19 M and 1.10 M (benchmarks/bench_mcu_int8.py), CMSIS-NN 2.80 M and 2.18 M
 @pytest.mark.parametrize(("opt", "most_instructions"), [("-Os", 1_450_000), ("-O3", 1_300_000)])
 def test_int8_lenet_on_the_m4_within_cmsis_nn_instructions_and_ram(tmp_path, opt, most_instructions):
     """CMSIS-NN's int8 LeNet-5 on the same harness: 2.83 M instructions at -Os, 2.18 M at -O3, 10.8 KB

@@ -1,8 +1,10 @@
 """Integer convolution and matrix product: QLinearConv, ConvInteger, QLinearMatMul, MatMulInteger.
 
 Operands are int8 or uint8 (mixed is fine). The activations are widened to int16 with their zero
-point subtracted, two columns (or one row) at a time in a small buffer; the weights are read where
-they are stored (const, in flash on a microcontroller) and widened in registers (`hg_qdot_*` in
+point subtracted, two columns (or one row of A) at a time in a small buffer -- a fully connected
+layer's input vector, and on a microcontroller a row of A times a constant B (stored transposed),
+in registers instead (`hg_qvec_*`: no buffer); the weights are read where they are stored (const,
+in flash on a microcontroller) and widened in registers (`hg_qdot_*` in
 templates/runtime/hg_quant.h: SXTB16 + SMLAD with the DSP extension, VLDRB + VMLADAVA with Helium);
 a weight zero point that is not a constant zero is taken out of the exact int32 sum as
 zp * sum(x). The sums are stored as int32 (the *Integer ops) or requantized as onnxruntime does:
@@ -555,7 +557,8 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
         )
     if op.constant(b) is not None and len(b_type.shape) == 2:
         # after the multipliers' offer: no workspace but the scales computed per call, if those are
-        offers = (*offers, _mcu_matmul_offer(b, a_type, b_type, 0 if multipliers else scale_bytes))
+        per_column = bool(requant and requant["per_channel"])
+        offers = (*offers, _mcu_matmul_offer(b, a_type, b_type, per_column, 0 if multipliers else scale_bytes))
     return Kernel(
         template="kernels/qmatmul.c.j2",
         params=params,
@@ -566,7 +569,9 @@ def lower_matmul(op: OpInstance, a: int, b: int, a_zp: int | None, b_zp: int | N
     )
 
 
-def _mcu_matmul_offer(b: int, a_type: TensorType, b_type: TensorType, scratch_bytes: int) -> Prepacked:
+def _mcu_matmul_offer(
+    b: int, a_type: TensorType, b_type: TensorType, per_column: bool, scratch_bytes: int
+) -> Prepacked:
     """A matrix product with a constant B (one matrix) on a microcontroller: B transposed at generate
     time (the same bytes, in flash), so that a row of A times two columns is two dot products of
     contiguous rows read in place (hg_qvec_*, as a fully connected layer's): no widened row of A in
@@ -575,6 +580,7 @@ def _mcu_matmul_offer(b: int, a_type: TensorType, b_type: TensorType, scratch_by
         "a_dot": "s8" if a_type.dtype is DType.INT8 else "u8",
         "b_dot": "s8" if b_type.dtype is DType.INT8 else "u8",
         "scale_offset": 0,
+        "scale_at": "col" if per_column else "0",  # the multiplier of output column `col`
     }
 
     def transposed(value: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
 /* hg_quant.h on a bare-metal Cortex-M (tests/test_int8_mcu.py): the integer GEMM (SMLAD where the
- * core has the DSP extension) against a plain reference loop, and the rounding rules. The exit
+ * core has the DSP extension, Helium's VMLADAVA on the M55) and the in-place dot products against
+ * plain reference loops, and the rounding rules. The exit
  * status goes to the host through Arm semihosting: 0 = all agree. */
 #include <stddef.h>
 #include <stdint.h>
@@ -114,6 +115,11 @@ static void semihosting_exit(int code)
 
 void reset_handler(void)
 {
+#if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
+    /* the FPU (and Helium) is off at reset: CPACR's CP10 and CP11 full access */
+    *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20;
+    __asm__ volatile("dsb\n\tisb" ::: "memory");
+#endif
     semihosting_exit(run());
     for (;;) {
     }
