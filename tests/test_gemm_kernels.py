@@ -256,7 +256,8 @@ def test_winograd_convolutions_match_onnxruntime(tmp_path):
     out = hetgen.compile(fast_host(tmp_path), winograd_model(), out=tmp_path / "out", native_only=True, werror=True)
     sources = kernel_sources(out)
     assert all("Winograd F(2x2, 3x3)" in sources[name] for name in ("n0_conv", "n2_conv"))
-    assert "(26 rows of them)" in sources["n0_conv"]  # 76 rows of tiles: chunks of 26, 26 and 24
+    # 76 rows of 31 tiles an image: the pool's tasks, 16 an image of 5 rows (the last of 1), both images in one call
+    assert "(5 rows of them)" in sources["n0_conv"] and "hg_parallel_for(32u, " in sources["n0_conv"]
     errors = verify(out, seed=3)
     assert errors and all(e.ok for e in errors), errors
 

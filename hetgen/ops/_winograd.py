@@ -30,6 +30,11 @@ CHUNK_BYTES = 2 * 1024 * 1024
 TRANSFORM_FLOPS = 32
 # The products of one chunk: one per position of the 4x4 tile.
 PRODUCTS = 16
+# Where rows of tiles are the pool's tasks (`tile_tasks`): about this many tiles a task, the GEMMs'
+# n, four of the micro-kernel's 32-column panels, so a task's 16 products run whole panels; and no
+# fewer than this many, below which a task's products are mostly edge panels and per-call overhead.
+TASK_TILES = 128
+MIN_TASK_TILES = 16
 TRANSFORM_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 
 
@@ -46,20 +51,26 @@ def eligible(win, groups: int, cin: int, cout: int) -> bool:
     )
 
 
-def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DEFAULT_BLOCKS) -> tuple[dict, int]:
+def plan(
+    win, batch: int, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DEFAULT_BLOCKS
+) -> tuple[dict, int]:
     """(template parameters, scratch bytes): tile counts, how many rows of tiles go through the
     transforms and GEMMs at a time (within CHUNK_BYTES and one nc block of tiles, at least one
-    row), and the offsets of V, M and the GEMM's workspace in scratch."""
+    row; where rows of tiles are the pool's tasks, one task's rows), and the offsets of V, M and the
+    GEMM's workspace in scratch (a task's own, in its thread's scratch)."""
     tiles_h, tiles_w = -(-win.out_shape[1] // 2), -(-win.out_shape[2] // 2)
     row_bytes = 4 * 16 * (cin + cout) * tiles_w  # V and M of one row of tiles
     # at most one nc block of tiles, so a layer's smaller blocks shrink V and M too (prepack.py)
     chunk_rows = max(1, min(tiles_h, CHUNK_BYTES // row_bytes, blocks.nc // tiles_w))
+    tasks = tile_tasks(batch, tiles_h, tiles_w, cin, cout, blocks)
+    if tasks is not None:
+        chunk_rows = -(-tiles_h // (tasks // batch))  # a task's rows of tiles: one chunk
     tiles = chunk_rows * tiles_w  # the GEMMs' n
-    v_bytes = _gemm_plan.align(4 * 16 * cin * tiles)
-    m_bytes = _gemm_plan.align(4 * 16 * cout * tiles)
-    pack = _gemm_plan.pack_bytes(cout, tiles, cin, blocks, a_packed=True)
+    v_bytes, m_bytes, pack = chunk_bytes(cin, cout, tiles, blocks)
     params = {
-        **splits(cin, cout, tiles),
+        **(dict.fromkeys(("input_split", "product_split", "output_split")) if tasks else splits(cin, cout, tiles)),
+        "tile_tasks": tasks or 0,
+        "tasks_per_image": tasks // batch if tasks else 0,
         "w_packed": True,
         "tiles_h": tiles_h,
         "tiles_w": tiles_w,
@@ -69,6 +80,7 @@ def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DE
         "m_offset": v_bytes,
         "wino_pack_offset": v_bytes + m_bytes,
         "wino_pack_bytes": pack,
+        "wino_task_bytes": v_bytes + m_bytes + pack,
         "u_block_floats": _gemm_plan.a_panel_floats(cout, cin),
         "padded_cols": 2 * tiles_w + 2,  # a row of tiles' input columns, with a zero on each side
         "out_cols": 2 * tiles_w,
@@ -78,6 +90,42 @@ def plan(win, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks = _gemm_plan.DE
         "out_image_floats": cout * win.out_size,
     }
     return params, v_bytes + m_bytes + pack
+
+
+def chunk_bytes(cin: int, cout: int, tiles: int, blocks: _gemm_plan.GemmBlocks) -> tuple[int, int, int]:
+    """V's, M's and the GEMM's workspace bytes for a chunk of `tiles` tiles."""
+    v_bytes = _gemm_plan.align(4 * 16 * cin * tiles)
+    m_bytes = _gemm_plan.align(4 * 16 * cout * tiles)
+    return v_bytes, m_bytes, _gemm_plan.pack_bytes(cout, tiles, cin, blocks, a_packed=True)
+
+
+def tile_tasks(
+    batch: int, tiles_h: int, tiles_w: int, cin: int, cout: int, blocks: _gemm_plan.GemmBlocks
+) -> int | None:
+    """The pool's tasks where each owns a range of rows of tiles of one image and runs all three
+    steps on them (input transform, 16 products, output transform) in its thread's scratch, or
+    None: the steps are then shared one by one (`splits`). A thread then reads only the V and M it
+    wrote itself; split step by step, each step read what the other thread's step wrote (SqueezeNet's
+    conv_9 in the far state: the tasks' busy time 4.2x the 1-thread kernel's). About TASK_TILES tiles
+    a task, at least two tasks an image and MIN_TASK_TILES tiles a task, V, M and the products'
+    workspace within a worker's scratch (hg_threads.h: one full GEMM block's packing), and a
+    product hg_gemm.c would have split (SPLIT_MACS), as the implicit GEMM's bands (conv.band_tasks)."""
+    if 16 * cout * cin * tiles_h * tiles_w < _gemm_plan.SPLIT_MACS:
+        return None
+    per_image = min(_parallel.MAX_TASKS, tiles_h, max(2, tiles_h * tiles_w // TASK_TILES))
+    rows = -(-tiles_h // per_image)
+    thread_scratch = _gemm_plan.pack_bytes(blocks.mc, blocks.nc, blocks.kc, blocks)
+    while rows > 1 and sum(chunk_bytes(cin, cout, rows * tiles_w, blocks)) > thread_scratch:
+        rows -= 1
+    per_image = -(-tiles_h // rows)
+    while per_image % 2 and rows > 1:  # an even count: two threads' shares then differ by a row at most
+        rows -= 1
+        per_image = -(-tiles_h // rows)
+    rows = -(-tiles_h // per_image)  # tasks of equal rows, the last at most one short
+    fits = sum(chunk_bytes(cin, cout, rows * tiles_w, blocks)) <= thread_scratch
+    if per_image < 2 or rows * tiles_w < MIN_TASK_TILES or not fits:
+        return None
+    return batch * per_image
 
 
 def splits(cin: int, cout: int, tiles: int) -> dict:

@@ -353,7 +353,7 @@ def lower(op: OpInstance) -> Kernel:
         if _winograd.eligible(win, groups, channels, out_channels):
             # Alternatives for the same weights, the faster first: Winograd's 16/9 larger weights
             # where the memory budget allows them (hetgen/lower/prepack.py), else the GEMM's panels.
-            wino_params, wino_scratch = _winograd.plan(win, channels, out_channels, op.gemm_blocks)
+            wino_params, wino_scratch = _winograd.plan(win, batch, channels, out_channels, op.gemm_blocks)
             wino_params["variant"] = ConvVariant.WINOGRAD
             winograd = Prepacked(
                 1, _winograd.weight_panels, wino_params, wino_scratch, template=ConvVariant.WINOGRAD.template

@@ -7,8 +7,9 @@ parameters and workspace, and, where the offer changes the arithmetic, its work.
 pad the weights: the work is the GEMM's. Winograd F(2x2, 3x3) (hetgen/ops/_winograd.py) is another
 computation: per 2x2 block of output and (input, output) channel pair 16 multiply-adds instead of
 36, plus the input and output transforms, and the transformed weights (16/9 of the model's) read;
-each chunk of tile rows runs three steps, each shared by the pool as `_winograd.splits` cuts it
-(conv_winograd.c.j2), and the cost model prices the three.
+each chunk of tile rows runs three steps; the chunks are the pool's tasks where
+`_winograd.tile_tasks` allows, else each step is shared as `_winograd.splits` cuts it
+(conv_winograd.c.j2), and the cost model prices what runs.
 The direct kernel of small planes (hetgen/ops/_conv_small.py) does the GEMM's multiply-adds in
 blocks of output channels, the pool's tasks where the layer is large enough.
 The blocked layout's kernels (hetgen/ops/conv_nchwc.py) count their own work.
@@ -67,13 +68,18 @@ def winograd_kernel(kernel: Kernel) -> Kernel:
     def phase(work: int, split: _parallel.Split | None) -> _parallel.Phase:
         return _parallel.Phase(batch * tiles * work, split.tasks if split else 1, calls)
 
-    parallel = _parallel.phased(
-        phase(TRANSFORM_FLOPS * cin, p["input_split"]),
-        phase(2 * PRODUCTS * cin * cout, p["product_split"]),
-        phase(TRANSFORM_FLOPS * cout, p["output_split"]),
+    # rows of tiles as the tasks, each all three steps (one pool call), or each step shared on its own
+    parallel = (
+        _parallel.tasks_of(p["tile_tasks"])
+        if p["tile_tasks"]
+        else _parallel.phased(
+            phase(TRANSFORM_FLOPS * cin, p["input_split"]),
+            phase(2 * PRODUCTS * cin * cout, p["product_split"]),
+            phase(TRANSFORM_FLOPS * cout, p["output_split"]),
+        )
     )
     helpers = tuple(helper for helper in kernel.helpers if helper != _parallel.HELPER)  # the table's bands: not here
-    helpers += (_parallel.HELPER,) if parallel.phases else ()
+    helpers += (_parallel.HELPER,) if parallel != _parallel.SERIAL else ()
     return dataclasses.replace(
         kernel,
         flops=flops,
