@@ -32,9 +32,9 @@ TRANSFORM_FLOPS = 32
 PRODUCTS = 16
 # Where rows of tiles are the pool's tasks (`tile_tasks`): about this many tiles a task, the GEMMs'
 # n, four of the micro-kernel's 32-column panels, so a task's 16 products run whole panels; and no
-# fewer than this many, below which a task's products are mostly edge panels and per-call overhead.
+# fewer than one panel, below which part of every product's panel is padding.
 TASK_TILES = 128
-MIN_TASK_TILES = 16
+MIN_TASK_TILES = _gemm_plan.PANEL_N
 TRANSFORM_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 
 
@@ -118,9 +118,10 @@ def tile_tasks(
     while rows > 1 and sum(chunk_bytes(cin, cout, rows * tiles_w, blocks)) > thread_scratch:
         rows -= 1
     per_image = -(-tiles_h // rows)
-    while per_image % 2 and rows > 1:  # an even count: two threads' shares then differ by a row at most
-        rows -= 1
-        per_image = -(-tiles_h // rows)
+    even = rows
+    while -(-tiles_h // even) % 2 and (even - 1) * tiles_w >= MIN_TASK_TILES:
+        even -= 1  # an even count where tasks stay large enough: two threads' shares then differ by a row at most
+    per_image = -(-tiles_h // even)
     rows = -(-tiles_h // per_image)  # tasks of equal rows, the last at most one short
     fits = sum(chunk_bytes(cin, cout, rows * tiles_w, blocks)) <= thread_scratch
     if per_image < 2 or rows * tiles_w < MIN_TASK_TILES or not fits:
