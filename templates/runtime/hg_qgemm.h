@@ -1250,6 +1250,55 @@ static inline __m128i hg_qg_requant16(__m512i acc, float s, int32_t zp, float lo
         HG_QG_STORE(7, c70, c71)                                                                            \
     } while (0)
 
+/* hg_qg_block of at most 16 pixels (a layer's last, short block: 36 pixels of 6x6 are a block and 4,
+   3x3's 9 are one): the 8 accumulators of pixels 0-15 only, half the block's vpdpbusd, the same sums. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define HG_QG_DP16(r, acc) "vpdpbusd " #r "*4(%[w])%{1to16%}, %[a0], %[" #acc "]\n\t"
+#define HG_QG_STEP16()                                                                                     \
+    __asm__(HG_QG_DP16(0, c00) HG_QG_DP16(1, c10) HG_QG_DP16(2, c20) HG_QG_DP16(3, c30) HG_QG_DP16(4, c40)  \
+                HG_QG_DP16(5, c50) HG_QG_DP16(6, c60) HG_QG_DP16(7, c70)                                   \
+            : [c00] "+v"(c00), [c10] "+v"(c10), [c20] "+v"(c20), [c30] "+v"(c30), [c40] "+v"(c40),         \
+              [c50] "+v"(c50), [c60] "+v"(c60), [c70] "+v"(c70)                                            \
+            : [a0] "v"(a0), [w] "r"(w), "m"(*(const int8_t(*)[4 * HG_QG_MR])w))
+#else
+#define HG_QG_ROW16(r, acc) acc = _mm512_dpbusd_epi32(acc, a0, _mm512_set1_epi32(hg_qg_load32(w + 4 * (r))))
+#define HG_QG_STEP16()                                                                                     \
+    do {                                                                                                   \
+        HG_QG_ROW16(0, c00);                                                                               \
+        HG_QG_ROW16(1, c10);                                                                               \
+        HG_QG_ROW16(2, c20);                                                                               \
+        HG_QG_ROW16(3, c30);                                                                               \
+        HG_QG_ROW16(4, c40);                                                                               \
+        HG_QG_ROW16(5, c50);                                                                               \
+        HG_QG_ROW16(6, c60);                                                                               \
+        HG_QG_ROW16(7, c70);                                                                               \
+    } while (0)
+#endif
+#define HG_QG_STORE16(r, acc)                                                                               \
+    if ((r) < rows)                                                                                         \
+        _mm_mask_storeu_epi8(y + (r) * ldy, m0, hg_qg_requant16(acc, s[r], zp, lo, hi));
+HG_QG_NOINLINE static void hg_qg_block16(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
+                                         size_t rows, size_t npx, const int32_t *c, const float *s, int32_t zp,
+                                         float lo, float hi, uint8_t *y, size_t ldy)
+{
+    __m512i c00 = HG_QG_INIT_ROW(0), c10 = HG_QG_INIT_ROW(1), c20 = HG_QG_INIT_ROW(2), c30 = HG_QG_INIT_ROW(3);
+    __m512i c40 = HG_QG_INIT_ROW(4), c50 = HG_QG_INIT_ROW(5), c60 = HG_QG_INIT_ROW(6), c70 = HG_QG_INIT_ROW(7);
+    for (size_t g = 0; g < kg; ++g, a += as, w += 4 * HG_QG_MR) {
+        const __m512i a0 = _mm512_loadu_si512(a);
+        HG_QG_STEP16();
+    }
+    const __mmask16 m0 = (__mmask16)((1u << npx) - 1u);
+    HG_QG_STORE16(0, c00)
+    HG_QG_STORE16(1, c10)
+    HG_QG_STORE16(2, c20)
+    HG_QG_STORE16(3, c30)
+    HG_QG_STORE16(4, c40)
+    HG_QG_STORE16(5, c50)
+    HG_QG_STORE16(6, c60)
+    HG_QG_STORE16(7, c70)
+}
+#undef HG_QG_STORE16
+
 /* Not inlined: inside a kernel's loops GCC 12 allocates the 16 accumulators worse (moves and spills). */
 HG_QG_NOINLINE static void hg_qg_block(const int8_t *restrict w, const uint8_t *restrict a, size_t kg, size_t as,
                                        size_t rows, size_t npx, const int32_t *c, const float *s, int32_t zp, float lo,
@@ -1274,6 +1323,10 @@ HG_QG_NOINLINE static void hg_qg_block(const int8_t *restrict w, const uint8_t *
             for (size_t r = 0; r < rows; ++r)
                 y[r * ldy + p] = out[r];
         }
+        return;
+    }
+    if (npx <= 16) {
+        hg_qg_block16(w, a, kg, as, rows, npx, c, s, zp, lo, hi, y, ldy);
         return;
     }
     HG_QG_INIT_BLOCK();
