@@ -578,12 +578,15 @@ static inline void hg_qg_dw_row_q(const uint8_t *const *taps, const int32_t *w, 
                 if (stride == 1) {
                     const __m128i b = _mm_maskz_loadu_epi8(lanes, p);
                     v = x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+                    acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, _mm512_set1_epi32(w[t])));
                 } else {
+                    /* the pairs as int16, the odd one's weight 0: one vpmaddwd (the weight is a byte
+                       less a zero point, it fits int16), where the even one sign-extended to int32
+                       and multiplied by vpmulld took four instructions; the same exact products */
                     const __m256i b = _mm256_maskz_loadu_epi8(bytes, p);
                     v = x_signed ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b);
-                    v = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16);
+                    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(v, _mm512_set1_epi32((int32_t)(uint16_t)w[t])));
                 }
-                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, _mm512_set1_epi32(w[t])));
             }
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), vs);
             f = _mm512_min_ps(_mm512_max_ps(f, vlo), vhi);
