@@ -32,6 +32,7 @@ from hetgen.lower.resolve import Resolver, counted_link, device_model
 from hetgen.lower.shared_arena import plan_shared, shared_arena_device
 from hetgen.lower.tiled import TiledUnit, cascade_steps, tile_functions, tiled_steps
 from hetgen.lower.verify import verified
+from hetgen.lower.views import plan_with_views
 from hetgen.lower.workspace import plan_workspaces, simulated_devices
 from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.partition.cascades import cascade_units
@@ -108,8 +109,9 @@ def lower(graph: Graph, platform: Platform, placement: Placement) -> Lowered:
     return verified(_lower(graph, platform, placement, isolated, placement.kernels))
 
 
-def plan_target(target, schedule, units_on_target, kernels, graph, is_root) -> tuple[MemoryPlan, Weights]:
-    """One target's arena (by liveness over the schedule) and weights; refused past its capacity."""
+def plan_target(target, schedule, units_on_target, kernels, graph, is_root, views=()) -> tuple[MemoryPlan, Weights]:
+    """One target's arena (by liveness over the schedule) and weights; refused past its capacity.
+    `views`: the Concats on it that are views (hetgen/lower/views.py plans their buffers)."""
     keep_out = set(graph.inputs) | set(graph.outputs) if is_root else set()  # the caller's buffers
     on_chip_weights = target.role is Role.ACCELERATOR  # accelerators load weights into local memory
     intervals = [
@@ -123,13 +125,15 @@ def plan_target(target, schedule, units_on_target, kernels, graph, is_root) -> t
         if kernels[index].scratch_bytes
     ]
     arenas: tuple[BankArena, ...] = ()
+    if views and target.memories:
+        raise InternalError(f"{target.path_str}: Concat views in an arena planned over memory banks")
     if is_root and target.memories:
         events = schedule.events.get(target, {})
         accesses = {tensor: len(times) for tensor, times in events.items()}
         plan, arenas = plan_banks(target, intervals, accesses, bank_reserves(target, graph))
         _check_bank_runtime(target, arenas)
     else:
-        plan = plan_memory(intervals)
+        plan = plan_with_views(intervals, views, {name: graph.types[name].nbytes for name in _viewed(views)})
     used: list[str] = []
     for _, info in units_on_target:
         used += [name for name in info.inputs if name in graph.constants and name not in used]
@@ -150,6 +154,11 @@ def plan_target(target, schedule, units_on_target, kernels, graph, is_root) -> t
     if arenas and not is_bare_metal(target):
         check_weights_bank(target, weights.size, arenas, bank_reserves(target, graph))
     return plan, weights, arenas
+
+
+def _viewed(views) -> set[str]:
+    """Every buffer `views` name: their outputs and their ranges."""
+    return {name for view in views for name in (view.output, *(part for part, _ in view.parts))}
 
 
 def bank_reserves(target: Target, graph: Graph) -> dict[str, int]:
@@ -270,8 +279,9 @@ def _lower(
             used = list(dict.fromkeys(n for _, info in on_target for n in info.inputs if n in graph.constants))
             weights[target] = pack_weights(used, graph)
             continue
+        views = tuple(view for view in choices.views if view.target == target.path_str)
         plans[target], weights[target], bank_arenas[target] = plan_target(
-            target, schedule, on_target, kernels, graph, target == root
+            target, schedule, on_target, kernels, graph, target == root, views
         )
     # an accelerator whose arena is in the root's RAM: one arena for both (hetgen/lower/shared_arena.py)
     shared = shared_arena_device(root, schedule, isolated)

@@ -66,9 +66,20 @@ class MemoryPlan:
     arena_size: int
     total_bytes: int  # the sum of all planned buffers, as if none were reused
     lower_bound: int  # the most bytes simultaneously live at any step
+    # (buffer, the buffer it is a range of): a Concat's input inside its output (hetgen/lower/views.py),
+    # planned there, not on its own; the holder is the outermost one, a buffer of its own
+    views: tuple[tuple[str, str], ...] = ()
 
     def offset(self, name: str) -> int:
         return self._offsets[name]
+
+    def holder(self, name: str) -> str:
+        """The buffer whose bytes hold `name`'s: its own, or the one it is a range of."""
+        holders = self.__dict__.get("_holder_cache")
+        if holders is None:
+            holders = dict(self.views)
+            object.__setattr__(self, "_holder_cache", holders)
+        return holders.get(name, name)
 
     @property
     def _offsets(self) -> dict[str, int]:

@@ -64,19 +64,21 @@ def live_bytes_per_step(program, alignment: int = 1) -> list[int]:
     """Per step of `program` (the root), the bytes of its arena's tensors live across it, each
     rounded up to `alignment`: each from the step that first touches it to the one that last does.
     Kernel workspaces and the caller's buffers are not counted."""
+    plan = program.memory
     sizes = {
         name: -(-nbytes // alignment) * alignment
-        for name, _, nbytes in program.memory.buffers
-        if not name.startswith("scratch:")
+        for name, _, nbytes in plan.buffers
+        if not name.startswith("scratch:") and plan.holder(name) == name  # a view's range is its holder's
     }
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     steps = program.steps
     for step_index, step in enumerate(steps):
         for ref in _refs(step):
-            if ref.region is Region.ARENA and ref.tensor in sizes:
-                first.setdefault(ref.tensor, step_index)
-                last[ref.tensor] = step_index
+            name = plan.holder(ref.tensor) if ref.region is Region.ARENA else ""
+            if name in sizes:
+                first.setdefault(name, step_index)
+                last[name] = step_index
     live = [0] * len(steps)
     for name, start in first.items():
         for step_index in range(start, last[name] + 1):

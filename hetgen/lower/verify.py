@@ -67,6 +67,7 @@ class _Check:
         return self.by_path.get(device_program_path(program.devices[device], self.by_path))
 
     def touch(self, program: Program, name: str) -> None:
+        name = program.memory.holder(name)  # a Concat's input inside its output lives as the output
         span = self.touched.setdefault(program.target, {}).setdefault(name, [self.clock, self.clock])
         span[1] = self.clock
 

@@ -33,6 +33,7 @@ from hetgen.ir import Graph, Node
 from hetgen.ops._parallel import SERIAL, Parallel
 from hetgen.ops.base import Kernel, Prepacked
 from hetgen.partition.blocked_layout import BlockedUnit, Reorder, blocked_units
+from hetgen.partition.concat_views import ConcatView, concat_views
 from hetgen.partition.cost import Calibration, Topology, Work, kernel_us, pool_threads, unit_parallel
 from hetgen.partition.placement import Group, Placement
 from hetgen.partition.prepack import UnitLowerings, taken_offers
@@ -71,6 +72,8 @@ class Choices:
 
     units: tuple[UnitChoice, ...]
     refused: tuple[str, ...] = ()
+    # the Concats that run nothing (hetgen/partition/concat_views.py): not among `units`
+    views: tuple[ConcatView, ...] = ()
     # (unit index, input index) -> the constant in the layout its taken offer reads (made once)
     packed: Mapping[tuple[int, int], np.ndarray] = field(
         default_factory=lambda: MappingProxyType({}), repr=False, compare=False
@@ -85,6 +88,11 @@ class Choices:
         for index, choice in enumerate(self.units):
             by_head.setdefault(choice.unit.head.name, []).append(index)
         object.__setattr__(self, "_by_head", {name: tuple(found) for name, found in by_head.items()})
+
+    @property
+    def viewed(self) -> frozenset[str]:
+        """The node names of the Concats that are views."""
+        return frozenset(view.node for view in self.views)
 
     def of_group(self, group: Group) -> tuple[UnitChoice, ...]:
         """The units headed by the group's nodes, in execution order."""
@@ -110,15 +118,23 @@ def choose(
     root = platform.root.controller().path_str
     assignment = assignment or {node.name: root for node in graph.nodes}
     units, unit_inputs = drop_aliases(all_units, graph)
+    views = concat_views(graph, units, unit_inputs, assignment, platform)
+    viewed = {view.node for view in views}
     table = tuple(kernels.unit(unit.names).kernel for unit in units)
     taken, offers, layouts = taken_offers(graph, units, table, unit_inputs, assignment, platform, lowerings)
     blocked = blocked_units(graph, units, taken, unit_inputs, assignment, platform)
+    # a view runs nothing and is no unit of the program (its reader edges above saw it as a plain
+    # reader: a blocked producer's reorder back to NCHW writes its range); the rest keep their order
+    kept = [index for index, unit in enumerate(units) if unit.head.name not in viewed]
+    position = {index: place for place, index in enumerate(kept)}
     packed = {
-        (index, offer.index): layouts.packed(index, offer) for index, chosen in offers.items() for offer in chosen
+        (position[index], offer.index): layouts.packed(index, offer)
+        for index, chosen in offers.items()
+        for offer in chosen
     }
     choices = []
-    for index, unit in enumerate(units):
-        how = blocked.get(index)
+    for index in kept:
+        unit, how = units[index], blocked.get(index)
         kernel = taken[index] if how is None else how.kernel
         variant = variant_name(kernel, how.v if how is not None else None)
         choices.append(
@@ -126,7 +142,7 @@ def choose(
                 unit, assignment[unit.head.name], unit_inputs[index], kernel, variant, offers.get(index, ()), how
             )
         )
-    return Choices(tuple(choices), (), MappingProxyType(packed))
+    return Choices(tuple(choices), (), packed=MappingProxyType(packed), views=views)
 
 
 def with_choices(
@@ -181,10 +197,14 @@ def priced(
             continue
         changed = True
         units = choices.of_group(group)
-        variants = tuple(c.variant for c in units) + tuple(
-            f"reorder to {f'nchw{r.v}c' if r.to_blocked else 'nchw'}" for c in units for r in c.reorders
+        views = tuple("concat view" for view in choices.views if view.node in group.nodes)
+        variants = (
+            tuple(c.variant for c in units)
+            + tuple(f"reorder to {f'nchw{r.v}c' if r.to_blocked else 'nchw'}" for c in units for r in c.reorders)
+            + views
         )
-        groups.append(replace(group, cost_us=cost, variants=variants, searched_us=group.cost_us))
+        launch = group.launch_us if units else 0.0  # a group of views launches nothing
+        groups.append(replace(group, cost_us=cost, variants=variants, searched_us=group.cost_us, launch_us=launch))
     if not changed:
         return replace(placement, groups=tuple(groups), choices=choices)
     total = price(groups, placement.transfers, makespan(groups)).total_us
@@ -196,10 +216,12 @@ def group_kernels(group: Group, choices: Choices, kernels: KernelTable) -> tuple
     unit at its variant's work and split; several at their summed work, the table's group work with
     each unit's own replaced by its variant's, as the search priced them), then each reorder as a
     kernel of its own; and whether they differ from the kernel table's (where not, the search's
-    price stands). ([], False) for a group with no kernel (an alias lowering drops)."""
+    price stands). ([], False) for a group with no kernel (an alias lowering drops); ([], True) for
+    one whose only kernels were Concats that are views (the search priced them as copies)."""
     units = choices.of_group(group)
+    viewed = bool(choices.views) and not choices.viewed.isdisjoint(group.nodes)
     if not units:
-        return [], False
+        return [], viewed
     reorders = [r for c in units for r in c.reorders]
     specs = [kernels.unit(c.unit.names) for c in units]
     works = [variant_work(c.kernel, s) for c, s in zip(units, specs)]
@@ -216,7 +238,7 @@ def group_kernels(group: Group, choices: Choices, kernels: KernelTable) -> tuple
         work, parallel = Work(flops, nbytes), unit_parallel(kernels, nodes)
     found = [GroupKernel(work, parallel, nodes)]
     found += [GroupKernel(Work(r.kernel.flops, r.kernel.bytes_accessed), r.kernel.parallel, ()) for r in reorders]
-    return found, not same or bool(reorders)
+    return found, not same or bool(reorders) or viewed
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph
 from hetgen.partition.assemble import chosen_makespan
+from hetgen.partition.choices import Choices
 from hetgen.partition.fused import group_work, legal_fusions
 from hetgen.partition.optimal import EXHAUSTIVE_NODES, EXHAUSTIVE_PLACEMENTS, every_cover
 from hetgen.partition.space import Candidate, SearchSpace
@@ -227,9 +228,11 @@ def placement_energy(placement, graph: Graph, platform: Platform, objective: str
     compute: dict[str, float] = dict.fromkeys(counts, 0.0)
     copies: dict[str, float] = dict.fromkeys(counts, 0.0)
     groups = []
+    viewed = placement.choices.viewed if isinstance(placement.choices, Choices) else frozenset()
     for group in placement.groups:
         target = targets[group.target]
-        c = group_counts(target, (nodes[n] for n in group.nodes), graph, kernels)
+        # a Concat that is a view runs nothing (hetgen/partition/concat_views.py)
+        c = group_counts(target, (nodes[n] for n in group.nodes if n not in viewed), graph, kernels)
         nj = counts_nj(target, c)
         counts[group.target] = counts[group.target] + c
         compute[group.target] += nj

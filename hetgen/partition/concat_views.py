@@ -1,0 +1,84 @@
+"""Which Concats of a placed program are views: decided once, by the kernel choice stage
+(hetgen/partition/choices.py), which then prices each as nothing (its group's time 0) and leaves it
+out of the program's units; lowering plans one buffer for its output, with each input a range of
+it (hetgen/lower/views.py), so the inputs' producers write there and nothing copies.
+
+The layout half of the rule is the kernel table's (hetgen/spec/concat_view.py: every input a
+contiguous, aligned range of the output, computed by the graph, the output not the caller's). The
+placement half is here: the Concat runs on a CPU controller whose arena is one plain plan (not a
+bare-metal core, whose arena may be shared with an accelerator, hetgen/lower/shared_arena.py; not
+a root with memory banks, hetgen/lower/banks.py), and each input's buffer (a dropped reshape's
+source, hetgen/spec/alias.py) is written by a kernel unit on that same controller and is not the
+caller's. A buffer lives at one place only, so one that two Concats read is a range of the first
+one's output (in program order); the second copies it. Nested Concats (DenseNet's dense blocks:
+each layer's Concat reads the previous one's output) nest: the innermost buffers are ranges of
+ranges, and a whole block is one buffer.
+
+The search priced each Concat as a copy (where its producers go decides whether it can be a view);
+the placement it returns is priced with the views, as the program runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hetgen.ir import Graph
+from hetgen.partition.units import Unit
+from hetgen.platform.baremetal import is_bare_metal
+from hetgen.platform.model import Platform, Role
+from hetgen.spec.concat_view import concat_slabs
+
+
+@dataclass(frozen=True)
+class ConcatView:
+    """A Concat that runs nothing: each of `parts` (a buffer, the byte offset of its range in
+    `output`) is written there by its producer; `target`: the controller it runs on."""
+
+    node: str  # the Concat's node name
+    target: str
+    output: str
+    parts: tuple[tuple[str, int], ...]
+
+
+def concat_views(
+    graph: Graph,
+    units: Sequence[Unit],
+    unit_inputs: Sequence[tuple[str, ...]],
+    assignment: Mapping[str, str],
+    platform: Platform,
+) -> tuple[ConcatView, ...]:
+    """The Concat units of `units` (the program's, in execution order, reading `unit_inputs`; each
+    unit's node on the target `assignment` names) that are views (module doc)."""
+    targets = {t.path_str: t for t in platform.targets()}
+    caller = set(graph.inputs) | set(graph.outputs) | set(graph.constants)
+    producer: dict[str, str] = {}  # buffer -> the target of the unit writing it
+    for unit in units:
+        for name in unit.outputs:
+            if name:
+                producer[name] = assignment[unit.head.name]
+    hosted: set[str] = set()  # buffers already a range of an earlier view
+    views = []
+    for unit, inputs in zip(units, unit_inputs):
+        if len(unit.nodes) != 1 or unit.head.op != "Concat":
+            continue
+        slabs = concat_slabs(unit.head, graph)
+        where = assignment[unit.head.name]
+        if slabs is None or not _plain_arena(targets[where]):
+            continue
+        parts = tuple((buffer, offset) for buffer, (_, offset) in zip(inputs, slabs))
+        buffers = [buffer for buffer, _ in parts]
+        if (
+            len(set(buffers)) != len(buffers)
+            or any(b in caller or b in hosted or producer.get(b) != where for b in buffers)
+            or any(graph.types[b].nbytes != graph.types[name].nbytes for b, (name, _) in zip(buffers, slabs))
+        ):
+            continue
+        hosted.update(buffers)
+        views.append(ConcatView(unit.head.name, where, unit.outputs[0], parts))
+    return tuple(views)
+
+
+def _plain_arena(target) -> bool:
+    """A CPU controller whose arena is planned as one plain liveness plan."""
+    return target.role is Role.CONTROLLER and not target.memories and not is_bare_metal(target)
