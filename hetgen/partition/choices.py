@@ -118,11 +118,12 @@ def choose(
     root = platform.root.controller().path_str
     assignment = assignment or {node.name: root for node in graph.nodes}
     units, unit_inputs = drop_aliases(all_units, graph)
-    views = concat_views(graph, units, unit_inputs, assignment, platform)
-    viewed = {view.node for view in views}
     table = tuple(kernels.unit(unit.names).kernel for unit in units)
     taken, offers, layouts = taken_offers(graph, units, table, unit_inputs, assignment, platform, lowerings)
     blocked = blocked_units(graph, units, taken, unit_inputs, assignment, platform)
+    run = tuple(taken[index] if index not in blocked else blocked[index].kernel for index in range(len(units)))
+    views = concat_views(graph, units, unit_inputs, assignment, platform, run)
+    viewed = {view.node for view in views}
     # a view runs nothing and is no unit of the program (its reader edges above saw it as a plain
     # reader: a blocked producer's reorder back to NCHW writes its range); the rest keep their order
     kept = [index for index, unit in enumerate(units) if unit.head.name not in viewed]
@@ -134,8 +135,7 @@ def choose(
     }
     choices = []
     for index in kept:
-        unit, how = units[index], blocked.get(index)
-        kernel = taken[index] if how is None else how.kernel
+        unit, how, kernel = units[index], blocked.get(index), run[index]
         variant = variant_name(kernel, how.v if how is not None else None)
         choices.append(
             UnitChoice(

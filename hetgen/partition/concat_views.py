@@ -20,13 +20,16 @@ the placement it returns is priced with the views, as the program runs.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
+from hetgen.ops.base import Kernel
 from hetgen.partition.units import Unit
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role
+from hetgen.platform.tuning import memory_mode
 from hetgen.spec.concat_view import concat_slabs
 
 
@@ -47,9 +50,10 @@ def concat_views(
     unit_inputs: Sequence[tuple[str, ...]],
     assignment: Mapping[str, str],
     platform: Platform,
+    kernels: Sequence[Kernel],
 ) -> tuple[ConcatView, ...]:
-    """The Concat units of `units` (the program's, in execution order, reading `unit_inputs`; each
-    unit's node on the target `assignment` names) that are views (module doc)."""
+    """The Concat units of `units` (the program's, in execution order, reading `unit_inputs`, run as
+    `kernels`; each unit's node on the target `assignment` names) that are views (module doc)."""
     targets = {t.path_str: t for t in platform.targets()}
     caller = set(graph.inputs) | set(graph.outputs) | set(graph.constants)
     producer: dict[str, str] = {}  # buffer -> the target of the unit writing it
@@ -57,7 +61,10 @@ def concat_views(
         for name in unit.outputs:
             if name:
                 producer[name] = assignment[unit.head.name]
-    hosted: set[str] = set()  # buffers already a range of an earlier view
+    lean = memory_mode(platform) == "lean"
+    root = platform.root.controller().path_str
+    peaks: dict[str, Liveness] = {}  # per target: its activations' liveness with the views taken so far
+    inside: dict[str, str] = {}  # buffer -> the output of the view it is a range of
     views = []
     for unit, inputs in zip(units, unit_inputs):
         if len(unit.nodes) != 1 or unit.head.op != "Concat":
@@ -70,13 +77,66 @@ def concat_views(
         buffers = [buffer for buffer, _ in parts]
         if (
             len(set(buffers)) != len(buffers)
-            or any(b in caller or b in hosted or producer.get(b) != where for b in buffers)
+            or any(b in caller or b in inside or producer.get(b) != where for b in buffers)
             or any(graph.types[b].nbytes != graph.types[name].nbytes for b, (name, _) in zip(buffers, slabs))
         ):
             continue
-        hosted.update(buffers)
+        if lean:
+            liveness = peaks.get(where)
+            if liveness is None:
+                liveness = peaks[where] = Liveness(graph, units, unit_inputs, kernels, assignment, where, where == root)
+            if liveness.peak({**inside, **dict.fromkeys(buffers, unit.outputs[0])}) > liveness.peak(inside):
+                continue  # its output's buffer, live from its first input on, would lift the target's peak
+        inside.update(dict.fromkeys(buffers, unit.outputs[0]))
         views.append(ConcatView(unit.head.name, where, unit.outputs[0], parts))
     return tuple(views)
+
+
+class Liveness:
+    """The activations of one target's units (in program order), each live from the unit that first
+    touches it to the one that last does (hetgen/partition/prepack.py measures its memory budget
+    so), and each unit's workspace at its step; on the root, not the caller's inputs and outputs. `peak(inside)`: the most bytes live at
+    one unit when each buffer of `inside` (buffer -> the output it is a range of) is its outermost
+    holder's bytes, that holder live over all of them (as hetgen/lower/views.py plans them)."""
+
+    def __init__(self, graph, units, unit_inputs, kernels, assignment, target: str, is_root: bool):
+        caller = set(graph.inputs) | set(graph.outputs) if is_root else set()
+        self.nbytes = {name: t.nbytes for name, t in graph.types.items()}
+        self.touches: list[tuple[str, ...]] = []
+        self.scratch: list[int] = []  # each unit's workspace, live at its step only
+        for unit, inputs, kernel in zip(units, unit_inputs, kernels):
+            if assignment[unit.head.name] == target:
+                self.scratch.append(kernel.scratch_bytes)
+                names = (*inputs, *unit.outputs)
+                kept = (n for n in names if n and n not in graph.constants and n in self.nbytes and n not in caller)
+                self.touches.append(tuple(dict.fromkeys(kept)))
+        self._peaks: dict[frozenset, int] = {}
+
+    def peak(self, inside: Mapping[str, str]) -> int:
+        key = frozenset(inside.items())
+        found = self._peaks.get(key)
+        if found is None:
+            found = self._peaks[key] = self._peak(inside)
+        return found
+
+    def _peak(self, inside: Mapping[str, str]) -> int:
+        def holder(name: str) -> str:
+            while name in inside:
+                name = inside[name]
+            return name
+
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for step, names in enumerate(self.touches):
+            for name in names:
+                held = holder(name)
+                first.setdefault(held, step)
+                last[held] = step
+        delta = [0] * (len(self.touches) + 1)  # a difference array: tensors + units, not lifetimes
+        for name, start in first.items():
+            delta[start] += self.nbytes[name]
+            delta[last[name] + 1] -= self.nbytes[name]
+        return max(map(sum, zip(itertools.accumulate(delta[:-1]), self.scratch)), default=0)
 
 
 def _plain_arena(target) -> bool:
