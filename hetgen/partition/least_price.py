@@ -22,12 +22,14 @@ from dataclasses import replace
 
 from hetgen.partition.blocked_layout import DEFAULT_LAYOUT, block_width
 from hetgen.partition.choices import Choices, UnitChoice, group_price
+from hetgen.partition.concat_views import ConcatView
 from hetgen.partition.placement import Group
 from hetgen.partition.prepack import UnitLowerings, every_choice
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.partition.units import Unit
 from hetgen.platform.model import Role
 from hetgen.spec.alias import alias_source
+from hetgen.spec.concat_view import concat_slabs
 from hetgen.spec.fusion import cut_units
 
 # No floor where a group's units have more combinations of kernels than this (each is priced).
@@ -57,7 +59,10 @@ def _least_us(space: SearchSpace, c: Candidate, lowerings: UnitLowerings) -> flo
     """The least price of candidate `c` (on a CPU controller) under any kernel choice."""
     kernels, platform = space.kernels, space.platform
     target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
-    units = _group_units(nodes, space)
+    # a Concat that may be a view (hetgen/partition/concat_views.py) may run nothing: its least price
+    viewable = {node.name for node in nodes if concat_slabs(node, space.graph) is not None}
+    views = tuple(ConcatView(name, target.path_str, "", ()) for name in sorted(viewable))
+    units = [u for u in _group_units(nodes, space) if u.names[0] not in viewable or len(u.nodes) > 1]
     if any(kernels.unit(unit.names).kernel is None for unit in units):
         return c.compute_us  # the program cannot be generated: choose() re-prices nothing
     options = [every_choice(unit, kernels.unit(unit.names).kernel, target, platform, lowerings) for unit in units]
@@ -69,7 +74,8 @@ def _least_us(space: SearchSpace, c: Candidate, lowerings: UnitLowerings) -> flo
     least = c.compute_us
     for chosen in itertools.product(*options):
         choices = Choices(
-            tuple(UnitChoice(unit, target.path_str, unit.inputs, kernel, "") for unit, kernel in zip(units, chosen))
+            tuple(UnitChoice(unit, target.path_str, unit.inputs, kernel, "") for unit, kernel in zip(units, chosen)),
+            views=views,
         )
         price = group_price(group, choices, platform, kernels, scale)
         if price is not None:

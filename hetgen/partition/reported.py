@@ -60,6 +60,7 @@ from hetgen.partition.placement import Placement
 from hetgen.partition.prepack import UnitLowerings
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.platform.model import Platform, Role
+from hetgen.spec.concat_view import concat_slabs
 from hetgen.spec.invocation import kernel_units_of, one_unit_per_invocation, tile_rates
 
 # Reported totals the climb may work out: each prices a placement's kernel choices and cascades
@@ -96,7 +97,8 @@ def repriceable(space: SearchSpace, candidates: Sequence[Candidate]) -> frozense
     """The ids of the candidates whose price the stages after the search may change: a window
     operator on a tiled accelerator (it may join a cascade), and on a CPU controller a unit whose
     kernel offers another layout of its constants, calls the GEMM (its cache blocks are fitted to
-    the platform and its workspace) or may run blocked (hetgen/partition/choices.py)."""
+    the platform and its workspace), may run blocked, or is a Concat that may be a view
+    (hetgen/partition/choices.py)."""
     platform, graph, kernels = space.platform, space.graph, space.kernels
     layout = platform.options.get("layout") or DEFAULT_LAYOUT
     found = set()
@@ -107,9 +109,14 @@ def repriceable(space: SearchSpace, candidates: Sequence[Candidate]) -> frozense
             if cascading(platform) and any(_windowed(node) for node in nodes):
                 found.add(c.id)
         elif target.role is Role.CONTROLLER and not space.aliases.issuperset(c.nodes):
-            if block_width(target, layout) is not None or any(
-                _reworked(kernels.unit(tuple(n.name for n in chain)).kernel)
-                for chain, _ in kernel_units_of(nodes, graph, kernels)
+            viewable = any(concat_slabs(node, graph) is not None for node in nodes)  # choices.py may view it
+            if (
+                viewable
+                or block_width(target, layout) is not None
+                or any(
+                    _reworked(kernels.unit(tuple(n.name for n in chain)).kernel)
+                    for chain, _ in kernel_units_of(nodes, graph, kernels)
+                )
             ):
                 found.add(c.id)
     return frozenset(found)
