@@ -7,7 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import compiler_cache  # noqa: E402  (tests/ is on sys.path from the line above)
+import caches  # noqa: E402  (tests/ is on sys.path from the line above)
+import compiler_cache  # noqa: E402
 import fast_tier  # noqa: E402
 import stages  # noqa: E402
 
@@ -16,6 +17,7 @@ BACKEND = "tests/test_backend.py::"
 
 
 def pytest_configure(config):
+    caches.install_bytecode_cache()  # before the test modules are imported (and the workers start)
     for stage, (covers, _) in stages.STAGES.items():
         config.addinivalue_line("markers", f"{stage}: the {stage} stage's tests ({covers}; tests/stages.py)")
     which = fast_tier.tier(fast_tier.tier_of_markexpr(config.option.markexpr))
