@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+import caches
 import harness
 from hetgen.codegen.kernels import kernel_source
 from hetgen.errors import ModelError
@@ -141,8 +142,7 @@ class Outcome:
 # expected output): 7 s of CPU on an idle machine, paid by each process that collects them (every
 # xdist worker). The first process stores them in a cache folder, keyed by the versions and files
 # that make them, under a lock, so the other workers and later runs load them in a fraction of a
-# second. HG_TEST_CACHE names the folder ("off": no cache); default ~/.cache/hetgen-tests.
-CACHE_ENV = "HG_TEST_CACHE"
+# second. The folder is the tests' cache (tests/caches.py: HG_TEST_CACHE, "off": none).
 
 
 def _cases_cache() -> Path | None:
@@ -150,11 +150,9 @@ def _cases_cache() -> Path | None:
 
     import onnx.backend.test.case.node as node_cases
 
-    setting = os.environ.get(CACHE_ENV, "")
-    if setting == "off":
+    folder = caches.folder()
+    if folder is None:
         return None
-    folder = Path(setting) if setting else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    folder = folder / "hetgen-tests" if not setting else folder
     sources = Path(node_cases.__file__).parent
     stamp = max(f.stat().st_mtime_ns for f in sources.rglob("*.py"))
     key = f"{onnx.__version__}|{np.__version__}|{sys.version}|{sources}|{stamp}"

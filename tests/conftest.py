@@ -7,15 +7,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import compiler_cache  # noqa: E402  (tests/ is on sys.path from the line above)
+import caches  # noqa: E402  (tests/ is on sys.path from the line above)
+import compiler_cache  # noqa: E402
 import fast_tier  # noqa: E402
 import stages  # noqa: E402
 
+REPO = Path(__file__).resolve().parent.parent
 CONFORMANCE = "tests/test_conformance.py::"
 BACKEND = "tests/test_backend.py::"
 
 
 def pytest_configure(config):
+    caches.install_bytecode_cache()  # before the test modules are imported (and the workers start)
     for stage, (covers, _) in stages.STAGES.items():
         config.addinivalue_line("markers", f"{stage}: the {stage} stage's tests ({covers}; tests/stages.py)")
     which = fast_tier.tier(fast_tier.tier_of_markexpr(config.option.markexpr))
@@ -181,6 +184,31 @@ def counted(monkeypatch):
     for op, definition in list(registry.OPS.items()):
         monkeypatch.setitem(registry.OPS, op, counting(definition))
     return calls
+
+
+@dataclasses.dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capfd, monkeypatch):
+    """hetgen's main() in this process, from the repository's root: `cli("explain", ...)` gives its exit
+    code and what it printed. A second Python per call costs 1.7 s of CPU, most of it imports; a
+    test of what only a separate process shows (a pipe, the interpreter's exit, a traceback printed
+    past main) runs `python -m hetgen` itself (tests/test_cli.py's run_cli)."""
+    from hetgen.cli import main
+
+    monkeypatch.chdir(REPO)
+
+    def run(*args) -> CliResult:
+        code = main([str(a) for a in args])
+        captured = capfd.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
 
 
 @pytest.fixture

@@ -208,15 +208,10 @@ def test_libm_stays_small(tmp_path):
     assert not re.search(r"libm\.a\(lib_a-(w_|e_|s_)?(sqrt|exp)f?\.o\)", map_text)  # inline or an instruction
 
 
-def test_model_too_large_for_the_board_is_refused_before_anything_is_built(tmp_path):
+def test_model_too_large_for_the_board_is_refused_before_anything_is_built(tmp_path, cli):
     platform = kind_platform("cortex-m4", tmp_path, ", ram_kib: 64, flash_kib: 256")
     out = tmp_path / "out"
-    result = subprocess.run(
-        [sys.executable, "-m", "hetgen", str(platform), "examples/resnet_tiny.onnx", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    result = cli(platform, "examples/resnet_tiny.onnx", "-o", out)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     message = result.stderr
     assert message.count("\n") == 1 and message.startswith(f"hetgen: error: {platform}: model 'resnet' does not fit")
@@ -332,7 +327,7 @@ def test_cortex_m_as_the_host_of_an_accelerator_with_coprocessor(tmp_path):
     assert errors and all(e.ok for e in errors), errors
 
 
-def test_bare_metal_toolchain_without_a_memory_map_is_refused(tmp_path):
+def test_bare_metal_toolchain_without_a_memory_map_is_refused(tmp_path, cli):
     """A kind built for no OS (its triple says so) needs a memory map for its linker script."""
     platform = tmp_path / "bare.yaml"
     platform.write_text(
@@ -340,12 +335,7 @@ def test_bare_metal_toolchain_without_a_memory_map_is_refused(tmp_path):
         "  toolchain: {cc: arm-none-eabi-gcc, ar: arm-none-eabi-ar, triple: arm-none-eabi}\n"
     )
     out = tmp_path / "out"
-    result = subprocess.run(
-        [sys.executable, "-m", "hetgen", str(platform), "examples/resnet_tiny.onnx", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    result = cli(platform, "examples/resnet_tiny.onnx", "-o", out)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "is built for no operating system (arm-none-eabi) but its kind has no memory map" in result.stderr
     assert "flash_origin, flash_kib, ram_origin, ram_kib, stack_kib" in result.stderr and not out.exists()

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hetgen
-from hetgen.cli import main
 from hetgen.pipeline import MODEL_COPY, model_copy_files
 from hetgen.runtime.inputs import value_ranges
 from hetgen.runtime.loader import TensorInfo
@@ -28,26 +26,6 @@ REPO = Path(__file__).resolve().parent.parent
 def run_cli(*args, cwd=REPO):
     """hetgen as a separate process (for what needs one: pipes, the interpreter's exit)."""
     return subprocess.run([sys.executable, "-m", "hetgen", *map(str, args)], capture_output=True, text=True, cwd=cwd)
-
-
-@dataclass(frozen=True)
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(capfd, monkeypatch):
-    """hetgen's main() in this process (a second Python per call costs seconds of imports)."""
-    monkeypatch.chdir(REPO)
-
-    def run(*args) -> Result:
-        code = main([str(a) for a in args])
-        captured = capfd.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    return run
 
 
 def dense_model(batch: int | str = 1) -> onnx.ModelProto:
@@ -108,14 +86,14 @@ def built(tmp_path_factory, dense_file) -> Path:
 # Exit codes, --version, pipes
 
 
-def test_help_documents_the_exit_codes_and_version_prints_it():
-    result = run_cli("--help")
+def test_help_documents_the_exit_codes_and_version_prints_it(cli):
+    result = cli("--help")
     assert result.returncode == 0
     for line in ("0    success", "1    a user error", "2    a usage error", "3    a hetgen bug"):
         assert line in result.stdout, result.stdout
-    version = run_cli("--version")
+    version = cli("--version")
     assert version.returncode == 0 and version.stdout.strip() == f"hetgen {hetgen.__version__}"
-    usage = run_cli("verify")  # a missing argument is argparse's usage error
+    usage = cli("verify")  # a missing argument is argparse's usage error
     assert usage.returncode == 2 and "usage:" in usage.stderr
 
 

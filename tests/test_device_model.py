@@ -10,8 +10,6 @@ groups simulated at 4.3x to 4.9x their estimate (1.25x on large tensors)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -119,11 +117,12 @@ def test_a_refinement_inherits_the_device_block_parameter_by_parameter():
     assert (model.vector_lanes, model.command_cycles) == (8, 20)
 
 
-def test_targets_and_schema_show_the_device_model():
+def test_targets_and_schema_show_the_device_model(cli):
     from hetgen.platform.describe import kinds_table
 
-    run = [sys.executable, "-m", "hetgen"]
-    shown = subprocess.run([*run, "targets"], capture_output=True, text=True, check=True).stdout
+    targets = cli("targets")
+    assert targets.returncode == 0, targets.stderr
+    shown = targets.stdout
     # the npu's: its block's int8 dots, then its attributes
     assert "device: int8_mac_depth = int8_macs_per_cycle / macs_per_cycle, clock_mhz = clock_mhz, dma_gbps" in shown
     dual = load_platform(str(platforms_dir() / "dual.yaml"))
@@ -131,7 +130,9 @@ def test_targets_and_schema_show_the_device_model():
     assert (
         "device: vector_lanes = lanes, macs_per_cycle = lanes, mac_rows = 1, clock_mhz = clock_mhz; defaults:" in table
     )
-    schema = json.loads(subprocess.run([*run, "schema"], capture_output=True, text=True, check=True).stdout)
+    printed = cli("schema")
+    assert printed.returncode == 0, printed.stderr
+    schema = json.loads(printed.stdout)
     device = json.dumps(schema)
     for name in PARAMETERS:
         assert f'"{name}"' in device

@@ -200,26 +200,26 @@ def test_unsupported_operator_is_one_message_and_writes_nothing(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_broken_model_file(tmp_path):
+def test_broken_model_file(tmp_path, cli):
     path = tmp_path / "broken.onnx"
     path.write_bytes(b"\x08\x07garbage")
-    result = run_cli("host", str(path), "-o", str(tmp_path / "out"))
+    result = cli("host", str(path), "-o", str(tmp_path / "out"))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert str(path) in result.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_missing_platform_names_what_exists(tmp_path, model_file):
-    result = run_cli("no_such_platform", str(model_file), "-o", str(tmp_path / "out"))
+def test_missing_platform_names_what_exists(tmp_path, model_file, cli):
+    result = cli("no_such_platform", str(model_file), "-o", str(tmp_path / "out"))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "no_such_platform" in result.stderr
 
 
 @pytest.mark.cc
-def test_verify_cli_reports_errors_per_output(tmp_path, model_file):
+def test_verify_cli_reports_errors_per_output(tmp_path, model_file, cli):
     out = tmp_path / "v"
-    assert run_cli("host", str(model_file), "-o", str(out)).returncode == 0
-    result = run_cli("verify", str(out))
+    assert cli("host", str(model_file), "-o", str(out)).returncode == 0
+    result = cli("verify", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "y: max abs error" in result.stdout and "1 of 1 outputs match" in result.stdout
 
@@ -250,14 +250,14 @@ def test_installed_command_works_from_any_directory(tmp_path):
     assert "npu" in targets.stdout and "accelerator-with-coprocessor" in targets.stdout
 
 
-def test_output_folder_that_is_not_ours_is_refused(tmp_path, model_file):
+def test_output_folder_that_is_not_ours_is_refused(tmp_path, model_file, cli):
     (tmp_path / "a_file").write_text("x")
-    result = run_cli("host", str(model_file), "-o", str(tmp_path / "a_file"))
+    result = cli("host", str(model_file), "-o", str(tmp_path / "a_file"))
     assert result.returncode == 1 and "not a folder" in result.stderr and "Traceback" not in result.stderr
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    result = run_cli("host", str(model_file), "-o", str(foreign))
+    result = cli("host", str(model_file), "-o", str(foreign))
     assert result.returncode == 1 and "did not generate" in result.stderr
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
 
