@@ -205,20 +205,14 @@ def _prefixed(model: onnx.ModelProto, prefix: str, inits: list) -> onnx.NodeProt
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_recurrent_and_float16_kernels_compile_without_warnings(tmp_path, compiler):
     import shutil
-    import subprocess
 
     from test_float16 import float16_mlp
+    from test_toolchains import assert_compiles_warning_free
 
     for name, model in (("stack", recurrent_stack()), ("mlp16", float16_mlp())):
         out = tmp_path / name
         hetgen.compile(load_platform_text(SOC.read_text()), model, out=out, build=False, weights="c_array")
-        includes = sorted({str(p.parent) for p in out.rglob("*.h")})
-        flags = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", *[f"-I{d}" for d in includes]]
-        for source in sorted(out.rglob("*.c")):
-            result = subprocess.run(
-                [shutil.which(compiler), *flags, "-c", str(source), "-o", "/dev/null"], capture_output=True, text=True
-            )
-            assert result.returncode == 0, f"{compiler} {source.relative_to(out)}:\n{result.stderr[-3000:]}"
+        assert_compiles_warning_free(shutil.which(compiler), out, tmp_path / f"{name}-objects")
 
 
 def wide_stack() -> onnx.ModelProto:

@@ -95,9 +95,11 @@ def concat_views(
 class Liveness:
     """The activations of one target's units (in program order), each live from the unit that first
     touches it to the one that last does (hetgen/partition/prepack.py measures its memory budget
-    so), and each unit's workspace at its step; on the root, not the caller's inputs and outputs. `peak(inside)`: the most bytes live at
-    one unit when each buffer of `inside` (buffer -> the output it is a range of) is its outermost
-    holder's bytes, that holder live over all of them (as hetgen/lower/views.py plans them)."""
+    so), and each unit's workspace at its step; on the root, not the caller's inputs and outputs.
+    `peak(inside)`: the most bytes live at one unit when each buffer of `inside` (buffer -> the
+    output it is a range of) is its outermost holder's bytes, that holder live over all of them (as
+    hetgen/lower/views.py plans them). Each state's peak is computed once (a state is the views
+    taken so far, with or without one more)."""
 
     def __init__(self, graph, units, unit_inputs, kernels, assignment, target: str, is_root: bool):
         caller = set(graph.inputs) | set(graph.outputs) if is_root else set()
