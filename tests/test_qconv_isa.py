@@ -1,7 +1,7 @@
 """The packed int8 convolution (hetgen/ops/qpack.py, templates/runtime/hg_qgemm.h) on every x86 path
 this machine can run, against onnxruntime (graph optimisations off) bit for bit: the same generated C
 built natively (-march=native: AVX-512 VNNI where the CPU has it), without VNNI (-mno-avx512vnni
--mno-avxvnni: the AVX2 blocks beside AVX-512 rows), without AVX-512 (an AVX2 machine), and without -march=native (SSE2 only: the plain C path); AVX-VNNI is
+-mno-avxvnni: the AVX2 blocks beside AVX-512 rows), for an AVX2 machine (-march=haswell), and without -march=native (SSE2 only: the plain C path); AVX-VNNI is
 built warning-free (it cannot run here without the instructions); and (external tier) built for
 aarch64 boards, the cortex-a55 kind (SDOT) and the plain aarch64 kind (NEON), run under qemu-aarch64. One model holds every case, each
 its own QLinearConv: odd reductions, output channels not a multiple of the panel, pixels not a
@@ -140,6 +140,9 @@ CASES = {
     # store runs into the next row's, rewritten after; the last row exactly): widths 5 and 13
     "depthwise_rows_of_5": (np.int8, (1, 3, 25, 5), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1]), True, True),
     "depthwise_rows_of_13": (np.uint8, (1, 2, 11, 13), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True, True),
+    # rows of a whole number of AVX2 vectors (hg_qg_dw_row's 8 outputs a loop, no tail): where GCC 12 at
+    # -O3 -march=haswell warned of the scalar tail's iteration 2^62 (HG_QG_WHOLE in hg_qgemm.h)
+    "depthwise_rows_of_48": (np.int8, (1, 2, 5, 48), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True, True),
     # weights holding -128 (the *_w128 kernels, each product widened alone on plain NEON) against
     # activations that are -128 on the path (uint8 0, flipped): a pair of them would not fit int16
     "w128_u8": (np.uint8, (1, 8, 7, 7), (10, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True, True),
@@ -214,7 +217,7 @@ MATMUL_CASES = {
 PATHS = {
     "native": ((), True),
     "avx512_without_vnni": (("-mno-avx512vnni", "-mno-avxvnni"), True),  # AVX2 blocks, AVX-512 rows
-    "avx2": (("-mno-avx512f", "-mno-avxvnni"), True),  # an AVX2 machine
+    "avx2": (("-march=haswell",), False),  # an AVX2 machine: AVX2 alone, and GCC's tuning for one
     "scalar": ((), False),
 }
 
@@ -363,7 +366,7 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     )
     built = qgemm_path(project)
     wanted = {"native": "HG_QG_PATH_AVX512VNNI", "scalar": "HG_QG_PATH_SCALAR"}.get(path, "HG_QG_PATH_AVX2")
-    if path == "scalar" or cpu_has("avx512_vnni"):  # elsewhere -march=native picks what the CPU has
+    if path in ("scalar", "avx2") or cpu_has("avx512_vnni"):  # elsewhere -march=native picks what the CPU has
         assert built == wanted
     kernels = "".join(p.read_text() for p in (project / "host" / "kernels").glob("*.c"))
     # the gathered convolutions; the matrix products with 4 rows or more by blocks of 4 rows
@@ -384,8 +387,8 @@ def test_packed_qconv_matches_onnxruntime_on_each_path(tmp_path, case_model, pat
     strided = ("depthwise_strided_u8", "depthwise_pairs_strided")
     assert kernels.count("hg_qg_dw_plane_q(") == depthwise - len(strided)
     assert kernels.count("hg_qg_dw_row_q(") == len(strided)
-    # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs, _triples, _rows_of_5 and _13)
-    assert kernels.count("hg_qg_dw_masked_q(") == 6
+    # 2-D, the input's width (<= 64), int8 weights (+ depthwise_pairs, _triples, _rows_of_5, _13 and _48)
+    assert kernels.count("hg_qg_dw_masked_q(") == 7
     # plain NEON's int16 grouping of depthwise_triples' channels, decided at generate time: rows, columns,
     # pairs (its rows add up to 256), each product alone (a -128)
     assert "_groups[4] = { 3, 4, 2, 0 };" in kernels

@@ -34,6 +34,13 @@
 #define HG_QG_MR 8
 #define HG_QG_NB 32
 
+/* n rounded down to a multiple of k: a vector loop of k at a time runs `i < HG_QG_WHOLE(n, k)` and
+   the scalar tail after it starts there. After `i + k <= n` GCC knows only that i + k > n, not that
+   i <= n, and once a kernel's constant row length is inlined it warned of the tail's iteration 2^62
+   (-Waggressive-loop-optimizations: GCC 12 at -O2 and -O3, on AVX2 and aarch64); this bound it sees
+   is at most n. */
+#define HG_QG_WHOLE(n, k) ((n) / (k) * (k))
+
 /* not inlined (the block's registers stay its own); `unused` because a kernel file may include this
    header for its row kernels alone (a MaxPool on a Cortex-M, whose convolutions are hg_quant.h's) */
 #if defined(__GNUC__)
@@ -412,7 +419,7 @@ static inline void hg_qg_requant_row(const int32_t *acc, size_t n, int32_t c, fl
     const __m256 vs = _mm256_set1_ps(s), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     /* the low byte of each int16 (the values are in range: int8 or uint8 alike) */
     const __m128i low_bytes = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
-    for (; i + 8 <= n; i += 8) {
+    for (; i < HG_QG_WHOLE(n, 8); i += 8) {
         __m256 f = _mm256_mul_ps(
             _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(acc + i)), vc)), vs);
         f = _mm256_min_ps(_mm256_max_ps(f, vlo), vhi);
@@ -465,7 +472,7 @@ static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, si
         }
 #elif defined(__AVX2__)
     if (stride <= 2)
-        for (; i + 8 <= n; i += 8) {
+        for (; i < HG_QG_WHOLE(n, 8); i += 8) {
             __m256i acc = _mm256_setzero_si256();
             for (size_t t = 0; t < ntaps; ++t) {
                 const uint8_t *p = taps[t] + i * stride;
@@ -491,7 +498,7 @@ static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, si
     for (size_t t = 0; t < ntaps; ++t)
         pairs &= w[t] >= -127 && w[t] <= 127;
     if (pairs)
-        for (; i + 16 <= n; i += 16) {
+        for (; i < HG_QG_WHOLE(n, 16); i += 16) {
             int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
             for (size_t t = 0; t < ntaps; t += 2) {
                 const uint8_t *p0 = taps[t] + i * stride;
@@ -517,7 +524,7 @@ static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, si
             vst1q_s32(out + i + 12, a3);
         }
     if (pairs)
-        for (; i + 8 <= n; i += 8) {
+        for (; i < HG_QG_WHOLE(n, 8); i += 8) {
             int32x4_t a0 = vdupq_n_s32(0), a1 = a0;
             for (size_t t = 0; t < ntaps; t += 2) {
                 const uint8_t *p0 = taps[t] + i * stride;
@@ -535,7 +542,7 @@ static inline void hg_qg_dw_row(const uint8_t *const *taps, const int32_t *w, si
             vst1q_s32(out + i + 4, a1);
         }
     if (stride <= 2)
-        for (; i + 8 <= n; i += 8) {
+        for (; i < HG_QG_WHOLE(n, 8); i += 8) {
             int32x4_t s0 = vdupq_n_s32(0), s1 = vdupq_n_s32(0);
             for (size_t t = 0; t < ntaps; ++t) {
                 const uint8_t *p = taps[t] + i * stride;
@@ -725,26 +732,27 @@ static inline void hg_qg_pad_rows(uint8_t *dst, size_t stride, const uint8_t *sr
 {
     size_t r = 0;
 #if defined(__aarch64__) && defined(__ARM_NEON)
+    const size_t but_last = rows ? rows - 1 : 0; /* the rows before the last, which is copied exactly */
     const uint8x16_t iota = vcombine_u8(vcreate_u8(0x0706050403020100ull), vcreate_u8(0x0F0E0D0C0B0A0908ull));
     const uint8x16_t keep = vcgtq_u8(vdupq_n_u8((uint8_t)width), iota), fill = vdupq_n_u8(zp);
     if (width >= 4 && width <= 8) {
         const uint8x8_t k = vget_low_u8(keep), f = vget_low_u8(fill);
-        for (; r + 4 < rows; r += 4) {
+        for (; r < HG_QG_WHOLE(but_last, 4); r += 4) {
             vst1_u8(dst + r * stride, vbsl_u8(k, vld1_u8(src + r * width), f));
             vst1_u8(dst + (r + 1) * stride, vbsl_u8(k, vld1_u8(src + (r + 1) * width), f));
             vst1_u8(dst + (r + 2) * stride, vbsl_u8(k, vld1_u8(src + (r + 2) * width), f));
             vst1_u8(dst + (r + 3) * stride, vbsl_u8(k, vld1_u8(src + (r + 3) * width), f));
         }
-        for (; r + 1 < rows; ++r)
+        for (; r < but_last; ++r)
             vst1_u8(dst + r * stride, vbsl_u8(k, vld1_u8(src + r * width), f));
     } else if (width > 8 && width <= 16) {
-        for (; r + 4 < rows; r += 4) {
+        for (; r < HG_QG_WHOLE(but_last, 4); r += 4) {
             vst1q_u8(dst + r * stride, vbslq_u8(keep, vld1q_u8(src + r * width), fill));
             vst1q_u8(dst + (r + 1) * stride, vbslq_u8(keep, vld1q_u8(src + (r + 1) * width), fill));
             vst1q_u8(dst + (r + 2) * stride, vbslq_u8(keep, vld1q_u8(src + (r + 2) * width), fill));
             vst1q_u8(dst + (r + 3) * stride, vbslq_u8(keep, vld1q_u8(src + (r + 3) * width), fill));
         }
-        for (; r + 1 < rows; ++r)
+        for (; r < but_last; ++r)
             vst1q_u8(dst + r * stride, vbslq_u8(keep, vld1q_u8(src + r * width), fill));
     }
 #else
@@ -762,23 +770,24 @@ static inline void hg_qg_pad_rows(uint8_t *dst, size_t stride, const uint8_t *sr
 static inline void hg_qg_dw_rows_out(uint8_t *y, const uint8_t *v, size_t out_h, size_t out_w, size_t pw)
 {
     size_t oh = 0;
+    const size_t but_last = out_h ? out_h - 1 : 0; /* the rows before the last, which is copied exactly */
     if (out_w >= 4 && out_w <= 8) {
-        for (; oh + 4 < out_h; oh += 4) {
+        for (; oh < HG_QG_WHOLE(but_last, 4); oh += 4) {
             vst1_u8(y + oh * out_w, vld1_u8(v + oh * pw));
             vst1_u8(y + (oh + 1) * out_w, vld1_u8(v + (oh + 1) * pw));
             vst1_u8(y + (oh + 2) * out_w, vld1_u8(v + (oh + 2) * pw));
             vst1_u8(y + (oh + 3) * out_w, vld1_u8(v + (oh + 3) * pw));
         }
-        for (; oh + 1 < out_h; ++oh)
+        for (; oh < but_last; ++oh)
             vst1_u8(y + oh * out_w, vld1_u8(v + oh * pw));
     } else if (out_w > 8 && out_w <= 16) {
-        for (; oh + 4 < out_h; oh += 4) {
+        for (; oh < HG_QG_WHOLE(but_last, 4); oh += 4) {
             vst1q_u8(y + oh * out_w, vld1q_u8(v + oh * pw));
             vst1q_u8(y + (oh + 1) * out_w, vld1q_u8(v + (oh + 1) * pw));
             vst1q_u8(y + (oh + 2) * out_w, vld1q_u8(v + (oh + 2) * pw));
             vst1q_u8(y + (oh + 3) * out_w, vld1q_u8(v + (oh + 3) * pw));
         }
-        for (; oh + 1 < out_h; ++oh)
+        for (; oh < but_last; ++oh)
             vst1q_u8(y + oh * out_w, vld1q_u8(v + oh * pw));
     }
     for (; oh < out_h; ++oh)
@@ -1017,7 +1026,10 @@ static HG_QG_MAX_INLINE void hg_qg_max_taps(uint8_t *y, const uint8_t *const *ro
         inner_lo = lo[kw] > inner_lo ? lo[kw] : inner_lo;
         inner_hi = hi[kw] < inner_hi ? hi[kw] : inner_hi;
     }
-    if (stride <= 2 && nrows && inner_lo + 7 + stride <= inner_hi) {
+    /* inner_lo < inner_hi follows from the sum's bound (inner_lo <= n: it cannot wrap), but GCC took a
+       wrapped sum as possible and warned of the left edge's memset (-Wstringop-overflow, GCC 12 -O2);
+       the bound as a difference (inner_hi - inner_lo >= 7 + stride) made it warn of `rows` instead */
+    if (stride <= 2 && nrows && inner_lo + 7 + stride <= inner_hi && inner_lo < inner_hi) {
         if (inner_lo && inner_lo <= 8) {
             /* the left edge in the first 8: tap kw's valid lanes [lo[kw], 8) loaded from its first valid
                column and moved up by lo[kw] lanes (tbx: the lanes below take init) */
