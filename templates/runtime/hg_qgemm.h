@@ -1776,6 +1776,22 @@ static inline void hg_qg_gemv_blocks(const int8_t *restrict w, const uint8_t *re
 }
 
 #if defined(HG_QG_PATH_NEON)
+/* hg_qg_gemv's loop of four groups, `quads` times (ag and wg advanced past them): the groups'
+   activation words broadcast one group a register (ld4r: v0-v3), the weights of groups g and g + 1
+   (v4-v7) and of g + 2 and g + 3 (v16-v19), then `products`, which accumulate into the sums named
+   by the output operands after it ([s0] and [s1]: a panel's channels 0-3; [s2] and [s3]: 4-7). */
+#define HG_QG_GEMV_QUADS(ag, wg, quads, products, ...)                                                      \
+    __asm__ volatile("1:\n\t"                                                                              \
+                     "ld4r {v0.4s, v1.4s, v2.4s, v3.4s}, [%[a]], #16\n\t"                                  \
+                     "ld1  {v4.16b, v5.16b, v6.16b, v7.16b}, [%[w]], #64\n\t"                              \
+                     "ld1  {v16.16b, v17.16b, v18.16b, v19.16b}, [%[w]], #64\n\t" products                 \
+                     "subs %[n], %[n], #1\n\t"                                                             \
+                     "b.ne 1b\n\t"                                                                         \
+                     : [a] "+r"(ag), [w] "+r"(wg), [n] "+r"(quads), __VA_ARGS__                            \
+                     :                                                                                     \
+                     : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20",  \
+                       "v21", "v22", "v23", "cc", "memory")
+
 /* Plain NEON, weights in [-127, 127]: a panel's 8 channels are the vector, the input's 4 bytes of
    groups g and g + 1 broadcast together (ld2r) against them, group g + 1's products added in int16 by
    smlal (exact, as in hg_qg_mlal_tile), then sadalp into (channel r: two partial sums) pairs, added
@@ -1791,16 +1807,15 @@ static inline void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict 
         const int8_t *wg = w;
         size_t g = 0;
         const size_t live = rows - m0 < HG_QG_MR ? rows - m0 : HG_QG_MR;
-        if (live <= 4) { /* the panel's channels 4-7 are padding: their products are not made */
-            if (kg >= 4) {
-                /* the four-group loop below for channels 0-3 alone: 17 instructions */
-                const uint8_t *ag = a;
-                size_t quads = kg / 4;
-                g = 4 * quads;
-                __asm__ volatile("1:\n\t"
-                                 "ld4r {v0.4s, v1.4s, v2.4s, v3.4s}, [%[a]], #16\n\t"
-                                 "ld1  {v4.16b, v5.16b, v6.16b, v7.16b}, [%[w]], #64\n\t"
-                                 "ld1  {v16.16b, v17.16b, v18.16b, v19.16b}, [%[w]], #64\n\t"
+        if (kg >= 4) {
+            /* four groups a loop: their activations broadcast by one ld4r, the two pairs' weights two
+               ld1 of 64 bytes, 24 multiply or accumulate: 29 instructions (GCC's intrinsics: 32); where
+               the panel's channels 4-7 are padding (4 live or fewer) only channels 0-3's products: 17 */
+            const uint8_t *ag = a;
+            size_t quads = kg / 4;
+            g = 4 * quads;
+            if (live <= 4)
+                HG_QG_GEMV_QUADS(ag, wg, quads,
                                  "smull  v20.8h, v4.8b, v0.8b\n\t"
                                  "smull2 v21.8h, v4.16b, v0.16b\n\t"
                                  "smlal  v20.8h, v6.8b, v1.8b\n\t"
@@ -1812,14 +1827,37 @@ static inline void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict 
                                  "smlal  v20.8h, v18.8b, v3.8b\n\t"
                                  "smlal2 v21.8h, v18.16b, v3.16b\n\t"
                                  "sadalp %[s0].4s, v20.8h\n\t"
+                                 "sadalp %[s1].4s, v21.8h\n\t",
+                                 [s0] "+w"(s0), [s1] "+w"(s1));
+            else
+                HG_QG_GEMV_QUADS(ag, wg, quads,
+                                 "smull  v20.8h, v4.8b, v0.8b\n\t"
+                                 "smull2 v21.8h, v4.16b, v0.16b\n\t"
+                                 "smull  v22.8h, v5.8b, v0.8b\n\t"
+                                 "smull2 v23.8h, v5.16b, v0.16b\n\t"
+                                 "smlal  v20.8h, v6.8b, v1.8b\n\t"
+                                 "smlal2 v21.8h, v6.16b, v1.16b\n\t"
+                                 "smlal  v22.8h, v7.8b, v1.8b\n\t"
+                                 "smlal2 v23.8h, v7.16b, v1.16b\n\t"
+                                 "sadalp %[s0].4s, v20.8h\n\t"
                                  "sadalp %[s1].4s, v21.8h\n\t"
-                                 "subs %[n], %[n], #1\n\t"
-                                 "b.ne 1b\n\t"
-                                 : [a] "+r"(ag), [w] "+r"(wg), [n] "+r"(quads), [s0] "+w"(s0), [s1] "+w"(s1)
-                                 :
-                                 : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19",
-                                   "v20", "v21", "cc", "memory");
-            }
+                                 "sadalp %[s2].4s, v22.8h\n\t"
+                                 "sadalp %[s3].4s, v23.8h\n\t"
+                                 "smull  v20.8h, v16.8b, v2.8b\n\t"
+                                 "smull2 v21.8h, v16.16b, v2.16b\n\t"
+                                 "smull  v22.8h, v17.8b, v2.8b\n\t"
+                                 "smull2 v23.8h, v17.16b, v2.16b\n\t"
+                                 "smlal  v20.8h, v18.8b, v3.8b\n\t"
+                                 "smlal2 v21.8h, v18.16b, v3.16b\n\t"
+                                 "smlal  v22.8h, v19.8b, v3.8b\n\t"
+                                 "smlal2 v23.8h, v19.16b, v3.16b\n\t"
+                                 "sadalp %[s0].4s, v20.8h\n\t"
+                                 "sadalp %[s1].4s, v21.8h\n\t"
+                                 "sadalp %[s2].4s, v22.8h\n\t"
+                                 "sadalp %[s3].4s, v23.8h\n\t",
+                                 [s0] "+w"(s0), [s1] "+w"(s1), [s2] "+w"(s2), [s3] "+w"(s3));
+        }
+        if (live <= 4) /* the panel's channels 4-7 are padding: their products are not made */
             for (; g + 2 <= kg; g += 2, wg += 8 * HG_QG_MR) {
                 const int32x4x2_t uv = vld2q_dup_s32((const int32_t *)(const void *)(a + 4 * g));
                 const int8x16_t u = vreinterpretq_s8_s32(uv.val[0]), v = vreinterpretq_s8_s32(uv.val[1]);
@@ -1827,48 +1865,6 @@ static inline void hg_qg_gemv(const int8_t *restrict w, const uint8_t *restrict 
                 s0 = vpadalq_s16(s0, vmlal_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(u)), vget_low_s8(z0), vget_low_s8(v)));
                 s1 = vpadalq_s16(s1, vmlal_high_s8(vmull_high_s8(w0, u), z0, v));
             }
-        } else if (kg >= 4) {
-            /* four groups a loop: their activations broadcast by one ld4r, the two pairs' weights two
-               ld1 of 64 bytes, 24 multiply or accumulate: 29 instructions (GCC's intrinsics: 32) */
-            const uint8_t *ag = a;
-            size_t quads = kg / 4;
-            g = 4 * quads;
-            __asm__ volatile("1:\n\t"
-                             "ld4r {v0.4s, v1.4s, v2.4s, v3.4s}, [%[a]], #16\n\t"
-                             "ld1  {v4.16b, v5.16b, v6.16b, v7.16b}, [%[w]], #64\n\t"
-                             "ld1  {v16.16b, v17.16b, v18.16b, v19.16b}, [%[w]], #64\n\t"
-                             "smull  v20.8h, v4.8b, v0.8b\n\t"
-                             "smull2 v21.8h, v4.16b, v0.16b\n\t"
-                             "smull  v22.8h, v5.8b, v0.8b\n\t"
-                             "smull2 v23.8h, v5.16b, v0.16b\n\t"
-                             "smlal  v20.8h, v6.8b, v1.8b\n\t"
-                             "smlal2 v21.8h, v6.16b, v1.16b\n\t"
-                             "smlal  v22.8h, v7.8b, v1.8b\n\t"
-                             "smlal2 v23.8h, v7.16b, v1.16b\n\t"
-                             "sadalp %[s0].4s, v20.8h\n\t"
-                             "sadalp %[s1].4s, v21.8h\n\t"
-                             "sadalp %[s2].4s, v22.8h\n\t"
-                             "sadalp %[s3].4s, v23.8h\n\t"
-                             "smull  v20.8h, v16.8b, v2.8b\n\t"
-                             "smull2 v21.8h, v16.16b, v2.16b\n\t"
-                             "smull  v22.8h, v17.8b, v2.8b\n\t"
-                             "smull2 v23.8h, v17.16b, v2.16b\n\t"
-                             "smlal  v20.8h, v18.8b, v3.8b\n\t"
-                             "smlal2 v21.8h, v18.16b, v3.16b\n\t"
-                             "smlal  v22.8h, v19.8b, v3.8b\n\t"
-                             "smlal2 v23.8h, v19.16b, v3.16b\n\t"
-                             "sadalp %[s0].4s, v20.8h\n\t"
-                             "sadalp %[s1].4s, v21.8h\n\t"
-                             "sadalp %[s2].4s, v22.8h\n\t"
-                             "sadalp %[s3].4s, v23.8h\n\t"
-                             "subs %[n], %[n], #1\n\t"
-                             "b.ne 1b\n\t"
-                             : [a] "+r"(ag), [w] "+r"(wg), [n] "+r"(quads), [s0] "+w"(s0), [s1] "+w"(s1),
-                               [s2] "+w"(s2), [s3] "+w"(s3)
-                             :
-                             : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20",
-                               "v21", "v22", "v23", "cc", "memory");
-        }
         for (; g + 2 <= kg; g += 2, wg += 8 * HG_QG_MR) {
             const int32x4x2_t uv = vld2q_dup_s32((const int32_t *)(const void *)(a + 4 * g));
             const int8x16_t u = vreinterpretq_s8_s32(uv.val[0]), v = vreinterpretq_s8_s32(uv.val[1]);

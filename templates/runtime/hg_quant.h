@@ -399,7 +399,23 @@ HG_Q15_WIDEN(u8, uint8_t)
    the order SXTB16 widens each row's word of weights into -- and two SMLADs a row take the four
    products. With Helium, int8 times int8 sums sixteen products per VMLADAV.S8 and takes the zero
    point out once at the end as xzp * sum(w) (VADDVA.S8 sums the row alongside); other types widen
-   eight values of each into int16 lanes (VLDRB) and subtract the zero point from x's. */
+   eight values of each into int16 lanes (VLDRB) and subtract the zero point from x's.
+
+   hg_qvec_<w>_<x>_2x1_from adds the products over [p, k) onto s[0] and s[1] one value at a time:
+   the whole product where there is neither extension, the tail after SMLAD's groups of four. */
+#define HG_QVEC_2X1_FROM(w, wtype, x, xtype)                                                               \
+    static inline void hg_qvec_##w##_##x##_2x1_from(const wtype *w0, const wtype *w1, const xtype *xv, size_t p, \
+                                                    size_t k, int32_t xzp, int32_t s[2])                   \
+    {                                                                                                      \
+        int32_t s0 = s[0], s1 = s[1];                                                                      \
+        for (; p < k; ++p) {                                                                               \
+            const int32_t c = (int32_t)xv[p] - xzp;                                                        \
+            s0 += (int32_t)w0[p] * c;                                                                      \
+            s1 += (int32_t)w1[p] * c;                                                                      \
+        }                                                                                                  \
+        s[0] = s0;                                                                                         \
+        s[1] = s1;                                                                                         \
+    }
 #if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
 #define HG_QVEC_LANES(w, wtype, x, xtype, W, X)                                                            \
     static inline void hg_qvec_##w##_##x##_2x1(const wtype *w0, const wtype *w1, const xtype *xv, size_t k, \
@@ -471,6 +487,7 @@ static inline void hg_qvec_s8_s8_2x1(const int8_t *w0, const int8_t *w1, const i
 HG_WIDEN_ADD(s8, "sxtab16")
 HG_WIDEN_ADD(u8, "uxtab16")
 #define HG_QVEC_PAIRS(w, wtype, x, xtype)                                                                  \
+    HG_QVEC_2X1_FROM(w, wtype, x, xtype)                                                                   \
     static inline void hg_qvec_##w##_##x##_2x1(const wtype *w0, const wtype *w1, const xtype *xv, size_t k, \
                                                int32_t xzp, int32_t s[2])                                  \
     {                                                                                                      \
@@ -483,13 +500,9 @@ HG_WIDEN_ADD(u8, "uxtab16")
             s0 = __smlad(hg_widen_##w(a), c02, __smlad(hg_widen_##w##_ror8(a), c13, s0));                  \
             s1 = __smlad(hg_widen_##w(b), c02, __smlad(hg_widen_##w##_ror8(b), c13, s1));                  \
         }                                                                                                  \
-        for (size_t p = k4; p < k; ++p) {                                                                  \
-            const int32_t c = (int32_t)xv[p] - xzp;                                                        \
-            s0 += (int32_t)w0[p] * c;                                                                      \
-            s1 += (int32_t)w1[p] * c;                                                                      \
-        }                                                                                                  \
         s[0] = s0;                                                                                         \
         s[1] = s1;                                                                                         \
+        hg_qvec_##w##_##x##_2x1_from(w0, w1, xv, k4, k, xzp, s);                                           \
     }
 HG_QVEC_PAIRS(s8, int8_t, s8, int8_t)
 HG_QVEC_PAIRS(u8, uint8_t, s8, int8_t)
@@ -497,17 +510,12 @@ HG_QVEC_PAIRS(s8, int8_t, u8, uint8_t)
 HG_QVEC_PAIRS(u8, uint8_t, u8, uint8_t)
 #else
 #define HG_QVEC_LOOPS(w, wtype, x, xtype)                                                                  \
+    HG_QVEC_2X1_FROM(w, wtype, x, xtype)                                                                   \
     static inline void hg_qvec_##w##_##x##_2x1(const wtype *w0, const wtype *w1, const xtype *xv, size_t k, \
                                                int32_t xzp, int32_t s[2])                                  \
     {                                                                                                      \
-        int32_t s0 = 0, s1 = 0;                                                                            \
-        for (size_t p = 0; p < k; ++p) {                                                                   \
-            const int32_t c = (int32_t)xv[p] - xzp;                                                        \
-            s0 += (int32_t)w0[p] * c;                                                                      \
-            s1 += (int32_t)w1[p] * c;                                                                      \
-        }                                                                                                  \
-        s[0] = s0;                                                                                         \
-        s[1] = s1;                                                                                         \
+        s[0] = s[1] = 0;                                                                                   \
+        hg_qvec_##w##_##x##_2x1_from(w0, w1, xv, 0, k, xzp, s);                                            \
     }
 HG_QVEC_LOOPS(s8, int8_t, s8, int8_t)
 HG_QVEC_LOOPS(u8, uint8_t, s8, int8_t)
