@@ -24,6 +24,7 @@ from hetgen.partition.search import place
 from hetgen.pipeline import import_graph
 from hetgen.platform.banks import holding
 from hetgen.platform.loader import load_platform, load_platform_text
+from verify_support import verify_matches
 
 REPO = Path(__file__).resolve().parent.parent
 BANKS = REPO / "platforms/mcu-m55-banks.yaml"
@@ -334,8 +335,6 @@ target:
 def test_hosted_banked_root_spills_and_matches_onnxruntime_under_sanitizers(tmp_path):
     """A hosted root's banks have no sections: the spilled buffers are a static array; clean under
     ASan/UBSan, and the same numbers as onnxruntime."""
-    import subprocess
-    import sys
 
     platform = tmp_path / "hb.yaml"
     platform.write_text(HOSTED)
@@ -352,11 +351,7 @@ def test_hosted_banked_root_spills_and_matches_onnxruntime_under_sanitizers(tmp_
     )
     model = (out / "hb/model.c").read_text()
     assert "static unsigned char hg_hb_bank_dram[" in model and "hg_hb_bank_dram + " in model
-    result = subprocess.run(
-        [sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert "1 of 1 outputs match onnxruntime" in result.stdout
+    verify_matches(out, 1)
 
 
 TOOLS = ("arm-none-eabi-gcc", "qemu-system-arm")

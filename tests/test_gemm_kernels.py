@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from hetgen.ops import _gemm_plan
 from hetgen.pipeline import resolve_platform
 from hetgen.runtime.verify import verify
 from kernel_text import kernel_functions
+from verify_support import verify_matches
 
 REPO = Path(__file__).resolve().parent.parent
 RUNTIME = REPO / "templates" / "runtime"
@@ -211,11 +211,7 @@ def test_packed_kernels_are_clean_under_asan_and_ubsan(tmp_path):
     hetgen.compile(
         "host", model, out=out, native_only=True, werror=True, sanitize=("address", "undefined"), opt=("-O1",)
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert "1 of 1 outputs match onnxruntime" in result.stdout
+    verify_matches(out, 1)
 
 
 def winograd_model() -> onnx.ModelProto:
@@ -276,7 +272,4 @@ def test_winograd_is_clean_under_asan_and_ubsan(tmp_path):
         sanitize=("address", "undefined"),
         opt=("-O1",),
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "hetgen", "verify", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
-    assert result.returncode == 0 and "1 of 1 outputs match onnxruntime" in result.stdout, result.stderr[-3000:]
+    verify_matches(out, 1)
