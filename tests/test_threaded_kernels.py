@@ -184,7 +184,7 @@ def split_kernels(out: Path) -> set[str]:
     """The kernels that call the pool, each named by its kind (attention, or its first operator)."""
     names = set()
     for label, text in kernel_sources(out).items():
-        if "hg_parallel_for" in text:
+        if "hg_parallel_for" in text or "hg_parallel_phases" in text:
             names.add("attention" if label.count("MatMul") == 2 and "Softmax" in label else label.split()[0])
     return names
 
@@ -259,18 +259,18 @@ def test_without_a_pool_the_split_is_a_plain_loop(builds, tmp_path):
     headers = tmp_path / "runtime"
     shutil.copytree(outs[2] / "runtime", headers)
     (headers / "hg_threads_config.h").write_text("#define HG_THREADS_DEFAULT 1\n#define HG_THREADS_POOL 0\n")
-    functions = [text for _, text in kernel_functions(outs[2]).values() if "hg_parallel_for" in text]
+    functions = [text for _, text in kernel_functions(outs[2]).values() if "hg_parallel_" in text]
     # two MaxPools, two depthwise Convs, the Winograd, small and banded Convs, two GRUs
     assert len(functions) == len(LARGE) + 6
     kernels = sorted((outs[2] / "host" / "kernels").glob("*.c"))
-    split = [path for path in kernels if "hg_parallel_for" in path.read_text()]
+    split = [path for path in kernels if "hg_parallel_" in path.read_text()]
     for index, source in enumerate(split):
         copy = headers / source.name  # beside the headers, so "hg_threads_config.h" is this one
         shutil.copy(source, copy)
         obj = tmp_path / f"k{index}.o"
         subprocess.run(["gcc", "-std=c11", "-O2", "-c", str(copy), "-I", str(headers), "-o", str(obj)], check=True)
         undefined = subprocess.run(["nm", "-u", str(obj)], capture_output=True, text=True, check=True).stdout
-        assert "hg_parallel_for" not in undefined and "pthread" not in undefined, (source.name, undefined)
+        assert "hg_parallel" not in undefined and "pthread" not in undefined, (source.name, undefined)
 
 
 @pytest.mark.cc
@@ -350,6 +350,7 @@ def test_the_interpreter_exits_cleanly_with_a_pool_running(builds):
 
 
 DRIVER = r"""
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -395,6 +396,37 @@ static void *caller(void *arg) {
     return NULL;
 }
 
+/* hg_parallel_phases alone: each run of a phase reads every run's value of the phase before, so a
+   phase that started before the barrier reads a stale value (and TSan sees the race). */
+#define PHASES 64
+#define PHASE_RUNS 5
+typedef struct {
+    size_t runs;
+    unsigned value[PHASES + 1][PHASE_RUNS];
+} phased;
+
+static void phase_step(void *ctx, size_t run, size_t phase) {
+    phased *job = ctx;
+    unsigned sum = 0;
+    for (size_t r = 0; r < job->runs; ++r)
+        sum += job->value[phase][r];
+    job->value[phase + 1][run] = sum * 3u + (unsigned)run;
+}
+
+static int phases_agree(size_t runs) {
+    static phased pooled, serial;
+    memset(&pooled, 0, sizeof pooled);
+    pooled.runs = runs;
+    for (size_t r = 0; r < runs; ++r)
+        pooled.value[0][r] = (unsigned)r + 1u;
+    serial = pooled;
+    hg_parallel_phases(runs, PHASES, phase_step, &pooled);
+    for (size_t p = 0; p < PHASES; ++p)
+        for (size_t r = 0; r < runs; ++r)
+            phase_step(&serial, r, p);
+    return memcmp(&pooled, &serial, sizeof pooled) == 0;
+}
+
 /* Stops the pool again and again while the callers run: each stop waits for the call that owns the
    workers and joins them, and the next call starts them afresh. */
 static void *stopper(void *arg) {
@@ -431,6 +463,18 @@ int main(void) {
             return 7;
         hg_threads_shutdown();
         hg_threads_shutdown();
+    }
+    /* phases at 2 threads (2 runs, and 3 and 5: more runs than threads), at 3 threads (2 runs: a
+       thread with none), and at 1 (every phase on the caller) */
+    static const char *counts[] = {"2", "3", "1"};
+    for (int c = 0; c < 3; ++c) {
+        setenv("HG_THREADS", counts[c], 1);
+        hg_threads_shutdown(); /* the next call starts the pool again, reading HG_THREADS */
+        for (size_t runs = 2; runs <= PHASE_RUNS; ++runs)
+            if (!phases_agree(runs))
+                return 8;
+        if (hg_threads_count() != (size_t)atoi(counts[c]))
+            return 9;
     }
     for (size_t o = 0; o < HG_HOST_NUM_OUTPUTS; ++o) free(outputs[o]);
     for (size_t i = 0; i < HG_HOST_NUM_INPUTS; ++i) free(inputs[i]);

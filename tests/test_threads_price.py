@@ -22,11 +22,12 @@ from hetgen.codegen.kernels import kernel_source
 from hetgen.frontend import import_model
 from hetgen.models import mobilenet_v2, resnet, transformer_encoder
 from hetgen.ops import _gemm_plan, _parallel
-from hetgen.partition.cost import Calibration, pool_threads
+from hetgen.partition.cost import Calibration, Work, kernel_us, pool_threads
 from hetgen.partition.explain import explain_json
 from hetgen.partition.search import place
 from hetgen.partition.space import SearchSpace
 from hetgen.platform.loader import load_platform_text
+from hetgen.platform.model import CostFigures
 from hetgen.spec import build_kernel_specs
 from tests.test_one_truth import REPO
 
@@ -198,9 +199,9 @@ def test_a_kernel_of_several_gemms_is_weighed_by_their_work():
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_a_recurrent_layer_is_priced_as_its_steps_and_projections(cell):
     """lstm_classifier's shape (50 steps, 64 inputs, 256 hidden): each step's hidden units are shared
-    by the pool (one call per step: PyTorch's GRU resets after its product, one pass), the input
-    projection of each 8-step chunk is a GEMM that splits; at 16 hidden units neither pays and
-    nothing is handed out."""
+    by the pool, the steps of each 8-step chunk one hg_parallel_phases call with a barrier between
+    two steps (PyTorch's GRU resets after its product: one pass a step), the input projection of
+    each chunk a GEMM that splits; at 16 hidden units neither pays and nothing is handed out."""
     from hetgen.models import recurrent
 
     builder = {"lstm": recurrent.lstm_classifier, "gru": recurrent.gru_classifier}[cell]
@@ -213,9 +214,14 @@ def test_a_recurrent_layer_is_priced_as_its_steps_and_projections(cell):
         priced[hidden] = spec.parallel
         # the steps the price shares are the steps the generated kernel hands to the pool
         source = kernel_source(spec.kernel, "k", cell)
-        assert ("hg_parallel_for" in source) == (hidden == 256), hidden
+        assert ("hg_parallel_phases" in source) == (hidden == 256), hidden
     chunks = -(-50 // _gemm_plan.PANEL_M)
-    assert priced[256].pool_calls(2) == 50 + chunks and priced[256].pool_calls(1) == 0
+    assert priced[256].pool_calls(2) == 2 * chunks and priced[256].pool_calls(1) == 0
+    assert priced[256].barriers(2) == 50 - chunks and priced[256].barriers(1) == 0
+    # the price adds each call and each barrier to the shared compute (no memory term: no bytes)
+    figures, work = CostFigures(peak_gflops=1.0, bandwidth_gbps=1.0, launch_us=0.0), Work(flops=1e6, bytes=0)
+    pool_us = 2 * chunks * _parallel.POOL_CALL_US + (50 - chunks) * _parallel.POOL_BARRIER_US
+    assert kernel_us(figures, work, parallel=priced[256], threads=2) == pytest.approx(1e3 / 2.0 + pool_us)
     assert priced[256].speedup(2) == pytest.approx(2.0)  # 8 panels of hidden units, 32 projection panels
     assert priced[16].pool_calls(2) == 0 and priced[16].speedup(2) == 1.0
 

@@ -29,6 +29,10 @@ MIN_TASK_WORK = 16384
 # between calls claiming their first task, the caller waiting for the last): a few microseconds.
 # Waking a sleeping worker costs more, but the workers spin between a model's kernels (hg_threads.c).
 POOL_CALL_US = 2.0
+# What one barrier of hg_parallel_phases costs besides the phases it separates: each run publishes
+# "phase done" with a store to its own cache line and the others see it (a cache line's trip
+# between two cores: 0.1-0.5 us here), and the runs wait for the slowest.
+POOL_BARRIER_US = 0.5
 # More tasks than threads let a thread the OS runs late take fewer of them; past this, each task's
 # claim costs more than the balance gains.
 MAX_TASKS = 32
@@ -84,23 +88,27 @@ def task_speedup(tasks: int, threads: int) -> float:
     return tasks / -(-tasks // min(threads, tasks))
 
 
-def pays(serial_us: float, tasks: int, calls: int = 1, threads: int = 2) -> bool:
+def pays(serial_us: float, tasks: int, calls: int = 1, threads: int = 2, barriers: int = 0) -> bool:
     """Whether work that takes `serial_us` on the caller alone, cut into `tasks` and handed out in
-    `calls` hg_parallel_for calls, is faster through the pool of `threads` (2: the least that
-    shares) as the cost model prices it (hetgen/partition/cost.py `kernel_us`): the time the other
-    threads take off it must outweigh the calls."""
-    return serial_us - serial_us / task_speedup(tasks, threads) > calls * POOL_CALL_US
+    `calls` hg_parallel_for calls (with `barriers` hg_parallel_phases barriers between their
+    phases), is faster through the pool of `threads` (2: the least that shares) as the cost model
+    prices it (hetgen/partition/cost.py `kernel_us`): the time the other threads take off it must
+    outweigh the calls and barriers."""
+    saved = serial_us - serial_us / task_speedup(tasks, threads)
+    return saved > calls * POOL_CALL_US + barriers * POOL_BARRIER_US
 
 
 @dataclass(frozen=True)
 class Phase:
     """One step of a kernel that runs in steps (Winograd's input transform, its 16 products, its
     output transform): `work` units of it in all, run as `calls` hg_parallel_for calls of `tasks`
-    tasks each (1: serially on the caller)."""
+    tasks each (1: serially on the caller), with `barriers` barriers between the phases of those
+    calls in all (hg_parallel_phases: a recurrent layer's steps)."""
 
     work: int
     tasks: int
     calls: int = 1
+    barriers: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,10 @@ class Parallel:
             return 1 if self.tasks > 1 else 0
         calls = sum(g.calls for g in self.gemms if g.speedup(threads) != 1.0)
         return calls + sum(p.calls for p in self.phases if p.tasks > 1)
+
+    def barriers(self, threads: int) -> int:
+        """The hg_parallel_phases barriers one run passes on the pool's threads."""
+        return sum(p.barriers for p in self.phases if p.tasks > 1) if threads > 1 else 0
 
 
 SERIAL = Parallel()

@@ -17,10 +17,12 @@ Organised as onnxruntime's deep_cpu_gru/lstm (MLAS) organises them, per directio
 
 Steps 2 and 3 run over a range of hidden units (`<fn>_cells<d>`): each unit's rows of every gate's
 panels, its gates, its cell and its new state need no other unit's, so where a step is large enough
-(`step_split`) its units are cut into tasks of whole panels and each step is one hg_parallel_for
-call (two for GRU's default reset, whose h gate reads every unit's `r h`). The state the step
-reads (`h`) and the one it writes (`h_next`) are two buffers that swap after each step, so a task
-never overwrites a unit another task still reads. Step 1 is one GEMM call, which hg_gemm.c splits
+(`step_split`) its units are cut into runs of whole panels, one a thread, and the steps of one
+input projection are one hg_parallel_phases call: a phase per step (two for GRU's default reset,
+whose h gate reads every unit's `r h`), a barrier between phases instead of a pool call each, and
+each run on the same thread every step, so its rows of R stay in that core's cache. Step s reads
+the state in one buffer and writes the other (`state[s % 2]`, `state[(s + 1) % 2]`), so a run
+never overwrites a unit another run still reads. Step 1 is one GEMM call, which hg_gemm.c splits
 by columns itself where it is large enough.
 
 The cells are templates of their own (`recurrent_rnn`, `_gru`, `_lstm`.c.j2, chosen by `Cell`)
@@ -211,18 +213,18 @@ def _directions(cell: Cell, sizes, reverse: tuple[bool, ...], activations, flags
     return tuple(directions)
 
 
-def step_split(cell: Cell, hidden: int, passes: int) -> _parallel.Split | None:
-    """A step's hidden units as the pool shares them: whole GEMV panels (a task's rows of R start
-    a panel), run as one run of panels per thread; None where a gate's rows do not end on a whole
-    panel, or where sharing the step's GEMVs in `passes` pool calls does not pay (`_parallel.pays`:
-    lstm_classifier's 256 hidden units do, 128 do not). Each unit's rows, gates and cell are
-    computed by the same code however the panels are grouped, so the results do not depend on the
-    thread count."""
+def step_split(cell: Cell, hidden: int, passes: int, chunk: int) -> _parallel.Split | None:
+    """A step's hidden units as the pool shares them: whole GEMV panels (a run's rows of R start a
+    panel), one run of panels per thread, the `chunk` steps of an input projection one
+    hg_parallel_phases call of `chunk * passes` phases; None where a gate's rows do not end on a
+    whole panel, or where sharing the chunk's GEMVs does not pay for the call and its barriers
+    (`_parallel.pays`). Each unit's rows, gates and cell are computed by the same code however the
+    panels are grouped, so the results do not depend on the thread count."""
     if hidden % PANEL or hidden < 2 * PANEL:
         return None
     split = _parallel.Split(hidden, PANEL, hidden // PANEL)
-    step_us = cell.gates * hidden * hidden / GEMV_MACS_PER_US
-    return split if _parallel.pays(step_us, split.tasks, passes) else None
+    chunk_us = chunk * cell.gates * hidden * hidden / GEMV_MACS_PER_US
+    return split if _parallel.pays(chunk_us, split.tasks, 1, barriers=chunk * passes - 1) else None
 
 
 def _regions(sizes: dict[str, int]) -> tuple[dict[str, int], int]:
@@ -297,7 +299,7 @@ def lower(op: OpInstance) -> Kernel:
     activations = _activation_expressions(op, directions)
     # GRU's default h gate reads every unit's r h: a second pass, once every unit's r is known
     passes = 2 if cell is Cell.GRU and not linear_before_reset else 1
-    split = step_split(cell, hidden, passes)
+    split = step_split(cell, hidden, passes, chunk)
     params = {
         "kind": kind,
         "steps": steps,
@@ -319,7 +321,10 @@ def lower(op: OpInstance) -> Kernel:
         "has": has,
         "outputs": outputs,
         "has_y": "Y" in outputs,
-        "final_states": tuple((name, state) for name, state in (("Y_h", "h"), ("Y_c", "c")) if name in outputs),
+        # (output, the C expression of the state it takes after the last step)
+        "final_states": tuple(
+            (name, state) for name, state in (("Y_h", "seq.state[len % 2u]"), ("Y_c", "c")) if name in outputs
+        ),
         "clip": _c_float(clip) if clip is not None else None,
         "linear_before_reset": linear_before_reset,
         # rows of each direction's biases that the input projection adds Rb to (all but LBR GRU's h)
@@ -354,10 +359,12 @@ def lower(op: OpInstance) -> Kernel:
     if op.constant(2) is not None:
         prepacked.append(Prepacked(2, lambda r: r_panels(r, gates), {"r_packed": True}, scratch_saved=4 * r_floats))
     runs = directions * batch  # each runs every step
-    projection = _parallel.GemmCall(
-        chunk, rows, inputs, calls=runs * -(-steps // chunk), b_packed=op.constant(1) is not None
+    chunks = runs * -(-steps // chunk)  # input projections, each followed by its steps
+    projection = _parallel.GemmCall(chunk, rows, inputs, calls=chunks, b_packed=op.constant(1) is not None)
+    # each chunk's steps: one hg_parallel_phases call, a barrier between two of its phases
+    step = _parallel.Phase(
+        2 * runs * steps * rows * hidden, split.tasks if split else 1, chunks, runs * steps * passes - chunks
     )
-    step = _parallel.Phase(2 * runs * steps * rows * hidden, split.tasks if split else 1, runs * steps * passes)
     return Kernel(
         template=cell.template,
         params=params,

@@ -8,12 +8,14 @@
     traffic does not (the threads share one memory bus):
     group time    = scale * (launch_us + max(flops / (peak_gflops * 1e3 * efficiency) / P,
                                              bytes / (bandwidth_gbps * 1e3))
-                             + calls * POOL_CALL_US)                                   [us]
+                             + calls * POOL_CALL_US + barriers * POOL_BARRIER_US)      [us]
                     P = tasks / ceil(tasks / min(T, tasks)) for a kernel cut into fixed tasks;
                         for a GEMM call (hg_gemm.c): 1 below SPLIT_MACS multiply-adds or with
                         fewer panels than T on the side it splits, else panels / ceil(panels / T);
                         1 for a kernel that never splits (and then no pool cost)
                     calls = the hg_parallel_for calls that hand work out (one per split GEMM call)
+                    barriers = the barriers between the phases of hg_parallel_phases calls (a
+                    recurrent layer's steps)
                     A unit is priced as the kernel the program runs: the search prices the kernel
                     table's, and once the groups are placed the kernel choice stage
                     (hetgen/partition/choices.py) re-prices each CPU group as its chosen variants:
@@ -52,7 +54,7 @@ from dataclasses import dataclass, field
 
 from hetgen.errors import PlacementError
 from hetgen.ir import Graph, Node
-from hetgen.ops._parallel import POOL_CALL_US, SERIAL, Parallel
+from hetgen.ops._parallel import POOL_BARRIER_US, POOL_CALL_US, SERIAL, Parallel
 from hetgen.platform.model import CostFigures, Link, Platform, Role, Target
 from hetgen.platform.threads import program_threads
 from hetgen.spec.invocation import (
@@ -118,7 +120,8 @@ def kernel_us(
     calls = parallel.pool_calls(threads)
     if not calls:
         return scale * (figures.launch_us + max(compute, memory))
-    return scale * (figures.launch_us + max(compute / parallel.speedup(threads), memory) + calls * POOL_CALL_US)
+    pool_us = calls * POOL_CALL_US + parallel.barriers(threads) * POOL_BARRIER_US
+    return scale * (figures.launch_us + max(compute / parallel.speedup(threads), memory) + pool_us)
 
 
 def pool_threads(platform: Platform, target: Target) -> int:

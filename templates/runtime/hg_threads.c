@@ -576,4 +576,109 @@ void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
     pthread_mutex_unlock(&pool.busy);
 }
 
+/* hg_parallel_phases: each run's progress, a cache line each (its owner writes it every phase; the
+   others read it at the barrier). `claimed`: the phases of the run that some thread has taken (the
+   next one to take), by compare-and-swap, so each phase of each run runs exactly once; `done`: the
+   phases of the run finished, stored with release after the phase's writes. */
+typedef struct {
+    _Alignas(64) atomic_size_t claimed;
+    atomic_size_t done;
+} phase_run;
+
+typedef struct {
+    hg_phase_fn fn;
+    void *ctx;
+    size_t runs, phases;
+    phase_run run[HG_THREADS_MAX];
+} phase_job;
+
+/* One step of a wait at a phase barrier: what the thread waited for is a phase being run (it has
+   been claimed), microseconds long, unless the OS has descheduled its thread; so spin_step's
+   spin and yield first, then short naps instead of a busy wait of milliseconds. */
+static void phase_wait_step(spin_wait *wait)
+{
+    if (spin_step(wait))
+        return;
+    const struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+}
+
+/* Takes phase `phase` of run `run` if no thread has, and runs it. */
+static int phase_take(phase_job *job, size_t run, size_t phase)
+{
+    size_t expected = phase;
+    if (!atomic_compare_exchange_strong_explicit(&job->run[run].claimed, &expected, phase + 1, memory_order_acq_rel,
+                                                 memory_order_acquire))
+        return 0;
+    job->fn(job->ctx, run, phase);
+    atomic_store_explicit(&job->run[run].done, phase + 1, memory_order_release);
+    return 1;
+}
+
+/* Whether every run has finished `phases` phases. */
+static int phases_done(phase_job *job, size_t phases)
+{
+    for (size_t r = 0; r < job->runs; ++r)
+        if (atomic_load_explicit(&job->run[r].done, memory_order_acquire) < phases)
+            return 0;
+    return 1;
+}
+
+/* Run 0's task (the caller's, which claims first): each phase, its own run, then every run no
+   thread has claimed, then a wait for the runs being run elsewhere. It waits only on claimed
+   phases, and a claimed phase never waits (it was claimed past its barrier), so it always ends. */
+static void phase_lead(phase_job *job)
+{
+    for (size_t p = 0; p < job->phases; ++p) {
+        for (size_t r = 0; r < job->runs; ++r)
+            phase_take(job, r, p);
+        spin_wait wait = {now_us(), 0, 0};
+        while (!phases_done(job, p + 1))
+            phase_wait_step(&wait);
+    }
+}
+
+/* Run `run`'s task: each phase once every run has finished the phase before, unless run 0's
+   thread has taken it meanwhile (then on to the next one); ends once every phase is claimed. */
+static void phase_follow(phase_job *job, size_t run)
+{
+    for (;;) {
+        const size_t p = atomic_load_explicit(&job->run[run].claimed, memory_order_acquire);
+        if (p >= job->phases)
+            return;
+        spin_wait wait = {now_us(), 0, 0};
+        while (!phases_done(job, p) && atomic_load_explicit(&job->run[run].claimed, memory_order_acquire) == p)
+            phase_wait_step(&wait);
+        phase_take(job, run, p);
+    }
+}
+
+static void phase_task(void *ctx, size_t task, void *scratch)
+{
+    (void)scratch;
+    phase_job *job = (phase_job *)ctx;
+    if (task == 0)
+        phase_lead(job);
+    else
+        phase_follow(job, task);
+}
+
+void hg_parallel_phases(size_t runs, size_t phases, hg_phase_fn fn, void *ctx)
+{
+    if (runs < 2 || runs > HG_THREADS_MAX || hg_threads_count() == 1) {
+        for (size_t phase = 0; phase < phases; ++phase)
+            for (size_t run = 0; run < runs; ++run)
+                fn(ctx, run, phase);
+        return;
+    }
+    phase_job job = {.fn = fn, .ctx = ctx, .runs = runs, .phases = phases};
+    for (size_t r = 0; r < runs; ++r) {
+        atomic_init(&job.run[r].claimed, 0);
+        atomic_init(&job.run[r].done, 0);
+    }
+    /* task 0 leads; where the pool is busy or the tasks run on the caller one after another, the
+       lead runs every phase and the others find nothing left */
+    hg_parallel_for(runs, phase_task, &job);
+}
+
 #endif

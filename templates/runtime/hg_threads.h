@@ -43,6 +43,9 @@
    that runs the task, or NULL when all tasks run on the caller (the caller's own buffers then). */
 typedef void (*hg_task_fn)(void *ctx, size_t task, void *scratch);
 
+/* One run's share of one phase of hg_parallel_phases. */
+typedef void (*hg_phase_fn)(void *ctx, size_t run, size_t phase);
+
 #if HG_THREADS_POOL
 
 /* The number of threads parallel calls use (1: everything runs on the caller). */
@@ -55,6 +58,17 @@ size_t hg_threads_count(void);
    caller holds the pool, every task runs on this caller, one after another, with scratch NULL
    (the generated code stays re-entrant). */
 void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx);
+
+/* Runs fn(ctx, run, phase) for every run in [0, runs) of every phase in [0, phases), phase after
+   phase: no run of a phase starts before every run of the one before has returned (a recurrent
+   layer's steps: each run a fixed range of hidden units, each phase a step that reads every unit
+   of the previous one). One hg_parallel_for call of `runs` tasks for all of them, with a barrier
+   between phases instead of a call each: run r stays on the thread that claimed it (the caller
+   takes run 0), so it reads the same data every phase, in that core's cache. The caller never
+   waits on a run no thread has claimed: it runs such a phase itself, so a worker the OS is slow to
+   wake only costs its share. At most HG_THREADS_MAX runs (more: all on the caller). Which thread
+   runs a phase must not change its result. */
+void hg_parallel_phases(size_t runs, size_t phases, hg_phase_fn fn, void *ctx);
 
 /* Around a model run (the generated `_run`): while a run is in flight the workers keep spinning
    between its parallel calls instead of sleeping after HG_THREADS_SPIN_US (the serial kernels and
@@ -85,6 +99,13 @@ static inline void hg_parallel_for(size_t n, hg_task_fn fn, void *ctx)
 {
     for (size_t task = 0; task < n; ++task)
         fn(ctx, task, NULL);
+}
+
+static inline void hg_parallel_phases(size_t runs, size_t phases, hg_phase_fn fn, void *ctx)
+{
+    for (size_t phase = 0; phase < phases; ++phase)
+        for (size_t run = 0; run < runs; ++run)
+            fn(ctx, run, phase);
 }
 
 static inline void hg_threads_shutdown(void) {}
