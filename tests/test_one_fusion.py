@@ -3,7 +3,8 @@ multi-operator units, and a kind's pattern table only says which of them a targe
 placement group of more than one node, on any target, is one of the table's units: an epilogue unit
 (a head and its activations), fused attention or a Conv with its residual Add.
 
-Checked on the shipped platforms with the shipped examples, on random graphs on the shipped
+Checked on the shipped platforms with the shipped examples (but two that place no group another
+example does not: SAME_GROUPS_AS_ANOTHER), on random graphs on the shipped
 platforms (dual.yaml's vecunit names `Add|Mul, Relu|Sigmoid?`: a Mul and its activation are two
 units, never one group), on the partition fixtures' random platforms, and on random ONNX models
 (tests/fuzz_graphs.py).
@@ -30,7 +31,12 @@ from partition_fixtures import GraphBuilder, random_dag, random_platform
 
 REPO = Path(__file__).resolve().parent.parent
 PLATFORMS = sorted((REPO / "platforms").glob("*.yaml"))
-EXAMPLES = sorted((REPO / "examples").glob("*.onnx"))
+# mobilenet_v1_vww and its int8 twin are left out: on every shipped platform each group they place
+# (its label, its target's kind, its operators) is one another example places there too (ds_cnn has
+# the same Conv, depthwise Conv, Relu, pool and Gemm layers), and they took 15 of the 27 CPU s this
+# test spent on all ten (December 2026).
+SAME_GROUPS_AS_ANOTHER = {"mobilenet_v1_vww", "mobilenet_v1_vww_int8"}
+EXAMPLES = sorted(p for p in (REPO / "examples").glob("*.onnx") if p.stem not in SAME_GROUPS_AS_ANOTHER)
 
 
 def groups_not_units(graph, platform) -> list[str]:
