@@ -95,6 +95,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
             "test_arena_planner",
             "test_memory",
             "test_concat_view",
+            "test_split_view",
             "test_memory_bound",
             "test_mcu_memory",
             "test_banks",

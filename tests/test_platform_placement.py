@@ -4,8 +4,6 @@ through the public entry points (`hetgen explain`, `hetgen.compile`)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -78,25 +76,15 @@ def test_pin_to_a_device_too_small_is_a_clear_error():
     assert "p/npu0" in message and "memory" in message
 
 
-def test_explain_json_and_dot_from_the_cli(tmp_path):
+def test_explain_json_and_dot_from_the_cli(tmp_path, cli):
     path = tmp_path / "conv.onnx"
     onnx.save(conv_model(16, 16), path)
-    result = subprocess.run(
-        [sys.executable, "-m", "hetgen", "explain", "soc", str(path), "--format", "json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    result = cli("explain", "soc", path, "--format", "json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert {"groups", "transfers", "total_us"} <= set(report)
     assert all({"target", "ops", "cost_us"} <= set(group) for group in report["groups"])
-    dot = subprocess.run(
-        [sys.executable, "-m", "hetgen", "explain", "soc", str(path), "--format", "dot"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    dot = cli("explain", "soc", path, "--format", "dot")
     assert dot.returncode == 0 and dot.stdout.lstrip().startswith("digraph")
 
 

@@ -11,6 +11,7 @@ values) is listed below with the reason, so a new seam is a decision, not an acc
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 from pathlib import Path
@@ -121,7 +122,8 @@ def _modules():
         yield relative.as_posix(), name, path
 
 
-def _imports(path: Path, module: str):
+@functools.cache  # three tests read every file's imports: each file parsed once
+def _imports(path: Path, module: str) -> tuple[tuple[int, str, tuple[str, ...], bool], ...]:
     """(line, imported module, names, lazy): every hetgen import of the file."""
     tree = ast.parse(path.read_text())
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
@@ -144,7 +146,7 @@ def _imports(path: Path, module: str):
             visit(child, inner)
 
     visit(tree, False)
-    return found
+    return tuple(found)
 
 
 def _target_package(target: str, names: tuple[str, ...]) -> list[str]:

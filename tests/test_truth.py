@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -48,15 +46,15 @@ def test_platform_placement_option_is_honoured_and_an_explicit_mode_beats_it():
     assert by_argument.mode == "cost" and targets_by_source(by_argument, graph)["conv"] == "soc"
 
 
-def test_explain_says_which_search_ran_from_the_platform_file(tmp_path):
+def test_explain_says_which_search_ran_from_the_platform_file(tmp_path, cli):
     (tmp_path / "p.yaml").write_text(soc_with("options: {placement: greedy}\n"))
     onnx.save(conv_model(16, 8), tmp_path / "m.onnx")
-    base = [sys.executable, "-m", "hetgen", "explain", str(tmp_path / "p.yaml"), str(tmp_path / "m.onnx")]
-    by_file = subprocess.run(base, capture_output=True, text=True, cwd=REPO)
+    base = ["explain", tmp_path / "p.yaml", tmp_path / "m.onnx"]
+    by_file = cli(*base)
     assert by_file.returncode == 0, by_file.stderr
     assert "(greedy mode" in by_file.stdout.splitlines()[0]
     assert f"{NPU}  [" in by_file.stdout
-    by_flag = subprocess.run([*base, "--placement", "cost"], capture_output=True, text=True, cwd=REPO)
+    by_flag = cli(*base, "--placement", "cost")
     assert by_flag.returncode == 0, by_flag.stderr
     assert "(cost mode" in by_flag.stdout.splitlines()[0] and NPU + "  [" not in by_flag.stdout
 
@@ -67,14 +65,14 @@ def test_regenerate_rule_leaves_the_mode_to_the_platform_file_unless_one_was_giv
     assert argv[argv.index("--placement") + 1] == "greedy"
 
 
-def test_cli_pins_add_to_the_file_pins_and_override_the_same_node(tmp_path):
+def test_cli_pins_add_to_the_file_pins_and_override_the_same_node(tmp_path, cli):
     # The file pins the convolution to the npu; the command line pins the relu to the co-processor.
     (tmp_path / "p.yaml").write_text(soc_with("options:\n  pins: {conv: vdevice0/npu0}\n"))
     onnx.save(conv_model(16, 8), tmp_path / "m.onnx")
-    base = [sys.executable, "-m", "hetgen", "explain", str(tmp_path / "p.yaml"), str(tmp_path / "m.onnx")]
+    base = ["explain", tmp_path / "p.yaml", tmp_path / "m.onnx"]
 
     def targets(*extra):
-        result = subprocess.run([*base, *extra, "--format", "json"], capture_output=True, text=True, cwd=REPO)
+        result = cli(*base, *extra, "--format", "json")
         assert result.returncode == 0, result.stderr
         graph = import_model(conv_model(16, 8))
         source = {node.name: node.source_name for node in graph.nodes}

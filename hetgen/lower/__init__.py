@@ -111,7 +111,7 @@ def lower(graph: Graph, platform: Platform, placement: Placement) -> Lowered:
 
 def plan_target(target, schedule, units_on_target, kernels, graph, is_root, views=()) -> tuple[MemoryPlan, Weights]:
     """One target's arena (by liveness over the schedule) and weights; refused past its capacity.
-    `views`: the Concats on it that are views (hetgen/lower/views.py plans their buffers)."""
+    `views`: the operators on it that are views (hetgen/lower/views.py plans their buffers)."""
     keep_out = set(graph.inputs) | set(graph.outputs) if is_root else set()  # the caller's buffers
     on_chip_weights = target.role is Role.ACCELERATOR  # accelerators load weights into local memory
     intervals = [
@@ -126,7 +126,7 @@ def plan_target(target, schedule, units_on_target, kernels, graph, is_root, view
     ]
     arenas: tuple[BankArena, ...] = ()
     if views and target.memories:
-        raise InternalError(f"{target.path_str}: Concat views in an arena planned over memory banks")
+        raise InternalError(f"{target.path_str}: views in an arena planned over memory banks")
     if is_root and target.memories:
         events = schedule.events.get(target, {})
         accesses = {tensor: len(times) for tensor, times in events.items()}
@@ -158,7 +158,7 @@ def plan_target(target, schedule, units_on_target, kernels, graph, is_root, view
 
 def _viewed(views) -> set[str]:
     """Every buffer `views` name: their outputs and their ranges."""
-    return {name for view in views for name in (view.output, *(part for part, _ in view.parts))}
+    return {name for view in views for name in (view.holder, *(part for part, _ in view.parts))}
 
 
 def bank_reserves(target: Target, graph: Graph) -> dict[str, int]:

@@ -1,11 +1,14 @@
-"""One buffer for a Concat that is a view and its inputs (hetgen/partition/concat_views.py decided
-which are): each input is a range of the output's buffer, at the offset the view records, so its
-producer writes there and nothing copies.
+"""One buffer for a view and its parts (hetgen/partition/concat_views.py and split_views.py decided
+which operators are views): a Concat's inputs are ranges of its output's buffer, so their producers
+write there; a Split's or Slice's outputs are ranges of its input's buffer, so their readers read
+there; each at the offset the view records, and nothing copies.
 
-The output's buffer is planned in place of them all, live over the union of their lifetimes: an
-input's producer runs before the Concat's readers, and its other readers may run after them. A
-nested Concat (a DenseNet block: each layer's Concat reads the previous one's output) folds into
-the outermost one, so a whole block is one buffer, each layer's output a range of it. The figures
+The holder's buffer is planned in place of them all, live over the union of their lifetimes: a
+Concat input's producer runs before the Concat's readers, and its other readers may run after them;
+a Split's input stays live while any of its outputs is read (no kernel writes over its inputs, so
+no reader clobbers the bytes another range still needs). Nested views (a DenseNet block: each
+layer's Concat reads the previous one's output; a Split of a Concat's output) fold into the
+outermost holder, so a whole block is one buffer, each layer's output a range of it. The figures
 the plan reports (`total_bytes`, `lower_bound`) are those of the buffers planned, the outermost
 ones; the ranges are listed with their offsets so every step names them as any other buffer,
 and `MemoryPlan.views` says which buffer holds each (hetgen/lower/verify.py checks liveness over
@@ -18,17 +21,15 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from hetgen.lower.memory import Interval, MemoryPlan, plan_memory
-from hetgen.partition.concat_views import ConcatView
+from hetgen.partition.concat_views import View
 
 
-def plan_with_views(
-    intervals: Sequence[Interval], views: Sequence[ConcatView], nbytes: Mapping[str, int]
-) -> MemoryPlan:
+def plan_with_views(intervals: Sequence[Interval], views: Sequence[View], nbytes: Mapping[str, int]) -> MemoryPlan:
     """`plan_memory` of `intervals`, each of `views`' inputs planned inside its output (module doc);
     `nbytes`: each tensor's size."""
     if not views:
         return plan_memory(list(intervals))
-    inside = {part: (view.output, offset) for view in views for part, offset in view.parts}
+    inside = {part: (view.holder, offset) for view in views for part, offset in view.parts}
 
     def outermost(name: str) -> tuple[str, int]:
         offset = 0
@@ -37,7 +38,7 @@ def plan_with_views(
             offset += at
         return name, offset
 
-    holders = {view.output for view in views}
+    holders = {view.holder for view in views}
     spans: dict[str, tuple[int, int]] = {}  # each holder's lifetime: the union of its ranges'
     planned = []
     for interval in intervals:

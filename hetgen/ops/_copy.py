@@ -70,6 +70,14 @@ class Data:
         return (len(self.values),)
 
 
+def contiguous_offset(view: np.ndarray, root: np.ndarray) -> int | None:
+    """The element offset of `view` (of the source's `root` element view) in the source where its
+    elements are one contiguous run of the source's, in order; else None."""
+    if view.size == 0 or not view.flags.c_contiguous:
+        return None
+    return view_strides(view, root)[1]
+
+
 def copy_from_view(src_arg: int, dst_arg: int, view: np.ndarray, root: np.ndarray) -> Copy:
     """Copy the `view` (of the source's `root` element view) into a contiguous destination."""
     strides, offset = view_strides(view, root)

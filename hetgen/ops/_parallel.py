@@ -30,9 +30,12 @@ MIN_TASK_WORK = 16384
 # Waking a sleeping worker costs more, but the workers spin between a model's kernels (hg_threads.c).
 POOL_CALL_US = 2.0
 # What one barrier of hg_parallel_phases costs besides the phases it separates: each run publishes
-# "phase done" with a store to its own cache line and the others see it (a cache line's trip
-# between two cores: 0.1-0.5 us here), and the runs wait for the slowest.
-POOL_BARRIER_US = 0.5
+# "phase done" with a store to its own cache line and the others see it (a cache line's round trip
+# between this VM's two CPUs: 260-280 ns, FAR apart), each run reads the units the others wrote,
+# and the runs wait for the slowest. Measured (2 runs of 1 us of work a phase, the fastest of
+# 20 x 200 calls at load average 3): 1.62-1.67 us a phase, 0.6 us over the ideal; and a 128-unit
+# GRU's step (2 us alone) ran no faster on two threads than on one. So 1 us.
+POOL_BARRIER_US = 1.0
 # More tasks than threads let a thread the OS runs late take fewer of them; past this, each task's
 # claim costs more than the balance gains.
 MAX_TASKS = 32

@@ -218,6 +218,10 @@ class OpDef:
     # The output is input 0's bytes unchanged: lowering makes it a second name for the same buffer
     # and the cost model prices it as nothing (hetgen/spec/alias.py).
     alias: bool = False
+    # Each output's element offset in input 0 where it is one contiguous run of input 0's elements
+    # (None for one that is not): a reader may read it there, and the operator run nothing
+    # (hetgen/spec/split_view.py; Split, Slice).
+    ranges: Callable[[OpInstance], tuple[int | None, ...]] | None = None
     integer_mac: IntegerMac | None = None  # an int8 product on the MAC array (hetgen/spec/work.py, invocation.py)
     residual: ResidualAdd | None = None  # a residual Add its kernel may fuse (hetgen/spec/patterns.py)
     # Elementwise on one rank-4 activation (its other inputs one value each): a cascade may run it

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetgen.ops._common import element_view, normalize_axis
-from hetgen.ops._copy import copy_from_view, copy_kernel
+from hetgen.ops._copy import contiguous_offset, copy_from_view, copy_kernel
 from hetgen.ops.base import CARRIES, Kernel, OpDef, OpInstance, Unsupported
 
 
@@ -36,13 +36,26 @@ def slices(op: OpInstance, rank: int) -> tuple[slice, ...]:
     return tuple(result)
 
 
-def lower(op: OpInstance) -> Kernel:
+def output_view(op: OpInstance) -> tuple[np.ndarray, np.ndarray]:
+    """The input's element view and the output's view of it (hetgen/ops/_copy.py)."""
     x_type = op.input_types[0]
     root = element_view(x_type.shape)
     view = root[slices(op, x_type.rank)]
     if view.shape != op.output_types[0].shape:
         raise Unsupported(f"Slice gives shape {view.shape}, the model says {op.output_types[0].shape}")
-    return copy_kernel([copy_from_view(0, len(op.node.inputs), view, root)], x_type.dtype.itemsize)
+    return root, view
 
 
-DEFS = (OpDef("Slice", lower, const_inputs=(1, 2, 3, 4), input_roles=CARRIES, quantized_passthrough=True),)
+def lower(op: OpInstance) -> Kernel:
+    root, view = output_view(op)
+    return copy_kernel([copy_from_view(0, len(op.node.inputs), view, root)], op.input_types[0].dtype.itemsize)
+
+
+def ranges(op: OpInstance) -> tuple[int | None, ...]:
+    root, view = output_view(op)
+    return (contiguous_offset(view, root),)
+
+
+DEFS = (
+    OpDef("Slice", lower, const_inputs=(1, 2, 3, 4), input_roles=CARRIES, quantized_passthrough=True, ranges=ranges),
+)

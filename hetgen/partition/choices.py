@@ -33,11 +33,12 @@ from hetgen.ir import Graph, Node
 from hetgen.ops._parallel import SERIAL, Parallel
 from hetgen.ops.base import Kernel, Prepacked
 from hetgen.partition.blocked_layout import BlockedUnit, Reorder, blocked_units
-from hetgen.partition.concat_views import ConcatView, concat_views
+from hetgen.partition.concat_views import View, concat_views
 from hetgen.partition.cost import Calibration, Topology, Work, kernel_us, pool_threads, unit_parallel
 from hetgen.partition.placement import Group, Placement
 from hetgen.partition.prepack import UnitLowerings, taken_offers
 from hetgen.partition.price import price
+from hetgen.partition.split_views import split_views
 from hetgen.partition.timeline import placement_makespan
 from hetgen.partition.units import Unit, drop_aliases, ordered_nodes, placed_units
 from hetgen.platform.model import Platform, Role
@@ -72,8 +73,9 @@ class Choices:
 
     units: tuple[UnitChoice, ...]
     refused: tuple[str, ...] = ()
-    # the Concats that run nothing (hetgen/partition/concat_views.py): not among `units`
-    views: tuple[ConcatView, ...] = ()
+    # the Concats, Splits and Slices that run nothing (hetgen/partition/concat_views.py,
+    # split_views.py): not among `units`
+    views: tuple[View, ...] = ()
     # (unit index, input index) -> the constant in the layout its taken offer reads (made once)
     packed: Mapping[tuple[int, int], np.ndarray] = field(
         default_factory=lambda: MappingProxyType({}), repr=False, compare=False
@@ -91,7 +93,7 @@ class Choices:
 
     @property
     def viewed(self) -> frozenset[str]:
-        """The node names of the Concats that are views."""
+        """The node names of the operators that are views."""
         return frozenset(view.node for view in self.views)
 
     def of_group(self, group: Group) -> tuple[UnitChoice, ...]:
@@ -123,9 +125,11 @@ def choose(
     blocked = blocked_units(graph, units, taken, unit_inputs, assignment, platform)
     run = tuple(taken[index] if index not in blocked else blocked[index].kernel for index in range(len(units)))
     views = concat_views(graph, units, unit_inputs, assignment, platform, run)
+    views += split_views(graph, units, unit_inputs, assignment, platform, run, views)
     viewed = {view.node for view in views}
-    # a view runs nothing and is no unit of the program (its reader edges above saw it as a plain
-    # reader: a blocked producer's reorder back to NCHW writes its range); the rest keep their order
+    # a view runs nothing and is no unit of the program (its edges above saw it as a plain reader
+    # and writer: a blocked producer's reorder back to NCHW writes a Concat's range, a blocked
+    # reader's reorder reads a Split's); the rest keep their order
     kept = [index for index, unit in enumerate(units) if unit.head.name not in viewed]
     position = {index: place for place, index in enumerate(kept)}
     packed = {
@@ -197,7 +201,7 @@ def priced(
             continue
         changed = True
         units = choices.of_group(group)
-        views = tuple("concat view" for view in choices.views if view.node in group.nodes)
+        views = tuple(view.kind for view in choices.views if view.node in group.nodes)
         variants = (
             tuple(c.variant for c in units)
             + tuple(f"reorder to {f'nchw{r.v}c' if r.to_blocked else 'nchw'}" for c in units for r in c.reorders)
@@ -217,7 +221,7 @@ def group_kernels(group: Group, choices: Choices, kernels: KernelTable) -> tuple
     each unit's own replaced by its variant's, as the search priced them), then each reorder as a
     kernel of its own; and whether they differ from the kernel table's (where not, the search's
     price stands). ([], False) for a group with no kernel (an alias lowering drops); ([], True) for
-    one whose only kernels were Concats that are views (the search priced them as copies)."""
+    one whose only kernels were views (the search priced them as copies)."""
     units = choices.of_group(group)
     viewed = bool(choices.views) and not choices.viewed.isdisjoint(group.nodes)
     if not units:

@@ -34,14 +34,18 @@ from hetgen.spec.concat_view import concat_slabs
 
 
 @dataclass(frozen=True)
-class ConcatView:
-    """A Concat that runs nothing: each of `parts` (a buffer, the byte offset of its range in
-    `output`) is written there by its producer; `target`: the controller it runs on."""
+class View:
+    """An operator that runs nothing: each of `parts` (a buffer, the byte offset of its range in
+    `holder`) lives in `holder`'s bytes; `target`: the controller it runs on. A Concat's holder is
+    its output, its parts its inputs, each written there by its producer; a Split's or a Slice's
+    holder is its input, its parts its outputs, each read there by its readers
+    (hetgen/partition/split_views.py)."""
 
-    node: str  # the Concat's node name
+    node: str  # the operator's node name
     target: str
-    output: str
+    holder: str
     parts: tuple[tuple[str, int], ...]
+    kind: str = "concat view"  # how explain names its variant
 
 
 def concat_views(
@@ -51,7 +55,7 @@ def concat_views(
     assignment: Mapping[str, str],
     platform: Platform,
     kernels: Sequence[Kernel],
-) -> tuple[ConcatView, ...]:
+) -> tuple[View, ...]:
     """The Concat units of `units` (the program's, in execution order, reading `unit_inputs`, run as
     `kernels`; each unit's node on the target `assignment` names) that are views (module doc)."""
     targets = {t.path_str: t for t in platform.targets()}
@@ -71,7 +75,7 @@ def concat_views(
             continue
         slabs = concat_slabs(unit.head, graph)
         where = assignment[unit.head.name]
-        if slabs is None or not _plain_arena(targets[where]):
+        if slabs is None or not plain_arena(targets[where]):
             continue
         parts = tuple((buffer, offset) for buffer, (_, offset) in zip(inputs, slabs))
         buffers = [buffer for buffer, _ in parts]
@@ -88,7 +92,7 @@ def concat_views(
             if liveness.peak({**inside, **dict.fromkeys(buffers, unit.outputs[0])}) > liveness.peak(inside):
                 continue  # its output's buffer, live from its first input on, would lift the target's peak
         inside.update(dict.fromkeys(buffers, unit.outputs[0]))
-        views.append(ConcatView(unit.head.name, where, unit.outputs[0], parts))
+        views.append(View(unit.head.name, where, unit.outputs[0], parts))
     return tuple(views)
 
 
@@ -141,6 +145,6 @@ class Liveness:
         return max(map(sum, zip(itertools.accumulate(delta[:-1]), self.scratch)), default=0)
 
 
-def _plain_arena(target) -> bool:
+def plain_arena(target) -> bool:
     """A CPU controller whose arena is planned as one plain liveness plan."""
     return target.role is Role.CONTROLLER and not target.memories and not is_bare_metal(target)

@@ -231,7 +231,7 @@ def placement_energy(placement, graph: Graph, platform: Platform, objective: str
     viewed = placement.choices.viewed if isinstance(placement.choices, Choices) else frozenset()
     for group in placement.groups:
         target = targets[group.target]
-        # a Concat that is a view runs nothing (hetgen/partition/concat_views.py)
+        # a view runs nothing (hetgen/partition/concat_views.py, split_views.py)
         c = group_counts(target, (nodes[n] for n in group.nodes if n not in viewed), graph, kernels)
         nj = counts_nj(target, c)
         counts[group.target] = counts[group.target] + c

@@ -22,15 +22,15 @@ from dataclasses import replace
 
 from hetgen.partition.blocked_layout import DEFAULT_LAYOUT, block_width
 from hetgen.partition.choices import Choices, UnitChoice, group_price
-from hetgen.partition.concat_views import ConcatView
+from hetgen.partition.concat_views import View
 from hetgen.partition.placement import Group
 from hetgen.partition.prepack import UnitLowerings, every_choice
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.partition.units import Unit
 from hetgen.platform.model import Role
 from hetgen.spec.alias import alias_source
-from hetgen.spec.concat_view import concat_slabs
 from hetgen.spec.fusion import cut_units
+from hetgen.spec.split_view import may_be_view
 
 # No floor where a group's units have more combinations of kernels than this (each is priced).
 MAX_COMBINATIONS = 512
@@ -59,9 +59,10 @@ def _least_us(space: SearchSpace, c: Candidate, lowerings: UnitLowerings) -> flo
     """The least price of candidate `c` (on a CPU controller) under any kernel choice."""
     kernels, platform = space.kernels, space.platform
     target, nodes = space.targets[c.loc], [space.graph.nodes[n] for n in c.nodes]
-    # a Concat that may be a view (hetgen/partition/concat_views.py) may run nothing: its least price
-    viewable = {node.name for node in nodes if concat_slabs(node, space.graph) is not None}
-    views = tuple(ConcatView(name, target.path_str, "", ()) for name in sorted(viewable))
+    # a Concat, Split or Slice that may be a view (hetgen/partition/concat_views.py, split_views.py)
+    # may run nothing: its least price
+    viewable = {node.name for node in nodes if may_be_view(node, space.graph)}
+    views = tuple(View(name, target.path_str, "", ()) for name in sorted(viewable))
     units = [u for u in _group_units(nodes, space) if u.names[0] not in viewable or len(u.nodes) > 1]
     if any(kernels.unit(unit.names).kernel is None for unit in units):
         return c.compute_us  # the program cannot be generated: choose() re-prices nothing

@@ -60,8 +60,8 @@ from hetgen.partition.placement import Placement
 from hetgen.partition.prepack import UnitLowerings
 from hetgen.partition.space import Candidate, SearchSpace
 from hetgen.platform.model import Platform, Role
-from hetgen.spec.concat_view import concat_slabs
 from hetgen.spec.invocation import kernel_units_of, one_unit_per_invocation, tile_rates
+from hetgen.spec.split_view import may_be_view
 
 # Reported totals the climb may work out: each prices a placement's kernel choices and cascades
 # (10-60 ms on the example models: its runs' new cascade windows), so far fewer than overlap.py's
@@ -109,7 +109,7 @@ def repriceable(space: SearchSpace, candidates: Sequence[Candidate]) -> frozense
             if cascading(platform) and any(_windowed(node) for node in nodes):
                 found.add(c.id)
         elif target.role is Role.CONTROLLER and not space.aliases.issuperset(c.nodes):
-            viewable = any(concat_slabs(node, graph) is not None for node in nodes)  # choices.py may view it
+            viewable = any(may_be_view(node, graph) for node in nodes)  # choices.py may view it
             if (
                 viewable
                 or block_width(target, layout) is not None

@@ -603,11 +603,13 @@ static void phase_wait_step(spin_wait *wait)
     nanosleep(&nap, NULL);
 }
 
-/* Takes phase `phase` of run `run` if no thread has, and runs it. */
+/* Takes phase `phase` of run `run` if no thread has, and runs it. Looks before it swaps: a failed
+   compare-and-swap still takes the cache line from the run's owner, which writes it next. */
 static int phase_take(phase_job *job, size_t run, size_t phase)
 {
     size_t expected = phase;
-    if (!atomic_compare_exchange_strong_explicit(&job->run[run].claimed, &expected, phase + 1, memory_order_acq_rel,
+    if (atomic_load_explicit(&job->run[run].claimed, memory_order_relaxed) != phase ||
+        !atomic_compare_exchange_strong_explicit(&job->run[run].claimed, &expected, phase + 1, memory_order_acq_rel,
                                                  memory_order_acquire))
         return 0;
     job->fn(job->ctx, run, phase);

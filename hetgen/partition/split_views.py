@@ -1,0 +1,90 @@
+"""Which Splits and Slices of a placed program are views: decided once, by the kernel choice stage
+(hetgen/partition/choices.py), after the Concat views (hetgen/partition/concat_views.py), which it
+then prices as nothing and leaves out of the program's units; lowering plans each output as a range
+of the input's buffer (hetgen/lower/views.py), so the readers read the input where it is and
+nothing copies.
+
+The layout half of the rule is the kernel table's (hetgen/spec/split_view.py: every output a
+contiguous, aligned range of the input, the input computed by the graph, no output the caller's).
+The placement half is here, as for a Concat: the Split runs on a CPU controller with a plain arena,
+its input's buffer (a dropped reshape's source) is written by a kernel unit on that controller and
+is not the caller's, and every reader of its outputs runs there too (a reader on another device
+gets the output copied over its link, which the Split's own kernel writes). A Split with an output
+that a Concat view holds as an input keeps its kernel: that output has to be in the Concat's
+buffer, and the Split is the kernel that writes it there (the Concat views are decided first,
+where a producer's write is what saves the copy; for ShuffleNet's Split -> Concat the bytes copied
+are the same either way: the passed-through half once). Under `memory: lean` a view is taken only
+where the target's activation peak does not grow (the input's buffer then lives until its outputs'
+last reader: `Liveness`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hetgen.ir import Graph
+from hetgen.ops.base import Kernel
+from hetgen.partition.concat_views import Liveness, View, plain_arena
+from hetgen.partition.units import Unit
+from hetgen.platform.model import Platform
+from hetgen.platform.tuning import memory_mode
+from hetgen.spec.split_view import split_slabs
+
+KINDS = {"Split": "split view", "Slice": "slice view"}  # how explain names each one's variant
+
+
+def split_views(
+    graph: Graph,
+    units: Sequence[Unit],
+    unit_inputs: Sequence[tuple[str, ...]],
+    assignment: Mapping[str, str],
+    platform: Platform,
+    kernels: Sequence[Kernel],
+    concats: Sequence[View] = (),
+) -> tuple[View, ...]:
+    """The Split and Slice units of `units` (the program's, in execution order, reading
+    `unit_inputs`, run as `kernels`; each unit's node on the target `assignment` names) that are
+    views, given the Concat views `concats` already taken (module doc)."""
+    targets = {t.path_str: t for t in platform.targets()}
+    caller = set(graph.inputs) | set(graph.outputs) | set(graph.constants)
+    producer: dict[str, str] = {}  # buffer -> the target of the unit writing it
+    readers: dict[str, set[str]] = {}  # buffer -> the targets of the units reading it
+    for unit, inputs in zip(units, unit_inputs):
+        where = assignment[unit.head.name]
+        for name in unit.outputs:
+            if name:
+                producer[name] = where
+        for name in inputs:
+            if name:
+                readers.setdefault(name, set()).add(where)
+    lean = memory_mode(platform) == "lean"
+    root = platform.root.controller().path_str
+    peaks: dict[str, Liveness] = {}
+    inside = {part: view.holder for view in concats for part, _ in view.parts}
+    views = []
+    for unit, inputs in zip(units, unit_inputs):
+        if len(unit.nodes) != 1 or unit.head.op not in KINDS:
+            continue
+        slabs = split_slabs(unit.head, graph)
+        where = assignment[unit.head.name]
+        if slabs is None or not plain_arena(targets[where]):
+            continue
+        source = inputs[0]
+        outputs = [name for name, _ in slabs]
+        if (
+            source in caller
+            or producer.get(source) != where
+            or graph.types[source].nbytes != graph.types[unit.head.inputs[0]].nbytes
+            or any(name in inside or readers.get(name, {where}) != {where} for name in outputs)
+        ):
+            continue
+        taken = {**inside, **dict.fromkeys(outputs, source)}
+        if lean:
+            liveness = peaks.get(where)
+            if liveness is None:
+                liveness = peaks[where] = Liveness(graph, units, unit_inputs, kernels, assignment, where, where == root)
+            if liveness.peak(taken) > liveness.peak(inside):
+                continue  # its input's buffer, live until its outputs' last reader, would lift the target's peak
+        inside = taken
+        views.append(View(unit.head.name, where, source, slabs, KINDS[unit.head.op]))
+    return tuple(views)
