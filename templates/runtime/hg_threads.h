@@ -1,10 +1,12 @@
 /* hetgen's worker pool: one fork/join loop, used by the GEMM (hg_gemm.c) to split its outermost
    independent loop, and by the kernels big enough to share (attention heads, LayerNorm and Softmax
    rows, pooling and depthwise convolution planes, elementwise chunks: hetgen/ops/_parallel.py cuts
-   them into tasks at generate time). The pool exists only where the platform allows threads
-   (hg_threads_config.h in each program's folder, written by hetgen from the controller's
-   `threads:` or the platform's `options: {threads: N}`; never on bare-metal targets, where
-   hg_parallel_for below is an inline loop and the tasks compile to the serial code).
+   them into tasks at generate time), and by the recurrent layers, whose steps run as the phases of
+   one call with a barrier between them (hg_parallel_phases). The pool exists only where the
+   platform allows threads (hg_threads_config.h in each program's folder, written by hetgen from the
+   controller's `threads:` or the platform's `options: {threads: N}`; never on bare-metal targets,
+   where hg_parallel_for and hg_parallel_phases below are inline loops and the tasks compile to the
+   serial code).
 
    Thread count: HG_THREADS_DEFAULT (the controller's `threads`), overridden at run time by the
    environment variable HG_THREADS (1..HG_THREADS_MAX), read when the pool starts.
