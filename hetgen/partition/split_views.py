@@ -9,11 +9,13 @@ contiguous, aligned range of the input, the input computed by the graph, no outp
 The placement half is here, as for a Concat: the Split runs on a CPU controller with a plain arena,
 its input's buffer (a dropped reshape's source) is written by a kernel unit on that controller and
 is not the caller's, and every reader of its outputs runs there too (a reader on another device
-gets the output copied over its link, which the Split's own kernel writes). A Split with an output
-that a Concat view holds as an input keeps its kernel: that output has to be in the Concat's
-buffer, and the Split is the kernel that writes it there (the Concat views are decided first,
-where a producer's write is what saves the copy; for ShuffleNet's Split -> Concat the bytes copied
-are the same either way: the passed-through half once). Under `memory: lean` a view is taken only
+gets the output copied over its link, so that output stays a copy). An output that a Concat view
+holds as an input stays a copy too: it has to be in the Concat's buffer, and the Split is the
+kernel that writes it there (the Concat views are decided first, where a producer's write is what
+saves the copy). A Split with some outputs views and others copies runs a kernel that copies only
+the latter (`View.kernel`, hetgen/spec/split_view.py `kept_copies`): ShuffleNetV2's Split copies
+the passed-through half into the Concat's buffer, and the branch reads its half in place. Under
+`memory: lean` a view is taken only
 where the target's activation peak does not grow (the input's buffer then lives until its outputs'
 last reader: `Liveness`).
 """
@@ -28,7 +30,7 @@ from hetgen.partition.concat_views import Liveness, View, plain_arena
 from hetgen.partition.units import Unit
 from hetgen.platform.model import Platform
 from hetgen.platform.tuning import memory_mode
-from hetgen.spec.split_view import split_slabs
+from hetgen.spec.split_view import kept_copies, split_slabs
 
 KINDS = {"Split": "split view", "Slice": "slice view"}  # how explain names each one's variant
 
@@ -70,15 +72,18 @@ def split_views(
         if slabs is None or not plain_arena(targets[where]):
             continue
         source = inputs[0]
-        outputs = [name for name, _ in slabs]
         if (
             source in caller
             or producer.get(source) != where
             or graph.types[source].nbytes != graph.types[unit.head.inputs[0]].nbytes
-            or any(name in inside or readers.get(name, {where}) != {where} for name in outputs)
         ):
             continue
-        taken = {**inside, **dict.fromkeys(outputs, source)}
+        # an output a Concat view holds, or one read on another device, stays a copy the Split writes
+        kept = {name for name, _ in slabs if name in inside or readers.get(name, {where}) != {where}}
+        parts = tuple((name, offset) for name, offset in slabs if name not in kept)
+        if not parts:
+            continue
+        taken = {**inside, **{name: source for name, _ in parts}}
         if lean:
             liveness = peaks.get(where)
             if liveness is None:
@@ -86,5 +91,6 @@ def split_views(
             if liveness.peak(taken) > liveness.peak(inside):
                 continue  # its input's buffer, live until its outputs' last reader, would lift the target's peak
         inside = taken
-        views.append(View(unit.head.name, where, source, slabs, KINDS[unit.head.op]))
+        kernel = kept_copies(unit.head, graph, slabs, kept) if kept else None
+        views.append(View(unit.head.name, where, source, parts, KINDS[unit.head.op], kernel))
     return tuple(views)
