@@ -13,7 +13,7 @@ gets the output copied over its link, so that output stays a copy). An output th
 holds as an input stays a copy too: it has to be in the Concat's buffer, and the Split is the
 kernel that writes it there (the Concat views are decided first, where a producer's write is what
 saves the copy). A Split with some outputs views and others copies runs a kernel that copies only
-the latter (`View.kernel`, hetgen/spec/split_view.py `kept_copies`): ShuffleNetV2's Split copies
+the latter (`View.kernel`, `kept_copies`): ShuffleNetV2's Split copies
 the passed-through half into the Concat's buffer, and the branch reads its half in place. Under
 `memory: lean` a view is taken only
 where the target's activation peak does not grow (the input's buffer then lives until its outputs'
@@ -22,15 +22,16 @@ last reader: `Liveness`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from hetgen.ir import Graph
+from hetgen.ir import Graph, Node
+from hetgen.ops._copy import Copy, copy_kernel
 from hetgen.ops.base import Kernel
 from hetgen.partition.concat_views import Liveness, View, plain_arena
 from hetgen.partition.units import Unit
 from hetgen.platform.model import Platform
 from hetgen.platform.tuning import memory_mode
-from hetgen.spec.split_view import kept_copies, split_slabs
+from hetgen.spec.split_view import split_slabs
 
 KINDS = {"Split": "split view", "Slice": "slice view"}  # how explain names each one's variant
 
@@ -94,3 +95,17 @@ def split_views(
         kernel = kept_copies(unit.head, graph, slabs, kept) if kept else None
         views.append(View(unit.head.name, where, source, parts, KINDS[unit.head.op], kernel))
     return tuple(views)
+
+
+def kept_copies(node: Node, graph: Graph, slabs: tuple[tuple[str, int], ...], kept: Collection[str]) -> Kernel:
+    """The kernel of Split `node` (its outputs' ranges `slabs`) where only the outputs `kept` are
+    copied and the others are views: each kept output its contiguous range of the input, copied as
+    one run (the Split's own kernel would also write the views' ranges onto themselves)."""
+    itemsize = graph.types[node.inputs[0]].dtype.itemsize
+    first_out = len(node.inputs)
+    copies = [
+        Copy(0, first_out + k, (graph.types[name].nbytes // itemsize,), (1,), (1,), src_offset=offset // itemsize)
+        for k, (name, offset) in enumerate(slabs)
+        if name in kept
+    ]
+    return copy_kernel(copies, itemsize)

@@ -17,11 +17,8 @@ buffer keeps (hetgen/lower/verify.py checks it), so its readers see a buffer lik
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 from hetgen.ir import Graph, Node
-from hetgen.ops._copy import Copy, copy_kernel
-from hetgen.ops.base import Kernel, OpInstance, Unsupported
+from hetgen.ops.base import OpInstance, Unsupported
 from hetgen.ops.registry import op_def
 from hetgen.spec.concat_view import concat_slabs
 from hetgen.spec.tiling import ALIGNMENT  # the arena's alignment (hetgen/lower/memory.py plans to it)
@@ -58,17 +55,3 @@ def may_be_view(node: Node, graph: Graph) -> bool:
     """Whether the layout lets `node` be a view (a Concat's or a Split's), so that the kernel
     choice stage may price it as nothing: what the search's floors and re-pricing must allow for."""
     return concat_slabs(node, graph) is not None or split_slabs(node, graph) is not None
-
-
-def kept_copies(node: Node, graph: Graph, slabs: tuple[tuple[str, int], ...], kept: Collection[str]) -> Kernel:
-    """The kernel of Split `node` (its outputs' ranges `slabs`) where only the outputs `kept` are
-    copied and the others are views: each kept output its contiguous range of the input, copied as
-    one run (the Split's own kernel would also write the views' ranges onto themselves)."""
-    itemsize = graph.types[node.inputs[0]].dtype.itemsize
-    first_out = len(node.inputs)
-    copies = [
-        Copy(0, first_out + k, (graph.types[name].nbytes // itemsize,), (1,), (1,), src_offset=offset // itemsize)
-        for k, (name, offset) in enumerate(slabs)
-        if name in kept
-    ]
-    return copy_kernel(copies, itemsize)
