@@ -25,6 +25,7 @@ C, HW = 16, 8  # every map: 1 x C x 8 x 8 float32 (256 bytes a channel: ranges o
 def cases_model(C: int = C, HW: int = HW) -> onnx.ModelProto:  # noqa: N803 (the module's names)
     """A ShuffleNetV2 unit (Split -> branch -> Concat -> channel shuffle), a Split whose first
     output is read again after everything else, a Slice of a Split's output (a range of a range),
+    a shuffle read by two convolutions (folded into their weights) and one read by a Relu (kept),
     a Slice of a Concat view's output, and Slices that must copy: of a model input, into a model
     output, along the width (not contiguous), with step 2, of maps whose ranges are not aligned."""
     rng = np.random.default_rng(0)
@@ -57,11 +58,17 @@ def cases_model(C: int = C, HW: int = HW) -> onnx.ModelProto:  # noqa: N803 (the
     nodes.append(
         helper.make_node("Concat", [keep, conv("branch", work, half, half)], ["joined"], axis=1, name="joined")
     )
-    shape5, shape4 = ints("shape5", [1, 2, half, HW, HW]), ints("shape4", [1, C, HW, HW])
-    nodes.append(helper.make_node("Reshape", ["joined", shape5], ["grouped"], name="grouped"))
-    nodes.append(helper.make_node("Transpose", ["grouped"], ["shuffled5"], perm=[0, 2, 1, 3, 4], name="shuffle"))
-    nodes.append(helper.make_node("Reshape", ["shuffled5", shape4], ["shuffled"], name="shuffled"))
-    first, second = split("halves", "shuffled", [half, half])  # both read in place
+    ints("shape5", [1, 2, half, HW, HW]), ints("shape4", [1, C, HW, HW])
+
+    def shuffle(name: str, x: str) -> str:  # ShuffleNet's channel shuffle, two groups
+        nodes.append(helper.make_node("Reshape", [x, "shape5"], [f"{name}_grouped"], name=f"{name}_grouped"))
+        perm = [0, 2, 1, 3, 4]
+        nodes.append(helper.make_node("Transpose", [f"{name}_grouped"], [f"{name}_t"], perm=perm, name=name))
+        nodes.append(helper.make_node("Reshape", [f"{name}_t", "shape4"], [f"{name}_out"], name=f"{name}_out"))
+        return f"{name}_out"
+
+    shuffled = shuffle("shuffle", "joined")  # read by a Split: it stays a copy
+    first, second = split("halves", shuffled, [half, half])  # both read in place
     early = conv("early", first, half, half)
     quarter = slice_("quarter", second, 0, half // 2)  # a range of a range
     nodes.append(helper.make_node("Add", [slice_("mixed", second, half // 2, half)] * 2, ["twice"], name="twice"))
@@ -82,7 +89,11 @@ def cases_model(C: int = C, HW: int = HW) -> onnx.ModelProto:  # noqa: N803 (the
     )
     copies.append(conv("unaligned_o", slice_("unaligned", pooled, 1, 5), 4, 4, kernel=1))  # 2 x 2: 16 bytes a channel
     nodes.append(helper.make_node("Add", [deep, late], ["tail"], name="tail"))
-    outputs = ["tail", early, of_view, conv("twice_o", "twice", half // 2, 4, kernel=1), *copies]
+    mixed_uv = shuffle("mix", "uv")  # read by two convolutions only: folded into their weights
+    mixers = [conv("mixer", mixed_uv, C, 4, kernel=1), conv("mixer3", mixed_uv, C, 4)]
+    kept = helper.make_node("Relu", [shuffle("kept", stem)], ["kept_r"], name="kept_r")  # a Relu: copies
+    nodes.append(kept)
+    outputs = ["tail", early, of_view, conv("twice_o", "twice", half // 2, 4, kernel=1), *mixers, "kept_r", *copies]
     f32 = TensorProto.FLOAT
     graph = helper.make_graph(
         nodes, "splits", [helper.make_tensor_value_info("x", f32, (1, 3, HW, HW))],
@@ -164,12 +175,11 @@ def test_with_lean_memory_views_never_lift_the_arena(tmp_path, monkeypatch):
 
 def test_a_reader_on_another_target_keeps_the_copy():
     """On dual, mixed's reader (an Add) pinned to the vector unit: mixed copies (its output leaves
-    the host over the link); quarter, a range of the same buffer read on the host, is a view
-    (halves is not: under dual's memory: lean its input would live until `late` and lift the peak)."""
+    the host over the link); quarter, a range of the same buffer read on the host, is a view."""
     platform = load_platform(DUAL)
     graph, placement, _ = lowered_of(cases_model(), platform, pins={"twice": "dual/vec0"})
     views = {v.node for v in placement.choices.views if v.kind != "concat view"}
-    assert source_names(graph, views) == VIEWS - {"mixed", "halves"} | PARTLY
+    assert source_names(graph, views) == VIEWS - {"mixed"} | PARTLY
 
 
 # memory, layout, channels, size: NCHW8c runs (Winograd declined), 40 channels a map, so halves
@@ -208,3 +218,14 @@ def test_views_match_onnxruntime_under_sanitizers(tmp_path, how):
         opt=("-O1",),
     )
     verify_matches(out)
+
+
+def test_a_shuffle_read_by_convolutions_only_folds_into_their_weights(lowered_cases):
+    """hetgen/frontend/fold_shuffle.py: mix (read by a 1x1 and a 3x3 convolution) is gone, each
+    convolution reading uv with its weights' input channels permuted; the shuffles read by a Split
+    and by a Relu stay (the sanitized builds check the values)."""
+    graph, _, _ = lowered_cases
+    chains = {name for name in ("shuffle", "mix", "kept") if any(n.source_name == name for n in graph.nodes)}
+    assert chains == {"shuffle", "kept"} and {"mix", "mix_grouped", "mix_out"} <= graph.removed_sources
+    readers = {n.source_name: n for n in graph.nodes if n.source_name in ("mixer", "mixer3")}
+    assert all(node.inputs[0] == "uv" and node.inputs[1].endswith("__permuted_weight") for node in readers.values())
