@@ -52,6 +52,8 @@ CROSS_STAGE_CALLS = {
     ("partition", "hetgen.spec", "build_kernel_specs"): "place() builds the table for a caller that has none",
     ("partition", "hetgen.spec.alias", "alias_source"): "one aliasing rule for the cost model and lowering",
     ("partition", "hetgen.spec.concat_view", "concat_slabs"): "the layout half of the one Concat view rule",
+    ("partition", "hetgen.spec.split_view", "split_slabs"): "the layout half of the one Split view rule",
+    ("partition", "hetgen.spec.split_view", "may_be_view"): "the views' layout rules, for the search's floors",
     ("partition", "hetgen.spec.fusion", "cut_units"): "the one fusion rule, applied to the placed groups",
     ("partition", "hetgen.spec.variants", "variant_name"): "what a chosen kernel is called",
     ("partition", "hetgen.spec.variants", "with_offers"): "a kernel with its constants' layouts, and its work",

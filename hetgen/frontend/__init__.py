@@ -34,6 +34,7 @@ from hetgen.frontend import bounded, check, cleanup, contrib_quant, convert, fun
 from hetgen.frontend.export import export_onnx
 from hetgen.frontend.external_data import model_folder
 from hetgen.frontend.fold_batchnorm import fold_batchnorm
+from hetgen.frontend.fold_shuffle import fold_channel_permutations
 from hetgen.frontend.load import MAX_OPSET, MIN_OPSET
 from hetgen.frontend.work import to_graph
 from hetgen.ir import Graph
@@ -72,7 +73,7 @@ def import_model(
     cleanup.remove_dead(work)
     bounded.add_shape_outputs(work)  # NonZero, NonMaxSuppression on run-time values
     check.check(work)
-    return fold_batchnorm(to_graph(work, work.name)).verify()
+    return fold_channel_permutations(fold_batchnorm(to_graph(work, work.name))).verify()
 
 
 import_onnx = import_model

@@ -93,8 +93,8 @@ class Choices:
 
     @property
     def viewed(self) -> frozenset[str]:
-        """The node names of the operators that are views."""
-        return frozenset(view.node for view in self.views)
+        """The node names of the operators that are views and run nothing."""
+        return frozenset(view.node for view in self.views if view.kernel is None)
 
     def of_group(self, group: Group) -> tuple[UnitChoice, ...]:
         """The units headed by the group's nodes, in execution order."""
@@ -126,7 +126,9 @@ def choose(
     run = tuple(taken[index] if index not in blocked else blocked[index].kernel for index in range(len(units)))
     views = concat_views(graph, units, unit_inputs, assignment, platform, run)
     views += split_views(graph, units, unit_inputs, assignment, platform, run, views)
-    viewed = {view.node for view in views}
+    viewed = {view.node for view in views if view.kernel is None}
+    partly = {view.node: view.kernel for view in views if view.kernel is not None}  # copying the rest
+    run = tuple(partly.get(unit.head.name, kernel) for unit, kernel in zip(units, run))
     # a view runs nothing and is no unit of the program (its edges above saw it as a plain reader
     # and writer: a blocked producer's reorder back to NCHW writes a Concat's range, a blocked
     # reader's reorder reads a Split's); the rest keep their order

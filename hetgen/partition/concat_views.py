@@ -46,6 +46,9 @@ class View:
     holder: str
     parts: tuple[tuple[str, int], ...]
     kind: str = "concat view"  # how explain names its variant
+    # a Split some of whose outputs are not views (a Concat view's input, a reader on another
+    # device): the kernel it still runs, copying those only; None: it runs nothing
+    kernel: Kernel | None = None
 
 
 def concat_views(

@@ -9,20 +9,23 @@ contiguous, aligned range of the input, the input computed by the graph, no outp
 The placement half is here, as for a Concat: the Split runs on a CPU controller with a plain arena,
 its input's buffer (a dropped reshape's source) is written by a kernel unit on that controller and
 is not the caller's, and every reader of its outputs runs there too (a reader on another device
-gets the output copied over its link, which the Split's own kernel writes). A Split with an output
-that a Concat view holds as an input keeps its kernel: that output has to be in the Concat's
-buffer, and the Split is the kernel that writes it there (the Concat views are decided first,
-where a producer's write is what saves the copy; for ShuffleNet's Split -> Concat the bytes copied
-are the same either way: the passed-through half once). Under `memory: lean` a view is taken only
+gets the output copied over its link, so that output stays a copy). An output that a Concat view
+holds as an input stays a copy too: it has to be in the Concat's buffer, and the Split is the
+kernel that writes it there (the Concat views are decided first, where a producer's write is what
+saves the copy). A Split with some outputs views and others copies runs a kernel that copies only
+the latter (`View.kernel`, `kept_copies`): ShuffleNetV2's Split copies
+the passed-through half into the Concat's buffer, and the branch reads its half in place. Under
+`memory: lean` a view is taken only
 where the target's activation peak does not grow (the input's buffer then lives until its outputs'
 last reader: `Liveness`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from hetgen.ir import Graph
+from hetgen.ir import Graph, Node
+from hetgen.ops._copy import Copy, copy_kernel
 from hetgen.ops.base import Kernel
 from hetgen.partition.concat_views import Liveness, View, plain_arena
 from hetgen.partition.units import Unit
@@ -70,15 +73,18 @@ def split_views(
         if slabs is None or not plain_arena(targets[where]):
             continue
         source = inputs[0]
-        outputs = [name for name, _ in slabs]
         if (
             source in caller
             or producer.get(source) != where
             or graph.types[source].nbytes != graph.types[unit.head.inputs[0]].nbytes
-            or any(name in inside or readers.get(name, {where}) != {where} for name in outputs)
         ):
             continue
-        taken = {**inside, **dict.fromkeys(outputs, source)}
+        # an output a Concat view holds, or one read on another device, stays a copy the Split writes
+        kept = {name for name, _ in slabs if name in inside or readers.get(name, {where}) != {where}}
+        parts = tuple((name, offset) for name, offset in slabs if name not in kept)
+        if not parts:
+            continue
+        taken = {**inside, **{name: source for name, _ in parts}}
         if lean:
             liveness = peaks.get(where)
             if liveness is None:
@@ -86,5 +92,20 @@ def split_views(
             if liveness.peak(taken) > liveness.peak(inside):
                 continue  # its input's buffer, live until its outputs' last reader, would lift the target's peak
         inside = taken
-        views.append(View(unit.head.name, where, source, slabs, KINDS[unit.head.op]))
+        kernel = kept_copies(unit.head, graph, slabs, kept) if kept else None
+        views.append(View(unit.head.name, where, source, parts, KINDS[unit.head.op], kernel))
     return tuple(views)
+
+
+def kept_copies(node: Node, graph: Graph, slabs: tuple[tuple[str, int], ...], kept: Collection[str]) -> Kernel:
+    """The kernel of Split `node` (its outputs' ranges `slabs`) where only the outputs `kept` are
+    copied and the others are views: each kept output its contiguous range of the input, copied as
+    one run (the Split's own kernel would also write the views' ranges onto themselves)."""
+    itemsize = graph.types[node.inputs[0]].dtype.itemsize
+    first_out = len(node.inputs)
+    copies = [
+        Copy(0, first_out + k, (graph.types[name].nbytes // itemsize,), (1,), (1,), src_offset=offset // itemsize)
+        for k, (name, offset) in enumerate(slabs)
+        if name in kept
+    ]
+    return copy_kernel(copies, itemsize)
