@@ -9,7 +9,7 @@ that reads y computes the same as one reading x with W's input channels permuted
 
 (the same products, summed in another order). So where every reader of such a chain's output is an
 ungrouped float32 Conv with constant weights, each reads x with its own W', and the chain goes.
-Any chain of Reshapes and Transposes qualifies when it maps x onto a tensor of x's shape by moving
+Any chain of reshapes and Transposes (`OpDef.alias`, `OpDef.moved`) qualifies when it maps x onto a tensor of x's shape by moving
 channel planes (checked on the element indices, not on the spelling); each link's output must have
 no other reader and no link be a model output. Elsewhere (a grouped or depthwise reader, a Split,
 a model output) the chain stays and copies.
@@ -23,8 +23,9 @@ import math
 import numpy as np
 
 from hetgen.ir import DType, Graph, Node, TensorType
+from hetgen.ops.base import OpInstance, Unsupported
+from hetgen.ops.registry import op_def
 
-CHAIN = frozenset({"Reshape", "Transpose"})
 MAX_ELEMENTS = 1 << 24  # the index arithmetic checks every element once; larger maps keep the copy
 
 
@@ -37,7 +38,7 @@ def fold_channel_permutations(graph: Graph) -> Graph:
     replaced: dict[str, Node] = {}
     dropped: set[str] = set()
     for tail in graph.nodes:
-        if tail.op not in CHAIN or tail.name in dropped or not tail.outputs or tail.outputs[0] in outputs:
+        if not _moves(tail) or tail.name in dropped or not tail.outputs or tail.outputs[0] in outputs:
             continue
         readers = consumers.get(tail.outputs[0], [])
         if not readers or not all(
@@ -73,6 +74,14 @@ def fold_channel_permutations(graph: Graph) -> Graph:
     return dataclasses.replace(graph, nodes=nodes, types=types, constants=constants, removed_sources=removed)
 
 
+def _moves(node: Node) -> bool:
+    """A data movement with one input and output: a reshape (`OpDef.alias`) or an operator whose
+    output is its input's elements moved (`OpDef.moved`: Transpose)."""
+    definition = op_def(node.op, node.opset)
+    one = len([name for name in node.outputs if name]) == 1 and bool(node.inputs) and bool(node.inputs[0])
+    return definition is not None and one and (definition.alias or definition.moved is not None)
+
+
 def _absorbs(node: Node, tensor: str, graph: Graph) -> bool:
     """An ungrouped float32 Conv reading `tensor` as its input (only), with constant weights."""
     if node.op != "Conv" or len(node.inputs) < 2 or int(node.attr("group", 1)) != 1:
@@ -84,20 +93,20 @@ def _absorbs(node: Node, tensor: str, graph: Graph) -> bool:
 
 
 def _chain(tail: Node, producers, consumers, outputs) -> list[Node] | None:
-    """The Reshapes and Transposes ending in `tail`, first to last, each link's output read by the
-    next link only and not a model output; None where no Transpose is among them."""
+    """The data movements (`_moves`) ending in `tail`, first to last, each link's output read by the
+    next link only and not a model output; None where all of them are reshapes."""
     chain = [tail]
     while True:
         before = producers.get(chain[0].inputs[0])
         if (
             before is None
-            or before.op not in CHAIN
+            or not _moves(before)
             or before.outputs[0] in outputs
             or len(consumers.get(before.outputs[0], [])) != 1
         ):
             break
         chain.insert(0, before)
-    return chain if any(node.op == "Transpose" for node in chain) else None
+    return chain if any(not op_def(node.op, node.opset).alias for node in chain) else None
 
 
 def _channel_permutation(chain: list[Node], shape: tuple[int, ...], graph: Graph) -> np.ndarray | None:
@@ -108,11 +117,14 @@ def _channel_permutation(chain: list[Node], shape: tuple[int, ...], graph: Graph
         return None
     index = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
     for node in chain:
-        if node.op == "Transpose":
-            perm = node.attr("perm", None)
-            index = np.transpose(index, tuple(perm) if perm is not None else None)
-        else:
-            index = index.reshape(graph.types[node.outputs[0]].shape)
+        moved = op_def(node.op, node.opset).moved
+        out = graph.types[node.outputs[0]].shape
+        try:
+            index = index.reshape(out) if moved is None else moved(OpInstance.of(node, graph), index)
+        except (Unsupported, ValueError):
+            return None  # the operator's lowering reports it
+        if index.shape != out:
+            return None
     n, c, plane = shape[0], shape[1], math.prod(shape[2:])
     mapped = index.reshape(n, c, plane)
     perm = (mapped[0, :, 0] // plane) % c

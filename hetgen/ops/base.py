@@ -222,6 +222,10 @@ class OpDef:
     # (None for one that is not): a reader may read it there, and the operator run nothing
     # (hetgen/spec/split_view.py; Split, Slice).
     ranges: Callable[[OpInstance], tuple[int | None, ...]] | None = None
+    # The output is input 0's elements moved: applied to an array of input 0's shape, gives the
+    # output (Transpose; an `alias` moves nothing). hetgen/frontend/fold_shuffle.py follows a chain of
+    # them on element indices to find a channel permutation a convolution can absorb.
+    moved: Callable[[OpInstance, np.ndarray], np.ndarray] | None = None
     integer_mac: IntegerMac | None = None  # an int8 product on the MAC array (hetgen/spec/work.py, invocation.py)
     residual: ResidualAdd | None = None  # a residual Add its kernel may fuse (hetgen/spec/patterns.py)
     # Elementwise on one rank-4 activation (its other inputs one value each): a cascade may run it

@@ -33,8 +33,6 @@ from hetgen.platform.model import Platform
 from hetgen.platform.tuning import memory_mode
 from hetgen.spec.split_view import split_slabs
 
-KINDS = {"Split": "split view", "Slice": "slice view"}  # how explain names each one's variant
-
 
 def split_views(
     graph: Graph,
@@ -66,9 +64,7 @@ def split_views(
     inside = {part: view.holder for view in concats for part, _ in view.parts}
     views = []
     for unit, inputs in zip(units, unit_inputs):
-        if len(unit.nodes) != 1 or unit.head.op not in KINDS:
-            continue
-        slabs = split_slabs(unit.head, graph)
+        slabs = split_slabs(unit.head, graph) if len(unit.nodes) == 1 else None
         where = assignment[unit.head.name]
         if slabs is None or not plain_arena(targets[where]):
             continue
@@ -93,7 +89,7 @@ def split_views(
                 continue  # its input's buffer, live until its outputs' last reader, would lift the target's peak
         inside = taken
         kernel = kept_copies(unit.head, graph, slabs, kept) if kept else None
-        views.append(View(unit.head.name, where, source, parts, KINDS[unit.head.op], kernel))
+        views.append(View(unit.head.name, where, source, parts, f"{unit.head.op.lower()} view", kernel))
     return tuple(views)
 
 
