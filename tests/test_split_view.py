@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import hetgen
 import hetgen.partition.choices as choices_module
 from hetgen.models import cnn
+from hetgen.partition.energy import Counts, counts_nj, placement_energy
 from hetgen.platform import load_platform
 from test_concat_view import DUAL, host, lowered_of, source_names
 from verify_support import verify_matches
@@ -175,11 +176,19 @@ def test_with_lean_memory_views_never_lift_the_arena(tmp_path, monkeypatch):
 
 def test_a_reader_on_another_target_keeps_the_copy():
     """On dual, mixed's reader (an Add) pinned to the vector unit: mixed copies (its output leaves
-    the host over the link); quarter, a range of the same buffer read on the host, is a view."""
+    the host over the link); quarter, a range of the same buffer read on the host, is a view. The
+    energy report counts what runs: the partial Split's bytes are its kept copy's, half the Split's."""
     platform = load_platform(DUAL)
     graph, placement, _ = lowered_of(cases_model(), platform, pins={"twice": "dual/vec0"})
     views = {v.node for v in placement.choices.views if v.kind != "concat view"}
     assert source_names(graph, views) == VIEWS - {"mixed"} | PARTLY
+    (partly,) = [v for v in placement.choices.views if v.kernel is not None]
+    (group,) = [g for g in placement.groups if g.nodes == (partly.node,)]
+    host_target = next(t for t in platform.root.walk() if t.path_str == group.target)
+    copied = partly.kernel.bytes_accessed
+    assert copied == placement.kernels.unit((partly.node,)).kernel.bytes_accessed / 2
+    energy = dict(placement_energy(placement, graph, platform).groups_nj)
+    assert energy[group.name] == pytest.approx(counts_nj(host_target, Counts(0.0, 0.0, copied)))
 
 
 # memory, layout, channels, size: NCHW8c runs (Winograd declined), 40 channels a map, so halves

@@ -228,11 +228,16 @@ def placement_energy(placement, graph: Graph, platform: Platform, objective: str
     compute: dict[str, float] = dict.fromkeys(counts, 0.0)
     copies: dict[str, float] = dict.fromkeys(counts, 0.0)
     groups = []
-    viewed = placement.choices.viewed if isinstance(placement.choices, Choices) else frozenset()
+    views = placement.choices.views if isinstance(placement.choices, Choices) else ()
+    viewed = {view.node for view in views if view.kernel is None}
+    # a Split whose other outputs are views copies only the rest (hetgen/partition/split_views.py)
+    partly = {view.node: view.kernel for view in views if view.kernel is not None}
     for group in placement.groups:
         target = targets[group.target]
         # a view runs nothing (hetgen/partition/concat_views.py, split_views.py)
-        c = group_counts(target, (nodes[n] for n in group.nodes if n not in viewed), graph, kernels)
+        c = group_counts(target, (nodes[n] for n in group.nodes if n not in viewed and n not in partly), graph, kernels)
+        for kernel in (partly[n] for n in group.nodes if n in partly):
+            c = c + Counts(kernel.flops / 2, 0.0, float(kernel.bytes_accessed))
         nj = counts_nj(target, c)
         counts[group.target] = counts[group.target] + c
         compute[group.target] += nj
