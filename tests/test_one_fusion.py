@@ -12,6 +12,7 @@ units, never one group), on the partition fixtures' random platforms, and on ran
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 
@@ -64,11 +65,17 @@ def candidates_not_units(graph, platform) -> list[str]:
     ]
 
 
+@functools.cache
+def example_graph(example: Path):
+    """A shipped example imported once per process: a frozen Graph, placed on every platform."""
+    return import_graph(str(example), {})
+
+
 @pytest.mark.parametrize("platform_file", PLATFORMS, ids=lambda p: p.stem)
 def test_shipped_examples_place_only_table_units(platform_file):
     platform = load_platform(str(platform_file))
     for example in EXAMPLES:
-        graph = import_graph(str(example), {})
+        graph = example_graph(example)
         assert groups_not_units(graph, platform) == [], example.name
 
 
