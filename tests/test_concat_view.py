@@ -194,13 +194,17 @@ def test_views_match_onnxruntime_under_sanitizers(tmp_path, how):
     """Built with ASan and UBSan (nchw8c: ranges written by the reorders back from blocked runs):
     every output matches onnxruntime."""
     memory, layout, channels, size = how
-    out = hetgen.compile(
+    verify_matches(sanitized_build(tmp_path, cases_model(channels, size), memory, layout))
+
+
+def sanitized_build(tmp_path: Path, model: onnx.ModelProto, memory: str, layout: str) -> Path:
+    """`model` built for the host (`memory`, `layout`) with ASan and UBSan, warnings as errors."""
+    return hetgen.compile(
         host(tmp_path, memory, layout),
-        cases_model(channels, size),
+        model,
         out=tmp_path / "out",
         native_only=True,
         werror=True,
         sanitize=("address", "undefined"),
         opt=("-O1",),
     )
-    verify_matches(out)

@@ -12,12 +12,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import hetgen
 import hetgen.partition.choices as choices_module
 from hetgen.models import cnn
 from hetgen.partition.energy import Counts, counts_nj, placement_energy
 from hetgen.platform import load_platform
-from test_concat_view import DUAL, host, lowered_of, source_names
+from test_concat_view import DUAL, host, lowered_of, sanitized_build, source_names
 from verify_support import verify_matches
 
 C, HW = 16, 8  # every map: 1 x C x 8 x 8 float32 (256 bytes a channel: ranges on the arena's 64)
@@ -217,16 +216,7 @@ def test_views_match_onnxruntime_under_sanitizers(tmp_path, how):
     """Built with ASan and UBSan: every output matches onnxruntime (nchw8c: ranges off the blocks,
     read through the reorders into blocked runs)."""
     memory, layout, channels, size = how
-    out = hetgen.compile(
-        host(tmp_path, memory, layout),
-        cases_model(channels, size),
-        out=tmp_path / "out",
-        native_only=True,
-        werror=True,
-        sanitize=("address", "undefined"),
-        opt=("-O1",),
-    )
-    verify_matches(out)
+    verify_matches(sanitized_build(tmp_path, cases_model(channels, size), memory, layout))
 
 
 def test_a_shuffle_read_by_convolutions_only_folds_into_their_weights(lowered_cases):

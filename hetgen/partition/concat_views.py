@@ -51,6 +51,54 @@ class View:
     kernel: Kernel | None = None
 
 
+class PlacedProgram:
+    """What the view rules (`concat_views` here, hetgen/partition/split_views.py) ask of a placed
+    program: its units in execution order (`units`, reading `unit_inputs`, run as `kernels`, each
+    unit's node on the target `assignment` names), the targets by path, the buffers that are the
+    caller's, the target whose unit writes each buffer and those whose units read it, and, under
+    `memory: lean`, whether taking more views lifts a target's activation peak (`Liveness`)."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        units: Sequence[Unit],
+        unit_inputs: Sequence[tuple[str, ...]],
+        assignment: Mapping[str, str],
+        platform: Platform,
+        kernels: Sequence[Kernel],
+    ):
+        self.graph, self.units, self.unit_inputs, self.assignment = graph, units, unit_inputs, assignment
+        self.kernels = kernels
+        self.targets = {t.path_str: t for t in platform.targets()}
+        self.caller = set(graph.inputs) | set(graph.outputs) | set(graph.constants)
+        self.producer: dict[str, str] = {}  # buffer -> the target of the unit writing it
+        self.readers: dict[str, set[str]] = {}  # buffer -> the targets of the units reading it
+        for unit, inputs in zip(units, unit_inputs):
+            where = assignment[unit.head.name]
+            for name in unit.outputs:
+                if name:
+                    self.producer[name] = where
+            for name in inputs:
+                if name:
+                    self.readers.setdefault(name, set()).add(where)
+        self.lean = memory_mode(platform) == "lean"
+        self.root = platform.root.controller().path_str
+        self._liveness: dict[str, Liveness] = {}  # per target, built when first asked
+
+    def lifts_peak(self, target: str, before: Mapping[str, str], after: Mapping[str, str]) -> bool:
+        """Whether, under `memory: lean`, the views `after` (buffer -> the output it is a range of)
+        hold more bytes live at once on `target` than the views `before`; never under `fast`,
+        which takes every view the layout and placement allow."""
+        if not self.lean:
+            return False
+        liveness = self._liveness.get(target)
+        if liveness is None:
+            liveness = self._liveness[target] = Liveness(
+                self.graph, self.units, self.unit_inputs, self.kernels, self.assignment, target, target == self.root
+            )
+        return liveness.peak(after) > liveness.peak(before)
+
+
 def concat_views(
     graph: Graph,
     units: Sequence[Unit],
@@ -61,16 +109,7 @@ def concat_views(
 ) -> tuple[View, ...]:
     """The Concat units of `units` (the program's, in execution order, reading `unit_inputs`, run as
     `kernels`; each unit's node on the target `assignment` names) that are views (module doc)."""
-    targets = {t.path_str: t for t in platform.targets()}
-    caller = set(graph.inputs) | set(graph.outputs) | set(graph.constants)
-    producer: dict[str, str] = {}  # buffer -> the target of the unit writing it
-    for unit in units:
-        for name in unit.outputs:
-            if name:
-                producer[name] = assignment[unit.head.name]
-    lean = memory_mode(platform) == "lean"
-    root = platform.root.controller().path_str
-    peaks: dict[str, Liveness] = {}  # per target: its activations' liveness with the views taken so far
+    program = PlacedProgram(graph, units, unit_inputs, assignment, platform, kernels)
     inside: dict[str, str] = {}  # buffer -> the output of the view it is a range of
     views = []
     for unit, inputs in zip(units, unit_inputs):
@@ -78,23 +117,20 @@ def concat_views(
             continue
         slabs = concat_slabs(unit.head, graph)
         where = assignment[unit.head.name]
-        if slabs is None or not plain_arena(targets[where]):
+        if slabs is None or not plain_arena(program.targets[where]):
             continue
         parts = tuple((buffer, offset) for buffer, (_, offset) in zip(inputs, slabs))
         buffers = [buffer for buffer, _ in parts]
         if (
             len(set(buffers)) != len(buffers)
-            or any(b in caller or b in inside or producer.get(b) != where for b in buffers)
+            or any(b in program.caller or b in inside or program.producer.get(b) != where for b in buffers)
             or any(graph.types[b].nbytes != graph.types[name].nbytes for b, (name, _) in zip(buffers, slabs))
         ):
             continue
-        if lean:
-            liveness = peaks.get(where)
-            if liveness is None:
-                liveness = peaks[where] = Liveness(graph, units, unit_inputs, kernels, assignment, where, where == root)
-            if liveness.peak({**inside, **dict.fromkeys(buffers, unit.outputs[0])}) > liveness.peak(inside):
-                continue  # its output's buffer, live from its first input on, would lift the target's peak
-        inside.update(dict.fromkeys(buffers, unit.outputs[0]))
+        taken = {**inside, **dict.fromkeys(buffers, unit.outputs[0])}
+        if program.lifts_peak(where, inside, taken):
+            continue  # its output's buffer, live from its first input on, would lift the target's peak
+        inside = taken
         views.append(View(unit.head.name, where, unit.outputs[0], parts))
     return tuple(views)
 

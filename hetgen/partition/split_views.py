@@ -27,10 +27,9 @@ from collections.abc import Collection, Mapping, Sequence
 from hetgen.ir import Graph, Node
 from hetgen.ops._copy import Copy, copy_kernel
 from hetgen.ops.base import Kernel
-from hetgen.partition.concat_views import Liveness, View, plain_arena
+from hetgen.partition.concat_views import PlacedProgram, View, plain_arena
 from hetgen.partition.units import Unit
 from hetgen.platform.model import Platform
-from hetgen.platform.tuning import memory_mode
 from hetgen.spec.split_view import split_slabs
 
 
@@ -46,47 +45,29 @@ def split_views(
     """The Split and Slice units of `units` (the program's, in execution order, reading
     `unit_inputs`, run as `kernels`; each unit's node on the target `assignment` names) that are
     views, given the Concat views `concats` already taken (module doc)."""
-    targets = {t.path_str: t for t in platform.targets()}
-    caller = set(graph.inputs) | set(graph.outputs) | set(graph.constants)
-    producer: dict[str, str] = {}  # buffer -> the target of the unit writing it
-    readers: dict[str, set[str]] = {}  # buffer -> the targets of the units reading it
-    for unit, inputs in zip(units, unit_inputs):
-        where = assignment[unit.head.name]
-        for name in unit.outputs:
-            if name:
-                producer[name] = where
-        for name in inputs:
-            if name:
-                readers.setdefault(name, set()).add(where)
-    lean = memory_mode(platform) == "lean"
-    root = platform.root.controller().path_str
-    peaks: dict[str, Liveness] = {}
+    program = PlacedProgram(graph, units, unit_inputs, assignment, platform, kernels)
     inside = {part: view.holder for view in concats for part, _ in view.parts}
     views = []
     for unit, inputs in zip(units, unit_inputs):
         slabs = split_slabs(unit.head, graph) if len(unit.nodes) == 1 else None
         where = assignment[unit.head.name]
-        if slabs is None or not plain_arena(targets[where]):
+        if slabs is None or not plain_arena(program.targets[where]):
             continue
         source = inputs[0]
         if (
-            source in caller
-            or producer.get(source) != where
+            source in program.caller
+            or program.producer.get(source) != where
             or graph.types[source].nbytes != graph.types[unit.head.inputs[0]].nbytes
         ):
             continue
         # an output a Concat view holds, or one read on another device, stays a copy the Split writes
-        kept = {name for name, _ in slabs if name in inside or readers.get(name, {where}) != {where}}
+        kept = {name for name, _ in slabs if name in inside or program.readers.get(name, {where}) != {where}}
         parts = tuple((name, offset) for name, offset in slabs if name not in kept)
         if not parts:
             continue
         taken = {**inside, **{name: source for name, _ in parts}}
-        if lean:
-            liveness = peaks.get(where)
-            if liveness is None:
-                liveness = peaks[where] = Liveness(graph, units, unit_inputs, kernels, assignment, where, where == root)
-            if liveness.peak(taken) > liveness.peak(inside):
-                continue  # its input's buffer, live until its outputs' last reader, would lift the target's peak
+        if program.lifts_peak(where, inside, taken):
+            continue  # its input's buffer, live until its outputs' last reader, would lift the target's peak
         inside = taken
         kernel = kept_copies(unit.head, graph, slabs, kept) if kept else None
         views.append(View(unit.head.name, where, source, parts, f"{unit.head.op.lower()} view", kernel))
