@@ -33,7 +33,7 @@ from hetgen.ir import Graph, Node
 from hetgen.ops._parallel import SERIAL, Parallel
 from hetgen.ops.base import Kernel, Prepacked
 from hetgen.partition.blocked_layout import BlockedUnit, Reorder, blocked_units
-from hetgen.partition.concat_views import View, concat_views
+from hetgen.partition.concat_views import PlacedProgram, View, concat_views
 from hetgen.partition.cost import Calibration, Topology, Work, kernel_us, pool_threads, unit_parallel
 from hetgen.partition.placement import Group, Placement
 from hetgen.partition.prepack import UnitLowerings, taken_offers
@@ -124,8 +124,9 @@ def choose(
     taken, offers, layouts = taken_offers(graph, units, table, unit_inputs, assignment, platform, lowerings)
     blocked = blocked_units(graph, units, taken, unit_inputs, assignment, platform)
     run = tuple(taken[index] if index not in blocked else blocked[index].kernel for index in range(len(units)))
-    views = concat_views(graph, units, unit_inputs, assignment, platform, run)
-    views += split_views(graph, units, unit_inputs, assignment, platform, run, views)
+    program = PlacedProgram(graph, units, unit_inputs, assignment, platform, run)
+    views = concat_views(program)
+    views += split_views(program, views)
     viewed = {view.node for view in views if view.kernel is None}
     partly = {view.node: view.kernel for view in views if view.kernel is not None}  # copying the rest
     run = tuple(partly.get(unit.head.name, kernel) for unit, kernel in zip(units, run))

@@ -99,24 +99,16 @@ class PlacedProgram:
         return liveness.peak(after) > liveness.peak(before)
 
 
-def concat_views(
-    graph: Graph,
-    units: Sequence[Unit],
-    unit_inputs: Sequence[tuple[str, ...]],
-    assignment: Mapping[str, str],
-    platform: Platform,
-    kernels: Sequence[Kernel],
-) -> tuple[View, ...]:
-    """The Concat units of `units` (the program's, in execution order, reading `unit_inputs`, run as
-    `kernels`; each unit's node on the target `assignment` names) that are views (module doc)."""
-    program = PlacedProgram(graph, units, unit_inputs, assignment, platform, kernels)
+def concat_views(program: PlacedProgram) -> tuple[View, ...]:
+    """The Concat units of `program` that are views (module doc)."""
+    graph = program.graph
     inside: dict[str, str] = {}  # buffer -> the output of the view it is a range of
     views = []
-    for unit, inputs in zip(units, unit_inputs):
+    for unit, inputs in zip(program.units, program.unit_inputs):
         if len(unit.nodes) != 1 or unit.head.op != "Concat":
             continue
         slabs = concat_slabs(unit.head, graph)
-        where = assignment[unit.head.name]
+        where = program.assignment[unit.head.name]
         if slabs is None or not plain_arena(program.targets[where]):
             continue
         parts = tuple((buffer, offset) for buffer, (_, offset) in zip(inputs, slabs))

@@ -22,35 +22,24 @@ last reader: `Liveness`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 
 from hetgen.ir import Graph, Node
 from hetgen.ops._copy import Copy, copy_kernel
 from hetgen.ops.base import Kernel
 from hetgen.partition.concat_views import PlacedProgram, View, plain_arena
-from hetgen.partition.units import Unit
-from hetgen.platform.model import Platform
 from hetgen.spec.split_view import split_slabs
 
 
-def split_views(
-    graph: Graph,
-    units: Sequence[Unit],
-    unit_inputs: Sequence[tuple[str, ...]],
-    assignment: Mapping[str, str],
-    platform: Platform,
-    kernels: Sequence[Kernel],
-    concats: Sequence[View] = (),
-) -> tuple[View, ...]:
-    """The Split and Slice units of `units` (the program's, in execution order, reading
-    `unit_inputs`, run as `kernels`; each unit's node on the target `assignment` names) that are
-    views, given the Concat views `concats` already taken (module doc)."""
-    program = PlacedProgram(graph, units, unit_inputs, assignment, platform, kernels)
+def split_views(program: PlacedProgram, concats: Sequence[View] = ()) -> tuple[View, ...]:
+    """The Split and Slice units of `program` that are views, given the Concat views `concats`
+    already taken (module doc)."""
+    graph = program.graph
     inside = {part: view.holder for view in concats for part, _ in view.parts}
     views = []
-    for unit, inputs in zip(units, unit_inputs):
+    for unit, inputs in zip(program.units, program.unit_inputs):
         slabs = split_slabs(unit.head, graph) if len(unit.nodes) == 1 else None
-        where = assignment[unit.head.name]
+        where = program.assignment[unit.head.name]
         if slabs is None or not plain_arena(program.targets[where]):
             continue
         source = inputs[0]
