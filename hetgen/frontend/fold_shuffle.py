@@ -26,7 +26,9 @@ from hetgen.ir import DType, Graph, Node, TensorType
 from hetgen.ops.base import OpInstance, Unsupported
 from hetgen.ops.registry import op_def
 
-MAX_ELEMENTS = 1 << 24  # the index arithmetic checks every element once; larger maps keep the copy
+# the index arithmetic checks every element once (int32 indices: 64 MiB a copy at the most);
+# larger maps keep the copy
+MAX_ELEMENTS = 1 << 24
 
 
 def fold_channel_permutations(graph: Graph) -> Graph:
@@ -115,7 +117,7 @@ def _channel_permutation(chain: list[Node], shape: tuple[int, ...], graph: Graph
     out_shape = graph.types[chain[-1].outputs[0]].shape
     if len(shape) < 3 or out_shape != shape or math.prod(shape) > MAX_ELEMENTS:
         return None
-    index = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    index = np.arange(math.prod(shape), dtype=np.int32).reshape(shape)
     for node in chain:
         moved = op_def(node.op, node.opset).moved
         out = graph.types[node.outputs[0]].shape
@@ -128,7 +130,9 @@ def _channel_permutation(chain: list[Node], shape: tuple[int, ...], graph: Graph
     n, c, plane = shape[0], shape[1], math.prod(shape[2:])
     mapped = index.reshape(n, c, plane)
     perm = (mapped[0, :, 0] // plane) % c
-    expected = (np.arange(n)[:, None, None] * c + perm[None, :, None]) * plane + np.arange(plane)[None, None, :]
+    expected = (np.arange(n, dtype=np.int32)[:, None, None] * c + perm[None, :, None]) * plane + np.arange(
+        plane, dtype=np.int32
+    )[None, None, :]
     if not np.array_equal(mapped, expected) or np.array_equal(perm, np.arange(c)):
         return None
     return perm
