@@ -45,6 +45,11 @@ CROSS_STAGE_CALLS = {
     ("lower", "hetgen.partition.choices", "banked"): "a banked root's groups priced at the banks lowering assigns",
     ("lower", "hetgen.partition.choices", "placement_makespan_of"): "the makespan the banked groups are totalled by",
     ("lower", "hetgen.partition.blocked_layout", "blocked_name"): "the names of the tensors the choice stage blocked",
+    (
+        "lower",
+        "hetgen.partition.liveness",
+        "live_bytes",
+    ): "one liveness rule for the lean budget and the bound it meets",
     ("lower", "hetgen.spec.work", "dma_work"): "work descriptors of device copies, not in the table (issue 19 item 4)",
     ("lower", "hetgen.spec.work", "instance_work"): "work descriptors of re-blocked units (issue 19 item 4)",
     ("lower", "hetgen.spec.work", "kernel_work"): "work descriptors of re-blocked units (issue 19 item 4)",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from hetgen.lower.memory import ALIGNMENT
 from hetgen.lower.program import Call, Copy, Lowered, Region
+from hetgen.partition.liveness import live_bytes
 
 
 @dataclass(frozen=True)
@@ -70,20 +71,11 @@ def live_bytes_per_step(program, alignment: int = 1) -> list[int]:
         for name, _, nbytes in plan.buffers
         if not name.startswith("scratch:") and plan.holder(name) == name  # a view's range is its holder's
     }
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    steps = program.steps
-    for step_index, step in enumerate(steps):
-        for ref in _refs(step):
-            name = plan.holder(ref.tensor) if ref.region is Region.ARENA else ""
-            if name in sizes:
-                first.setdefault(name, step_index)
-                last[name] = step_index
-    live = [0] * len(steps)
-    for name, start in first.items():
-        for step_index in range(start, last[name] + 1):
-            live[step_index] += sizes[name]
-    return live
+    touches = [
+        [name for ref in _refs(step) if ref.region is Region.ARENA and (name := plan.holder(ref.tensor)) in sizes]
+        for step in program.steps
+    ]
+    return live_bytes(touches, sizes)
 
 
 def _refs(step):

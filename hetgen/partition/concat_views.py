@@ -20,12 +20,12 @@ the placement it returns is priced with the views, as the program runs.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hetgen.ir import Graph
 from hetgen.ops.base import Kernel
+from hetgen.partition.liveness import live_bytes
 from hetgen.partition.units import Unit
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role
@@ -162,18 +162,8 @@ class Liveness:
                 name = inside[name]
             return name
 
-        first: dict[str, int] = {}
-        last: dict[str, int] = {}
-        for step, names in enumerate(self.touches):
-            for name in names:
-                held = holder(name)
-                first.setdefault(held, step)
-                last[held] = step
-        delta = [0] * (len(self.touches) + 1)  # a difference array: tensors + units, not lifetimes
-        for name, start in first.items():
-            delta[start] += self.nbytes[name]
-            delta[last[name] + 1] -= self.nbytes[name]
-        return max(map(sum, zip(itertools.accumulate(delta[:-1]), self.scratch)), default=0)
+        live = live_bytes([{holder(name): None for name in names} for names in self.touches], self.nbytes)
+        return max(map(sum, zip(live, self.scratch)), default=0)
 
 
 def plain_arena(target) -> bool:

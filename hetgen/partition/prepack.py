@@ -46,6 +46,7 @@ from hetgen.errors import PlacementError
 from hetgen.ir import Graph
 from hetgen.ops import _gemm_plan
 from hetgen.ops.base import Kernel, Prepacked
+from hetgen.partition.liveness import live_bytes
 from hetgen.partition.units import Unit, op_instance, unit_lowering
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Target
@@ -361,20 +362,17 @@ def _constants_of(on_target, unit_inputs, graph) -> list[str]:
 
 def _live_per_unit(on_target, units, unit_inputs, graph, is_root: bool) -> list[int]:
     """Per unit on one target, in their order, the bytes of activations live across it: each tensor
-    from the unit that first touches it to the one that last does. On the root, the model's inputs
-    and outputs are the caller's buffers, outside the arena, and are not counted."""
+    from the unit that first touches it to the one that last does (the model's inputs from the first
+    unit, its outputs to the last). On the root, the model's inputs and outputs are the caller's
+    buffers, outside the arena, and are not counted."""
     caller = set(graph.inputs) | set(graph.outputs) if is_root else set()
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    end = len(on_target)
-    for step, index in enumerate(on_target):
-        for name in (*unit_inputs[index], *units[index].outputs):
-            if name and name not in graph.constants and name in graph.types and name not in caller:
-                first.setdefault(name, 0 if name in graph.inputs else step)
-                last[name] = end - 1 if name in graph.outputs else step
-    delta = [0] * (end + 1)  # a difference array: the cost is tensors + units, not their lifetimes
-    for name, start in first.items():
-        nbytes = graph.types[name].nbytes
-        delta[start] += nbytes
-        delta[last[name] + 1] -= nbytes
-    return list(itertools.accumulate(delta[:end]))
+    touches = [
+        [
+            name
+            for name in (*unit_inputs[index], *units[index].outputs)
+            if name and name not in graph.constants and name in graph.types and name not in caller
+        ]
+        for index in on_target
+    ]
+    nbytes = {name: graph.types[name].nbytes for names in touches for name in names}
+    return live_bytes(touches, nbytes, from_start=set(graph.inputs), to_end=set(graph.outputs))
