@@ -130,6 +130,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("Clip", [Feed((1, 8, 4, 4)), c(-0.5), c(1.0)]),
     Spec("Clip", [Feed((2, 3), I64, -5, 5), c(-1, I64), c(2, I64)]),
     Spec("Conv", [Feed((1, 3, 6, 6)), r((4, 3, 3, 3)), r((4,), seed=2)], {"pads": [1, 1, 1, 1]}),
+    # past an NPU's SRAM: tiled by rows, each tile's kernel naming the inputs the tile passes it
+    Spec("Conv", [Feed((1, 32, 48, 48)), r((8, 32, 3, 3)), r((8,), seed=2)], {"pads": [1, 1, 1, 1]}),
     Spec(
         "ConvInteger",
         [Feed((1, 2, 5, 5), U8, 0, 255), r((3, 2, 3, 3), U8, 0, 255), c(100, U8), c(120, U8)],

@@ -162,7 +162,7 @@ def test_hot_buffers_fill_the_fast_bank_and_the_cold_ones_spill():
     assert plan_banks(roomy, list(reversed(intervals())), accesses, {}) == (plan, (dtcm, sram))
 
 
-def test_the_last_bank_overflowing_is_refused_with_its_name_and_the_bytes_over():
+def test_the_last_bank_overflowing_is_refused_with_its_name_and_the_bytes_over(tmp_path):
     text = platform_text(
         "    rom: {origin: 0, kib: 512, bandwidth_gbps: 1, read_only: true}\n"
         "    ram: {origin: 0x20000000, kib: 24, bandwidth_gbps: 1}\n"
@@ -170,24 +170,24 @@ def test_the_last_bank_overflowing_is_refused_with_its_name_and_the_bytes_over()
     path = Path(__file__).parent / "banks.yaml"
     platform = load_platform_text(text, str(path))
     with pytest.raises(HetgenError) as caught:
-        hetgen.compile(platform, MODEL, build=False)
+        hetgen.compile(platform, MODEL, out=tmp_path / "out", build=False)
     message = str(caught.value)
     assert "bank 'ram' (24 KiB) overflows by 78,912 B" in message and "Fix:" in message, message
 
 
-def test_weights_past_their_bank_are_refused_per_bank_before_the_build():
+def test_weights_past_their_bank_are_refused_per_bank_before_the_build(tmp_path):
     small = load_platform_text(BANKS.read_text().replace("kib: 512,", "kib: 128,"), "small.yaml")
     with pytest.raises(HetgenError) as caught:
-        hetgen.compile(small, MODEL, build=False)
+        hetgen.compile(small, MODEL, out=tmp_path / "out", build=False)
     message = str(caught.value)
     assert "bank 'itcm' (128 KiB) overflows by 179,776 B: 310,848 B needed (weights 310,848 B)" in message, message
     assert "Nothing was built" in message and "Fix:" in message
 
 
-def test_a_spill_under_a_runtime_that_resolves_one_arena_is_refused():
+def test_a_spill_under_a_runtime_that_resolves_one_arena_is_refused(tmp_path):
     graph_runtime = load_platform_text(BANKS.read_text().replace("runtime: aot", "runtime: graph"), "graph.yaml")
     with pytest.raises(HetgenError) as caught:
-        hetgen.compile(graph_runtime, MODEL, build=False)
+        hetgen.compile(graph_runtime, MODEL, out=tmp_path / "out", build=False)
     assert "spills from bank 'dtcm' to 'sram', which runtime 'graph' cannot address" in str(caught.value)
 
 
@@ -321,6 +321,38 @@ def test_generated_storage_and_linker_script_name_each_bank(tmp_path):
     assert ".hg_bank_sram (NOLOAD)" in script and "*(.bss.hg_bank_sram)" in script
 
 
+def big_io_model():
+    """A Conv + Relu whose input and output (72 KiB each) outgrow the 64 KiB DTCM that holds the stack."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.random.default_rng(3).standard_normal((8, 8, 3, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "big_io",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 48, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 48, 48])],
+        [weights],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_example_buffers_past_the_stacks_bank_go_to_the_bank_that_takes_the_arenas_rest(tmp_path):
+    """The board example's buffers lie beside the stack where they fit (resnet_tiny), else in the
+    last arena bank's section, zeroed by the run on zero inputs (a NOLOAD section is not)."""
+    small = hetgen.compile(BANKS, MODEL, out=tmp_path / "small", build=False)
+    assert "section(" not in (small / "mcu_m55_banks/board_main.c").read_text().split("static void report")[0]
+    out = hetgen.compile(BANKS, big_io_model(), out=tmp_path / "big", build=False)
+    main_c = (out / "mcu_m55_banks/board_main.c").read_text()
+    for buffer in ("input_0[73728]", "output_0[73728]"):
+        assert f'{buffer} __attribute__((aligned(8), section(".bss.hg_bank_sram")));' in main_c
+    assert "memset(input_0, 0, sizeof input_0);" in main_c
+
+
 HOSTED = """name: hb
 target:
   kind: native
@@ -384,6 +416,22 @@ def test_banked_elf_runs_under_qemu_matches_onnxruntime_with_each_section_in_its
         assert address in banks[bank] and address + size - 1 in banks[bank], (name, hex(address), size)
     assert sections[".hg_bank_sram"][1] > 0  # the arena did spill
     assert ".hg_bank_sram" in (out / "board/bin/hg_mcu_m55_banks_main.map").read_text()
+    errors = verify(out, seed=2, emulate=True)
+    assert errors and all(e.ok for e in errors), errors
+
+
+@pytest.mark.cc
+@pytest.mark.external
+@pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS), reason="needs arm-none-eabi-gcc and qemu-system-arm")
+def test_example_buffers_in_the_sram_bank_run_under_qemu_and_match_onnxruntime(tmp_path):
+    from hetgen.build.baremetal import section_headers
+    from hetgen.runtime.verify import verify
+
+    out = hetgen.compile(BANKS, big_io_model(), out=tmp_path / "out", werror=True, opt=("-O2",), native_tuning=False)
+    (program,) = json.loads((out / "hetgen.json").read_text())["board"]["programs"]
+    sections = {name: (address, size) for name, address, size, *_ in section_headers(out / program["path"])}
+    address, size = sections[".hg_bank_sram"]
+    assert 0x21000000 <= address and size >= 2 * 73728  # the example's buffers, past the DTCM
     errors = verify(out, seed=2, emulate=True)
     assert errors and all(e.ok for e in errors), errors
 

@@ -104,7 +104,7 @@ def bank_needs(lowered: Lowered) -> list[tuple[Bank, int, list[str]]]:
     stack = bank_of(banks, "stack")
     needs[stack.name].append(("stack", memory_map(root.target).stack_bytes))
     io = sum(max(spec.type.nbytes, 1) for spec in (*root.inputs, *root.outputs))
-    needs[stack.name].append(("input/output buffers", io))
+    needs[(root.buffers_bank or stack).name].append(("input/output buffers", io))
     return [
         (
             bank,

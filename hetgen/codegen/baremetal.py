@@ -35,6 +35,15 @@ def _buffers(kind: str, tensors) -> list[dict]:
     return [{"name": f"{kind}_{index}", "size": max(spec.type.nbytes, 1)} for index, spec in enumerate(tensors)]
 
 
+def _buffers_section(root) -> str:
+    """The example buffers' section: "" (.bss, beside the stack) unless a banked root's are in
+    another bank (hetgen/lower/banks.py `example_buffers_bank`), whose NOLOAD section nothing zeroes."""
+    bank = root.buffers_bank
+    if bank is None or bank == bank_of(root.target.memories, "stack"):
+        return ""
+    return ram_input_section(bank.name)
+
+
 def bank_regions(banks) -> dict:
     """The linker script's view of a banked target (templates/baremetal/link_banks.ld.j2): a MEMORY
     region per bank, a loaded output section per read-only bank that holds weights apart from the
@@ -86,6 +95,7 @@ def with_board_support(lowered: Lowered, sources: Sources) -> Sources:
         exe_name=exe_name,
         input_buffers=_buffers("input", root.inputs),
         output_buffers=_buffers("output", root.outputs),
+        buffers_section=_buffers_section(root),
         simulated_devices=len(lowered.simulated),
         stats_fields=STATS_FIELDS,
         **common,

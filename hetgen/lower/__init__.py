@@ -12,7 +12,14 @@ import dataclasses
 
 from hetgen.errors import HetgenError, InternalError, ModelError, PlacementError
 from hetgen.ir import Graph
-from hetgen.lower.banks import STATIC_DATA_RESERVE, BankArena, check_weights_bank, group_traffic, plan_banks
+from hetgen.lower.banks import (
+    STATIC_DATA_RESERVE,
+    BankArena,
+    check_weights_bank,
+    example_buffers_bank,
+    group_traffic,
+    plan_banks,
+)
 from hetgen.lower.blocked_layout import block_layout
 from hetgen.lower.memory import ALIGNMENT, Interval, MemoryPlan, check_sizes, plan_memory
 from hetgen.lower.prepack import apply_prepacked
@@ -163,13 +170,16 @@ def _viewed(views) -> set[str]:
 
 def bank_reserves(target: Target, graph: Graph) -> dict[str, int]:
     """What a banked root's board keeps in its banks besides the arena: the bank holding the stack
-    also holds .data and .bss (the example's input and output buffers, the runtime's static data)."""
+    also holds .data and .bss (the runtime's static data), and the example's input and output
+    buffers lie in `example_buffers_bank` (the stack's where they fit)."""
     stack_bank = bank_of(target.memories, "stack")
     if stack_bank is None:
         return {}
-    stack = int(target.attrs.get("stack_kib", 0)) * 1024
-    io = sum(_aligned_bytes(max(graph.types[name].nbytes, 1)) for name in (*graph.inputs, *graph.outputs))
-    return {stack_bank.name: stack + io + STATIC_DATA_RESERVE}
+    sizes = [graph.types[name].nbytes for name in (*graph.inputs, *graph.outputs)]
+    reserved = {stack_bank.name: int(target.attrs.get("stack_kib", 0)) * 1024 + STATIC_DATA_RESERVE}
+    buffers = example_buffers_bank(target, sizes)
+    reserved[buffers.name] = reserved.get(buffers.name, 0) + sum(_aligned_bytes(max(n, 1)) for n in sizes)
+    return reserved
 
 
 def _aligned_bytes(value: int) -> int:
@@ -370,6 +380,11 @@ def _lower(
                 emulation_scratch=scratch_sizes.get(target, 0),
                 pool=has_pool(platform.root, target),
                 banks=bank_arenas.get(target, ()),
+                buffers_bank=example_buffers_bank(
+                    target, [graph.types[n].nbytes for n in (*graph.inputs, *graph.outputs)]
+                )
+                if role is ProgramRole.ROOT
+                else None,
                 bank_traffic=bank_traffic if role is ProgramRole.ROOT else (),
                 threads=program_threads(platform, target),
                 arena_in=shared.path_str if shared is not None and target == root else "",

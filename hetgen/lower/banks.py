@@ -58,6 +58,24 @@ def _aligned(value: int) -> int:
     return (value + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
+def example_buffers_bank(target: Target, io_sizes) -> Bank | None:
+    """The bank that holds the board example's input and output buffers (`io_sizes`: their bytes),
+    None for a target without banks: the stack's bank (with .data and .bss), beside the stack and
+    the runtime's static data, where they fit; else the last bank that holds the arena (the one
+    that takes what the faster ones cannot) where they fit there, in a section of its own. A model
+    whose buffers outgrow the stack's small bank (a 64 KiB DTCM) still builds on a board with a
+    large SRAM."""
+    stack_bank = bank_of(target.memories, "stack")
+    if stack_bank is None:
+        return None
+    io = sum(_aligned(max(nbytes, 1)) for nbytes in io_sizes)
+    stack = int(target.attrs.get("stack_kib", 0)) * KIB
+    if stack + io + STATIC_DATA_RESERVE <= stack_bank.size:
+        return stack_bank
+    roomy = [bank for bank in holding(target.memories, "arena") if not bank.read_only and io <= bank.size]
+    return roomy[-1] if roomy else stack_bank
+
+
 def heat(interval: Interval, accesses: int) -> float:
     """Accesses per step live: what a byte of fast memory given to this buffer buys."""
     return accesses / (interval.last - interval.first + 1)
@@ -174,10 +192,11 @@ def group_traffic(
     group's name, a reorder counted in the group of the unit it serves) reads each input and writes
     each output once, and writes and reads its scratch: an activation or scratch area in the bank
     the plan put it in, a weight block in the weights bank, the caller's input and output buffers
-    (the board's .data and .bss) in the stack's bank."""
+    in the bank of the board example's (`example_buffers_bank`: the stack's, where they fit)."""
     offsets = {name: offset for name, offset, _ in plan.buffers}
-    weights, stack = bank_of(target.memories, "weights"), bank_of(target.memories, "stack")
+    weights = bank_of(target.memories, "weights")
     io = set(graph.inputs) | set(graph.outputs)
+    buffers = example_buffers_bank(target, [graph.types[name].nbytes for name in (*graph.inputs, *graph.outputs)])
 
     def bank(name: str) -> str:
         if name in offsets:
@@ -185,7 +204,7 @@ def group_traffic(
         if name in graph.constants:
             return weights.name
         if name in io:
-            return stack.name
+            return buffers.name
         raise InternalError(f"{target.path_str}: buffer {name!r} of the root has no bank")
 
     traffic: dict[str, dict[str, tuple[int, int]]] = {}

@@ -198,6 +198,9 @@ class Program:
     # (hetgen/lower/banks.py); the first is the workspace's arena, the others static storage. ()
     # for every other program: `memory` is one arena.
     banks: tuple = ()
+    # A banked root: the bank of its board example's input and output buffers
+    # (hetgen/lower/banks.py `example_buffers_bank`); None for every other program.
+    buffers_bank: object = None
     # Its traffic per bank per run, ((bank, bytes, accesses), ...), as the cost model priced its
     # groups (hetgen/partition/choices.py `banked`); explain's per-bank lines read it. () unbanked.
     bank_traffic: tuple = ()

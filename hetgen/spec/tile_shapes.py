@@ -79,6 +79,10 @@ class UnitOp:
 
     def instance(self, input_types, output_types, attrs: dict | None = None) -> OpInstance:
         node = self.node
+        if len(input_types) < len(node.inputs):
+            # a tile names no trailing input it does not read (`_trimmed`: Conv(x, w, "") tiles as
+            # Conv(x, w)); its kernel then lays out its arguments as the tile passes them
+            node = replace(node, inputs=node.inputs[: len(input_types)])
         if attrs is not None:
             kept = tuple((k, v) for k, v in node.attrs if k not in attrs)
             node = replace(node, attrs=kept + tuple((k, v) for k, v in attrs.items() if v is not None))
