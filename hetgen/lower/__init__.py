@@ -17,6 +17,7 @@ from hetgen.lower.banks import (
     BankArena,
     check_weights_bank,
     example_buffers_bank,
+    example_buffers_bytes,
     group_traffic,
     plan_banks,
 )
@@ -175,15 +176,10 @@ def bank_reserves(target: Target, graph: Graph) -> dict[str, int]:
     stack_bank = bank_of(target.memories, "stack")
     if stack_bank is None:
         return {}
-    sizes = [graph.types[name].nbytes for name in (*graph.inputs, *graph.outputs)]
     reserved = {stack_bank.name: int(target.attrs.get("stack_kib", 0)) * 1024 + STATIC_DATA_RESERVE}
-    buffers = example_buffers_bank(target, sizes)
-    reserved[buffers.name] = reserved.get(buffers.name, 0) + sum(_aligned_bytes(max(n, 1)) for n in sizes)
+    buffers = example_buffers_bank(target, graph)
+    reserved[buffers.name] = reserved.get(buffers.name, 0) + example_buffers_bytes(graph)
     return reserved
-
-
-def _aligned_bytes(value: int) -> int:
-    return (value + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
 def _check_bank_runtime(target: Target, arenas) -> None:
@@ -380,11 +376,7 @@ def _lower(
                 emulation_scratch=scratch_sizes.get(target, 0),
                 pool=has_pool(platform.root, target),
                 banks=bank_arenas.get(target, ()),
-                buffers_bank=example_buffers_bank(
-                    target, [graph.types[n].nbytes for n in (*graph.inputs, *graph.outputs)]
-                )
-                if role is ProgramRole.ROOT
-                else None,
+                buffers_bank=example_buffers_bank(target, graph) if role is ProgramRole.ROOT else None,
                 bank_traffic=bank_traffic if role is ProgramRole.ROOT else (),
                 threads=program_threads(platform, target),
                 arena_in=shared.path_str if shared is not None and target == root else "",

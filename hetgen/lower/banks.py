@@ -58,17 +58,22 @@ def _aligned(value: int) -> int:
     return (value + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-def example_buffers_bank(target: Target, io_sizes) -> Bank | None:
-    """The bank that holds the board example's input and output buffers (`io_sizes`: their bytes),
-    None for a target without banks: the stack's bank (with .data and .bss), beside the stack and
-    the runtime's static data, where they fit; else the last bank that holds the arena (the one
-    that takes what the faster ones cannot) where they fit there, in a section of its own. A model
-    whose buffers outgrow the stack's small bank (a 64 KiB DTCM) still builds on a board with a
-    large SRAM."""
+def example_buffers_bytes(graph) -> int:
+    """The board example's input and output buffers: one per graph input and output, each at
+    least a byte (C has no empty arrays), each aligned as the planner aligns buffers."""
+    return sum(_aligned(max(graph.types[name].nbytes, 1)) for name in (*graph.inputs, *graph.outputs))
+
+
+def example_buffers_bank(target: Target, graph) -> Bank | None:
+    """The bank that holds the board example's input and output buffers, None for a target
+    without banks: the stack's bank (with .data and .bss), beside the stack and the runtime's
+    static data, where they fit; else the last bank that holds the arena (the one that takes what
+    the faster ones cannot) where they fit there, in a section of its own. A model whose buffers
+    outgrow the stack's small bank (a 64 KiB DTCM) still builds on a board with a large SRAM."""
     stack_bank = bank_of(target.memories, "stack")
     if stack_bank is None:
         return None
-    io = sum(_aligned(max(nbytes, 1)) for nbytes in io_sizes)
+    io = example_buffers_bytes(graph)
     stack = int(target.attrs.get("stack_kib", 0)) * KIB
     if stack + io + STATIC_DATA_RESERVE <= stack_bank.size:
         return stack_bank
@@ -196,7 +201,7 @@ def group_traffic(
     offsets = {name: offset for name, offset, _ in plan.buffers}
     weights = bank_of(target.memories, "weights")
     io = set(graph.inputs) | set(graph.outputs)
-    buffers = example_buffers_bank(target, [graph.types[name].nbytes for name in (*graph.inputs, *graph.outputs)])
+    buffers = example_buffers_bank(target, graph)
 
     def bank(name: str) -> str:
         if name in offsets:
