@@ -544,7 +544,7 @@ def test_phase_plane_packing_at_o3_matches_onnxruntime(tmp_path):
     assert kernels.count(".b_rows = ") == 3  # the 37-column outputs of stride 1
     # stride 2 on 11 x 13 and 11 x 37 inputs (odd sides, padded on both): each input row split once
     # into its two column phases (3x3), or its even columns taken alone (1x1)
-    assert kernels.count("_split(src, rows + ") == 4 and kernels.count("_every_other(src, rows + ") == 2
+    assert kernels.count("hg_split_columns(src, ") == 4 and kernels.count("hg_every_other_column(src, ") == 2
     got = hetgen.load(out).run(feeds)
     for name, want in expected.items():
         np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4, err_msg=name)
