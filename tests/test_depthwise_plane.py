@@ -46,9 +46,20 @@ def depthwise_kernel(channels, size, kernel, stride=(1, 1), pads=(0, 0, 0, 0), d
     return {**kernel_.params, **offer.params}, w
 
 
+def split_row(buf: np.ndarray, row: int, src: np.ndarray, split: dict) -> None:
+    """hg_split_columns: input row `src`'s even columns, then its odd ones, to their column phases'
+    plane rows at `row` (a phase's first column from the input and its count, column_splits)."""
+    for name, first in (("even", 0), ("odd", 1)):
+        if split[name]:
+            at, count = row + split[name]["base"] + split[name]["col"], split[name]["count"]
+            assert first + 2 * (count - 1) < len(src)  # no float read past the row
+            buf[at : at + count] = src[first::2][:count]
+
+
 def replay(p: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """What conv_depthwise.c.j2 computes, step by step, with numpy: every buffer element a valid
-    output reads must have been written (the buffer starts as NaN)."""
+    output reads must have been written (the buffer starts as NaN). With a stride of 2 across, each
+    input row's columns go to their phases by the split, as the kernel copies them."""
     out = np.full((p["out_channels"], p["out_h"], p["out_w"]), np.nan, np.float32)
     wq, halo, acc_base = p["wq"], p["halo"], p["acc_base"]
     taps = p["taps_even"] + p["taps_odd"]
@@ -61,14 +72,26 @@ def replay(p: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
             for g0 in range(row_first, row_end, p["group_rows"]):
                 rows = min(p["group_rows"], row_end - g0)
                 buf = np.full(p["buffer_floats"], np.nan, np.float32)
-                if p["whole_plane"]:  # the padding zeroed once, then only the input's rows and columns copied
+                if p["whole_plane"] and p["splits"]:  # stride 2 across: each input row split once
+                    buf[:acc_base] = 0.0
+                    for sp in p["splits"]:
+                        for r in range(sp["phases"][0]["rows_lo"], sp["phases"][0]["rows_hi"]):
+                            split_row(buf, r * wq, xc[r * p["stride_h"] + sp["row_off"]], sp)
+                elif p["whole_plane"]:  # the padding zeroed once, then only the input's rows and columns copied
                     buf[:acc_base] = 0.0
                     for ph in p["phases"]:
                         for r in range(ph["rows_lo"], ph["rows_hi"]):
                             src = xc.reshape(-1)[r * p["stride_h"] * p["in_w"] + ph["src_first"] :]
                             dst = ph["base"] + r * wq + ph["col_lo"]
                             buf[dst : dst + ph["cols"]] = src[:: p["stride_w"]][: ph["cols"]]
-                for ph in p["phases"] if not p["whole_plane"] else ():
+                for sp in p["splits"] or () if not p["whole_plane"] else ():
+                    for r in range(rows + halo):
+                        for ph in sp["phases"]:
+                            buf[ph["base"] + r * wq : ph["base"] + (r + 1) * wq] = 0.0
+                        ih = (g0 + r) * p["stride_h"] + sp["row_off"]
+                        if 0 <= ih < p["in_h"]:
+                            split_row(buf, r * wq, xc[ih], sp)
+                for ph in p["phases"] if not p["whole_plane"] and not p["splits"] else ():
                     for r in range(rows + halo):
                         dst = ph["base"] + r * wq
                         ih = (g0 + r) * p["stride_h"] + ph["row_off"]
@@ -93,6 +116,8 @@ def replay(p: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         {"channels": 2, "size": (10, 9), "kernel": (3, 3), "pads": (2, 1, 2, 1), "dilation": (2, 2)},
         {"channels": 2, "size": (6, 13), "kernel": (1, 5), "stride": (1, 2), "pads": (0, 2, 0, 1), "multiplier": 2},
         {"channels": 64, "size": (30, 20), "kernel": (3, 3), "pads": (1, 1, 1, 1), "budget": 400},  # row groups
+        # ... of stride 2, odd sides padded on both: rows and columns at every edge split
+        {"channels": 64, "size": (31, 21), "kernel": (3, 3), "stride": (2, 2), "pads": (1, 1, 1, 1), "budget": 240},
         {"channels": 2, "size": (3, 3), "kernel": (5, 5), "stride": (2, 2), "pads": (2, 2, 2, 2)},
     ],
 )

@@ -505,10 +505,10 @@ def test_phase_plane_packing_at_o3_matches_onnxruntime(tmp_path):
     is two permutes where its columns span at most 48 plane floats, else run by run; and products
     of at most 64 rows read the panels that lie in one output row in place (`b_rows`), packing the
     others alone. Panels across 2-3 output rows (13 and 7 columns), one in place then one packed
-    (37), stride 2, a 1x1 downsample, a 5x5 window whose k (600) starts its second block
-    mid-channel, and a dilated window whose panels span more than 48 floats (the run-by-run copy).
-    The weights are inputs: with constant ones these small layers take the `small` kernel or
-    Winograd."""
+    (37), stride 2 (each input row split into its column phases in one pass), a 1x1 downsample,
+    a 5x5 window whose k (600) starts its second block mid-channel, and a dilated window whose
+    panels span more than 48 floats (the run-by-run copy). The weights are inputs: with constant
+    ones these small layers take the `small` kernel or Winograd."""
     import hetgen
     from hetgen.platform.loader import load_platform_text
 
@@ -542,6 +542,9 @@ def test_phase_plane_packing_at_o3_matches_onnxruntime(tmp_path):
     kernels = "".join(path.read_text() for path in (out / "host" / "kernels").glob("*.c"))
     assert kernels.count("implicit, from phase planes") == len(nodes)
     assert kernels.count(".b_rows = ") == 3  # the 37-column outputs of stride 1
+    # stride 2 on 11 x 13 and 11 x 37 inputs (odd sides, padded on both): each input row split once
+    # into its two column phases (3x3), or its even columns taken alone (1x1)
+    assert kernels.count("hg_split_columns(src, ") == 4 and kernels.count("hg_every_other_column(src, ") == 2
     got = hetgen.load(out).run(feeds)
     for name, want in expected.items():
         np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4, err_msg=name)

@@ -84,6 +84,9 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
                 "zero_right": hi < wq,
             }
         )
+    # stride 2 across: the input rows each phase row `a` reads, split in one pass into their even
+    # and odd columns (the one or two column phases that read them), not once per phase
+    splits = column_splits(used, phases) if s_w == 2 else None
     # each tap's offset in a channel's planes, in the order of the GEMM's k (kh, then kw)
     taps = tap_offsets(win, {ab: phase["base"] for ab, phase in zip(used, phases)}, wq)
     # every row of B, k after k, where whole panels can lie in one output row: the GEMM then reads
@@ -97,7 +100,26 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
         "wq": wq,
         "plane_floats": plane_floats,
         "phases": phases,
+        "splits": splits,
         "taps": taps,
         "channel_floats": channel_floats,
         "bytes": nbytes,
     }
+
+
+def column_splits(used: list[tuple[int, int]], phases: list[dict]) -> list[dict]:
+    """For a stride of 2 across: per row phase `a`, the column phases that read its input rows, as
+    the phase of the row's even columns (input column 0 on) and of its odd ones (column 1 on), each
+    with its first plane column and its number of columns from the input (None: no phase takes
+    them). A phase's first column from the input is input column 0 or 1 (col_lo is the first plane
+    column inside the input), so each input row is one de-interleave into at most two plane rows."""
+    splits: dict[int, dict] = {}
+    for (a, _), phase in zip(used, phases):
+        split = splits.setdefault(a, {"row_off": phase["row_off"], "phases": [], "even": None, "odd": None})
+        split["phases"].append(phase)
+        count = phase["col_hi"] - phase["col_lo"]
+        if count:
+            first = 2 * phase["col_lo"] + phase["src_off"]
+            assert first in (0, 1), (first, phase)
+            split["even" if first == 0 else "odd"] = {"base": phase["base"], "col": phase["col_lo"], "count": count}
+    return list(splits.values())

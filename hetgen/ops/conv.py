@@ -179,6 +179,8 @@ def depthwise_plane(win, block_rows: int) -> dict | None:
         "whole_plane": group_rows >= win.out_shape[1]
         and all(p["rows_lo"] < p["rows_hi"] and p["cols"] > 0 for p in phases),
         "phases": phases,
+        # stride 2 across: each input row split once into its column phases (as the implicit GEMM's planes)
+        "splits": _conv_planes.column_splits(used, phases) if s_w == 2 else None,
         # two partial sums (even and odd taps), so the loop body is two dependency chains, not one
         "taps": taps,
         "taps_even": taps[0::2],
