@@ -17,11 +17,14 @@
 
 _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kernels below assume 8 x 32 tiles");
 
-/* Floats ahead of the A panel to prefetch (64 k steps). Weights packed at generate time stream
-   from L3 or DRAM when a layer's exceed L2 (deep layers, small images): measured on Zen 4, a
-   512 x 16 x 4608 product went from ~80 to ~109 GFLOP/s; no shape got slower. A prefetch never
-   faults, so reading past the panel's end is harmless. */
-#define HG_SGEMM_PREFETCH_A 512
+/* Floats ahead of the A panel to prefetch (256 k steps: a default k block's, so a tile fetches
+   the next k block's part of its panel, which A's whole-k panels hold right after). Weights packed
+   at generate time stream from L3 or DRAM when a layer's exceed L2 (deep layers, small images):
+   measured on Zen 4, a 512 x 16 x 4608 product went from ~80 to ~109 GFLOP/s with 64 steps ahead;
+   256 steps took resnet18-real@224's 7 x 7 layers (512 x 49 x 4608, 9.4 MB of weights) 3-5 %
+   further (bench_layers --against, 3 rounds of 10), ResNet-50 @ 224's and the suite ResNet-18's
+   layers within the noise. A prefetch never faults, so reading past the panel's end is harmless. */
+#define HG_SGEMM_PREFETCH_A 2048
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -59,8 +62,9 @@ _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kerne
 /* 8 rows x (2 x 16 lanes): 16 accumulators, 2 loads of B and 8 broadcasts of A per 16 FMAs.
    Narrower tiles (the last columns of a layer whose width is no multiple of 32: 49 pixels at 7 x 7,
    196 at 14 x 14) run as narrow as their columns allow: 24 (16 + 8 lanes), 16 or 8 lanes, the last
-   vector's store masked. Every element is the same chain of FMAs over k whatever the width, so the
-   width changes no bit. */
+   vector's store masked (where 32 rows of a block are left and the columns are no multiple of 8,
+   hg_sgemm_tile_t below instead). Every element is the same chain of FMAs over k whatever the
+   width, so the width changes no bit. */
 /* The tile's rows of C where they are read after the k loop (`add`: every k block after the first)
    and of the residual (`res`), prefetched a row a k step during the first 8 steps, so the reads at
    the end find them in L1: a C that does not fit the L2 (a 1024 x 1024 product's 4 MiB) otherwise
