@@ -39,7 +39,8 @@ CPU_FLAGS = set(re.findall(r"\w+", Path("/proc/cpuinfo").read_text())) if Path("
 # Edges of every blocking level: 1x1x1, k = 0, full tiles, partial tiles in m and n, n <= 16 (the
 # half-width AVX-512 tile), m > MC, n > NC, k > 2 KC. The last columns of a row of tiles take each
 # AVX-512 width, full and masked: 1, 6, 7 and 8 (8 lanes), 12 and 16 (16), 17 and 24 (16 + 8), 25
-# (32, masked).
+# (32, masked). 40 x 49 x 320: a 7 x 7 plane's 17 last columns, 32 rows with the rows in the lanes
+# (hg_sgemm_tile_t, both k blocks: the second adds and finishes), 8-row tiles for rows 32-39.
 SHAPES = [
     (1, 1, 1),
     (5, 7, 0),
@@ -51,6 +52,7 @@ SHAPES = [
     (64, 49, 27),
     (16, 57, 33),
     (16, 24, 19),
+    (40, 49, 320),
 ]
 
 

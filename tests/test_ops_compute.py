@@ -507,8 +507,11 @@ def test_phase_plane_packing_at_o3_matches_onnxruntime(tmp_path):
     others alone. Panels across 2-3 output rows (13 and 7 columns), one in place then one packed
     (37), stride 2 (each input row split into its column phases in one pass), a 1x1 downsample,
     a 5x5 window whose k (600) starts its second block mid-channel, and a dilated window whose
-    panels span more than 48 floats (the run-by-run copy). The weights are inputs: with constant
-    ones these small layers take the `small` kernel or Winograd."""
+    panels span more than 48 floats (the run-by-run copy). And a 7 x 7 plane of 32 output
+    channels: its 49 columns' last 17 are one 32-row tile with the rows in the lanes (AVX-512's
+    hg_sgemm_tile_t: 32 rows, 17 columns, k = 216 >= 64), the others too (143 = 4 x 32 + 15 at
+    11 x 13). The weights are inputs: with constant ones these small layers take the `small`
+    kernel or Winograd."""
     import hetgen
     from hetgen.platform.loader import load_platform_text
 
@@ -530,7 +533,11 @@ def test_phase_plane_packing_at_o3_matches_onnxruntime(tmp_path):
             pad, stride, dilation = (attrs.get(key, [default])[0] for key, default in layout_keys)
             size = [(n + 2 * pad - dilation * (k - 1) - 1) // stride + 1 for n in (11, width)]
             outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, (1, 16, *size)))
+    weights["small7_w"] = rng.standard_normal((32, 24, 3, 3)).astype(np.float32)
+    nodes.append(helper.make_node("Conv", ["x7", "small7_w"], ["small7"], name="small7", pads=[1, 1, 1, 1]))
+    outputs.append(helper.make_tensor_value_info("small7", TensorProto.FLOAT, (1, 32, 7, 7)))
     feeds = {f"x{w}": rng.standard_normal((1, 24, 11, w)).astype(np.float32) for w in (13, 37)} | weights
+    feeds["x7"] = rng.standard_normal((1, 24, 7, 7)).astype(np.float32)
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape) for n, v in feeds.items()]
     graph = helper.make_graph(nodes, "plane_packing", inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -545,6 +552,7 @@ def test_phase_plane_packing_at_o3_matches_onnxruntime(tmp_path):
     # stride 2 on 11 x 13 and 11 x 37 inputs (odd sides, padded on both): each input row split once
     # into its two column phases (3x3), or its even columns taken alone (1x1)
     assert kernels.count("hg_split_columns(src, ") == 4 and kernels.count("hg_every_other_column(src, ") == 2
+    assert "hg_sgemm_ex(32u, rows * 7u, 216u," in kernels  # the 7 x 7 plane's one product: 32 x 49 x 216
     got = hetgen.load(out).run(feeds)
     for name, want in expected.items():
         np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4, err_msg=name)

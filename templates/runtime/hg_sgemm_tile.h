@@ -17,11 +17,14 @@
 
 _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kernels below assume 8 x 32 tiles");
 
-/* Floats ahead of the A panel to prefetch (64 k steps). Weights packed at generate time stream
-   from L3 or DRAM when a layer's exceed L2 (deep layers, small images): measured on Zen 4, a
-   512 x 16 x 4608 product went from ~80 to ~109 GFLOP/s; no shape got slower. A prefetch never
-   faults, so reading past the panel's end is harmless. */
-#define HG_SGEMM_PREFETCH_A 512
+/* Floats ahead of the A panel to prefetch (256 k steps: a default k block's, so a tile fetches
+   the next k block's part of its panel, which A's whole-k panels hold right after). Weights packed
+   at generate time stream from L3 or DRAM when a layer's exceed L2 (deep layers, small images):
+   measured on Zen 4, a 512 x 16 x 4608 product went from ~80 to ~109 GFLOP/s with 64 steps ahead;
+   256 steps took resnet18-real@224's 7 x 7 layers (512 x 49 x 4608, 9.4 MB of weights) 3-5 %
+   further (bench_layers --against, 3 rounds of 10), ResNet-50 @ 224's and the suite ResNet-18's
+   layers within the noise. A prefetch never faults, so reading past the panel's end is harmless. */
+#define HG_SGEMM_PREFETCH_A 2048
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -59,8 +62,9 @@ _Static_assert(HG_SGEMM_PANEL_M == 8 && HG_SGEMM_PANEL_N == 32, "the micro-kerne
 /* 8 rows x (2 x 16 lanes): 16 accumulators, 2 loads of B and 8 broadcasts of A per 16 FMAs.
    Narrower tiles (the last columns of a layer whose width is no multiple of 32: 49 pixels at 7 x 7,
    196 at 14 x 14) run as narrow as their columns allow: 24 (16 + 8 lanes), 16 or 8 lanes, the last
-   vector's store masked. Every element is the same chain of FMAs over k whatever the width, so the
-   width changes no bit. */
+   vector's store masked (where 32 rows of a block are left and the columns are no multiple of 8,
+   hg_sgemm_tile_t below instead). Every element is the same chain of FMAs over k whatever the
+   width, so the width changes no bit. */
 /* The tile's rows of C where they are read after the k loop (`add`: every k block after the first)
    and of the residual (`res`), prefetched a row a k step during the first 8 steps, so the reads at
    the end find them in L1: a C that does not fit the L2 (a 1024 x 1024 product's 4 MiB) otherwise
@@ -274,6 +278,140 @@ static inline void hg_sgemm_tile_rows(size_t kc, const float *restrict pa, const
     }
     HG_T_ROWS(HG_T_STORE)
 }
+
+#if defined(__AVX512VL__)
+/* A tile of 32 rows x the last columns of a block whose count no vector width divides (49 pixels
+   at 7 x 7: a 32-column tile, then 17 columns that the 8-row kernels above run as 24 lanes, 71 % of
+   them used), computed the other way round: the tile's 32 rows (4 A panels, each step's 8 floats
+   of 4 panels a_step apart) in two 16-lane vectors, its columns one by one (a broadcast of B each),
+   up to 8 columns (16 accumulators) a pass. Every lane holds an element of C, so the FMAs do only
+   useful work. Each element is the same chain of FMAs over k as the 8-row kernels' (a * b + c,
+   the product commutes bit for bit), then + C (`add`), the bias, the residual and the clamp of
+   HG_FIN8 on each row's 8 lanes: the same bits. The accumulators are transposed in registers into
+   rows of 8 columns (2 x 16 x 8 floats, 64 shuffles a pass), since C is read and written once per
+   k block: element by element, that measured 12 % of a 512 x 32 x 4608 product's time. */
+#define HG_SGEMM_TILE_T 1
+#define HG_SGEMM_TILE_T_ROWS 32
+#define HG_SGEMM_TILE_T_MIN_K 64
+#define HG_C_ZERO(j) __m512 t##j##a = _mm512_setzero_ps(), t##j##b = _mm512_setzero_ps();
+#define HG_C_STEP(j)                                                                               \
+    if (np > (j)) {                                                                                \
+        const __m512 bj = _mm512_set1_ps(pb[j]);                                                   \
+        t##j##a = _mm512_fmadd_ps(a01, bj, t##j##a);                                               \
+        t##j##b = _mm512_fmadd_ps(a23, bj, t##j##b);                                               \
+    }
+#define HG_C_COLS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+/* two A panels' 8 floats of one k step as one 16-lane vector (AVX-512F's insert: no DQ needed) */
+#define HG_C_PAIR(p0, p1)                                                                          \
+    _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(p0))), \
+                                        _mm256_castps_pd(_mm256_loadu_ps(p1)), 1))
+/* 128-bit lanes l0 and l1 of x and y as (x.l0, y.l0, x.l1, y.l1): two 256-bit halves */
+#define HG_C_LANES(x, y, l0, l1) hg_sgemm_tile_t_lanes(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(l1, l0, l1, l0)))
+static inline __m512 hg_sgemm_tile_t_lanes(__m512 u) { return _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(3, 1, 2, 0)); }
+
+/* 8 vectors of 16 rows (one a column) as 16 rows of 8 columns: rows[i] the 8 columns of row i */
+static inline void hg_sgemm_tile_t_rows(__m512 r0, __m512 r1, __m512 r2, __m512 r3, __m512 r4, __m512 r5, __m512 r6,
+                                        __m512 r7, float rows[16][8])
+{
+    /* in each 128-bit lane L (rows 4L to 4L + 3): pairs of columns, then rows of 4 columns */
+    const __m512 t0 = _mm512_unpacklo_ps(r0, r1), t1 = _mm512_unpackhi_ps(r0, r1);
+    const __m512 t2 = _mm512_unpacklo_ps(r2, r3), t3 = _mm512_unpackhi_ps(r2, r3);
+    const __m512 t4 = _mm512_unpacklo_ps(r4, r5), t5 = _mm512_unpackhi_ps(r4, r5);
+    const __m512 t6 = _mm512_unpacklo_ps(r6, r7), t7 = _mm512_unpackhi_ps(r6, r7);
+    const __m512 s[8] = {
+        _mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xEE), /* rows 4L, 4L + 1: columns 0-3 */
+        _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xEE), /* rows 4L + 2, 4L + 3 */
+        _mm512_shuffle_ps(t4, t6, 0x44), _mm512_shuffle_ps(t4, t6, 0xEE), /* the same rows: columns 4-7 */
+        _mm512_shuffle_ps(t5, t7, 0x44), _mm512_shuffle_ps(t5, t7, 0xEE),
+    };
+    for (int i = 0; i < 4; ++i) {
+        /* row i then row 4 + i (lanes 0 and 1 of both), row 8 + i then 12 + i (lanes 2 and 3) */
+        const __m512 low = HG_C_LANES(s[i], s[4 + i], 0, 1), high = HG_C_LANES(s[i], s[4 + i], 2, 3);
+        _mm256_storeu_ps(rows[i], _mm512_castps512_ps256(low));
+        _mm256_storeu_ps(rows[4 + i], _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(low), 1)));
+        _mm256_storeu_ps(rows[8 + i], _mm512_castps512_ps256(high));
+        _mm256_storeu_ps(rows[12 + i], _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(high), 1)));
+    }
+}
+
+/* np (1 to 8, a constant where it is inlined) columns of the 32-row tile */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void hg_sgemm_tile_t_pass(size_t kc, const float *restrict pa, size_t a_step, const float *restrict pb,
+                                        size_t ldb, float *restrict c, size_t ldc, int add, const size_t np,
+                                        int finish, const float *bias, const float *res, int clamp, float lo,
+                                        float hi)
+{
+    _Alignas(64) float rows[HG_SGEMM_TILE_T_ROWS][8];
+    const __mmask8 last8 = (__mmask8)((1u << np) - 1u);
+    const float *pa1 = pa + a_step, *pa2 = pa + 2 * a_step, *pa3 = pa + 3 * a_step;
+    HG_C_COLS(HG_C_ZERO)
+    for (size_t p = 0; p < kc; ++p) {
+        const __m512 a01 = HG_C_PAIR(pa, pa1), a23 = HG_C_PAIR(pa2, pa3);
+        if (p % 2 == 0) { /* a prefetch a 64-byte line: every other step of 8 floats */
+            _mm_prefetch((const char *)(pa + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pa1 + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pa2 + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pa3 + HG_SGEMM_PREFETCH_A), _MM_HINT_T0);
+        }
+        HG_C_COLS(HG_C_STEP)
+        pa += 8;
+        pa1 += 8;
+        pa2 += 8;
+        pa3 += 8;
+        pb += ldb;
+    }
+    hg_sgemm_tile_t_rows(t0a, t1a, t2a, t3a, t4a, t5a, t6a, t7a, rows);
+    hg_sgemm_tile_t_rows(t0b, t1b, t2b, t3b, t4b, t5b, t6b, t7b, rows + 16);
+    for (size_t i = 0; i < HG_SGEMM_TILE_T_ROWS; ++i) {
+        float *row = c + i * ldc;
+        __m256 v = _mm256_load_ps(rows[i]);
+        if (add)
+            v = _mm256_add_ps(v, _mm256_maskz_loadu_ps(last8, row));
+        HG_FIN8(v, i, 0, last8)
+        _mm256_mask_storeu_ps(row, last8, v);
+    }
+}
+
+/* The 32 rows x `cols` (at most 32) tile of C (+)= 4 A panels (a_step floats apart) times a B
+   panel (rows ldb apart), finished with `f` (its bias and residual from row row0, column col0)
+   where it is given: passes of at most 8 columns, as even as they go (17: 6, 6, 5). */
+static inline void hg_sgemm_tile_t(size_t kc, const float *restrict pa, size_t a_step, const float *restrict pb,
+                                   size_t ldb, float *restrict c, size_t ldc, int add, size_t cols,
+                                   const hg_sgemm_finish *f, size_t row0, size_t col0)
+{
+    const int finish = f != NULL;
+    const float *bias = f && f->bias ? f->bias + row0 : NULL;
+    const float *res = f && f->residual ? f->residual + row0 * ldc + col0 : NULL;
+    const int clamp = f ? f->clamp : HG_SGEMM_CLAMP_NONE;
+    const float lo = f ? f->lo : 0.0f, hi = f ? f->hi : 0.0f;
+    const size_t passes = (cols + 7) / 8;
+    for (size_t q = 0, j = 0; q < passes; ++q) {
+        const size_t np = (cols - j) / (passes - q) + ((cols - j) % (passes - q) != 0);
+        const float *r = res ? res + j : NULL;
+        switch (np) {
+#define HG_C_CASE(n)                                                                               \
+    case n:                                                                                        \
+        hg_sgemm_tile_t_pass(kc, pa, a_step, pb + j, ldb, c + j, ldc, add, n, finish, bias, r, clamp, lo, hi); \
+        break;
+            HG_C_CASE(1)
+            HG_C_CASE(2)
+            HG_C_CASE(3)
+            HG_C_CASE(4)
+            HG_C_CASE(5)
+            HG_C_CASE(6)
+            HG_C_CASE(7)
+            HG_C_CASE(8)
+#undef HG_C_CASE
+        default:
+            break;
+        }
+        j += np;
+    }
+}
+
+#endif
 
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
