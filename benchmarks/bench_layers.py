@@ -14,7 +14,11 @@ counted as the direct convolution, so its % can pass 100): its nodes, the kernel
 generated kernel's own comment), median and fastest CPU time over the runs, GFLOP/s and % of the
 peak (`hetgen tune`'s FMA loop, as bench_models.py prints it) for both ("best %": on a shared
 machine the median measures the other tenants too, the fastest run the code). Last, those layers'
-share of the model's CPU time and their aggregate % of peak.
+share of the model's CPU time and their aggregate % of peak. `ort %` is the yardstick on the same
+layer: onnxruntime at its defaults (graph optimisations on, one thread) on the layer's nodes cut
+out of the model alone, same shapes, weights and attributes, by the calling thread's CPU time,
+median of as many interleaved runs (`ort_layers.py`; alone, its operands stay in the caches, which
+flatters it beside `% peak`); `--no-ort` leaves it out.
 
     python benchmarks/bench_layers.py --models resnet18 --runs 10 --alone 30
 
@@ -58,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ab_threads import build_against  # noqa: E402
 from bench_models import MATRIX_OPS, peak_gflops  # noqa: E402
+from ort_layers import ort_layer_times, ort_percent  # noqa: E402
 
 import hetgen  # noqa: E402
 from hetgen.models.suite import BENCH_MODELS  # noqa: E402
@@ -265,6 +270,9 @@ def main() -> int:
     parser.add_argument("--against", help="a git revision to compare with, layer by layer (A/B)")
     parser.add_argument("--rounds", type=int, default=4, help="with --against: runs of each build, alternated")
     parser.add_argument("--alone", type=int, default=0, help="also each call made this many times in a row")
+    parser.add_argument(
+        "--no-ort", dest="ort", action="store_false", help="leave out `ort %%`, onnxruntime on each layer alone"
+    )
     args = parser.parse_args()
     names = [name for name in args.models.split(",") if name]
     unknown = [name for name in names if name not in BENCH_MODELS]
@@ -276,6 +284,7 @@ def main() -> int:
         print(
             f"{'model':16} {'layer':34} {'strategy':22} {'MFLOP':>7} {'ms':>7} {'best ms':>7} {'% peak':>6} {'best %':>6}"
             + (f" {'alone %':>7}" if args.alone else "")
+            + (f" {'ort %':>6}" if args.ort else "")
         )
     with tempfile.TemporaryDirectory(prefix="hetgen-bench-layers-") as tmp:
         for name in names:
@@ -294,6 +303,8 @@ def main() -> int:
                 (work / "alone").mkdir()
                 alone = [min(cpu) for *_, cpu, _ in layer_times(out, model, 1, work / "alone", args.alone)]
             total = sum(statistics.median(cpu) for *_, cpu, _ in layers)
+            big = [nodes for nodes, flops, *_ in layers if flops >= args.min_mflop * 1e6]
+            ort = dict(zip(big, ort_layer_times(model, big, args.runs))) if args.ort else {}
             big_time = big_flops = 0.0
             for (nodes, flops, kernel, cpu, _), alone_best in zip(layers, alone):
                 if flops < args.min_mflop * 1e6:
@@ -303,7 +314,8 @@ def main() -> int:
                 print(
                     f"{name:16} {nodes[:34]:34} {strategy(out, kernel)[:22]:22} {flops / 1e6:7.0f} {median / 1e6:7.3f}"
                     f" {best / 1e6:7.3f} {100 * flops / median / peak:5.0f}% {100 * flops / best / peak:5.0f}%"
-                    + (f" {100 * flops / alone_best / peak:6.0f}%" if alone_best else ""),
+                    + (f" {100 * flops / alone_best / peak:6.0f}%" if alone_best else "")
+                    + (f" {ort_percent(flops, ort[nodes], peak)}" if args.ort else ""),
                     flush=True,
                 )
             if big_time:
