@@ -51,7 +51,7 @@ def split_row(buf: np.ndarray, row: int, src: np.ndarray, split: dict) -> None:
     plane rows at `row` (a phase's first column from the input and its count, column_splits)."""
     for name, first in (("even", 0), ("odd", 1)):
         if split[name]:
-            at, count = row + split[name]["base"] + split[name]["col"], split[name]["count"]
+            at, count = row + split[name]["at"], split[name]["count"]
             assert first + 2 * (count - 1) < len(src)  # no float read past the row
             buf[at : at + count] = src[first::2][:count]
 

@@ -110,7 +110,7 @@ def planes(win: Window, cin_group: int, blocks: GemmBlocks, banded: bool = True)
 def column_splits(used: list[tuple[int, int]], phases: list[dict]) -> list[dict]:
     """For a stride of 2 across: per row phase `a`, the column phases that read its input rows, as
     the phase of the row's even columns (input column 0 on) and of its odd ones (column 1 on), each
-    with its first plane column and its number of columns from the input (None: no phase takes
+    with the offset of its first column from the input and their number (None: no phase takes
     them). A phase's first column from the input is input column 0 or 1 (col_lo is the first plane
     column inside the input), so each input row is one de-interleave into at most two plane rows."""
     splits: dict[int, dict] = {}
@@ -121,5 +121,6 @@ def column_splits(used: list[tuple[int, int]], phases: list[dict]) -> list[dict]
         if count:
             first = 2 * phase["col_lo"] + phase["src_off"]
             assert first in (0, 1), (first, phase)
-            split["even" if first == 0 else "odd"] = {"base": phase["base"], "col": phase["col_lo"], "count": count}
+            # `at`: the plane row's first column from the input, past the row phase's row start
+            split["even" if first == 0 else "odd"] = {"at": phase["base"] + phase["col_lo"], "count": count}
     return list(splits.values())
