@@ -141,7 +141,12 @@ def call_flops(model: onnx.ModelProto, out: Path) -> list[tuple[str, int]]:
     manifest = json.loads((out / "hetgen.json").read_text())
     (controller,) = manifest["program"]["controllers"].values()
     calls = [tuple(step["call"]) for entry in controller["entries"] for step in entry if "call" in step]
-    return [("+".join(source[node] for node in nodes), sum(flops.get(node, 0) for node in nodes)) for nodes in calls]
+    # a node the kernel choice stage added (a blocked layout's reorder, `options.layout: nchwc`) is
+    # not the model's: named as the program names it, no arithmetic
+    return [
+        ("+".join(source.get(node, node) for node in nodes), sum(flops.get(node, 0) for node in nodes))
+        for nodes in calls
+    ]
 
 
 def profiled_main(out: Path, prefix: str, kernels: list[str], work: Path) -> Path:
