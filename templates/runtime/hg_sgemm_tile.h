@@ -289,7 +289,9 @@ static inline void hg_sgemm_tile_rows(size_t kc, const float *restrict pa, const
    the product commutes bit for bit), then + C (`add`), the bias, the residual and the clamp of
    HG_FIN8 on each row's 8 lanes: the same bits. The accumulators are transposed in registers into
    rows of 8 columns (2 x 16 x 8 floats, 64 shuffles a pass), since C is read and written once per
-   k block: element by element, that measured 12 % of a 512 x 32 x 4608 product's time. */
+   k block: element by element, that measured 12 % of a 512 x 32 x 4608 product's time. Used from
+   a kc of HG_SGEMM_TILE_T_MIN_K: below it the transpose and the 32 row stores of a pass (~130
+   operations) weigh on its 16 x kc FMAs (not measured there; the layers it is for have kc 256). */
 #define HG_SGEMM_TILE_T 1
 #define HG_SGEMM_TILE_T_ROWS 32
 #define HG_SGEMM_TILE_T_MIN_K 64
