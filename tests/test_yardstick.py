@@ -199,3 +199,42 @@ def test_bench_models_says_why_the_xnnpack_peer_is_skipped(built, monkeypatch, b
 def test_hetgen_bench_refuses_a_thread_count_it_cannot_run(tmp_path, capsys, threads):
     assert cli.main(["bench", str(tmp_path), "--threads", threads]) == 2
     assert f"{threads!r} is not a thread count (1 to 64)" in capsys.readouterr().err
+
+
+def test_bench_layers_yardstick_cuts_out_a_call_with_the_nodes_hetgen_folded(monkeypatch):
+    """benchmarks/ort_layers.py: a call named 'conv+relu' (its BatchNorm folded away by hetgen) is
+    cut out with the BatchNorm, and onnxruntime on it computes what the whole model computes there."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import ort_layers
+
+    rng = np.random.default_rng(5)
+    weights = {
+        "w": rng.standard_normal((4, 3, 3, 3)),
+        "w2": rng.standard_normal((2, 4, 1, 1)),
+        **{name: rng.uniform(0.5, 1.5, 4) for name in ("scale", "bias", "mean", "var")},
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"], name="bn"),
+        helper.make_node("Relu", ["b"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "stem",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("y", "r")],
+        initializer=[numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    inferred = onnx.shape_inference.infer_shapes(model)
+    layer = ort_layers.layer_model(model, inferred, ["conv", "relu"])
+    assert [node.name for node in layer.graph.node] == ["conv", "bn", "relu"]
+    assert [v.name for v in layer.graph.input] == ["x"] and [v.name for v in layer.graph.output] == ["r"]
+    assert ort_layers.layer_model(model, inferred, ["conv", "made_by_hetgen"]) is None
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    (got,) = reference.ort_session(layer.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_array_equal(got, reference.ort_session(model.SerializeToString()).run(["r"], {"x": x})[0])
+    times = ort_layers.ort_layer_times(model, ["conv+relu", "conv2", "nothing"], runs=3)
+    assert [len(t) if t else None for t in times] == [3, 3, None] and min(times[0] + times[1]) > 0
+    sys.modules.pop("ort_layers", None)
