@@ -13,11 +13,10 @@ import dataclasses
 from hetgen.errors import HetgenError, InternalError, ModelError, PlacementError
 from hetgen.ir import Graph
 from hetgen.lower.banks import (
-    STATIC_DATA_RESERVE,
     BankArena,
+    bank_reserves,
     check_weights_bank,
     example_buffers_bank,
-    example_buffers_bytes,
     group_traffic,
     plan_banks,
 )
@@ -46,7 +45,6 @@ from hetgen.names import target_prefix, unique_c_identifiers
 from hetgen.partition.cascades import cascade_units
 from hetgen.partition.choices import Choices, banked, placement_makespan_of, stale
 from hetgen.partition.placement import Placement
-from hetgen.platform.banks import bank_of
 from hetgen.platform.baremetal import is_bare_metal
 from hetgen.platform.model import Platform, Role, Runtime, Target
 from hetgen.platform.threads import has_pool, program_threads
@@ -167,19 +165,6 @@ def plan_target(target, schedule, units_on_target, kernels, graph, is_root, view
 def _viewed(views) -> set[str]:
     """Every buffer `views` name: their outputs and their ranges."""
     return {name for view in views for name in (view.holder, *(part for part, _ in view.parts))}
-
-
-def bank_reserves(target: Target, graph: Graph) -> dict[str, int]:
-    """What a banked root's board keeps in its banks besides the arena: the bank holding the stack
-    also holds .data and .bss (the runtime's static data), and the example's input and output
-    buffers lie in `example_buffers_bank` (the stack's where they fit)."""
-    stack_bank = bank_of(target.memories, "stack")
-    if stack_bank is None:
-        return {}
-    reserved = {stack_bank.name: int(target.attrs.get("stack_kib", 0)) * 1024 + STATIC_DATA_RESERVE}
-    buffers = example_buffers_bank(target, graph)
-    reserved[buffers.name] = reserved.get(buffers.name, 0) + example_buffers_bytes(graph)
-    return reserved
 
 
 def _check_bank_runtime(target: Target, arenas) -> None:

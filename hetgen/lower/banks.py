@@ -74,11 +74,27 @@ def example_buffers_bank(target: Target, graph) -> Bank | None:
     if stack_bank is None:
         return None
     io = example_buffers_bytes(graph)
-    stack = int(target.attrs.get("stack_kib", 0)) * KIB
-    if stack + io + STATIC_DATA_RESERVE <= stack_bank.size:
+    if _stack_bytes(target) + io + STATIC_DATA_RESERVE <= stack_bank.size:
         return stack_bank
     roomy = [bank for bank in holding(target.memories, "arena") if not bank.read_only and io <= bank.size]
     return roomy[-1] if roomy else stack_bank
+
+
+def bank_reserves(target: Target, graph) -> dict[str, int]:
+    """What a banked root's board keeps in its banks besides the arena: the bank holding the stack
+    also holds .data and .bss (the runtime's static data), and the example's input and output
+    buffers lie in `example_buffers_bank` (the stack's where they fit)."""
+    stack_bank = bank_of(target.memories, "stack")
+    if stack_bank is None:
+        return {}
+    reserved = {stack_bank.name: _stack_bytes(target) + STATIC_DATA_RESERVE}
+    buffers = example_buffers_bank(target, graph)
+    reserved[buffers.name] = reserved.get(buffers.name, 0) + example_buffers_bytes(graph)
+    return reserved
+
+
+def _stack_bytes(target: Target) -> int:
+    return int(target.attrs.get("stack_kib", 0)) * KIB
 
 
 def heat(interval: Interval, accesses: int) -> float:
